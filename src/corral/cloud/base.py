@@ -1,0 +1,63 @@
+"""The cloud driver boundary: a Protocol and the typed errors every driver raises.
+
+Drivers tag every instance they create (cluster, instance type, node id), so that after a restart
+corral can find its instances again from the cloud alone (durable facts live in tags).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.core.model import InstanceType
+
+TAG_CLUSTER = "corral-cluster"
+TAG_NODE_ID = "corral-node-id"
+TAG_INSTANCE_TYPE = "corral-instance-type"
+
+
+class CloudError(Exception):
+    """Any failure of a cloud call."""
+
+
+class InsufficientCapacity(CloudError):
+    """The cloud has no capacity of this instance type right now (EC2's InsufficientInstanceCapacity)."""
+
+    def __init__(self, instance_type: str, message: str = "") -> None:
+        super().__init__(message or f"insufficient capacity for {instance_type}")
+        self.instance_type = instance_type
+
+
+class QuotaExceeded(CloudError):
+    """An account limit (vCPU quota, instance limit) stops the request."""
+
+
+class Throttled(CloudError):
+    """The cloud asked us to slow down; the call may be retried later."""
+
+
+@dataclass(slots=True)
+class CloudInstance:
+    id: str  # the cloud's instance id
+    instance_type: str
+    tags: dict[str, str] = field(default_factory=dict)
+    created_at: float = 0.0
+    state: str = "running"  # the cloud's own word; corral does not act on it (seed 000)
+
+    @property
+    def node_id(self) -> str | None:
+        return self.tags.get(TAG_NODE_ID)
+
+
+class CloudDriver(Protocol):
+    def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
+        """Start an instance that will run an agent which pairs using `boot_token`."""
+        ...
+
+    def list(self) -> list[CloudInstance]:
+        """Every live instance carrying this cluster's tag."""
+        ...
+
+    def destroy(self, instance_id: str) -> None:
+        """Terminate an instance; no error if it is already gone."""
+        ...

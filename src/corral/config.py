@@ -1,0 +1,165 @@
+"""corral's configuration file (TOML or YAML), validated by pydantic.
+
+Every key has a default, so an empty file (or none) is a working single-machine setup. A bad value
+is reported with its key path and the reason: `policy.lifecycle.idle_grace: not a duration: 'soon'`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from corral.core.model import GiB, InstanceType
+from corral.core.settings import Duration, PolicySettings, SizeMiB
+
+DEFAULT_PORT = 8642
+
+
+def default_home() -> Path:
+    """CORRAL_HOME, else ~/.local/share/corral."""
+    env = os.environ.get("CORRAL_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".local" / "share" / "corral"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="0 picks a free port")
+
+
+class StoreConfig(_Strict):
+    url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///CORRAL_HOME/corral.db")
+
+
+class InstanceTypeConfig(_Strict):
+    name: str = Field(min_length=1)
+    vcpus: float = Field(gt=0)
+    ram: SizeMiB = Field(description="e.g. '8GiB'")
+    price_per_hour: float = Field(ge=0)
+    scratch: SizeMiB = 100 * GiB
+    gpus: int = Field(0, ge=0)
+    billing_granularity: Duration = 1.0
+    billing_minimum: Duration = 60.0
+    attributes: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("ram")
+    @classmethod
+    def _positive_ram(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be more than 0")
+        return value
+
+    def to_core(self) -> InstanceType:
+        return InstanceType(
+            name=self.name,
+            vcpus=self.vcpus,
+            ram_mib=self.ram,
+            price_per_hour=self.price_per_hour,
+            scratch_mib=self.scratch,
+            gpus=self.gpus,
+            billing_granularity=self.billing_granularity,
+            billing_minimum=self.billing_minimum,
+            attributes=tuple(sorted(self.attributes.items())),
+        )
+
+
+class CloudConfig(_Strict):
+    driver: Literal["loopback", "ec2"] = "loopback"
+    cluster: str = Field("corral", description="tag value that marks this cluster's instances")
+    ping_interval: Duration = Field(2.0, description="how often agents ping the server")
+
+
+class LoopConfig(_Strict):
+    interval: Duration = Field(1.0, description="seconds between reconcile passes (a submission wakes it early)")
+
+
+def _default_instance_types() -> list[InstanceTypeConfig]:
+    # Sizes and on-demand list prices of a few AWS us-east-1 types (USD/hour, about 2024).
+    return [
+        InstanceTypeConfig(name="c5.large", vcpus=2, ram=4 * GiB, price_per_hour=0.085),
+        InstanceTypeConfig(name="m5.large", vcpus=2, ram=8 * GiB, price_per_hour=0.096),
+        InstanceTypeConfig(name="m5.xlarge", vcpus=4, ram=16 * GiB, price_per_hour=0.192),
+        InstanceTypeConfig(name="r5.xlarge", vcpus=4, ram=32 * GiB, price_per_hour=0.252),
+    ]
+
+
+class Config(_Strict):
+    home: Path = Field(default_factory=default_home)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    cloud: CloudConfig = Field(default_factory=CloudConfig)
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    instance_types: list[InstanceTypeConfig] = Field(default_factory=_default_instance_types)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+
+    @field_validator("instance_types")
+    @classmethod
+    def _unique_names(cls, value: list[InstanceTypeConfig]) -> list[InstanceTypeConfig]:
+        names = [t.name for t in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"instance type names must be unique; repeated: {', '.join(dupes)}")
+        return value
+
+    @property
+    def store_url(self) -> str:
+        return self.store.url or f"sqlite:///{self.home / 'corral.db'}"
+
+    def core_instance_types(self) -> list[InstanceType]:
+        return [t.to_core() for t in self.instance_types]
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file, key and reason."""
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(
+            f"  {key}: {message}"
+            + (
+                f" (got {item['input']!r})"
+                if item["type"] != "extra_forbidden" and not isinstance(item.get("input"), dict)
+                else ""
+            )
+        )
+    return "\n".join(lines)
+
+
+def read_config_data(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text) or {} if path.suffix in (".yaml", ".yml") else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'TOML'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a table of keys")
+    return data
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> Config:
+    """The config from `path` (or defaults), with `overrides` on top (e.g. home=...)."""
+    data: dict[str, Any] = read_config_data(path) if path else {}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(path) if path else "config")) from exc

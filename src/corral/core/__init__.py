@@ -1,0 +1,1 @@
+"""The pure core: model, states and policies. No I/O, no clock: every function takes `now`."""

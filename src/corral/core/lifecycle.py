@@ -1,0 +1,130 @@
+"""Seed 000: the node manager policy matrix.
+
+A node's state tuple (worker state, billing window, boot grace, idle grace) selects an action from
+a table: nothing, START_DRAIN or START_SHUTDOWN. The table is data (`DEFAULT_MATRIX`), so an
+operator can read it, and a test checks it against the seed's 48 entries.
+
+Worker states (seed 000's mapping, corral's words on the right):
+  unpaired - the cloud has it, no agent has paired (NodeState.BOOTING)
+  busy     - running work, or draining with work still on it
+  idle     - paired, no work
+  down     - stale ping, drained and empty, or failed (NodeState.DOWN)
+The cloud's own "broken" state is deliberately not consulted: a node that does no useful work is
+shut down by this table whatever the cloud says about it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from itertools import product
+
+from corral.core.model import Node, NodeState
+from corral.core.settings import LifecycleSettings
+from corral.core.snapshot import NodeAction
+
+
+class WorkerState(StrEnum):
+    UNPAIRED = "unpaired"
+    BUSY = "busy"
+    IDLE = "idle"
+    DOWN = "down"
+
+
+class BillingWindow(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class BootGrace(StrEnum):
+    BOOT_WAIT = "boot wait"
+    BOOT_EXCEEDED = "boot exceeded"
+
+
+class IdleGrace(StrEnum):
+    NOT_IDLE = "not idle"
+    IDLE_WAIT = "idle wait"
+    IDLE_EXCEEDED = "idle exceeded"
+
+
+StateTuple = tuple[WorkerState, BillingWindow, BootGrace, IdleGrace]
+
+
+def _default_action(state: StateTuple) -> NodeAction | None:
+    worker, window, boot, idle = state
+    if worker is WorkerState.DOWN:
+        return NodeAction.START_SHUTDOWN
+    if worker is WorkerState.UNPAIRED:
+        return NodeAction.START_SHUTDOWN if boot is BootGrace.BOOT_EXCEEDED else None
+    if worker is WorkerState.IDLE and window is BillingWindow.OPEN and idle is IdleGrace.IDLE_EXCEEDED:
+        return NodeAction.START_DRAIN
+    return None
+
+
+DEFAULT_MATRIX: dict[StateTuple, NodeAction | None] = {
+    state: _default_action(state) for state in product(WorkerState, BillingWindow, BootGrace, IdleGrace)
+}
+
+
+def worker_state(
+    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool
+) -> WorkerState:
+    if node.state is NodeState.BOOTING:
+        return WorkerState.UNPAIRED
+    if node.state is NodeState.DOWN:
+        return WorkerState.DOWN
+    if ping_is_stale(node, now, settings, observing_since):
+        return WorkerState.DOWN
+    if node.state is NodeState.DRAINING:
+        return WorkerState.BUSY if has_work else WorkerState.DOWN
+    if has_work or node.state is NodeState.BUSY:
+        return WorkerState.BUSY
+    return WorkerState.IDLE
+
+
+def ping_is_stale(node: Node, now: float, settings: LifecycleSettings, observing_since: float) -> bool:
+    if node.state is NodeState.BOOTING:
+        return False
+    seen = max(node.last_ping_at or node.paired_at or node.created_at, observing_since)
+    return now - seen > settings.ping_stale
+
+
+def billing_window(node: Node, now: float, settings: LifecycleSettings) -> BillingWindow:
+    """Open when shutting down now saves money: always with fine-grained billing; with per-period
+    billing, only in the last `shutdown_window` of the current paid period."""
+    period = node.billing_granularity
+    if period <= settings.shutdown_window:
+        return BillingWindow.OPEN
+    into_period = (now - node.created_at) % period
+    return BillingWindow.OPEN if period - into_period <= settings.shutdown_window else BillingWindow.CLOSED
+
+
+def boot_grace(node: Node, now: float, settings: LifecycleSettings) -> BootGrace:
+    return BootGrace.BOOT_WAIT if now - node.created_at < settings.boot_grace else BootGrace.BOOT_EXCEEDED
+
+
+def idle_grace(node: Node, worker: WorkerState, now: float, settings: LifecycleSettings) -> IdleGrace:
+    if worker is not WorkerState.IDLE:
+        return IdleGrace.NOT_IDLE
+    if now - node.state_changed_at >= settings.idle_grace:
+        return IdleGrace.IDLE_EXCEEDED
+    return IdleGrace.IDLE_WAIT
+
+
+def state_tuple(
+    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool
+) -> StateTuple:
+    worker = worker_state(node, now, settings, observing_since, has_work)
+    return (
+        worker,
+        billing_window(node, now, settings),
+        boot_grace(node, now, settings),
+        idle_grace(node, worker, now, settings),
+    )
+
+
+def decide(state: StateTuple, matrix: dict[StateTuple, NodeAction | None] = DEFAULT_MATRIX) -> NodeAction | None:
+    return matrix[state]
+
+
+def describe(state: StateTuple) -> str:
+    return ", ".join(str(part) for part in state)

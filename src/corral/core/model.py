@@ -1,0 +1,232 @@
+"""The core model: jobs, attempts, nodes, instance types, and their states.
+
+Plain dataclasses, no I/O. Times are float seconds on whatever clock the caller uses (epoch seconds
+in the live loop, virtual seconds in the simulator); the core never reads a clock itself.
+
+Seed vocabulary (001, Arvados containers) maps as: Queued -> QUEUED, Locked -> CLAIMED,
+Running -> RUNNING, Complete -> COMPLETE, Cancelled -> CANCELLED; corral adds FAILED for a
+permanent failure (PermFail) or retries exhausted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+MiB = 1
+GiB = 1024 * MiB
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    CLAIMED = "claimed"  # seed 001 "Locked": one dispatcher owns it
+    RUNNING = "running"
+    COMPLETE = "complete"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.COMPLETE, JobState.CANCELLED, JobState.FAILED)
+
+
+class AttemptState(StrEnum):
+    ASSIGNED = "assigned"  # placed on nodes, the agent has not started it yet
+    RUNNING = "running"
+    EXITED = "exited"  # the command ended; exit_code says how
+    TEMPFAIL = "tempfail"  # infrastructure failure: node lost, never started, dispatcher died
+    CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        return self in (AttemptState.ASSIGNED, AttemptState.RUNNING)
+
+
+class NodeState(StrEnum):
+    """What corral's record says about an instance. The lifecycle policy derives the seed-000
+    worker state (unpaired / busy / idle / down) from this plus ping freshness."""
+
+    BOOTING = "booting"  # the cloud has it, no agent has paired yet
+    IDLE = "idle"
+    BUSY = "busy"
+    DRAINING = "draining"  # START_DRAIN: takes no new work; once empty it reads as down
+    DOWN = "down"  # failed, stale, or drained and empty
+    SHUTTING_DOWN = "shutting_down"
+    GONE = "gone"  # the cloud no longer has it
+
+    @property
+    def live(self) -> bool:
+        return self not in (NodeState.SHUTTING_DOWN, NodeState.GONE)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    vcpus: float = 1.0
+    ram_mib: int = 1 * GiB
+    scratch_mib: int = 0
+    gpus: int = 0
+
+    def fits_in(self, other: Resources) -> bool:
+        return (
+            self.vcpus <= other.vcpus + 1e-9
+            and self.ram_mib <= other.ram_mib
+            and self.scratch_mib <= other.scratch_mib
+            and self.gpus <= other.gpus
+        )
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.vcpus + other.vcpus,
+            self.ram_mib + other.ram_mib,
+            self.scratch_mib + other.scratch_mib,
+            self.gpus + other.gpus,
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            self.vcpus - other.vcpus,
+            self.ram_mib - other.ram_mib,
+            self.scratch_mib - other.scratch_mib,
+            self.gpus - other.gpus,
+        )
+
+    def describe(self) -> str:
+        parts = [f"{self.vcpus:g} vcpu", f"{self.ram_mib / GiB:g} GiB RAM"]
+        if self.scratch_mib:
+            parts.append(f"{self.scratch_mib / GiB:g} GiB scratch")
+        if self.gpus:
+            parts.append(f"{self.gpus} GPU")
+        return ", ".join(parts)
+
+
+ZERO = Resources(0.0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    name: str
+    vcpus: float
+    ram_mib: int
+    price_per_hour: float
+    scratch_mib: int = 100 * GiB
+    gpus: int = 0
+    # Billing: per-second with a minimum (AWS today) is billing_granularity=1, billing_minimum=60;
+    # per-hour billing (the seed-000 era) is billing_granularity=3600.
+    billing_granularity: float = 1.0
+    billing_minimum: float = 60.0
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def capacity(self) -> Resources:
+        return Resources(self.vcpus, self.ram_mib, self.scratch_mib, self.gpus)
+
+
+@dataclass(slots=True)
+class LocalityHints:
+    """Seed 003: provision near to / away from other jobs, by job id or tag. `far` wins over `near`."""
+
+    near: tuple[str, ...] = ()  # job ids ("123") or tags ("tag:web")
+    far: tuple[str, ...] = ()
+    strict: bool = False
+    level: str = "server"  # "server" or "rack"
+
+
+@dataclass(slots=True)
+class Job:
+    id: int
+    command: list[str]
+    resources: Resources = field(default_factory=Resources)
+    name: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    node_count: int = 1  # a gang: this many nodes, each with `resources`, started together
+    priority: int = 1  # 0 means cancel (seed 001)
+    not_before: float | None = None  # "wait until time X"
+    time_limit: float | None = None  # seconds; used by backfill reservations
+    max_retries: int = 0  # extra tries after a non-zero exit (PermFail) ; TempFail has its own budget
+    tags: tuple[str, ...] = ()
+    locality: LocalityHints | None = None
+    traits: dict[str, str | list[str]] = field(default_factory=dict)  # required node traits
+    user: str = ""
+    state: JobState = JobState.QUEUED
+    submitted_at: float = 0.0
+    claimed_by: str | None = None  # dispatcher id holding the claim
+    retry_at: float | None = None  # back-off: not before this time after a TempFail
+    temp_failures: int = 0
+    perm_failures: int = 0
+    attempt_count: int = 0
+    exit_code: int | None = None
+    wait_reason: str = ""
+    unplaceable: bool = False
+    cancel_requested: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def eligible_at(self) -> float:
+        return max(self.not_before or 0.0, self.retry_at or 0.0)
+
+
+@dataclass(slots=True)
+class Attempt:
+    id: int
+    job_id: int
+    node_ids: list[str]  # first one runs the command; the rest are the gang's other nodes
+    resources: Resources  # per node
+    state: AttemptState = AttemptState.ASSIGNED
+    dispatcher_id: str | None = None
+    assigned_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class Node:
+    id: str
+    instance_type: str
+    capacity: Resources
+    price_per_hour: float
+    state: NodeState = NodeState.BOOTING
+    created_at: float = 0.0  # when the boot was requested
+    paired_at: float | None = None
+    last_ping_at: float | None = None
+    state_changed_at: float = 0.0  # for the idle grace: time of the last change into IDLE
+    # Measured load reported by the agent (UTILIZED availability, seed 002 §5.4.1).
+    used: Resources = ZERO
+    used_at: float | None = None  # when `used` was measured; attempts assigned later are not in it yet
+    attributes: dict[str, str | list[str]] = field(default_factory=dict)
+    rack: str = ""
+    reason: str = ""  # why it is down / draining
+    billing_granularity: float = 1.0
+    billing_minimum: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatcher:
+    id: str
+    last_heartbeat: float
+
+
+def legal_job_transitions() -> dict[JobState, frozenset[JobState]]:
+    """The state machine as data: anything not listed here is refused by the store."""
+    Q, C, R = JobState.QUEUED, JobState.CLAIMED, JobState.RUNNING
+    return {
+        Q: frozenset({C, JobState.CANCELLED, JobState.FAILED}),
+        C: frozenset({Q, R, JobState.CANCELLED, JobState.FAILED, JobState.COMPLETE}),
+        R: frozenset({Q, JobState.COMPLETE, JobState.CANCELLED, JobState.FAILED}),
+        JobState.COMPLETE: frozenset(),
+        JobState.CANCELLED: frozenset(),
+        JobState.FAILED: frozenset(),
+    }
+
+
+JOB_TRANSITIONS = legal_job_transitions()
+
+
+class IllegalTransition(ValueError):
+    pass
+
+
+def check_job_transition(old: JobState, new: JobState) -> None:
+    if new not in JOB_TRANSITIONS[old]:
+        raise IllegalTransition(f"job cannot go from {old} to {new}")

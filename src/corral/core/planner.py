@@ -1,0 +1,112 @@
+"""The boot planner: which instances to boot for the jobs that found no room on a running node.
+
+Jobs are taken in queue order. A job first goes on capacity already on its way (instances still
+booting), then on room left in an instance this pass already decided to boot, and only then asks
+for a new instance: the cheapest type that fits it, within `max_instances` and skipping types in
+capacity back-off. A job no instance type can hold is unplaceable, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.core.model import GiB, InstanceType, Job, Node, Resources
+from corral.core.settings import BootSettings
+from corral.core.snapshot import Annotation, Boot
+
+
+@dataclass(slots=True)
+class _Bin:
+    label: str
+    free: Resources
+
+
+@dataclass(slots=True)
+class BootPlan:
+    boots: list[Boot]
+    annotations: list[Annotation]
+
+
+def why_no_type_fits(request: Resources, types: list[InstanceType]) -> str | None:
+    """None if some type fits; else a sentence naming the resource no type has enough of."""
+    if any(request.fits_in(t.capacity) for t in types):
+        return None
+    if not types:
+        return "no instance types are configured"
+    checks = [
+        ("vcpus", request.vcpus, max(t.vcpus for t in types), "{:g} vcpus"),
+        ("RAM", request.ram_mib / GiB, max(t.ram_mib for t in types) / GiB, "{:g} GiB RAM"),
+        ("scratch", request.scratch_mib / GiB, max(t.scratch_mib for t in types) / GiB, "{:g} GiB scratch"),
+        ("GPUs", request.gpus, max(t.gpus for t in types), "{:g} GPUs"),
+    ]
+    for _name, wanted, largest, fmt in checks:
+        if wanted > largest + 1e-9:
+            return f"no instance type has {fmt.format(wanted)} (the largest has {fmt.format(largest)})"
+    return f"no single instance type has {request.describe()} together"
+
+
+def plan_boots(
+    waiting: list[Job],
+    booting: list[tuple[Node, Resources]],
+    types: list[InstanceType],
+    live_instances: int,
+    unavailable: dict[str, float],
+    now: float,
+    settings: BootSettings,
+) -> BootPlan:
+    """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
+    way with the room they will have."""
+    by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
+    available = [t for t in by_price if unavailable.get(t.name, 0.0) <= now]
+    pending = [_Bin(node.id, free) for node, free in booting]
+    planned: list[_Bin] = []
+    boots: list[Boot] = []
+    annotations: list[Annotation] = []
+    budget = max(0, settings.max_instances - live_instances)
+
+    for job in waiting:
+        request = job.resources
+        impossible = why_no_type_fits(request, types)
+        if impossible:
+            annotations.append(Annotation(job.id, impossible, unplaceable=True))
+            continue
+        need = job.node_count
+        chosen = _take_bins(pending, request, need)
+        if chosen is not None:
+            annotations.append(Annotation(job.id, f"waiting for an instance to boot ({', '.join(chosen)})"))
+            continue
+        chosen = _take_bins(planned, request, need)
+        if chosen is not None:
+            annotations.append(Annotation(job.id, "waiting for an instance to boot"))
+            continue
+        fitting = [t for t in available if request.fits_in(t.capacity)]
+        if not fitting:
+            blocked = sorted(t.name for t in by_price if request.fits_in(t.capacity))
+            annotations.append(
+                Annotation(job.id, f"instance types that fit are out of capacity for now: {', '.join(blocked)}")
+            )
+            continue
+        if need > budget or len(boots) + need > settings.max_boots_per_pass:
+            annotations.append(
+                Annotation(job.id, f"waiting for resources: max_instances ({settings.max_instances}) reached")
+            )
+            continue
+        cheapest = fitting[0]
+        for _ in range(need):
+            boots.append(Boot(cheapest.name, f"job {job.id} needs {request.describe()}"))
+            planned.append(_Bin(f"new {cheapest.name}", cheapest.capacity - request))
+        budget -= need
+        annotations.append(Annotation(job.id, f"waiting for an instance to boot ({cheapest.name})"))
+    return BootPlan(boots, annotations)
+
+
+def _take_bins(bins: list[_Bin], request: Resources, need: int) -> list[str] | None:
+    """Reserve `request` on `need` distinct bins (best fit by RAM left); None if there are not enough."""
+    fitting = [b for b in bins if request.fits_in(b.free)]
+    if len(fitting) < need:
+        return None
+    fitting.sort(key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))
+    chosen = fitting[:need]
+    for b in chosen:
+        b.free = b.free - request
+    return [b.label for b in chosen]

@@ -1,0 +1,69 @@
+"""Policy settings: what the core's decisions depend on, validated by pydantic.
+
+Durations are seconds; in a config file they may also be written "90s", "5m", "1h30m".
+Everything has a default, so an empty config is a working one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from corral.core.units import parse_duration, parse_size
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+SizeMiB = Annotated[int, BeforeValidator(parse_size)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RetrySettings(_Strict):
+    """Seed 001 retry: TempFail (infrastructure) retries with exponential back-off up to a count;
+    PermFail (the command's non-zero exit) is final unless the job asks for retries."""
+
+    max_temp_failures: int = Field(5, ge=0, description="TempFails before the job fails; 0 = never retry")
+    backoff_initial: Duration = 5.0
+    backoff_factor: float = Field(2.0, ge=1.0)
+    backoff_max: Duration = 600.0
+
+    def backoff(self, temp_failures: int) -> float:
+        """Delay before the next try after the n-th temporary failure (n >= 1)."""
+        delay = self.backoff_initial * self.backoff_factor ** max(0, temp_failures - 1)
+        return float(min(delay, self.backoff_max))
+
+
+class LifecycleSettings(_Strict):
+    """Seed 000 node manager policy inputs."""
+
+    boot_grace: Duration = Field(600.0, description="time an instance may take to pair before it is shut down")
+    idle_grace: Duration = Field(60.0, description="idle time before an idle node is drained")
+    ping_stale: Duration = Field(60.0, description="a node whose last ping is older is down")
+    # Billing window (seed 000): with per-hour billing, shut down only in the last `shutdown_window`
+    # of a paid period (the rest is already paid for). Per-second billing keeps the window open.
+    shutdown_window: Duration = Field(
+        300.0, description="with coarse billing, the part at the end of each paid period when shutdown is allowed"
+    )
+    min_instances: int = Field(0, ge=0)
+
+
+class BootSettings(_Strict):
+    max_instances: int = Field(8, ge=0, description="instances (booting or running) at most")
+    max_boots_per_pass: int = Field(16, ge=1)
+
+
+class DispatchSettings(_Strict):
+    dispatcher_stale: Duration = Field(60.0, description="claims of a dispatcher silent this long are released")
+    start_timeout: Duration = Field(120.0, description="an assigned attempt that has not started is lost")
+
+
+class PolicySettings(_Strict):
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+    boot: BootSettings = Field(default_factory=BootSettings)
+    dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
+    # The placement engine's own settings (filters, scorers, availability, queue order) live in
+    # corral.placement; kept here as a validated sub-model once that engine is wired in.
+    placement: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,116 @@
+"""What a reconcile pass reads (Snapshot) and what it returns (Decisions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from corral.core.model import Attempt, Dispatcher, InstanceType, Job, JobState, Node, NodeState
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The world as the shell last observed it. The core reads it and never mutates it."""
+
+    jobs: list[Job]  # every job not yet in a terminal state
+    attempts: list[Attempt]  # every active attempt (assigned or running)
+    nodes: list[Node]  # every node not yet gone
+    instance_types: list[InstanceType]
+    dispatcher_id: str = "local"
+    dispatchers: list[Dispatcher] = field(default_factory=list)
+    # Capacity back-off (seed 004): instance type name -> time until which it is not tried.
+    unavailable_types: dict[str, float] = field(default_factory=dict)
+    # Since when the shell has been able to see pings and heartbeats (its start time). Staleness
+    # is judged from here, so a restarted server does not declare every agent dead at once.
+    observing_since: float = 0.0
+
+
+class NodeAction(StrEnum):
+    """Seed 000's actions (None is simply the absence of a decision)."""
+
+    START_DRAIN = "START_DRAIN"
+    START_SHUTDOWN = "START_SHUTDOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job_id: int
+    node_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Boot:
+    instance_type: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDecision:
+    node_id: str
+    action: NodeAction
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMark:
+    """A change of a node's recorded state that follows from observation (idle, busy, down)."""
+
+    node_id: str
+    state: NodeState
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """A job leaves its attempt: back to the queue (with a back-off) or to a terminal state."""
+
+    job_id: int
+    state: JobState  # QUEUED (requeue), FAILED, CANCELLED or COMPLETE
+    reason: str
+    attempt_ids: tuple[int, ...] = ()
+    retry_at: float | None = None
+    temp_failure: bool = False  # counts against the TempFail budget
+    perm_failure: bool = False  # counts against the job's own max_retries
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """Seed 001's annotation: why a job waits ("no instance type has 40 GiB RAM")."""
+
+    job_id: int
+    wait_reason: str
+    unplaceable: bool = False
+
+
+@dataclass(slots=True)
+class PlacementResult:
+    """What a placer returns. `reasons` is the one line `corral jobs` shows for a job it could not
+    place; `details` holds JSON-able explanations (unplaced jobs) and top scores (placed jobs) for
+    `corral explain`."""
+
+    placements: list[Placement] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)
+    details: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Decisions:
+    placements: list[Placement] = field(default_factory=list)
+    boots: list[Boot] = field(default_factory=list)
+    node_decisions: list[NodeDecision] = field(default_factory=list)
+    node_marks: list[NodeMark] = field(default_factory=list)
+    job_outcomes: list[JobOutcome] = field(default_factory=list)
+    annotations: list[Annotation] = field(default_factory=list)
+    explanations: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (
+            self.placements
+            or self.boots
+            or self.node_decisions
+            or self.node_marks
+            or self.job_outcomes
+            or self.annotations
+        )

@@ -1,0 +1,100 @@
+"""What a user submits: the job request, validated by pydantic.
+
+One schema serves `corral submit`, the HTTP API, job files (JSON Lines or YAML) and the
+simulator's JSON Lines workloads. Unknown fields are errors, so a typo never silently drops a
+constraint.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from corral.core.model import GiB, Job, LocalityHints, Resources
+from corral.core.settings import Duration, SizeMiB
+
+MAX_PRIORITY = 1_000_000
+
+
+def _to_epoch(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError as exc:
+            raise ValueError(f"not a time: {value!r} (use ISO 8601, e.g. 2026-11-21T14:00:00+00:00)") from exc
+    return value
+
+
+EpochSeconds = Annotated[float, BeforeValidator(_to_epoch)]
+
+
+class LocalitySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    near: list[str] = Field(default_factory=list, description="job ids or 'tag:NAME'")
+    far: list[str] = Field(default_factory=list)
+    strict: bool = False
+    level: Literal["server", "rack"] = "server"
+
+
+class JobRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[str] = Field(description="argv; run without a shell")
+    name: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    vcpus: float = Field(1.0, gt=0)
+    ram: SizeMiB = Field(1 * GiB, description="per node, e.g. '4GiB'")
+    scratch: SizeMiB = 0
+    gpus: int = Field(0, ge=0)
+    nodes: int = Field(1, ge=1, le=10_000, description="a gang of this many nodes")
+    priority: int = Field(1, ge=0, le=MAX_PRIORITY, description="0 cancels")
+    not_before: EpochSeconds | None = None
+    time_limit: Duration | None = None
+    max_retries: int = Field(0, ge=0, le=100)
+    tags: list[str] = Field(default_factory=list)
+    locality: LocalitySpec | None = None
+    traits: dict[str, str | list[str]] = Field(default_factory=dict)
+    user: str = ""
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_empty(cls, value: list[str]) -> list[str]:
+        if not value or not value[0]:
+            raise ValueError("the command is empty")
+        return value
+
+    @field_validator("ram")
+    @classmethod
+    def _ram_positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("RAM must be more than 0")
+        return value
+
+    def to_job(self, job_id: int, submitted_at: float) -> Job:
+        return Job(
+            id=job_id,
+            command=list(self.command),
+            resources=Resources(self.vcpus, self.ram, self.scratch, self.gpus),
+            name=self.name,
+            env=dict(self.env),
+            node_count=self.nodes,
+            priority=self.priority,
+            not_before=self.not_before,
+            time_limit=self.time_limit,
+            max_retries=self.max_retries,
+            tags=tuple(self.tags),
+            locality=(
+                LocalityHints(
+                    tuple(self.locality.near), tuple(self.locality.far), self.locality.strict, self.locality.level
+                )
+                if self.locality
+                else None
+            ),
+            traits=dict(self.traits),
+            user=self.user,
+            submitted_at=submitted_at,
+        )
