@@ -1,0 +1,137 @@
+"""The database schema (SQLAlchemy Core). Alembic migrations in `migrations/` create it.
+
+Times are float epoch seconds, as everywhere in corral. A job's original request is kept whole in
+`jobs.spec` (JSON), so constraints added to the request later need no new columns.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, default=""),
+    Column("state", String(16), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("submitted_at", Float, nullable=False),
+    Column("claimed_by", String(64)),
+    Column("retry_at", Float),
+    Column("temp_failures", Integer, nullable=False, default=0),
+    Column("perm_failures", Integer, nullable=False, default=0),
+    Column("attempt_count", Integer, nullable=False, default=0),
+    Column("exit_code", Integer),
+    Column("wait_reason", Text, nullable=False, default=""),
+    Column("unplaceable", Boolean, nullable=False, default=False),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("explanation", JSON),
+    Column("node_id", String(64)),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_jobs_state", "state"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("node_id", String(64), nullable=False),  # the node that runs the command
+    Column("node_ids", JSON, nullable=False),  # the whole gang, first = node_id
+    Column("vcpus", Float, nullable=False),
+    Column("ram_mib", Integer, nullable=False),
+    Column("scratch_mib", Integer, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("dispatcher_id", String(64)),
+    Column("assigned_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("exit_code", Integer),
+    Column("pid", Integer),
+    Column("reason", Text, nullable=False, default=""),
+    Index("ix_attempts_job", "job_id"),
+    Index("ix_attempts_state", "state"),
+    Index("ix_attempts_node", "node_id"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("instance_id", String(128)),
+    Column("instance_type", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("vcpus", Float, nullable=False),
+    Column("ram_mib", Integer, nullable=False),
+    Column("scratch_mib", Integer, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("price_per_hour", Float, nullable=False),
+    Column("billing_granularity", Float, nullable=False),
+    Column("billing_minimum", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("paired_at", Float),
+    Column("last_ping_at", Float),
+    Column("state_changed_at", Float, nullable=False),
+    Column("used_vcpus", Float, nullable=False, default=0.0),
+    Column("used_ram_mib", Integer, nullable=False, default=0),
+    Column("used_at", Float),
+    Column("attributes", JSON, nullable=False),
+    Column("rack", String(64), nullable=False, default=""),
+    Column("reason", Text, nullable=False, default=""),
+    Column("boot_token_hash", String(64)),
+    Column("secret_hash", String(64)),
+    Column("hostname", String(255)),
+    Column("gone_at", Float),
+    Index("ix_nodes_state", "state"),
+    Index("ix_nodes_secret", "secret_hash"),
+)
+
+dispatchers = Table(
+    "dispatchers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("started_at", Float, nullable=False),
+    Column("last_heartbeat", Float, nullable=False),
+    Column("host", String(255), nullable=False, default=""),
+    Column("pid", Integer),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("job_id", Integer),
+    Column("node_id", String(64)),
+    Column("message", Text, nullable=False, default=""),
+    Index("ix_events_job", "job_id"),
+    Index("ix_events_node", "node_id"),
+    Index("ix_events_kind", "kind"),
+)
+
+unavailable_types = Table(
+    "unavailable_types",
+    metadata,
+    Column("instance_type", String(64), primary_key=True),
+    Column("until", Float, nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+)

@@ -1,0 +1,652 @@
+"""Persistence: the one place where job, attempt and node state changes are written.
+
+Every state change writes an event in the same transaction, so `corral events` is the complete
+history. The store carries decisions out; it makes none (the core decides, the shells call here).
+
+SQLite (the default) runs in WAL mode; writes open with BEGIN IMMEDIATE so that two writers never
+deadlock on a lock upgrade. PostgreSQL is used by URL. The claim of a job is one conditional
+UPDATE (state = 'queued'), so two dispatchers can never both claim it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy.pool import NullPool
+
+from corral.core.model import (
+    ZERO,
+    Attempt,
+    AttemptState,
+    Dispatcher,
+    InstanceType,
+    Job,
+    JobState,
+    Node,
+    NodeState,
+    Resources,
+    check_job_transition,
+)
+from corral.core.snapshot import JobOutcome, Snapshot
+from corral.jobspec import JobRequest
+from corral.store import schema
+from corral.store.schema import attempts as A
+from corral.store.schema import jobs as J
+from corral.store.schema import nodes as N
+
+ACTIVE_ATTEMPT_STATES = (AttemptState.ASSIGNED.value, AttemptState.RUNNING.value)
+OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNING.value)
+LIVE_NODE_STATES = tuple(s.value for s in NodeState if s is not NodeState.GONE)
+
+
+class NotFound(LookupError):
+    pass
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def make_engines(url: str) -> tuple[Engine, Engine]:
+    """(writer, reader). For SQLite the writer begins IMMEDIATE; the reader reads a WAL snapshot."""
+    if not url.startswith("sqlite"):
+        engine = create_engine(url, pool_pre_ping=True, future=True)
+        return engine, engine
+
+    def sqlite_engine(immediate: bool) -> Engine:
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, poolclass=NullPool)
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # let SQLAlchemy's begin event issue BEGIN itself
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    return sqlite_engine(True), sqlite_engine(False)
+
+
+@dataclass(slots=True)
+class WorkItem:
+    attempt_id: int
+    job_id: int
+    command: list[str]
+    env: dict[str, str]
+    node_ids: list[str]
+    resources: Resources
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine, self.reader = make_engines(url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.reader is not self.engine:
+            self.reader.dispose()
+
+    def migrate(self) -> None:
+        from corral.store.migrate import upgrade
+
+        upgrade(self.engine)
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.reader.connect() as conn:
+            yield conn
+
+    # ---- events -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _event(
+        conn: Connection,
+        now: float,
+        kind: str,
+        message: str = "",
+        job_id: int | None = None,
+        node_id: str | None = None,
+    ) -> None:
+        conn.execute(insert(schema.events).values(at=now, kind=kind, job_id=job_id, node_id=node_id, message=message))
+
+    def add_event(
+        self, now: float, kind: str, message: str = "", job_id: int | None = None, node_id: str | None = None
+    ) -> None:
+        with self.write() as conn:
+            self._event(conn, now, kind, message, job_id, node_id)
+
+    def list_events(
+        self, job_id: int | None = None, node_id: str | None = None, kind: str | None = None, limit: int = 200
+    ) -> list[dict[str, Any]]:
+        query = select(schema.events)
+        if job_id is not None:
+            query = query.where(schema.events.c.job_id == job_id)
+        if node_id is not None:
+            query = query.where(schema.events.c.node_id == node_id)
+        if kind:
+            like = kind if "%" in kind else (kind + "%" if kind.endswith(".") or "." not in kind else kind)
+            query = query.where(schema.events.c.kind.like(like))
+        query = query.order_by(schema.events.c.id.desc()).limit(limit)
+        with self.read() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(query)]
+        rows.reverse()
+        return rows
+
+    # ---- jobs ---------------------------------------------------------------------------------
+
+    def submit(self, requests: Sequence[JobRequest], now: float) -> list[int]:
+        """Queue jobs in one transaction: all are stored, or (on any error) none."""
+        rows = [
+            {
+                "name": r.name,
+                "state": JobState.QUEUED.value,
+                "priority": r.priority,
+                "spec": r.model_dump(mode="json"),
+                "submitted_at": now,
+                "temp_failures": 0,
+                "perm_failures": 0,
+                "attempt_count": 0,
+                "wait_reason": "",
+                "unplaceable": False,
+                "cancel_requested": False,
+                "updated_at": now,
+            }
+            for r in requests
+        ]
+        if not rows:
+            return []
+        with self.write() as conn:
+            result = conn.execute(insert(J).returning(J.c.id, sort_by_parameter_order=True), rows)
+            ids = [row[0] for row in result]
+            conn.execute(
+                insert(schema.events),
+                [
+                    {"at": now, "kind": "job.queued", "job_id": job_id, "node_id": None, "message": _summary(req)}
+                    for job_id, req in zip(ids, requests, strict=True)
+                ],
+            )
+        return ids
+
+    def job_row(self, job_id: int) -> dict[str, Any]:
+        with self.read() as conn:
+            row = conn.execute(select(J).where(J.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        return dict(row._mapping)
+
+    def list_job_rows(self, states: Iterable[str] | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        query = select(J)
+        if states:
+            query = query.where(J.c.state.in_(list(states)))
+        query = query.order_by(J.c.id.desc()).limit(limit)
+        with self.read() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(query)]
+        rows.reverse()
+        return rows
+
+    def attempts_of(self, job_id: int) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(A).where(A.c.job_id == job_id).order_by(A.c.id))]
+
+    def job(self, job_id: int) -> Job:
+        return job_from_row(self.job_row(job_id))
+
+    def request_cancel(self, job_id: int, now: float) -> dict[str, Any]:
+        """Mark a job for cancellation; the next pass carries it out (and kills a running attempt)."""
+        with self.write() as conn:
+            row = conn.execute(select(J.c.state).where(J.c.id == job_id)).first()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            if JobState(row.state).terminal:
+                return {"id": job_id, "state": row.state, "changed": False}
+            conn.execute(update(J).where(J.c.id == job_id).values(cancel_requested=True, updated_at=now))
+            self._event(conn, now, "job.cancel_requested", "cancel requested", job_id=job_id)
+        return {"id": job_id, "state": row.state, "changed": True}
+
+    def set_priority(self, job_id: int, priority: int, now: float) -> None:
+        with self.write() as conn:
+            result = conn.execute(update(J).where(J.c.id == job_id).values(priority=priority, updated_at=now))
+            if result.rowcount == 0:
+                raise NotFound(f"no job {job_id}")
+            self._event(conn, now, "job.priority", f"priority set to {priority}", job_id=job_id)
+
+    def annotate(
+        self, job_id: int, wait_reason: str, unplaceable: bool, now: float, explanation: dict[str, Any] | None = None
+    ) -> None:
+        values: dict[str, Any] = {"wait_reason": wait_reason, "unplaceable": unplaceable, "updated_at": now}
+        if explanation is not None:
+            values["explanation"] = explanation
+        with self.write() as conn:
+            before = conn.execute(select(J.c.unplaceable).where(J.c.id == job_id)).first()
+            conn.execute(update(J).where(J.c.id == job_id, J.c.state == JobState.QUEUED.value).values(**values))
+            if unplaceable and before is not None and not before.unplaceable:
+                self._event(conn, now, "job.unplaceable", wait_reason, job_id=job_id)
+
+    def set_explanation(self, job_id: int, explanation: dict[str, Any]) -> None:
+        with self.write() as conn:
+            conn.execute(update(J).where(J.c.id == job_id).values(explanation=explanation))
+
+    # ---- the claim ----------------------------------------------------------------------------
+
+    def claim(
+        self, job_id: int, dispatcher_id: str, node_ids: Sequence[str], resources: Resources, now: float
+    ) -> int | None:
+        """Atomically take a queued job and create its attempt on `node_ids`.
+
+        One conditional UPDATE: of two dispatchers racing for the same job, exactly one sees a row
+        changed. Returns the attempt id, or None when the job was no longer queued."""
+        with self.write() as conn:
+            result = conn.execute(
+                update(J)
+                .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.cancel_requested.is_(False))
+                .values(
+                    state=JobState.CLAIMED.value,
+                    claimed_by=dispatcher_id,
+                    attempt_count=J.c.attempt_count + 1,
+                    node_id=node_ids[0],
+                    wait_reason="",
+                    updated_at=now,
+                )
+            )
+            if result.rowcount != 1:
+                return None
+            attempt_id = conn.execute(
+                insert(A)
+                .values(
+                    job_id=job_id,
+                    node_id=node_ids[0],
+                    node_ids=list(node_ids),
+                    vcpus=resources.vcpus,
+                    ram_mib=resources.ram_mib,
+                    scratch_mib=resources.scratch_mib,
+                    gpus=resources.gpus,
+                    state=AttemptState.ASSIGNED.value,
+                    dispatcher_id=dispatcher_id,
+                    assigned_at=now,
+                    reason="",
+                )
+                .returning(A.c.id)
+            ).scalar_one()
+            self._event(conn, now, "job.claimed", f"attempt {attempt_id} on {', '.join(node_ids)}", job_id, node_ids[0])
+        return int(attempt_id)
+
+    def apply_outcome(self, outcome: JobOutcome, now: float) -> bool:
+        """Carry out a core JobOutcome: end its attempts and move the job. False if the job had
+        already moved on (e.g. finished meanwhile): the outcome is then dropped, nothing lost."""
+        attempt_state = {
+            JobState.QUEUED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.EXITED,
+            JobState.FAILED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.EXITED,
+            JobState.CANCELLED: AttemptState.CANCELLED,
+            JobState.COMPLETE: AttemptState.EXITED,
+        }[outcome.state]
+        with self.write() as conn:
+            row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id)).first()
+            if row is None:
+                return False
+            old = JobState(row.state)
+            if old.terminal or (old is JobState.QUEUED and outcome.state is JobState.QUEUED):
+                return False
+            check_job_transition(old, outcome.state)
+            values: dict[str, Any] = {"state": outcome.state.value, "updated_at": now, "wait_reason": ""}
+            if outcome.temp_failure:
+                values["temp_failures"] = J.c.temp_failures + 1
+            if outcome.perm_failure:
+                values["perm_failures"] = J.c.perm_failures + 1
+            if outcome.exit_code is not None:
+                values["exit_code"] = outcome.exit_code
+            if outcome.state is JobState.QUEUED:
+                values.update(claimed_by=None, retry_at=outcome.retry_at, wait_reason=outcome.reason)
+            else:
+                values["finished_at"] = now
+            conn.execute(update(J).where(J.c.id == outcome.job_id, J.c.state == old.value).values(**values))
+            if outcome.attempt_ids:
+                conn.execute(
+                    update(A)
+                    .where(A.c.id.in_(outcome.attempt_ids), A.c.state.in_(ACTIVE_ATTEMPT_STATES))
+                    .values(state=attempt_state.value, finished_at=now, reason=outcome.reason)
+                )
+            kind = "job.requeued" if outcome.state is JobState.QUEUED else f"job.{outcome.state.value}"
+            self._event(conn, now, kind, outcome.reason, job_id=outcome.job_id)
+        return True
+
+    # ---- attempts as the agent reports them --------------------------------------------------
+
+    def work_for(self, node_id: str) -> list[WorkItem]:
+        query = (
+            select(A, J.c.spec)
+            .join(J, J.c.id == A.c.job_id)
+            .where(A.c.node_id == node_id, A.c.state == AttemptState.ASSIGNED.value)
+            .order_by(A.c.id)
+        )
+        with self.read() as conn:
+            rows = conn.execute(query).all()
+        items = []
+        for row in rows:
+            spec = row.spec
+            items.append(
+                WorkItem(
+                    attempt_id=row.id,
+                    job_id=row.job_id,
+                    command=list(spec["command"]),
+                    env=dict(spec.get("env") or {}),
+                    node_ids=list(row.node_ids),
+                    resources=Resources(row.vcpus, row.ram_mib, row.scratch_mib, row.gpus),
+                )
+            )
+        return items
+
+    def attempt_started(self, attempt_id: int, node_id: str, pid: int, now: float) -> bool:
+        """The agent started the attempt. False if it is no longer wanted (then the agent kills it)."""
+        with self.write() as conn:
+            attempt = conn.execute(select(A).where(A.c.id == attempt_id, A.c.node_id == node_id)).first()
+            if attempt is None or attempt.state not in ACTIVE_ATTEMPT_STATES:
+                return False
+            if attempt.state == AttemptState.RUNNING.value:
+                return True
+            job = conn.execute(
+                update(J)
+                .where(J.c.id == attempt.job_id, J.c.state == JobState.CLAIMED.value)
+                .values(state=JobState.RUNNING.value, started_at=now, updated_at=now)
+            )
+            if job.rowcount != 1:
+                return False
+            conn.execute(
+                update(A).where(A.c.id == attempt_id).values(state=AttemptState.RUNNING.value, started_at=now, pid=pid)
+            )
+            self._event(conn, now, "job.running", f"attempt {attempt_id} pid {pid}", attempt.job_id, node_id)
+        return True
+
+    def attempt_row(self, attempt_id: int) -> dict[str, Any] | None:
+        with self.read() as conn:
+            row = conn.execute(select(A).where(A.c.id == attempt_id)).first()
+        return dict(row._mapping) if row else None
+
+    def record_exit(self, attempt_id: int, node_id: str, exit_code: int, now: float) -> tuple[Job, int] | None:
+        """Mark the attempt exited. Returns (job, attempt_id) for the caller to ask the core what
+        the exit means; None if this attempt was already ended (a repeated report)."""
+        with self.write() as conn:
+            attempt = conn.execute(select(A).where(A.c.id == attempt_id, A.c.node_id == node_id)).first()
+            if attempt is None:
+                return None
+            if attempt.state not in ACTIVE_ATTEMPT_STATES:
+                return None
+            conn.execute(
+                update(A)
+                .where(A.c.id == attempt_id)
+                .values(state=AttemptState.EXITED.value, exit_code=exit_code, finished_at=now)
+            )
+            if attempt.state == AttemptState.ASSIGNED.value:
+                # The start report was lost (e.g. a server restart): the job did run.
+                conn.execute(
+                    update(J)
+                    .where(J.c.id == attempt.job_id, J.c.state == JobState.CLAIMED.value)
+                    .values(state=JobState.RUNNING.value, started_at=now)
+                )
+            row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
+        return job_from_row(dict(row._mapping)), attempt_id
+
+    def attempts_to_kill(self, node_id: str, running: Sequence[int]) -> list[int]:
+        """Of the attempts an agent says it runs, those corral no longer wants running there."""
+        if not running:
+            return []
+        with self.read() as conn:
+            wanted = {
+                r.id
+                for r in conn.execute(
+                    select(A.c.id).where(
+                        A.c.id.in_(list(running)), A.c.node_id == node_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES)
+                    )
+                )
+            }
+        return [a for a in running if a not in wanted]
+
+    # ---- nodes --------------------------------------------------------------------------------
+
+    def create_node(self, node_id: str, itype: InstanceType, boot_token: str, now: float, reason: str) -> None:
+        with self.write() as conn:
+            conn.execute(
+                insert(N).values(
+                    id=node_id,
+                    instance_type=itype.name,
+                    state=NodeState.BOOTING.value,
+                    vcpus=itype.vcpus,
+                    ram_mib=itype.ram_mib,
+                    scratch_mib=itype.scratch_mib,
+                    gpus=itype.gpus,
+                    price_per_hour=itype.price_per_hour,
+                    billing_granularity=itype.billing_granularity,
+                    billing_minimum=itype.billing_minimum,
+                    created_at=now,
+                    state_changed_at=now,
+                    attributes=dict(itype.attributes),
+                    rack="",
+                    reason=reason,
+                    boot_token_hash=token_hash(boot_token),
+                )
+            )
+            self._event(conn, now, "node.booting", f"{itype.name}: {reason}", node_id=node_id)
+
+    def set_instance_id(self, node_id: str, instance_id: str) -> None:
+        with self.write() as conn:
+            conn.execute(update(N).where(N.c.id == node_id).values(instance_id=instance_id))
+
+    def mark_node(self, node_id: str, state: NodeState, reason: str, now: float) -> bool:
+        with self.write() as conn:
+            row = conn.execute(select(N.c.state).where(N.c.id == node_id)).first()
+            if row is None or row.state == state.value or row.state == NodeState.GONE.value:
+                return False
+            values: dict[str, Any] = {"state": state.value, "state_changed_at": now}
+            if reason or state in (NodeState.IDLE, NodeState.BUSY):
+                values["reason"] = reason
+            if state is NodeState.GONE:
+                values.update(gone_at=now, secret_hash=None, boot_token_hash=None)
+            conn.execute(update(N).where(N.c.id == node_id).values(**values))
+            self._event(conn, now, f"node.{state.value}", reason, node_id=node_id)
+        return True
+
+    def pair_node(self, node_id: str, boot_token: str, capacity: Resources, hostname: str, now: float) -> str | None:
+        """One-time boot token -> a node secret. None when the token is wrong or already used."""
+        secret = secrets.token_urlsafe(32)
+        with self.write() as conn:
+            result = conn.execute(
+                update(N)
+                .where(
+                    N.c.id == node_id,
+                    N.c.state == NodeState.BOOTING.value,
+                    N.c.boot_token_hash == token_hash(boot_token),
+                )
+                .values(
+                    state=NodeState.IDLE.value,
+                    boot_token_hash=None,
+                    secret_hash=token_hash(secret),
+                    paired_at=now,
+                    last_ping_at=now,
+                    state_changed_at=now,
+                    hostname=hostname,
+                    vcpus=capacity.vcpus,
+                    ram_mib=capacity.ram_mib,
+                    scratch_mib=capacity.scratch_mib,
+                    gpus=capacity.gpus,
+                    reason="",
+                )
+            )
+            if result.rowcount != 1:
+                return None
+            self._event(conn, now, "node.paired", f"agent on {hostname}: {capacity.describe()}", node_id=node_id)
+        return secret
+
+    def node_for_secret(self, secret: str) -> dict[str, Any] | None:
+        with self.read() as conn:
+            row = conn.execute(select(N).where(N.c.secret_hash == token_hash(secret))).first()
+        return dict(row._mapping) if row else None
+
+    def record_ping(self, node_id: str, used: Resources, now: float) -> None:
+        with self.write() as conn:
+            conn.execute(
+                update(N)
+                .where(N.c.id == node_id)
+                .values(last_ping_at=now, used_vcpus=used.vcpus, used_ram_mib=used.ram_mib, used_at=now)
+            )
+
+    def node_rows(self, include_gone: bool = False, limit: int = 1000) -> list[dict[str, Any]]:
+        query = select(N)
+        if not include_gone:
+            query = query.where(N.c.state != NodeState.GONE.value)
+        query = query.order_by(N.c.created_at.desc()).limit(limit)
+        with self.read() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(query)]
+        rows.reverse()
+        return rows
+
+    def node_row(self, node_id: str) -> dict[str, Any] | None:
+        with self.read() as conn:
+            row = conn.execute(select(N).where(N.c.id == node_id)).first()
+        return dict(row._mapping) if row else None
+
+    def running_counts(self) -> dict[str, int]:
+        with self.read() as conn:
+            rows = conn.execute(
+                select(A.c.node_id, func.count()).where(A.c.state.in_(ACTIVE_ATTEMPT_STATES)).group_by(A.c.node_id)
+            ).all()
+        return {r[0]: int(r[1]) for r in rows}
+
+    # ---- dispatchers and capacity -------------------------------------------------------------
+
+    def heartbeat(self, dispatcher_id: str, now: float, host: str = "", pid: int | None = None) -> None:
+        with self.write() as conn:
+            result = conn.execute(
+                update(schema.dispatchers).where(schema.dispatchers.c.id == dispatcher_id).values(last_heartbeat=now)
+            )
+            if result.rowcount == 0:
+                conn.execute(
+                    insert(schema.dispatchers).values(
+                        id=dispatcher_id, started_at=now, last_heartbeat=now, host=host, pid=pid
+                    )
+                )
+                self._event(conn, now, "dispatcher.registered", f"{dispatcher_id} on {host} pid {pid}")
+
+    def set_unavailable(self, instance_type: str, until: float, reason: str, now: float) -> None:
+        with self.write() as conn:
+            conn.execute(
+                delete(schema.unavailable_types).where(schema.unavailable_types.c.instance_type == instance_type)
+            )
+            conn.execute(
+                insert(schema.unavailable_types).values(instance_type=instance_type, until=until, reason=reason)
+            )
+            self._event(conn, now, "capacity.unavailable", f"{instance_type} until {until:.0f}: {reason}")
+
+    # ---- the snapshot -------------------------------------------------------------------------
+
+    def load_snapshot(self, dispatcher_id: str, instance_types: list[InstanceType], observing_since: float) -> Snapshot:
+        with self.read() as conn:
+            job_rows = conn.execute(select(J).where(J.c.state.in_(OPEN_JOB_STATES))).all()
+            attempt_rows = conn.execute(select(A).where(A.c.state.in_(ACTIVE_ATTEMPT_STATES))).all()
+            node_rows = conn.execute(select(N).where(N.c.state.in_(LIVE_NODE_STATES))).all()
+            dispatcher_rows = conn.execute(select(schema.dispatchers)).all()
+            unavailable_rows = conn.execute(select(schema.unavailable_types)).all()
+        return Snapshot(
+            jobs=[job_from_row(dict(r._mapping)) for r in job_rows],
+            attempts=[attempt_from_row(dict(r._mapping)) for r in attempt_rows],
+            nodes=[node_from_row(dict(r._mapping)) for r in node_rows],
+            instance_types=instance_types,
+            dispatcher_id=dispatcher_id,
+            dispatchers=[Dispatcher(r.id, r.last_heartbeat) for r in dispatcher_rows],
+            unavailable_types={r.instance_type: r.until for r in unavailable_rows},
+            observing_since=observing_since,
+        )
+
+    def counts(self) -> dict[str, int]:
+        with self.read() as conn:
+            rows = conn.execute(select(J.c.state, func.count()).group_by(J.c.state)).all()
+        return {r[0]: int(r[1]) for r in rows}
+
+    def open_job_ids_claimed_by(self, dispatcher_id: str) -> list[int]:
+        with self.read() as conn:
+            rows = conn.execute(
+                select(J.c.id).where(
+                    and_(J.c.claimed_by == dispatcher_id, or_(J.c.state == "claimed", J.c.state == "running"))
+                )
+            ).all()
+        return [r[0] for r in rows]
+
+
+def _summary(request: JobRequest) -> str:
+    argv = " ".join(request.command)
+    if len(argv) > 80:
+        argv = argv[:77] + "..."
+    return f"{request.name + ': ' if request.name else ''}{argv}"
+
+
+def job_from_row(row: dict[str, Any]) -> Job:
+    job = JobRequest.model_validate(row["spec"]).to_job(row["id"], row["submitted_at"])
+    job.priority = row["priority"]
+    job.state = JobState(row["state"])
+    job.claimed_by = row["claimed_by"]
+    job.retry_at = row["retry_at"]
+    job.temp_failures = row["temp_failures"]
+    job.perm_failures = row["perm_failures"]
+    job.attempt_count = row["attempt_count"]
+    job.exit_code = row["exit_code"]
+    job.wait_reason = row["wait_reason"]
+    job.unplaceable = bool(row["unplaceable"])
+    job.cancel_requested = bool(row["cancel_requested"])
+    job.started_at = row["started_at"]
+    job.finished_at = row["finished_at"]
+    return job
+
+
+def attempt_from_row(row: dict[str, Any]) -> Attempt:
+    return Attempt(
+        id=row["id"],
+        job_id=row["job_id"],
+        node_ids=list(row["node_ids"]),
+        resources=Resources(row["vcpus"], row["ram_mib"], row["scratch_mib"], row["gpus"]),
+        state=AttemptState(row["state"]),
+        dispatcher_id=row["dispatcher_id"],
+        assigned_at=row["assigned_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        exit_code=row["exit_code"],
+        reason=row["reason"],
+    )
+
+
+def node_from_row(row: dict[str, Any]) -> Node:
+    return Node(
+        id=row["id"],
+        instance_type=row["instance_type"],
+        capacity=Resources(row["vcpus"], row["ram_mib"], row["scratch_mib"], row["gpus"]),
+        price_per_hour=row["price_per_hour"],
+        state=NodeState(row["state"]),
+        created_at=row["created_at"],
+        paired_at=row["paired_at"],
+        last_ping_at=row["last_ping_at"],
+        state_changed_at=row["state_changed_at"],
+        used=Resources(row["used_vcpus"], row["used_ram_mib"], 0, 0) if row["used_at"] is not None else ZERO,
+        used_at=row["used_at"],
+        attributes=dict(row["attributes"] or {}),
+        rack=row["rack"] or "",
+        reason=row["reason"] or "",
+        billing_granularity=row["billing_granularity"],
+        billing_minimum=row["billing_minimum"],
+    )
