@@ -59,6 +59,12 @@ class JobRequest(BaseModel):
     locality: LocalitySpec | None = None
     traits: dict[str, str | list[str]] = Field(default_factory=dict)
     user: str = ""
+    forbidden_traits: dict[str, str | list[str]] = Field(
+        default_factory=dict, description="node attribute values the job must not run on; '*' forbids the key"
+    )
+    min_platform: str | None = Field(None, description="lowest node platform version accepted")
+    cpu_capped: bool = Field(False, description="capped and uncapped jobs do not share a node")
+    reservation: str = Field("", description="admin reservation whose nodes the job may use")
 
     @field_validator("command")
     @classmethod
@@ -97,4 +103,8 @@ class JobRequest(BaseModel):
             traits=dict(self.traits),
             user=self.user,
             submitted_at=submitted_at,
+            forbidden_traits=dict(self.forbidden_traits),
+            min_platform=self.min_platform,
+            cpu_capped=self.cpu_capped,
+            reservation=self.reservation,
         )

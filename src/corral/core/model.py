@@ -160,6 +160,11 @@ class Job:
     cancel_requested: bool = False
     started_at: float | None = None
     finished_at: float | None = None
+    # Placement constraints read by corral.placement (docs/placement.md).
+    forbidden_traits: dict[str, str | list[str]] = field(default_factory=dict)  # node values to avoid
+    min_platform: str | None = None  # the node's `platform` attribute must be at least this version
+    cpu_capped: bool = False  # capness: capped and uncapped jobs do not share a node
+    reservation: str = ""  # may use nodes held by this admin reservation
 
     def eligible_at(self) -> float:
         return max(self.not_before or 0.0, self.retry_at or 0.0)
