@@ -1,0 +1,5 @@
+import sys
+
+from corral.agent.cli import main
+
+sys.exit(main())

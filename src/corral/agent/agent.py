@@ -1,0 +1,432 @@
+"""The agent: pairs with the server, then runs three loops until told to stop.
+
+- ping (main thread): reports running and finished attempts and load; obeys kill / ack / shutdown;
+- work (thread): long-polls for attempts assigned to this node and starts them at once;
+- reporter (thread): reaps exited attempts, streams their output, reports starts and finishes.
+
+The server may vanish at any moment (SIGKILL, restart). The agent never lets that touch its running
+work: every report is retried until the server is back, which is how a restarted server re-adopts
+the attempts that ran on while it was gone. Only a 401 (the server forgot this node), a `shutdown`
+in a ping answer, or SIGTERM/SIGINT end the agent, and each of them kills its attempts first.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential, wait_random
+
+from corral.agent import logs
+from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
+from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
+
+EXIT_OK = 0
+EXIT_PAIRING_REFUSED = 2
+EXIT_NODE_UNKNOWN = 3
+
+LOG_CHUNK = 256 * 1024
+REPORT_TICK = 0.2  # output is batched this long before it is sent
+LOG_STUCK_AFTER = 30.0  # a finish waits this long for its log to get through before it is reported anyway
+
+
+@dataclass(slots=True)
+class AgentOptions:
+    server: str
+    node_id: str
+    boot_token: str
+    capacity: dict[str, Any]
+    work_dir: Path
+    ping_interval: float | None = None  # None: the interval the server gives at pairing
+    work_wait: float = 20.0
+    kill_grace: float = 3.0
+    flush_budget: float = 2.0  # at exit, time allowed to report the last output and finishes
+
+
+class Agent:
+    def __init__(self, options: AgentOptions) -> None:
+        self.options = options
+        self.client = AgentClient(options.server)
+        self.runner = Runner(options.work_dir, kill_grace=options.kill_grace)
+        self.stop = threading.Event()
+        self.exit_code = EXIT_OK
+        self.forgotten = False
+        self.ping_interval = options.ping_interval or 2.0
+        # Attempts finished and reported in this agent's life: never start one of them again, whatever
+        # a confused or restarted server lists. Bounded, oldest out first.
+        self._done: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._cancelled: set[int] = set()  # kill arrived before the attempt did
+        self._ignored: set[int] = set()
+        self._server_up = True
+        self._lock = threading.Lock()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: Any) -> None:
+            logs.info("signal received, stopping", signal=signal.Signals(signum).name)
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self) -> int:
+        logs.info(
+            "agent starting",
+            node_id=self.options.node_id,
+            server=self.options.server,
+            capacity=self.options.capacity,
+            work_dir=str(self.options.work_dir),
+            pid=os.getpid(),
+        )
+        try:
+            if not self.pair():
+                return self.exit_code
+            threads = [
+                threading.Thread(target=self._guard(self.work_loop), name="work", daemon=True),
+                threading.Thread(target=self._guard(self.report_loop), name="reporter", daemon=True),
+            ]
+            for thread in threads:
+                thread.start()
+            self.ping_loop()
+            self.shutdown(threads[1])
+            return self.exit_code
+        finally:
+            self.client.close()
+
+    def _guard(self, loop: Any) -> Any:
+        """A loop that dies of a bug must not leave a half-working agent behind: stop the whole agent."""
+
+        def run() -> None:
+            try:
+                loop()
+            except Exception:
+                logs.LOG.exception("agent loop crashed", extra={"fields": {"loop": loop.__name__}})
+                self.exit_code = 1
+                self.stop.set()
+
+        return run
+
+    def pair(self) -> bool:
+        body = {
+            "node_id": self.options.node_id,
+            "boot_token": self.options.boot_token,
+            "capacity": self.options.capacity,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+
+        def before_sleep(state: RetryCallState) -> None:
+            n = state.attempt_number
+            # Log the first failures, then ever more rarely: a server may be down for hours.
+            if n & (n - 1) == 0 or n % 100 == 0:
+                exc = state.outcome.exception() if state.outcome else None
+                logs.warning("server unreachable, will retry pairing", attempt=n, error=str(exc))
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(Unreachable),
+            wait=wait_exponential(multiplier=0.25, max=5.0) + wait_random(0, 0.25),
+            stop=lambda _state: self.stop.is_set(),
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            answer = retrying(self.client.pair, body)
+        except Unreachable:
+            logs.info("stopped before pairing")
+            return False
+        except (Rejected, Unauthorized) as exc:
+            logs.error(
+                "pairing refused: the boot token is wrong or already used; exiting",
+                node_id=self.options.node_id,
+                error=str(exc),
+            )
+            self.exit_code = EXIT_PAIRING_REFUSED
+            return False
+        if self.stop.is_set():
+            return False
+        if self.options.ping_interval is None and isinstance(answer.get("ping_interval"), int | float):
+            self.ping_interval = max(0.05, float(answer["ping_interval"]))
+        logs.info("paired", node_id=answer.get("node_id", self.options.node_id), ping_interval=self.ping_interval)
+        return True
+
+    def _sleep(self, seconds: float) -> None:
+        self.stop.wait(seconds)
+
+    def forget_node(self, error: Exception) -> None:
+        with self._lock:
+            if self.forgotten:
+                return
+            self.forgotten = True
+        logs.error("the server no longer knows this node: killing all work and exiting", error=str(error))
+        self.exit_code = EXIT_NODE_UNKNOWN
+        self.stop.set()
+
+    def shutdown(self, reporter: threading.Thread) -> None:
+        running = [a.attempt_id for a in self.runner.running()]
+        logs.info("shutting down", running=running)
+        self.runner.terminate_all()
+        reporter.join(timeout=self.options.flush_budget + 10)
+        if self.forgotten:
+            return
+        # Last words: whatever output and finishes can still reach the server, quickly.
+        self.client.timeout = min(self.client.timeout, 1.0)
+        deadline = time.monotonic() + self.options.flush_budget
+        while time.monotonic() < deadline and self.runner.all():
+            try:
+                self.report_once()
+            except (Unreachable, Unauthorized):
+                break
+            time.sleep(0.05)
+        left = [a.attempt_id for a in self.runner.all() if not a.unwanted]
+        if left:
+            logs.warning("exiting with unreported attempts", attempts=left)
+        logs.info("agent stopped", exit_code=self.exit_code)
+
+    # ---- ping --------------------------------------------------------------------------------
+
+    def ping_loop(self) -> None:
+        while not self.stop.is_set():
+            self.ping_once()
+            self.stop.wait(self.ping_interval)
+
+    def _finished_for_ping(self, now: float) -> list[dict[str, Any]]:
+        out = []
+        for attempt in self.runner.all():
+            if not attempt.exited or attempt.unwanted or not attempt.start_reported:
+                continue
+            stuck = attempt.log_failing_since is not None and now - attempt.log_failing_since > LOG_STUCK_AFTER
+            if attempt.log_done or stuck:
+                out.append(
+                    {
+                        "attempt_id": attempt.attempt_id,
+                        "exit_code": attempt.exit_code,
+                        "finished_at": attempt.finished_at,
+                    }
+                )
+        return out
+
+    def ping_once(self) -> None:
+        vcpus, ram_mib = self.runner.usage()
+        body = {
+            "running": [a.attempt_id for a in self.runner.running() if not a.unwanted],
+            "finished": self._finished_for_ping(time.time()),
+            "used": {"vcpus": vcpus, "ram_mib": ram_mib},
+        }
+        try:
+            answer = self.client.ping(body)
+        except Unreachable as exc:
+            self._server_down(exc)
+            return
+        except Unauthorized as exc:
+            self.forget_node(exc)
+            return
+        except Rejected as exc:
+            logs.warning("ping refused", error=str(exc))
+            return
+        self._server_back()
+        for attempt_id in _ints(answer.get("kill")):
+            if self.runner.kill(attempt_id):
+                logs.info("killing attempt on the server's request", attempt_id=attempt_id)
+            elif self.runner.get(attempt_id) is None:
+                self._cancelled.add(attempt_id)
+        for attempt_id in _ints(answer.get("ack")):
+            attempt = self.runner.get(attempt_id)
+            if attempt is not None and attempt.exited:
+                self._mark_done(attempt)
+        if answer.get("shutdown") is True:
+            logs.info("the server asked this node to shut down")
+            self.stop.set()
+
+    def _server_down(self, exc: Exception) -> None:
+        if self._server_up:
+            logs.warning("server unreachable; attempts keep running, reports are kept until it is back", error=str(exc))
+        self._server_up = False
+
+    def _server_back(self) -> None:
+        if not self._server_up:
+            logs.info("server reachable again")
+        self._server_up = True
+
+    def _mark_done(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._done[attempt.attempt_id] = None
+            while len(self._done) > 100_000:
+                self._done.popitem(last=False)
+        self.runner.forget(attempt.attempt_id)
+
+    # ---- work --------------------------------------------------------------------------------
+
+    def work_loop(self) -> None:
+        backoff = 0.25
+        while not self.stop.is_set():
+            try:
+                items = self.client.work(self.options.work_wait)
+            except Unreachable as exc:
+                self._server_down(exc)
+                self.stop.wait(backoff)
+                # Capped low: after a server restart, queued work should start within a couple of seconds.
+                backoff = min(backoff * 2, 2.0)
+                continue
+            except Unauthorized as exc:
+                self.forget_node(exc)
+                return
+            except Rejected as exc:
+                logs.warning("work poll refused", error=str(exc))
+                self.stop.wait(2.0)
+                continue
+            backoff = 0.25
+            launched = sum(self.launch(item) for item in items)
+            if items and not launched:
+                # Everything listed is already known here: do not spin on a server that answers at once.
+                self.stop.wait(0.5)
+
+    def launch(self, item: Any) -> bool:
+        try:
+            spec = AttemptSpec.from_json(item)
+        except BadAttempt as exc:
+            logs.error("unusable attempt from the server", error=str(exc), attempt=item)
+            return False
+        aid = spec.attempt_id
+        with self._lock:
+            done = aid in self._done
+        known = self.runner.get(aid)
+        if done or aid in self._ignored:
+            return False
+        if known is not None:
+            if not known.start_reported:
+                self._report_started_quietly(known)
+            return False
+        if aid in self._cancelled:
+            logs.info("not starting an attempt the server asked to kill", attempt_id=aid)
+            return False
+        if spec.node_ids and spec.node_ids[0] != self.options.node_id:
+            # A gang's command runs on its first node only, as a Slurm batch script does.
+            logs.info("gang member: the command runs on the first node", attempt_id=aid, first=spec.node_ids[0])
+            self._ignored.add(aid)
+            return False
+        attempt = self.runner.start(spec)
+        if attempt is None:
+            return False
+        if attempt.exited:
+            logs.warning("attempt could not start", attempt_id=aid, job_id=spec.job_id, exit_code=attempt.exit_code)
+        else:
+            logs.info("attempt started", attempt_id=aid, job_id=spec.job_id, pid=attempt.pid, command=spec.command)
+        self._report_started_quietly(attempt)
+        return True
+
+    def _report_started_quietly(self, attempt: Attempt) -> None:
+        try:
+            self.report_started(attempt)
+        except Unreachable as exc:
+            self._server_down(exc)
+        except Unauthorized as exc:
+            self.forget_node(exc)
+
+    # ---- reporting ---------------------------------------------------------------------------
+
+    def report_loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.report_once()
+            except Unreachable as exc:
+                self._server_down(exc)
+            except Unauthorized as exc:
+                self.forget_node(exc)
+                return
+            self.stop.wait(REPORT_TICK)
+
+    def report_once(self) -> None:
+        """One round of reports; raises Unreachable at the first sign the server is gone, so that a
+        dead server costs one failed request per round, not one per attempt."""
+        for attempt in self.runner.poll():
+            logs.info("attempt exited", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
+        for attempt in self.runner.all():
+            if attempt.unwanted:
+                if attempt.exited:
+                    self._mark_done(attempt)
+                continue
+            if not attempt.start_reported:
+                self.report_started(attempt)
+                if not attempt.start_reported:
+                    continue
+            if not attempt.log_done:
+                self.ship_log(attempt)
+            if attempt.exited and attempt.log_done:
+                self.report_finished(attempt)
+
+    def report_started(self, attempt: Attempt) -> None:
+        if attempt.start_reported:
+            return
+        try:
+            self.client.started(attempt.attempt_id, attempt.pid)
+        except Rejected as exc:
+            # 409: cancelled while it was on its way here. Anything else: the server wants no part of it.
+            logs.info("server does not want this attempt; killing it", attempt_id=attempt.attempt_id, error=str(exc))
+            attempt.unwanted = True
+            self.runner.kill(attempt.attempt_id, hard=True)
+            return
+        attempt.start_reported = True
+        self._server_back()
+
+    def ship_log(self, attempt: Attempt) -> None:
+        size = attempt.log_size()
+        while attempt.log_offset < size:
+            try:
+                with open(attempt.log_path, "rb") as f:
+                    f.seek(attempt.log_offset)
+                    chunk = f.read(min(LOG_CHUNK, size - attempt.log_offset))
+            except OSError as exc:
+                logs.error("cannot read attempt output", attempt_id=attempt.attempt_id, error=str(exc))
+                attempt.log_done = True
+                return
+            if not chunk:
+                break
+            try:
+                self.client.log(attempt.attempt_id, attempt.log_offset, chunk)
+            except Rejected as exc:
+                logs.warning("server refused output; sending no more", attempt_id=attempt.attempt_id, error=str(exc))
+                attempt.log_done = True
+                return
+            except Unreachable:
+                if attempt.log_failing_since is None:
+                    attempt.log_failing_since = time.time()
+                raise
+            attempt.log_offset += len(chunk)
+            attempt.log_failing_since = None
+        if attempt.exited and attempt.log_offset >= attempt.log_size():
+            attempt.log_done = True
+
+    def report_finished(self, attempt: Attempt) -> None:
+        assert attempt.exit_code is not None and attempt.finished_at is not None
+        try:
+            self.client.finished(attempt.attempt_id, attempt.exit_code, attempt.finished_at)
+        except Rejected as exc:
+            logs.warning("the server refused a finish; dropping it", attempt_id=attempt.attempt_id, error=str(exc))
+        else:
+            logs.info("attempt finish reported", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
+        self._mark_done(attempt)
+
+
+def _ints(value: Any) -> list[int]:
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def run_agent(options: AgentOptions, handle_signals: bool = True) -> int:
+    agent = Agent(options)
+    if handle_signals:
+        agent.install_signal_handlers()
+    return agent.run()
+
+
+__all__ = ["Agent", "AgentOptions", "run_agent", "EXIT_OK", "EXIT_PAIRING_REFUSED", "EXIT_NODE_UNKNOWN"]

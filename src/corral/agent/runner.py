@@ -1,0 +1,284 @@
+"""Runs attempts as real processes: one new session (and process group) per attempt.
+
+Output goes straight from the child to a file (stdout and stderr combined), not through a pipe the
+agent must drain: the child never blocks on a slow agent, and the file is the source the log
+shipper reads from by offset, which makes resending a chunk after a failure trivial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.agent import sysinfo
+
+# Variables that carry the agent's own credentials; a job must never see them.
+AGENT_SECRET_VARS = frozenset({"CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET"})
+
+EXIT_NOT_FOUND = 127
+EXIT_CANNOT_EXECUTE = 126
+
+
+class BadAttempt(ValueError):
+    """An attempt description from the server that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    attempt_id: int
+    job_id: int
+    command: list[str]
+    env: dict[str, str]
+    node_ids: list[str]
+    resources: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, data: Any) -> AttemptSpec:
+        if not isinstance(data, dict):
+            raise BadAttempt("attempt: not an object")
+
+        def need(key: str, kind: type | tuple[type, ...]) -> Any:
+            value = data.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+                raise BadAttempt(f"attempt.{key}: missing or of the wrong type (got {value!r})")
+            return value
+
+        command = need("command", list)
+        if not all(isinstance(a, str) for a in command):
+            raise BadAttempt("attempt.command: every argument must be a string")
+        env = data.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise BadAttempt("attempt.env: must map strings to strings")
+        node_ids = data.get("node_ids") or []
+        if not isinstance(node_ids, list) or not all(isinstance(n, str) for n in node_ids):
+            raise BadAttempt("attempt.node_ids: must be a list of strings")
+        resources = data.get("resources") or {}
+        if not isinstance(resources, dict):
+            raise BadAttempt("attempt.resources: must be an object")
+        return cls(need("attempt_id", int), need("job_id", int), list(command), dict(env), list(node_ids), resources)
+
+
+@dataclass(slots=True)
+class Attempt:
+    spec: AttemptSpec
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None
+    started_at: float
+    exit_code: int | None = None
+    finished_at: float | None = None
+    # Reporting state, owned by the agent's reporter; kept here so one lock covers everything.
+    start_reported: bool = False
+    unwanted: bool = False  # the server answered 409 to "started": kill, report nothing more
+    log_offset: int = 0  # bytes of the log the server has accepted
+    log_done: bool = False  # nothing more will be shipped (all sent, or the server refused the log)
+    log_failing_since: float | None = None
+    kill_requested_at: float | None = None
+    killed_hard: bool = False
+    cpu_seconds_seen: float = 0.0
+    cpu_sampled_at: float = 0.0
+
+    @property
+    def attempt_id(self) -> int:
+        return self.spec.attempt_id
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    @property
+    def exited(self) -> bool:
+        return self.exit_code is not None
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+
+def exit_code_of(returncode: int) -> int:
+    """Popen's -N for "killed by signal N" becomes the shell's 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_session(session: int, sig: int) -> None:
+    """Signal an attempt's process group, then any stragglers of its session that moved to another group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(session, sig)
+    for pid in sysinfo.session_members(session):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+class Runner:
+    """Starts, watches and kills attempts. Thread-safe: the work poller starts attempts while the
+    reporter polls them and the ping loop kills them."""
+
+    def __init__(self, work_dir: Path, base_env: Mapping[str, str] | None = None, kill_grace: float = 3.0) -> None:
+        self.work_dir = work_dir
+        self.kill_grace = kill_grace
+        env = dict(os.environ if base_env is None else base_env)
+        self.base_env = {k: v for k, v in env.items() if k not in AGENT_SECRET_VARS}
+        self.lock = threading.RLock()
+        self.attempts: dict[int, Attempt] = {}
+        self.closed = False
+        (work_dir / "attempts").mkdir(parents=True, exist_ok=True)
+        (work_dir / "logs").mkdir(parents=True, exist_ok=True)
+
+    def environment(self, spec: AttemptSpec) -> dict[str, str]:
+        env = dict(self.base_env)
+        env.update({k: v for k, v in spec.env.items() if k not in AGENT_SECRET_VARS})
+        env.update(
+            CORRAL_JOB_ID=str(spec.job_id),
+            CORRAL_ATTEMPT_ID=str(spec.attempt_id),
+            CORRAL_NODELIST=",".join(spec.node_ids),
+            CORRAL_NNODES=str(max(1, len(spec.node_ids))),
+        )
+        return env
+
+    def start(self, spec: AttemptSpec, now: float | None = None) -> Attempt | None:
+        """Start the attempt's command; None once the runner is closed (the agent is exiting). A
+        command that cannot be started yields an attempt that has already exited with 127 or 126."""
+        cwd = self.work_dir / "attempts" / str(spec.attempt_id)
+        cwd.mkdir(parents=True, exist_ok=True)
+        log_path = self.work_dir / "logs" / f"{spec.attempt_id}.log"
+        with self.lock:
+            if self.closed:
+                return None
+            if spec.attempt_id in self.attempts:
+                return self.attempts[spec.attempt_id]
+            started_at = time.time() if now is None else now
+            with open(log_path, "ab") as out:
+                try:
+                    if not spec.command:
+                        raise FileNotFoundError(2, "empty command")
+                    proc = subprocess.Popen(
+                        spec.command,
+                        cwd=cwd,
+                        env=self.environment(spec),
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
+                except OSError as exc:
+                    missing = isinstance(exc, FileNotFoundError | NotADirectoryError)
+                    code = EXIT_NOT_FOUND if missing else EXIT_CANNOT_EXECUTE
+                    name = spec.command[0] if spec.command else ""
+                    out.write(f"corral-agent: cannot run {name!r}: {exc.strerror or exc}\n".encode())
+                    attempt = Attempt(spec, log_path, None, started_at, exit_code=code, finished_at=time.time())
+                    self.attempts[spec.attempt_id] = attempt
+                    return attempt
+            attempt = Attempt(spec, log_path, proc, started_at)
+            self.attempts[spec.attempt_id] = attempt
+            return attempt
+
+    def kill(self, attempt_id: int, hard: bool = False) -> bool:
+        """SIGTERM the attempt's process group now (SIGKILL if `hard`); `poll` escalates to SIGKILL
+        after `kill_grace`. False if there is no such running attempt."""
+        with self.lock:
+            attempt = self.attempts.get(attempt_id)
+            if attempt is None or attempt.proc is None or attempt.exited:
+                return False
+            if attempt.kill_requested_at is None:
+                attempt.kill_requested_at = time.monotonic()
+            sig = signal.SIGKILL if hard else signal.SIGTERM
+            attempt.killed_hard = attempt.killed_hard or hard
+            signal_session(attempt.proc.pid, sig)
+            return True
+
+    def poll(self) -> list[Attempt]:
+        """Reap attempts whose command ended and escalate overdue kills; returns the newly exited."""
+        done = []
+        with self.lock:
+            for attempt in self.attempts.values():
+                if attempt.exited or attempt.proc is None:
+                    continue
+                code = attempt.proc.poll()
+                if code is not None:
+                    attempt.exit_code = exit_code_of(code)
+                    attempt.finished_at = time.time()
+                    # Whatever the command left behind in its session goes with it, as at the end of a
+                    # Slurm step: the server is about to count these resources as free.
+                    signal_session(attempt.proc.pid, signal.SIGKILL)
+                    done.append(attempt)
+                elif (
+                    attempt.kill_requested_at is not None
+                    and not attempt.killed_hard
+                    and time.monotonic() - attempt.kill_requested_at >= self.kill_grace
+                ):
+                    attempt.killed_hard = True
+                    signal_session(attempt.proc.pid, signal.SIGKILL)
+        return done
+
+    def running(self) -> list[Attempt]:
+        with self.lock:
+            return [a for a in self.attempts.values() if not a.exited]
+
+    def get(self, attempt_id: int) -> Attempt | None:
+        with self.lock:
+            return self.attempts.get(attempt_id)
+
+    def all(self) -> list[Attempt]:
+        with self.lock:
+            return list(self.attempts.values())
+
+    def forget(self, attempt_id: int) -> None:
+        with self.lock:
+            self.attempts.pop(attempt_id, None)
+
+    def close(self) -> None:
+        """Refuse new attempts from now on."""
+        with self.lock:
+            self.closed = True
+
+    def terminate_all(self, grace: float | None = None) -> None:
+        """SIGTERM every running attempt, SIGKILL what is left after `grace`, and reap them all."""
+        grace = self.kill_grace if grace is None else grace
+        self.close()
+        for attempt in self.running():
+            self.kill(attempt.attempt_id)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            self.poll()
+            if not self.running():
+                break
+            time.sleep(0.05)
+        for attempt in self.running():
+            self.kill(attempt.attempt_id, hard=True)
+        deadline = time.monotonic() + 5.0
+        while self.running() and time.monotonic() < deadline:
+            self.poll()
+            time.sleep(0.02)
+
+    def usage(self) -> tuple[float, int]:
+        """(vCPUs in use, RSS MiB) of the running attempts. An attempt's vCPUs are the CPU seconds its
+        session consumed since the previous call (or its start) over the wall time in between."""
+        now = time.time()
+        with self.lock:
+            running = {a.proc.pid: a for a in self.attempts.values() if not a.exited and a.proc is not None}
+        usage = sysinfo.usage_by_session(set(running))
+        vcpus = 0.0
+        rss = 0
+        for session, attempt in running.items():
+            sample = usage.get(session)
+            if sample is None:
+                continue
+            since = max(attempt.cpu_sampled_at, attempt.started_at)
+            # A process reaped by init takes its CPU time with it, so the total can drop: never go negative.
+            delta = max(0.0, sample.cpu_seconds - attempt.cpu_seconds_seen)
+            if now - since > 0.05:
+                vcpus += delta / (now - since)
+                attempt.cpu_seconds_seen = max(attempt.cpu_seconds_seen, sample.cpu_seconds)
+                attempt.cpu_sampled_at = now
+            rss += sample.rss_bytes
+        return round(vcpus, 3), rss // (1024 * 1024)

@@ -1,0 +1,101 @@
+"""What the node has and what its attempts use, read from /proc and the file system.
+
+Standalone worker mode (seed 001): an agent started without capacity flags reports the machine's
+own capacity. Usage is measured per attempt session (every attempt is started in a new session, so
+its process tree shares one session id unless a process calls setsid itself).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def cpu_count() -> float:
+    # The affinity mask is what this process may actually use (containers, taskset), so prefer it.
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return float(os.cpu_count() or 1)
+
+
+def mem_total_mib() -> int:
+    try:
+        for line in (PROC / "meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def disk_free_mib(path: Path) -> int:
+    path.mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(path).free // (1024 * 1024)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    pid: int
+    state: str
+    session: int
+    pgrp: int
+    cpu_ticks: int  # utime + stime + cutime + cstime: reaped children count towards their parent
+    rss_bytes: int
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses; everything after the last ')' is fixed-format.
+    fields = raw[raw.rfind(")") + 2 :].split()
+    try:
+        return ProcStat(
+            pid=pid,
+            state=fields[0],
+            pgrp=int(fields[2]),
+            session=int(fields[3]),
+            cpu_ticks=int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14]),
+            rss_bytes=int(fields[21]) * _PAGE,
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def all_stats() -> list[ProcStat]:
+    out = []
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            stat = read_stat(int(entry.name))
+            if stat is not None:
+                out.append(stat)
+    return out
+
+
+def session_members(session: int) -> list[int]:
+    """Live (non-zombie) processes of a session."""
+    return [s.pid for s in all_stats() if s.session == session and s.state != "Z"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUsage:
+    cpu_seconds: float
+    rss_bytes: int
+
+
+def usage_by_session(sessions: set[int]) -> dict[int, SessionUsage]:
+    ticks: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for stat in all_stats():
+        if stat.session in sessions and stat.state != "Z":
+            ticks[stat.session] = ticks.get(stat.session, 0) + stat.cpu_ticks
+            rss[stat.session] = rss.get(stat.session, 0) + stat.rss_bytes
+    return {s: SessionUsage(ticks[s] / _CLK_TCK, rss[s]) for s in ticks}

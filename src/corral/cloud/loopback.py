@@ -1,0 +1,213 @@
+"""The `loopback` cloud: every instance is a real agent process on this machine.
+
+An instance is the agent plus everything it starts. The agent runs in its own session so that it
+outlives the corral server (a SIGKILLed server finds its instances again through `list()` on
+restart), and carries `CORRAL_LOOPBACK_INSTANCE=<instance id>` in its environment, which every
+attempt it runs inherits: `destroy` uses that mark to power off the whole "machine", including
+attempt processes that an agent killed with SIGKILL had no chance to stop.
+
+Records live in `<home>/loopback/<instance id>/instance.json`; the agent's own log is `agent.log`
+beside it and its work dir is `work/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, CloudError, CloudInstance
+from corral.core.model import InstanceType
+
+INSTANCE_MARK = "CORRAL_LOOPBACK_INSTANCE"
+RECORD = "instance.json"
+
+
+class LoopbackCloud:
+    def __init__(self, home: Path, server_url: str, cluster: str, ping_interval: float = 2.0) -> None:
+        self.home = Path(home)
+        self.root = self.home / "loopback"
+        # Settable later: a server bound to port 0 learns its URL after the driver exists.
+        self.server_url = server_url
+        self.cluster = cluster
+        self.ping_interval = ping_interval
+        self.destroy_grace = 5.0
+        # Children of this process must be reaped, or an exited agent lingers as a zombie whose /proc
+        # entry makes it look alive.
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+
+    def _dir(self, instance_id: str) -> Path:
+        return self.root / instance_id
+
+    def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
+        if not self.server_url:
+            raise CloudError("loopback: server_url is not set; the agent would not know where to pair")
+        instance_id = f"lb-{secrets.token_hex(4)}"
+        directory = self._dir(instance_id)
+        directory.mkdir(parents=True, exist_ok=False)
+        all_tags = dict(tags)
+        all_tags.update({TAG_CLUSTER: self.cluster, TAG_NODE_ID: node_id, TAG_INSTANCE_TYPE: instance_type.name})
+        argv = [
+            sys.executable,
+            "-m",
+            "corral.agent",
+            "--server",
+            self.server_url,
+            "--node-id",
+            node_id,
+            "--vcpus",
+            f"{instance_type.vcpus:g}",
+            "--ram-mib",
+            str(instance_type.ram_mib),
+            "--scratch-mib",
+            str(instance_type.scratch_mib),
+            "--gpus",
+            str(instance_type.gpus),
+            "--work-dir",
+            str(directory / "work"),
+            "--ping-interval",
+            f"{self.ping_interval:g}",
+        ]
+        env = dict(os.environ)
+        # The token goes in the environment, not argv: /proc/<pid>/cmdline is world-readable.
+        env["CORRAL_BOOT_TOKEN"] = boot_token
+        env[INSTANCE_MARK] = instance_id
+        env.pop("CORRAL_AGENT_SECRET", None)
+        created_at = time.time()
+        try:
+            with open(directory / "agent.log", "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=directory,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as exc:
+            raise CloudError(f"loopback: cannot start the agent for {node_id}: {exc}") from exc
+        with self._lock:
+            self._children[proc.pid] = proc
+        record = {
+            "id": instance_id,
+            "instance_type": instance_type.name,
+            "tags": all_tags,
+            "created_at": created_at,
+            "pid": proc.pid,
+        }
+        tmp = directory / (RECORD + ".tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        tmp.replace(directory / RECORD)
+        return CloudInstance(id=instance_id, instance_type=instance_type.name, tags=all_tags, created_at=created_at)
+
+    def _read(self, directory: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads((directory / RECORD).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _alive(self, record: dict[str, Any]) -> bool:
+        pid = record.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return False
+        with self._lock:
+            child = self._children.get(pid)
+        if child is not None and child.poll() is not None:
+            with self._lock:
+                self._children.pop(pid, None)
+            return False
+        node_id = str(record.get("tags", {}).get(TAG_NODE_ID, ""))
+        return _is_agent(pid, str(record.get("id", "")), node_id)
+
+    def list(self) -> list[CloudInstance]:
+        out: list[CloudInstance] = []
+        if not self.root.is_dir():
+            return out
+        for directory in sorted(self.root.iterdir()):
+            record = self._read(directory)
+            if record is None:
+                continue
+            tags = record.get("tags") or {}
+            if tags.get(TAG_CLUSTER) != self.cluster:
+                continue
+            if not self._alive(record):
+                # The "instance" has terminated on its own (agent exited or crashed): forget it as a cloud would.
+                _kill_marked(str(record.get("id")), signal.SIGKILL)
+                (directory / RECORD).unlink(missing_ok=True)
+                continue
+            out.append(
+                CloudInstance(
+                    id=str(record["id"]),
+                    instance_type=str(record.get("instance_type", "")),
+                    tags={str(k): str(v) for k, v in tags.items()},
+                    created_at=float(record.get("created_at", 0.0)),
+                )
+            )
+        return out
+
+    def destroy(self, instance_id: str) -> None:
+        directory = self._dir(instance_id)
+        record = self._read(directory)
+        if record is not None and self._alive(record):
+            pid = int(record["pid"])
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.destroy_grace
+            while time.monotonic() < deadline and self._alive(record):
+                time.sleep(0.05)
+            if self._alive(record):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 2.0
+                while time.monotonic() < deadline and self._alive(record):
+                    time.sleep(0.02)
+        # Power off: nothing that ran on this instance survives it.
+        _kill_marked(instance_id, signal.SIGKILL)
+        (directory / RECORD).unlink(missing_ok=True)
+
+
+def _is_agent(pid: int, instance_id: str, node_id: str) -> bool:
+    """Guards against pid reuse: the process must still be this instance's agent, not a zombie."""
+    proc = Path("/proc") / str(pid)
+    try:
+        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        stat = (proc / "stat").read_text()
+    except OSError:
+        return False
+    if stat[stat.rfind(")") + 2 :].startswith("Z"):
+        return False
+    if b"corral.agent" not in cmdline:
+        return False
+    if node_id and node_id.encode() in cmdline:
+        return True
+    return _has_mark(pid, instance_id)
+
+
+def _has_mark(pid: int, instance_id: str) -> bool:
+    try:
+        environ = (Path("/proc") / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return f"{INSTANCE_MARK}={instance_id}".encode() in environ.split(b"\0")
+
+
+def _kill_marked(instance_id: str, sig: int) -> None:
+    if not instance_id:
+        return
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != me and _has_mark(int(entry.name), instance_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), sig)
