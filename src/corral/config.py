@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from corral.core.model import GiB, InstanceType
 from corral.core.settings import Duration, PolicySettings, SizeMiB
+from corral.sim.settings import SimSettings
 
 DEFAULT_PORT = 8642
 
@@ -101,6 +102,7 @@ class Config(_Strict):
     loop: LoopConfig = Field(default_factory=LoopConfig)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=_default_instance_types)
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    sim: SimSettings = Field(default_factory=SimSettings)
 
     @field_validator("instance_types")
     @classmethod

@@ -1,0 +1,120 @@
+"""The `[sim]` section of corral's config: the simulated world, not the policy.
+
+Everything that decides (placement, boots, drains, shutdowns, retries, capacity back-off) comes
+from `policy`, exactly as in the live loop. This section only says what the simulated cloud and
+workload do: how long boots take, when capacity runs out, when instances fail, and whether the
+fleet is elastic or a fixed set of nodes. Every key has a default (docs/simulator.md).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from corral.core.settings import Duration, SizeMiB
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BootDelaySettings(_Strict):
+    """Time from `create` until the instance's agent pairs. `lognormal` is the realistic one: most
+    boots near the median, a long tail of slow ones."""
+
+    distribution: Literal["fixed", "uniform", "lognormal"] = "lognormal"
+    seconds: Duration = Field(90.0, description="fixed: the delay; lognormal: the median")
+    low: Duration = Field(60.0, description="uniform: shortest delay")
+    high: Duration = Field(180.0, description="uniform: longest delay")
+    sigma: float = Field(0.35, ge=0, description="lognormal: shape (standard deviation of the log)")
+    never_pairs: float = Field(0.0, ge=0, le=1, description="fraction of instances whose agent never pairs")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BootDelaySettings:
+        if self.high < self.low:
+            raise ValueError("high must not be less than low")
+        return self
+
+
+class Outage(_Strict):
+    """An insufficient-capacity period: `create` of the type fails from `start` until `end`."""
+
+    instance_type: str = Field("*", description="an instance type name, or '*' for every type")
+    start: Duration
+    end: Duration
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Outage:
+        if self.end < self.start:
+            raise ValueError("end must not be before start")
+        return self
+
+
+class CapacitySettings(_Strict):
+    """Injected insufficient-capacity errors, by schedule or at random per instance type."""
+
+    outages: list[Outage] = Field(default_factory=list)
+    outages_per_day: float = Field(0.0, ge=0, description="random outages per instance type per simulated day")
+    outage_duration: Duration = Field(1800.0, description="mean length of a random outage (exponential)")
+
+
+class ScheduledFailure(_Strict):
+    """At `at`, `count` running instances (of `instance_type`, or any) fail: their agents stop pinging."""
+
+    at: Duration
+    count: int = Field(1, ge=1)
+    instance_type: str = "*"
+
+
+class FailureSettings(_Strict):
+    per_instance_day: float = Field(0.0, ge=0, description="random failures per instance per simulated day")
+    schedule: list[ScheduledFailure] = Field(default_factory=list)
+
+
+class FixedNodes(_Strict):
+    instance_type: str = Field(min_length=1, description="a name from instance_types")
+    count: int = Field(1, ge=1)
+
+
+class FleetSettings(_Strict):
+    """`elastic`: the policy boots and shuts down instances. `fixed`: `nodes` are there from the start
+    and never boot or stop (an on-premises cluster or a Slurm partition); a failed one is repaired
+    and back after `repair_time`."""
+
+    mode: Literal["elastic", "fixed"] = "elastic"
+    nodes: list[FixedNodes] = Field(default_factory=list)
+    repair_time: Duration = 3600.0
+
+    @model_validator(mode="after")
+    def _nodes_for_fixed(self) -> FleetSettings:
+        if self.mode == "fixed" and not self.nodes:
+            raise ValueError("a fixed fleet needs nodes (e.g. nodes = [{instance_type = 'm5.xlarge', count = 10}])")
+        return self
+
+
+class WorkloadSettings(_Strict):
+    """How SWF jobs become corral job requests (docs/simulator.md); the command line overrides."""
+
+    scale: float = Field(1.0, gt=0, description="vcpus per SWF processor")
+    time_scale: float = Field(1.0, gt=0, description="multiplies submit times: 0.5 makes arrivals twice as dense")
+    default_memory: SizeMiB = Field(1024, description="RAM per processor when the log has none")
+
+
+class SimSettings(_Strict):
+    seed: int = 0
+    tick: Duration | None = Field(
+        None, description="seconds between reconcile passes while work is pending; default loop.interval"
+    )
+    start_latency: Duration = Field(0.0, description="from placement until the agent starts the attempt")
+    boot_delay: BootDelaySettings = Field(default_factory=BootDelaySettings)
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
+    failures: FailureSettings = Field(default_factory=FailureSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    workload: WorkloadSettings = Field(default_factory=WorkloadSettings)
+
+    @model_validator(mode="after")
+    def _positive_tick(self) -> SimSettings:
+        if self.tick is not None and self.tick <= 0:
+            raise ValueError("tick must be more than 0")
+        return self
