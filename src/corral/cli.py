@@ -1,0 +1,458 @@
+"""The `corral` command. Every listing command takes --json for scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from corral.config import ConfigError, default_home, load_config
+from corral.jobspec import JobRequest
+
+app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
+config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+console = Console()
+err = Console(stderr=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+# ---- talking to the server ------------------------------------------------------------------
+
+
+def client() -> httpx.Client:
+    home = default_home()
+    url = os.environ.get("CORRAL_URL")
+    if not url:
+        info = home / "server.json"
+        if not info.exists():
+            fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
+        url = json.loads(info.read_text())["url"]
+    token = os.environ.get("CORRAL_TOKEN")
+    if not token:
+        token_file = home / "token"
+        token = token_file.read_text().strip() if token_file.exists() else ""
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60.0)
+
+
+def call(method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        with client() as http:
+            response = http.request(method, path, **kwargs)
+    except httpx.TransportError as exc:
+        fail(f"cannot reach corral: {exc}")
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text
+        if isinstance(detail, list):
+            detail = "\n  " + "\n  ".join(str(d) for d in detail)
+        fail(f"{detail}")
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    return response.content
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+# ---- formatting -------------------------------------------------------------------------------
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+    return f"{seconds // 86400:.0f}d{seconds % 86400 // 3600:02.0f}h"
+
+
+def when(timestamp: float | None) -> str:
+    return "-" if timestamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def resources_text(r: dict[str, Any], nodes: int = 1) -> str:
+    text = f"{r['vcpus']:g}c {r['ram_mib'] / 1024:g}G"
+    if r.get("gpus"):
+        text += f" {r['gpus']}gpu"
+    return text + (f" x{nodes}" if nodes > 1 else "")
+
+
+STATE_STYLE = {
+    "queued": "yellow",
+    "claimed": "cyan",
+    "running": "blue",
+    "complete": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "idle": "green",
+    "busy": "blue",
+    "booting": "yellow",
+    "draining": "magenta",
+    "down": "red",
+    "gone": "dim",
+}
+
+
+def styled(state: str) -> str:
+    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+
+
+# ---- commands ---------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    config_file: Annotated[Path | None, typer.Option("--config", "-c", help="TOML or YAML config file.")] = None,
+    home: Annotated[Path | None, typer.Option(help="Data directory (default: CORRAL_HOME).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (0 = any free port).")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+) -> None:
+    """Run corral: the server, the control loop and the cloud driver (default: loopback + SQLite)."""
+    from corral.serve import serve, setup_logging
+
+    try:
+        config = load_config(config_file, home=home)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    if port is not None:
+        config.server.port = port
+    setup_logging(log_level.upper())
+    serve(config)
+
+
+def _parse_env(values: list[str]) -> dict[str, str]:
+    env = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--env {item!r}: write NAME=VALUE")
+        env[key] = value
+    return env
+
+
+def read_job_file(path: Path) -> list[JobRequest]:
+    """Jobs from a JSON Lines or YAML file; every error names its line or item and field."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror}")
+    entries: list[tuple[str, Any]] = []
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            fail(f"{path}: not valid YAML: {exc}")
+        if isinstance(data, dict) and "jobs" in data:
+            data = data["jobs"]
+        if not isinstance(data, list):
+            fail(f"{path}: expected a list of jobs (or a mapping with a 'jobs' list)")
+        entries = [(f"item {i + 1}", item) for i, item in enumerate(data)]
+    else:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                entries.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                fail(f"{path}: line {number}: not valid JSON: {exc.msg}")
+    requests, problems = [], []
+    for where, entry in entries:
+        try:
+            requests.append(JobRequest.model_validate(entry))
+        except ValidationError as exc:
+            for item in exc.errors():
+                field = ".".join(str(p) for p in item["loc"]) or "(job)"
+                message = "unknown field" if item["type"] == "extra_forbidden" else item["msg"]
+                problems.append(f"{path}: {where}: {field}: {message.removeprefix('Value error, ')}")
+    if problems:
+        fail("nothing was submitted:\n  " + "\n  ".join(problems))
+    if not requests:
+        fail(f"{path}: no jobs in the file")
+    return requests
+
+
+@app.command()
+def submit(
+    command: Annotated[list[str] | None, typer.Argument(help="The command and its arguments, after --.")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Submit the jobs in a .jsonl or .yaml file.")
+    ] = None,
+    name: Annotated[str, typer.Option(help="A name for the job.")] = "",
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")] = None,
+    vcpus: Annotated[float, typer.Option(help="vCPUs per node.")] = 1.0,
+    ram: Annotated[str, typer.Option(help="RAM per node, e.g. 512MiB, 4GiB.")] = "1GiB",
+    scratch: Annotated[str, typer.Option(help="Scratch disk per node.")] = "0",
+    gpus: Annotated[int, typer.Option(help="GPUs per node.")] = 0,
+    nodes: Annotated[int, typer.Option(help="Run as a gang on this many nodes.")] = 1,
+    priority: Annotated[int, typer.Option(help="Higher runs first; 0 cancels.")] = 1,
+    not_before: Annotated[str | None, typer.Option(help="Do not start before this ISO 8601 time.")] = None,
+    time_limit: Annotated[str | None, typer.Option(help="Expected maximum run time, e.g. 2h.")] = None,
+    max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
+    tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`) or a file of jobs; prints the ids."""
+    if file is not None:
+        if command:
+            fail("give either a command or --file, not both")
+        requests = read_job_file(file)
+    else:
+        if not command:
+            fail("no command: write `corral submit [OPTIONS] -- COMMAND [ARG...]`")
+        fields: dict[str, Any] = {
+            "command": command,
+            "name": name,
+            "env": _parse_env(env or []),
+            "vcpus": vcpus,
+            "ram": ram,
+            "scratch": scratch,
+            "gpus": gpus,
+            "nodes": nodes,
+            "priority": priority,
+            "max_retries": max_retries,
+            "tags": tag or [],
+        }
+        if not_before:
+            fields["not_before"] = not_before
+        if time_limit:
+            fields["time_limit"] = time_limit
+        try:
+            requests = [JobRequest.model_validate(fields)]
+        except ValidationError as exc:
+            problems = [
+                f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors()
+            ]
+            fail("nothing was submitted:\n  " + "\n  ".join(problems))
+    result = call("POST", "/api/jobs", json={"jobs": [r.model_dump(mode="json") for r in requests]})
+    if as_json:
+        print_json(result)
+    else:
+        for job_id in result["ids"]:
+            sys.stdout.write(f"{job_id}\n")
+
+
+@app.command()
+def jobs(
+    state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state; repeatable.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (newest).")] = 1000,
+    as_json: JsonFlag = False,
+) -> None:
+    """List jobs with state, node, attempts, exit code and why they wait."""
+    rows = call("GET", "/api/jobs", params={"state": state or [], "limit": limit})
+    if as_json:
+        print_json(rows)
+        return
+    now = time.time()
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("id", "name", "state", "node", "tries", "exit", "resources", "age", "run", "waiting because"):
+        table.add_column(column, overflow="fold")
+    for j in rows:
+        run_time = (j["finished_at"] or now) - j["started_at"] if j["started_at"] else None
+        table.add_row(
+            str(j["id"]),
+            j["name"] or " ".join(j["command"])[:30],
+            styled(j["state"]),
+            j["node"] or "-",
+            str(j["attempts"]),
+            "-" if j["exit_code"] is None else str(j["exit_code"]),
+            resources_text(j["resources"], j["nodes"]),
+            ago(now - j["submitted_at"]),
+            ago(run_time),
+            j["wait_reason"] if j["state"] == "queued" else "",
+        )
+    console.print(table)
+
+
+@app.command("job")
+def show_job(job_id: int, as_json: JsonFlag = False) -> None:
+    """Show one job with its attempts."""
+    j = call("GET", f"/api/jobs/{job_id}")
+    if as_json:
+        print_json(j)
+        return
+    console.print(f"[bold]job {j['id']}[/bold] {j['name']}  {styled(j['state'])}  priority {j['priority']}")
+    console.print(f"  command    {' '.join(j['command'])}", highlight=False)
+    console.print(f"  resources  {resources_text(j['resources'], j['nodes'])}")
+    console.print(
+        f"  submitted  {when(j['submitted_at'])}   started {when(j['started_at'])}   finished {when(j['finished_at'])}"
+    )
+    console.print(
+        f"  exit code  {'-' if j['exit_code'] is None else j['exit_code']}   node {j['node'] or '-'}   "
+        f"attempts {j['attempts']} (temporary failures {j['temp_failures']})"
+    )
+    if j["wait_reason"]:
+        console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
+    if j["attempt_list"]:
+        table = Table(show_edge=False, header_style="bold")
+        for column in ("attempt", "state", "nodes", "exit", "started", "finished", "reason"):
+            table.add_column(column)
+        for a in j["attempt_list"]:
+            table.add_row(
+                str(a["id"]),
+                a["state"],
+                ",".join(a["nodes"]),
+                "-" if a["exit_code"] is None else str(a["exit_code"]),
+                when(a["started_at"]),
+                when(a["finished_at"]),
+                a["reason"],
+            )
+        console.print(table)
+
+
+@app.command()
+def logs(
+    job_id: int,
+    attempt: Annotated[int | None, typer.Option(help="A given attempt (default: the last).")] = None,
+    all_attempts: Annotated[bool, typer.Option("--all", help="Every attempt, each with a header.")] = False,
+) -> None:
+    """Print a job's output."""
+    params: dict[str, Any] = {"all_attempts": all_attempts}
+    if attempt is not None:
+        params["attempt"] = attempt
+    data = call("GET", f"/api/jobs/{job_id}/logs", params=params)
+    sys.stdout.buffer.write(data if isinstance(data, bytes) else json.dumps(data).encode())
+    sys.stdout.flush()
+
+
+@app.command()
+def cancel(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+    """Cancel jobs, also while they run."""
+    for job_id in job_ids:
+        result = call("POST", f"/api/jobs/{job_id}/cancel")
+        note = "cancel requested" if result["changed"] else f"already {result['state']}"
+        sys.stdout.write(f"{job_id}: {note}\n")
+
+
+@app.command()
+def priority(job_id: int, value: int) -> None:
+    """Set a job's priority; 0 cancels it (seed 001)."""
+    j = call("PATCH", f"/api/jobs/{job_id}", json={"priority": value})
+    sys.stdout.write(f"{job_id}: priority {j['priority']}\n")
+
+
+@app.command()
+def explain(job_id: int, as_json: JsonFlag = False) -> None:
+    """Why a job waits (every filter, nearest miss), or where it was placed and how it scored."""
+    data = call("GET", f"/api/jobs/{job_id}/explain")
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"[bold]job {job_id}[/bold] {styled(data['state'])}")
+    if data["wait_reason"]:
+        console.print(f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{data['wait_reason']}", highlight=False)
+    if data["explanation"]:
+        console.print_json(json.dumps(data["explanation"], default=str))
+    elif not data["wait_reason"]:
+        console.print("  no explanation recorded")
+
+
+@app.command()
+def nodes(
+    all_nodes: Annotated[bool, typer.Option("--all", help="Include nodes that are gone.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """List instances with type, state, age, idle time, running jobs and price."""
+    rows = call("GET", "/api/nodes", params={"all": all_nodes})
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("node", "instance", "type", "state", "age", "idle", "jobs", "load", "$/h", "note"):
+        table.add_column(column)
+    for n in rows:
+        table.add_row(
+            n["id"],
+            n["instance_id"] or "-",
+            n["instance_type"],
+            styled(n["state"]),
+            ago(n["age"]),
+            ago(n["idle_for"]),
+            str(n["running"]),
+            f"{n['used_vcpus']:.1f}/{n['resources']['vcpus']:g}",
+            f"{n['price_per_hour']:.3f}",
+            n["reason"],
+        )
+    console.print(table)
+    hourly = sum(n["price_per_hour"] for n in rows if n["state"] != "gone")
+    console.print(f"{sum(1 for n in rows if n['state'] != 'gone')} live nodes, ${hourly:.3f}/hour")
+
+
+@app.command()
+def events(
+    job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
+    node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Kind or prefix, e.g. job.requeued or node.")] = None,
+    limit: Annotated[int, typer.Option(help="The newest this many.")] = 200,
+    as_json: JsonFlag = False,
+) -> None:
+    """List state changes of jobs and nodes."""
+    params: dict[str, Any] = {"limit": limit}
+    for key, value in (("job", job), ("node", node), ("kind", kind)):
+        if value is not None:
+            params[key] = value
+    rows = call("GET", "/api/events", params=params)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("time", "kind", "job", "node", "message"):
+        table.add_column(column, overflow="fold")
+    for e in rows:
+        table.add_row(when(e["at"]), e["kind"], str(e["job_id"] or ""), e["node_id"] or "", e["message"])
+    console.print(table)
+
+
+@config_app.command("check")
+def config_check(file: Path) -> None:
+    """Validate a config file; errors name the key and the reason."""
+    try:
+        config = load_config(file)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    console.print(f"{file}: OK ({len(config.instance_types)} instance types, store {config.store_url})")
+
+
+@config_app.command("show")
+def config_show(file: Annotated[Path | None, typer.Argument()] = None) -> None:
+    """Print the effective configuration (defaults filled in) as JSON."""
+    try:
+        config = load_config(file)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    print_json(config.model_dump(mode="json"))
+
+
+def _register_optional_commands() -> None:
+    try:
+        from corral.sim.command import register
+    except ImportError:
+        return
+    register(app)
+
+
+_register_optional_commands()

@@ -1,0 +1,170 @@
+"""The live control loop: one reconcile pass = snapshot -> core -> actions -> drivers -> store.
+
+`decide` is the only decision call; it is the same function the simulator calls. Everything else
+here is I/O: reading the store and the cloud, carrying decisions out, recording what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.cloud.base import CloudDriver, CloudError, InsufficientCapacity, QuotaExceeded
+from corral.config import Config
+from corral.core.model import NodeState
+from corral.core.reconcile import plan_pass
+from corral.core.snapshot import Decisions, NodeAction, Snapshot
+from corral.store import Store
+
+log = logging.getLogger("corral.loop")
+
+
+def decide(snapshot: Snapshot, now: float, config: Config) -> Decisions:
+    """Every decision of a pass. The simulator calls the same core function."""
+    return plan_pass(snapshot, now, config.policy)
+
+
+def new_node_id() -> str:
+    return "n-" + secrets.token_hex(4)
+
+
+@dataclass
+class PassReport:
+    decisions: Decisions
+    started_nodes: set[str] = field(default_factory=set)  # nodes that were given new attempts
+    duration: float = 0.0
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        store: Store,
+        cloud: CloudDriver,
+        config: Config,
+        dispatcher_id: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.cloud = cloud
+        self.config = config
+        self.dispatcher_id = dispatcher_id
+        self.clock = clock
+        self.observing_since = clock()
+        self.instance_types = {t.name: t for t in config.core_instance_types()}
+
+    def run_pass(self) -> PassReport:
+        started = self.clock()
+        self.store.heartbeat(self.dispatcher_id, started)
+        self.sync_cloud(started)
+        snapshot = self.store.load_snapshot(
+            self.dispatcher_id, list(self.instance_types.values()), self.observing_since
+        )
+        now = self.clock()
+        decisions = decide(snapshot, now, self.config)
+        report = PassReport(decisions)
+        self.execute(decisions, snapshot, now, report)
+        report.duration = self.clock() - started
+        return report
+
+    # ---- observe ------------------------------------------------------------------------------
+
+    def sync_cloud(self, now: float) -> None:
+        """Reconcile the store's nodes with what the cloud has: a node whose instance vanished is
+        gone (its work is lost and requeued by the next pass); a tagged instance corral has no
+        live node for is an orphan and is destroyed."""
+        try:
+            instances = self.cloud.list()
+        except CloudError as exc:
+            log.warning("cloud list failed: %s", exc)
+            return
+        by_node = {inst.node_id: inst for inst in instances if inst.node_id}
+        live_nodes = {row["id"]: row for row in self.store.node_rows()}
+        for node_id, row in live_nodes.items():
+            if row["instance_id"] and node_id not in by_node:
+                self.store.mark_node(node_id, NodeState.GONE, "instance disappeared from the cloud", now)
+        for inst in instances:
+            if inst.node_id not in live_nodes:
+                log.info("destroying orphan instance %s (node %s)", inst.id, inst.node_id)
+                self.store.add_event(
+                    now, "node.orphan", f"instance {inst.id} has no live node record; destroyed", node_id=inst.node_id
+                )
+                self._destroy(inst.id)
+
+    # ---- act ----------------------------------------------------------------------------------
+
+    def execute(self, decisions: Decisions, snapshot: Snapshot, now: float, report: PassReport) -> None:
+        for outcome in decisions.job_outcomes:
+            self.store.apply_outcome(outcome, now)
+        for mark in decisions.node_marks:
+            self.store.mark_node(mark.node_id, mark.state, mark.reason, now)
+        jobs = {job.id: job for job in snapshot.jobs}
+        for placement in decisions.placements:
+            job = jobs[placement.job_id]
+            attempt_id = self.store.claim(job.id, self.dispatcher_id, placement.node_ids, job.resources, now)
+            if attempt_id is not None:
+                report.started_nodes.add(placement.node_ids[0])
+                if placement.job_id in decisions.explanations:
+                    self.store.set_explanation(job.id, decisions.explanations[job.id])
+        for note in decisions.annotations:
+            self.store.annotate(
+                note.job_id, note.wait_reason, note.unplaceable, now, decisions.explanations.get(note.job_id)
+            )
+        for boot in decisions.boots:
+            self._boot(boot.instance_type, boot.reason, now)
+        nodes = {node.id: node for node in snapshot.nodes}
+        for decision in decisions.node_decisions:
+            if decision.action is NodeAction.START_DRAIN:
+                self.store.mark_node(decision.node_id, NodeState.DRAINING, decision.reason, now)
+            else:
+                self.store.mark_node(decision.node_id, NodeState.SHUTTING_DOWN, decision.reason, now)
+                row = self.store.node_row(decision.node_id)
+                if row and row["instance_id"]:
+                    self._destroy(row["instance_id"])
+                self.store.mark_node(
+                    decision.node_id, NodeState.GONE, f"shut down ({nodes[decision.node_id].state})", self.clock()
+                )
+
+    def _boot(self, type_name: str, reason: str, now: float) -> None:
+        itype = self.instance_types[type_name]
+        node_id = new_node_id()
+        boot_token = secrets.token_urlsafe(24)
+        self.store.create_node(node_id, itype, boot_token, now, reason)
+        try:
+            instance = self.cloud.create(itype, node_id, boot_token, {})
+        except InsufficientCapacity as exc:
+            until = now + self.config.policy.boot.capacity_backoff
+            self.store.set_unavailable(type_name, until, str(exc), now)
+            self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
+            return
+        except (QuotaExceeded, CloudError) as exc:
+            self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
+            return
+        self.store.set_instance_id(node_id, instance.id)
+
+    def _destroy(self, instance_id: str) -> None:
+        try:
+            self.cloud.destroy(instance_id)
+        except CloudError as exc:
+            log.warning("destroy %s failed: %s", instance_id, exc)
+
+    def shutdown_fleet(self, reason: str) -> None:
+        """Clean stop: requeue running work as a temporary failure, destroy every instance, record it."""
+        from corral.core import retry
+
+        now = self.clock()
+        snapshot = self.store.load_snapshot(self.dispatcher_id, list(self.instance_types.values()), 0.0)
+        jobs = {job.id: job for job in snapshot.jobs}
+        for attempt in snapshot.attempts:
+            job = jobs.get(attempt.job_id)
+            if job is not None:
+                self.store.apply_outcome(
+                    retry.after_temp_failure(job, now, self.config.policy.retry, reason, (attempt.id,)), now
+                )
+        for row in self.store.node_rows():
+            self.store.mark_node(row["id"], NodeState.SHUTTING_DOWN, reason, now)
+            if row["instance_id"]:
+                self._destroy(row["instance_id"])
+            self.store.mark_node(row["id"], NodeState.GONE, reason, self.clock())

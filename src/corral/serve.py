@@ -1,0 +1,111 @@
+"""`corral run`: the server, the control loop and the cloud driver in one process.
+
+Files under the data directory (CORRAL_HOME):
+  corral.db       SQLite store (unless store.url points elsewhere)
+  token           the API token the CLI sends (created on first run, mode 0600)
+  dispatcher-id   this dispatcher's stable id, so a restart keeps its own claims
+  server.json     where the running server listens (the CLI reads it)
+  logs/           job output, one file per attempt
+  loopback/       the loopback cloud's instance records and agent logs
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import socket as socketlib
+from pathlib import Path
+
+import uvicorn
+
+from corral.cloud.base import CloudDriver
+from corral.config import Config
+from corral.loop import ControlLoop
+from corral.server.app import Runtime, create_app
+from corral.server.logstore import LogStore
+from corral.store import Store
+
+log = logging.getLogger("corral.serve")
+
+
+class KeyValueFormatter(logging.Formatter):
+    """Structured logs: one line of key=value pairs per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage().replace('"', "'")
+        line = f"ts={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname.lower()} "
+        line += f'logger={record.name} msg="{message}"'
+        if record.exc_info:
+            line += " exc=" + json.dumps(self.formatException(record.exc_info))
+        return line
+
+
+def setup_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("uvicorn.access", "httpx", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def read_or_create(path: Path, make: str) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    path.write_text(make + "\n")
+    path.chmod(0o600)
+    return make
+
+
+def make_cloud(config: Config, server_url: str) -> CloudDriver:
+    if config.cloud.driver == "loopback":
+        from corral.cloud.loopback import LoopbackCloud
+
+        return LoopbackCloud(config.home, server_url, config.cloud.cluster, config.cloud.ping_interval)
+    raise SystemExit(f"cloud.driver {config.cloud.driver!r} is not available yet")
+
+
+class CorralServer(uvicorn.Server):
+    """Releases agents' long-polls as soon as a stop is asked for, so shutdown does not wait them out."""
+
+    runtime: Runtime | None = None
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        if self.runtime is not None:
+            self.runtime.release_waiters()
+        super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+
+def serve(config: Config) -> None:
+    home = config.home
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(config.store_url)
+    store.migrate()
+    api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
+    dispatcher_id = read_or_create(home / "dispatcher-id", f"d-{socketlib.gethostname()}-{secrets.token_hex(3)}")
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.server.host, config.server.port))
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host}:{port}"
+
+    cloud = make_cloud(config, url)
+    loop = ControlLoop(store, cloud, config, dispatcher_id)
+    runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)
+    app = create_app(runtime)
+    (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+    log.info("corral listening on %s (data in %s, store %s)", url, home, store.url.split("@")[-1])
+    server = CorralServer(uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=5))
+    server.runtime = runtime
+    try:
+        server.run(sockets=[sock])
+    finally:
+        info = home / "server.json"
+        if info.exists() and json.loads(info.read_text()).get("pid") == os.getpid():
+            info.unlink()
+        store.close()

@@ -1,0 +1,128 @@
+"""The agent protocol: pair with a one-time boot token, ping, long-poll for work, report start,
+output and exit. See docs/agent.md."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from corral.core import retry
+from corral.core.model import NodeState, Resources
+from corral.server.app import Runtime
+from corral.server.deps import AgentNode, AnyRuntime
+from corral.server.models import (
+    FinishedBody,
+    PairBody,
+    PairResult,
+    PingBody,
+    PingResult,
+    ResourcesOut,
+    StartedBody,
+    WorkItemOut,
+    WorkOut,
+)
+
+router = APIRouter(prefix="/api/agent")
+
+
+@router.post("/pair")
+def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
+    capacity = Resources(body.capacity.vcpus, body.capacity.ram_mib, body.capacity.scratch_mib, body.capacity.gpus)
+    secret = runtime.store.pair_node(body.node_id, body.boot_token, capacity, body.hostname, time.time())
+    if secret is None:
+        raise HTTPException(403, "unknown node, or boot token wrong or already used")
+    runtime.wake()
+    return PairResult(node_id=body.node_id, secret=secret, ping_interval=runtime.config.cloud.ping_interval)
+
+
+def finish_attempt(runtime: Runtime, node_id: str, attempt_id: int, exit_code: int) -> None:
+    """Record an exit and let the core say what it means for the job (complete, retry, failed)."""
+    now = time.time()
+    ended = runtime.store.record_exit(attempt_id, node_id, exit_code, now)
+    if ended is not None:
+        job, _ = ended
+        runtime.store.apply_outcome(retry.after_exit(job, exit_code, (attempt_id,)), now)
+        runtime.wake()
+
+
+@router.post("/ping")
+def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
+    node_id = node["id"]
+    now = time.time()
+    if node["state"] in (NodeState.SHUTTING_DOWN.value, NodeState.GONE.value):
+        return PingResult(kill=list(body.running), ack=[f.attempt_id for f in body.finished], shutdown=True)
+    runtime.store.record_ping(node_id, Resources(body.used.vcpus, body.used.ram_mib, 0, 0), now)
+    acked = []
+    for finished in body.finished:
+        finish_attempt(runtime, node_id, finished.attempt_id, finished.exit_code)
+        acked.append(finished.attempt_id)
+    for attempt_id in body.running:
+        # A start report lost to a server restart: the agent's word that it runs is enough.
+        runtime.store.attempt_started(attempt_id, node_id, 0, now)
+    return PingResult(kill=runtime.store.attempts_to_kill(node_id, body.running), ack=acked, shutdown=False)
+
+
+@router.get("/work")
+async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, ge=0.0, le=60.0)) -> WorkOut:
+    node_id = node["id"]
+    event = runtime.node_event(node_id)
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        event.clear()
+        items = await asyncio.to_thread(runtime.store.work_for, node_id)
+        remaining = deadline - asyncio.get_running_loop().time()
+        if items or remaining <= 0 or runtime.stopping:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout=remaining)
+    for item in items:
+        runtime.attempt_jobs[item.attempt_id] = item.job_id
+    return WorkOut(
+        attempts=[
+            WorkItemOut(
+                attempt_id=i.attempt_id,
+                job_id=i.job_id,
+                command=i.command,
+                env=i.env,
+                node_ids=i.node_ids,
+                resources=ResourcesOut(
+                    vcpus=i.resources.vcpus,
+                    ram_mib=i.resources.ram_mib,
+                    scratch_mib=i.resources.scratch_mib,
+                    gpus=i.resources.gpus,
+                ),
+            )
+            for i in items
+        ]
+    )
+
+
+@router.post("/attempts/{attempt_id}/started")
+def started(attempt_id: int, body: StartedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
+    if not runtime.store.attempt_started(attempt_id, node["id"], body.pid, time.time()):
+        raise HTTPException(409, "attempt no longer wanted")
+    return {"ok": True}
+
+
+@router.post("/attempts/{attempt_id}/log")
+async def log_chunk(
+    attempt_id: int, request: Request, node: AgentNode, runtime: AnyRuntime, offset: int = Query(0, ge=0)
+) -> dict[str, bool]:
+    data = await request.body()
+    job_id = runtime.attempt_jobs.get(attempt_id)
+    if job_id is None:
+        row = await asyncio.to_thread(runtime.store.attempt_row, attempt_id)
+        if row is None or node["id"] not in row["node_ids"]:
+            raise HTTPException(404, f"no attempt {attempt_id} on this node")
+        job_id = runtime.attempt_jobs[attempt_id] = row["job_id"]
+    await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data)
+    return {"ok": True}
+
+
+@router.post("/attempts/{attempt_id}/finished")
+def finished(attempt_id: int, body: FinishedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
+    finish_attempt(runtime, node["id"], attempt_id, body.exit_code)
+    return {"ok": True}

@@ -1,0 +1,173 @@
+"""The user API: submit, list, show, cancel, logs, explain, nodes, events."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query
+
+from corral.core.model import JobState, NodeState
+from corral.server.deps import UserRuntime
+from corral.server.models import (
+    AttemptOut,
+    EventOut,
+    JobOut,
+    NodeOut,
+    PriorityBody,
+    ResourcesOut,
+    SubmitBody,
+    SubmitResult,
+)
+
+router = APIRouter(prefix="/api")
+
+
+def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, detail: bool = False) -> JobOut:
+    spec = row["spec"]
+    return JobOut(
+        id=row["id"],
+        name=row["name"],
+        state=row["state"],
+        priority=row["priority"],
+        exit_code=row["exit_code"],
+        node=row["node_id"],
+        attempts=row["attempt_count"],
+        temp_failures=row["temp_failures"],
+        command=list(spec["command"]),
+        resources=ResourcesOut(
+            vcpus=spec["vcpus"], ram_mib=spec["ram"], scratch_mib=spec["scratch"], gpus=spec["gpus"]
+        ),
+        nodes=spec["nodes"],
+        submitted_at=row["submitted_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        wait_reason=row["wait_reason"],
+        unplaceable=row["unplaceable"],
+        cancel_requested=row["cancel_requested"],
+        attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
+        explanation=row["explanation"] if detail else None,
+    )
+
+
+def attempt_out(row: dict[str, Any]) -> AttemptOut:
+    return AttemptOut(
+        id=row["id"],
+        state=row["state"],
+        node=row["node_id"],
+        nodes=list(row["node_ids"]),
+        exit_code=row["exit_code"],
+        assigned_at=row["assigned_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        reason=row["reason"],
+    )
+
+
+@router.post("/jobs", status_code=201)
+def submit(body: SubmitBody, runtime: UserRuntime) -> SubmitResult:
+    ids = runtime.store.submit(body.jobs, time.time())
+    runtime.wake()
+    return SubmitResult(ids=ids)
+
+
+@router.get("/jobs")
+def list_jobs(
+    runtime: UserRuntime,
+    state: list[JobState] | None = Query(None),
+    limit: int = Query(1000, ge=1, le=100_000),
+) -> list[JobOut]:
+    rows = runtime.store.list_job_rows([s.value for s in state] if state else None, limit)
+    return [job_out(r) for r in rows]
+
+
+@router.get("/jobs/{job_id}")
+def show_job(job_id: int, runtime: UserRuntime) -> JobOut:
+    return job_out(runtime.store.job_row(job_id), runtime.store.attempts_of(job_id), detail=True)
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
+    result = runtime.store.request_cancel(job_id, time.time())
+    runtime.wake()
+    return result
+
+
+@router.patch("/jobs/{job_id}")
+def set_priority(job_id: int, body: PriorityBody, runtime: UserRuntime) -> JobOut:
+    runtime.store.set_priority(job_id, body.priority, time.time())
+    runtime.wake()
+    return job_out(runtime.store.job_row(job_id))
+
+
+@router.get("/jobs/{job_id}/logs")
+def job_logs(job_id: int, runtime: UserRuntime, attempt: int | None = None, all_attempts: bool = False) -> Any:
+    from fastapi.responses import Response
+
+    attempts = runtime.store.attempts_of(job_id)
+    runtime.store.job_row(job_id)  # 404 for an unknown job
+    if attempt is not None:
+        attempts = [a for a in attempts if a["id"] == attempt]
+        if not attempts:
+            raise HTTPException(404, f"job {job_id} has no attempt {attempt}")
+    elif not all_attempts:
+        attempts = attempts[-1:]
+    chunks = []
+    for a in attempts:
+        if all_attempts:
+            chunks.append(f"==> attempt {a['id']} on {a['node_id']} ({a['state']}) <==\n".encode())
+        chunks.append(runtime.logs.read(job_id, a["id"]))
+    return Response(b"".join(chunks), media_type="application/octet-stream")
+
+
+@router.get("/jobs/{job_id}/explain")
+def explain_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
+    row = runtime.store.job_row(job_id)
+    return {
+        "id": job_id,
+        "state": row["state"],
+        "wait_reason": row["wait_reason"],
+        "unplaceable": row["unplaceable"],
+        "explanation": row["explanation"],
+    }
+
+
+@router.get("/nodes")
+def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")) -> list[NodeOut]:
+    now = time.time()
+    running = runtime.store.running_counts()
+    out = []
+    for row in runtime.store.node_rows(include_gone=all_nodes):
+        end = row["gone_at"] or now
+        out.append(
+            NodeOut(
+                id=row["id"],
+                instance_id=row["instance_id"],
+                instance_type=row["instance_type"],
+                state=row["state"],
+                created_at=row["created_at"],
+                age=end - row["created_at"],
+                idle_for=(now - row["state_changed_at"]) if row["state"] == NodeState.IDLE.value else None,
+                running=running.get(row["id"], 0),
+                price_per_hour=row["price_per_hour"],
+                resources=ResourcesOut(
+                    vcpus=row["vcpus"], ram_mib=row["ram_mib"], scratch_mib=row["scratch_mib"], gpus=row["gpus"]
+                ),
+                used_vcpus=row["used_vcpus"],
+                used_ram_mib=row["used_ram_mib"],
+                last_ping_at=row["last_ping_at"],
+                reason=row["reason"],
+            )
+        )
+    return out
+
+
+@router.get("/events")
+def list_events(
+    runtime: UserRuntime,
+    job: int | None = None,
+    node: str | None = None,
+    kind: str | None = None,
+    limit: int = Query(200, ge=1, le=100_000),
+) -> list[EventOut]:
+    return [EventOut(**row) for row in runtime.store.list_events(job, node, kind, limit)]

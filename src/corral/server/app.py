@@ -1,0 +1,173 @@
+"""The FastAPI application and the runtime it serves: store, log store, control loop task.
+
+The control loop runs as a task of the server's event loop; each pass runs in a worker thread.
+A submission or a finished attempt wakes it at once, so a job on an idle node starts in well
+under a second; otherwise it runs every `loop.interval`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from corral.config import Config
+from corral.core.model import JobState, NodeState
+from corral.loop import ControlLoop
+from corral.server.logstore import LogStore
+from corral.store import NotFound, Store
+
+log = logging.getLogger("corral.server")
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.jobs = Gauge("corral_jobs", "Jobs by state", ["state"], registry=self.registry)
+        self.nodes = Gauge("corral_nodes", "Nodes by state", ["state"], registry=self.registry)
+        self.passes = Counter("corral_passes", "Reconcile passes run", registry=self.registry)
+        self.pass_errors = Counter("corral_pass_errors", "Reconcile passes that raised", registry=self.registry)
+        self.pass_seconds = Histogram("corral_pass_seconds", "Duration of a reconcile pass", registry=self.registry)
+        self.boots = Counter("corral_boots", "Instances booted", registry=self.registry)
+
+
+@dataclass
+class Runtime:
+    config: Config
+    store: Store
+    logs: LogStore
+    api_token: str
+    loop: ControlLoop | None = None
+    stop_fleet_on_exit: bool = True
+    metrics: Metrics = field(default_factory=Metrics)
+    node_events: dict[str, asyncio.Event] = field(default_factory=dict)
+    aio: asyncio.AbstractEventLoop | None = None
+    wake_event: asyncio.Event | None = None
+    attempt_jobs: dict[int, int] = field(default_factory=dict)  # attempt id -> job id, for log chunks
+    stopping: bool = False
+
+    def wake(self) -> None:
+        """Ask for a pass now; safe from any thread."""
+        if self.aio is not None and self.wake_event is not None:
+            self.aio.call_soon_threadsafe(self.wake_event.set)
+
+    def node_event(self, node_id: str) -> asyncio.Event:
+        event = self.node_events.get(node_id)
+        if event is None:
+            event = self.node_events[node_id] = asyncio.Event()
+        return event
+
+    def release_waiters(self) -> None:
+        """Stopping: answer every agent long-poll now (safe from a signal handler's thread)."""
+        self.stopping = True
+        if self.aio is not None:
+            self.aio.call_soon_threadsafe(lambda: [event.set() for event in self.node_events.values()])
+
+    def notify_node(self, node_id: str) -> None:
+        if self.aio is not None:
+            self.aio.call_soon_threadsafe(lambda: self.node_event(node_id).set())
+
+    async def run_loop(self) -> None:
+        assert self.loop is not None and self.wake_event is not None
+        interval = self.config.loop.interval
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake_event.wait(), timeout=interval)
+            self.wake_event.clear()
+            try:
+                report = await asyncio.to_thread(self.loop.run_pass)
+            except Exception:
+                self.metrics.pass_errors.inc()
+                log.exception("reconcile pass failed")
+                await asyncio.sleep(interval)
+                continue
+            self.metrics.passes.inc()
+            self.metrics.pass_seconds.observe(report.duration)
+            self.metrics.boots.inc(len(report.decisions.boots))
+            for node_id in report.started_nodes:
+                self.node_event(node_id).set()
+            if report.decisions.job_outcomes or report.decisions.node_marks:
+                # What this pass freed may let the next pass place more.
+                self.wake_event.set()
+
+    def refresh_gauges(self) -> None:
+        counts = self.store.counts()
+        for state in JobState:
+            self.metrics.jobs.labels(state.value).set(counts.get(state.value, 0))
+        node_counts: dict[str, int] = {}
+        for row in self.store.node_rows():
+            node_counts[row["state"]] = node_counts.get(row["state"], 0) + 1
+        for node_state in NodeState:
+            self.metrics.nodes.labels(node_state.value).set(node_counts.get(node_state.value, 0))
+
+
+def create_app(runtime: Runtime) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime.aio = asyncio.get_running_loop()
+        runtime.wake_event = asyncio.Event()
+        task = asyncio.create_task(runtime.run_loop()) if runtime.loop is not None else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                if runtime.stop_fleet_on_exit:
+                    log.info("stopping: requeueing running work and shutting the fleet down")
+                    await asyncio.to_thread(runtime.loop.shutdown_fleet, "corral stopped")  # type: ignore[union-attr]
+
+    app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan)
+    app.state.runtime = runtime
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": describe_validation_errors(exc.errors())}, status_code=422)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> PlainTextResponse:
+        runtime.refresh_gauges()
+        return PlainTextResponse(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True, "dispatcher": runtime.loop.dispatcher_id if runtime.loop else None}
+
+    from corral.server import agent_api, api
+
+    app.include_router(api.router)
+    app.include_router(agent_api.router)
+    return app
+
+
+def describe_validation_errors(errors: Any) -> list[str]:
+    """pydantic errors as lines that name the field: "jobs.0.ram: a size cannot be negative"."""
+    lines = []
+    for item in errors:
+        loc = [str(part) for part in item.get("loc", ()) if part not in ("body",)]
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        if item.get("type") == "extra_forbidden":
+            message = "unknown field"
+        lines.append(f"{'.'.join(loc) or 'body'}: {message}")
+    return lines
+
+
+def new_api_token() -> str:
+    return secrets.token_urlsafe(32)

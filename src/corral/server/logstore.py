@@ -1,0 +1,26 @@
+"""Job output, one file per attempt under CORRAL_HOME/logs/<job id>/<attempt id>.log.
+
+Chunks arrive with their byte offset, so a chunk the agent sends twice lands in the same place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LogStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, job_id: int, attempt_id: int) -> Path:
+        return self.root / str(job_id) / f"{attempt_id}.log"
+
+    def write(self, job_id: int, attempt_id: int, offset: int, data: bytes) -> None:
+        path = self.path(job_id, attempt_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "r+b" if path.exists() else "wb") as handle:
+            handle.seek(offset)
+            handle.write(data)
+
+    def read(self, job_id: int, attempt_id: int) -> bytes:
+        path = self.path(job_id, attempt_id)
+        return path.read_bytes() if path.exists() else b""

@@ -1,0 +1,157 @@
+"""API models: what the HTTP API returns and accepts (besides JobRequest)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from corral.jobspec import JobRequest
+
+
+class SubmitBody(BaseModel):
+    jobs: list[JobRequest] = Field(min_length=1, max_length=100_000)
+
+
+class SubmitResult(BaseModel):
+    ids: list[int]
+
+
+class PriorityBody(BaseModel):
+    priority: int = Field(ge=0)
+
+
+class ResourcesOut(BaseModel):
+    vcpus: float
+    ram_mib: int
+    scratch_mib: int
+    gpus: int
+
+
+class AttemptOut(BaseModel):
+    id: int
+    state: str
+    node: str
+    nodes: list[str]
+    exit_code: int | None
+    assigned_at: float
+    started_at: float | None
+    finished_at: float | None
+    reason: str
+
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    state: str
+    priority: int
+    exit_code: int | None
+    node: str | None
+    attempts: int
+    temp_failures: int
+    command: list[str]
+    resources: ResourcesOut
+    nodes: int
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    wait_reason: str
+    unplaceable: bool
+    cancel_requested: bool
+    attempt_list: list[AttemptOut] | None = None
+    explanation: dict[str, Any] | None = None
+
+
+class NodeOut(BaseModel):
+    id: str
+    instance_id: str | None
+    instance_type: str
+    state: str
+    created_at: float
+    age: float
+    idle_for: float | None
+    running: int
+    price_per_hour: float
+    resources: ResourcesOut
+    used_vcpus: float
+    used_ram_mib: int
+    last_ping_at: float | None
+    reason: str
+
+
+class EventOut(BaseModel):
+    id: int
+    at: float
+    kind: str
+    job_id: int | None
+    node_id: str | None
+    message: str
+
+
+# ---- agent protocol ---------------------------------------------------------------------------
+
+
+class CapacityIn(BaseModel):
+    vcpus: float = Field(gt=0)
+    ram_mib: int = Field(gt=0)
+    scratch_mib: int = Field(0, ge=0)
+    gpus: int = Field(0, ge=0)
+
+
+class PairBody(BaseModel):
+    node_id: str
+    boot_token: str
+    capacity: CapacityIn
+    hostname: str = ""
+    pid: int | None = None
+
+
+class PairResult(BaseModel):
+    node_id: str
+    secret: str
+    ping_interval: float
+
+
+class UsedIn(BaseModel):
+    vcpus: float = 0.0
+    ram_mib: int = 0
+
+
+class FinishedIn(BaseModel):
+    attempt_id: int
+    exit_code: int
+    finished_at: float | None = None
+
+
+class PingBody(BaseModel):
+    running: list[int] = Field(default_factory=list)
+    finished: list[FinishedIn] = Field(default_factory=list)
+    used: UsedIn = Field(default_factory=UsedIn)
+
+
+class PingResult(BaseModel):
+    kill: list[int]
+    ack: list[int]
+    shutdown: bool
+
+
+class StartedBody(BaseModel):
+    pid: int
+
+
+class FinishedBody(BaseModel):
+    exit_code: int
+    finished_at: float | None = None
+
+
+class WorkItemOut(BaseModel):
+    attempt_id: int
+    job_id: int
+    command: list[str]
+    env: dict[str, str]
+    node_ids: list[str]
+    resources: ResourcesOut
+
+
+class WorkOut(BaseModel):
+    attempts: list[WorkItemOut]
