@@ -1,0 +1,133 @@
+"""The node lifecycle matrix (seed 000) and the state tuple a node maps to."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.core import lifecycle
+from corral.core.lifecycle import BillingWindow, BootGrace, IdleGrace, WorkerState
+from corral.core.model import GiB, Node, NodeState, Resources
+from corral.core.settings import LifecycleSettings
+from corral.core.snapshot import NodeAction
+
+# The table exactly as seed 000 prints it.
+SEED_TABLE: dict[tuple[str, str, str, str], str | None] = {
+    ("busy", "closed", "boot exceeded", "idle exceeded"): None,
+    ("busy", "closed", "boot exceeded", "idle wait"): None,
+    ("busy", "closed", "boot exceeded", "not idle"): None,
+    ("busy", "closed", "boot wait", "idle exceeded"): None,
+    ("busy", "closed", "boot wait", "idle wait"): None,
+    ("busy", "closed", "boot wait", "not idle"): None,
+    ("busy", "open", "boot exceeded", "idle exceeded"): None,
+    ("busy", "open", "boot exceeded", "idle wait"): None,
+    ("busy", "open", "boot exceeded", "not idle"): None,
+    ("busy", "open", "boot wait", "idle exceeded"): None,
+    ("busy", "open", "boot wait", "idle wait"): None,
+    ("busy", "open", "boot wait", "not idle"): None,
+    ("down", "closed", "boot exceeded", "idle exceeded"): "START_SHUTDOWN",
+    ("down", "closed", "boot exceeded", "idle wait"): "START_SHUTDOWN",
+    ("down", "closed", "boot exceeded", "not idle"): "START_SHUTDOWN",
+    ("down", "closed", "boot wait", "idle exceeded"): "START_SHUTDOWN",
+    ("down", "closed", "boot wait", "idle wait"): "START_SHUTDOWN",
+    ("down", "closed", "boot wait", "not idle"): "START_SHUTDOWN",
+    ("down", "open", "boot exceeded", "idle exceeded"): "START_SHUTDOWN",
+    ("down", "open", "boot exceeded", "idle wait"): "START_SHUTDOWN",
+    ("down", "open", "boot exceeded", "not idle"): "START_SHUTDOWN",
+    ("down", "open", "boot wait", "idle exceeded"): "START_SHUTDOWN",
+    ("down", "open", "boot wait", "idle wait"): "START_SHUTDOWN",
+    ("down", "open", "boot wait", "not idle"): "START_SHUTDOWN",
+    ("idle", "closed", "boot exceeded", "idle exceeded"): None,
+    ("idle", "closed", "boot exceeded", "idle wait"): None,
+    ("idle", "closed", "boot exceeded", "not idle"): None,
+    ("idle", "closed", "boot wait", "idle exceeded"): None,
+    ("idle", "closed", "boot wait", "idle wait"): None,
+    ("idle", "closed", "boot wait", "not idle"): None,
+    ("idle", "open", "boot exceeded", "idle exceeded"): "START_DRAIN",
+    ("idle", "open", "boot exceeded", "idle wait"): None,
+    ("idle", "open", "boot exceeded", "not idle"): None,
+    ("idle", "open", "boot wait", "idle exceeded"): "START_DRAIN",
+    ("idle", "open", "boot wait", "idle wait"): None,
+    ("idle", "open", "boot wait", "not idle"): None,
+    ("unpaired", "closed", "boot exceeded", "idle exceeded"): "START_SHUTDOWN",
+    ("unpaired", "closed", "boot exceeded", "idle wait"): "START_SHUTDOWN",
+    ("unpaired", "closed", "boot exceeded", "not idle"): "START_SHUTDOWN",
+    ("unpaired", "closed", "boot wait", "idle exceeded"): None,
+    ("unpaired", "closed", "boot wait", "idle wait"): None,
+    ("unpaired", "closed", "boot wait", "not idle"): None,
+    ("unpaired", "open", "boot exceeded", "idle exceeded"): "START_SHUTDOWN",
+    ("unpaired", "open", "boot exceeded", "idle wait"): "START_SHUTDOWN",
+    ("unpaired", "open", "boot exceeded", "not idle"): "START_SHUTDOWN",
+    ("unpaired", "open", "boot wait", "idle exceeded"): None,
+    ("unpaired", "open", "boot wait", "idle wait"): None,
+    ("unpaired", "open", "boot wait", "not idle"): None,
+}
+
+
+def test_default_matrix_is_the_seed_table() -> None:
+    assert len(lifecycle.DEFAULT_MATRIX) == 48
+    for (worker, window, boot, idle), action in SEED_TABLE.items():
+        state = (WorkerState(worker), BillingWindow(window), BootGrace(boot), IdleGrace(idle))
+        assert lifecycle.decide(state) == (NodeAction(action) if action else None), state
+
+
+SETTINGS = LifecycleSettings(boot_grace=600, idle_grace=60, ping_stale=60, shutdown_window=300)
+
+
+def node(state: NodeState, created_at: float = 0.0, **kwargs: object) -> Node:
+    return Node(
+        id="n-1",
+        instance_type="t",
+        capacity=Resources(2, 4 * GiB),
+        price_per_hour=0.1,
+        state=state,
+        created_at=created_at,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_booting_node_is_unpaired_and_shut_down_only_after_boot_grace() -> None:
+    n = node(NodeState.BOOTING)
+    assert lifecycle.decide(lifecycle.state_tuple(n, 599, SETTINGS, 0, False)) is None
+    state = lifecycle.state_tuple(n, 601, SETTINGS, 0, False)
+    assert state[0] is WorkerState.UNPAIRED and state[2] is BootGrace.BOOT_EXCEEDED
+    assert lifecycle.decide(state) is NodeAction.START_SHUTDOWN
+
+
+def test_idle_node_drains_after_idle_grace_with_per_second_billing() -> None:
+    n = node(NodeState.IDLE, paired_at=10, last_ping_at=1000, state_changed_at=950)
+    assert lifecycle.decide(lifecycle.state_tuple(n, 1000, SETTINGS, 0, False)) is None
+    assert lifecycle.decide(lifecycle.state_tuple(n, 1010, SETTINGS, 0, False)) is NodeAction.START_DRAIN
+
+
+def test_drained_empty_node_reads_down_and_is_shut_down_but_not_while_it_has_work() -> None:
+    n = node(NodeState.DRAINING, paired_at=10, last_ping_at=1000)
+    assert lifecycle.worker_state(n, 1000, SETTINGS, 0, has_work=True) is WorkerState.BUSY
+    assert lifecycle.decide(lifecycle.state_tuple(n, 1000, SETTINGS, 0, False)) is NodeAction.START_SHUTDOWN
+
+
+def test_stale_ping_reads_down_but_not_before_the_observer_has_had_time_to_hear_it() -> None:
+    n = node(NodeState.BUSY, paired_at=10, last_ping_at=100)
+    assert lifecycle.worker_state(n, 200, SETTINGS, 0, True) is WorkerState.DOWN
+    # A server that restarted at t=190 has not yet had ping_stale seconds to hear from the agent.
+    assert lifecycle.worker_state(n, 200, SETTINGS, 190, True) is WorkerState.BUSY
+
+
+@pytest.mark.parametrize(
+    ("age", "window"),
+    [
+        (100, BillingWindow.CLOSED),
+        (3299, BillingWindow.CLOSED),
+        (3301, BillingWindow.OPEN),
+        (3700, BillingWindow.CLOSED),
+    ],
+)
+def test_hourly_billing_opens_the_window_only_near_the_end_of_a_paid_hour(age: float, window: BillingWindow) -> None:
+    n = node(NodeState.IDLE, billing_granularity=3600.0)
+    assert lifecycle.billing_window(n, age, SETTINGS) is window
+
+
+def test_idle_node_in_a_closed_billing_window_is_kept() -> None:
+    n = node(NodeState.IDLE, paired_at=1, last_ping_at=1000, state_changed_at=0, billing_granularity=3600.0)
+    assert lifecycle.decide(lifecycle.state_tuple(n, 1000, SETTINGS, 0, False)) is None
+    n.last_ping_at = 3400
+    assert lifecycle.decide(lifecycle.state_tuple(n, 3400, SETTINGS, 0, False)) is NodeAction.START_DRAIN

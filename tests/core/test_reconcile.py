@@ -1,0 +1,205 @@
+"""The reconcile pass: what one pass decides for a given snapshot and time."""
+
+from __future__ import annotations
+
+from corral.core.model import (
+    Attempt,
+    AttemptState,
+    Dispatcher,
+    GiB,
+    InstanceType,
+    Job,
+    JobState,
+    Node,
+    NodeState,
+    Resources,
+)
+from corral.core.reconcile import plan_pass
+from corral.core.settings import PolicySettings
+from corral.core.snapshot import NodeAction, Snapshot
+
+SMALL = InstanceType("small", 2, 4 * GiB, 0.10)
+LARGE = InstanceType("large", 8, 32 * GiB, 0.40)
+CHEAP_BIG = InstanceType("cheap-big", 8, 32 * GiB, 0.30)
+TYPES = [SMALL, LARGE]
+
+
+def job(job_id: int, vcpus: float = 1, ram_gib: float = 1, **kwargs: object) -> Job:
+    return Job(id=job_id, command=["true"], resources=Resources(vcpus, int(ram_gib * GiB)), **kwargs)  # type: ignore[arg-type]
+
+
+def idle_node(node_id: str, itype: InstanceType = SMALL, now: float = 1000.0) -> Node:
+    return Node(
+        id=node_id,
+        instance_type=itype.name,
+        capacity=itype.capacity,
+        price_per_hour=itype.price_per_hour,
+        state=NodeState.IDLE,
+        created_at=0,
+        paired_at=1,
+        last_ping_at=now,
+        state_changed_at=now,
+    )
+
+
+def settings(**boot: object) -> PolicySettings:
+    policy = PolicySettings()
+    for key, value in boot.items():
+        setattr(policy.boot, key, value)
+    return policy
+
+
+def test_a_queued_job_goes_on_an_idle_node_that_fits() -> None:
+    snap = Snapshot(jobs=[job(1)], attempts=[], nodes=[idle_node("n1")], instance_types=TYPES)
+    decisions = plan_pass(snap, 1000.0, settings())
+    assert [(p.job_id, p.node_ids) for p in decisions.placements] == [(1, ("n1",))]
+    assert decisions.boots == []
+
+
+def test_higher_priority_first_when_room_is_short() -> None:
+    snap = Snapshot(
+        jobs=[job(1, vcpus=2, priority=1, submitted_at=1), job(2, vcpus=2, priority=5, submitted_at=2)],
+        attempts=[],
+        nodes=[idle_node("n1")],
+        instance_types=TYPES,
+    )
+    decisions = plan_pass(snap, 1000.0, settings(max_instances=1))
+    assert [p.job_id for p in decisions.placements] == [2]
+    assert any(a.job_id == 1 and "max_instances" in a.wait_reason for a in decisions.annotations)
+
+
+def test_the_cheapest_type_that_fits_is_booted_and_a_second_job_shares_it() -> None:
+    snap = Snapshot(
+        jobs=[job(1, ram_gib=8), job(2, ram_gib=8)], attempts=[], nodes=[], instance_types=[SMALL, LARGE, CHEAP_BIG]
+    )
+    decisions = plan_pass(snap, 0.0, settings())
+    assert [b.instance_type for b in decisions.boots] == ["cheap-big"]
+
+
+def test_jobs_wait_for_a_booting_node_instead_of_booting_another() -> None:
+    booting = Node(id="n1", instance_type="small", capacity=SMALL.capacity, price_per_hour=0.1, created_at=0)
+    snap = Snapshot(jobs=[job(1)], attempts=[], nodes=[booting], instance_types=TYPES)
+    decisions = plan_pass(snap, 10.0, settings())
+    assert decisions.boots == []
+    assert "waiting for an instance to boot (n1)" in decisions.annotations[0].wait_reason
+
+
+def test_a_job_larger_than_every_type_is_unplaceable_with_the_reason() -> None:
+    snap = Snapshot(jobs=[job(1, ram_gib=40)], attempts=[], nodes=[], instance_types=TYPES)
+    decisions = plan_pass(snap, 0.0, settings())
+    assert decisions.boots == []
+    (note,) = decisions.annotations
+    assert note.unplaceable and note.wait_reason == "no instance type has 40 GiB RAM (the largest has 32 GiB RAM)"
+
+
+def test_max_instances_caps_boots() -> None:
+    snap = Snapshot(jobs=[job(i, vcpus=2) for i in range(1, 6)], attempts=[], nodes=[], instance_types=[SMALL])
+    decisions = plan_pass(snap, 0.0, settings(max_instances=3))
+    assert len(decisions.boots) == 3
+
+
+def test_a_type_in_capacity_back_off_is_skipped() -> None:
+    snap = Snapshot(jobs=[job(1)], attempts=[], nodes=[], instance_types=TYPES, unavailable_types={"small": 500.0})
+    assert [b.instance_type for b in plan_pass(snap, 100.0, settings()).boots] == ["large"]
+    assert [b.instance_type for b in plan_pass(snap, 600.0, settings()).boots] == ["small"]
+
+
+def test_a_gang_needs_distinct_nodes() -> None:
+    snap = Snapshot(jobs=[job(1, node_count=2)], attempts=[], nodes=[idle_node("n1")], instance_types=TYPES)
+    decisions = plan_pass(snap, 1000.0, settings())
+    assert decisions.placements == []
+    assert len(decisions.boots) == 2
+    snap.nodes.append(idle_node("n2"))
+    (placement,) = plan_pass(snap, 1000.0, settings()).placements
+    assert sorted(placement.node_ids) == ["n1", "n2"]
+
+
+def test_not_before_and_back_off_hold_a_job() -> None:
+    snap = Snapshot(
+        jobs=[job(1, not_before=2000.0), job(2, retry_at=1500.0)],
+        attempts=[],
+        nodes=[idle_node("n1")],
+        instance_types=TYPES,
+    )
+    decisions = plan_pass(snap, 1000.0, settings())
+    assert decisions.placements == []
+    reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+    assert reasons == {1: "not before a requested start time", 2: "back-off"}
+    snap.nodes[0].last_ping_at = 1600.0
+    assert [p.job_id for p in plan_pass(snap, 1600.0, settings()).placements] == [2]
+
+
+def running(job_id: int, node_id: str, attempt_id: int = 1, **kwargs: object) -> tuple[Job, Attempt]:
+    j = job(job_id, state=JobState.RUNNING, claimed_by="local")
+    return j, Attempt(attempt_id, job_id, [node_id], j.resources, AttemptState.RUNNING, "local", **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_silent_node_goes_down_and_its_job_is_requeued_with_back_off() -> None:
+    j, a = running(1, "n1")
+    silent = idle_node("n1", now=100.0)
+    silent.state = NodeState.BUSY
+    decisions = plan_pass(Snapshot([j], [a], [silent], TYPES), 1000.0, settings())
+    assert [(m.node_id, m.state) for m in decisions.node_marks] == [("n1", NodeState.DOWN)]
+    (outcome,) = decisions.job_outcomes
+    assert outcome.state is JobState.QUEUED and outcome.temp_failure and outcome.retry_at == 1005.0
+    assert outcome.attempt_ids == (1,)
+    assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("n1", NodeAction.START_SHUTDOWN)]
+
+
+def test_temp_failures_past_the_budget_fail_the_job() -> None:
+    j, a = running(1, "gone-node")
+    j.temp_failures = 5
+    (outcome,) = plan_pass(Snapshot([j], [a], [], TYPES), 1000.0, settings()).job_outcomes
+    assert outcome.state is JobState.FAILED
+
+
+def test_priority_zero_cancels_a_running_job() -> None:
+    j, a = running(1, "n1")
+    j.priority = 0
+    busy = idle_node("n1")
+    busy.state = NodeState.BUSY
+    (outcome,) = plan_pass(Snapshot([j], [a], [busy], TYPES), 1000.0, settings()).job_outcomes
+    assert outcome.state is JobState.CANCELLED and outcome.attempt_ids == (1,)
+
+
+def test_claims_of_a_dispatcher_that_stopped_heartbeating_are_released() -> None:
+    j, a = running(1, "n1")
+    j.claimed_by = "other"
+    busy = idle_node("n1")
+    busy.state = NodeState.BUSY
+    snap = Snapshot(
+        [j], [a], [busy], TYPES, dispatcher_id="me", dispatchers=[Dispatcher("me", 1000.0), Dispatcher("other", 900.0)]
+    )
+    (outcome,) = plan_pass(snap, 1000.0, settings()).job_outcomes
+    assert outcome.temp_failure and "dispatcher other stopped heartbeating" in outcome.reason
+    snap.dispatchers[1] = Dispatcher("other", 990.0)
+    assert plan_pass(snap, 1000.0, settings()).job_outcomes == []
+
+
+def test_an_attempt_never_started_is_lost() -> None:
+    j = job(1, state=JobState.CLAIMED)
+    a = Attempt(1, 1, ["n1"], j.resources, AttemptState.ASSIGNED, "local", assigned_at=0.0)
+    busy = idle_node("n1")
+    busy.state = NodeState.BUSY
+    (outcome,) = plan_pass(Snapshot([j], [a], [busy], TYPES), 1000.0, settings()).job_outcomes
+    assert outcome.temp_failure and "not started" in outcome.reason
+
+
+def test_idle_nodes_drain_after_the_grace_and_min_instances_is_kept() -> None:
+    nodes = [idle_node("n1", now=1000.0), idle_node("n2", now=1000.0)]
+    for n in nodes:
+        n.state_changed_at = 100.0
+    policy = settings()
+    decisions = plan_pass(Snapshot([], [], nodes, TYPES), 1000.0, policy)
+    assert sorted(d.node_id for d in decisions.node_decisions if d.action is NodeAction.START_DRAIN) == ["n1", "n2"]
+    policy.lifecycle.min_instances = 1
+    decisions = plan_pass(Snapshot([], [], nodes, TYPES), 1000.0, policy)
+    assert len(decisions.node_decisions) == 1
+
+
+def test_a_node_that_gets_work_is_marked_busy_and_not_drained() -> None:
+    n = idle_node("n1")
+    n.state_changed_at = 0.0
+    decisions = plan_pass(Snapshot([job(1)], [], [n], TYPES), 1000.0, settings())
+    assert decisions.placements and decisions.node_decisions == []
+    assert [(m.node_id, m.state) for m in decisions.node_marks] == [("n1", NodeState.BUSY)]
