@@ -14,7 +14,10 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 def alembic_config(engine: Engine) -> AlembicConfig:
     config = AlembicConfig()
     config.set_main_option("script_location", str(MIGRATIONS))
-    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    # The config is a ConfigParser: a literal "%" (a percent-encoded password or `options=-c...%3D...`)
+    # must be doubled, or setting the option raises "invalid interpolation syntax".
+    url = engine.url.render_as_string(hide_password=False)
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["engine"] = engine
     return config
 
