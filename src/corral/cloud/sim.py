@@ -1,0 +1,176 @@
+"""The `sim` cloud: the CloudDriver protocol over a virtual clock the caller supplies.
+
+Instances boot after a delay drawn from the configured distribution, are billed per instance
+type (price, granularity, minimum), and fail as configured: insufficient-capacity periods per type
+(a schedule, or at random) make `create` raise the same `InsufficientCapacity` the EC2 driver
+raises, and instances fail at random or on a schedule. It decides nothing: what to do about a
+failure is the core's business, exactly as with a real cloud.
+
+Every random draw comes from a stream seeded by the simulation seed and the purpose (and instance
+type), so a run is reproducible and one setting does not shift another's draws.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, CloudInstance, InsufficientCapacity
+from corral.core.model import InstanceType
+from corral.sim.settings import SimSettings
+
+DAY = 86400.0
+
+
+@dataclass(slots=True)
+class SimInstance:
+    instance: CloudInstance
+    itype: InstanceType
+    ready_at: float | None  # when its agent pairs; None: it never does
+    fails_at: float  # math.inf: never
+    terminated_at: float | None = None
+
+    def billed_seconds(self, until: float) -> float:
+        """Seconds billed from creation to termination (or `until`), rounded up to the billing
+        granularity and no less than the billing minimum."""
+        end = self.terminated_at if self.terminated_at is not None else until
+        used = max(0.0, end - self.instance.created_at)
+        granularity = self.itype.billing_granularity
+        if granularity > 0:
+            used = math.ceil(used / granularity - 1e-9) * granularity
+        return max(used, self.itype.billing_minimum)
+
+    def cost(self, until: float) -> float:
+        return self.billed_seconds(until) * self.itype.price_per_hour / 3600.0
+
+
+@dataclass(slots=True)
+class _OutageStream:
+    """Random outages of one instance type: a Poisson process of starts, exponential lengths."""
+
+    rng: random.Random
+    rate: float  # per second
+    mean_length: float
+    next_start: float = 0.0
+    current_end: float = -math.inf
+
+    def __post_init__(self) -> None:
+        self.next_start = self.rng.expovariate(self.rate) if self.rate > 0 else math.inf
+
+    def active(self, now: float) -> bool:
+        while self.next_start <= now:
+            length = self.rng.expovariate(1.0 / self.mean_length) if self.mean_length > 0 else 0.0
+            self.current_end = max(self.current_end, self.next_start + length)
+            self.next_start += self.rng.expovariate(self.rate)
+        return now < self.current_end
+
+
+@dataclass(slots=True)
+class CloudStats:
+    creates: int = 0
+    destroys: int = 0
+    capacity_errors: int = 0
+    capacity_errors_by_type: dict[str, int] = field(default_factory=dict)
+    failures: int = 0
+
+
+class SimCloud:
+    """A CloudDriver for simulations. `clock` returns the virtual time."""
+
+    def __init__(
+        self,
+        instance_types: Iterable[InstanceType],
+        settings: SimSettings,
+        clock: Callable[[], float],
+        cluster: str = "corral",
+    ) -> None:
+        self.types = {t.name: t for t in instance_types}
+        self.settings = settings
+        self.clock = clock
+        self.cluster = cluster
+        self.instances: dict[str, SimInstance] = {}
+        self.stats = CloudStats()
+        seed = settings.seed
+        self._boot_rng = random.Random(f"{seed}:boot")
+        self._fail_rng = random.Random(f"{seed}:failure")
+        capacity = settings.capacity
+        self._outages = {
+            name: _OutageStream(
+                random.Random(f"{seed}:outage:{name}"), capacity.outages_per_day / DAY, capacity.outage_duration
+            )
+            for name in self.types
+        }
+        self._fail_rate = settings.failures.per_instance_day / DAY
+        self._next_id = 0
+
+    # ---- the CloudDriver protocol --------------------------------------------------------------
+
+    def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
+        now = self.clock()
+        name = instance_type.name
+        if self.out_of_capacity(name, now):
+            self.stats.capacity_errors += 1
+            self.stats.capacity_errors_by_type[name] = self.stats.capacity_errors_by_type.get(name, 0) + 1
+            raise InsufficientCapacity(name, f"insufficient capacity for {name} (simulated)")
+        self._next_id += 1
+        instance_id = f"i-{self._next_id:08x}"
+        all_tags = {**tags, TAG_CLUSTER: self.cluster, TAG_NODE_ID: node_id, TAG_INSTANCE_TYPE: name}
+        instance = CloudInstance(instance_id, name, all_tags, created_at=now, state="pending")
+        ready_at: float | None = now + self._boot_delay()
+        fails_at = now + self._fail_rng.expovariate(self._fail_rate) if self._fail_rate > 0 else math.inf
+        never = self.settings.boot_delay.never_pairs
+        if never > 0 and self._boot_rng.random() < never:
+            ready_at = None
+        elif ready_at is not None and fails_at <= ready_at:
+            ready_at = None  # it broke before its agent came up
+        self.instances[instance_id] = SimInstance(instance, instance_type, ready_at, fails_at)
+        self.stats.creates += 1
+        return instance
+
+    def list(self) -> list[CloudInstance]:
+        return [s.instance for s in self.instances.values() if s.terminated_at is None]
+
+    def destroy(self, instance_id: str) -> None:
+        sim = self.instances.get(instance_id)
+        if sim is None or sim.terminated_at is not None:
+            return
+        sim.terminated_at = self.clock()
+        sim.instance.state = "terminated"
+        self.stats.destroys += 1
+
+    # ---- what the simulated world reads --------------------------------------------------------
+
+    def out_of_capacity(self, name: str, now: float) -> bool:
+        for outage in self.settings.capacity.outages:
+            if outage.instance_type in ("*", name) and outage.start <= now < outage.end:
+                return True
+        stream = self._outages.get(name)
+        return stream is not None and stream.rate > 0 and stream.active(now)
+
+    def ready_at(self, instance_id: str) -> float | None:
+        return self.instances[instance_id].ready_at
+
+    def fails_at(self, instance_id: str) -> float:
+        return self.instances[instance_id].fails_at
+
+    def fail(self, instance_id: str) -> None:
+        """The instance breaks: its agent stops; the cloud still bills it until it is destroyed."""
+        sim = self.instances[instance_id]
+        sim.instance.state = "broken"
+        self.stats.failures += 1
+
+    def choose(self, candidates: builtins.list[str], count: int) -> builtins.list[str]:
+        """`count` of the given instance ids, drawn from the failure stream (for scheduled failures)."""
+        ordered = sorted(candidates)
+        return self._fail_rng.sample(ordered, min(count, len(ordered)))
+
+    def _boot_delay(self) -> float:
+        spec = self.settings.boot_delay
+        if spec.distribution == "fixed":
+            return float(spec.seconds)
+        if spec.distribution == "uniform":
+            return self._boot_rng.uniform(spec.low, spec.high)
+        return spec.seconds * math.exp(self._boot_rng.gauss(0.0, spec.sigma)) if spec.sigma > 0 else float(spec.seconds)

@@ -1,0 +1,164 @@
+"""A workload: the jobs a simulation replays, each with its submit time and recorded run time."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from corral.core.model import InstanceType, Job, Resources
+from corral.jobspec import JobRequest
+
+SWF_COMMAND = ["swf-job"]  # shared by every SWF job: the simulator never runs it
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be read; the message names the file and line."""
+
+
+@dataclass(slots=True)
+class SimJob:
+    """One job of a workload. `vcpus`, `ram_mib`, `gpus` and `scratch_mib` are per node of a gang of
+    `nodes`. SWF jobs also keep `procs` and `ram_per_proc` so that `shape_gangs` can fit them to a
+    config's instance types; JSON Lines jobs are taken as written (`procs` is 0)."""
+
+    id: int
+    submit: float
+    run: float  # recorded run time; <= 0 means the job never started
+    vcpus: float = 1.0
+    ram_mib: int = 1024
+    gpus: int = 0
+    scratch_mib: int = 0
+    nodes: int = 1
+    time_limit: float | None = None
+    exit_code: int = 0
+    cancel_at: float | None = None  # the user asks to cancel at this time, whatever the job is doing
+    cancel_on_end: bool = False  # the run ended by the user cancelling it (SWF status 5)
+    priority: int = 1
+    user: str = ""
+    name: str = ""
+    procs: int = 0
+    vcpus_per_proc: float = 1.0
+    ram_per_proc: float = 0.0  # MiB
+    request: JobRequest | None = None
+
+    @property
+    def resources(self) -> Resources:
+        return Resources(self.vcpus, self.ram_mib, self.scratch_mib, self.gpus)
+
+    def to_job(self) -> Job:
+        if self.request is not None:
+            job = self.request.to_job(self.id, self.submit)
+        else:
+            job = Job(
+                id=self.id,
+                command=SWF_COMMAND,
+                resources=self.resources,
+                name=self.name,
+                node_count=self.nodes,
+                priority=self.priority,
+                time_limit=self.time_limit,
+                user=self.user,
+                submitted_at=self.submit,
+            )
+        job.resources = self.resources
+        job.node_count = self.nodes
+        return job
+
+
+@dataclass(slots=True)
+class ReadStats:
+    lines: int = 0
+    jobs: int = 0
+    skipped: int = 0  # bad lines skipped under --skip-bad-lines
+    errors: list[str] = field(default_factory=list)  # the first few skipped lines' messages
+    quirks: Counter[str] = field(default_factory=Counter)  # what the mapping had to fill in or fix
+
+    def skip(self, message: str) -> None:
+        self.skipped += 1
+        if len(self.errors) < 20:
+            self.errors.append(message)
+
+
+@dataclass(slots=True)
+class Workload:
+    jobs: list[SimJob]  # sorted by submit time, then id
+    source: str
+    format: str
+    stats: ReadStats
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """The file as text, gunzipped if it starts with the gzip magic bytes (whatever its name)."""
+    try:
+        with path.open("rb") as raw:
+            magic = raw.read(2)
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read: {exc.strerror}") from exc
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return io.TextIOWrapper(path.open("rb"), encoding="utf-8", errors="replace")
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with open_text(path) as text:
+        try:
+            yield from enumerate(text, start=1)
+        except (OSError, EOFError) as exc:
+            raise WorkloadError(f"{path}: cannot read: {exc}") from exc
+
+
+def shape_gangs(jobs: list[SimJob], types: list[InstanceType]) -> int:
+    """Fit each SWF job to the instance types: one node if some type holds it, else a gang of the
+    fewest nodes of one type (ties go to the cheaper gang), processors spread evenly. Jobs that
+    not even one processor's share fits are left as one node; the core reports them unplaceable.
+    Returns how many jobs became gangs."""
+    gangs = 0
+    cache: dict[tuple[int, float, float, int], tuple[float, int, int]] = {}
+    for job in jobs:
+        if job.procs <= 0:
+            continue
+        key = (job.procs, job.vcpus_per_proc, job.ram_per_proc, job.gpus)
+        shape = cache.get(key)
+        if shape is None:
+            shape = cache[key] = _shape(job.procs, job.vcpus_per_proc, job.ram_per_proc, job.gpus, types)
+        job.vcpus, job.ram_mib, job.nodes = shape
+        gangs += job.nodes > 1
+    return gangs
+
+
+def _shape(
+    procs: int, vcpus_per_proc: float, ram_per_proc: float, gpus: int, types: list[InstanceType]
+) -> tuple[float, int, int]:
+    def request(per_node: int) -> tuple[float, int]:
+        return per_node * vcpus_per_proc, max(1, math.ceil(per_node * ram_per_proc))
+
+    whole = request(procs)
+    if not types or any(_fits(whole, gpus, t) for t in types):
+        return whole[0], whole[1], 1
+    best: tuple[int, float, InstanceType] | None = None
+    for t in types:
+        if not _fits(request(1), gpus, t):
+            continue
+        # Lower bound from the vcpu and RAM ratios, then step up until the per-node share fits
+        # (rounding processors up can overshoot the bound by a little).
+        n = max(1, math.ceil(procs * vcpus_per_proc / t.vcpus), math.ceil(procs * ram_per_proc / t.ram_mib))
+        while not _fits(request(math.ceil(procs / n)), gpus, t):
+            n += 1
+        n = math.ceil(procs / math.ceil(procs / n))  # same per-node share on as few nodes as possible
+        candidate = (n, n * t.price_per_hour, t)
+        if best is None or candidate[:2] < best[:2]:
+            best = candidate
+    if best is None:
+        return whole[0], whole[1], 1
+    n = best[0]
+    per_node = request(math.ceil(procs / n))
+    return per_node[0], per_node[1], n
+
+
+def _fits(request: tuple[float, int], gpus: int, t: InstanceType) -> bool:
+    return request[0] <= t.vcpus + 1e-9 and request[1] <= t.ram_mib and gpus <= t.gpus
