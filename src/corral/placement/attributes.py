@@ -1,0 +1,104 @@
+"""Node attribute conventions: the keys in `Node.attributes` (and `InstanceType.attributes`) that
+the placement engine reads, and how their string values are understood.
+
+Every other attribute is a trait, matched by a job's `traits` / `forbidden_traits`. A value may be a
+list (a node with `zone: [a, b]` matches a job asking for `zone: b`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+AttributeValue: TypeAlias = str | list[str]
+
+PLATFORM = "platform"  # version string; "1.10" > "1.9", "20240301T000000Z" > "20231101T000000Z"
+NEXT_REBOOT = "next_reboot"  # epoch seconds of the planned reboot
+HARDWARE_PRIORITY = "hardware_priority"  # number; higher is better hardware
+RESERVED = "reserved"  # true: no new work at all (hard-filter-reserved)
+ROLE = "role"  # e.g. "head"; roles in settings.blocked_roles take no work (hard-filter-headnode)
+CATEGORY = "category"  # seed 002 node category, e.g. "hardware-maintenance"; may be a list
+RESERVATION = "reservation"  # admin reservation name: only jobs with that `reservation` may use the node
+RESERVATION_UNTIL = "reservation_until"  # epoch seconds when the reservation ends (absent: open-ended)
+MAX_JOBS = "max_jobs"  # jobs the node may run at once (hard-filter-vm-count)
+CAPPED = "capped"  # true/false pins the node's capness; absent: follows the jobs running on it
+RECENT_FAILURES = "recent_failures"  # failures the shell counted on this node recently
+HELD = "held"  # true: an operator hold; the node takes no new work
+
+ENGINE_KEYS = frozenset(
+    {
+        PLATFORM,
+        NEXT_REBOOT,
+        HARDWARE_PRIORITY,
+        RESERVED,
+        ROLE,
+        CATEGORY,
+        RESERVATION,
+        RESERVATION_UNTIL,
+        MAX_JOBS,
+        CAPPED,
+        RECENT_FAILURES,
+        HELD,
+    }
+)
+
+ANY_VALUE = "*"  # in a job's traits: the key must be present; in forbidden_traits: it must be absent
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+_VERSION_PART = re.compile(r"\d+|[A-Za-z]+")
+
+VersionKey: TypeAlias = tuple[tuple[int, int, str], ...]
+
+
+def values(value: AttributeValue | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+def first(attributes: Mapping[str, AttributeValue], key: str) -> str | None:
+    found = values(attributes.get(key))
+    return found[0] if found else None
+
+
+def truthy(attributes: Mapping[str, AttributeValue], key: str) -> bool | None:
+    """True / False for a recognised spelling, None when absent or unreadable."""
+    text = first(attributes, key)
+    if text is None:
+        return None
+    text = text.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    return None
+
+
+def number(attributes: Mapping[str, AttributeValue], key: str) -> float:
+    """The attribute as a float, NaN when absent or not a number (so one bad value does not stop
+    a pass; the node simply scores as if the attribute were missing)."""
+    text = first(attributes, key)
+    if text is None:
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def version_key(text: str) -> VersionKey:
+    """Orders versions part by part, numbers numerically: 1.9 < 1.10 < 1.10a."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in _VERSION_PART.findall(text))
+
+
+def matches(node_value: AttributeValue | None, wanted: Sequence[str]) -> bool:
+    """A node value (or list of values) matches when any of them is among the wanted values."""
+    have = values(node_value)
+    if ANY_VALUE in wanted:
+        return bool(have)
+    return any(v in wanted for v in have)

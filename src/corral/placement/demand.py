@@ -1,0 +1,82 @@
+"""A job's request as the engine reads it: normalised, hashable, with keys for sharing work.
+
+Jobs with the same `static_key` share the result of the filters that do not change within a pass
+(state, reservations, categories, platform, traits); jobs with the same `key` are interchangeable
+for placement, so once one of them finds no node in a pass the others need not look (capacity only
+shrinks within a pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from corral.core.model import Job, LocalityHints, Resources
+from corral.placement.attributes import values
+
+TraitSpec = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _spec(traits: dict[str, str | list[str]]) -> TraitSpec:
+    return tuple(sorted((key, tuple(sorted(values(value)))) for key, value in traits.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    near: tuple[str, ...]
+    far: tuple[str, ...]
+    strict: bool
+    level: str  # "server" or "rack"
+
+    @classmethod
+    def of(cls, hints: LocalityHints | None) -> Hints | None:
+        if hints is None or not (hints.near or hints.far):
+            return None
+        level = "rack" if hints.level == "rack" else "server"
+        return cls(tuple(hints.near), tuple(hints.far), hints.strict, level)
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    job_id: int
+    resources: Resources
+    node_count: int = 1
+    traits: TraitSpec = ()
+    forbidden: TraitSpec = ()
+    min_platform: str | None = None
+    capped: bool = False
+    reservation: str = ""
+    hints: Hints | None = None
+    time_limit: float | None = None
+    vector: npt.NDArray[np.float64] = field(init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        r = self.resources
+        vector = np.array([r.vcpus, float(r.ram_mib), float(r.scratch_mib), float(r.gpus)], dtype=np.float64)
+        vector.flags.writeable = False
+        object.__setattr__(self, "vector", vector)
+
+    @classmethod
+    def of(cls, job: Job) -> Demand:
+        return cls(
+            job_id=job.id,
+            resources=job.resources,
+            node_count=max(1, job.node_count),
+            traits=_spec(job.traits),
+            forbidden=_spec(job.forbidden_traits),
+            min_platform=job.min_platform,
+            capped=job.cpu_capped,
+            reservation=job.reservation,
+            hints=Hints.of(job.locality),
+            time_limit=job.time_limit,
+        )
+
+    @property
+    def static_key(self) -> tuple[object, ...]:
+        return (self.traits, self.forbidden, self.min_platform, self.reservation)
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.static_key, self.resources, self.node_count, self.capped, self.hints)

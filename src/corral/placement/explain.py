@@ -1,0 +1,113 @@
+"""Why a job has no node: every filter is run over every node, without stopping at the first that
+empties the set (users of DAPI, Nomad and kube-scheduler all complain about explanations that do).
+
+For each filter, in the configured order: how many nodes it removed from those still standing,
+how many fail it at all, a sample of node ids, and a sentence with quantities about the nearest
+miss among the nodes that pass every other filter. Then the node that fails the fewest filters.
+The one-line `reason` names the filter that took the survivors below what the job needs:
+"INSUFFICIENT_RAM: needs 40 GiB RAM, the largest free is 30 GiB on n-17; no instance type has
+more than 32 GiB".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from corral.placement.arrays import Bools
+from corral.placement.demand import Demand
+from corral.placement.engine import Engine
+from corral.placement.locality import Resolved
+
+
+def _masks(engine: Engine, demand: Demand, resolved: Resolved | None) -> list[Bools]:
+    a = engine.arrays
+    everything = np.ones(a.n, dtype=bool)
+    masks = []
+    for f in engine.filters:
+        if f.name == "locality" and (resolved is None or not resolved.hints.strict):
+            # Soft hints never keep a job from a node that fits: they yield when they would empty the set.
+            masks.append(everything)
+            continue
+        m = f.mask(a, demand, resolved)
+        masks.append(everything if m is None else m)
+    return masks
+
+
+def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str, Any]:
+    """The explanation of why `demand` finds no (or too few) nodes now. `quick` leaves out the
+    per-filter sentences and the nearest node, keeping counts and the reason (for long queues)."""
+    a = engine.arrays
+    need = demand.node_count
+    resolved = engine.resolve(demand)
+    masks = _masks(engine, demand, resolved)
+    types = engine.instance_types
+
+    alive = np.ones(a.n, dtype=bool)
+    rows: list[dict[str, Any]] = []
+    reason = ""
+    # Nodes passing every filter except filter i: prefix & suffix products.
+    suffix = [np.ones(a.n, dtype=bool)]
+    if not quick:
+        for m in reversed(masks):
+            suffix.append(suffix[-1] & m)
+        suffix.reverse()
+    prefix = np.ones(a.n, dtype=bool)
+    for i, (f, m) in enumerate(zip(engine.filters, masks, strict=True)):
+        before = int(np.count_nonzero(alive))
+        removed = alive & ~m
+        alive = alive & m
+        after = before - int(np.count_nonzero(removed))
+        failing = ~m
+        failed = int(np.count_nonzero(failing))
+        row: dict[str, Any] = {"filter": f.name, "code": f.code, "removed": before - after, "failed": failed}
+        if f.seed:
+            row["seed"] = f.seed
+        emptied = not reason and after < need <= before
+        if failed and (not quick or emptied):
+            shown = removed if before - after else failing
+            row["sample"] = [a.ids[j] for j in np.flatnonzero(shown)[: engine.settings.explain_sample]]
+            others = prefix & suffix[i + 1] if not quick else prefix
+            scope = others if others.any() else np.ones(a.n, dtype=bool)
+            row["detail"] = f.describe(a, demand, scope, resolved, types)
+        if emptied:
+            reason = f"{f.code}: {row.get('detail', '')}".rstrip(": ")
+            if need > 1:
+                reason += f" (the job needs {need} nodes, {after} remain)"
+        rows.append(row)
+        prefix = prefix & m
+
+    survivors = int(np.count_nonzero(alive))
+    if not a.n:
+        reason = "NO_NODES: no running node takes work"
+    elif not reason and survivors < need:
+        reason = f"TOO_FEW_NODES: the job needs {need} nodes, {survivors} pass every filter"
+    result: dict[str, Any] = {
+        "job": demand.job_id,
+        "request": demand.resources.describe() + (f" on each of {need} nodes" if need > 1 else ""),
+        "availability": a.policy.describe(),
+        "nodes": a.n,
+        "survivors": survivors,
+        "filters": rows,
+        "reason": reason,
+    }
+    if not quick and a.n:
+        fails = np.zeros(a.n, dtype=np.int64)
+        for m in masks:
+            fails += ~m
+        best = int(fails.argmin())
+        result["nearest"] = {
+            "node": a.ids[best],
+            "fails": [f.code for f, m in zip(engine.filters, masks, strict=True) if not m[best]],
+        }
+    if resolved is not None:
+        result["locality"] = {
+            "strict": resolved.hints.strict,
+            "level": resolved.hints.level,
+            "near_running": resolved.near.running,
+            "far_running": resolved.far.running,
+            "not_running": resolved.near.absent + resolved.far.absent,
+            "not_understood": resolved.unknown,
+        }
+    return result

@@ -1,0 +1,150 @@
+"""Locality hints (seed 003): place a job near to or away from other jobs, named by job id or by
+`tag:NAME` (every job carrying that tag, e.g. the members of a service), at server or rack level.
+
+- A target that is not running anywhere constrains nothing (the first member of a service has no
+  one to be near); the explanation lists such targets.
+- `far` wins over `near`: a node that is near one target and hosts (or shares a rack with) a far
+  target is out.
+- Soft hints (the default) are dropped when they would leave too few nodes: first `near` is
+  relaxed, then `far`; the explanation says which. `strict` hints are a hard filter.
+- The soft-locality scorer grades what the filter cannot: at server level, a node in the same rack
+  as a near target scores 0.5 (as does, inversely, one in the rack of a far target).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corral.core.model import Attempt, Job, Node
+from corral.placement.arrays import Bools, Floats, NodeArrays, rack_key
+from corral.placement.demand import Hints
+
+TAG_PREFIX = "tag:"
+
+
+@dataclass(slots=True)
+class Targets:
+    """Where the targets of one side (near or far) run."""
+
+    nodes: Bools  # nodes hosting a target
+    racks: Bools  # nodes in a rack that hosts a target
+    running: list[str] = field(default_factory=list)  # target names with work somewhere
+    absent: list[str] = field(default_factory=list)  # target names not running anywhere
+
+    @property
+    def active(self) -> bool:
+        return bool(self.running)
+
+
+@dataclass(slots=True)
+class Resolved:
+    hints: Hints
+    near: Targets
+    far: Targets
+    unknown: list[str]  # entries that are neither a job id nor `tag:NAME`
+
+    def far_ok(self) -> Bools:
+        side = self.far.racks if self.hints.level == "rack" else self.far.nodes
+        result: Bools = ~side
+        return result
+
+    def near_ok(self) -> Bools:
+        side = self.near.racks if self.hints.level == "rack" else self.near.nodes
+        return side
+
+    def allowed(self) -> Bools | None:
+        """The hard (strict) form: None when the hints constrain nothing."""
+        if self.far.active and self.near.active:
+            result: Bools = self.near_ok() & self.far_ok()
+            return result
+        if self.far.active:
+            return self.far_ok()
+        if self.near.active:
+            return self.near_ok()
+        return None
+
+    def score(self) -> Floats | None:
+        """0..1 per node; None when no hint is active (every node would score the same)."""
+        parts: list[Floats] = []
+        rack_level = self.hints.level == "rack"
+        if self.near.active:
+            near = self.near.racks.astype(np.float64)
+            if not rack_level:
+                near *= 0.5
+                near[self.near.nodes] = 1.0
+            parts.append(near)
+        if self.far.active:
+            far = 1.0 - self.far.racks.astype(np.float64)
+            if not rack_level:
+                far = 1.0 - 0.5 * self.far.racks.astype(np.float64)
+                far[self.far.nodes] = 0.0
+            parts.append(far)
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        result: Floats = (parts[0] + parts[1]) * 0.5
+        return result
+
+
+class LocalityIndex:
+    """Which nodes and racks each job runs on, and which jobs carry each tag. Kept current within a
+    pass, so a job placed early in the pass counts as a target for jobs placed after it."""
+
+    def __init__(self, jobs: Iterable[Job], attempts: Iterable[Attempt], all_nodes: Sequence[Node]) -> None:
+        self._rack_of = {node.id: rack_key(node) for node in all_nodes}
+        self.job_nodes: dict[int, list[str]] = {}
+        self.tag_jobs: dict[str, set[int]] = {}
+        for job in jobs:
+            for tag in job.tags:
+                self.tag_jobs.setdefault(tag, set()).add(job.id)
+        for attempt in attempts:
+            if attempt.state.active:
+                self.job_nodes.setdefault(attempt.job_id, []).extend(attempt.node_ids)
+
+    def add(self, job_id: int, tags: Iterable[str], node_ids: Iterable[str]) -> None:
+        self.job_nodes.setdefault(job_id, []).extend(node_ids)
+        for tag in tags:
+            self.tag_jobs.setdefault(tag, set()).add(job_id)
+
+    def resolve(self, hints: Hints, arrays: NodeArrays, self_id: int) -> Resolved:
+        unknown: list[str] = []
+        near = self._side(hints.near, arrays, self_id, unknown)
+        far = self._side(hints.far, arrays, self_id, unknown)
+        return Resolved(hints, near, far, unknown)
+
+    def _side(self, entries: tuple[str, ...], arrays: NodeArrays, self_id: int, unknown: list[str]) -> Targets:
+        node_ids: set[str] = set()
+        running: list[str] = []
+        absent: list[str] = []
+        for entry in entries:
+            job_ids = self._jobs_named(entry)
+            if job_ids is None:
+                unknown.append(entry)
+                continue
+            found = {n for j in job_ids if j != self_id for n in self.job_nodes.get(j, ())}
+            (running if found else absent).append(entry)
+            node_ids |= found
+        nodes = np.zeros(arrays.n, dtype=bool)
+        where = [arrays.index[n] for n in node_ids if n in arrays.index]
+        if where:
+            nodes[where] = True
+        racks = np.zeros(arrays.n, dtype=bool)
+        codes = {arrays.rack_codes.get(self._rack_of.get(n, f"node:{n}"), -1) for n in node_ids}
+        codes.discard(-1)
+        if codes:
+            table = np.zeros(len(arrays.rack_names), dtype=bool)
+            table[list(codes)] = True
+            racks = table[arrays.rack]
+        return Targets(nodes, racks, running, absent)
+
+    def _jobs_named(self, entry: str) -> set[int] | None:
+        if entry.startswith(TAG_PREFIX):
+            return self.tag_jobs.get(entry[len(TAG_PREFIX) :], set())
+        try:
+            return {int(entry)}
+        except ValueError:
+            return None

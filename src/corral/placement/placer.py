@@ -1,0 +1,205 @@
+"""The placer plugged into `plan_pass`: the queue in order, each job through the engine, with EASY
+backfill (or strict FIFO, or none) where capacity is bounded.
+
+Bounded or elastic, per job (`queue.capacity = "auto"`): in an elastic fleet a job that does not
+fit now gets a new instance from the boot planner, so holding running nodes back for it would only
+idle them; a reservation is made only when no instance can be booted for the job: no instance
+types, `max_instances` reached, or every type that could hold it (by the same filters) in capacity
+back-off. `bounded` and `elastic` force one or the other.
+
+The placer keeps no state between passes: build it once per configuration with `make_placer`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from corral.core.model import Job, Node, Resources
+from corral.core.snapshot import Placement, PlacementResult, Snapshot
+from corral.placement.arrays import NodeArrays, measure_load
+from corral.placement.backfill import Reservation, Timeline, end_time, reserve
+from corral.placement.boot import TypeRanker
+from corral.placement.demand import Demand
+from corral.placement.engine import Engine
+from corral.placement.explain import explain
+from corral.placement.locality import LocalityIndex
+from corral.placement.settings import PlacementSettings, coerce
+
+if TYPE_CHECKING:
+    from corral.core.reconcile import Placer
+    from corral.core.settings import PolicySettings
+
+# Full explanations (every filter's sentence, nearest node) per pass; past this, unplaced jobs get
+# the counts and the one-line reason only, so a queue of thousands of distinct misfits stays fast.
+FULL_EXPLANATIONS_PER_PASS = 200
+
+
+class Capacity:
+    """Whether a job that does not fit now can expect a new instance (elastic) or must wait for
+    running work to end (bounded)."""
+
+    def __init__(self, snapshot: Snapshot, settings: PlacementSettings, max_instances: int | None, now: float) -> None:
+        self.mode = settings.queue.capacity
+        self.live = sum(1 for n in snapshot.nodes if n.state.live)
+        self.max_instances = max_instances
+        self.types = TypeRanker(snapshot.instance_types, settings, now=now, unavailable=snapshot.unavailable_types)
+
+    def bounded_for(self, demand: Demand) -> bool:
+        if self.mode != "auto":
+            return self.mode == "bounded"
+        if not self.types.types:
+            return True
+        if self.max_instances is not None and self.live + demand.node_count > self.max_instances:
+            return True
+        return not any(rank.fits for rank in self.types.rank(demand))
+
+
+def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None) -> Placer:
+    """A Placer for `plan_pass`. Stateless between passes; build it once per configuration."""
+    placement = coerce(settings)
+    boot = getattr(settings, "boot", None)
+    max_instances: int | None = getattr(boot, "max_instances", None)
+
+    def placer(
+        snapshot: Snapshot, queue: Sequence[Job], nodes: Sequence[Node], free: dict[str, Resources], now: float
+    ) -> PlacementResult:
+        return place(snapshot, queue, nodes, free, now, placement, max_instances=max_instances)
+
+    return placer
+
+
+def build_engine(
+    snapshot: Snapshot,
+    nodes: Sequence[Node],
+    free: MutableMapping[str, Resources] | None,
+    now: float,
+    settings: PlacementSettings,
+) -> Engine:
+    jobs = {job.id: job for job in snapshot.jobs}
+    load = measure_load(nodes, snapshot.attempts, jobs)
+    arrays = NodeArrays(nodes, load, settings, now, free)
+    index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
+    return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)
+
+
+def place(
+    snapshot: Snapshot,
+    queue: Sequence[Job],
+    nodes: Sequence[Node],
+    free: MutableMapping[str, Resources] | None,
+    now: float,
+    settings: PlacementSettings,
+    *,
+    max_instances: int | None = None,
+) -> PlacementResult:
+    result = PlacementResult()
+    if not queue:
+        return result
+    engine = build_engine(snapshot, nodes, free, now, settings)
+    arrays = engine.arrays
+    policy = settings.queue
+    jobs = {job.id: job for job in snapshot.jobs}
+    timeline: Timeline | None = None
+    capacity: Capacity | None = None
+    ordered = list(queue) if policy.order == "priority" else sorted(queue, key=lambda j: (j.submitted_at, j.id))
+
+    no_room: dict[tuple[object, ...], dict[str, Any]] = {}  # demands that found no node this pass
+    full_explanations = 0
+    blocker: Job | None = None
+    reservation: Reservation | None = None
+    examined_after_block = 0
+
+    for job in ordered:
+        demand = Demand.of(job)
+        if blocker is not None:
+            if policy.backfill == "strict-fifo":
+                result.reasons[job.id] = f"waiting behind job {blocker.id} (strict FIFO)"
+                result.details[job.id] = {"job": job.id, "reason": result.reasons[job.id], "blocked_by": blocker.id}
+                continue
+            examined_after_block += 1
+            if examined_after_block > policy.max_job_test:
+                result.reasons[job.id] = (
+                    f"not examined this pass: backfill looks at {policy.max_job_test} jobs after job {blocker.id}"
+                )
+                result.details[job.id] = {"job": job.id, "reason": result.reasons[job.id]}
+                continue
+
+        end = end_time(now, demand.time_limit, policy.default_time_limit, now)
+        exclude = reservation.holds_back(arrays, demand.vector, end) if reservation is not None else None
+        known_misfit = no_room.get(demand.key)
+        choice = None if known_misfit is not None else engine.choose(demand, exclude)
+        if choice is not None:
+            engine.commit(demand, choice.nodes, job.tags)
+            result.placements.append(Placement(job.id, tuple(arrays.ids[i] for i in choice.nodes)))
+            placed: dict[str, Any] = {"job": job.id, "placed_on": [arrays.ids[i] for i in choice.nodes]}
+            placed["top"] = choice.top
+            if choice.evaluation.notes:
+                placed["notes"] = choice.evaluation.notes
+            result.details[job.id] = placed
+            if policy.backfill != "none":
+                timeline = timeline or Timeline.of_running(
+                    arrays, snapshot.attempts, jobs, now, policy.default_time_limit
+                )
+                for i in choice.nodes:
+                    timeline.add(end, i, demand.vector)
+            if reservation is not None:
+                reservation.take(choice.nodes, demand.vector, end)
+            continue
+
+        # Not placed: held back by the reservation, or no node fits now.
+        if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
+            assert reservation is not None
+            reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
+            result.reasons[job.id] = reason
+            result.details[job.id] = {
+                "job": job.id,
+                "reason": reason,
+                "reservation": _reservation_json(reservation, arrays, now),
+            }
+            continue
+        if known_misfit is None:
+            quick = full_explanations >= FULL_EXPLANATIONS_PER_PASS
+            known_misfit = explain(engine, demand, quick=quick)
+            full_explanations += not quick
+            if not (demand.hints is not None and demand.hints.strict):
+                # Capacity only shrinks within a pass, so the same demand will not fit later in it;
+                # strict hints are the exception (a target placed later may open a node).
+                no_room[demand.key] = known_misfit
+        details = copy.deepcopy(known_misfit)
+        details["job"] = job.id
+        reason = details["reason"] or "waiting for resources"
+
+        if blocker is None and policy.backfill != "none":
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now)
+            if capacity.bounded_for(demand):
+                timeline = timeline or Timeline.of_running(
+                    arrays, snapshot.attempts, jobs, now, policy.default_time_limit
+                )
+                eligible = engine.static_mask(demand)
+                strict = engine.resolve(demand)
+                if strict is not None and strict.hints.strict and engine.locality_filter:
+                    allowed = strict.allowed()
+                    if allowed is not None:
+                        eligible = eligible & allowed
+                found = reserve(arrays, demand, eligible, timeline, now)
+                if found is not None:
+                    blocker = job
+                    if policy.backfill == "easy":
+                        reservation = found
+                        reason += f"; {found.describe(arrays, now)}"
+                    details["reservation"] = _reservation_json(found, arrays, now)
+                    details["reason"] = reason
+        result.reasons[job.id] = reason
+        result.details[job.id] = details
+    return result
+
+
+def _reservation_json(reservation: Reservation, arrays: NodeArrays, now: float) -> dict[str, Any]:
+    return {
+        "job": reservation.job_id,
+        "start": reservation.start,
+        "starts_in": max(0.0, reservation.start - now),
+        "nodes": [arrays.ids[i] for i in reservation.nodes],
+    }

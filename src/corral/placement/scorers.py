@@ -1,0 +1,195 @@
+"""Scorers: each gives every node a score in 0..1 for a job (higher is better); the engine adds them
+up with the configured weights, so a negative weight turns a preference around.
+
+Scales are fixed for the pass (the fleet's largest RAM, highest price, platform range, reboot
+horizon), so a score means the same for every job of the pass and placing one job never moves the
+scores of nodes it did not touch.
+
+`base` is set for scorers whose score is the same for every job up to a constant (pack and spread:
+"free RAM after placement" is "free RAM now" less the request). The engine keeps their weighted sum
+per node and refreshes it only on the nodes a placement changes; `exact` gives the true value,
+which is what explanations show.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from corral.placement.arrays import Floats, Ints, NodeArrays
+from corral.placement.availability import Resource
+from corral.placement.demand import Demand
+from corral.placement.locality import Resolved
+from corral.placement.settings import PlacementSettings
+
+Index = slice | Ints
+U64 = npt.NDArray[np.uint64]
+_MASK64 = (1 << 64) - 1
+
+
+class PassScores:
+    """Per-pass, per-node scores that depend on node attributes only."""
+
+    def __init__(self, arrays: NodeArrays, settings: PlacementSettings, now: float) -> None:
+        self.arrays = arrays
+        a = arrays
+        versions = len(a.platform_versions)
+        platform = a.platform_rank / (versions - 1) if versions > 1 else (a.platform_rank >= 0).astype(np.float64)
+        self.platform: Floats = np.where(a.platform_rank >= 0, platform, 0.0)
+
+        # Reboot dates in the past are ignored (ops may not have updated them): such a node, like one
+        # with no date, scores as if its reboot were farthest away.
+        future = a.next_reboot > now  # NaN compares False
+        if future.any():
+            horizon = float(a.next_reboot[future].max()) - now
+            self.reboot: Floats = np.where(future, (a.next_reboot - now) / horizon, 1.0)
+        else:
+            self.reboot = np.ones(a.n)
+
+        known = ~np.isnan(a.hardware)
+        if known.any():
+            low, high = float(a.hardware[known].min()), float(a.hardware[known].max())
+            spread = (a.hardware - low) / (high - low) if high > low else np.ones(a.n)
+            self.hardware: Floats = np.where(known, spread, 0.0)
+        else:
+            self.hardware = np.zeros(a.n)
+
+        self.failures: Floats = 1.0 - np.minimum(1.0, a.failures / settings.failure_saturation)
+
+        self.seed = pass_seed(now, settings.tie_break_seed)
+        hashes = np.array([zlib.crc32(node_id.encode()) for node_id in a.ids], dtype=np.uint64)
+        self.noise: Floats = _unit_interval(_splitmix(hashes ^ np.uint64(self.seed)))
+
+    def job_noise(self, job_id: int) -> float:
+        """Rotating every node's noise by a per-job offset gives each job its own tie order."""
+        return float(_unit_interval(_splitmix(np.array([job_id & _MASK64], dtype=np.uint64) ^ np.uint64(self.seed)))[0])
+
+
+def pass_seed(now: float, extra: int) -> int:
+    """Deterministic: the same pass (same `now`) breaks ties the same way, in the loop and in replay."""
+    return (int(round(now * 1000.0)) * 0xBF58476D1CE4E5B9 + extra * 0x94D049BB133111EB) & _MASK64
+
+
+def _splitmix(x: U64) -> U64:
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        result: U64 = x ^ (x >> np.uint64(31))
+        return result
+
+
+def _unit_interval(x: U64) -> Floats:
+    result: Floats = (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return result
+
+
+Exact = Callable[[PassScores, Demand, Index, "Resolved | None", float], Floats]
+Base = Callable[[PassScores, Index], Floats]
+
+
+@dataclass(frozen=True, slots=True)
+class Scorer:
+    name: str
+    seed: str
+    exact: Exact
+    base: Base | None = None  # see the module docstring
+    static: bool = False  # exact does not depend on the job at all
+
+
+def _free_ram_now(s: PassScores, idx: Index) -> Floats:
+    result: Floats = s.arrays.room[Resource.RAM, idx] / s.arrays.ram_scale
+    return result
+
+
+def _pack_base(s: PassScores, idx: Index) -> Floats:
+    result: Floats = 1.0 - _free_ram_now(s, idx)
+    return result
+
+
+def _pack(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+    free_after = (s.arrays.room[Resource.RAM, idx] - d.vector[Resource.RAM]) / s.arrays.ram_scale
+    result: Floats = 1.0 - free_after
+    return result
+
+
+def _spread(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+    result: Floats = (s.arrays.room[Resource.RAM, idx] - d.vector[Resource.RAM]) / s.arrays.ram_scale
+    return result
+
+
+def _balanced(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+    """1 - the spread (std) of the node's use fractions after placement, over cpu and RAM and over
+    disk and GPUs when the job asks for them (kube-scheduler's balanced allocation)."""
+    a = s.arrays
+    rows = [Resource.CPU, Resource.RAM] + [r for r in (Resource.DISK, Resource.GPU) if d.vector[r] > 0]
+    fractions = []
+    for r in rows:
+        cap = a.capacity[r, idx]
+        used_after = cap - a.room[r, idx] + d.vector[r]
+        fractions.append(np.clip(np.divide(used_after, cap, out=np.ones_like(cap), where=cap > 0), 0.0, 1.0))
+    # Fractions lie in 0..1, so their standard deviation is at most 0.5.
+    result: Floats = 1.0 - 2.0 * np.stack(fractions).std(axis=0)
+    return result
+
+
+def _price(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+    """The node's hourly price divided by how many copies of the job its capacity holds."""
+    a = s.arrays
+    copies = np.full(a.capacity[0, idx].shape, np.inf)
+    for r in Resource:
+        if d.vector[r] > 0:
+            copies = np.minimum(copies, np.floor(a.capacity[r, idx] / d.vector[r] + 1e-9))
+    per_job = a.price[idx] / np.maximum(copies, 1.0)
+    result: Floats = 1.0 - per_job / a.price_scale
+    return result
+
+
+def _attribute(field: str) -> Exact:
+    def exact(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+        result: Floats = getattr(s, field)[idx]
+        return result
+
+    return exact
+
+
+def _attribute_base(field: str) -> Base:
+    def base(s: PassScores, idx: Index) -> Floats:
+        result: Floats = getattr(s, field)[idx]
+        return result
+
+    return base
+
+
+def _locality(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+    graded = loc.score() if loc is not None else None
+    if graded is None:
+        return np.zeros(s.arrays.capacity[0, idx].shape)
+    result: Floats = graded[idx]
+    return result
+
+
+def _random(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+    result: Floats = (s.noise[idx] + noise) % 1.0
+    return result
+
+
+SCORERS: dict[str, Scorer] = {
+    sc.name: sc
+    for sc in (
+        Scorer("pack", "sort-min-ram", _pack, _pack_base),
+        Scorer("spread", "sort-max-ram", _spread, _free_ram_now),
+        Scorer("balanced", "", _balanced),
+        Scorer("platform", "RFD 24 newest platform", _attribute("platform"), _attribute_base("platform"), True),
+        Scorer("reboot", "RFD 24 next_reboot_date", _attribute("reboot"), _attribute_base("reboot"), True),
+        Scorer("hardware", "RFD 24 hardware class", _attribute("hardware"), _attribute_base("hardware"), True),
+        Scorer("locality", "soft-filter-locality-hints", _locality),
+        Scorer("price", "", _price),
+        Scorer("random", "sort-random", _random),
+        Scorer("failures", "", _attribute("failures"), _attribute_base("failures"), True),
+    )
+}

@@ -1,0 +1,195 @@
+"""Settings of the placement engine: which filters run in which order, scorer weights, the
+availability policy, queue order and backfill. Everything has a default.
+
+This module must not import corral.core.settings: that module embeds PlacementSettings, so the
+import would be circular. Durations are parsed with corral.core.units directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from corral.core.units import parse_duration
+from corral.placement.availability import RESOURCE_NAMES, AvailabilityPolicy, parse_availability
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+# Default order follows seed 003's table; the last column is the name used there.
+FILTER_NAMES: tuple[str, ...] = (
+    "state",  # hard-filter-running, hard-filter-invalid-servers
+    "reserved",  # hard-filter-reserved, hard-filter-headnode
+    "reservation",  # admin reservations (seed 002 §5.4.2, mrsvctl)
+    "category",  # node categories that block work (seed 002 §5.4.2)
+    "max-jobs",  # hard-filter-vm-count
+    "capness",  # hard-filter-capness
+    "platform",  # hard-filter-platform-versions
+    "traits",  # hard-filter-traits
+    "overprovision",  # hard-filter-overprovision-ratios
+    "min-ram",  # hard-filter-min-ram
+    "min-cpu",  # hard-filter-min-cpu
+    "min-disk",  # hard-filter-min-disk
+    "gpus",
+    "locality",  # soft-filter-locality-hints (hard when strict)
+)
+
+SCORER_NAMES: tuple[str, ...] = (
+    "pack",  # sort-min-ram: least free RAM after placement
+    "spread",  # sort-max-ram: most free RAM after placement
+    "balanced",  # even use of cpu and RAM (kube-scheduler's NodeResourcesBalancedAllocation)
+    "platform",  # newest platform version (RFD 24)
+    "reboot",  # farthest next reboot date (RFD 24)
+    "hardware",  # hardware class priority (RFD 24)
+    "locality",  # soft locality hints
+    "price",  # lowest price per job
+    "random",  # tie-break (sort-random)
+    "failures",  # fewer recent failures
+)
+
+# The seed's open question ranks "newer platform, then later reboot, then min RAM"; the weights
+# keep packing first and let the others decide between nodes that pack about equally well.
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "pack": 1.0,
+    "platform": 0.5,
+    "reboot": 0.25,
+    "hardware": 0.25,
+    "locality": 1.0,
+    "failures": 0.5,
+    "random": 0.0001,
+}
+# Ranking instance types for a boot: the cheapest per job, then the tightest fit.
+DEFAULT_BOOT_WEIGHTS: dict[str, float] = {"price": 1.0, "pack": 0.1}
+
+# Seed 002 §5.4.2 categories under which a node takes no batch work.
+DEFAULT_BLOCKING_CATEGORIES: tuple[str, ...] = (
+    "batch-failure",
+    "benchmark",
+    "emergency-maintenance",
+    "grid-reservation",
+    "hardware-failure",
+    "hardware-maintenance",
+    "network-failure",
+    "general-failure",
+    "personal-reservation",
+    "software-failure",
+    "software-maintenance",
+    "standing-reservation",
+    "storage-failure",
+    "user-reservation",
+    "vpc",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class QueueSettings(_Strict):
+    """Which job gets free room when capacity is bounded."""
+
+    order: Literal["priority", "submit"] = Field(
+        "priority", description="priority then submit time, or submit time alone"
+    )
+    backfill: Literal["easy", "strict-fifo", "none"] = Field(
+        "easy",
+        description=(
+            "easy: the first blocked job gets a reservation, later jobs start only if they do not delay it; "
+            "strict-fifo: the first blocked job blocks every later one; "
+            "none: every job that fits starts (large jobs may starve)"
+        ),
+    )
+    capacity: Literal["auto", "bounded", "elastic"] = Field(
+        "auto",
+        description=(
+            "bounded: reservations always apply; elastic: a job that does not fit waits for a boot and holds "
+            "nothing back; auto: bounded for a job when no instance can be booted for it"
+        ),
+    )
+    max_job_test: int = Field(500, ge=1, description="jobs examined after the first blocked one (bf_max_job_test)")
+    default_time_limit: Duration | None = Field(
+        None, description="assumed run time of jobs without a time limit; none: they never end for backfill"
+    )
+
+
+class PlacementSettings(_Strict):
+    filters: list[str] = Field(
+        default_factory=lambda: list(FILTER_NAMES), description="filters in the order they run; omit one to skip it"
+    )
+    weights: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_WEIGHTS),
+        description="scorer weights for placing on running nodes; a negative weight reverses a scorer",
+    )
+    boot_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_BOOT_WEIGHTS), description="scorer weights for ranking instance types"
+    )
+    availability: str = Field("COMBINED", description="seed 002 syntax, e.g. 'DEDICATED:PROC COMBINED:MEM'")
+    overprovision: dict[str, float] = Field(
+        default_factory=dict,
+        description="per resource (cpu, ram, disk, gpu): requests may reach capacity times this ratio",
+    )
+    max_jobs_per_node: int | None = Field(None, ge=1, description="default when a node has no max_jobs attribute")
+    blocked_roles: list[str] = Field(default_factory=lambda: ["head", "headnode"])
+    blocking_categories: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCKING_CATEGORIES))
+    failure_saturation: float = Field(3.0, gt=0, description="recent failures at which the failure score is 0")
+    tie_break_seed: int = 0
+    explain_sample: int = Field(5, ge=1, description="node ids listed per filter in an explanation")
+    explain_top: int = Field(3, ge=1, description="nodes whose scores are kept for a placed job")
+    queue: QueueSettings = Field(default_factory=QueueSettings)
+
+    @field_validator("filters")
+    @classmethod
+    def _known_filters(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name not in FILTER_NAMES:
+                raise ValueError(f"unknown filter {name!r} (known: {', '.join(FILTER_NAMES)})")
+        if len(set(value)) != len(value):
+            raise ValueError("a filter is listed twice")
+        return value
+
+    @field_validator("weights", "boot_weights")
+    @classmethod
+    def _known_scorers(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if name not in SCORER_NAMES:
+                raise ValueError(f"unknown scorer {name!r} (known: {', '.join(SCORER_NAMES)})")
+        return value
+
+    @field_validator("availability")
+    @classmethod
+    def _valid_availability(cls, value: str) -> str:
+        return parse_availability(value).describe()
+
+    @field_validator("overprovision", mode="before")
+    @classmethod
+    def _resource_ratios(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        ratios: dict[str, float] = {}
+        for key, ratio in value.items():
+            resource = RESOURCE_NAMES.get(str(key).upper())
+            if resource is None:
+                raise ValueError(f"unknown resource {key!r} (use cpu, ram, disk or gpu)")
+            if not isinstance(ratio, int | float) or isinstance(ratio, bool) or ratio <= 0:
+                raise ValueError(f"overprovision ratio for {key} must be a number above 0")
+            ratios[resource.label] = float(ratio)
+        return ratios
+
+    def availability_policy(self) -> AvailabilityPolicy:
+        return parse_availability(self.availability)
+
+
+def coerce(value: object) -> PlacementSettings:
+    """PlacementSettings from PlacementSettings, a PolicySettings (its `placement`, which may still
+    be the raw dict of an older config object), a plain dict, or None (the defaults)."""
+    if isinstance(value, PlacementSettings):
+        return value
+    if value is None:
+        return PlacementSettings()
+    if isinstance(value, Mapping):
+        return PlacementSettings.model_validate(dict(value))
+    inner = getattr(value, "placement", None)
+    if inner is not None:
+        return coerce(inner)
+    raise TypeError(f"not placement settings: {type(value).__name__}")
