@@ -162,6 +162,10 @@ class SimCloud:
         sim.instance.state = "broken"
         self.stats.failures += 1
 
+    def failure_delay(self) -> float:
+        """Time to the next random failure of a node that is not a cloud instance (a fixed fleet's)."""
+        return self._fail_rng.expovariate(self._fail_rate) if self._fail_rate > 0 else math.inf
+
     def choose(self, candidates: builtins.list[str], count: int) -> builtins.list[str]:
         """`count` of the given instance ids, drawn from the failure stream (for scheduled failures)."""
         ordered = sorted(candidates)

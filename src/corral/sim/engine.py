@@ -1,0 +1,541 @@
+"""The simulated world: a virtual clock, an event queue, the `sim` cloud and simulated agents,
+driven by the core's reconcile pass.
+
+Every decision comes from `corral.core.reconcile.plan_pass` (placements, boots, drains, shutdowns,
+requeues, cancellations) or from `corral.core.retry` (what an attempt's exit does to its job);
+this module only carries decisions out and plays the parts of the cloud, the agents and the users:
+an instance pairs when its boot delay is over, an agent starts what it was given and reports the
+exit when the recorded run time is over, a user cancels when the workload says so, a broken
+instance's agent stops pinging (and the core notices, as it would in production).
+
+Passes run on the grid of the live loop's interval (`sim.tick`, default `loop.interval`): at the
+first tick after anything happens, and at every tick after a pass that changed something. Through
+quiet stretches the clock jumps to the next tick at which a pass could decide differently: an
+event, or a policy timer running out (boot grace, idle grace, billing window, ping staleness, start
+timeout, retry back-off, not-before, capacity back-off). `every_tick=True` runs every tick instead;
+a test checks that both give the same results.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.cloud.base import InsufficientCapacity
+from corral.cloud.sim import SimCloud
+from corral.config import Config
+from corral.core import capacity, retry
+from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState
+from corral.core.reconcile import plan_pass
+from corral.core.settings import PolicySettings
+from corral.core.snapshot import Decisions, JobOutcome, NodeAction, Snapshot
+from corral.sim.settings import ScheduledFailure
+from corral.workload.model import SimJob, shape_gangs
+
+# Event kinds, in the order they are handled when they fall on the same instant.
+PAIR, START, END, FAIL, CANCEL, REPAIR, SCHEDULED_FAIL = range(7)
+EPS = 1e-6  # "strictly after": a timer that fires when `now - t > limit` is due one grid step past t + limit
+DISPATCHER = "sim"
+
+
+class SimulationError(ValueError):
+    """A configuration the simulator cannot run (the message names the key)."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What the metrics need about one finished job."""
+
+    state: JobState
+    submit: float
+    run: float
+    wait: float | None  # None if it never ran to the end of its recorded run
+
+
+@dataclass(slots=True)
+class Trace:
+    """Samples taken at every pass, for the report's curves."""
+
+    time: array[float] = field(default_factory=lambda: array("d"))
+    fleet: array[float] = field(default_factory=lambda: array("d"))
+    queued: array[float] = field(default_factory=lambda: array("d"))
+    running: array[float] = field(default_factory=lambda: array("d"))
+
+
+@dataclass(slots=True)
+class Counters:
+    passes: int = 0
+    boots: int = 0
+    shutdowns: int = 0
+    drains: int = 0
+    capacity_errors: int = 0
+    boots_skipped_in_backoff: int = 0
+    node_failures: int = 0
+    requeues: int = 0
+    placements: int = 0
+    peak_fleet: int = 0
+    peak_queue: int = 0
+
+
+class Simulation:
+    def __init__(
+        self,
+        jobs: list[SimJob],
+        config: Config,
+        *,
+        label: str = "",
+        every_tick: bool = False,
+        progress: Callable[[float], None] | None = None,
+        on_pass: Callable[[Snapshot, float, Decisions], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.label = label
+        self.every_tick = every_tick
+        self.progress = progress
+        self.on_pass = on_pass
+        sim = config.sim
+        self.tick = float(sim.tick if sim.tick is not None else config.loop.interval)
+        if self.tick <= 0:
+            raise SimulationError("sim.tick (or loop.interval) must be more than 0")
+        self.fixed = sim.fleet.mode == "fixed"
+        all_types = {t.name: t for t in config.core_instance_types()}
+        self.policy: PolicySettings = config.policy
+        if self.fixed:
+            self.types, self.fixed_nodes = self._fixed_fleet(all_types)
+            # A fixed fleet as policy: the core may boot nothing and must keep every node; it
+            # still places, orders the queue, and shuts down (for repair) nodes that fail.
+            self.policy = config.policy.model_copy(deep=True)
+            self.policy.boot.max_instances = 0
+            self.policy.lifecycle.min_instances = len(self.fixed_nodes)
+        else:
+            self.types, self.fixed_nodes = list(all_types.values()), []
+        self.types_by_name = {t.name: t for t in self.types}
+        shape_gangs(jobs, self.types)
+        self.specs = jobs
+        self.spec_of = {spec.id: spec for spec in jobs}
+
+        self.now = 0.0
+        self.cloud = SimCloud(self.types, sim, lambda: self.now, config.cloud.cluster)
+        self.jobs: dict[int, Job] = {}
+        self.attempts: dict[int, Attempt] = {}
+        self.nodes: dict[str, Node] = {}
+        self.pinging: dict[str, Node] = {}  # nodes whose agent is up and pinging
+        self.instance_of: dict[str, str] = {}
+        self.unavailable: dict[str, float] = {}
+        self.doomed: set[int] = set()  # attempts whose node broke: their exit is never reported
+        self.events: list[tuple[float, int, int, object]] = []
+        self.wakes: list[float] = []
+        self._seq = 0
+        self._next_arrival = 0
+        self._attempt_ids = 0
+        self._node_ids = 0
+        self.queued = 0  # jobs in QUEUED state
+
+        self.records: dict[int, JobRecord] = {}
+        self.ended_run: dict[int, float] = {}  # job id -> time its recorded run ended (for waits)
+        self.busy_vcpu_seconds: dict[str, float] = {}  # per instance type
+        self.fixed_billing: list[tuple[InstanceType, float, float]] = []  # fixed nodes: (type, from, to)
+        self.counters = Counters()
+        self.trace = Trace()
+        self.start_time = jobs[0].submit if jobs else 0.0
+        self.end_time = self.start_time
+        self.last_finish = self.start_time
+
+    # ---- setup -------------------------------------------------------------------------------
+
+    def _fixed_fleet(self, all_types: dict[str, InstanceType]) -> tuple[list[InstanceType], list[InstanceType]]:
+        nodes: list[InstanceType] = []
+        for index, group in enumerate(self.config.sim.fleet.nodes):
+            itype = all_types.get(group.instance_type)
+            if itype is None:
+                raise SimulationError(
+                    f"sim.fleet.nodes.{index}.instance_type: {group.instance_type!r} is not in instance_types"
+                    f" ({', '.join(sorted(all_types)) or 'none configured'})"
+                )
+            nodes += [itype] * group.count
+        distinct = list({t.name: t for t in nodes}.values())
+        return distinct, nodes
+
+    def _push(self, time: float, kind: int, ref: object) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (time, kind, self._seq, ref))
+
+    def _wake(self, time: float) -> None:
+        heapq.heappush(self.wakes, time)
+
+    def _grid(self, time: float) -> float:
+        return math.ceil(time / self.tick - 1e-9) * self.tick
+
+    # ---- the main loop -----------------------------------------------------------------------
+
+    def run(self) -> Simulation:
+        specs = self.specs
+        if self.fixed:
+            start = self._grid(self.start_time)
+            self.now = start
+            for itype in self.fixed_nodes:
+                self._add_fixed_node(itype, start)
+        for failure in self.config.sim.failures.schedule:
+            self._push(failure.at, SCHEDULED_FAIL, failure)
+        tick = self.tick
+        last_pass = -math.inf
+        again = math.inf  # a pass asked for at the next tick
+        events, wakes = self.events, self.wakes
+        progress_every = 2000
+        while True:
+            arrival = specs[self._next_arrival].submit if self._next_arrival < len(specs) else math.inf
+            due = min(arrival, events[0][0] if events else math.inf, wakes[0] if wakes else math.inf, again)
+            if due == math.inf:
+                break
+            at = self._grid(due)
+            if at <= last_pass:
+                at = last_pass + tick
+            self._advance(at)
+            while wakes and wakes[0] <= at:
+                heapq.heappop(wakes)
+            self.now = at
+            decisions = self._pass(at)
+            last_pass = at
+            pending = self.jobs or events or wakes or self._next_arrival < len(specs)
+            again = at + tick if not decisions.empty() or (self.every_tick and pending) else math.inf
+            if self.progress is not None and self.counters.passes % progress_every == 0:
+                self.progress(at)
+        self.end_time = max(self.now, self.last_finish)
+        return self
+
+    def _advance(self, until: float) -> None:
+        """Apply arrivals and events up to `until`, each at its own time."""
+        specs, events = self.specs, self.events
+        count = len(specs)
+        while True:
+            arrival = specs[self._next_arrival].submit if self._next_arrival < count else math.inf
+            event = events[0][0] if events else math.inf
+            if arrival > until and event > until:
+                return
+            if arrival <= event:
+                self.now = arrival
+                self._arrive(specs[self._next_arrival])
+                self._next_arrival += 1
+            else:
+                time, kind, _seq, ref = heapq.heappop(events)
+                self.now = time
+                self._handle(kind, ref, time)
+
+    def _pass(self, now: float) -> Decisions:
+        for node in self.pinging.values():
+            node.last_ping_at = now
+        snapshot = Snapshot(
+            jobs=list(self.jobs.values()),
+            attempts=list(self.attempts.values()),
+            nodes=list(self.nodes.values()),
+            instance_types=self.types,
+            dispatcher_id=DISPATCHER,
+            unavailable_types=self.unavailable,
+            observing_since=self.start_time,
+        )
+        decisions = plan_pass(snapshot, now, self.policy)
+        if self.on_pass is not None:
+            self.on_pass(snapshot, now, decisions)
+        self._apply(decisions, now)
+        counters = self.counters
+        counters.passes += 1
+        fleet = len(self.nodes)
+        counters.peak_fleet = max(counters.peak_fleet, fleet)
+        counters.peak_queue = max(counters.peak_queue, self.queued)
+        trace = self.trace
+        trace.time.append(now)
+        trace.fleet.append(fleet)
+        trace.queued.append(self.queued)
+        trace.running.append(len(self.attempts))
+        return decisions
+
+    # ---- carrying decisions out ----------------------------------------------------------------
+
+    def _apply(self, decisions: Decisions, now: float) -> None:
+        for outcome in decisions.job_outcomes:
+            self._outcome(outcome, now)
+        nodes = self.nodes
+        for mark in decisions.node_marks:
+            node = nodes.get(mark.node_id)
+            if node is None:
+                continue
+            node.state = mark.state
+            node.reason = mark.reason
+            if mark.state is NodeState.IDLE:
+                node.state_changed_at = now
+                self._wake_idle(node, now)
+        for placement in decisions.placements:
+            self._place(placement.job_id, placement.node_ids, now)
+        jobs = self.jobs
+        for note in decisions.annotations:
+            job = jobs.get(note.job_id)
+            if job is not None:
+                job.wait_reason = note.wait_reason
+                job.unplaceable = note.unplaceable
+        for boot in decisions.boots:
+            self._boot(boot.instance_type, now)
+        for decision in decisions.node_decisions:
+            node = nodes.get(decision.node_id)
+            if node is None:
+                continue
+            if decision.action is NodeAction.START_DRAIN:
+                node.state = NodeState.DRAINING
+                node.reason = decision.reason
+                self.counters.drains += 1
+            else:
+                self._shutdown(node, now)
+
+    def _outcome(self, outcome: JobOutcome, now: float) -> None:
+        job = self.jobs.get(outcome.job_id)
+        if job is None:
+            return
+        for attempt_id in outcome.attempt_ids:
+            attempt = self.attempts.get(attempt_id)
+            if attempt is None:
+                continue
+            if outcome.state is JobState.CANCELLED:
+                attempt.state = AttemptState.CANCELLED
+            elif outcome.temp_failure:
+                attempt.state = AttemptState.TEMPFAIL
+            else:
+                attempt.state = AttemptState.EXITED
+            self._end_attempt(attempt, now)
+        if outcome.temp_failure:
+            job.temp_failures += 1
+        if outcome.perm_failure:
+            job.perm_failures += 1
+        if outcome.exit_code is not None:
+            job.exit_code = outcome.exit_code
+        job.claimed_by = None
+        was_queued = job.state is JobState.QUEUED
+        job.state = outcome.state
+        if outcome.state is JobState.QUEUED:
+            self.counters.requeues += 1
+            job.retry_at = outcome.retry_at
+            if outcome.retry_at is not None:
+                self._wake(outcome.retry_at)
+            if not was_queued:
+                self.queued += 1
+            return
+        if was_queued:
+            self.queued -= 1
+        job.finished_at = now
+        del self.jobs[job.id]
+        spec = self.spec_of[job.id]
+        ended = self.ended_run.pop(job.id, None)
+        wait = None if ended is None else max(0.0, ended - spec.submit - spec.run)
+        self.records[job.id] = JobRecord(outcome.state, spec.submit, spec.run, wait)
+        self.last_finish = max(self.last_finish, now)
+
+    def _end_attempt(self, attempt: Attempt, now: float) -> None:
+        attempt.finished_at = now
+        self.attempts.pop(attempt.id, None)
+        self.doomed.discard(attempt.id)
+        if attempt.started_at is not None:
+            held = (now - attempt.started_at) * attempt.resources.vcpus
+            busy = self.busy_vcpu_seconds
+            for node_id in attempt.node_ids:
+                node = self.nodes.get(node_id)
+                name = node.instance_type if node is not None else "?"
+                busy[name] = busy.get(name, 0.0) + held
+
+    def _place(self, job_id: int, node_ids: tuple[str, ...], now: float) -> None:
+        job = self.jobs[job_id]
+        self._attempt_ids += 1
+        attempt = Attempt(
+            self._attempt_ids, job_id, list(node_ids), job.resources, dispatcher_id=DISPATCHER, assigned_at=now
+        )
+        self.attempts[attempt.id] = attempt
+        if job.state is JobState.QUEUED:
+            self.queued -= 1
+        job.state = JobState.CLAIMED
+        job.claimed_by = DISPATCHER
+        job.attempt_count += 1
+        self.counters.placements += 1
+        latency = self.config.sim.start_latency
+        if latency > 0:
+            self._push(now + latency, START, attempt.id)
+            if latency >= self.policy.dispatch.start_timeout:
+                self._wake(now + self.policy.dispatch.start_timeout + EPS)
+        else:
+            self._start(attempt, now)
+
+    def _boot(self, type_name: str, now: float) -> None:
+        if not capacity.is_available(type_name, self.unavailable, now):
+            # This pass already learnt the type has no capacity; the next pass plans around it.
+            self.counters.boots_skipped_in_backoff += 1
+            return
+        itype = self.types_by_name[type_name]
+        self._node_ids += 1
+        node_id = f"n-{self._node_ids:06d}"
+        try:
+            instance = self.cloud.create(itype, node_id, f"sim-token-{node_id}", {})
+        except InsufficientCapacity:
+            self.counters.capacity_errors += 1
+            self._wake(capacity.record_insufficient_capacity(self.unavailable, type_name, now, self.policy.boot))
+            return
+        self.counters.boots += 1
+        node = Node(
+            node_id,
+            itype.name,
+            itype.capacity,
+            itype.price_per_hour,
+            NodeState.BOOTING,
+            created_at=now,
+            state_changed_at=now,
+            billing_granularity=itype.billing_granularity,
+            billing_minimum=itype.billing_minimum,
+            attributes=dict(itype.attributes),
+        )
+        self.nodes[node_id] = node
+        self.instance_of[node_id] = instance.id
+        ready = self.cloud.ready_at(instance.id)
+        if ready is not None:
+            self._push(ready, PAIR, node_id)
+        fails = self.cloud.fails_at(instance.id)
+        if fails < math.inf and (ready is None or fails > ready):
+            self._push(fails, FAIL, node_id)
+        self._wake(now + self.policy.lifecycle.boot_grace)
+
+    def _shutdown(self, node: Node, now: float) -> None:
+        del self.nodes[node.id]
+        self.pinging.pop(node.id, None)
+        self.counters.shutdowns += 1
+        instance_id = self.instance_of.pop(node.id, None)
+        if instance_id is not None:
+            self.cloud.destroy(instance_id)
+        if self.fixed:
+            self._push(now + self.config.sim.fleet.repair_time, REPAIR, node)
+
+    def _add_fixed_node(self, itype: InstanceType, now: float, node_id: str | None = None) -> None:
+        if node_id is None:
+            self._node_ids += 1
+            node_id = f"f-{self._node_ids:06d}"
+        node = Node(
+            node_id,
+            itype.name,
+            itype.capacity,
+            itype.price_per_hour,
+            NodeState.IDLE,
+            created_at=now,
+            paired_at=now,
+            last_ping_at=now,
+            state_changed_at=now,
+            billing_granularity=itype.billing_granularity,
+            billing_minimum=itype.billing_minimum,
+            attributes=dict(itype.attributes),
+        )
+        self.nodes[node_id] = node
+        self.pinging[node_id] = node
+        rate = self.config.sim.failures.per_instance_day
+        if rate > 0:
+            self._push(now + self.cloud.failure_delay(), FAIL, node_id)
+
+    # ---- timers ------------------------------------------------------------------------------
+
+    def _wake_idle(self, node: Node, now: float) -> None:
+        lifecycle = self.policy.lifecycle
+        due = now + lifecycle.idle_grace
+        self._wake(due)
+        period = node.billing_granularity
+        if period > lifecycle.shutdown_window:
+            # With coarse billing an idle node is drained only in the last part of a paid period.
+            into = (due - node.created_at) % period
+            if period - into > lifecycle.shutdown_window:
+                self._wake(due + (period - into - lifecycle.shutdown_window))
+
+    # ---- the simulated users, agents and cloud -------------------------------------------------
+
+    def _arrive(self, spec: SimJob) -> None:
+        job = spec.to_job()
+        self.jobs[job.id] = job
+        self.queued += 1
+        if spec.cancel_at is not None:
+            if spec.cancel_at <= spec.submit:
+                job.cancel_requested = True
+            else:
+                self._push(spec.cancel_at, CANCEL, job.id)
+        if job.not_before is not None and job.not_before > spec.submit:
+            self._wake(job.not_before)
+
+    def _handle(self, kind: int, ref: object, now: float) -> None:
+        if kind == END:
+            assert isinstance(ref, int)
+            self._end(ref, now)
+        elif kind == PAIR:
+            assert isinstance(ref, str)
+            node = self.nodes.get(ref)
+            if node is not None and node.state is NodeState.BOOTING:
+                node.state = NodeState.IDLE
+                node.paired_at = node.last_ping_at = node.state_changed_at = now
+                self.pinging[node.id] = node
+                self._wake_idle(node, now)
+        elif kind == START:
+            assert isinstance(ref, int)
+            attempt = self.attempts.get(ref)
+            if attempt is not None:
+                self._start(attempt, now)
+        elif kind == FAIL:
+            assert isinstance(ref, str)
+            self._fail(ref, now)
+        elif kind == CANCEL:
+            assert isinstance(ref, int)
+            job = self.jobs.get(ref)
+            if job is not None:
+                job.cancel_requested = True
+        elif kind == REPAIR:
+            assert isinstance(ref, Node)
+            self._add_fixed_node(self.types_by_name[ref.instance_type], now, ref.id)
+        elif kind == SCHEDULED_FAIL:
+            assert isinstance(ref, ScheduledFailure)
+            self._scheduled_failure(ref, now)
+
+    def _start(self, attempt: Attempt, now: float) -> None:
+        if attempt.state is not AttemptState.ASSIGNED or any(n not in self.pinging for n in attempt.node_ids):
+            return  # an agent that is down starts nothing; the core times the attempt out
+        attempt.state = AttemptState.RUNNING
+        attempt.started_at = now
+        job = self.jobs[attempt.job_id]
+        job.state = JobState.RUNNING
+        if job.started_at is None:
+            job.started_at = now
+        self._push(now + self.spec_of[job.id].run, END, attempt.id)
+
+    def _end(self, attempt_id: int, now: float) -> None:
+        attempt = self.attempts.get(attempt_id)
+        if attempt is None or attempt.state is not AttemptState.RUNNING or attempt_id in self.doomed:
+            return
+        job = self.jobs[attempt.job_id]
+        spec = self.spec_of[job.id]
+        self.ended_run[job.id] = now
+        if spec.cancel_on_end:
+            job.cancel_requested = True  # the user cancels it; the next pass does the rest
+            return
+        attempt.state = AttemptState.EXITED
+        attempt.exit_code = spec.exit_code
+        self._end_attempt(attempt, now)
+        self._outcome(retry.after_exit(job, spec.exit_code, (attempt.id,)), now)
+
+    def _fail(self, node_id: str, now: float) -> None:
+        node = self.nodes.get(node_id)
+        if node is None or node_id not in self.pinging:
+            return
+        del self.pinging[node_id]
+        node.last_ping_at = now
+        self.counters.node_failures += 1
+        instance_id = self.instance_of.get(node_id)
+        if instance_id is not None:
+            self.cloud.fail(instance_id)
+        for attempt in self.attempts.values():
+            if node_id in attempt.node_ids:
+                self.doomed.add(attempt.id)
+        self._wake(now + self.policy.lifecycle.ping_stale + EPS)
+
+    def _scheduled_failure(self, failure: ScheduledFailure, now: float) -> None:
+        wanted = failure.instance_type
+        candidates = [n.id for n in self.pinging.values() if wanted in ("*", n.instance_type)]
+        for node_id in self.cloud.choose(candidates, failure.count):
+            self._fail(node_id, now)

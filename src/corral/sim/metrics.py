@@ -1,0 +1,229 @@
+"""What a simulation run measured: waits, slowdowns, cost, utilisation and the two cost bounds.
+
+Definitions (docs/simulator.md):
+- wait: response time less the recorded run time, for every job whose recorded run ended (it
+  includes time lost to retries); mean, median, p95.
+- bounded slowdown: max(1, (wait + run) / max(run, 10 s)); plain slowdown: (wait + run) / run.
+- cost: every instance billed from creation to shutdown, rounded up to its type's billing
+  granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan.
+- utilisation: vcpu-seconds held by attempts / vcpu-seconds billed.
+- per-job bound: sum of run x nodes x price of the cheapest type that holds one node's request.
+- packing bound: sum of run x nodes x min over types of price x the share of the type one node's
+  request occupies (max of the vcpu, RAM and GPU fractions). No policy can pay less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from corral.core.model import InstanceType, JobState
+from corral.sim.engine import Simulation, Trace
+
+BOUNDED_SLOWDOWN_FLOOR = 10.0
+
+
+@dataclass
+class SimResult:
+    label: str
+    mode: str
+    jobs: int
+    completed: int
+    failed: int
+    cancelled: int
+    unfinished: int
+    wait_mean: float
+    wait_median: float
+    wait_p95: float
+    bounded_slowdown: float
+    slowdown: float
+    makespan: float
+    instance_hours: float
+    cost: float
+    utilisation: float
+    peak_fleet: int
+    peak_queue: int
+    boots: int
+    shutdowns: int
+    capacity_errors: int
+    node_failures: int
+    requeues: int
+    passes: int
+    per_job_bound: float
+    packing_bound: float
+    wall_seconds: float = 0.0
+    # For the report; not part of the JSON summary.
+    waits: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    trace: Trace = field(default_factory=Trace, repr=False)
+    cost_curve: tuple[np.ndarray, np.ndarray] = field(default_factory=lambda: (np.zeros(0), np.zeros(0)), repr=False)
+    utilisation_by_type: dict[str, float] = field(default_factory=dict)
+    start_time: float = 0.0
+
+    @property
+    def cost_over_per_job_bound(self) -> float:
+        return self.cost / self.per_job_bound if self.per_job_bound > 0 else float("nan")
+
+    @property
+    def cost_over_packing_bound(self) -> float:
+        return self.cost / self.packing_bound if self.packing_bound > 0 else float("nan")
+
+    @property
+    def jobs_per_second(self) -> float:
+        return self.jobs / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON-able figures (what `--json` prints)."""
+
+        def num(value: float) -> float | None:
+            return None if value != value else round(float(value), 6)  # NaN -> null
+
+        return {
+            "label": self.label,
+            "mode": self.mode,
+            "jobs": self.jobs,
+            "completed": self.completed,
+            "failed": self.failed,
+            "cancelled": self.cancelled,
+            "unfinished": self.unfinished,
+            "wait_mean_s": num(self.wait_mean),
+            "wait_median_s": num(self.wait_median),
+            "wait_p95_s": num(self.wait_p95),
+            "bounded_slowdown_mean": num(self.bounded_slowdown),
+            "slowdown_mean": num(self.slowdown),
+            "makespan_s": num(self.makespan),
+            "instance_hours": num(self.instance_hours),
+            "cost_usd": num(self.cost),
+            "utilisation": num(self.utilisation),
+            "utilisation_by_type": {k: num(v) for k, v in sorted(self.utilisation_by_type.items())},
+            "peak_fleet": self.peak_fleet,
+            "peak_queue": self.peak_queue,
+            "boots": self.boots,
+            "shutdowns": self.shutdowns,
+            "capacity_errors": self.capacity_errors,
+            "node_failures": self.node_failures,
+            "requeues": self.requeues,
+            "passes": self.passes,
+            "per_job_bound_usd": num(self.per_job_bound),
+            "packing_bound_usd": num(self.packing_bound),
+            "cost_over_per_job_bound": num(self.cost_over_per_job_bound),
+            "cost_over_packing_bound": num(self.cost_over_packing_bound),
+            "wall_seconds": num(self.wall_seconds),
+            "jobs_per_second": num(self.jobs_per_second),
+        }
+
+
+def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400) -> SimResult:
+    records = sim.records.values()
+    states = [r.state for r in records]
+    ran = [r for r in records if r.wait is not None]
+    waits = np.array([r.wait for r in ran], dtype=float)
+    runs = np.array([r.run for r in ran], dtype=float)
+    if len(waits):
+        bounded = np.maximum(1.0, (waits + runs) / np.maximum(runs, BOUNDED_SLOWDOWN_FLOOR))
+        plain = (waits + runs) / runs
+        wait_stats = (float(waits.mean()), float(np.median(waits)), float(np.percentile(waits, 95)))
+        slowdowns = (float(bounded.mean()), float(plain.mean()))
+    else:
+        wait_stats = (float("nan"),) * 3
+        slowdowns = (float("nan"),) * 2
+
+    start, end = sim.start_time, sim.end_time
+    makespan = sim.last_finish - start
+    billed_vcpu: dict[str, float] = {}
+    if sim.fixed:
+        span = max(0.0, sim.last_finish - start)
+        cost = sum(t.price_per_hour for t in sim.fixed_nodes) * span / 3600.0
+        hours = len(sim.fixed_nodes) * span / 3600.0
+        for t in sim.fixed_nodes:
+            billed_vcpu[t.name] = billed_vcpu.get(t.name, 0.0) + t.vcpus * span
+        times = np.linspace(start, max(start, sim.last_finish), curve_points)
+        curve = (times, (times - start) * sum(t.price_per_hour for t in sim.fixed_nodes) / 3600.0)
+    else:
+        instances = list(sim.cloud.instances.values())
+        billed = np.array([i.billed_seconds(end) for i in instances], dtype=float)
+        prices = np.array([i.itype.price_per_hour for i in instances], dtype=float)
+        created = np.array([i.instance.created_at for i in instances], dtype=float)
+        cost = float((billed * prices).sum() / 3600.0)
+        hours = float(billed.sum() / 3600.0)
+        for inst, seconds in zip(instances, billed, strict=True):
+            billed_vcpu[inst.itype.name] = billed_vcpu.get(inst.itype.name, 0.0) + inst.itype.vcpus * seconds
+        times = np.linspace(start, max(start, end), curve_points)
+        if len(instances):
+            elapsed = np.clip(times[:, None] - created[None, :], 0.0, billed[None, :])
+            curve = (times, (elapsed * prices[None, :]).sum(axis=1) / 3600.0)
+        else:
+            curve = (times, np.zeros_like(times))
+    busy = sim.busy_vcpu_seconds
+    total_billed = sum(billed_vcpu.values())
+    per_job, packing = cost_bounds(sim)
+    counters = sim.counters
+    return SimResult(
+        label=sim.label,
+        mode="fixed" if sim.fixed else "elastic",
+        jobs=len(sim.specs),
+        completed=states.count(JobState.COMPLETE),
+        failed=states.count(JobState.FAILED),
+        cancelled=states.count(JobState.CANCELLED),
+        unfinished=len(sim.specs) - len(states),
+        wait_mean=wait_stats[0],
+        wait_median=wait_stats[1],
+        wait_p95=wait_stats[2],
+        bounded_slowdown=slowdowns[0],
+        slowdown=slowdowns[1],
+        makespan=makespan,
+        instance_hours=hours,
+        cost=cost,
+        utilisation=sum(busy.values()) / total_billed if total_billed > 0 else float("nan"),
+        peak_fleet=counters.peak_fleet,
+        peak_queue=counters.peak_queue,
+        boots=counters.boots,
+        shutdowns=counters.shutdowns,
+        capacity_errors=counters.capacity_errors,
+        node_failures=counters.node_failures,
+        requeues=counters.requeues,
+        passes=counters.passes,
+        per_job_bound=per_job,
+        packing_bound=packing,
+        wall_seconds=wall_seconds,
+        waits=waits,
+        trace=sim.trace,
+        cost_curve=curve,
+        utilisation_by_type={
+            name: busy.get(name, 0.0) / seconds for name, seconds in billed_vcpu.items() if seconds > 0
+        },
+        start_time=start,
+    )
+
+
+def cost_bounds(sim: Simulation) -> tuple[float, float]:
+    """(per-job bound, packing bound) in dollars over the jobs whose recorded run ended."""
+    by_request: dict[tuple[float, int, int], float] = {}  # per-node request -> node-seconds
+    for job_id, record in sim.records.items():
+        if record.wait is None:
+            continue
+        spec = sim.spec_of[job_id]
+        key = (spec.vcpus, spec.ram_mib, spec.gpus)
+        by_request[key] = by_request.get(key, 0.0) + spec.run * spec.nodes
+    per_job = packing = 0.0
+    for (vcpus, ram, gpus), node_seconds in by_request.items():
+        cheapest, share = cheapest_prices(vcpus, ram, gpus, sim.types)
+        per_job += node_seconds * cheapest / 3600.0
+        packing += node_seconds * share / 3600.0
+    return per_job, packing
+
+
+def cheapest_prices(vcpus: float, ram_mib: int, gpus: int, types: list[InstanceType]) -> tuple[float, float]:
+    """(price of the cheapest type that fits, cheapest price of the share of a type it occupies);
+    NaN when no type fits."""
+    whole = share = float("inf")
+    for t in types:
+        if vcpus > t.vcpus + 1e-9 or ram_mib > t.ram_mib or gpus > t.gpus:
+            continue
+        whole = min(whole, t.price_per_hour)
+        fraction = max(vcpus / t.vcpus, ram_mib / t.ram_mib, gpus / t.gpus if t.gpus else 0.0)
+        share = min(share, t.price_per_hour * fraction)
+    if whole == float("inf"):
+        return float("nan"), float("nan")
+    return whole, share
