@@ -1,0 +1,170 @@
+"""A real `corral run` process in a temporary data directory, driven through the real CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+CORRAL = str(Path(sys.executable).parent / "corral")
+
+CONFIG = """
+[cloud]
+ping_interval = "0.5s"
+
+[loop]
+interval = "0.5s"
+
+[[instance_types]]
+name = "small"
+vcpus = 2
+ram = "2GiB"
+price_per_hour = 0.085
+
+[[instance_types]]
+name = "medium"
+vcpus = 4
+ram = "8GiB"
+price_per_hour = 0.192
+
+[policy.lifecycle]
+idle_grace = "2s"
+boot_grace = "60s"
+
+[policy.boot]
+max_instances = 4
+
+[policy.retry]
+backoff_initial = "1s"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Corral:
+    home: Path
+    port: int
+    config: Path
+    process: subprocess.Popen[bytes] | None = None
+    log_files: list[Path] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["CORRAL_HOME"] = str(self.home)
+        env.pop("CORRAL_URL", None)
+        env.pop("CORRAL_TOKEN", None)
+        return env
+
+    def start(self) -> None:
+        log = self.home / f"server-{len(self.log_files)}.log"
+        self.log_files.append(log)
+        self.process = subprocess.Popen(
+            [CORRAL, "run", "--config", str(self.config), "--port", str(self.port)],
+            env=self.env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        wait_until(self._healthy, 30, "corral to start")
+
+    def _healthy(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"corral exited with {self.process.returncode}:\n{self.server_log()}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/api/health", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=timeout)
+        self.process = None
+        return code
+
+    def server_log(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-5000:] for p in self.log_files if p.exists())
+
+    def cli(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([CORRAL, *args], env=self.env, capture_output=True, text=True, input=stdin, timeout=60)
+        if check and result.returncode != 0:
+            raise AssertionError(f"corral {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+        return result
+
+    def cli_json(self, *args: str) -> Any:
+        return json.loads(self.cli(*args, "--json").stdout)
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        token = (self.home / "token").read_text().strip()
+        return httpx.request(
+            method,
+            f"http://127.0.0.1:{self.port}{path}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+            **kwargs,
+        )
+
+    def jobs(self) -> dict[int, dict[str, Any]]:
+        return {j["id"]: j for j in self.api("GET", "/api/jobs").json()}
+
+    def live_nodes(self) -> list[dict[str, Any]]:
+        return self.api("GET", "/api/nodes").json()
+
+
+def agent_pids() -> set[int]:
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"corral.agent" in cmdline:
+                pids.add(int(proc.name))
+    return pids
+
+
+@pytest.fixture
+def corral(tmp_path: Path) -> Iterator[Corral]:
+    home = tmp_path / "home"
+    home.mkdir()
+    config = tmp_path / "corral.toml"
+    config.write_text(CONFIG)
+    instance = Corral(home=home, port=free_port(), config=config)
+    before = agent_pids()
+    yield instance
+    if instance.process is not None:
+        instance.stop()
+    # Whatever the test did, leave no agent of this test's running.
+    for pid in agent_pids() - before:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,47 @@
+"""SIGKILL of corral mid-run loses no job: live agents' work is re-adopted, orphans are stopped."""
+
+from __future__ import annotations
+
+import signal
+
+from corral.cloud.loopback import LoopbackCloud
+from corral.core.model import GiB, InstanceType
+from tests.e2e.conftest import Corral, wait_until
+
+
+def test_sigkill_mid_run_then_restart_loses_nothing(corral: Corral) -> None:
+    corral.start()
+    running = int(corral.cli("submit", "--", "sh", "-c", "echo started; sleep 4; echo finished; exit 4").stdout)
+    wait_until(lambda: corral.jobs()[running]["state"] == "running", 60, "the job to run")
+    assert corral.stop(signal.SIGKILL) == -signal.SIGKILL
+
+    # While corral is down: an instance that carries this cluster's tags but that corral never
+    # recorded (as if its record were lost), and a job file waiting to be submitted.
+    cloud = LoopbackCloud(corral.home, f"http://127.0.0.1:{corral.port}", "corral", 0.5)
+    orphan = cloud.create(InstanceType("small", 2, 2 * GiB, 0.085), "n-orphan", "no-such-token", {})
+    assert orphan.id in {i.id for i in cloud.list()}
+
+    corral.start()
+    queued_after = int(corral.cli("submit", "--", "echo", "after restart").stdout)
+    wait_until(lambda: corral.jobs()[running]["state"] == "failed", 60, "the re-adopted job to finish")
+    job = corral.cli_json("job", str(running))
+    assert job["exit_code"] == 4 and job["attempts"] == 1, job
+    assert corral.cli("logs", str(running)).stdout == "started\nfinished\n"
+
+    wait_until(lambda: corral.jobs()[queued_after]["state"] == "complete", 60, "a new job to run after restart")
+    wait_until(lambda: orphan.id not in {i.id for i in cloud.list()}, 30, "the orphan instance to be destroyed")
+    assert any(e["node_id"] == "n-orphan" for e in corral.cli_json("events", "--kind", "node.orphan"))
+
+
+def test_an_agent_that_dies_with_its_instance_gets_its_job_requeued(corral: Corral) -> None:
+    corral.start()
+    job_id = int(corral.cli("submit", "--", "sh", "-c", "sleep 2; echo second-try-$CORRAL_ATTEMPT_ID").stdout)
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "running", 60, "the job to run")
+    node = corral.jobs()[job_id]["node"]
+    instance_id = next(n["instance_id"] for n in corral.live_nodes() if n["id"] == node)
+    LoopbackCloud(corral.home, "", "corral", 0.5).destroy(instance_id)
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "complete", 90, "the job to be retried elsewhere")
+    job = corral.cli_json("job", str(job_id))
+    first, second = job["attempt_list"]
+    assert first["state"] == "tempfail" and second["state"] == "exited" and job["temp_failures"] == 1
+    assert corral.cli("logs", str(job_id)).stdout == f"second-try-{second['id']}\n"
