@@ -292,7 +292,8 @@ def _describe_locality(
     if loc.near.running:
         side = loc.near.racks if level == "rack" else loc.near.nodes
         where = _sample(a, side) if side.any() else "no node that takes work"
-        parts.append(f"near {', '.join(loc.near.running)} (on {where})")
+        crowded = "; none of those passes the other filters" if side.any() and not (side & scope).any() else ""
+        parts.append(f"near {', '.join(loc.near.running)} (on {where}{crowded})")
     absent = loc.near.absent + loc.far.absent
     if absent:
         parts.append(f"not running, so ignored: {', '.join(absent)}")

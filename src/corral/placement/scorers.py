@@ -41,14 +41,13 @@ class PassScores:
         platform = a.platform_rank / (versions - 1) if versions > 1 else (a.platform_rank >= 0).astype(np.float64)
         self.platform: Floats = np.where(a.platform_rank >= 0, platform, 0.0)
 
-        # Reboot dates in the past are ignored (ops may not have updated them): such a node, like one
-        # with no date, scores as if its reboot were farthest away.
+        # Farther is better up to `reboot_horizon`, beyond which a reboot is as good as none. A fixed
+        # horizon rather than the fleet's range: one node due in an hour must not score like a node
+        # with no reboot planned just because it is the only one with a date. Dates in the past are
+        # ignored (ops may not have updated them): such a node scores like one with no date.
         future = a.next_reboot > now  # NaN compares False
-        if future.any():
-            horizon = float(a.next_reboot[future].max()) - now
-            self.reboot: Floats = np.where(future, (a.next_reboot - now) / horizon, 1.0)
-        else:
-            self.reboot = np.ones(a.n)
+        ahead = np.where(future, a.next_reboot - now, settings.reboot_horizon)
+        self.reboot: Floats = np.minimum(1.0, ahead / settings.reboot_horizon)
 
         known = ~np.isnan(a.hardware)
         if known.any():

@@ -132,6 +132,9 @@ class PlacementSettings(_Strict):
     max_jobs_per_node: int | None = Field(None, ge=1, description="default when a node has no max_jobs attribute")
     blocked_roles: list[str] = Field(default_factory=lambda: ["head", "headnode"])
     blocking_categories: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCKING_CATEGORIES))
+    reboot_horizon: Duration = Field(
+        30 * 86400.0, gt=0, description="a planned reboot farther away than this scores as if none were planned"
+    )
     failure_saturation: float = Field(3.0, gt=0, description="recent failures at which the failure score is 0")
     tie_break_seed: int = 0
     explain_sample: int = Field(5, ge=1, description="node ids listed per filter in an explanation")

@@ -1,0 +1,121 @@
+"""Each hard filter on a fleet small enough that the right answer is obvious."""
+
+from __future__ import annotations
+
+from corral.core.model import GiB, NodeState, Resources
+from corral.core.snapshot import PlacementResult
+from corral.placement.settings import FILTER_NAMES
+from placement_helpers import NOW, job, node, only, placed, run_pass, running
+
+
+def reason(result: PlacementResult, job_id: int) -> str:
+    return str(result.reasons[job_id])
+
+
+def test_state_only_idle_and_busy_nodes_that_are_not_held() -> None:
+    nodes = [
+        node("draining", state=NodeState.DRAINING),
+        node("booting", state=NodeState.BOOTING),
+        node("held", held="true"),
+        node("ok", state=NodeState.BUSY),
+    ]
+    result = run_pass(nodes, [job(1)])
+    assert placed(result) == {1: ("ok",)}
+    result = run_pass(nodes[:3], [job(1)])
+    assert reason(result, 1).startswith("NODE_NOT_SCHEDULABLE")
+    assert "1 draining" in reason(result, 1) and "1 held" in reason(result, 1)
+
+
+def test_reserved_and_head_nodes_take_no_work() -> None:
+    nodes = [node("head", role="head"), node("res", reserved="true"), node("worker", ram_gib=8)]
+    assert placed(run_pass(nodes, [job(1)], settings=only(spread=1))) == {1: ("worker",)}
+    assert placed(run_pass(nodes, [job(1)], settings={"blocked_roles": []})) != {}
+
+
+def test_admin_reservation_admits_only_its_jobs_until_it_ends() -> None:
+    nodes = [node("maint", reservation="maint"), node("other", reservation="bench", reservation_until=str(NOW - 1))]
+    result = run_pass(nodes[:1], [job(1), job(2, reservation="maint")])
+    assert placed(result) == {2: ("maint",)}
+    assert reason(result, 1).startswith("ADMIN_RESERVATION")
+    # A reservation past its end no longer holds.
+    assert placed(run_pass(nodes[1:], [job(3)])) == {3: ("other",)}
+
+
+def test_blocking_category() -> None:
+    nodes = [node("broken", category=["hardware-failure"]), node("fine", category="benchmarked-ok")]
+    result = run_pass(nodes, [job(1), job(2)], settings=only(spread=1))
+    assert set(placed(result).values()) == {("fine",)}
+
+
+def test_max_jobs_per_node_from_attribute_or_setting() -> None:
+    nodes = [node("a", max_jobs="1"), node("b")]
+    result = run_pass(nodes, [job(i) for i in range(1, 4)], settings={"max_jobs_per_node": 1, **only(pack=1)})
+    assert sorted(placed(result).values()) == [("a",), ("b",)]
+    assert reason(result, 3).startswith("MAX_JOBS_REACHED")
+
+
+def test_capness_keeps_capped_and_uncapped_apart() -> None:
+    nodes = [node("runs-capped"), node("runs-uncapped"), node("pinned-capped", capped="true")]
+    capped_job = job(100, cpu_capped=True)
+    attempts = [
+        running(1, 100, ["runs-capped"], Resources(1, GiB)),
+        running(2, 101, ["runs-uncapped"], Resources(1, GiB)),
+    ]
+    others = [capped_job, job(101)]
+    result = run_pass(nodes, [job(1), job(2)], attempts=attempts, other_jobs=others)
+    assert placed(result) == {1: ("runs-uncapped",), 2: ("runs-uncapped",)}
+    result = run_pass(nodes, [job(3, cpu_capped=True)], attempts=attempts, other_jobs=others, settings=only(spread=1))
+    assert placed(result)[3] in {("runs-capped",), ("pinned-capped",)}
+    # With the filter off they mix.
+    filters = [f for f in FILTER_NAMES if f != "capness"]
+    result = run_pass(nodes[:1], [job(4)], attempts=attempts, other_jobs=others, settings={"filters": filters})
+    assert placed(result) == {4: ("runs-capped",)}
+
+
+def test_platform_minimum_compares_versions_numerically() -> None:
+    nodes = [node("old", platform="1.9"), node("new", platform="1.10"), node("none")]
+    result = run_pass(nodes, [job(1, min_platform="1.10"), job(2, min_platform="2.0")])
+    assert placed(result) == {1: ("new",)}
+    assert reason(result, 2) == "PLATFORM_TOO_OLD: needs platform >= 2.0; the newest is 1.10 on new"
+
+
+def test_traits_required_forbidden_list_valued_and_any() -> None:
+    nodes = [
+        node("ab", zone=["a", "b"], ssd="yes"),
+        node("c", zone="c", gpu_model="t4"),
+        node("plain"),
+    ]
+    assert placed(run_pass(nodes, [job(1, traits={"zone": "b"})])) == {1: ("ab",)}
+    assert placed(run_pass(nodes, [job(1, traits={"zone": ["c", "x"]})])) == {1: ("c",)}
+    assert placed(run_pass(nodes, [job(1, traits={"zone": "*"}, forbidden_traits={"ssd": "yes"})])) == {1: ("c",)}
+    assert placed(run_pass(nodes, [job(1, forbidden_traits={"zone": "*", "gpu_model": "*"})])) == {1: ("plain",)}
+    result = run_pass(nodes, [job(1, traits={"zone": "d"})])
+    assert reason(result, 1) == "TRAITS_MISMATCH: needs zone=d (0 of 3 nodes have it)"
+
+
+def test_resources_each_have_their_own_code_and_quantities() -> None:
+    nodes = [node("small", 2, 8, scratch_gib=10), node("mid", 4, 30, scratch_gib=50, gpus=1)]
+    cases = {
+        1: (job(1, ram_gib=40), "INSUFFICIENT_RAM: needs 40 GiB RAM, the largest free is 30 GiB on mid"),
+        2: (job(2, vcpus=6), "INSUFFICIENT_CPU: needs 6 vcpu, the largest free is 4 vcpu on mid"),
+        3: (job(3, scratch_gib=60), "INSUFFICIENT_DISK: needs 60 GiB scratch, the largest free is 50 GiB on mid"),
+        4: (job(4, gpus=2), "INSUFFICIENT_GPU: needs 2 GPU, the largest free is 1 GPU on mid"),
+    }
+    for job_id, (request, expected) in cases.items():
+        assert reason(run_pass(nodes, [request]), job_id) == expected
+    assert placed(run_pass(nodes, [job(5, gpus=1)])) == {5: ("mid",)}
+
+
+def test_each_filter_can_be_turned_off() -> None:
+    nodes = [node("head", role="head")]
+    assert placed(run_pass(nodes, [job(1)], settings={"filters": ["min-ram", "min-cpu"]})) == {1: ("head",)}
+
+
+def test_filter_order_changes_the_reason_not_the_result() -> None:
+    nodes = [node("a", ram_gib=4, zone="x")]
+    request = job(1, ram_gib=8, traits={"zone": "y"})
+    first = run_pass(nodes, [request], settings={"filters": ["traits", "min-ram"]})
+    second = run_pass(nodes, [request], settings={"filters": ["min-ram", "traits"]})
+    assert reason(first, 1).startswith("TRAITS_MISMATCH")
+    assert reason(second, 1).startswith("INSUFFICIENT_RAM")
+    assert placed(first) == placed(second) == {}
