@@ -22,8 +22,9 @@ from corral.jobspec import JobRequest
 app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
 config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
-console = Console()
-err = Console(stderr=True)
+# Piped output (scripts, CI logs) is not cut to 80 columns.
+console = Console() if sys.stdout.isatty() else Console(width=160)
+err = Console(stderr=True, soft_wrap=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 

@@ -45,6 +45,8 @@ def parse_size(value: Any) -> int:
             raise ValueError("a size cannot be negative")
         return int(round(value))
     if isinstance(value, str):
+        if value.strip().startswith("-"):
+            raise ValueError("a size cannot be negative")
         match = _SIZE.match(value)
         if match:
             unit = (match.group(2) or "m")[0].lower()

@@ -1,0 +1,86 @@
+"""Bad input gets an error that names the field, line or value, and stores nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import CORRAL, Corral
+
+
+@pytest.fixture
+def running(corral: Corral) -> Corral:
+    corral.start()
+    corral.cli("submit", "--name", "keeper", "--", "true")
+    return corral
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ram", "-1", "--", "x"], "--ram: a size cannot be negative"),
+        (["--ram", "lots", "--", "x"], "--ram: not a size: 'lots'"),
+        (["--priority", "-1", "--", "x"], "--priority: Input should be greater than or equal to 0"),
+        (["--vcpus", "0", "--", "x"], "--vcpus: Input should be greater than 0"),
+        (["--", ""], "--command: the command is empty"),
+        ([], "no command"),
+        (["--not-before", "tomorrow", "--", "x"], "--not-before: not a time: 'tomorrow'"),
+    ],
+)
+def test_malformed_submissions_are_refused_by_field(running: Corral, args: list[str], message: str) -> None:
+    result = running.cli("submit", *args, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert [j["name"] for j in running.jobs().values()] == ["keeper"]
+
+
+def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running: Corral, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"command": ["echo", "1"]}\n\n{"command": ["echo", "2"], "rma": "1GiB"}\n{"command": []}\n')
+    result = running.cli("submit", "-f", str(jobs), check=False)
+    assert result.returncode != 0
+    assert "line 3: rma: unknown field" in result.stderr
+    assert "line 4: command: the command is empty" in result.stderr
+    assert len(running.jobs()) == 1
+
+
+def test_yaml_job_files_are_read_too(running: Corral, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - command: [echo, a]\n    ram: 512MiB\n  - command: [echo, b]\n    nodes: 2\n")
+    ids = running.cli("submit", "-f", str(jobs)).stdout.split()
+    assert len(ids) == 2
+    assert running.cli_json("job", ids[1])["nodes"] == 2
+
+
+def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral) -> None:
+    body = {"jobs": [{"command": ["ok"]}, {"command": ["bad"], "ram": "-5", "colour": "red"}]}
+    response = running.api("POST", "/api/jobs", json=body)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert "jobs.1.ram: a size cannot be negative" in detail and "jobs.1.colour: unknown field" in detail
+    assert len(running.jobs()) == 1
+
+
+def test_the_api_wants_the_token(running: Corral) -> None:
+    import httpx
+
+    response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={"Authorization": "Bearer wrong"})
+    assert response.status_code == 401
+
+
+def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:
+    import subprocess
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[policy.lifecycle]\nidle_grace = "soon"\n[server]\nprot = 1\n[[instance_types]]\nname = "x"\nvcpus = 2\n'
+    )
+    result = subprocess.run([CORRAL, "config", "check", str(bad)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "policy.lifecycle.idle_grace: not a duration: 'soon'" in result.stderr
+    assert "server.prot: unknown key" in result.stderr
+    assert "instance_types.0.ram: Field required" in result.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text("policy:\n  lifecycle:\n    idle_grace: 5m\n")
+    assert subprocess.run([CORRAL, "config", "check", str(good)], capture_output=True).returncode == 0
