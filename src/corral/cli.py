@@ -448,6 +448,14 @@ def config_show(file: Annotated[Path | None, typer.Argument()] = None) -> None:
     print_json(config.model_dump(mode="json"))
 
 
+@config_app.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference (Markdown) generated from the models."""
+    from corral.config import reference_markdown
+
+    sys.stdout.write(reference_markdown())
+
+
 def _register_optional_commands() -> None:
     try:
         from corral.sim.command import register

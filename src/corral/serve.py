@@ -66,7 +66,7 @@ def make_cloud(config: Config, server_url: str) -> CloudDriver:
         from corral.cloud.loopback import LoopbackCloud
 
         return LoopbackCloud(config.home, server_url, config.cloud.cluster, config.cloud.ping_interval)
-    raise SystemExit(f"cloud.driver {config.cloud.driver!r} is not available yet")
+    raise SystemExit(f"cloud.driver {config.cloud.driver!r} is not supported")
 
 
 class CorralServer(uvicorn.Server):

@@ -73,7 +73,11 @@ class Runtime:
         """Stopping: answer every agent long-poll now (safe from a signal handler's thread)."""
         self.stopping = True
         if self.aio is not None:
-            self.aio.call_soon_threadsafe(lambda: [event.set() for event in self.node_events.values()])
+            self.aio.call_soon_threadsafe(self._set_all_node_events)
+
+    def _set_all_node_events(self) -> None:
+        for event in self.node_events.values():
+            event.set()
 
     def notify_node(self, node_id: str) -> None:
         if self.aio is not None:
