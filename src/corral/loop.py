@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from corral.cloud.base import CloudDriver, CloudError, InsufficientCapacity, QuotaExceeded
 from corral.config import Config
+from corral.core import capacity
 from corral.core.model import NodeState
 from corral.core.reconcile import plan_pass
 from corral.core.snapshot import Decisions, NodeAction, Snapshot
@@ -135,7 +136,7 @@ class ControlLoop:
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {})
         except InsufficientCapacity as exc:
-            until = now + self.config.policy.boot.capacity_backoff
+            until = capacity.unavailable_until(now, self.config.policy.boot)
             self.store.set_unavailable(type_name, until, str(exc), now)
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
             return
