@@ -124,7 +124,10 @@ class LoopbackCloud:
             return False
         with self._lock:
             child = self._children.get(pid)
-        if child is not None and child.poll() is not None:
+        if child is not None:
+            # Our own unreaped child: its pid cannot have been reused, so no need to look further.
+            if child.poll() is None:
+                return True
             with self._lock:
                 self._children.pop(pid, None)
             return False
@@ -181,13 +184,19 @@ class LoopbackCloud:
 def _is_agent(pid: int, instance_id: str, node_id: str) -> bool:
     """Guards against pid reuse: the process must still be this instance's agent, not a zombie."""
     proc = Path("/proc") / str(pid)
-    try:
-        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        stat = (proc / "stat").read_text()
-    except OSError:
-        return False
-    if stat[stat.rfind(")") + 2 :].startswith("Z"):
-        return False
+    for _ in range(20):
+        try:
+            stat = (proc / "stat").read_text()
+            raw = (proc / "cmdline").read_bytes()
+        except OSError:
+            return False
+        if stat[stat.rfind(")") + 2 :].startswith("Z"):
+            return False
+        # A live process's cmdline can read empty for an instant (seen while it is busy mapping memory).
+        if raw:
+            break
+        time.sleep(0.01)
+    cmdline = raw.split(b"\0")
     if b"corral.agent" not in cmdline:
         return False
     if node_id and node_id.encode() in cmdline:

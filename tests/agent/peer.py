@@ -1,0 +1,201 @@
+"""A small real HTTP peer for agent tests: the agent API of docs/agent.md, served by uvicorn on
+127.0.0.1 in a thread, with its state open to the test (queue work, ask for kills, go away and come
+back on the same port)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+
+@dataclass
+class PeerState:
+    tokens: dict[str, str] = field(default_factory=dict)  # boot token -> node id, until used
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id -> pair body
+    secrets: dict[str, str] = field(default_factory=dict)  # secret -> node id
+    queue: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempts not yet reported started
+    started: dict[int, int] = field(default_factory=dict)  # attempt -> pid
+    unwanted: set[int] = field(default_factory=set)  # "started" answers 409
+    logs: dict[int, bytearray] = field(default_factory=dict)
+    finished: dict[int, tuple[int, float]] = field(default_factory=dict)
+    kill: set[int] = field(default_factory=set)
+    pings: list[dict[str, Any]] = field(default_factory=list)
+    shutdown: bool = False
+    forget: bool = False  # answer 401 to everything
+    closing: bool = False  # the server is stopping: end long-polls now
+    ping_interval: float = 0.2
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_token(self, node_id: str) -> str:
+        token = secrets.token_hex(8)
+        with self.lock:
+            self.tokens[token] = node_id
+        return token
+
+    def assign(self, attempt_id: int, node_id: str, command: list[str], **extra: Any) -> None:
+        with self.lock:
+            self.queue[attempt_id] = {
+                "attempt_id": attempt_id,
+                "job_id": extra.pop("job_id", attempt_id * 10),
+                "command": command,
+                "env": extra.pop("env", {}),
+                "node_ids": extra.pop("node_ids", [node_id]),
+                "resources": {"vcpus": 1.0, "ram_mib": 64, "scratch_mib": 0, "gpus": 0},
+                "_node": node_id,
+            }
+
+    def log_text(self, attempt_id: int) -> str:
+        with self.lock:
+            return bytes(self.logs.get(attempt_id, b"")).decode(errors="replace")
+
+
+def build_app(state: PeerState) -> Starlette:
+    def node_of(request: Request) -> str | None:
+        header = request.headers.get("authorization", "")
+        if state.forget or not header.startswith("Bearer "):
+            return None
+        return state.secrets.get(header.removeprefix("Bearer "))
+
+    def unauthorized() -> Response:
+        return JSONResponse({"detail": "unknown node"}, status_code=401)
+
+    async def pair(request: Request) -> Response:
+        body = await request.json()
+        with state.lock:
+            node = state.tokens.pop(body.get("boot_token"), None)
+            if node is None or node != body.get("node_id"):
+                return JSONResponse({"detail": "bad boot token"}, status_code=403)
+            secret = secrets.token_hex(16)
+            state.secrets[secret] = node
+            state.nodes[node] = body
+        return JSONResponse({"node_id": node, "secret": secret, "ping_interval": state.ping_interval})
+
+    async def ping(request: Request) -> Response:
+        if node_of(request) is None:
+            return unauthorized()
+        body = await request.json()
+        with state.lock:
+            state.pings.append(body)
+            ack = []
+            for item in body["finished"]:
+                state.finished.setdefault(item["attempt_id"], (item["exit_code"], item["finished_at"]))
+                ack.append(item["attempt_id"])
+            kill = sorted(a for a in state.kill if a not in state.finished)
+            return JSONResponse({"kill": kill, "ack": ack, "shutdown": state.shutdown})
+
+    async def work(request: Request) -> Response:
+        node = node_of(request)
+        if node is None:
+            return unauthorized()
+        deadline = time.monotonic() + float(request.query_params.get("wait", "0"))
+        while True:
+            with state.lock:
+                items = [
+                    {k: v for k, v in a.items() if k != "_node"} for a in state.queue.values() if a["_node"] == node
+                ]
+            if items or time.monotonic() >= deadline or state.forget or state.closing:
+                return JSONResponse({"attempts": items})
+            await asyncio.sleep(0.02)
+
+    async def started(request: Request) -> Response:
+        if node_of(request) is None:
+            return unauthorized()
+        aid = int(request.path_params["aid"])
+        body = await request.json()
+        with state.lock:
+            state.queue.pop(aid, None)
+            state.started[aid] = body["pid"]
+            if aid in state.unwanted:
+                return JSONResponse({"detail": "cancelled"}, status_code=409)
+        return JSONResponse({})
+
+    async def log(request: Request) -> Response:
+        if node_of(request) is None:
+            return unauthorized()
+        aid = int(request.path_params["aid"])
+        offset = int(request.query_params["offset"])
+        data = await request.body()
+        with state.lock:
+            buf = state.logs.setdefault(aid, bytearray())
+            if offset > len(buf):
+                return JSONResponse({"detail": "gap"}, status_code=409)
+            buf[offset : offset + len(data)] = data
+        return JSONResponse({})
+
+    async def finished(request: Request) -> Response:
+        if node_of(request) is None:
+            return unauthorized()
+        aid = int(request.path_params["aid"])
+        body = await request.json()
+        with state.lock:
+            state.finished.setdefault(aid, (body["exit_code"], body["finished_at"]))
+        return JSONResponse({})
+
+    return Starlette(
+        routes=[
+            Route("/api/agent/pair", pair, methods=["POST"]),
+            Route("/api/agent/ping", ping, methods=["POST"]),
+            Route("/api/agent/work", work, methods=["GET"]),
+            Route("/api/agent/attempts/{aid:int}/started", started, methods=["POST"]),
+            Route("/api/agent/attempts/{aid:int}/log", log, methods=["POST"]),
+            Route("/api/agent/attempts/{aid:int}/finished", finished, methods=["POST"]),
+        ]
+    )
+
+
+class Peer:
+    """Serves `state` on 127.0.0.1; `stop()` and `start()` again keep the port and the state."""
+
+    def __init__(self, state: PeerState | None = None, port: int = 0) -> None:
+        self.state = state or PeerState()
+        self.port = port
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Peer:
+        config = uvicorn.Config(
+            build_app(self.state), host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2
+        )
+        self.state.closing = False
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        wait_for(lambda: server.started or not thread.is_alive(), 10, "peer server start")
+        assert server.started, "peer server did not start"
+        self.port = server.servers[0].sockets[0].getsockname()[1]
+        self._server, self._thread = server, thread
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self.state.closing = True
+            self._server.should_exit = True
+            self._thread.join(10)
+        self._server = self._thread = None
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `condition` until it is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)

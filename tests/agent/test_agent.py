@@ -1,0 +1,256 @@
+"""The agent process end to end, against a real HTTP peer that speaks the agent API (peer.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from corral.agent import sysinfo
+
+
+def _load_peer() -> ModuleType:
+    name = "corral_test_agent_peer"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("peer.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+peer_module = _load_peer()
+Peer = peer_module.Peer
+PeerState = peer_module.PeerState
+wait_for = peer_module.wait_for
+
+MARK = "CORRAL_AGENT_TEST_MARK"
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return not stat[stat.rfind(")") + 2 :].startswith("Z")
+
+
+def marked_pids(mark: str) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if f"{MARK}={mark}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    out.append(int(entry.name))
+    return out
+
+
+class Agents:
+    """Starts agent processes and makes sure none of them, nor anything they ran, outlives the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.mark = uuid.uuid4().hex
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, url: str, node_id: str, token: str, *extra: str, capacity: bool = True) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "corral.agent", "--server", url, "--node-id", node_id]
+        argv += ["--work-dir", str(self.tmp_path / node_id), "--work-wait", "2", "--kill-grace", "1"]
+        if capacity:
+            argv += ["--vcpus", "2", "--ram-mib", "1024", "--scratch-mib", "100", "--gpus", "1"]
+        argv += list(extra)
+        env = dict(os.environ, CORRAL_BOOT_TOKEN=token, **{MARK: self.mark})
+        log = open(self.tmp_path / f"{node_id}.log", "ab")  # noqa: SIM115 - the child keeps it
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def log(self, node_id: str) -> list[dict[str, Any]]:
+        lines = (self.tmp_path / f"{node_id}.log").read_text().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for pid in marked_pids(self.mark):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Agents]:
+    a = Agents(tmp_path)
+    yield a
+    a.cleanup()
+
+
+@pytest.fixture
+def peer() -> Iterator[Any]:
+    p = Peer().start()
+    yield p
+    p.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_pairs_once_the_server_comes_up_and_runs_work(agents: Agents, tmp_path: Path) -> None:
+    state = PeerState()
+    token = state.add_token("n1")
+    state.assign(1, "n1", ["sh", "-c", "echo hello; echo oops >&2; sleep 0.3; echo bye; exit 4"], env={"A": "b"})
+    port = free_port()
+    agent = agents.start(f"http://127.0.0.1:{port}", "n1", token)
+    # The server is not there yet: the agent keeps trying to pair.
+    wait_for(lambda: any("retry pairing" in e["msg"] for e in agents.log("n1")), 10, "a pairing retry")
+    peer = Peer(state, port=port).start()
+    try:
+        wait_for(lambda: 1 in state.finished, 20, "attempt 1 to finish")
+        assert state.finished[1][0] == 4
+        assert state.log_text(1) == "hello\noops\nbye\n"
+        assert state.started[1] > 0
+        body = state.nodes["n1"]
+        assert body["capacity"] == {"vcpus": 2.0, "ram_mib": 1024, "scratch_mib": 100, "gpus": 1}
+        assert body["pid"] == agent.pid and body["hostname"] == socket.gethostname()
+        wait_for(lambda: len(state.pings) >= 2, 10, "pings")
+        assert agent.poll() is None
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(15) == 0
+        peer.stop()
+    # The run's story is in the structured log, one JSON object per line.
+    messages = [e["msg"] for e in agents.log("n1")]
+    for expected in ("paired", "attempt started", "attempt exited", "agent stopped"):
+        assert expected in messages
+
+
+def test_wrong_boot_token_exits_non_zero(agents: Agents, peer: Any) -> None:
+    peer.state.add_token("n1")
+    agent = agents.start(peer.url, "n1", "not-the-token")
+    assert agent.wait(15) == 2
+    assert any("pairing refused" in e["msg"] for e in agents.log("n1"))
+
+
+def test_standalone_mode_reads_local_capacity(agents: Agents, peer: Any, tmp_path: Path) -> None:
+    token = peer.state.add_token("solo")
+    agent = agents.start(peer.url, "solo", token, capacity=False)
+    wait_for(lambda: "solo" in peer.state.nodes, 15, "pairing")
+    capacity = peer.state.nodes["solo"]["capacity"]
+    assert capacity["vcpus"] == sysinfo.cpu_count()
+    assert capacity["ram_mib"] == sysinfo.mem_total_mib() > 0
+    assert capacity["scratch_mib"] > 0 and capacity["gpus"] == 0
+    peer.state.shutdown = True
+    assert agent.wait(15) == 0
+
+
+def test_kill_on_ping_and_not_wanted_on_start(agents: Agents, peer: Any, tmp_path: Path) -> None:
+    state = peer.state
+    token = state.add_token("n1")
+    state.unwanted.add(2)
+    state.assign(1, "n1", ["sleep", "60"])
+    state.assign(2, "n1", ["sleep", "61"])
+    agent = agents.start(peer.url, "n1", token)
+    wait_for(lambda: 1 in state.started and 2 in state.started, 15, "both attempts to start")
+    # 409 on "started": killed at once and never reported finished.
+    wait_for(lambda: not alive(state.started[2]), 10, "the unwanted attempt to die")
+    wait_for(lambda: any(1 in p["running"] for p in state.pings), 10, "a ping listing attempt 1")
+    with state.lock:
+        state.kill.add(1)
+    wait_for(lambda: 1 in state.finished, 15, "attempt 1 to be killed")
+    assert state.finished[1][0] == 128 + 15
+    assert not alive(state.started[1])
+    assert 2 not in state.finished
+    assert agent.poll() is None
+    state.shutdown = True
+    assert agent.wait(15) == 0
+
+
+def test_shutdown_kills_work_and_reports_it(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    token = state.add_token("n1")
+    state.assign(1, "n1", ["sleep", "60"])
+    agent = agents.start(peer.url, "n1", token)
+    wait_for(lambda: 1 in state.started, 15, "the attempt to start")
+    state.shutdown = True
+    assert agent.wait(15) == 0
+    assert not alive(state.started[1])
+    assert state.finished[1][0] == 128 + 15
+
+
+def test_sigterm_kills_work_and_exits_zero(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    token = state.add_token("n1")
+    state.assign(1, "n1", ["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"])
+    agent = agents.start(peer.url, "n1", token)
+    wait_for(lambda: 1 in state.started, 15, "the attempt to start")
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(15) == 0
+    assert not alive(state.started[1])
+    assert state.finished[1][0] == 128 + 9  # ignored SIGTERM, so SIGKILL after the grace
+
+
+def test_forgotten_node_kills_work_and_exits(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    token = state.add_token("n1")
+    state.assign(1, "n1", ["sleep", "60"])
+    agent = agents.start(peer.url, "n1", token)
+    wait_for(lambda: 1 in state.started, 15, "the attempt to start")
+    state.forget = True
+    assert agent.wait(15) == 3
+    assert not alive(state.started[1])
+
+
+def test_work_survives_a_server_restart(agents: Agents, tmp_path: Path) -> None:
+    state = PeerState()
+    token = state.add_token("n1")
+    go = tmp_path / "go"
+    state.assign(1, "n1", ["sh", "-c", f"echo before; while [ ! -e {go} ]; do sleep 0.05; done; echo after; exit 5"])
+    peer = Peer(state).start()
+    agent = agents.start(peer.url, "n1", token)
+    try:
+        wait_for(lambda: "before" in state.log_text(1), 15, "the first output")
+        peer.stop()  # the server dies; the attempt must run on regardless
+        go.touch()
+        wait_for(lambda: any(e["msg"] == "attempt exited" for e in agents.log("n1")), 15, "the attempt to end")
+        assert agent.poll() is None and 1 not in state.finished
+        state.assign(2, "n1", ["sh", "-c", "echo second"])
+        peer.start()  # same port, same state: the restarted server
+        wait_for(lambda: 1 in state.finished and 2 in state.finished, 20, "both finishes after the restart")
+        assert state.finished[1][0] == 5
+        assert state.log_text(1) == "before\nafter\n"
+        assert state.log_text(2) == "second\n"
+    finally:
+        state.shutdown = True
+        assert agent.wait(15) == 0
+        peer.stop()
+
+
+def test_gang_command_runs_on_the_first_node_only(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    token = state.add_token("n2")
+    state.assign(1, "n2", ["sh", "-c", "echo should-not-run"], node_ids=["n1", "n2"])
+    state.assign(2, "n2", ["sh", "-c", 'echo "$CORRAL_NODELIST $CORRAL_NNODES"'], node_ids=["n2", "n3"])
+    agent = agents.start(peer.url, "n2", token)
+    wait_for(lambda: 2 in state.finished, 15, "the gang led by this node to finish")
+    assert state.log_text(2) == "n2,n3 2\n"
+    assert 1 not in state.started
+    state.shutdown = True
+    assert agent.wait(15) == 0

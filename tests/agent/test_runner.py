@@ -1,0 +1,158 @@
+"""The attempt runner with real processes: start, output, exit codes, process-group kills."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def spec(attempt_id: int, command: list[str], **extra: Any) -> AttemptSpec:
+    return AttemptSpec(
+        attempt_id=attempt_id,
+        job_id=extra.pop("job_id", 7),
+        command=command,
+        env=extra.pop("env", {}),
+        node_ids=extra.pop("node_ids", ["n1"]),
+        resources={},
+    )
+
+
+def run_to_end(runner: Runner, attempt: Attempt, timeout: float = 10) -> int:
+    wait_for(lambda: runner.poll() is not None and attempt.exited, timeout, f"attempt {attempt.attempt_id} to exit")
+    assert attempt.exit_code is not None
+    return attempt.exit_code
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return not stat[stat.rfind(")") + 2 :].startswith("Z")
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[Runner]:
+    r = Runner(tmp_path / "work", base_env={"PATH": os.environ["PATH"], "CORRAL_BOOT_TOKEN": "s3cret"}, kill_grace=0.3)
+    yield r
+    r.terminate_all(grace=0.1)
+
+
+def test_output_and_exit_code(runner: Runner) -> None:
+    attempt = runner.start(spec(1, ["sh", "-c", "echo out; echo err >&2; exit 3"]))
+    assert attempt is not None and attempt.pid > 0
+    assert run_to_end(runner, attempt) == 3
+    assert attempt.log_path.read_text() == "out\nerr\n"
+
+
+def test_environment_and_working_directory(runner: Runner, tmp_path: Path) -> None:
+    script = (
+        'echo "$CORRAL_JOB_ID $CORRAL_ATTEMPT_ID $CORRAL_NODELIST $CORRAL_NNODES $MINE ${CORRAL_BOOT_TOKEN:-none}"; pwd'
+    )
+    attempt = runner.start(spec(2, ["sh", "-c", script], env={"MINE": "x"}, node_ids=["a", "b"], job_id=9))
+    assert attempt is not None
+    assert run_to_end(runner, attempt) == 0
+    first, cwd = attempt.log_path.read_text().splitlines()
+    assert first == "9 2 a,b 2 x none"
+    assert Path(cwd) == tmp_path / "work" / "attempts" / "2"
+
+
+def test_command_not_found_is_127(runner: Runner) -> None:
+    attempt = runner.start(spec(3, ["/no/such/program", "arg"]))
+    assert attempt is not None and attempt.exited and attempt.exit_code == 127
+    assert "cannot run '/no/such/program'" in attempt.log_path.read_text()
+
+
+def test_command_not_executable_is_126(runner: Runner, tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    attempt = runner.start(spec(4, [str(script)]))
+    assert attempt is not None and attempt.exit_code == 126
+    assert "Permission denied" in attempt.log_path.read_text()
+
+
+def test_killed_by_signal_is_128_plus_n(runner: Runner) -> None:
+    attempt = runner.start(spec(5, ["sh", "-c", "kill -9 $$"]))
+    assert attempt is not None
+    assert run_to_end(runner, attempt) == 128 + 9
+
+
+def test_kill_takes_the_whole_process_group(runner: Runner, tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    attempt = runner.start(spec(6, ["sh", "-c", f"sleep 60 & echo $! > {marker}; wait"]))
+    assert attempt is not None
+    child = int(wait_for(lambda: marker.exists() and marker.read_text().strip(), 10, "the child's pid"))
+    assert alive(child)
+    assert runner.kill(6)
+    assert run_to_end(runner, attempt) == 128 + 15
+    wait_for(lambda: not alive(child), 10, "the grandchild to die")
+
+
+def test_kill_escalates_to_sigkill(runner: Runner, tmp_path: Path) -> None:
+    marker = tmp_path / "ready"
+    script = f"trap '' TERM; touch {marker}; while :; do sleep 0.05; done"
+    attempt = runner.start(spec(7, ["sh", "-c", script]))
+    assert attempt is not None
+    wait_for(marker.exists, 10, "the trap to be set")
+    runner.kill(7)
+    assert run_to_end(runner, attempt) == 128 + 9
+
+
+def test_leftovers_are_killed_when_the_command_exits(runner: Runner, tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    attempt = runner.start(spec(8, ["sh", "-c", f"sleep 60 >/dev/null 2>&1 & echo $! > {marker}"]))
+    assert attempt is not None
+    assert run_to_end(runner, attempt) == 0
+    child = int(marker.read_text())
+    wait_for(lambda: not alive(child), 10, "the leftover child to die")
+
+
+def test_usage_measures_cpu_and_memory(runner: Runner) -> None:
+    code = "x = bytearray(64 * 1024 * 1024)\nwhile True: pass"
+    attempt = runner.start(spec(9, [sys.executable, "-c", code]))
+    assert attempt is not None
+    seen: list[tuple[float, int]] = []
+
+    def busy() -> bool:
+        time.sleep(0.2)
+        seen.append(runner.usage())
+        return seen[-1][0] > 0.3 and seen[-1][1] >= 64
+
+    wait_for(busy, 15, f"usage to show a busy attempt (saw {seen})")
+
+
+def test_terminate_all_and_refuse_new_work(runner: Runner) -> None:
+    attempt = runner.start(spec(10, ["sleep", "60"]))
+    assert attempt is not None
+    runner.terminate_all(grace=2)
+    assert attempt.exit_code == 128 + 15
+    assert runner.start(spec(11, ["true"])) is None
+
+
+def test_bad_attempt_names_the_field() -> None:
+    with pytest.raises(BadAttempt, match="attempt.command"):
+        AttemptSpec.from_json({"attempt_id": 1, "job_id": 1, "command": "echo hi"})
+    with pytest.raises(BadAttempt, match="attempt.attempt_id"):
+        AttemptSpec.from_json({"job_id": 1, "command": ["true"]})
+    parsed = AttemptSpec.from_json({"attempt_id": 1, "job_id": 2, "command": ["true"], "node_ids": ["n"]})
+    assert parsed.command == ["true"] and parsed.env == {}
