@@ -125,7 +125,9 @@ def run_pass(
         nodes=list(nodes),
         instance_types=list(instance_types),
     )
-    placement = settings if isinstance(settings, PlacementSettings) else PlacementSettings.model_validate(settings or {})
+    placement = (
+        settings if isinstance(settings, PlacementSettings) else PlacementSettings.model_validate(settings or {})
+    )
     if max_instances is not None:
         policy = PolicySettings(boot=BootSettings(max_instances=max_instances), placement=placement.model_dump())
         placer = make_placer(policy)

@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
-from corral.core.model import GiB, Resources
 from placement_helpers import NOW, job, node, placed, run_pass, running
+
+from corral.core.model import GiB, Node, Resources
 
 # A 4-processor node running two 1-processor jobs whose measured load is small.
 BUSY = running(1, 100, ["n"], Resources(2, 2 * GiB))
 OTHERS = [job(100, 2, 2)]
 
 
-def light_node(**kw: object) -> object:
-    return node("n", 4, 16, used=Resources(0.2, 1 * GiB, 0, 0), used_at=NOW - 10, **kw)  # type: ignore[arg-type]
+def light_node() -> Node:
+    return node("n", 4, 16, used=Resources(0.2, 1 * GiB, 0, 0), used_at=NOW - 10)
 
 
 def test_dedicated_counts_requests() -> None:
-    result = run_pass([light_node()], [job(1, 3)], attempts=[BUSY], other_jobs=OTHERS, settings={"availability": "DEDICATED"})
+    result = run_pass(
+        [light_node()], [job(1, 3)], attempts=[BUSY], other_jobs=OTHERS, settings={"availability": "DEDICATED"}
+    )
     assert placed(result) == {}
     assert "INSUFFICIENT_CPU: needs 3 vcpu, the largest free is 2 vcpu" in result.reasons[1]
 
 
 def test_utilized_counts_measured_use_so_requests_may_exceed_capacity() -> None:
     # The seed's example: with UTILIZED, more 1-processor jobs start than there are processors.
-    result = run_pass([light_node()], [job(1, 3)], attempts=[BUSY], other_jobs=OTHERS, settings={"availability": "UTILIZED"})
+    result = run_pass(
+        [light_node()], [job(1, 3)], attempts=[BUSY], other_jobs=OTHERS, settings={"availability": "UTILIZED"}
+    )
     assert placed(result) == {1: ("n",)}
 
 
@@ -78,5 +83,7 @@ def test_overprovision_ratio_lifts_the_dedicated_ceiling() -> None:
     n = node("n", 4, 16)
     attempts = [running(1, 100, ["n"], Resources(4, GiB))]
     settings = {"availability": "DEDICATED", "overprovision": {"PROC": 2}}
-    assert placed(run_pass([n], [job(1, 4)], attempts=attempts, other_jobs=[job(100)], settings=settings)) == {1: ("n",)}
+    assert placed(run_pass([n], [job(1, 4)], attempts=attempts, other_jobs=[job(100)], settings=settings)) == {
+        1: ("n",)
+    }
     assert placed(run_pass([n], [job(1, 4)], attempts=attempts, other_jobs=[job(100)])) == {}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.core.model import GiB, InstanceType, Resources
 from placement_helpers import NOW, job, node, placed, run_pass, running
+
+from corral.core.model import GiB, InstanceType, Resources
+from corral.core.snapshot import PlacementResult
 
 # A fixed fleet of two 8-cpu nodes (no instance types: nothing can be booted).
 NODES = [node("n1", 8, 64), node("n2", 8, 64)]
@@ -20,7 +22,7 @@ LONG = job(3, 2, time_limit=2000)  # would still run when it starts
 ENDLESS = job(4, 2)  # no time limit
 
 
-def run(queue: list[Any], **kw: Any):  # type: ignore[no-untyped-def]
+def run(queue: list[Any], **kw: Any) -> PlacementResult:
     return run_pass(NODES, queue, attempts=kw.pop("attempts", ATTEMPTS), other_jobs=RUNNING_JOBS, **kw)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from placement_helpers import NOW, job, node, only, placed, run_pass, running
+
 from corral.core.model import GiB, NodeState, Resources
 from corral.core.snapshot import PlacementResult
 from corral.placement.settings import FILTER_NAMES
-from placement_helpers import NOW, job, node, only, placed, run_pass, running
 
 
 def reason(result: PlacementResult, job_id: int) -> str:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from corral.core.model import GiB, Resources
+from typing import Any
+
 from placement_helpers import job, node, only, placed, run_pass, running
+
+from corral.core.model import GiB, Job, Resources
+from corral.core.snapshot import PlacementResult
 
 RACKS = [node("a1", rack="A"), node("a2", rack="A"), node("b1", rack="B"), node("b2", rack="B")]
 WEB = job(100, tags=["web"])
@@ -12,7 +16,7 @@ ON_A1 = running(1, 100, ["a1"], Resources(1, GiB))
 ON_B1 = running(2, 200, ["b1"], Resources(1, GiB))
 
 
-def choose(queue, **kw):  # type: ignore[no-untyped-def]
+def choose(queue: list[Job], **kw: Any) -> PlacementResult:
     kw.setdefault("settings", only(pack=1, locality=1))
     return run_pass(RACKS, queue, attempts=[ON_A1, ON_B1], other_jobs=[WEB, DB], **kw)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from corral.core.model import GiB, Resources
+from typing import Any
+
 from placement_helpers import NOW, job, node, only, placed, run_pass, running
 
+from corral.core.model import GiB, Job, Node, Resources
 
-def first_choice(nodes, request=None, **settings):  # type: ignore[no-untyped-def]
+
+def first_choice(nodes: list[Node], request: Job | None = None, **settings: Any) -> str:
     result = run_pass(nodes, [request or job(1)], settings=settings)
     return placed(result)[(request or job(1)).id][0]
 

@@ -62,7 +62,9 @@ def test_overprovision_accepts_seed_and_corral_resource_names() -> None:
 def test_defaults_and_coercion_from_policy_settings() -> None:
     assert PlacementSettings().filters == list(FILTER_NAMES)
     assert PlacementSettings().availability == "COMBINED"
-    policy = PolicySettings.model_validate({"placement": {"availability": "DEDICATED:PROC", "queue": {"backfill": "none"}}})
+    policy = PolicySettings.model_validate(
+        {"placement": {"availability": "DEDICATED:PROC", "queue": {"backfill": "none"}}}
+    )
     placement = coerce(policy)
     assert placement.availability_policy()[Resource.CPU] is Policy.DEDICATED
     assert placement.queue.backfill == "none"

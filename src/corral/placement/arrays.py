@@ -189,8 +189,6 @@ class NodeArrays:
         # so "free RAM / ram_scale" stays within 0..1.
         self.ram_scale = float(self.capacity[Resource.RAM].max() * max(1.0, self.ratio[Resource.RAM])) if n else 1.0
         self.ram_scale = self.ram_scale or 1.0
-        self.price_scale = float(self.price.max()) if n else 1.0
-        self.price_scale = self.price_scale or 1.0
 
         self._trait_index: dict[str, dict[str, Bools]] = {}
         self._present: dict[str, Bools] = {}

@@ -137,14 +137,27 @@ def _balanced(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise:
 
 
 def _price(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
-    """The node's hourly price divided by how many copies of the job its capacity holds."""
-    a = s.arrays
+    """The cheapest price per job in the fleet divided by this node's: 1 for the cheapest, 0.5 for
+    twice its price. Price per job is the hourly price over how many copies of the job the node's
+    capacity holds. A ratio rather than a fraction of the highest price, so one expensive GPU type
+    does not squash the differences between the ordinary ones."""
+    per_job = _price_per_job(s.arrays, d, slice(None))
+    holds = np.isfinite(per_job)
+    cheapest = float(per_job[holds].min()) if holds.any() else 0.0
+    result: Floats = np.where(holds[idx], (cheapest + _CENT) / (per_job[idx] + _CENT), 0.0)
+    return result
+
+
+_CENT = 1e-6  # keeps free (on-premises) nodes comparable instead of dividing by zero
+
+
+def _price_per_job(a: NodeArrays, d: Demand, idx: Index) -> Floats:
     copies = np.full(a.capacity[0, idx].shape, np.inf)
     for r in Resource:
         if d.vector[r] > 0:
             copies = np.minimum(copies, np.floor(a.capacity[r, idx] / d.vector[r] + 1e-9))
-    per_job = a.price[idx] / np.maximum(copies, 1.0)
-    result: Floats = 1.0 - per_job / a.price_scale
+    with np.errstate(divide="ignore"):
+        result: Floats = np.where(copies >= 1, a.price[idx] / np.where(copies >= 1, copies, 1.0), np.inf)
     return result
 
 

@@ -1,0 +1,79 @@
+"""Explanations run every filter, count and name the nodes each removes, and find the nearest miss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placement_helpers import job, node, placed, run_pass
+
+from corral.core.model import GiB, InstanceType
+
+
+def rows(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["filter"]: row for row in details["filters"]}
+
+
+def test_every_filter_runs_even_after_the_set_is_empty() -> None:
+    nodes = [node(f"x{i}", ram_gib=16, zone="x") for i in range(8)] + [node("y0", ram_gib=16, zone="y")]
+    result = run_pass(nodes, [job(1, ram_gib=32, traits={"zone": "x"})], settings={"explain_sample": 3})
+    details = result.details[1]
+    by_filter = rows(details)
+    assert by_filter["traits"]["removed"] == 1 and by_filter["traits"]["failed"] == 1
+    assert by_filter["traits"]["sample"] == ["y0"]
+    # min-ram comes later and has nothing left to remove, yet it is still evaluated on every node.
+    assert by_filter["min-ram"]["removed"] == 8 and by_filter["min-ram"]["failed"] == 9
+    assert by_filter["min-ram"]["sample"] == ["x0", "x1", "x2"]
+    assert by_filter["min-ram"]["detail"] == "needs 32 GiB RAM, the largest free is 16 GiB on x0"
+    assert details["survivors"] == 0
+    assert details["nearest"] == {"node": "x0", "fails": ["INSUFFICIENT_RAM"]}
+    assert details["reason"] == "INSUFFICIENT_RAM: needs 32 GiB RAM, the largest free is 16 GiB on x0"
+
+
+def test_nearest_miss_is_among_nodes_passing_every_other_filter() -> None:
+    # The node with the most RAM lacks the trait; the explanation names the one that only lacks RAM.
+    nodes = [node("huge", ram_gib=64), node("ssd", ram_gib=24, disk="ssd")]
+    result = run_pass(nodes, [job(1, ram_gib=40, traits={"disk": "ssd"})], settings={"filters": ["min-ram", "traits"]})
+    assert rows(result.details[1])["min-ram"]["detail"] == "needs 40 GiB RAM, the largest free is 24 GiB on ssd"
+    assert result.details[1]["nearest"] == {"node": "huge", "fails": ["TRAITS_MISMATCH"]}
+
+
+def test_instance_types_are_named_when_none_is_large_enough() -> None:
+    types = [InstanceType("m", 8, 32 * GiB, 1.0), InstanceType("s", 4, 16 * GiB, 0.5)]
+    result = run_pass([node("n-17", ram_gib=30)], [job(1, ram_gib=40)], instance_types=types)
+    assert result.reasons[1] == (
+        "INSUFFICIENT_RAM: needs 40 GiB RAM, the largest free is 30 GiB on n-17; no instance type has more than 32 GiB"
+    )
+
+
+def test_gang_reason_counts_nodes() -> None:
+    nodes = [node("a"), node("b", ram_gib=4)]
+    result = run_pass(nodes, [job(1, ram_gib=8, nodes=2)])
+    assert result.reasons[1] == (
+        "INSUFFICIENT_RAM: needs 8 GiB RAM, the largest free is 32 GiB on a (the job needs 2 nodes, 1 remain)"
+    )
+
+
+def test_gang_placed_on_distinct_nodes() -> None:
+    nodes = [node("a"), node("b"), node("c", ram_gib=4)]
+    result = run_pass(nodes, [job(1, ram_gib=8, nodes=2)])
+    assert sorted(placed(result)[1]) == ["a", "b"]
+
+
+def test_no_nodes_at_all() -> None:
+    result = run_pass([], [job(1)])
+    assert result.reasons[1] == "NO_NODES: no running node takes work"
+
+
+def test_identical_requests_share_one_explanation_but_keep_their_own_id() -> None:
+    nodes = [node("a", ram_gib=4)]
+    result = run_pass(nodes, [job(1, ram_gib=8), job(2, ram_gib=8)])
+    assert result.details[1]["job"] == 1 and result.details[2]["job"] == 2
+    assert result.details[1]["filters"] == result.details[2]["filters"]
+
+
+def test_explanations_are_json_serialisable() -> None:
+    import json
+
+    nodes = [node("a", rack="r1", zone="x")]
+    result = run_pass(nodes, [job(1, ram_gib=64, near=["7"], traits={"zone": "y"}), job(2)])
+    json.dumps(result.details)
