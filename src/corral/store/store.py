@@ -6,6 +6,12 @@ history. The store carries decisions out; it makes none (the core decides, the s
 SQLite (the default) runs in WAL mode; writes open with BEGIN IMMEDIATE so that two writers never
 deadlock on a lock upgrade. PostgreSQL is used by URL. The claim of a job is one conditional
 UPDATE (state = 'queued'), so two dispatchers can never both claim it.
+
+Lock order: a write that reads a job's or an attempt's state and then changes it first locks the
+job row (SELECT ... FOR UPDATE on PostgreSQL; SQLite's write lock covers the whole database), then
+reads and changes its attempts. Every writer of attempts follows this order, so under PostgreSQL's
+READ COMMITTED a decision is never taken on a state another transaction has just changed, and two
+writers never deadlock on a job and its attempt.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Row, and_, create_engine, delete, event, func, insert, or_, select, update
 from sqlalchemy.pool import NullPool
 
 from corral.core.model import (
@@ -300,7 +306,7 @@ class Store:
             JobState.COMPLETE: AttemptState.EXITED,
         }[outcome.state]
         with self.write() as conn:
-            row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id)).first()
+            row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id).with_for_update()).first()
             if row is None:
                 return False
             old = JobState(row.state)
@@ -318,7 +324,9 @@ class Store:
                 values.update(claimed_by=None, retry_at=outcome.retry_at, wait_reason=outcome.reason)
             else:
                 values["finished_at"] = now
-            conn.execute(update(J).where(J.c.id == outcome.job_id, J.c.state == old.value).values(**values))
+            moved = conn.execute(update(J).where(J.c.id == outcome.job_id, J.c.state == old.value).values(**values))
+            if moved.rowcount != 1:
+                return False
             if outcome.attempt_ids:
                 conn.execute(
                     update(A)
@@ -355,10 +363,20 @@ class Store:
             )
         return items
 
+    @staticmethod
+    def _lock_attempt(conn: Connection, attempt_id: int, node_id: str) -> Row[Any] | None:
+        """The attempt's row, read after locking its job (the lock order: job, then attempts), so
+        that it is current and stays so until the transaction ends. None if there is no such attempt."""
+        job_id = conn.execute(select(A.c.job_id).where(A.c.id == attempt_id, A.c.node_id == node_id)).scalar()
+        if job_id is None:
+            return None
+        conn.execute(select(J.c.id).where(J.c.id == job_id).with_for_update())
+        return conn.execute(select(A).where(A.c.id == attempt_id, A.c.node_id == node_id)).first()
+
     def attempt_started(self, attempt_id: int, node_id: str, pid: int, now: float) -> bool:
         """The agent started the attempt. False if it is no longer wanted (then the agent kills it)."""
         with self.write() as conn:
-            attempt = conn.execute(select(A).where(A.c.id == attempt_id, A.c.node_id == node_id)).first()
+            attempt = self._lock_attempt(conn, attempt_id, node_id)
             if attempt is None or attempt.state not in ACTIVE_ATTEMPT_STATES:
                 return False
             if attempt.state == AttemptState.RUNNING.value:
@@ -385,16 +403,18 @@ class Store:
         """Mark the attempt exited. Returns (job, attempt_id) for the caller to ask the core what
         the exit means; None if this attempt was already ended (a repeated report)."""
         with self.write() as conn:
-            attempt = conn.execute(select(A).where(A.c.id == attempt_id, A.c.node_id == node_id)).first()
+            attempt = self._lock_attempt(conn, attempt_id, node_id)
             if attempt is None:
                 return None
             if attempt.state not in ACTIVE_ATTEMPT_STATES:
                 return None
-            conn.execute(
+            ended = conn.execute(
                 update(A)
-                .where(A.c.id == attempt_id)
+                .where(A.c.id == attempt_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
                 .values(state=AttemptState.EXITED.value, exit_code=exit_code, finished_at=now)
             )
+            if ended.rowcount != 1:
+                return None
             if attempt.state == AttemptState.ASSIGNED.value:
                 # The start report was lost (e.g. a server restart): the job did run.
                 conn.execute(
