@@ -186,7 +186,7 @@ def test_instance_runs_real_work_and_destroy_stops_it(cloud: LoopbackCloud, peer
     assert alive(work_pid)
     cloud.destroy(instance.id)
     assert not alive(work_pid)
-    assert state.finished[1][0] == 128 + 15  # the agent stopped its work and said so before going
+    assert 1 not in state.finished  # lost with its node: the server's to requeue, not a command exit
     assert cloud.list() == []
 
 

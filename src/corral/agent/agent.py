@@ -7,7 +7,8 @@
 The server may vanish at any moment (SIGKILL, restart). The agent never lets that touch its running
 work: every report is retried until the server is back, which is how a restarted server re-adopts
 the attempts that ran on while it was gone. Only a 401 (the server forgot this node), a `shutdown`
-in a ping answer, or SIGTERM/SIGINT end the agent, and each of them kills its attempts first.
+in a ping answer, or SIGTERM/SIGINT end the agent, and each of them kills its attempts first
+(without reporting their exits: work lost with its node is for the server to judge).
 """
 
 from __future__ import annotations
@@ -171,8 +172,12 @@ class Agent:
         self.stop.set()
 
     def shutdown(self, reporter: threading.Thread) -> None:
-        running = [a.attempt_id for a in self.runner.running()]
-        logs.info("shutting down", running=running)
+        self.runner.poll()
+        running = self.runner.running()
+        for attempt in running:
+            if attempt.kill_requested_at is None:
+                attempt.abandoned = True
+        logs.info("shutting down", running=[a.attempt_id for a in running])
         self.runner.terminate_all()
         reporter.join(timeout=self.options.flush_budget + 10)
         if self.forgotten:
@@ -186,9 +191,12 @@ class Agent:
             except (Unreachable, Unauthorized):
                 break
             time.sleep(0.05)
-        left = [a.attempt_id for a in self.runner.all() if not a.unwanted]
+        left = [a.attempt_id for a in self.runner.all() if not a.unwanted and not a.abandoned]
         if left:
             logs.warning("exiting with unreported attempts", attempts=left)
+        abandoned = [a.attempt_id for a in running if a.abandoned]
+        if abandoned:
+            logs.info("attempts stopped with this node; their exits are not reported", attempts=abandoned)
         logs.info("agent stopped", exit_code=self.exit_code)
 
     # ---- ping --------------------------------------------------------------------------------
@@ -201,7 +209,7 @@ class Agent:
     def _finished_for_ping(self, now: float) -> list[dict[str, Any]]:
         out = []
         for attempt in self.runner.all():
-            if not attempt.exited or attempt.unwanted or not attempt.start_reported:
+            if not attempt.exited or attempt.unwanted or attempt.abandoned or not attempt.start_reported:
                 continue
             stuck = attempt.log_failing_since is not None and now - attempt.log_failing_since > LOG_STUCK_AFTER
             if attempt.log_done or stuck:
@@ -361,7 +369,10 @@ class Agent:
             if not attempt.log_done:
                 self.ship_log(attempt)
             if attempt.exited and attempt.log_done:
-                self.report_finished(attempt)
+                if attempt.abandoned:
+                    self._mark_done(attempt)
+                else:
+                    self.report_finished(attempt)
 
     def report_started(self, attempt: Attempt) -> None:
         if attempt.start_reported:

@@ -77,6 +77,9 @@ class Attempt:
     # Reporting state, owned by the agent's reporter; kept here so one lock covers everything.
     start_reported: bool = False
     unwanted: bool = False  # the server answered 409 to "started": kill, report nothing more
+    # Killed because the agent itself is stopping: the node is going away, which is the server's to
+    # judge (a temporary failure), so the exit is not reported as if the command had ended.
+    abandoned: bool = False
     log_offset: int = 0  # bytes of the log the server has accepted
     log_done: bool = False  # nothing more will be shipped (all sent, or the server refused the log)
     log_failing_since: float | None = None
