@@ -81,7 +81,9 @@ class LoopbackCloud:
         # The token goes in the environment, not argv: /proc/<pid>/cmdline is world-readable.
         env["CORRAL_BOOT_TOKEN"] = boot_token
         env[INSTANCE_MARK] = instance_id
-        env.pop("CORRAL_AGENT_SECRET", None)
+        # The user's API credentials are not the fleet's business (every attempt inherits this environment).
+        for name in ("CORRAL_AGENT_SECRET", "CORRAL_TOKEN"):
+            env.pop(name, None)
         created_at = time.time()
         try:
             with open(directory / "agent.log", "ab") as log:
