@@ -1,0 +1,158 @@
+"""Store calls racing each other on the same rows, the way the agent API and the loop do.
+
+A side transaction (another client) holds the contested row until the racing calls are lined up
+behind it, then lets them all go. On PostgreSQL the test waits (polling pg_stat_activity, with a
+deadline) until the calls are really blocked, so the interleaving is the one named in the test. On
+SQLite every write takes the single database write lock, so the calls run one after the other in
+some order; the assertions there are those that must hold for any order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+import pytest
+
+from corral.core import retry
+from corral.core.model import AttemptState, JobState
+from corral.core.settings import RetrySettings
+from corral.store import Store
+
+from .storekit import NOW, SideTransaction, claim, event_kinds, lock_waiters, submit, wait_for_lock_waiters
+
+T = TypeVar("T")
+RESULT_TIMEOUT = 60.0
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        yield executor
+
+
+def run_blocked(pool: ThreadPoolExecutor, store: Store, call: Callable[[], T], waiting: int) -> Future[T]:
+    """Start `call` in a thread and wait until `waiting` store calls (this one included) are blocked."""
+    future = pool.submit(call)
+    wait_for_lock_waiters(store, waiting)
+    return future
+
+
+def running_job(store: Store) -> tuple[int, int]:
+    [job_id] = submit(store)
+    attempt_id = claim(store, job_id, nodes=["n1"])
+    assert store.attempt_started(attempt_id, "n1", 4242, NOW + 1)
+    return job_id, attempt_id
+
+
+def test_a_requeue_racing_the_jobs_completion_is_dropped(store: Store, pool: ThreadPoolExecutor) -> None:
+    """The agent's exit report completes the job while a pass requeues it (node thought lost)."""
+    job_id, attempt_id = running_job(store)
+    stale_view = store.job(job_id)  # what the pass saw: running
+    requeue = retry.after_temp_failure(stale_view, NOW + 5, RetrySettings(), "node n1 lost", (attempt_id,))
+
+    with SideTransaction(store) as side:  # the exit report, not yet committed
+        side.execute(f"UPDATE jobs SET state = 'complete', exit_code = 0, finished_at = {NOW + 4} WHERE id = {job_id}")
+        side.execute(f"UPDATE attempts SET state = 'exited', exit_code = 0 WHERE id = {attempt_id}")
+        applied = run_blocked(pool, store, lambda: store.apply_outcome(requeue, NOW + 5), waiting=1)
+        side.commit()
+
+    assert applied.result(RESULT_TIMEOUT) is False
+    row = store.job_row(job_id)
+    assert row["state"] == JobState.COMPLETE.value and row["temp_failures"] == 0 and row["retry_at"] is None
+    assert store.attempt_row(attempt_id)["state"] == AttemptState.EXITED.value  # type: ignore[index]
+    assert "job.requeued" not in event_kinds(store, job_id)
+
+
+def test_duplicate_exit_reports_racing_each_other_count_once(store: Store, pool: ThreadPoolExecutor) -> None:
+    """An agent re-sends an exit report while the first one is still being written."""
+    job_id, attempt_id = running_job(store)
+
+    with SideTransaction(store) as side:
+        side.execute(f"UPDATE attempts SET reason = reason WHERE id = {attempt_id}")  # holds the attempt row
+        first = run_blocked(pool, store, lambda: store.record_exit(attempt_id, "n1", 0, NOW + 5), waiting=1)
+        second = run_blocked(pool, store, lambda: store.record_exit(attempt_id, "n1", 0, NOW + 6), waiting=2)
+        side.commit()
+
+    results = [first.result(RESULT_TIMEOUT), second.result(RESULT_TIMEOUT)]
+    assert sum(r is not None for r in results) == 1, results  # exactly one caller goes on to apply the exit
+    attempt = store.attempt_row(attempt_id)
+    assert attempt is not None and attempt["state"] == AttemptState.EXITED.value and attempt["exit_code"] == 0
+
+
+def test_an_exit_report_racing_a_requeue_never_revives_the_ended_attempt(
+    store: Store, pool: ThreadPoolExecutor
+) -> None:
+    """The start report was lost, the pass requeues the attempt as never started, and its exit report
+    arrives at the same moment. Whichever is first, the other must see it: no deadlock, and never an
+    exit recorded on an attempt that was already ended (its job would then be failed or completed
+    although it had been requeued)."""
+    [job_id] = submit(store)
+    attempt_id = claim(store, job_id, nodes=["n1"])  # assigned; the start report never arrived
+    requeue = retry.after_temp_failure(
+        store.job(job_id), NOW + 200, RetrySettings(), "not started within the start timeout", (attempt_id,)
+    )
+
+    with SideTransaction(store) as side:
+        side.execute(f"UPDATE attempts SET reason = reason WHERE id = {attempt_id}")  # holds the attempt row
+        requeued = run_blocked(pool, store, lambda: store.apply_outcome(requeue, NOW + 200), waiting=1)
+        exited = run_blocked(pool, store, lambda: store.record_exit(attempt_id, "n1", 1, NOW + 200), waiting=2)
+        side.commit()
+
+    requeue_applied, exit_result = requeued.result(RESULT_TIMEOUT), exited.result(RESULT_TIMEOUT)
+    attempt = store.attempt_row(attempt_id)
+    row = store.job_row(job_id)
+    assert attempt is not None
+    if exit_result is None:  # the requeue came first (always so on PostgreSQL, where the order is forced)
+        assert requeue_applied is True
+        assert attempt["state"] == AttemptState.TEMPFAIL.value and attempt["exit_code"] is None
+        assert row["state"] == JobState.QUEUED.value and row["temp_failures"] == 1
+    else:  # the exit came first: the attempt ran and exited; the requeue no longer touches it
+        assert lock_waiters(store) is None, "on PostgreSQL the requeue was lined up first"
+        assert attempt["state"] == AttemptState.EXITED.value and attempt["exit_code"] == 1
+
+
+def test_a_start_report_racing_a_cancel_is_refused(store: Store, pool: ThreadPoolExecutor) -> None:
+    [job_id] = submit(store)
+    attempt_id = claim(store, job_id, nodes=["n1"])
+
+    with SideTransaction(store) as side:  # the pass cancelling the job, not yet committed
+        side.execute(f"UPDATE jobs SET state = 'cancelled', finished_at = {NOW + 1} WHERE id = {job_id}")
+        side.execute(f"UPDATE attempts SET state = 'cancelled' WHERE id = {attempt_id}")
+        started = run_blocked(pool, store, lambda: store.attempt_started(attempt_id, "n1", 7, NOW + 2), waiting=1)
+        side.commit()
+
+    assert started.result(RESULT_TIMEOUT) is False  # the agent kills it
+    assert store.job_row(job_id)["state"] == JobState.CANCELLED.value
+    attempt = store.attempt_row(attempt_id)
+    assert attempt is not None and attempt["state"] == AttemptState.CANCELLED.value and attempt["pid"] is None
+
+
+def test_a_late_start_report_never_revives_an_attempt_replaced_meanwhile(
+    store: Store, pool: ThreadPoolExecutor
+) -> None:
+    """While the start report of attempt 1 waits for the job row, attempt 1 is ended (never started)
+    and the job is claimed again as attempt 2. The late report must not start the job on attempt 1."""
+    [job_id] = submit(store)
+    first = claim(store, job_id, "d1", nodes=["n1"])
+    second = first + 1
+
+    with SideTransaction(store) as side:  # the requeue and the new claim, committed together
+        side.execute(f"UPDATE jobs SET claimed_by = 'd2', attempt_count = 2, node_id = 'n2' WHERE id = {job_id}")
+        side.execute(f"UPDATE attempts SET state = 'tempfail', finished_at = {NOW + 200} WHERE id = {first}")
+        side.execute(
+            "INSERT INTO attempts (id, job_id, node_id, node_ids, vcpus, ram_mib, scratch_mib, gpus, state, "
+            f"dispatcher_id, assigned_at, reason) VALUES ({second}, {job_id}, 'n2', '[\"n2\"]', 1, 1024, 0, 0, "
+            f"'assigned', 'd2', {NOW + 300}, '')"
+        )
+        started = run_blocked(pool, store, lambda: store.attempt_started(first, "n1", 7, NOW + 301), waiting=1)
+        side.commit()
+
+    assert started.result(RESULT_TIMEOUT) is False
+    row = store.job_row(job_id)
+    assert row["state"] == JobState.CLAIMED.value and row["claimed_by"] == "d2" and row["started_at"] is None
+    assert [(a["id"], a["state"]) for a in store.attempts_of(job_id)] == [
+        (first, AttemptState.TEMPFAIL.value),
+        (second, AttemptState.ASSIGNED.value),
+    ]

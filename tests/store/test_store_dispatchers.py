@@ -1,0 +1,108 @@
+"""Seed 001: dispatchers heartbeat; when one stops, another releases its claims as TempFails."""
+
+from __future__ import annotations
+
+from corral.core.model import AttemptState, JobState, Resources
+from corral.core.reconcile import plan_pass
+from corral.core.settings import PolicySettings
+from corral.store import Store
+
+from .storekit import NOW, SMALL, add_node, claim, event_kinds, submit
+
+POLICY = PolicySettings()  # dispatcher_stale 60 s, start_timeout 120 s, ping_stale 60 s
+STALE = NOW + POLICY.dispatch.dispatcher_stale + 10  # A's last heartbeat was at NOW
+
+
+def test_heartbeat_registers_once_then_updates(store: Store) -> None:
+    store.heartbeat("disp-a", NOW, host="h1", pid=11)
+    store.heartbeat("disp-a", NOW + 5, host="h1", pid=11)
+    store.heartbeat("disp-b", NOW + 6, host="h2", pid=22)
+
+    snap = store.load_snapshot("disp-b", [SMALL], observing_since=0.0)
+    assert sorted((d.id, d.last_heartbeat) for d in snap.dispatchers) == [("disp-a", NOW + 5), ("disp-b", NOW + 6)]
+    registered = store.list_events(kind="dispatcher.registered")
+    assert [e["message"] for e in registered] == ["disp-a on h1 pid 11", "disp-b on h2 pid 22"]
+
+
+def test_claims_of_a_stale_dispatcher_are_released_by_another_as_tempfails(store: Store) -> None:
+    for node in ("n1", "n2"):
+        add_node(store, node, NOW)
+    store.heartbeat("disp-a", NOW)
+    store.heartbeat("disp-b", NOW)
+    a_claimed, a_running, b_claimed, b_running, queued = submit(store, 5)
+    a_attempts = {
+        a_claimed: claim(store, a_claimed, "disp-a", ["n1"], now=NOW),
+        a_running: claim(store, a_running, "disp-a", ["n1"], now=NOW),
+    }
+    b_attempts = {
+        b_claimed: claim(store, b_claimed, "disp-b", ["n2"], now=NOW),
+        b_running: claim(store, b_running, "disp-b", ["n2"], now=NOW),
+    }
+    assert store.attempt_started(a_attempts[a_running], "n1", 100, NOW + 1)
+    assert store.attempt_started(b_attempts[b_running], "n2", 200, NOW + 1)
+
+    # Time passes: B and both agents keep reporting, A has gone silent. (Attempts assigned at NOW
+    # are still within the start timeout, so only A's silence can release anything.)
+    store.heartbeat("disp-b", STALE)
+    for node in ("n1", "n2"):
+        store.record_ping(node, Resources(0.0, 0, 0, 0), STALE)
+    snapshot = store.load_snapshot("disp-b", [SMALL], observing_since=NOW - 1000)
+    decisions = plan_pass(snapshot, STALE, POLICY)
+
+    assert {o.job_id for o in decisions.job_outcomes} == {a_claimed, a_running}
+    for outcome in decisions.job_outcomes:
+        assert outcome.attempt_ids == (a_attempts[outcome.job_id],)
+        assert store.apply_outcome(outcome, STALE) is True
+
+    for job_id in (a_claimed, a_running):
+        row = store.job_row(job_id)
+        assert row["state"] == JobState.QUEUED.value and row["claimed_by"] is None
+        assert row["temp_failures"] == 1 and row["retry_at"] == STALE + POLICY.retry.backoff(1)
+        assert "dispatcher disp-a stopped heartbeating" in row["wait_reason"]
+        [attempt] = store.attempts_of(job_id)
+        assert attempt["state"] == AttemptState.TEMPFAIL.value and attempt["finished_at"] == STALE
+        assert event_kinds(store, job_id)[-1] == "job.requeued"
+        [requeued] = store.list_events(job_id=job_id, kind="job.requeued")
+        assert "dispatcher disp-a stopped heartbeating" in requeued["message"]
+    assert store.open_job_ids_claimed_by("disp-a") == []
+
+    # B's own claims are untouched, and so is the job nobody claimed.
+    assert store.job_row(b_claimed)["state"] == JobState.CLAIMED.value
+    assert store.job_row(b_running)["state"] == JobState.RUNNING.value
+    for job_id in (b_claimed, b_running):
+        row = store.job_row(job_id)
+        assert row["claimed_by"] == "disp-b" and row["temp_failures"] == 0
+        assert [a["state"] for a in store.attempts_of(job_id)] in (["assigned"], ["running"])
+        assert "job.requeued" not in event_kinds(store, job_id)
+    assert sorted(store.open_job_ids_claimed_by("disp-b")) == sorted([b_claimed, b_running])
+    assert store.job_row(queued)["state"] == JobState.QUEUED.value
+
+    # The released jobs' agent is told to stop them; the next pass finds nothing left to release.
+    assert store.attempts_to_kill("n1", [a_attempts[a_running]]) == [a_attempts[a_running]]
+    again = plan_pass(store.load_snapshot("disp-b", [SMALL], NOW - 1000), STALE + 1, POLICY)
+    assert again.job_outcomes == []
+
+
+def test_a_dispatcher_never_releases_its_own_claims(store: Store) -> None:
+    add_node(store, "n1", NOW)
+    store.heartbeat("disp-a", NOW)
+    [job_id] = submit(store)
+    claim(store, job_id, "disp-a", ["n1"], now=NOW)
+    store.record_ping("n1", Resources(0.0, 0, 0, 0), STALE)
+
+    # A's own record looks stale (e.g. it was paused), but a pass run by A does not release A's work.
+    decisions = plan_pass(store.load_snapshot("disp-a", [SMALL], NOW - 1000), STALE, POLICY)
+    assert decisions.job_outcomes == []
+
+
+def test_a_restarted_observer_gives_dispatchers_time_before_releasing(store: Store) -> None:
+    """Staleness is judged from when B started observing, not from A's old heartbeat alone."""
+    add_node(store, "n1", NOW)
+    store.heartbeat("disp-a", NOW)
+    [job_id] = submit(store)
+    claim(store, job_id, "disp-a", ["n1"], now=NOW)
+    store.heartbeat("disp-b", STALE)
+    store.record_ping("n1", Resources(0.0, 0, 0, 0), STALE)
+
+    decisions = plan_pass(store.load_snapshot("disp-b", [SMALL], observing_since=STALE - 1), STALE, POLICY)
+    assert decisions.job_outcomes == []

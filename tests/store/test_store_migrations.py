@@ -1,0 +1,81 @@
+"""Migrations: from empty, idempotent, and the Alembic head is exactly `schema.metadata`."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect
+
+from corral.store import Store
+from corral.store.migrate import alembic_config
+from corral.store.schema import metadata
+
+from .storekit import NOW, count_rows, submit
+
+
+def table_columns(store: Store) -> dict[str, dict[str, bool]]:
+    """table -> column -> nullable, as the database has them (Alembic's own table left out)."""
+    with store.engine.connect() as conn:
+        inspector = inspect(conn)
+        return {
+            table: {c["name"]: bool(c["nullable"]) for c in inspector.get_columns(table)}
+            for table in inspector.get_table_names()
+            if table != "alembic_version"
+        }
+
+
+def current_revision(store: Store) -> str | None:
+    with store.engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def test_migrate_from_empty_creates_every_table_and_column_of_the_metadata(empty_store: Store) -> None:
+    assert table_columns(empty_store) == {}
+    empty_store.migrate()
+    expected = {
+        table.name: {column.name: bool(column.nullable) for column in table.columns} for table in metadata.sorted_tables
+    }
+    assert table_columns(empty_store) == expected
+    head = ScriptDirectory.from_config(alembic_config(empty_store.engine)).get_current_head()
+    assert head is not None
+    assert current_revision(empty_store) == head
+
+
+def test_alembic_head_matches_metadata_exactly(store: Store) -> None:
+    """Autogenerate finds nothing to do: indexes, keys and types of the head equal `schema.py`."""
+    with store.engine.connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
+    assert diffs == []
+
+
+def test_migrate_twice_is_a_no_op_and_keeps_data(empty_store: Store) -> None:
+    empty_store.migrate()
+    [job_id] = submit(empty_store)
+    before = table_columns(empty_store)
+    empty_store.migrate()
+    assert table_columns(empty_store) == before
+    assert count_rows(empty_store, "jobs") == 1
+    assert empty_store.job_row(job_id)["submitted_at"] == NOW
+
+
+def test_a_second_store_on_a_migrated_database_migrates_as_a_no_op(store: Store) -> None:
+    """Two server processes starting on the same database both call migrate()."""
+    other = Store(store.url)
+    try:
+        other.migrate()
+        assert current_revision(other) == current_revision(store)
+    finally:
+        other.close()
+
+
+def test_alembic_config_survives_percent_encoded_urls() -> None:
+    """A password with '@' or '%', or `options=-csearch_path%3D...`, is percent-encoded in the URL;
+    Alembic's config is a ConfigParser where a bare '%' is an interpolation error."""
+    url = "postgresql+psycopg://corral:p%40ss%25word@db.example:5432/corral?options=-csearch_path%3Dx"
+    engine = create_engine(url)
+    try:
+        config = alembic_config(engine)
+        assert config.get_main_option("sqlalchemy.url") == engine.url.render_as_string(hide_password=False)
+    finally:
+        engine.dispose()
