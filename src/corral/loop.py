@@ -109,10 +109,7 @@ class ControlLoop:
                 report.started_nodes.add(placement.node_ids[0])
                 if placement.job_id in decisions.explanations:
                     self.store.set_explanation(job.id, decisions.explanations[job.id])
-        for note in decisions.annotations:
-            self.store.annotate(
-                note.job_id, note.wait_reason, note.unplaceable, now, decisions.explanations.get(note.job_id)
-            )
+        self.store.annotate_many(decisions.annotations, decisions.explanations, now)
         for boot in decisions.boots:
             self._boot(boot.instance_type, boot.reason, now)
         nodes = {node.id: node for node in snapshot.nodes}

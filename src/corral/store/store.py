@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +39,7 @@ from corral.core.model import (
     Resources,
     check_job_transition,
 )
-from corral.core.snapshot import JobOutcome, Snapshot
+from corral.core.snapshot import Annotation, JobOutcome, Snapshot
 from corral.jobspec import JobRequest
 from corral.store import schema
 from corral.store.schema import attempts as A
@@ -101,6 +101,7 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine, self.reader = make_engines(url)
+        self._jobs: dict[int, Job] = {}  # the open jobs of the last snapshot, by id
 
     def close(self) -> None:
         self.engine.dispose()
@@ -236,17 +237,61 @@ class Store:
                 raise NotFound(f"no job {job_id}")
             self._event(conn, now, "job.priority", f"priority set to {priority}", job_id=job_id)
 
-    def annotate(
-        self, job_id: int, wait_reason: str, unplaceable: bool, now: float, explanation: dict[str, Any] | None = None
-    ) -> None:
-        values: dict[str, Any] = {"wait_reason": wait_reason, "unplaceable": unplaceable, "updated_at": now}
-        if explanation is not None:
-            values["explanation"] = explanation
+    def annotate_many(self, notes: Sequence[Annotation], explanations: dict[int, dict[str, Any]], now: float) -> None:
+        """Record why queued jobs wait, in one transaction: the first pass over a long queue
+        annotates every job, and one transaction per job would stall the loop for seconds."""
+        if not notes:
+            return
         with self.write() as conn:
-            before = conn.execute(select(J.c.unplaceable).where(J.c.id == job_id)).first()
-            conn.execute(update(J).where(J.c.id == job_id, J.c.state == JobState.QUEUED.value).values(**values))
-            if unplaceable and before is not None and not before.unplaceable:
-                self._event(conn, now, "job.unplaceable", wait_reason, job_id=job_id)
+            newly_unplaceable = {n.job_id for n in notes if n.unplaceable}
+            if newly_unplaceable:
+                already = set()
+                for chunk in _chunks(sorted(newly_unplaceable)):
+                    already |= {
+                        r.id for r in conn.execute(select(J.c.id).where(J.c.id.in_(chunk), J.c.unplaceable.is_(True)))
+                    }
+                newly_unplaceable -= already
+            groups: dict[tuple[str, bool], list[int]] = {}
+            explained = []
+            for note in notes:
+                if note.job_id in explanations:
+                    explained.append(note)
+                else:
+                    groups.setdefault((note.wait_reason, note.unplaceable), []).append(note.job_id)
+            queued = J.c.state == JobState.QUEUED.value
+            for (reason, unplaceable), ids in groups.items():
+                for chunk in _chunks(ids):
+                    conn.execute(
+                        update(J)
+                        .where(J.c.id.in_(chunk), queued)
+                        .values(wait_reason=reason, unplaceable=unplaceable, updated_at=now)
+                    )
+            for note in explained:
+                conn.execute(
+                    update(J)
+                    .where(J.c.id == note.job_id, queued)
+                    .values(
+                        wait_reason=note.wait_reason,
+                        unplaceable=note.unplaceable,
+                        explanation=explanations[note.job_id],
+                        updated_at=now,
+                    )
+                )
+            reasons = {n.job_id: n.wait_reason for n in notes}
+            if newly_unplaceable:
+                conn.execute(
+                    insert(schema.events),
+                    [
+                        {
+                            "at": now,
+                            "kind": "job.unplaceable",
+                            "job_id": job_id,
+                            "node_id": None,
+                            "message": reasons[job_id],
+                        }
+                        for job_id in sorted(newly_unplaceable)
+                    ],
+                )
 
     def set_explanation(self, job_id: int, explanation: dict[str, Any]) -> None:
         with self.write() as conn:
@@ -578,14 +623,18 @@ class Store:
     # ---- the snapshot -------------------------------------------------------------------------
 
     def load_snapshot(self, dispatcher_id: str, instance_types: list[InstanceType], observing_since: float) -> Snapshot:
+        # The spec is read only for jobs not seen before, and the explanation never: both are
+        # JSON that would cost more to decode than the rest of the snapshot.
+        job_columns = [c for c in J.c if c.name not in ("spec", "explanation")]
         with self.read() as conn:
-            job_rows = conn.execute(select(J).where(J.c.state.in_(OPEN_JOB_STATES))).all()
+            job_rows = conn.execute(select(*job_columns).where(J.c.state.in_(OPEN_JOB_STATES))).all()
+            jobs = self._jobs_from_rows(conn, job_rows)
             attempt_rows = conn.execute(select(A).where(A.c.state.in_(ACTIVE_ATTEMPT_STATES))).all()
             node_rows = conn.execute(select(N).where(N.c.state.in_(LIVE_NODE_STATES))).all()
             dispatcher_rows = conn.execute(select(schema.dispatchers)).all()
             unavailable_rows = conn.execute(select(schema.unavailable_types)).all()
         return Snapshot(
-            jobs=[job_from_row(dict(r._mapping)) for r in job_rows],
+            jobs=jobs,
             attempts=[attempt_from_row(dict(r._mapping)) for r in attempt_rows],
             nodes=[node_from_row(dict(r._mapping)) for r in node_rows],
             instance_types=instance_types,
@@ -594,6 +643,27 @@ class Store:
             unavailable_types={r.instance_type: r.until for r in unavailable_rows},
             observing_since=observing_since,
         )
+
+    def _jobs_from_rows(self, conn: Connection, rows: Sequence[Any]) -> list[Job]:
+        """Jobs for a snapshot. What a job asked for never changes after submission, so each job
+        is built from its spec once and kept between passes; a pass only refreshes the columns
+        that move (state, priority, failures...). The core never mutates a snapshot."""
+        cache = self._jobs
+        missing = [row.id for row in rows if row.id not in cache]
+        specs: dict[int, Any] = {}
+        for chunk in _chunks(missing):
+            specs.update(conn.execute(select(J.c.id, J.c.spec).where(J.c.id.in_(chunk))).tuples().all())
+        fresh: dict[int, Job] = {}
+        jobs = []
+        for row in rows:
+            job = cache.get(row.id)
+            if job is None:
+                job = JobRequest.model_validate(specs[row.id]).to_job(row.id, row.submitted_at)
+            refresh_job(job, row._mapping)
+            fresh[row.id] = job
+            jobs.append(job)
+        self._jobs = fresh
+        return jobs
 
     def counts(self) -> dict[str, int]:
         with self.read() as conn:
@@ -610,6 +680,11 @@ class Store:
         return [r[0] for r in rows]
 
 
+def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
+    for start in range(0, len(ids), size):
+        yield list(ids[start : start + size])
+
+
 def _summary(request: JobRequest) -> str:
     argv = " ".join(request.command)
     if len(argv) > 80:
@@ -617,8 +692,14 @@ def _summary(request: JobRequest) -> str:
     return f"{request.name + ': ' if request.name else ''}{argv}"
 
 
-def job_from_row(row: dict[str, Any]) -> Job:
+def job_from_row(row: Mapping[str, Any]) -> Job:
     job = JobRequest.model_validate(row["spec"]).to_job(row["id"], row["submitted_at"])
+    refresh_job(job, row)
+    return job
+
+
+def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
+    """Copy the columns that change after submission onto `job`."""
     job.priority = row["priority"]
     job.state = JobState(row["state"])
     job.claimed_by = row["claimed_by"]
@@ -632,7 +713,6 @@ def job_from_row(row: dict[str, Any]) -> Job:
     job.cancel_requested = bool(row["cancel_requested"])
     job.started_at = row["started_at"]
     job.finished_at = row["finished_at"]
-    return job
 
 
 def attempt_from_row(row: dict[str, Any]) -> Attempt:

@@ -1,0 +1,33 @@
+"""Why a job waits: annotations are written in bulk, unplaceable is an event once."""
+
+from __future__ import annotations
+
+from corral.core.model import Resources
+from corral.core.snapshot import Annotation
+from corral.jobspec import JobRequest
+from corral.store import Store
+
+
+def test_annotations_are_stored_for_queued_jobs_only_and_unplaceable_is_an_event_once(store: Store) -> None:
+    ids = store.submit([JobRequest(command=["x"]) for _ in range(1200)], 1.0)
+    claimed = ids[0]
+    assert store.claim(claimed, "d", ["n1"], Resources(), 2.0) is not None
+    notes = [Annotation(i, "waiting for an instance to boot") for i in ids[:1000]]
+    notes += [Annotation(i, "no instance type has 40 GiB RAM", unplaceable=True) for i in ids[1000:]]
+    explanation = {"filters": [{"code": "INSUFFICIENT_RAM", "removed": 3}]}
+    store.annotate_many(notes, {ids[1100]: explanation}, 3.0)
+    store.annotate_many(notes, {}, 4.0)
+
+    rows = {r["id"]: r for r in store.list_job_rows(limit=2000)}
+    assert rows[claimed]["wait_reason"] == ""  # it is claimed: nothing to explain
+    assert rows[ids[1]]["wait_reason"] == "waiting for an instance to boot" and not rows[ids[1]]["unplaceable"]
+    assert rows[ids[1100]]["unplaceable"] and rows[ids[1100]]["explanation"] == explanation
+    events = store.list_events(kind="job.unplaceable", limit=1000)
+    assert sorted(e["job_id"] for e in events) == ids[1000:]
+
+
+def test_the_snapshot_reflects_priority_changes_of_cached_jobs(store: Store) -> None:
+    (job_id,) = store.submit([JobRequest(command=["x"], priority=3)], 1.0)
+    assert store.load_snapshot("d", [], 0.0).jobs[0].priority == 3
+    store.set_priority(job_id, 0, 2.0)
+    assert store.load_snapshot("d", [], 0.0).jobs[0].priority == 0
