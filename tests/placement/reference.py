@@ -251,7 +251,8 @@ class Reference:
         mine = self._per_job(ref, want)
         out["price"] = (cheapest + 1e-6) / (mine + 1e-6) if math.isfinite(mine) else 0.0
         node_noise = unit(splitmix(zlib.crc32(n.id.encode()) ^ self.seed))
-        job_noise = unit(splitmix((job.id & MASK) ^ self.seed))
+        slot = splitmix((job.id & MASK) ^ self.seed) % 64  # jobs share 64 tie orders per pass
+        job_noise = unit(splitmix(slot ^ self.seed))
         out["random"] = (node_noise + job_noise) % 1.0
         out["locality"] = soft[n.id] if soft is not None else 0.0
         return out

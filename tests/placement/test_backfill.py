@@ -116,3 +116,41 @@ def test_queue_order_by_submit_time_ignores_priority() -> None:
     # The placer gets the queue in priority order; `order: submit` re-sorts it by submission.
     assert placed(run_pass(nodes, [urgent, early])) == {2: ("only",)}
     assert placed(run_pass(nodes, [urgent, early], settings={"queue": {"order": "submit"}})) == {1: ("only",)}
+
+
+# Zone "a" exists only on the fleet's nodes, so a job that needs it is bounded however elastic the
+# fleet; a job without traits could get a new instance.
+ZONED = [node("n1", 8, 64, zone="a"), node("n2", 8, 64, zone="a"), node("n3", 8, 64)]
+CPU_TYPE = [InstanceType("cpu16", 16, 128 * GiB, 1.0)]
+BIG_ZONED = job(1, 8, priority=10, traits={"zone": "a"})
+
+
+def run_zoned(jobs: list[Any], **settings: Any) -> PlacementResult:
+    return run_pass(
+        ZONED,
+        jobs,
+        attempts=ATTEMPTS,
+        other_jobs=RUNNING_JOBS,
+        instance_types=CPU_TYPE,
+        max_instances=100,
+        settings={"weights": {"pack": 1.0}, **settings},
+    )
+
+
+def test_scan_depth_counts_only_jobs_bound_to_the_fleet() -> None:
+    bounded_1 = job(2, 1, time_limit=100, traits={"zone": "a"})
+    bounded_2 = job(3, 1, time_limit=100, traits={"zone": "a"})
+    elastic = job(4, 1, time_limit=100)
+    result = run_zoned([BIG_ZONED, bounded_1, bounded_2, elastic], queue={"max_job_test": 1})
+    assert "reserved n1" in result.reasons[1]
+    assert placed(result) == {2: ("n1",), 4: ("n1",)}  # both end before the reservation starts
+    assert result.reasons[3].startswith("not examined this pass")
+
+
+def test_strict_fifo_keeps_elastic_jobs_off_the_reserved_nodes() -> None:
+    bounded = job(2, 1, time_limit=100, traits={"zone": "a"})
+    elastic = job(3, 1, time_limit=100)
+    result = run_zoned([BIG_ZONED, bounded, elastic], queue={"backfill": "strict-fifo"})
+    assert result.reasons[2] == "waiting behind job 1 (strict FIFO)"
+    assert placed(result) == {3: ("n3",)}  # not n1, which the blocked job is waiting for
+    assert placed(run_zoned([BIG_ZONED, bounded, elastic], queue={"backfill": "none"})) == {2: ("n1",), 3: ("n1",)}

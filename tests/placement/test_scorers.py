@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from placement_helpers import NOW, job, node, only, placed, run_pass, running
 
 from corral.core.model import GiB, Job, Node, Resources
@@ -54,7 +55,7 @@ def test_farthest_reboot_ignores_past_dates() -> None:
     assert first_choice([nodes[0], nodes[2]], **only(reboot=1)) == "stale"
     result = run_pass(nodes, [job(1)], settings={**only(reboot=1), "explain_top": 4})
     scores = {row["node"]: row["scores"]["reboot"] for row in result.details[1]["top"]}
-    assert scores == {"soon": round(3600 / (30 * 86400), 6), "later": round(1 / 3, 6), "stale": 1.0, "unplanned": 1.0}
+    assert scores == pytest.approx({"soon": 3600 / (30 * 86400), "later": 1 / 3, "stale": 1.0, "unplanned": 1.0})
 
 
 def test_hardware_priority() -> None:
@@ -94,5 +95,5 @@ def test_placed_jobs_keep_per_scorer_scores_of_the_top_nodes() -> None:
     top = result.details[1]["top"]
     assert [row["node"] for row in top] == ["a", "b", "c"]
     assert top[0]["chosen"] and not top[1]["chosen"]
-    assert top[0]["scores"] == {"pack": 1 - 4 / 64, "spread": 4 / 64}
-    assert top[0]["score"] == round(1 - 4 / 64 + 0.5 * 4 / 64, 6)
+    assert top[0]["scores"] == pytest.approx({"pack": 1 - 4 / 64, "spread": 4 / 64})
+    assert top[0]["score"] == pytest.approx(1 - 4 / 64 + 0.5 * 4 / 64)

@@ -14,7 +14,6 @@ not projected either: the reservation says where the job could go, the filters s
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corral.core.model import Attempt, Job
-from corral.placement.arrays import EPSILON, Bools, Floats, NodeArrays
+from corral.placement.arrays import EPSILON, Bools, Floats, Ints, NodeArrays
 from corral.placement.availability import as_vector
 from corral.placement.demand import Demand
 
@@ -35,25 +34,45 @@ def end_time(start: float, limit: float | None, default_limit: float | None, now
 
 
 class Timeline:
-    """Ends of running work, kept sorted by time (bisect.insort), with what each end frees."""
+    """Ends of running work (and of work placed this pass), with what each end frees.
 
-    def __init__(self) -> None:
-        self._ends: list[tuple[float, int, int]] = []  # (end, sequence, node index)
-        self._frees: list[Floats] = []
+    Kept as growable arrays, appended in O(1) per placement; a reservation sorts them once, in C,
+    by node and time (np.lexsort), which is what its vectorised running sums need. A Python sorted
+    list kept current on every placement cost more than the placements' own work."""
 
-    def add(self, end: float, node: int, frees: Floats) -> None:
+    def __init__(self, capacity: int = 1024) -> None:
+        self._end = np.empty(capacity)
+        self._node = np.empty(capacity, dtype=np.int64)
+        self._frees = np.empty((4, capacity))
+        self._count = 0
+
+    def add(self, end: float, node: int, frees: Floats | tuple[float, ...]) -> None:
         if math.isinf(end):
             return  # never frees anything within any horizon a reservation could use
-        bisect.insort(self._ends, (end, len(self._frees), node))
-        self._frees.append(frees)
+        if self._count == len(self._end):
+            grow = max(1024, self._count)
+            self._end = np.concatenate([self._end, np.empty(grow)])
+            self._node = np.concatenate([self._node, np.empty(grow, dtype=np.int64)])
+            self._frees = np.concatenate([self._frees, np.empty((4, grow))], axis=1)
+        k = self._count
+        self._end[k] = end
+        self._node[k] = node
+        self._frees[:, k] = frees
+        self._count = k + 1
+
+    def arrays(self) -> tuple[Floats, Ints, Floats]:
+        """(ends, nodes, frees as resources x events), in the order they were added."""
+        k = self._count
+        return self._end[:k], self._node[:k], self._frees[:, :k]
 
     def events(self) -> Iterator[tuple[float, int, Floats]]:
         """(end, node, what it frees), earliest first."""
-        for end, seq, node in self._ends:
-            yield end, node, self._frees[seq]
+        ends, nodes, frees = self.arrays()
+        for k in np.argsort(ends, kind="stable"):
+            yield float(ends[k]), int(nodes[k]), frees[:, k]
 
     def __len__(self) -> int:
-        return len(self._ends)
+        return self._count
 
     @classmethod
     def of_running(
@@ -85,6 +104,7 @@ class Reservation:
     start: float
     nodes: list[int]
     spare: dict[int, Floats] = field(default_factory=dict)  # room left on each reserved node at `start`
+    held: Bools = field(default_factory=lambda: np.zeros(0, dtype=bool))  # the reserved nodes, as a mask
 
     def holds_back(self, arrays: NodeArrays, vector: Floats, end: float) -> Bools | None:
         """Nodes a job (request `vector`, ending at `end`) may not use without delaying the
@@ -105,41 +125,53 @@ class Reservation:
             if i in self.spare:
                 self.spare[i] = self.spare[i] - vector
 
-    def describe(self, arrays: NodeArrays, now: float) -> str:
+    def describe(self, arrays: NodeArrays, now: float, mode: str = "easy") -> str:
         where = ", ".join(arrays.ids[i] for i in self.nodes[:5]) + (" ..." if len(self.nodes) > 5 else "")
         when = "now" if self.start <= now else f"in {_duration(self.start - now)}"
-        return f"reserved {where} from {when} (EASY backfill)"
+        return f"reserved {where} from {when} ({'EASY backfill' if mode == 'easy' else 'strict FIFO'})"
 
 
 def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float) -> Reservation | None:
     """The earliest reservation for `demand` on `eligible` nodes, or None if running work never
-    frees enough (work without a time limit never ends, for this purpose)."""
+    frees enough (work without a time limit never ends, for this purpose).
+
+    Vectorised over the timeline: each node's room after each of its own ends is its room now
+    plus the running sum of what those ends free; the time a node first fits is the first such
+    point that holds the request, and the reservation starts when the `need`-th node fits."""
     need = demand.node_count
     wanted = demand.vector > 0
     ceiling = arrays.capacity * arrays.ratio[:, None]
     projected = np.minimum(ceiling - arrays.dedicated, ceiling)
+    request = demand.vector[wanted] - EPSILON
 
-    def fits(i: int) -> bool:
-        return bool(np.all(projected[wanted, i] >= demand.vector[wanted] - EPSILON))
-
-    ready = eligible & np.all(projected[wanted] >= (demand.vector[wanted] - EPSILON)[:, None], axis=0)
-    chosen = [int(i) for i in np.flatnonzero(ready)[:need]]
-    start = now
-    if len(chosen) < need:
-        for end, node, frees in timeline.events():
-            if not eligible[node]:
-                continue
-            projected[:, node] = np.minimum(projected[:, node] + frees, ceiling[:, node])
-            if not ready[node] and fits(node):
-                ready[node] = True
-                chosen.append(node)
-                if len(chosen) >= need:
-                    start = max(end, now)
-                    break
-        else:
-            return None
-    spare = {i: projected[:, i] - demand.vector for i in chosen}
-    return Reservation(demand.job_id, start, chosen, spare)
+    first_fit = np.full(arrays.n, np.inf)
+    first_fit[eligible & np.all(projected[wanted] >= request[:, None], axis=0)] = now
+    ends, nodes, frees = timeline.arrays()
+    keep = eligible[nodes]
+    ends, nodes, frees = ends[keep], nodes[keep], frees[:, keep]
+    if len(nodes):
+        by_node = np.lexsort((ends, nodes))  # grouped by node, each group in time order
+        nodes, ends, frees = nodes[by_node], ends[by_node], frees[:, by_node]
+        running = np.cumsum(frees, axis=1)
+        starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+        group_start = np.repeat(starts, np.diff(np.r_[starts, len(nodes)]))
+        before = np.where(group_start > 0, running[:, np.maximum(group_start - 1, 0)], 0.0)
+        freed_so_far = running - before
+        room_after = np.minimum(projected[:, nodes] + freed_so_far, ceiling[:, nodes])
+        fits = np.all(room_after[wanted] >= request[:, None], axis=0)
+        np.minimum.at(first_fit, nodes, np.where(fits, np.maximum(ends, now), np.inf))
+    order = np.lexsort((np.arange(arrays.n), first_fit))[:need]
+    if len(order) < need or not np.isfinite(first_fit[order[-1]]):
+        return None
+    start = float(first_fit[order[-1]])
+    chosen = [int(i) for i in order]
+    spare = {}
+    for i in chosen:
+        freed = frees[:, (nodes == i) & (ends <= start)].sum(axis=1) if len(nodes) else 0.0
+        spare[i] = np.minimum(projected[:, i] + freed, ceiling[:, i]) - demand.vector
+    held = np.zeros(arrays.n, dtype=bool)
+    held[chosen] = True
+    return Reservation(demand.job_id, start, chosen, spare, held)
 
 
 def _duration(seconds: float) -> str:

@@ -51,12 +51,22 @@ class Demand:
     hints: Hints | None = None
     time_limit: float | None = None
     vector: npt.NDArray[np.float64] = field(init=False, compare=False, hash=False, repr=False)
+    amounts: tuple[float, float, float, float] = field(init=False, compare=False, hash=False, repr=False)
+    static_key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
+    key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         r = self.resources
-        vector = np.array([r.vcpus, float(r.ram_mib), float(r.scratch_mib), float(r.gpus)], dtype=np.float64)
+        amounts = (float(r.vcpus), float(r.ram_mib), float(r.scratch_mib), float(r.gpus))
+        vector = np.array(amounts, dtype=np.float64)
         vector.flags.writeable = False
-        object.__setattr__(self, "vector", vector)
+        # Computed once: the engine looks these up for every job, often many times.
+        static_key = (self.traits, self.forbidden, self.min_platform, self.reservation)
+        set_ = object.__setattr__
+        set_(self, "vector", vector)
+        set_(self, "amounts", amounts)
+        set_(self, "static_key", static_key)
+        set_(self, "key", (static_key, amounts, self.node_count, self.capped, self.hints))
 
     @classmethod
     def of(cls, job: Job) -> Demand:
@@ -72,11 +82,3 @@ class Demand:
             hints=Hints.of(job.locality),
             time_limit=job.time_limit,
         )
-
-    @property
-    def static_key(self) -> tuple[object, ...]:
-        return (self.traits, self.forbidden, self.min_platform, self.reservation)
-
-    @property
-    def key(self) -> tuple[object, ...]:
-        return (self.static_key, self.resources, self.node_count, self.capped, self.hints)

@@ -23,6 +23,7 @@ import numpy as np
 
 from corral.core.model import InstanceType, Resources
 from corral.placement.arrays import Bools, Floats, Ints, NodeArrays
+from corral.placement.availability import RESOURCES, Policy
 from corral.placement.demand import Demand
 from corral.placement.filters import FILTERS, Filter
 from corral.placement.locality import LocalityIndex, Resolved
@@ -63,7 +64,10 @@ class Engine:
         self.now = now
         self.filters: list[Filter] = [FILTERS[name] for name in (settings.filters if filters is None else filters)]
         self._static = [f for f in self.filters if f.static]
-        self._dynamic = [f for f in self.filters if not f.static and f.name != "locality"]
+        # Dynamic filters that can never remove a node in this pass are skipped up front.
+        self._dynamic = [
+            f for f in self.filters if not f.static and f.name != "locality" and not _inert(f.name, arrays)
+        ]
         self.locality_filter = any(f.name == "locality" for f in self.filters)
         chosen = settings.weights if weights is None else weights
         self.weights: list[tuple[Scorer, float]] = [
@@ -71,13 +75,28 @@ class Engine:
         ]
         self._based = [(sc, w) for sc, w in self.weights if sc.base is not None]
         self._job_scored = [(sc, w) for sc, w in self.weights if sc.base is None]
-        self._noisy = any(sc.name == "random" for sc, _ in self.weights)
+        self._noise_weight = next((w for sc, w in self.weights if sc.name == "random"), 0.0)
+        self._noisy = bool(self._noise_weight)
         self.scores = PassScores(arrays, settings, now)
+        # For describing nodes: job-independent scores in one block, gathered with one index.
+        self._names = [sc.name for sc, _ in self.weights]
+        self._weight_vector = np.array([w for _, w in self.weights])
+        self._static_columns = [k for k, (sc, _) in enumerate(self.weights) if sc.static]
+        self._job_columns = [(k, sc) for k, (sc, _) in enumerate(self.weights) if not sc.static]
+        every = slice(None)
+        self._static_block: Floats = (
+            np.stack(
+                [self.weights[k][0].exact(self.scores, _NO_DEMAND, every, None, 0.0) for k in self._static_columns], 1
+            )
+            if self._static_columns
+            else np.empty((arrays.n, 0))
+        )
         self.base: Floats = self.base_scores(slice(None))
         self.locality = locality
         self.instance_types = list(instance_types)
         self.free = free
         self._all: Bools = np.ones(arrays.n, dtype=bool)
+        self._minus_inf: Floats = np.full(arrays.n, -np.inf)  # np.where is faster with an array than a scalar
         self._static_cache: dict[tuple[object, ...], Bools] = {}
 
     # --- filtering ----------------------------------------------------------------------------
@@ -144,12 +163,14 @@ class Engine:
         return self.scores.job_noise(demand.job_id) if self._noisy else 0.0
 
     def totals(self, demand: Demand, resolved: Resolved | None) -> Floats:
-        """Weighted sum used to rank nodes: equal to the exact weighted sum up to a constant over
-        nodes (the request part of pack / spread)."""
+        """The weighted sum that ranks nodes. It equals the exact weighted sum up to a constant over
+        nodes (the request part of pack / spread), which changes no ranking."""
         total = self.base
-        noise = self.noise(demand)
         for scorer, weight in self._job_scored:
-            total = total + weight * scorer.exact(self.scores, demand, slice(None), resolved, noise)
+            if scorer.name == "random":
+                total = total + self.scores.rotated_noise(demand.job_id, weight)
+            elif scorer.name != "locality" or resolved is not None:  # without hints locality is 0
+                total = total + weight * scorer.exact(self.scores, demand, slice(None), resolved, 0.0)
         return total
 
     def exact_scores(self, demand: Demand, idx: Ints, resolved: Resolved | None) -> dict[str, Floats]:
@@ -157,14 +178,26 @@ class Engine:
         return {sc.name: sc.exact(self.scores, demand, idx, resolved, noise) for sc, _ in self.weights}
 
     def describe_nodes(
-        self, demand: Demand, idx: Ints, resolved: Resolved | None, chosen: set[int]
+        self, demand: Demand, idx: Ints, resolved: Resolved | None, chosen: Sequence[int]
     ) -> list[dict[str, Any]]:
-        exact = self.exact_scores(demand, idx, resolved)
+        """Per-scorer scores (exact, 0..1) and the weighted total of the given nodes."""
+        matrix = np.empty((len(idx), len(self.weights)))
+        if self._static_columns:
+            matrix[:, self._static_columns] = self._static_block[idx]
+        noise = self.noise(demand)
+        for column, scorer in self._job_columns:
+            matrix[:, column] = scorer.exact(self.scores, demand, idx, resolved, noise)
+        totals = (matrix @ self._weight_vector).tolist()
         rows = []
-        for k, i in enumerate(idx.tolist()):
-            scores = {name: round(float(values[k]), 6) for name, values in exact.items()}
-            total = sum(w * float(exact[sc.name][k]) for sc, w in self.weights)
-            rows.append({"node": self.arrays.ids[i], "score": round(total, 6), "scores": scores, "chosen": i in chosen})
+        for i, values, total in zip(idx.tolist(), matrix.tolist(), totals, strict=True):
+            rows.append(
+                {
+                    "node": self.arrays.ids[i],
+                    "score": total,
+                    "scores": dict(zip(self._names, values, strict=True)),
+                    "chosen": i in chosen,
+                }
+            )
         return rows
 
     # --- choosing and committing --------------------------------------------------------------
@@ -174,43 +207,61 @@ class Engine:
         need = demand.node_count
         if evaluation.count < need:
             return None
-        total = self.totals(demand, evaluation.resolved)
-        masked = np.where(evaluation.survivors, total, -np.inf)
-        if need == 1 and not keep_top:
-            return Choice([int(masked.argmax())], evaluation, [])
-        shown = self.settings.explain_top if keep_top else 0
-        ranked = _best(masked, evaluation.survivors, max(need, shown))
+        masked = np.where(evaluation.survivors, self.totals(demand, evaluation.resolved), self._minus_inf)
+        shown = max(need, self.settings.explain_top) if keep_top else need
+        ranked = _best(masked, min(shown, evaluation.count))
         nodes = ranked[:need].tolist()
-        top = (
-            self.describe_nodes(demand, ranked[: max(need, shown)], evaluation.resolved, set(nodes)) if keep_top else []
-        )
+        top = self.describe_nodes(demand, ranked, evaluation.resolved, nodes) if keep_top else []
         return Choice(nodes, evaluation, top)
 
     def commit(self, demand: Demand, nodes: Sequence[int], tags: Sequence[str] = ()) -> None:
         a = self.arrays
         for i in nodes:
-            a.commit(i, demand.vector, demand.capped)
+            a.commit(i, demand.amounts, demand.capped)
             if self.free is not None:
                 node_id = a.ids[i]
                 self.free[node_id] = self.free[node_id] - demand.resources
-        where = np.asarray(nodes, dtype=np.int64)
-        self.base[where] = self.base_scores(where)
+            # Same operations in the same order as the vectorised build, on one node's scalars.
+            total = 0.0
+            for scorer, weight in self._based:
+                assert scorer.base is not None
+                total = total + weight * float(scorer.base(self.scores, i))
+            self.base[i] = total
         if self.locality is not None:
             self.locality.add(demand.job_id, tags, [a.ids[i] for i in nodes])
 
 
-def _best(masked: Floats, survivors: Bools, k: int) -> Ints:
-    """The k best survivors, best first; equal scores go to the lower index (as a stable sort would)."""
-    if k == 1:
-        return np.array([int(masked.argmax())], dtype=np.int64)
-    candidates = np.flatnonzero(survivors)
-    k = min(k, len(candidates))
+_NO_DEMAND = Demand(job_id=-1, resources=Resources(0.0, 0, 0, 0))  # static scorers ignore the job
+
+
+def _inert(name: str, arrays: NodeArrays) -> bool:
+    if name == "max-jobs":
+        return not arrays.has_job_limits
+    if name == "overprovision":
+        return not any(arrays.policy[r] is Policy.UTILIZED and arrays.ratio_set[r] for r in RESOURCES)
+    return False
+
+
+def _best(masked: Floats, k: int) -> Ints:
+    """The k largest entries (k no more than the finite ones), best first, ties to the lower index."""
+    if k <= 8:
+        # A few passes of argmax beat a partition of the whole array for the handful shown.
+        found = []
+        saved = []
+        for _ in range(k):
+            i = int(masked.argmax())
+            found.append(i)
+            saved.append(masked[i])
+            masked[i] = -np.inf
+        masked[found] = saved
+        return np.array(found, dtype=np.int64)
+    candidates = np.flatnonzero(np.isfinite(masked))
     values = masked[candidates]
     if len(candidates) > 4 * k:
         # Partition first so the sort is over a handful; widen by ties at the cut so none is lost.
         cut = np.partition(values, len(values) - k)[len(values) - k]
         keep = values >= cut
         candidates, values = candidates[keep], values[keep]
-    order = np.argsort(-values, kind="stable")[:k]
+    order = np.lexsort((candidates, -values))[:k]
     result: Ints = candidates[order]
     return result

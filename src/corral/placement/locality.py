@@ -90,9 +90,22 @@ class Resolved:
         return result
 
 
+@dataclass(slots=True)
+class _Entry:
+    """Where the jobs named by one entry ("123" or "tag:web") run, over one pass's node arrays."""
+
+    node_ids: set[str]  # every node hosting one of them, schedulable or not
+    nodes: Bools  # the same, over the arrays' nodes
+    racks: Bools  # nodes sharing a rack with one of them
+    rack_codes: set[int]
+
+
 class LocalityIndex:
     """Which nodes and racks each job runs on, and which jobs carry each tag. Kept current within a
-    pass, so a job placed early in the pass counts as a target for jobs placed after it."""
+    pass, so a job placed early in the pass counts as a target for jobs placed after it.
+
+    Each entry a job names is resolved once into node and rack masks, which `add` then keeps
+    current, so a job with hints costs a few array operations however large the tagged group."""
 
     def __init__(self, jobs: Iterable[Job], attempts: Iterable[Attempt], all_nodes: Sequence[Node]) -> None:
         self._rack_of = {node.id: rack_key(node) for node in all_nodes}
@@ -104,42 +117,80 @@ class LocalityIndex:
         for attempt in attempts:
             if attempt.state.active:
                 self.job_nodes.setdefault(attempt.job_id, []).extend(attempt.node_ids)
+        self._arrays: NodeArrays | None = None
+        self._entries: dict[str, _Entry] = {}
 
     def add(self, job_id: int, tags: Iterable[str], node_ids: Iterable[str]) -> None:
+        node_ids = list(node_ids)
+        tags = list(tags)
         self.job_nodes.setdefault(job_id, []).extend(node_ids)
         for tag in tags:
             self.tag_jobs.setdefault(tag, set()).add(job_id)
+        for name in [str(job_id)] + [TAG_PREFIX + tag for tag in tags]:
+            cached = self._entries.get(name)
+            if cached is not None:
+                self._extend(cached, node_ids)
 
     def resolve(self, hints: Hints, arrays: NodeArrays, self_id: int) -> Resolved:
+        if self._arrays is not arrays:
+            self._arrays, self._entries = arrays, {}
         unknown: list[str] = []
         near = self._side(hints.near, arrays, self_id, unknown)
         far = self._side(hints.far, arrays, self_id, unknown)
         return Resolved(hints, near, far, unknown)
 
-    def _side(self, entries: tuple[str, ...], arrays: NodeArrays, self_id: int, unknown: list[str]) -> Targets:
-        node_ids: set[str] = set()
+    def _side(self, names: tuple[str, ...], arrays: NodeArrays, self_id: int, unknown: list[str]) -> Targets:
         running: list[str] = []
         absent: list[str] = []
-        for entry in entries:
-            job_ids = self._jobs_named(entry)
-            if job_ids is None:
-                unknown.append(entry)
+        nodes: Bools | None = None
+        racks: Bools | None = None
+        for name in names:
+            entry = self._entry(name, arrays, self_id)
+            if entry is None:
+                unknown.append(name)
                 continue
-            found = {n for j in job_ids if j != self_id for n in self.job_nodes.get(j, ())}
-            (running if found else absent).append(entry)
-            node_ids |= found
-        nodes = np.zeros(arrays.n, dtype=bool)
-        where = [arrays.index[n] for n in node_ids if n in arrays.index]
-        if where:
-            nodes[where] = True
-        racks = np.zeros(arrays.n, dtype=bool)
-        codes = {arrays.rack_codes.get(self._rack_of.get(n, f"node:{n}"), -1) for n in node_ids}
-        codes.discard(-1)
-        if codes:
-            table = np.zeros(len(arrays.rack_names), dtype=bool)
-            table[list(codes)] = True
-            racks = table[arrays.rack]
+            if not entry.node_ids:
+                absent.append(name)
+                continue
+            running.append(name)
+            nodes = entry.nodes if nodes is None else nodes | entry.nodes
+            racks = entry.racks if racks is None else racks | entry.racks
+        if nodes is None or racks is None:
+            nodes = racks = np.zeros(arrays.n, dtype=bool)
         return Targets(nodes, racks, running, absent)
+
+    def _entry(self, name: str, arrays: NodeArrays, self_id: int) -> _Entry | None:
+        job_ids = self._jobs_named(name)
+        if job_ids is None:
+            return None
+        if self_id in job_ids and self.job_nodes.get(self_id):
+            # The job itself already runs somewhere (rare for a queued job): its own nodes are not
+            # targets, so this entry is resolved afresh rather than from the shared cache.
+            entry = _Entry(set(), np.zeros(arrays.n, dtype=bool), np.zeros(arrays.n, dtype=bool), set())
+            self._extend(entry, [n for j in job_ids - {self_id} for n in self.job_nodes.get(j, ())])
+            return entry
+        key = name if name.startswith(TAG_PREFIX) else str(int(name))  # "007" and "7" are one job
+        cached = self._entries.get(key)
+        if cached is None:
+            cached = _Entry(set(), np.zeros(arrays.n, dtype=bool), np.zeros(arrays.n, dtype=bool), set())
+            self._extend(cached, [n for j in job_ids for n in self.job_nodes.get(j, ())])
+            self._entries[key] = cached
+        return cached
+
+    def _extend(self, entry: _Entry, node_ids: Iterable[str]) -> None:
+        arrays = self._arrays
+        assert arrays is not None
+        for node_id in node_ids:
+            if node_id in entry.node_ids:
+                continue
+            entry.node_ids.add(node_id)
+            i = arrays.index.get(node_id)
+            if i is not None:
+                entry.nodes[i] = True
+            code = arrays.rack_codes.get(self._rack_of.get(node_id, f"node:{node_id}"), -1)
+            if code >= 0 and code not in entry.rack_codes:
+                entry.rack_codes.add(code)
+                entry.racks |= arrays.rack == code
 
     def _jobs_named(self, entry: str) -> set[int] | None:
         if entry.startswith(TAG_PREFIX):

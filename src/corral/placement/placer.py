@@ -110,24 +110,31 @@ def place(
     blocker: Job | None = None
     reservation: Reservation | None = None
     examined_after_block = 0
+    never_fits: set[tuple[object, ...]] = set()
 
     for job in ordered:
         demand = Demand.of(job)
-        if blocker is not None:
-            if policy.backfill == "strict-fifo":
-                result.reasons[job.id] = f"waiting behind job {blocker.id} (strict FIFO)"
-                result.details[job.id] = {"job": job.id, "reason": result.reasons[job.id], "blocked_by": blocker.id}
-                continue
-            examined_after_block += 1
-            if examined_after_block > policy.max_job_test:
-                result.reasons[job.id] = (
-                    f"not examined this pass: backfill looks at {policy.max_job_test} jobs after job {blocker.id}"
-                )
-                result.details[job.id] = {"job": job.id, "reason": result.reasons[job.id]}
-                continue
-
         end = end_time(now, demand.time_limit, policy.default_time_limit, now)
-        exclude = reservation.holds_back(arrays, demand.vector, end) if reservation is not None else None
+        exclude = None
+        if blocker is not None and reservation is not None and capacity is not None:
+            if capacity.bounded_for(demand):
+                # Competes with the blocked job for the same fixed capacity.
+                if policy.backfill == "strict-fifo":
+                    _wait(result, job, f"waiting behind job {blocker.id} (strict FIFO)", blocked_by=blocker.id)
+                    continue
+                examined_after_block += 1
+                if examined_after_block > policy.max_job_test:
+                    why = f"not examined this pass: backfill looks at {policy.max_job_test} jobs after job {blocker.id}"
+                    _wait(result, job, why, blocked_by=blocker.id)
+                    continue
+            # A job a new instance could serve is not held back, but it may not delay the
+            # reservation either (strict FIFO: it keeps off the reserved nodes altogether).
+            exclude = (
+                reservation.held
+                if policy.backfill == "strict-fifo"
+                else reservation.holds_back(arrays, demand.vector, end)
+            )
+
         known_misfit = no_room.get(demand.key)
         choice = None if known_misfit is not None else engine.choose(demand, exclude)
         if choice is not None:
@@ -143,8 +150,8 @@ def place(
                     arrays, snapshot.attempts, jobs, now, policy.default_time_limit
                 )
                 for i in choice.nodes:
-                    timeline.add(end, i, demand.vector)
-            if reservation is not None:
+                    timeline.add(end, i, demand.amounts)
+            if reservation is not None and policy.backfill == "easy":
                 reservation.take(choice.nodes, demand.vector, end)
             continue
 
@@ -152,12 +159,7 @@ def place(
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
             assert reservation is not None
             reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
-            result.reasons[job.id] = reason
-            result.details[job.id] = {
-                "job": job.id,
-                "reason": reason,
-                "reservation": _reservation_json(reservation, arrays, now),
-            }
+            _wait(result, job, reason, reservation=_reservation_json(reservation, arrays, now))
             continue
         if known_misfit is None:
             quick = full_explanations >= FULL_EXPLANATIONS_PER_PASS
@@ -183,17 +185,24 @@ def place(
                     allowed = strict.allowed()
                     if allowed is not None:
                         eligible = eligible & allowed
-                found = reserve(arrays, demand, eligible, timeline, now)
+                # A demand that running work never makes room for stays so for the whole pass
+                # (work placed later only adds load), so it is tried once.
+                found = None if demand.key in never_fits else reserve(arrays, demand, eligible, timeline, now)
+                if found is None:
+                    never_fits.add(demand.key)
                 if found is not None:
-                    blocker = job
-                    if policy.backfill == "easy":
-                        reservation = found
-                        reason += f"; {found.describe(arrays, now)}"
+                    blocker, reservation = job, found
+                    reason += f"; {found.describe(arrays, now, policy.backfill)}"
                     details["reservation"] = _reservation_json(found, arrays, now)
                     details["reason"] = reason
         result.reasons[job.id] = reason
         result.details[job.id] = details
     return result
+
+
+def _wait(result: PlacementResult, job: Job, reason: str, **extra: Any) -> None:
+    result.reasons[job.id] = reason
+    result.details[job.id] = {"job": job.id, "reason": reason, **extra}
 
 
 def _reservation_json(reservation: Reservation, arrays: NodeArrays, now: float) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from corral.placement.demand import Demand
 from corral.placement.locality import Resolved
 from corral.placement.settings import PlacementSettings
 
-Index = slice | Ints
+Index = slice | Ints | int
 U64 = npt.NDArray[np.uint64]
 _MASK64 = (1 << 64) - 1
 
@@ -63,9 +63,30 @@ class PassScores:
         hashes = np.array([zlib.crc32(node_id.encode()) for node_id in a.ids], dtype=np.uint64)
         self.noise: Floats = _unit_interval(_splitmix(hashes ^ np.uint64(self.seed)))
 
+        self._rotated: dict[int, Floats] = {}
+        self._last_job, self._last_offset = -1, 0.0
+
     def job_noise(self, job_id: int) -> float:
-        """Rotating every node's noise by a per-job offset gives each job its own tie order."""
-        return float(_unit_interval(_splitmix(np.array([job_id & _MASK64], dtype=np.uint64) ^ np.uint64(self.seed)))[0])
+        """The offset that rotates every node's noise for this job. Jobs fall into NOISE_SLOTS
+        slots, each with its own tie order, so the rotated vectors can be built once per pass."""
+        if job_id == self._last_job:
+            return self._last_offset
+        slot = _splitmix_int((job_id & _MASK64) ^ self.seed) % NOISE_SLOTS
+        self._last_job, self._last_offset = job_id, _unit_interval_int(_splitmix_int(slot ^ self.seed))
+        return self._last_offset
+
+    def rotated_noise(self, job_id: int, weight: float) -> Floats:
+        """`weight * random score` of every node for this job (cached per slot and weight)."""
+        offset = self.job_noise(job_id)
+        key = hash((offset, weight))
+        vector = self._rotated.get(key)
+        if vector is None:
+            vector = weight * ((self.noise + offset) % 1.0)
+            self._rotated[key] = vector
+        return vector
+
+
+NOISE_SLOTS = 64
 
 
 def pass_seed(now: float, extra: int) -> int:
@@ -80,6 +101,18 @@ def _splitmix(x: U64) -> U64:
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         result: U64 = x ^ (x >> np.uint64(31))
         return result
+
+
+def _splitmix_int(x: int) -> int:
+    """The same mix as `_splitmix`, on one Python int (cheaper than a one-element array)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _unit_interval_int(x: int) -> float:
+    return (x >> 11) * (1.0 / (1 << 53))
 
 
 def _unit_interval(x: U64) -> Floats:
@@ -101,7 +134,7 @@ class Scorer:
 
 
 def _free_ram_now(s: PassScores, idx: Index) -> Floats:
-    result: Floats = s.arrays.room[Resource.RAM, idx] / s.arrays.ram_scale
+    result: Floats = s.arrays.room[Resource.RAM][idx] / s.arrays.ram_scale
     return result
 
 
@@ -111,13 +144,13 @@ def _pack_base(s: PassScores, idx: Index) -> Floats:
 
 
 def _pack(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
-    free_after = (s.arrays.room[Resource.RAM, idx] - d.vector[Resource.RAM]) / s.arrays.ram_scale
+    free_after = (s.arrays.room[Resource.RAM][idx] - d.amounts[Resource.RAM]) / s.arrays.ram_scale
     result: Floats = 1.0 - free_after
     return result
 
 
 def _spread(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
-    result: Floats = (s.arrays.room[Resource.RAM, idx] - d.vector[Resource.RAM]) / s.arrays.ram_scale
+    result: Floats = (s.arrays.room[Resource.RAM][idx] - d.amounts[Resource.RAM]) / s.arrays.ram_scale
     return result
 
 
@@ -180,7 +213,7 @@ def _attribute_base(field: str) -> Base:
 def _locality(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
     graded = loc.score() if loc is not None else None
     if graded is None:
-        return np.zeros(s.arrays.capacity[0, idx].shape)
+        return np.zeros(s.arrays.capacity[0][idx].shape)
     result: Floats = graded[idx]
     return result
 
