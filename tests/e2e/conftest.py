@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -17,6 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from corral.cloud.loopback import LoopbackCloud
 
 CORRAL = str(Path(sys.executable).parent / "corral")
 
@@ -140,19 +141,6 @@ class Corral:
         return self.api("GET", "/api/nodes").json()
 
 
-def agent_pids() -> set[int]:
-    pids = set()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"corral.agent" in cmdline:
-                pids.add(int(proc.name))
-    return pids
-
-
 @pytest.fixture
 def corral(tmp_path: Path) -> Iterator[Corral]:
     home = tmp_path / "home"
@@ -160,11 +148,10 @@ def corral(tmp_path: Path) -> Iterator[Corral]:
     config = tmp_path / "corral.toml"
     config.write_text(CONFIG)
     instance = Corral(home=home, port=free_port(), config=config)
-    before = agent_pids()
     yield instance
     if instance.process is not None:
         instance.stop()
-    # Whatever the test did, leave no agent of this test's running.
-    for pid in agent_pids() - before:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    # Whatever the test did, leave none of this test's instances running (and no one else's touched).
+    cloud = LoopbackCloud(home, "", "corral", 0.5)
+    for leftover in cloud.list():
+        cloud.destroy(leftover.id)

@@ -6,7 +6,7 @@ import signal
 
 from corral.cloud.loopback import LoopbackCloud
 from corral.core.model import GiB, InstanceType
-from tests.e2e.conftest import Corral, wait_until
+from tests.e2e.conftest import Corral, free_port, wait_until
 
 
 def test_sigkill_mid_run_then_restart_loses_nothing(corral: Corral) -> None:
@@ -16,8 +16,8 @@ def test_sigkill_mid_run_then_restart_loses_nothing(corral: Corral) -> None:
     assert corral.stop(signal.SIGKILL) == -signal.SIGKILL
 
     # While corral is down: an instance that carries this cluster's tags but that corral never
-    # recorded (as if its record were lost), and a job file waiting to be submitted.
-    cloud = LoopbackCloud(corral.home, f"http://127.0.0.1:{corral.port}", "corral", 0.5)
+    # recorded (as if its record were lost), whose agent never reaches the server: it only costs.
+    cloud = LoopbackCloud(corral.home, f"http://127.0.0.1:{free_port()}", "corral", 0.5)
     orphan = cloud.create(InstanceType("small", 2, 2 * GiB, 0.085), "n-orphan", "no-such-token", {})
     assert orphan.id in {i.id for i in cloud.list()}
 

@@ -6,7 +6,8 @@ import json
 import signal
 from pathlib import Path
 
-from tests.e2e.conftest import Corral, agent_pids, wait_until
+from corral.cloud.loopback import LoopbackCloud
+from tests.e2e.conftest import Corral, wait_until
 
 TERMINAL = {"complete", "failed", "cancelled"}
 
@@ -74,14 +75,13 @@ def test_cancel_and_priority_zero_stop_running_jobs(corral: Corral) -> None:
 
 
 def test_ctrl_c_stops_agents_requeues_work_and_records_the_fleet(corral: Corral) -> None:
-    before = agent_pids()
     corral.start()
     job_id = int(corral.cli("submit", "--", "sleep", "300").stdout)
     wait_until(lambda: corral.jobs()[job_id]["state"] == "running", 60, "the job to run")
     # uvicorn re-raises SIGINT after a clean shutdown, so the shell sees the usual 130.
     assert corral.stop(signal.SIGINT) in (0, 130)
     assert "Application shutdown complete" in corral.server_log()
-    wait_until(lambda: agent_pids() - before == set(), 20, "agents to stop")
+    wait_until(lambda: LoopbackCloud(corral.home, "", "corral", 0.5).list() == [], 20, "agents to stop")
     corral.start()
     job = corral.cli_json("job", str(job_id))
     assert job["state"] in ("queued", "claimed", "running")
