@@ -56,6 +56,8 @@ def plan_boots(
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
     way with the room they will have."""
+    if not waiting:
+        return BootPlan([], [])
     by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
     available = [t for t in by_price if unavailable.get(t.name, 0.0) <= now]
     pending = [_Bin(node.id, free) for node, free in booting]

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from corral.core import lifecycle, retry
-from corral.core.model import ZERO, Attempt, AttemptState, Job, JobState, Node, NodeState, Resources
+from corral.core.model import AttemptState, Job, JobState, Node, NodeState, Resources
 from corral.core.planner import plan_boots
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import (
@@ -36,6 +36,9 @@ from corral.core.snapshot import (
 )
 
 SCHEDULABLE = (NodeState.IDLE, NodeState.BUSY)
+STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
+LIVE = frozenset(state for state in NodeState if state.live)
+ACTIVE_ATTEMPT = frozenset(state for state in AttemptState if state.active)
 
 # A placer takes the snapshot, the queue-ordered eligible jobs, the schedulable nodes with their
 # free room (capacity less active attempts' requests), and `now`; it returns placements and, for
@@ -44,104 +47,120 @@ Placer = Callable[[Snapshot, Sequence[Job], Sequence[Node], dict[str, Resources]
 
 
 def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: Placer | None = None) -> Decisions:
+    # Written for speed (the simulator runs it hundreds of thousands of times): each list is
+    # scanned with a comprehension, and per-node policy functions run only on nodes whose answer
+    # can differ from "busy, nothing to do". The decisions are those of the plain reading of the
+    # steps in the module docstring, in the same order.
     decisions = Decisions()
-    jobs = {job.id: job for job in snapshot.jobs}
-    attempts_by_job: dict[int, list[Attempt]] = defaultdict(list)
-    for attempt in snapshot.attempts:
-        if attempt.state.active:
-            attempts_by_job[attempt.job_id].append(attempt)
+    lifecycle_settings = settings.lifecycle
+    observing = snapshot.observing_since
+    nodes = snapshot.nodes
+    active = [a for a in snapshot.attempts if a.state in ACTIVE_ATTEMPT]
     ended: set[int] = set()  # jobs whose fate this pass already decided
+    by_job: dict[int, list[int]] | None = None  # built only when some job's attempts end
+
+    def attempt_ids(job_id: int) -> tuple[int, ...]:
+        nonlocal by_job
+        if by_job is None:
+            by_job = defaultdict(list)
+            for a in active:
+                by_job[a.job_id].append(a.id)
+        return tuple(by_job.get(job_id, ()))
 
     def end_attempts(job: Job, reason: str) -> None:
         if job.id in ended:
             return
-        ids = tuple(a.id for a in attempts_by_job.get(job.id, ()))
-        decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, reason, ids))
+        decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, reason, attempt_ids(job.id)))
         ended.add(job.id)
 
     # 1. Dispatchers that stopped pinging: their claims are released as temporary failures.
-    stale_dispatchers = {
-        d.id
-        for d in snapshot.dispatchers
-        if d.id != snapshot.dispatcher_id
-        and now - max(d.last_heartbeat, snapshot.observing_since) > settings.dispatch.dispatcher_stale
-    }
-    for job in snapshot.jobs:
-        if job.claimed_by in stale_dispatchers and job.state in (JobState.CLAIMED, JobState.RUNNING):
-            end_attempts(job, f"dispatcher {job.claimed_by} stopped heartbeating")
+    if snapshot.dispatchers:
+        stale_dispatchers = {
+            d.id
+            for d in snapshot.dispatchers
+            if d.id != snapshot.dispatcher_id
+            and now - max(d.last_heartbeat, observing) > settings.dispatch.dispatcher_stale
+        }
+        if stale_dispatchers:
+            for job in snapshot.jobs:
+                if job.claimed_by in stale_dispatchers and job.state in (JobState.CLAIMED, JobState.RUNNING):
+                    end_attempts(job, f"dispatcher {job.claimed_by} stopped heartbeating")
 
     # 2. Nodes gone silent: down, and their work is lost.
-    nodes = {node.id: node for node in snapshot.nodes}
     down_now: set[str] = set()
-    for node in snapshot.nodes:
-        if node.state in SCHEDULABLE + (NodeState.DRAINING,) and lifecycle.ping_is_stale(
-            node, now, settings.lifecycle, snapshot.observing_since
-        ):
-            down_now.add(node.id)
-            decisions.node_marks.append(
-                NodeMark(node.id, NodeState.DOWN, f"no ping for more than {settings.lifecycle.ping_stale:g}s")
-            )
-    for attempt in snapshot.attempts:
-        if not attempt.state.active or attempt.job_id not in jobs:
-            continue
-        lost_node = next(
-            (n for n in attempt.node_ids if n in down_now or n not in nodes or nodes[n].state is NodeState.DOWN),
-            None,
-        )
-        if lost_node is not None:
-            end_attempts(jobs[attempt.job_id], f"node {lost_node} lost")
-        elif (
-            attempt.state is AttemptState.ASSIGNED
-            and now - max(attempt.assigned_at, snapshot.observing_since) > settings.dispatch.start_timeout
-        ):
-            end_attempts(jobs[attempt.job_id], f"not started on {attempt.node_ids[0]} within the start timeout")
+    ping_stale = lifecycle_settings.ping_stale
+    if now - observing > ping_stale:
+        # A cheap, generous pre-filter; lifecycle.ping_is_stale has the last word.
+        horizon = now - ping_stale + 1.0
+        for node in [n for n in nodes if (n.last_ping_at or n.paired_at or n.created_at) < horizon]:
+            if node.state in STALEABLE and lifecycle.ping_is_stale(node, now, lifecycle_settings, observing):
+                down_now.add(node.id)
+                decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"no ping for more than {ping_stale:g}s"))
+    node_ids = {n.id for n in nodes}
+    used = {node_id for a in active for node_id in a.node_ids}
+    lost_on = (used - node_ids) | (used & down_now) | (used & {n.id for n in nodes if n.state is NodeState.DOWN})
+    start_timeout = settings.dispatch.start_timeout
+    late = (
+        [a for a in active if a.state is AttemptState.ASSIGNED and now - max(a.assigned_at, observing) > start_timeout]
+        if now - observing > start_timeout
+        else []
+    )
+    if lost_on or late:
+        jobs = {job.id: job for job in snapshot.jobs}
+        late_ids = {a.id for a in late}
+        for attempt in active:
+            if attempt.job_id not in jobs:
+                continue
+            lost_node = next((n for n in attempt.node_ids if n in lost_on), None)
+            if lost_node is not None:
+                end_attempts(jobs[attempt.job_id], f"node {lost_node} lost")
+            elif attempt.id in late_ids:
+                end_attempts(jobs[attempt.job_id], f"not started on {attempt.node_ids[0]} within the start timeout")
 
     # 4. Cancellation: priority 0 or an explicit request.
-    for job in snapshot.jobs:
-        if job.id in ended or not (job.priority == 0 or job.cancel_requested):
+    for job in [j for j in snapshot.jobs if j.priority == 0 or j.cancel_requested]:
+        if job.id in ended:
             continue
-        ids = tuple(a.id for a in attempts_by_job.get(job.id, ()))
         reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
-        decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, ids))
+        decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids(job.id)))
         ended.add(job.id)
 
-    # Room on each schedulable node: capacity less what active attempts hold.
-    allocated: dict[str, Resources] = defaultdict(lambda: ZERO)
-    work_on: dict[str, int] = defaultdict(int)
-    for attempt in snapshot.attempts:
-        if attempt.state.active and attempt.job_id not in ended:
-            for node_id in attempt.node_ids:
-                allocated[node_id] = allocated[node_id] + attempt.resources
-                work_on[node_id] += 1
-    schedulable = [n for n in snapshot.nodes if n.state in SCHEDULABLE and n.id not in down_now]
-    free = {n.id: n.capacity - allocated[n.id] for n in schedulable}
+    holding = [a for a in active if a.job_id not in ended] if ended else active
+    working = {node_id for a in holding for node_id in a.node_ids} if ended else used
+    schedulable = [n for n in nodes if n.state in SCHEDULABLE and n.id not in down_now]
 
     # 5. Placement, in queue order.
-    queue = queue_order(
-        [
-            job
-            for job in snapshot.jobs
-            if job.state is JobState.QUEUED and job.id not in ended and job.eligible_at() <= now
-        ]
-    )
-    result = (placer or first_fit)(snapshot, queue, schedulable, free, now)
+    queued = [j for j in snapshot.jobs if j.state is JobState.QUEUED and j.id not in ended]
+    queue = queue_order([job for job in queued if job.eligible_at() <= now])
+    if queue:
+        # Room on each schedulable node: capacity less what active attempts hold.
+        allocated: dict[str, Resources] = {}
+        for attempt in holding:
+            request = attempt.resources
+            for node_id in attempt.node_ids:
+                held = allocated.get(node_id)
+                allocated[node_id] = request if held is None else held + request
+        free = {n.id: n.capacity - allocated[n.id] if n.id in allocated else n.capacity for n in schedulable}
+        result = (placer or first_fit)(snapshot, queue, schedulable, free, now)
+    else:
+        result = PlacementResult()
     reasons = result.reasons
     decisions.placements.extend(result.placements)
     decisions.explanations.update(result.details)
     placed_ids = {p.job_id for p in result.placements}
-    for p in result.placements:
-        for node_id in p.node_ids:
-            work_on[node_id] += 1
+    if result.placements:
+        working = working | {node_id for p in result.placements for node_id in p.node_ids}
     waiting = [job for job in queue if job.id not in placed_ids]
 
     # 6. Boots for what is left.
     booting = [
         (n, n.capacity)
-        for n in snapshot.nodes
+        for n in nodes
         if n.state is NodeState.BOOTING
-        and lifecycle.boot_grace(n, now, settings.lifecycle) is lifecycle.BootGrace.BOOT_WAIT
+        and lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
     ]
-    live = sum(1 for n in snapshot.nodes if n.state.live and n.id not in down_now)
+    live_nodes = [n for n in nodes if n.state in LIVE]
+    live = len(live_nodes) - len(down_now)  # down_now holds only live (schedulable or draining) nodes
     plan = plan_boots(waiting, booting, snapshot.instance_types, live, snapshot.unavailable_types, now, settings.boot)
     decisions.boots.extend(plan.boots)
     planner_reason = {a.job_id: a for a in plan.annotations}
@@ -149,20 +168,26 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         note = planner_reason.get(job.id) or Annotation(job.id, reasons.get(job.id, "waiting for resources"))
         if note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
             decisions.annotations.append(note)
-    for job in snapshot.jobs:
-        if job.state is JobState.QUEUED and job.id not in ended and job.eligible_at() > now:
+    for job in queued:
+        if job.eligible_at() > now:
             why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
             if job.wait_reason != why:
                 decisions.annotations.append(Annotation(job.id, why))
 
     # 7. Lifecycle matrix; 8. idle/busy marks.
-    idle_count = sum(1 for n in schedulable if work_on[n.id] == 0)
+    idle_count = len([n for n in schedulable if n.id not in working])
     live_after = live + len(plan.boots)
-    for node in snapshot.nodes:
-        if not node.state.live:
-            continue
-        has_work = work_on[node.id] > 0
-        state = lifecycle.state_tuple(node, now, settings.lifecycle, snapshot.observing_since, has_work)
+    acting = {state[0] for state, action in lifecycle.DEFAULT_MATRIX.items() if action is not None}
+    if lifecycle.WorkerState.BUSY in acting:
+        attention = live_nodes
+    else:
+        # A node in BUSY state with work and a fresh ping reads as busy: no action, no mark.
+        attention = [
+            n for n in live_nodes if n.state is not NodeState.BUSY or n.id not in working or n.id in down_now
+        ]
+    for node in attention:
+        has_work = node.id in working
+        state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work)
         if node.id not in down_now:
             if node.state is NodeState.IDLE and has_work:
                 decisions.node_marks.append(NodeMark(node.id, NodeState.BUSY))
@@ -170,7 +195,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                 decisions.node_marks.append(NodeMark(node.id, NodeState.IDLE))
         action = lifecycle.decide(state)
         if action is NodeAction.START_DRAIN:
-            if live_after <= settings.lifecycle.min_instances or idle_count <= 0:
+            if live_after <= lifecycle_settings.min_instances or idle_count <= 0:
                 continue
             idle_count -= 1
             live_after -= 1
@@ -191,10 +216,15 @@ def first_fit(
     The placement engine (corral.placement) replaces it with filters and scorers."""
     placements: list[Placement] = []
     reasons: dict[int, str] = {}
+    no_room: dict[tuple[Resources, int], str] = {}  # room only shrinks in a pass: a misfit stays one
     for job in queue:
+        known = no_room.get((job.resources, job.node_count))
+        if known is not None:
+            reasons[job.id] = known
+            continue
         fitting = [n for n in nodes if job.resources.fits_in(free[n.id])]
         if len(fitting) < job.node_count:
-            reasons[job.id] = (
+            reasons[job.id] = no_room[(job.resources, job.node_count)] = (
                 f"no running node has room for {job.resources.describe()}"
                 if job.node_count == 1
                 else f"fewer than {job.node_count} running nodes have room for {job.resources.describe()}"
