@@ -133,14 +133,21 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     queued = [j for j in snapshot.jobs if j.state is JobState.QUEUED and j.id not in ended]
     queue = queue_order([job for job in queued if job.eligible_at() <= now])
     if queue:
-        # Room on each schedulable node: capacity less what active attempts hold.
-        allocated: dict[str, Resources] = {}
+        # Room on each schedulable node: capacity less what active attempts hold (summed as plain
+        # numbers in attempt order, which gives the same floats as adding Resources).
+        held: dict[str, list[float]] = {}
         for attempt in holding:
             request = attempt.resources
             for node_id in attempt.node_ids:
-                held = allocated.get(node_id)
-                allocated[node_id] = request if held is None else held + request
-        free = {n.id: n.capacity - allocated[n.id] if n.id in allocated else n.capacity for n in schedulable}
+                total = held.get(node_id)
+                if total is None:
+                    held[node_id] = [request.vcpus, request.ram_mib, request.scratch_mib, request.gpus]
+                else:
+                    total[0] += request.vcpus
+                    total[1] += request.ram_mib
+                    total[2] += request.scratch_mib
+                    total[3] += request.gpus
+        free = {n.id: _less(n.capacity, held[n.id]) if n.id in held else n.capacity for n in schedulable}
         result = (placer or first_fit)(snapshot, queue, schedulable, free, now)
     else:
         result = PlacementResult()
@@ -202,6 +209,15 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         if action is not None:
             decisions.node_decisions.append(NodeDecision(node.id, action, lifecycle.describe(state)))
     return decisions
+
+
+def _less(capacity: Resources, held: list[float]) -> Resources:
+    return Resources(
+        capacity.vcpus - held[0],
+        capacity.ram_mib - int(held[1]),
+        capacity.scratch_mib - int(held[2]),
+        capacity.gpus - int(held[3]),
+    )
 
 
 def queue_order(jobs: list[Job]) -> list[Job]:
