@@ -22,7 +22,6 @@ import numpy as np
 
 from corral.core.model import Attempt, Job
 from corral.placement.arrays import EPSILON, Bools, Floats, Ints, NodeArrays
-from corral.placement.availability import as_vector
 from corral.placement.demand import Demand
 
 
@@ -36,34 +35,32 @@ def end_time(start: float, limit: float | None, default_limit: float | None, now
 class Timeline:
     """Ends of running work (and of work placed this pass), with what each end frees.
 
-    Kept as growable arrays, appended in O(1) per placement; a reservation sorts them once, in C,
-    by node and time (np.lexsort), which is what its vectorised running sums need. A Python sorted
-    list kept current on every placement cost more than the placements' own work."""
+    Appended in O(1) per placement (plain lists: a placement pays nothing for it); a reservation
+    turns them into arrays and sorts them once, in C, by node and time (np.lexsort), which is what
+    its vectorised running sums need. Keeping a sorted structure current on every placement would
+    cost every placement for the rare pass that makes a reservation."""
 
-    def __init__(self, capacity: int = 1024) -> None:
-        self._end = np.empty(capacity)
-        self._node = np.empty(capacity, dtype=np.int64)
-        self._frees = np.empty((4, capacity))
-        self._count = 0
+    def __init__(self) -> None:
+        self._end: list[float] = []
+        self._node: list[int] = []
+        self._frees: list[tuple[float, ...]] = []
 
-    def add(self, end: float, node: int, frees: Floats | tuple[float, ...]) -> None:
+    def add(self, end: float, node: int, frees: tuple[float, ...]) -> None:
         if math.isinf(end):
             return  # never frees anything within any horizon a reservation could use
-        if self._count == len(self._end):
-            grow = max(1024, self._count)
-            self._end = np.concatenate([self._end, np.empty(grow)])
-            self._node = np.concatenate([self._node, np.empty(grow, dtype=np.int64)])
-            self._frees = np.concatenate([self._frees, np.empty((4, grow))], axis=1)
-        k = self._count
-        self._end[k] = end
-        self._node[k] = node
-        self._frees[:, k] = frees
-        self._count = k + 1
+        self._end.append(end)
+        self._node.append(node)
+        self._frees.append(frees)
 
     def arrays(self) -> tuple[Floats, Ints, Floats]:
         """(ends, nodes, frees as resources x events), in the order they were added."""
-        k = self._count
-        return self._end[:k], self._node[:k], self._frees[:, :k]
+        if not self._end:
+            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((4, 0))
+        return (
+            np.array(self._end, dtype=np.float64),
+            np.array(self._node, dtype=np.int64),
+            np.array(self._frees, dtype=np.float64).T,
+        )
 
     def events(self) -> Iterator[tuple[float, int, Floats]]:
         """(end, node, what it frees), earliest first."""
@@ -72,7 +69,7 @@ class Timeline:
             yield float(ends[k]), int(nodes[k]), frees[:, k]
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._end)
 
     @classmethod
     def of_running(
@@ -90,7 +87,8 @@ class Timeline:
             job = jobs.get(attempt.job_id)
             start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
             end = end_time(start, job.time_limit if job else None, default_limit, now)
-            frees = as_vector(attempt.resources)
+            r = attempt.resources
+            frees = (float(r.vcpus), float(r.ram_mib), float(r.scratch_mib), float(r.gpus))
             for node_id in attempt.node_ids:
                 i = arrays.index.get(node_id)
                 if i is not None:

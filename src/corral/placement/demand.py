@@ -20,6 +20,8 @@ TraitSpec = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 def _spec(traits: dict[str, str | list[str]]) -> TraitSpec:
+    if not traits:
+        return ()
     return tuple(sorted((key, tuple(sorted(values(value)))) for key, value in traits.items()))
 
 

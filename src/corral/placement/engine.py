@@ -34,9 +34,15 @@ from corral.placement.settings import SCORER_NAMES, PlacementSettings
 @dataclass(slots=True)
 class Evaluation:
     survivors: Bools
-    count: int
+    counted: int | None  # None until someone needs it: one job in ten asks
     resolved: Resolved | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        if self.counted is None:
+            self.counted = int(np.count_nonzero(self.survivors))
+        return self.counted
 
 
 @dataclass(slots=True)
@@ -80,9 +86,9 @@ class Engine:
         self.scores = PassScores(arrays, settings, now)
         # For describing nodes: job-independent scores in one block, gathered with one index.
         self._names = [sc.name for sc, _ in self.weights]
-        self._weight_vector = np.array([w for _, w in self.weights])
+        self._static_rows: dict[int, tuple[list[float], float]] = {}
         self._static_columns = [k for k, (sc, _) in enumerate(self.weights) if sc.static]
-        self._job_columns = [(k, sc) for k, (sc, _) in enumerate(self.weights) if not sc.static]
+        self._job_columns = [(k, w, sc) for k, (sc, w) in enumerate(self.weights) if not sc.static]
         every = slice(None)
         self._static_block: Floats = (
             np.stack(
@@ -91,6 +97,12 @@ class Engine:
             if self._static_columns
             else np.empty((arrays.n, 0))
         )
+        self._room_based = [(sc, w) for sc, w in self._based if not sc.static]
+        self._static_base: Floats = np.zeros(arrays.n)
+        for scorer, weight in self._based:
+            if scorer.static:
+                assert scorer.base is not None
+                self._static_base = self._static_base + weight * scorer.base(self.scores, slice(None))
         self.base: Floats = self.base_scores(slice(None))
         self.locality = locality
         self.instance_types = list(instance_types)
@@ -148,13 +160,17 @@ class Engine:
                     )
                 elif np.count_nonzero(mask) >= need:
                     notes.append("soft locality: hints ignored, they would leave no node that fits")
+        if resolved is None and need == 1:
+            return Evaluation(mask, None, None, notes)  # an empty set shows in the best score
         return Evaluation(mask, int(np.count_nonzero(mask)), resolved, notes)
 
     # --- scoring ------------------------------------------------------------------------------
 
     def base_scores(self, idx: Index) -> Floats:
-        total: Floats = np.zeros(self.arrays.capacity[0, idx].shape)
-        for scorer, weight in self._based:
+        """The job-independent part of the ranking sum: the static scorers' weighted sum (fixed
+        for the pass), then the scorers that follow the node's free room."""
+        total: Floats = np.array(self._static_base[idx], dtype=np.float64)
+        for scorer, weight in self._room_based:
             assert scorer.base is not None
             total = total + weight * scorer.base(self.scores, idx)
         return total
@@ -181,15 +197,17 @@ class Engine:
         self, demand: Demand, idx: Ints, resolved: Resolved | None, chosen: Sequence[int]
     ) -> list[dict[str, Any]]:
         """Per-scorer scores (exact, 0..1) and the weighted total of the given nodes."""
-        matrix = np.empty((len(idx), len(self.weights)))
-        if self._static_columns:
-            matrix[:, self._static_columns] = self._static_block[idx]
         noise = self.noise(demand)
-        for column, scorer in self._job_columns:
-            matrix[:, column] = scorer.exact(self.scores, demand, idx, resolved, noise)
-        totals = (matrix @ self._weight_vector).tolist()
+        dynamic = [
+            (column, weight, scorer.exact(self.scores, demand, idx, resolved, noise).tolist())
+            for column, weight, scorer in self._job_columns
+        ]
         rows = []
-        for i, values, total in zip(idx.tolist(), matrix.tolist(), totals, strict=True):
+        for k, i in enumerate(idx.tolist()):
+            values, total = self._static_row(i)
+            for column, weight, computed in dynamic:
+                values[column] = computed[k]
+                total += weight * computed[k]
             rows.append(
                 {
                     "node": self.arrays.ids[i],
@@ -200,16 +218,30 @@ class Engine:
             )
         return rows
 
+    def _static_row(self, i: int) -> tuple[list[float], float]:
+        """A fresh list of node i's scores with its job-independent ones filled in, and their
+        weighted sum (cached, since the same good nodes come up for job after job)."""
+        cached = self._static_rows.get(i)
+        if cached is None:
+            row = [0.0] * len(self.weights)
+            total = 0.0
+            for column, value in zip(self._static_columns, self._static_block[i].tolist(), strict=True):
+                row[column] = value
+                total += self.weights[column][1] * value
+            cached = self._static_rows[i] = (row, total)
+        return list(cached[0]), cached[1]
+
     # --- choosing and committing --------------------------------------------------------------
 
     def choose(self, demand: Demand, exclude: Bools | None = None, *, keep_top: bool = True) -> Choice | None:
         evaluation = self.evaluate(demand, exclude)
         need = demand.node_count
-        if evaluation.count < need:
+        if evaluation.counted is not None and evaluation.counted < need:
             return None
         masked = np.where(evaluation.survivors, self.totals(demand, evaluation.resolved), self._minus_inf)
-        shown = max(need, self.settings.explain_top) if keep_top else need
-        ranked = _best(masked, min(shown, evaluation.count))
+        ranked = _best(masked, max(need, self.settings.explain_top) if keep_top else need)
+        if len(ranked) < need:
+            return None
         nodes = ranked[:need].tolist()
         top = self.describe_nodes(demand, ranked, evaluation.resolved, nodes) if keep_top else []
         return Choice(nodes, evaluation, top)
@@ -221,9 +253,9 @@ class Engine:
             if self.free is not None:
                 node_id = a.ids[i]
                 self.free[node_id] = self.free[node_id] - demand.resources
-            # Same operations in the same order as the vectorised build, on one node's scalars.
-            total = 0.0
-            for scorer, weight in self._based:
+            # Same operations in the same order as `base_scores`, on one node's scalars.
+            total = float(self._static_base[i])
+            for scorer, weight in self._room_based:
                 assert scorer.base is not None
                 total = total + weight * float(scorer.base(self.scores, i))
             self.base[i] = total
@@ -243,19 +275,25 @@ def _inert(name: str, arrays: NodeArrays) -> bool:
 
 
 def _best(masked: Floats, k: int) -> Ints:
-    """The k largest entries (k no more than the finite ones), best first, ties to the lower index."""
+    """Up to k entries above -inf, largest first, ties to the lower index."""
+    if not len(masked):
+        return np.zeros(0, dtype=np.int64)
     if k <= 8:
         # A few passes of argmax beat a partition of the whole array for the handful shown.
-        found = []
-        saved = []
+        found: list[int] = []
+        saved: list[float] = []
         for _ in range(k):
             i = int(masked.argmax())
+            value = float(masked[i])
+            if value == -np.inf:
+                break
             found.append(i)
-            saved.append(masked[i])
+            saved.append(value)
             masked[i] = -np.inf
         masked[found] = saved
         return np.array(found, dtype=np.int64)
-    candidates = np.flatnonzero(np.isfinite(masked))
+    candidates = np.flatnonzero(masked > -np.inf)
+    k = min(k, len(candidates))
     values = masked[candidates]
     if len(candidates) > 4 * k:
         # Partition first so the sort is over a handful; widen by ties at the cut so none is lost.

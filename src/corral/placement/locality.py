@@ -45,6 +45,7 @@ class Resolved:
     near: Targets
     far: Targets
     unknown: list[str]  # entries that are neither a job id nor `tag:NAME`
+    _score: Floats | None = field(default=None, init=False, repr=False)  # computed once per job
 
     def far_ok(self) -> Bools:
         side = self.far.racks if self.hints.level == "rack" else self.far.nodes
@@ -67,26 +68,26 @@ class Resolved:
         return None
 
     def score(self) -> Floats | None:
-        """0..1 per node; None when no hint is active (every node would score the same)."""
-        parts: list[Floats] = []
-        rack_level = self.hints.level == "rack"
-        if self.near.active:
-            near = self.near.racks.astype(np.float64)
-            if not rack_level:
-                near *= 0.5
-                near[self.near.nodes] = 1.0
-            parts.append(near)
-        if self.far.active:
-            far = 1.0 - self.far.racks.astype(np.float64)
-            if not rack_level:
-                far = 1.0 - 0.5 * self.far.racks.astype(np.float64)
-                far[self.far.nodes] = 0.0
-            parts.append(far)
-        if not parts:
-            return None
-        if len(parts) == 1:
-            return parts[0]
-        result: Floats = (parts[0] + parts[1]) * 0.5
+        """0..1 per node; None when no hint is active (every node would score the same).
+
+        Near: 1 on a target's server, 0.5 in its rack (server level), else 0; far the reverse; with
+        both, their mean. A node hosting a target is always in that target's rack, so at server
+        level "rack + server" counts 0, 1 or 2 halves."""
+        if self._score is None and (self.near.active or self.far.active):
+            near = self._graded(self.near) if self.near.active else None
+            far = self._graded(self.far) if self.far.active else None
+            if near is not None and far is not None:
+                self._score = (near - far + 1.0) * 0.5
+            elif near is not None:
+                self._score = near
+            elif far is not None:
+                self._score = 1.0 - far
+        return self._score
+
+    def _graded(self, side: Targets) -> Floats:
+        if self.hints.level == "rack":
+            return side.racks.astype(np.float64)
+        result: Floats = np.add(side.racks, side.nodes, dtype=np.float64) * 0.5
         return result
 
 
@@ -96,8 +97,9 @@ class _Entry:
 
     node_ids: set[str]  # every node hosting one of them, schedulable or not
     nodes: Bools  # the same, over the arrays' nodes
-    racks: Bools  # nodes sharing a rack with one of them
+    racks: Bools  # nodes sharing a rack with one of them (rebuilt from rack_codes when stale)
     rack_codes: set[int]
+    racks_stale: bool = False
 
 
 class LocalityIndex:
@@ -153,6 +155,11 @@ class LocalityIndex:
                 absent.append(name)
                 continue
             running.append(name)
+            if entry.racks_stale:
+                table = np.zeros(len(arrays.rack_names), dtype=bool)
+                table[list(entry.rack_codes)] = True
+                entry.racks = table[arrays.rack]
+                entry.racks_stale = False
             nodes = entry.nodes if nodes is None else nodes | entry.nodes
             racks = entry.racks if racks is None else racks | entry.racks
         if nodes is None or racks is None:
@@ -189,8 +196,10 @@ class LocalityIndex:
                 entry.nodes[i] = True
             code = arrays.rack_codes.get(self._rack_of.get(node_id, f"node:{node_id}"), -1)
             if code >= 0 and code not in entry.rack_codes:
+                # Every placement of a tagged job lands here; only jobs with hints read the rack
+                # mask, so it is rebuilt when read rather than on every change.
                 entry.rack_codes.add(code)
-                entry.racks |= arrays.rack == code
+                entry.racks_stale = True
 
     def _jobs_named(self, entry: str) -> set[int] | None:
         if entry.startswith(TAG_PREFIX):
