@@ -23,6 +23,7 @@ import math
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.cloud.base import InsufficientCapacity
 from corral.cloud.sim import SimCloud
@@ -37,6 +38,9 @@ from corral.workload.model import SimJob, shape_gangs
 
 # Event kinds, in the order they are handled when they fall on the same instant.
 PAIR, START, END, FAIL, CANCEL, REPAIR, SCHEDULED_FAIL = range(7)
+# Timer kinds: a policy threshold that may change a pass's answer at that time, if what set the
+# timer still holds then (a node still booting, still idle since the same instant, ...).
+W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START = range(6)
 EPS = 1e-6  # "strictly after": a timer that fires when `now - t > limit` is due one grid step past t + limit
 DISPATCHER = "sim"
 
@@ -127,12 +131,13 @@ class Simulation:
         self.unavailable: dict[str, float] = {}
         self.doomed: set[int] = set()  # attempts whose node broke: their exit is never reported
         self.events: list[tuple[float, int, int, object]] = []
-        self.wakes: list[float] = []
+        self.wakes: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._next_arrival = 0
         self._attempt_ids = 0
         self._node_ids = 0
         self.queued = 0  # jobs in QUEUED state
+        self._boot_trouble = False  # a boot of this pass failed or was skipped
 
         self.records: dict[int, JobRecord] = {}
         self.ended_run: dict[int, float] = {}  # job id -> time its recorded run ended (for waits)
@@ -141,6 +146,9 @@ class Simulation:
         self.counters = Counters()
         self.trace = Trace()
         self.start_time = jobs[0].submit if jobs else 0.0
+        horizon = sim.horizon if sim.horizon is not None else max((j.run for j in jobs), default=0.0) + 7 * 86400.0
+        self.stop_at = (jobs[-1].submit if jobs else 0.0) + horizon
+        self.stopped_early = False  # the horizon cut the run short
         self.end_time = self.start_time
         self.last_finish = self.start_time
 
@@ -163,8 +171,37 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self.events, (time, kind, self._seq, ref))
 
-    def _wake(self, time: float) -> None:
-        heapq.heappush(self.wakes, time)
+    def _wake(self, time: float, kind: int, ref: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self.wakes, (time, kind, self._seq, ref))
+
+    def _timer_holds(self, kind: int, ref: Any) -> bool:
+        """Whether what set a timer still holds, so that a pass at its time could decide something."""
+        if kind == W_IDLE:
+            node_id, since = ref
+            node = self.nodes.get(node_id)
+            return node is not None and node.state is NodeState.IDLE and node.state_changed_at == since
+        if kind == W_BOOT:
+            node = self.nodes.get(ref)
+            return node is not None and node.state is NodeState.BOOTING
+        if kind == W_STALE:
+            return ref in self.nodes
+        if kind == W_JOB:
+            job = self.jobs.get(ref)
+            return job is not None and job.state is JobState.QUEUED
+        if kind == W_START:
+            attempt = self.attempts.get(ref)
+            return attempt is not None and attempt.state is AttemptState.ASSIGNED
+        return self.queued > 0  # W_CAPACITY: a type comes back; only queued work can want it
+
+    def _next_timer(self) -> float:
+        wakes = self.wakes
+        while wakes:
+            time, kind, _seq, ref = wakes[0]
+            if self.every_tick or self._timer_holds(kind, ref):
+                return time
+            heapq.heappop(wakes)
+        return math.inf
 
     def _grid(self, time: float) -> float:
         return math.ceil(time / self.tick - 1e-9) * self.tick
@@ -187,24 +224,44 @@ class Simulation:
         progress_every = 2000
         while True:
             arrival = specs[self._next_arrival].submit if self._next_arrival < len(specs) else math.inf
-            due = min(arrival, events[0][0] if events else math.inf, wakes[0] if wakes else math.inf, again)
+            if self.fixed and arrival == math.inf and not self.jobs:
+                break  # a fixed fleet has nothing left to do; its failures and repairs would go on forever
+            due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again)
             if due == math.inf:
                 break
             at = self._grid(due)
             if at <= last_pass:
                 at = last_pass + tick
+            if at > self.stop_at:
+                self.stopped_early = bool(self.jobs)
+                break
             self._advance(at)
-            while wakes and wakes[0] <= at:
+            while wakes and wakes[0][0] <= at:
                 heapq.heappop(wakes)
             self.now = at
             decisions = self._pass(at)
             last_pass = at
             pending = self.jobs or events or wakes or self._next_arrival < len(specs)
-            again = at + tick if not decisions.empty() or (self.every_tick and pending) else math.inf
+            again = at + tick if self._follow_up(decisions) or (self.every_tick and pending) else math.inf
             if self.progress is not None and self.counters.passes % progress_every == 0:
                 self.progress(at)
         self.end_time = max(self.now, self.last_finish)
         return self
+
+    def _follow_up(self, decisions: Decisions) -> bool:
+        """Whether the next tick's pass could decide something new although no event comes: after
+        a drain (the shutdown follows), a shutdown or a job's end (room or budget freed), a boot
+        that failed or hit the per-pass limit, or work placed while more is queued (a placer may
+        look at only part of the queue per pass). Anything else changes nothing the pass reads."""
+        trouble, self._boot_trouble = self._boot_trouble, False
+        return bool(
+            decisions.job_outcomes
+            or any(d.action is NodeAction.START_DRAIN for d in decisions.node_decisions)
+            or (self.queued and decisions.node_decisions)
+            or trouble
+            or len(decisions.boots) >= self.policy.boot.max_boots_per_pass
+            or (self.queued and (decisions.placements or decisions.boots))
+        )
 
     def _advance(self, until: float) -> None:
         """Apply arrivals and events up to `until`, each at its own time."""
@@ -316,7 +373,7 @@ class Simulation:
             self.counters.requeues += 1
             job.retry_at = outcome.retry_at
             if outcome.retry_at is not None:
-                self._wake(outcome.retry_at)
+                self._wake(outcome.retry_at, W_JOB, job.id)
             if not was_queued:
                 self.queued += 1
             return
@@ -359,7 +416,7 @@ class Simulation:
         if latency > 0:
             self._push(now + latency, START, attempt.id)
             if latency >= self.policy.dispatch.start_timeout:
-                self._wake(now + self.policy.dispatch.start_timeout + EPS)
+                self._wake(now + self.policy.dispatch.start_timeout + EPS, W_START, attempt.id)
         else:
             self._start(attempt, now)
 
@@ -367,6 +424,7 @@ class Simulation:
         if not capacity.is_available(type_name, self.unavailable, now):
             # This pass already learnt the type has no capacity; the next pass plans around it.
             self.counters.boots_skipped_in_backoff += 1
+            self._boot_trouble = True
             return
         itype = self.types_by_name[type_name]
         self._node_ids += 1
@@ -375,7 +433,9 @@ class Simulation:
             instance = self.cloud.create(itype, node_id, f"sim-token-{node_id}", {})
         except InsufficientCapacity:
             self.counters.capacity_errors += 1
-            self._wake(capacity.record_insufficient_capacity(self.unavailable, type_name, now, self.policy.boot))
+            self._boot_trouble = True
+            until = capacity.record_insufficient_capacity(self.unavailable, type_name, now, self.policy.boot)
+            self._wake(until, W_CAPACITY, type_name)
             return
         self.counters.boots += 1
         node = Node(
@@ -398,7 +458,7 @@ class Simulation:
         fails = self.cloud.fails_at(instance.id)
         if fails < math.inf and (ready is None or fails > ready):
             self._push(fails, FAIL, node_id)
-        self._wake(now + self.policy.lifecycle.boot_grace)
+        self._wake(now + self.policy.lifecycle.boot_grace, W_BOOT, node_id)
 
     def _shutdown(self, node: Node, now: float) -> None:
         del self.nodes[node.id]
@@ -439,13 +499,13 @@ class Simulation:
     def _wake_idle(self, node: Node, now: float) -> None:
         lifecycle = self.policy.lifecycle
         due = now + lifecycle.idle_grace
-        self._wake(due)
+        self._wake(due, W_IDLE, (node.id, now))
         period = node.billing_granularity
         if period > lifecycle.shutdown_window:
             # With coarse billing an idle node is drained only in the last part of a paid period.
             into = (due - node.created_at) % period
             if period - into > lifecycle.shutdown_window:
-                self._wake(due + (period - into - lifecycle.shutdown_window))
+                self._wake(due + (period - into - lifecycle.shutdown_window), W_IDLE, (node.id, now))
 
     # ---- the simulated users, agents and cloud -------------------------------------------------
 
@@ -459,7 +519,7 @@ class Simulation:
             else:
                 self._push(spec.cancel_at, CANCEL, job.id)
         if job.not_before is not None and job.not_before > spec.submit:
-            self._wake(job.not_before)
+            self._wake(job.not_before, W_JOB, job.id)
 
     def _handle(self, kind: int, ref: object, now: float) -> None:
         if kind == END:
@@ -532,7 +592,7 @@ class Simulation:
         for attempt in self.attempts.values():
             if node_id in attempt.node_ids:
                 self.doomed.add(attempt.id)
-        self._wake(now + self.policy.lifecycle.ping_stale + EPS)
+        self._wake(now + self.policy.lifecycle.ping_stale + EPS, W_STALE, node_id)
 
     def _scheduled_failure(self, failure: ScheduledFailure, now: float) -> None:
         wanted = failure.instance_type

@@ -54,6 +54,7 @@ class SimResult:
     per_job_bound: float
     packing_bound: float
     wall_seconds: float = 0.0
+    horizon_reached: bool = False  # stopped at sim.horizon with work left
     # For the report; not part of the JSON summary.
     waits: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     trace: Trace = field(default_factory=Trace, repr=False)
@@ -109,6 +110,7 @@ class SimResult:
             "packing_bound_usd": num(self.packing_bound),
             "cost_over_per_job_bound": num(self.cost_over_per_job_bound),
             "cost_over_packing_bound": num(self.cost_over_packing_bound),
+            "horizon_reached": self.horizon_reached,
             "wall_seconds": num(self.wall_seconds),
             "jobs_per_second": num(self.jobs_per_second),
         }
@@ -187,6 +189,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         per_job_bound=per_job,
         packing_bound=packing,
         wall_seconds=wall_seconds,
+        horizon_reached=sim.stopped_early,
         waits=waits,
         trace=sim.trace,
         cost_curve=curve,

@@ -107,6 +107,13 @@ class SimSettings(_Strict):
         None, description="seconds between reconcile passes while work is pending; default loop.interval"
     )
     start_latency: Duration = Field(0.0, description="from placement until the agent starts the attempt")
+    horizon: Duration | None = Field(
+        None,
+        description=(
+            "stop this long after the last submission even if work is left (jobs that can never run would keep "
+            "the policy booting forever); default: the longest recorded run time plus 7 days"
+        ),
+    )
     boot_delay: BootDelaySettings = Field(default_factory=BootDelaySettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     failures: FailureSettings = Field(default_factory=FailureSettings)

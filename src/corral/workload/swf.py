@@ -16,6 +16,7 @@ that had to fill in or fix something is counted in `ReadStats.quirks`.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from corral.workload.model import ReadStats, SimJob, Workload, WorkloadError, numbered_lines
@@ -88,6 +89,8 @@ def read_swf(
             time_limit=time_limit,
             user=f"user{int(user)}" if user >= 0 else "",
             name=f"swf:{int(job_no)}",
+            vcpus=procs * scale,
+            ram_mib=max(1, math.ceil(procs * ram_per_proc)),  # one node; shape_gangs splits it if need be
             procs=procs,
             vcpus_per_proc=scale,
             ram_per_proc=ram_per_proc,

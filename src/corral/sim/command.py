@@ -1,0 +1,135 @@
+"""`corral simulate`: replay a workload through corral's own decision code on a simulated cloud."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, NoReturn, cast
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from corral.config import ConfigError
+from corral.core.units import parse_size
+from corral.sim.engine import SimulationError
+from corral.sim.report import ROWS, format_duration, format_value, write_report
+from corral.sim.run import Outcome, WorkloadOptions, load_runs, simulate
+from corral.workload import Format, WorkloadError
+
+CONFIG_SUFFIXES = (".toml", ".yaml", ".yml")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate_command)
+
+
+def simulate_command(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="The workload (.swf, .swf.gz or JSON Lines); with --compare, also the config files to compare.",
+            show_default=False,
+        ),
+    ],
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="corral config file (instance types, policy, [sim]).")
+    ] = None,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Run every config file given (.toml/.yaml) on the workload, side by side.")
+    ] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Write an HTML report with plots here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    skip_bad_lines: Annotated[
+        bool, typer.Option("--skip-bad-lines", help="Skip malformed workload lines (counted) instead of stopping.")
+    ] = False,
+    scale: Annotated[float | None, typer.Option("--scale", help="vcpus per SWF processor (default 1).")] = None,
+    time_scale: Annotated[
+        float | None, typer.Option("--time-scale", help="Multiply submit times (0.5: arrivals twice as dense).")
+    ] = None,
+    default_memory: Annotated[
+        str | None, typer.Option("--default-memory", help="RAM per SWF processor when the log has none (e.g. 2GiB).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="auto, swf or jsonl.")] = "auto",
+    seed: Annotated[int | None, typer.Option("--seed", help="Override sim.seed of every config.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Replay only the first N jobs.", min=1)] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
+) -> None:
+    """Replay WORKLOAD through corral's reconcile pass on a simulated cloud: cost, waits, a report."""
+    err = Console(stderr=True)
+
+    def fail(message: str) -> NoReturn:
+        err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+
+    configs = [p for p in paths if p.suffix.lower() in CONFIG_SUFFIXES]
+    workloads = [p for p in paths if p.suffix.lower() not in CONFIG_SUFFIXES]
+    if len(workloads) != 1:
+        fail(f"give exactly one workload file (got {len(workloads)}: {', '.join(map(str, workloads)) or 'none'})")
+    if configs and not compare:
+        fail(f"{configs[0]} looks like a config file: use --config FILE, or --compare A.toml B.toml to compare")
+    if config is not None:
+        configs.insert(0, config)
+    if fmt not in ("auto", "swf", "jsonl"):
+        fail(f"--format must be auto, swf or jsonl (got {fmt!r})")
+    options = WorkloadOptions(
+        fmt=cast(Format, fmt), scale=scale, time_scale=time_scale, skip_bad_lines=skip_bad_lines, limit=limit
+    )
+    for name, value in (("--scale", scale), ("--time-scale", time_scale)):
+        if value is not None and value <= 0:
+            fail(f"{name} must be more than 0")
+    if default_memory is not None:
+        try:
+            options.default_memory = float(parse_size(default_memory))
+        except ValueError as exc:
+            fail(f"--default-memory: {exc}")
+    try:
+        runs = load_runs(configs, seed)
+    except ConfigError as exc:
+        fail(str(exc))
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[clock]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not progress,
+    )
+    tasks: dict[str, TaskID] = {}
+
+    def step(label: str, done: float, total: float) -> None:
+        if label not in tasks:
+            tasks[label] = bar.add_task(f"simulating {label}", total=total, clock="")
+        bar.update(tasks[label], completed=min(done, total), total=total, clock=f"{format_duration(done)} simulated")
+
+    try:
+        with bar:
+            outcome = simulate(workloads[0], runs, options, step)
+    except (WorkloadError, SimulationError) as exc:
+        fail(str(exc))
+
+    if report is not None:
+        page = write_report(report, outcome)
+        err.print(f"report written to {page}")
+    if as_json:
+        typer.echo(json.dumps(outcome.to_json(), indent=2))
+    else:
+        Console().print(results_table(outcome))
+        skipped = outcome.workload.stats.skipped
+        if skipped:
+            err.print(f"{skipped:,} bad lines skipped, e.g. {outcome.workload.stats.errors[0]}", highlight=False)
+
+
+def results_table(outcome: Outcome) -> Table:
+    runs = outcome.to_json()["runs"]
+    workload = outcome.workload
+    table = Table(title=f"{workload.source}: {len(workload.jobs):,} jobs", title_justify="left")
+    table.add_column("")
+    for run in runs:
+        table.add_column(f"{run['label']} ({run['mode']})", justify="right")
+    for label, key, fmt in ROWS:
+        table.add_row(label, *(format_value(run.get(key), fmt) for run in runs))
+    return table

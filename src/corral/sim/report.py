@@ -1,0 +1,205 @@
+"""The HTML report of one or several simulation runs: a summary table and PNG plots (matplotlib)
+of fleet size and queue length over time, cost accumulated over time, the wait-time distribution,
+and utilisation by instance type. With several runs every plot overlays them."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a window
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from corral.sim.metrics import SimResult  # noqa: E402
+from corral.sim.run import Outcome  # noqa: E402
+
+MAX_POINTS = 4000
+
+# (label, JSON key, format) of the rows of the summary table, shared with the terminal table.
+ROWS: list[tuple[str, str, str]] = [
+    ("jobs", "jobs", "{:,}"),
+    ("completed", "completed", "{:,}"),
+    ("failed", "failed", "{:,}"),
+    ("cancelled", "cancelled", "{:,}"),
+    ("never finished", "unfinished", "{:,}"),
+    ("mean wait", "wait_mean_s", "duration"),
+    ("median wait", "wait_median_s", "duration"),
+    ("p95 wait", "wait_p95_s", "duration"),
+    ("mean bounded slowdown", "bounded_slowdown_mean", "{:.2f}"),
+    ("mean slowdown", "slowdown_mean", "{:.2f}"),
+    ("makespan", "makespan_s", "duration"),
+    ("instance-hours billed", "instance_hours", "{:,.1f}"),
+    ("cost (USD)", "cost_usd", "{:,.2f}"),
+    ("utilisation", "utilisation", "{:.1%}"),
+    ("peak fleet", "peak_fleet", "{:,}"),
+    ("peak queue", "peak_queue", "{:,}"),
+    ("boots", "boots", "{:,}"),
+    ("shutdowns", "shutdowns", "{:,}"),
+    ("capacity errors", "capacity_errors", "{:,}"),
+    ("node failures", "node_failures", "{:,}"),
+    ("requeues", "requeues", "{:,}"),
+    ("per-job bound (USD)", "per_job_bound_usd", "{:,.2f}"),
+    ("cost / per-job bound", "cost_over_per_job_bound", "{:.3f}"),
+    ("packing bound (USD)", "packing_bound_usd", "{:,.2f}"),
+    ("cost / packing bound", "cost_over_packing_bound", "{:.3f}"),
+    ("reconcile passes", "passes", "{:,}"),
+    ("simulated jobs/s", "jobs_per_second", "{:,.0f}"),
+]
+
+
+def format_value(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if fmt == "duration":
+        return format_duration(float(value))
+    return fmt.format(value)
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def write_report(directory: Path, outcome: Outcome) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    results = outcome.results
+    plots = [
+        ("fleet.png", "Fleet size and queue length", _plot_fleet(results)),
+        ("cost.png", "Cost accumulated", _plot_cost(results)),
+        ("waits.png", "Wait-time distribution", _plot_waits(results)),
+        ("utilisation.png", "Utilisation by instance type", _plot_utilisation(results)),
+    ]
+    for name, _title, figure in plots:
+        figure.savefig(directory / name, dpi=110)
+        plt.close(figure)
+    page = directory / "index.html"
+    page.write_text(_html(outcome, [(name, title) for name, title, _ in plots]))
+    return page
+
+
+def _days(result: SimResult, times: np.ndarray) -> np.ndarray:
+    return (times - result.start_time) / 86400.0
+
+
+def _thin(x: np.ndarray, ys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """At most MAX_POINTS points, keeping each bucket's maximum so that peaks survive."""
+    if len(x) <= MAX_POINTS:
+        return x, ys
+    edges = np.linspace(0, len(x), MAX_POINTS + 1).astype(int)
+    starts = edges[:-1]
+    return x[starts], [np.maximum.reduceat(y, starts) for y in ys]
+
+
+def _plot_fleet(results: list[SimResult]) -> Any:
+    figure, (fleet_ax, queue_ax) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    for result in results:
+        trace = result.trace
+        times = np.frombuffer(trace.time, dtype=float)
+        x, (fleet, queued) = _thin(
+            _days(result, times), [np.frombuffer(trace.fleet, dtype=float), np.frombuffer(trace.queued, dtype=float)]
+        )
+        fleet_ax.step(x, fleet, where="post", label=result.label, linewidth=1)
+        queue_ax.step(x, queued, where="post", label=result.label, linewidth=1)
+    fleet_ax.set_ylabel("instances (booting or running)")
+    queue_ax.set_ylabel("jobs queued")
+    queue_ax.set_xlabel("days since the first submission")
+    fleet_ax.legend(loc="upper right")
+    fleet_ax.grid(alpha=0.3)
+    queue_ax.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def _plot_cost(results: list[SimResult]) -> Any:
+    figure, ax = plt.subplots(figsize=(10, 4))
+    for result in results:
+        times, cost = result.cost_curve
+        ax.plot(_days(result, times), cost, label=f"{result.label} (${result.cost:,.0f})")
+    ax.set_xlabel("days since the first submission")
+    ax.set_ylabel("cost so far (USD)")
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def _plot_waits(results: list[SimResult]) -> Any:
+    figure, ax = plt.subplots(figsize=(10, 4))
+    for result in results:
+        waits = np.sort(result.waits)
+        if not len(waits):
+            continue
+        fraction = np.arange(1, len(waits) + 1) / len(waits)
+        ax.step(np.maximum(waits, 1.0), fraction, where="post", label=result.label)
+    ax.set_xscale("log")
+    ax.set_xlabel("wait (s, log scale; waits under 1 s drawn at 1 s)")
+    ax.set_ylabel("fraction of jobs waiting at most this long")
+    ax.set_ylim(0, 1.01)
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3, which="both")
+    figure.tight_layout()
+    return figure
+
+
+def _plot_utilisation(results: list[SimResult]) -> Any:
+    names = sorted({name for r in results for name in r.utilisation_by_type})
+    figure, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / max(1, len(results))
+    positions = np.arange(len(names))
+    for i, result in enumerate(results):
+        values = [result.utilisation_by_type.get(name, 0.0) * 100 for name in names]
+        ax.bar(positions + i * width, values, width, label=result.label)
+    ax.set_xticks(positions + width * (len(results) - 1) / 2, names, rotation=30, ha="right")
+    ax.set_ylabel("vcpu-seconds used / billed (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(loc="upper right")
+    ax.grid(alpha=0.3, axis="y")
+    figure.tight_layout()
+    return figure
+
+
+def _html(outcome: Outcome, plots: list[tuple[str, str]]) -> str:
+    data = outcome.to_json()
+    runs = data["runs"]
+    workload = data["workload"]
+    head = "".join(f"<th>{html.escape(r['label'])}</th>" for r in runs)
+    rows = "\n".join(
+        f"<tr><td>{html.escape(label)}</td>"
+        + "".join(f"<td>{html.escape(format_value(r.get(key), fmt))}</td>" for r in runs)
+        + "</tr>"
+        for label, key, fmt in ROWS
+    )
+    quirks = "".join(
+        f"<li>{html.escape(name)}: {count:,}</li>" for name, count in workload["quirks"].items()
+    ) or "<li>none</li>"
+    figures = "\n".join(
+        f'<h2>{html.escape(title)}</h2>\n<img src="{name}" alt="{html.escape(title)}">' for name, title in plots
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>corral simulation report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1150px; color: #222; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 10px; text-align: right; }}
+td:first-child {{ text-align: left; }} img {{ max-width: 100%; }}
+</style></head><body>
+<h1>corral simulation report</h1>
+<p>Workload <code>{html.escape(workload["source"])}</code> ({html.escape(workload["format"])}):
+{workload["replayed"]:,} jobs replayed, {workload["skipped_lines"]:,} bad lines skipped.</p>
+<p>What the mapping filled in or fixed:</p><ul>{quirks}</ul>
+<h2>Summary</h2>
+<table><tr><th></th>{head}</tr>
+{rows}
+</table>
+{figures}
+</body></html>
+"""
