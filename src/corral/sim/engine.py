@@ -152,6 +152,11 @@ class Simulation:
         self.end_time = self.start_time
         self.last_finish = self.start_time
 
+    def live_config(self) -> Config:
+        """The config a live loop would run this world with: the given one, with the fixed fleet's
+        policy (boot nothing, keep every node) spelt out."""
+        return self.config.model_copy(update={"policy": self.policy})
+
     # ---- setup -------------------------------------------------------------------------------
 
     def _fixed_fleet(self, all_types: dict[str, InstanceType]) -> tuple[list[InstanceType], list[InstanceType]]:

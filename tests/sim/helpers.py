@@ -1,0 +1,38 @@
+"""Small worlds for simulator tests: two instance types, fixed 60 s boots, 1 s passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.config import Config
+from corral.sim.engine import Simulation
+from corral.sim.metrics import SimResult, measure
+from corral.workload.model import SimJob
+
+SMALL = {"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.10}
+BIG = {"name": "big", "vcpus": 8, "ram": "32GiB", "price_per_hour": 0.40}
+
+
+def config(**sections: Any) -> Config:
+    """A config with SMALL and BIG, fixed 60 s boots; keyword sections are merged in (one level deep)."""
+    data: dict[str, Any] = {
+        "instance_types": [SMALL, BIG],
+        "sim": {"boot_delay": {"distribution": "fixed", "seconds": 60}},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return Config.model_validate(data)
+
+
+def job(
+    job_id: int, submit: float = 0.0, run: float = 600.0, vcpus: float = 1, ram_gib: float = 1, **kw: Any
+) -> SimJob:
+    return SimJob(id=job_id, submit=submit, run=run, vcpus=vcpus, ram_mib=int(ram_gib * 1024), **kw)
+
+
+def simulate(jobs: list[SimJob], cfg: Config, **kw: Any) -> tuple[Simulation, SimResult]:
+    sim = Simulation(jobs, cfg, **kw).run()
+    return sim, measure(sim)

@@ -1,0 +1,136 @@
+"""`corral simulate` through Typer's CliRunner on an app of the test's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from corral.sim.command import register
+from corral.workload.synth import SynthParams, generate, to_swf
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.command("version")  # a second command, so that Typer keeps "simulate" as a subcommand
+    def version() -> None:
+        pass
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    params = SynthParams(jobs=150, seed=3, mean_interarrival=120, max_procs=16, quirks=True)
+    path = tmp_path_factory.mktemp("w") / "small.swf"
+    path.write_text(to_swf(generate(params), params))
+    return path
+
+
+def write_config(path: Path, idle_grace: str) -> Path:
+    path.write_text(
+        f"""
+[[instance_types]]
+name = "small"
+vcpus = 4
+ram = "16GiB"
+price_per_hour = 0.2
+
+[[instance_types]]
+name = "large"
+vcpus = 16
+ram = "64GiB"
+price_per_hour = 0.8
+
+[policy.boot]
+max_instances = 50
+
+[policy.lifecycle]
+idle_grace = "{idle_grace}"
+
+[sim.boot_delay]
+distribution = "fixed"
+seconds = 60
+"""
+    )
+    return path
+
+
+def test_json_results(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    result = runner.invoke(app, ["simulate", str(workload), "--config", str(cfg), "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (run,) = data["runs"]
+    assert run["label"] == "a" and run["mode"] == "elastic"
+    assert run["jobs"] == 150 == run["completed"] + run["failed"] + run["cancelled"] + run["unfinished"]
+    assert run["cost_usd"] > 0 and run["cost_over_packing_bound"] >= 1
+    assert data["workload"]["quirks"]["never ran (run time -1 or 0): cancelled on arrival"] > 0
+
+
+def test_table_by_default(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "mean bounded slowdown" in result.stdout and "cost / packing bound" in result.stdout
+
+
+def test_compare_runs_each_config_and_the_report_overlays_them(
+    app: typer.Typer, workload: Path, tmp_path: Path
+) -> None:
+    quick = write_config(tmp_path / "quick.toml", "1m")
+    patient = write_config(tmp_path / "patient.toml", "30m")
+    report = tmp_path / "report"
+    args = ["simulate", str(workload), "--compare", str(quick), str(patient), "--report", str(report), "--json"]
+    result = runner.invoke(app, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    runs = {run["label"]: run for run in json.loads(result.stdout)["runs"]}
+    assert set(runs) == {"quick", "patient"}
+    assert runs["patient"]["cost_usd"] > runs["quick"]["cost_usd"]  # idle nodes kept longer cost more
+    assert runs["patient"]["boots"] < runs["quick"]["boots"]
+    page = (report / "index.html").read_text()
+    for name in ("fleet.png", "cost.png", "waits.png", "utilisation.png"):
+        assert (report / name).stat().st_size > 1000 and name in page
+    assert "<th>quick</th><th>patient</th>" in page
+
+
+def test_a_bad_workload_line_is_reported_with_its_number(app: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "bad.swf"
+    path.write_text("; header\n1 0 -1 10 1 -1 -1 1 60 -1 1 1 1 -1 1 1 -1 -1\n2 5 -1 x\n")
+    result = runner.invoke(app, ["simulate", str(path), "--no-progress"])
+    assert result.exit_code == 2
+    assert f"{path}:3: expected 18 fields, found 4" in result.output
+    result = runner.invoke(app, ["simulate", str(path), "--skip-bad-lines", "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["workload"]["skipped_lines"] == 1 and data["runs"][0]["jobs"] == 1
+
+
+def test_a_bad_config_names_the_key(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[sim.boot_delay]\ndistribution = "gaussian"\n')
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--no-progress"])
+    assert result.exit_code == 2 and "sim.boot_delay.distribution" in result.output
+
+
+def test_a_config_file_given_as_the_workload_is_caught(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    result = runner.invoke(app, ["simulate", str(workload), str(cfg), "--no-progress"])
+    assert result.exit_code == 2 and "--compare" in result.output
+
+
+def test_scale_limit_and_seed(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    base = ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress", "--limit", "40"]
+    one = json.loads(runner.invoke(app, [*base, "--seed", "7"]).stdout)["runs"][0]
+    two = json.loads(runner.invoke(app, [*base, "--seed", "7", "--scale", "0.25"]).stdout)["runs"][0]
+    assert one["jobs"] == 40
+    assert two["cost_usd"] < one["cost_usd"]  # a quarter of the vcpus per processor

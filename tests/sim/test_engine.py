@@ -1,0 +1,177 @@
+"""The simulated world around the core's pass: what happens to jobs, instances and the bill."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.core.model import JobState
+from corral.jobspec import JobRequest
+from corral.sim.engine import Simulation, SimulationError
+from tests.sim.helpers import config, job, simulate
+
+
+def test_one_job_boots_the_cheapest_fitting_type_runs_and_the_idle_node_is_shut_down() -> None:
+    sim, r = simulate([job(1, run=600)], config())
+    (instance,) = sim.cloud.instances.values()
+    assert instance.itype.name == "small"
+    # Boot at 0, pairs at 60 and runs to 660; idle from the pass at 660, drained at 720 (idle grace
+    # 60 s), shut down on the next pass at 721.
+    assert instance.terminated_at == 721
+    assert (r.completed, r.boots, r.shutdowns, r.peak_fleet) == (1, 1, 1, 1)
+    assert r.wait_mean == 60
+    assert r.bounded_slowdown == pytest.approx(660 / 600) and r.slowdown == pytest.approx(660 / 600)
+    assert r.cost == pytest.approx(721 * 0.10 / 3600) and r.instance_hours == pytest.approx(721 / 3600)
+    assert r.utilisation == pytest.approx(600 * 1 / (721 * 2))
+    assert r.makespan == 660
+
+
+def test_cost_bounds() -> None:
+    # 1 vcpu / 1 GiB for 600 s: cheapest type that fits is small ($0.10); the share of small is half
+    # its vcpus ($0.05) and of big an eighth ($0.05).
+    _, r = simulate([job(1, run=600)], config())
+    assert r.per_job_bound == pytest.approx(600 * 0.10 / 3600)
+    assert r.packing_bound == pytest.approx(600 * 0.05 / 3600)
+    assert r.cost_over_packing_bound == pytest.approx(r.cost / r.packing_bound)
+
+
+def test_bounded_slowdown_has_a_ten_second_floor() -> None:
+    _, r = simulate([job(1, run=2)], config())
+    assert r.wait_mean == 60
+    assert r.bounded_slowdown == pytest.approx(62 / 10) and r.slowdown == pytest.approx(62 / 2)
+
+
+def test_a_job_fitting_on_a_running_node_is_placed_there_without_a_boot() -> None:
+    _, r = simulate([job(1, run=600), job(2, submit=100, run=100)], config())
+    assert r.boots == 1 and r.completed == 2
+    assert sorted(r.waits) == [0, 60]
+
+
+def test_a_gang_starts_when_all_its_nodes_are_up() -> None:
+    sim, r = simulate([job(1, run=100, vcpus=2, nodes=3)], config())
+    assert r.boots == 3 and r.completed == 1 and r.wait_mean == 60
+    assert r.per_job_bound == pytest.approx(3 * 100 * 0.10 / 3600)
+
+
+def test_coarse_billing_keeps_an_idle_node_until_the_end_of_its_paid_hour() -> None:
+    hourly = {"name": "hourly", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.05, "billing_granularity": "1h"}
+    sim, r = simulate([job(1, run=600)], config(instance_types=[hourly]))
+    (instance,) = sim.cloud.instances.values()
+    # Idle from 660, but the seed-000 billing window opens only in the last 300 s of the hour.
+    assert 3300 <= instance.terminated_at <= 3600
+    assert r.cost == pytest.approx(0.05)
+
+
+def test_insufficient_capacity_backs_the_type_off_and_the_next_cheapest_is_booted() -> None:
+    cfg = config(sim={"capacity": {"outages": [{"instance_type": "small", "start": 0, "end": 10_000}]}})
+    sim, r = simulate([job(1, run=600)], cfg)
+    assert r.capacity_errors == 1 and r.boots == 1
+    assert [i.itype.name for i in sim.cloud.instances.values()] == ["big"]
+    assert r.wait_mean == 61  # the failed boot at 0, big booted on the pass at 1
+    assert sim.unavailable["small"] == 0 + cfg.policy.boot.capacity_backoff
+
+
+def test_an_outage_of_every_type_delays_the_job_until_a_retry_after_it_ends() -> None:
+    cfg = config(
+        sim={"capacity": {"outages": [{"start": 0, "end": 1000}]}},
+        policy={"boot": {"capacity_backoff": 400}},
+    )
+    _, r = simulate([job(1, run=60)], cfg)
+    # Both types fail at 0 and at 400 (back-off 400 s); at 800 still out; at 1200 small boots.
+    assert r.capacity_errors == 6
+    assert r.wait_mean == 1200 + 60
+
+
+def test_a_failed_node_is_noticed_by_its_silence_and_its_job_retried_elsewhere() -> None:
+    cfg = config(sim={"failures": {"schedule": [{"at": 500}]}})
+    _, r = simulate([job(1, run=1000)], cfg)
+    # Fails at 500; its ping is stale after 60 s, so at 561 the node is down, the job requeued with a
+    # 5 s back-off and the node shut down; at 566 a new node boots, pairs at 626, the job runs again.
+    assert (r.node_failures, r.requeues, r.boots, r.completed) == (1, 1, 2, 1)
+    assert r.wait_mean == 626
+
+
+def test_instances_that_never_pair_are_shut_down_after_the_boot_grace_until_the_horizon() -> None:
+    cfg = config(sim={"boot_delay": {"never_pairs": 1.0}, "horizon": 3600})
+    _, r = simulate([job(1, run=60)], cfg)
+    assert r.horizon_reached and r.unfinished == 1 and r.completed == 0
+    assert r.boots >= 5 and r.shutdowns >= 5
+
+
+def test_a_job_no_type_can_hold_ends_the_run_at_once() -> None:
+    sim, r = simulate([job(1, run=60, gpus=1)], config())
+    assert r.boots == 0 and r.unfinished == 1 and not r.horizon_reached
+    assert sim.jobs[1].unplaceable and "GPUs" in sim.jobs[1].wait_reason
+
+
+def test_user_cancellations_and_exit_codes() -> None:
+    jobs = [
+        job(1, cancel_at=0.0),  # cancelled as it arrives (SWF run time -1 or 0)
+        job(2, run=100, cancel_on_end=True),  # SWF status 5: ran, then the user cancelled it
+        job(3, run=100, exit_code=1),
+        job(4, submit=10, run=5000, cancel_at=300.0),  # cancelled while running
+    ]
+    sim, r = simulate(jobs, config())
+    states = {job_id: record.state for job_id, record in sim.records.items()}
+    assert states == {1: JobState.CANCELLED, 2: JobState.CANCELLED, 3: JobState.FAILED, 4: JobState.CANCELLED}
+    assert sim.records[2].wait == 60 and sim.records[4].wait is None
+    assert (r.cancelled, r.failed, r.completed) == (3, 1, 0)
+
+
+def test_a_job_asking_for_retries_runs_again_after_a_non_zero_exit() -> None:
+    request = JobRequest(command=["x"], max_retries=2)
+    sim, r = simulate([job(1, run=100, exit_code=3, request=request)], config())
+    assert r.requeues == 2 and r.failed == 1 and sim.records[1].wait is not None
+
+
+def test_an_attempt_whose_agent_never_starts_it_times_out_and_is_retried() -> None:
+    cfg = config(sim={"start_latency": 200}, policy={"dispatch": {"start_timeout": 120}})
+    _, r = simulate([job(1, run=10)], cfg, every_tick=False)
+    assert r.requeues >= 1
+
+
+def test_fixed_fleet_never_boots_and_jobs_wait_their_turn() -> None:
+    cfg = config(sim={"fleet": {"mode": "fixed", "nodes": [{"instance_type": "small", "count": 2}]}})
+    sim, r = simulate([job(i, run=100, vcpus=2) for i in (1, 2, 3)], cfg)
+    assert (r.boots, r.shutdowns, r.peak_fleet, r.completed) == (0, 0, 2, 3)
+    assert sorted(r.waits) == [0, 0, 100]
+    assert r.cost == pytest.approx(2 * 0.10 * 200 / 3600)
+    assert r.utilisation == pytest.approx(3 * 100 * 2 / (2 * 2 * 200))
+
+
+def test_fixed_fleet_repairs_a_failed_node() -> None:
+    cfg = config(
+        sim={
+            "fleet": {"mode": "fixed", "nodes": [{"instance_type": "small", "count": 1}], "repair_time": 1000},
+            "failures": {"schedule": [{"at": 50}]},
+        }
+    )
+    _, r = simulate([job(1, run=100, vcpus=2)], cfg)
+    # Fails at 50, down at 111, back at 1111; the job runs again from 1111 to 1211.
+    assert (r.node_failures, r.requeues, r.completed, r.boots) == (1, 1, 1, 0)
+    assert r.wait_mean == 1111
+
+
+def test_fixed_fleet_names_an_unknown_instance_type() -> None:
+    cfg = config(sim={"fleet": {"mode": "fixed", "nodes": [{"instance_type": "huge", "count": 1}]}})
+    with pytest.raises(SimulationError, match=r"sim\.fleet\.nodes\.0\.instance_type: 'huge'"):
+        Simulation([job(1)], cfg)
+
+
+def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
+    def run(seed: int) -> dict[str, object]:
+        cfg = config(
+            sim={
+                "seed": seed,
+                "boot_delay": {"distribution": "lognormal", "seconds": 90, "sigma": 0.5},
+                "failures": {"per_instance_day": 4},
+                "capacity": {"outages_per_day": 6},
+            }
+        )
+        _, r = simulate([job(i, submit=i * 97.0, run=900.0 + i) for i in range(60)], cfg)
+        summary = r.summary()
+        for key in ("wall_seconds", "jobs_per_second"):
+            summary.pop(key)
+        return summary
+
+    assert run(1) == run(1)
+    assert run(1) != run(2)
