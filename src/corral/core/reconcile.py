@@ -16,8 +16,10 @@ Order of a pass:
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from corral.core import lifecycle, retry
 from corral.core.model import AttemptState, Job, JobState, Node, NodeState, Resources
@@ -147,7 +149,19 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                     total[1] += request.ram_mib
                     total[2] += request.scratch_mib
                     total[3] += request.gpus
-        free = {n.id: _less(n.capacity, held[n.id]) if n.id in held else n.capacity for n in schedulable}
+        free: dict[str, Resources] = {}
+        same: dict[tuple[float, ...], Resources] = {}  # nodes of one size holding the same share
+        for n in schedulable:
+            total = held.get(n.id)
+            if total is None:
+                free[n.id] = n.capacity
+                continue
+            c = n.capacity
+            key = (c.vcpus, c.ram_mib, c.scratch_mib, c.gpus, *total)
+            room = same.get(key)
+            if room is None:
+                room = same[key] = _less(c, total)
+            free[n.id] = room
         result = (placer or first_fit)(snapshot, queue, schedulable, free, now)
     else:
         result = PlacementResult()
@@ -184,22 +198,35 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     # 7. Lifecycle matrix; 8. idle/busy marks.
     idle_count = len([n for n in schedulable if n.id not in working])
     live_after = live + len(plan.boots)
-    acting = {state[0] for state, action in lifecycle.DEFAULT_MATRIX.items() if action is not None}
-    if lifecycle.WorkerState.BUSY in acting:
-        attention = live_nodes
-    else:
-        # A node in BUSY state with work and a fresh ping reads as busy: no action, no mark.
-        attention = [
-            n for n in live_nodes if n.state is not NodeState.BUSY or n.id not in working or n.id in down_now
-        ]
+    quiet = _quiet_states(frozenset(lifecycle.DEFAULT_MATRIX.items()))
+    # Both only shrink as drains are decided, so a drain refused now is refused for every node.
+    no_drains = live_after <= lifecycle_settings.min_instances or idle_count <= 0
+    idle_grace, boot_grace = lifecycle_settings.idle_grace, lifecycle_settings.boot_grace
+    attention = (
+        [n for n in live_nodes if n.state is not NodeState.BUSY or n.id not in working or n.id in down_now]
+        if quiet.busy
+        else live_nodes
+    )
     for node in attention:
         has_work = node.id in working
-        state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work)
         if node.id not in down_now:
-            if node.state is NodeState.IDLE and has_work:
+            current = node.state
+            if current is NodeState.IDLE and has_work:
                 decisions.node_marks.append(NodeMark(node.id, NodeState.BUSY))
-            elif node.state is NodeState.BUSY and not has_work:
+            elif current is NodeState.BUSY and not has_work:
                 decisions.node_marks.append(NodeMark(node.id, NodeState.IDLE))
+            # Skip nodes whose state tuple can only select "no action" (a fact read off the matrix).
+            if current is NodeState.BUSY or (has_work and current in STALEABLE):
+                if quiet.busy:
+                    continue
+            elif current is NodeState.IDLE:
+                if (quiet.idle_unless_drain and no_drains) or (
+                    quiet.idle_wait and now - node.state_changed_at < idle_grace
+                ):
+                    continue
+            elif current is NodeState.BOOTING and quiet.boot_wait and now - node.created_at < boot_grace:
+                continue
+        state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work)
         action = lifecycle.decide(state)
         if action is NodeAction.START_DRAIN:
             if live_after <= lifecycle_settings.min_instances or idle_count <= 0:
@@ -209,6 +236,31 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         if action is not None:
             decisions.node_decisions.append(NodeDecision(node.id, action, lifecycle.describe(state)))
     return decisions
+
+
+@dataclass(frozen=True, slots=True)
+class _Quiet:
+    """Which node situations the lifecycle matrix answers with no action whatever the rest of the
+    state tuple: they need no state tuple at all."""
+
+    busy: bool  # any busy worker
+    idle_wait: bool  # an idle worker within its idle grace
+    idle_unless_drain: bool  # an idle worker, unless the action is a drain
+    boot_wait: bool  # an unpaired worker within its boot grace
+
+
+@functools.cache
+def _quiet_states(matrix: frozenset[tuple[lifecycle.StateTuple, NodeAction | None]]) -> _Quiet:
+    def only(allowed: tuple[NodeAction | None, ...], match: Callable[[lifecycle.StateTuple], bool]) -> bool:
+        return all(action in allowed for state, action in matrix if match(state))
+
+    W, Idle, Boot = lifecycle.WorkerState, lifecycle.IdleGrace, lifecycle.BootGrace
+    return _Quiet(
+        busy=only((None,), lambda s: s[0] is W.BUSY),
+        idle_wait=only((None,), lambda s: s[0] is W.IDLE and s[3] is Idle.IDLE_WAIT),
+        idle_unless_drain=only((None, NodeAction.START_DRAIN), lambda s: s[0] is W.IDLE),
+        boot_wait=only((None,), lambda s: s[0] is W.UNPAIRED and s[2] is Boot.BOOT_WAIT),
+    )
 
 
 def _less(capacity: Resources, held: list[float]) -> Resources:
