@@ -6,11 +6,12 @@ Everything has a default, so an empty config is a working one.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from corral.core.units import parse_duration, parse_size
+from corral.placement.settings import PlacementSettings
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 SizeMiB = Annotated[int, BeforeValidator(parse_size)]
@@ -67,6 +68,6 @@ class PolicySettings(_Strict):
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
     boot: BootSettings = Field(default_factory=BootSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
-    # The placement engine's own settings (filters, scorers, availability, queue order) live in
-    # corral.placement; kept here as a validated sub-model once that engine is wired in.
-    placement: dict[str, Any] = Field(default_factory=dict)
+    # The placement engine's own settings (filters, scorers, availability, queue order): see
+    # corral.placement.settings and docs/placement.md.
+    placement: PlacementSettings = Field(default_factory=PlacementSettings)

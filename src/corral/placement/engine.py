@@ -127,14 +127,15 @@ class Engine:
 
     def hard_mask(self, demand: Demand, exclude: Bools | None = None) -> Bools:
         """Every filter but locality."""
-        mask = self.static_mask(demand)
+        static = self.static_mask(demand)
+        mask = None if static is self._all else static  # all-true: nothing to combine
         for f in self._dynamic:
             m = f.mask(self.arrays, demand, None)
             if m is not None:
-                mask = mask & m
+                mask = m if mask is None else mask & m
         if exclude is not None:
-            mask = mask & ~exclude
-        return mask
+            mask = ~exclude if mask is None else mask & ~exclude
+        return self._all if mask is None else mask
 
     def resolve(self, demand: Demand) -> Resolved | None:
         if demand.hints is None or self.locality is None:

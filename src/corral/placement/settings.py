@@ -130,13 +130,19 @@ class PlacementSettings(_Strict):
         description="per resource (cpu, ram, disk, gpu): requests may reach capacity times this ratio",
     )
     max_jobs_per_node: int | None = Field(None, ge=1, description="default when a node has no max_jobs attribute")
-    blocked_roles: list[str] = Field(default_factory=lambda: ["head", "headnode"])
-    blocking_categories: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCKING_CATEGORIES))
+    blocked_roles: list[str] = Field(
+        default_factory=lambda: ["head", "headnode"],
+        description="nodes whose `role` attribute is one of these take no work",
+    )
+    blocking_categories: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_BLOCKING_CATEGORIES),
+        description="nodes whose `category` attribute is one of these take no work (seed 002 categories)",
+    )
     reboot_horizon: Duration = Field(
         30 * 86400.0, gt=0, description="a planned reboot farther away than this scores as if none were planned"
     )
     failure_saturation: float = Field(3.0, gt=0, description="recent failures at which the failure score is 0")
-    tie_break_seed: int = 0
+    tie_break_seed: int = Field(0, description="mixed with the pass time into the tie-break term")
     explain_sample: int = Field(5, ge=1, description="node ids listed per filter in an explanation")
     explain_top: int = Field(3, ge=1, description="nodes whose scores are kept for a placed job")
     queue: QueueSettings = Field(default_factory=QueueSettings)
