@@ -34,7 +34,7 @@ from corral.placement.settings import SCORER_NAMES, PlacementSettings
 @dataclass(slots=True)
 class Evaluation:
     survivors: Bools
-    counted: int | None  # None until someone needs it: one job in ten asks
+    counted: int | None  # None until needed: a one-node job without hints sees emptiness in its best score
     resolved: Resolved | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -81,8 +81,7 @@ class Engine:
         ]
         self._based = [(sc, w) for sc, w in self.weights if sc.base is not None]
         self._job_scored = [(sc, w) for sc, w in self.weights if sc.base is None]
-        self._noise_weight = next((w for sc, w in self.weights if sc.name == "random"), 0.0)
-        self._noisy = bool(self._noise_weight)
+        self._noisy = any(sc.name == "random" for sc, _ in self.weights)
         self.scores = PassScores(arrays, settings, now)
         # For describing nodes: job-independent scores in one block, gathered with one index.
         self._names = [sc.name for sc, _ in self.weights]
