@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from corral.core.model import InstanceType, Resources
-from corral.placement.arrays import Bools, Floats, Ints, NodeArrays
+from corral.placement.arrays import EPSILON, Bools, Floats, Ints, NodeArrays
 from corral.placement.availability import RESOURCES, Policy
 from corral.placement.demand import Demand
-from corral.placement.filters import FILTERS, Filter
+from corral.placement.filters import FILTERS, RESOURCE_FILTERS, Filter
 from corral.placement.locality import LocalityIndex, Resolved
 from corral.placement.scorers import SCORERS, Index, PassScores, Scorer
 from corral.placement.settings import SCORER_NAMES, PlacementSettings
@@ -72,7 +72,9 @@ class Engine:
         self._static = [f for f in self.filters if f.static]
         # Dynamic filters that can never remove a node in this pass are skipped up front.
         self._dynamic = [
-            f for f in self.filters if not f.static and f.name != "locality" and not _inert(f.name, arrays)
+            (f, RESOURCE_FILTERS.get(f.name))
+            for f in self.filters
+            if not f.static and f.name != "locality" and not _inert(f.name, arrays)
         ]
         self.locality_filter = any(f.name == "locality" for f in self.filters)
         chosen = settings.weights if weights is None else weights
@@ -128,10 +130,18 @@ class Engine:
         """Every filter but locality."""
         static = self.static_mask(demand)
         mask = None if static is self._all else static  # all-true: nothing to combine
-        for f in self._dynamic:
-            m = f.mask(self.arrays, demand, None)
-            if m is not None:
-                mask = m if mask is None else mask & m
+        room = self.arrays.room
+        for f, resource in self._dynamic:
+            if resource is not None:  # the resource filters, inlined: they run for every job
+                wanted = demand.amounts[resource]
+                if wanted <= 0:
+                    continue
+                m = room[resource] >= wanted - EPSILON
+            else:
+                m = f.mask(self.arrays, demand, None)
+                if m is None:
+                    continue
+            mask = m if mask is None else mask & m
         if exclude is not None:
             mask = ~exclude if mask is None else mask & ~exclude
         return self._all if mask is None else mask

@@ -211,8 +211,8 @@ def _overprovision(a: NodeArrays, d: Demand, loc: Resolved | None) -> Bools | No
     # resources would otherwise take requests without bound (the seed's 8 jobs on 4 processors).
     mask: Bools | None = None
     for resource in RESOURCES:
-        if a.policy[resource] is Policy.UTILIZED and a.ratio_set[resource] and d.vector[resource] > 0:
-            fits = a.requested_room(resource) >= d.vector[resource] - EPSILON
+        if a.policy[resource] is Policy.UTILIZED and a.ratio_set[resource] and d.amounts[resource] > 0:
+            fits = a.requested_room(resource) >= d.amounts[resource] - EPSILON
             mask = fits if mask is None else mask & fits
     return mask
 
@@ -222,19 +222,19 @@ def _describe_overprovision(
 ) -> str:
     parts = []
     for resource in RESOURCES:
-        if a.policy[resource] is Policy.UTILIZED and a.ratio_set[resource] and d.vector[resource] > 0:
+        if a.policy[resource] is Policy.UTILIZED and a.ratio_set[resource] and d.amounts[resource] > 0:
             left = np.where(scope, a.requested_room(resource), -np.inf)
             best = int(left.argmax()) if a.n else -1
             most = f"; the most left is {_unit(resource, left[best])} on {a.ids[best]}" if best >= 0 else ""
             parts.append(
                 f"{resource.label} requests may reach {a.ratio[resource]:g} x capacity: "
-                f"needs {_unit(resource, d.vector[resource])}{most}"
+                f"needs {_unit(resource, d.amounts[resource])}{most}"
             )
     return "; ".join(parts)
 
 
 def resource_mask(a: NodeArrays, d: Demand, resource: Resource) -> Bools | None:
-    wanted = d.vector[resource]
+    wanted = d.amounts[resource]
     if wanted <= 0:
         return None
     result: Bools = a.room[resource] >= wanted - EPSILON
@@ -246,7 +246,7 @@ def _resource_filter(resource: Resource) -> tuple[Mask, Describe]:
         return resource_mask(a, d, resource)
 
     def describe(a: NodeArrays, d: Demand, scope: Bools, loc: Resolved | None, types: Sequence[InstanceType]) -> str:
-        wanted = d.vector[resource]
+        wanted = d.amounts[resource]
         text = f"needs {_unit(resource, wanted)}{_NOUN[resource]}"
         if a.n:
             free = np.where(scope, a.room[resource], -np.inf)
@@ -348,4 +348,11 @@ FILTERS: dict[str, Filter] = {
     )
 }
 
-CAPACITY_FILTERS = frozenset({"max-jobs", "capness", "overprovision", "min-ram", "min-cpu", "min-disk", "gpus"})
+# Filters that compare one resource's room with the request; the engine inlines them (same test as
+# `resource_mask`).
+RESOURCE_FILTERS: dict[str, Resource] = {
+    "min-ram": Resource.RAM,
+    "min-cpu": Resource.CPU,
+    "min-disk": Resource.DISK,
+    "gpus": Resource.GPU,
+}

@@ -158,11 +158,11 @@ def _balanced(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise:
     """1 - the spread (std) of the node's use fractions after placement, over cpu and RAM and over
     disk and GPUs when the job asks for them (kube-scheduler's balanced allocation)."""
     a = s.arrays
-    rows = [Resource.CPU, Resource.RAM] + [r for r in (Resource.DISK, Resource.GPU) if d.vector[r] > 0]
+    rows = [Resource.CPU, Resource.RAM] + [r for r in (Resource.DISK, Resource.GPU) if d.amounts[r] > 0]
     fractions = []
     for r in rows:
         cap = a.capacity[r, idx]
-        used_after = cap - a.room[r, idx] + d.vector[r]
+        used_after = cap - a.room[r, idx] + d.amounts[r]
         fractions.append(np.clip(np.divide(used_after, cap, out=np.ones_like(cap), where=cap > 0), 0.0, 1.0))
     # Fractions lie in 0..1, so their standard deviation is at most 0.5.
     result: Floats = 1.0 - 2.0 * np.stack(fractions).std(axis=0)
@@ -187,8 +187,8 @@ _CENT = 1e-6  # keeps free (on-premises) nodes comparable instead of dividing by
 def _price_per_job(a: NodeArrays, d: Demand, idx: Index) -> Floats:
     copies = np.full(a.capacity[0, idx].shape, np.inf)
     for r in Resource:
-        if d.vector[r] > 0:
-            copies = np.minimum(copies, np.floor(a.capacity[r, idx] / d.vector[r] + 1e-9))
+        if d.amounts[r] > 0:
+            copies = np.minimum(copies, np.floor(a.capacity[r, idx] / d.amounts[r] + 1e-9))
     with np.errstate(divide="ignore"):
         result: Floats = np.where(copies >= 1, a.price[idx] / np.where(copies >= 1, copies, 1.0), np.inf)
     return result
