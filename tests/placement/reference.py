@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from corral.core.model import Attempt, Job, Node, NodeState, Resources
 from corral.placement import attributes as attr
 from corral.placement.availability import Policy, Resource
-from corral.placement.scorers import pass_seed
+from corral.placement.scorers import NOISE_SLOTS, pass_seed
 from corral.placement.settings import PlacementSettings
 
 MASK = (1 << 64) - 1
@@ -251,7 +251,7 @@ class Reference:
         mine = self._per_job(ref, want)
         out["price"] = (cheapest + 1e-6) / (mine + 1e-6) if math.isfinite(mine) else 0.0
         node_noise = unit(splitmix(zlib.crc32(n.id.encode()) ^ self.seed))
-        slot = splitmix((job.id & MASK) ^ self.seed) % 64  # jobs share 64 tie orders per pass
+        slot = splitmix((job.id & MASK) ^ self.seed) % NOISE_SLOTS  # jobs share a few tie orders per pass
         job_noise = unit(splitmix(slot ^ self.seed))
         out["random"] = (node_noise + job_noise) % 1.0
         out["locality"] = soft[n.id] if soft is not None else 0.0

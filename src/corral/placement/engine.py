@@ -105,6 +105,14 @@ class Engine:
                 assert scorer.base is not None
                 self._static_base = self._static_base + weight * scorer.base(self.scores, slice(None))
         self.base: Floats = self.base_scores(slice(None))
+        # With the tie-break scorer on, each job slot's ranking sum (base + its noise) is kept
+        # ready, and `commit` updates the placed node's column: one array per job is read
+        # instead of computed.
+        self._noise_weight = next((w for sc, w in self.weights if sc.name == "random"), 0.0)
+        if self._noise_weight:
+            offsets = np.array(self.scores.slot_offsets)[:, None]
+            self._slot_noise: Floats = self._noise_weight * ((self.scores.noise[None, :] + offsets) % 1.0)
+            self._noisy_base: Floats = self.base[None, :] + self._slot_noise
         self.locality = locality
         self.instance_types = list(instance_types)
         self.free = free
@@ -191,11 +199,9 @@ class Engine:
     def totals(self, demand: Demand, resolved: Resolved | None) -> Floats:
         """The weighted sum that ranks nodes. It equals the exact weighted sum up to a constant over
         nodes (the request part of pack / spread), which changes no ranking."""
-        total = self.base
+        total = self._noisy_base[self.scores.job_slot(demand.job_id)] if self._noise_weight else self.base
         for scorer, weight in self._job_scored:
-            if scorer.name == "random":
-                total = total + self.scores.rotated_noise(demand.job_id, weight)
-            elif scorer.name != "locality" or resolved is not None:  # without hints locality is 0
+            if scorer.name != "random" and (scorer.name != "locality" or resolved is not None):
                 total = total + weight * scorer.exact(self.scores, demand, slice(None), resolved, 0.0)
         return total
 
@@ -269,6 +275,8 @@ class Engine:
                 assert scorer.base is not None
                 total = total + weight * float(scorer.base(self.scores, i))
             self.base[i] = total
+            if self._noise_weight:
+                self._noisy_base[:, i] = total + self._slot_noise[:, i]
         if self.locality is not None:
             self.locality.add(demand.job_id, tags, [a.ids[i] for i in nodes])
 

@@ -63,30 +63,22 @@ class PassScores:
         hashes = np.array([zlib.crc32(node_id.encode()) for node_id in a.ids], dtype=np.uint64)
         self.noise: Floats = _unit_interval(_splitmix(hashes ^ np.uint64(self.seed)))
 
-        self._rotated: dict[int, Floats] = {}
-        self._last_job, self._last_offset = -1, 0.0
+        self._last_job, self._last_slot = -1, 0
+        self.slot_offsets = [_unit_interval_int(_splitmix_int(slot ^ self.seed)) for slot in range(NOISE_SLOTS)]
+
+    def job_slot(self, job_id: int) -> int:
+        """Jobs fall into NOISE_SLOTS slots, each with its own tie order, so the engine can keep
+        each slot's noisy scores ready instead of adding noise for every job."""
+        if job_id != self._last_job:
+            self._last_job, self._last_slot = job_id, _splitmix_int((job_id & _MASK64) ^ self.seed) % NOISE_SLOTS
+        return self._last_slot
 
     def job_noise(self, job_id: int) -> float:
-        """The offset that rotates every node's noise for this job. Jobs fall into NOISE_SLOTS
-        slots, each with its own tie order, so the rotated vectors can be built once per pass."""
-        if job_id == self._last_job:
-            return self._last_offset
-        slot = _splitmix_int((job_id & _MASK64) ^ self.seed) % NOISE_SLOTS
-        self._last_job, self._last_offset = job_id, _unit_interval_int(_splitmix_int(slot ^ self.seed))
-        return self._last_offset
-
-    def rotated_noise(self, job_id: int, weight: float) -> Floats:
-        """`weight * random score` of every node for this job (cached per slot and weight)."""
-        offset = self.job_noise(job_id)
-        key = hash((offset, weight))
-        vector = self._rotated.get(key)
-        if vector is None:
-            vector = weight * ((self.noise + offset) % 1.0)
-            self._rotated[key] = vector
-        return vector
+        """The offset that rotates every node's noise for this job."""
+        return self.slot_offsets[self.job_slot(job_id)]
 
 
-NOISE_SLOTS = 64
+NOISE_SLOTS = 16  # enough tie orders to share equal nodes out; few enough to stay in cache
 
 
 def pass_seed(now: float, extra: int) -> int:
