@@ -186,10 +186,10 @@ def time_explain(nodes: list[Node], attempts: list[Attempt], running: list[Job],
     demand = Demand.of(misfit)
     explain(engine, demand)  # warm caches (trait index) as a real pass would have
     times = []
-    for _ in range(15):
-        started = time.process_time()
+    for _ in range(25):  # wall clock: too short for the process CPU clock's granularity here
+        started = time.perf_counter()
         details = explain(engine, demand)
-        times.append(time.process_time() - started)
+        times.append(time.perf_counter() - started)
     assert details["survivors"] == 0
     return statistics.median(times)
 
@@ -200,10 +200,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="passes per workload; the best is reported")
+    parser.add_argument(
+        "--explain-top", type=int, default=3, help="nodes whose scores a placed job keeps (default: the setting's)"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     nodes, attempts, running = fleet(args.nodes, rng)
-    settings = PlacementSettings()  # the default pipeline: every filter, default weights, COMBINED
+    # The default pipeline: every filter, default weights, COMBINED, EASY backfill.
+    settings = PlacementSettings(explain_top=args.explain_top)
 
     mixed = run(nodes, attempts, running, stream(args.jobs, random.Random(args.seed + 1), 0.10), settings, args.repeats)
     every = run(
@@ -231,6 +235,7 @@ def main() -> None:
     Console(width=140).print(table)
     figures: dict[str, Any] = {
         "nodes": args.nodes,
+        "explain_top": args.explain_top,
         "mixed": mixed,
         "all_locality": every,
         "explain_ms": explain_s * 1000,
