@@ -108,7 +108,6 @@ class NodeArrays:
         self.capped_jobs = np.array([load.capped.get(i, 0) for i in self.ids], dtype=np.int64)
         self.uncapped_jobs = np.array([load.uncapped.get(i, 0) for i in self.ids], dtype=np.int64)
         self.price = np.array([node.price_per_hour for node in nodes], dtype=np.float64)
-        self.state_names = [node.state.value for node in nodes]
         self.attributes = [node.attributes for node in nodes]
 
         # One pass over the nodes reads every attribute the engine uses (a loop per attribute over
@@ -280,9 +279,6 @@ class NodeArrays:
             self.any_capped = True
         else:
             self.uncapped_jobs[node] += 1
-
-    def checks_utilized(self, resource: Resource) -> bool:
-        return self.policy[resource] is not Policy.DEDICATED
 
 
 def _stack(items: Iterable[Resources]) -> Floats:

@@ -18,8 +18,6 @@ from enum import IntEnum, StrEnum
 import numpy as np
 import numpy.typing as npt
 
-from corral.core.model import Resources
-
 
 class Resource(IntEnum):
     """Rows of the node arrays, in this order."""
@@ -57,14 +55,6 @@ class Policy(StrEnum):
     DEDICATED = "DEDICATED"
     UTILIZED = "UTILIZED"
     COMBINED = "COMBINED"
-
-    @property
-    def checks_dedicated(self) -> bool:
-        return self is not Policy.UTILIZED
-
-    @property
-    def checks_utilized(self) -> bool:
-        return self is not Policy.DEDICATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +109,6 @@ def parse_availability(text: str) -> AvailabilityPolicy:
     fallback = default or Policy.COMBINED
     per = tuple(chosen.get(r, fallback) for r in RESOURCES)
     return AvailabilityPolicy((per[0], per[1], per[2], per[3]))
-
-
-def as_vector(resources: Resources) -> npt.NDArray[np.float64]:
-    return np.array(
-        [resources.vcpus, float(resources.ram_mib), float(resources.scratch_mib), float(resources.gpus)],
-        dtype=np.float64,
-    )
 
 
 def room(

@@ -15,7 +15,7 @@ not projected either: the reservation says where the job could go, the filters s
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,12 +61,6 @@ class Timeline:
             np.array(self._node, dtype=np.int64),
             np.array(self._frees, dtype=np.float64).T,
         )
-
-    def events(self) -> Iterator[tuple[float, int, Floats]]:
-        """(end, node, what it frees), earliest first."""
-        ends, nodes, frees = self.arrays()
-        for k in np.argsort(ends, kind="stable"):
-            yield float(ends[k]), int(nodes[k]), frees[:, k]
 
     def __len__(self) -> int:
         return len(self._end)
