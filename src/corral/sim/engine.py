@@ -82,6 +82,7 @@ class Counters:
     placements: int = 0
     peak_fleet: int = 0
     peak_queue: int = 0
+    explained: int = 0  # passes whose placer explained its choices (the placement engine does)
 
 
 class Simulation:
@@ -304,6 +305,8 @@ class Simulation:
         self._apply(decisions, now)
         counters = self.counters
         counters.passes += 1
+        if decisions.explanations:
+            counters.explained += 1
         fleet = len(self.nodes)
         counters.peak_fleet = max(counters.peak_fleet, fleet)
         counters.peak_queue = max(counters.peak_queue, self.queued)

@@ -83,6 +83,8 @@ def generate(params: SynthParams) -> np.ndarray:
     records[:, 15] = 1
     if params.quirks:
         _add_quirks(rng, records)
+    records = records[np.argsort(records[:, 1], kind="stable")]
+    records[:, 0] = np.arange(1, n + 1)  # numbered in submit order, as the format asks
     return records
 
 
@@ -152,12 +154,11 @@ def _arrivals(rng: np.random.Generator, n: int, params: SynthParams) -> tuple[np
         i += 1
         if rng.random() < params.burst_probability:
             extra = min(n - i, int(rng.geometric(1.0 / params.mean_burst)))
-            offsets = np.cumsum(rng.exponential(20.0, extra))
-            times[i : i + extra] = t + offsets
+            # A burst rides on top of the arrival stream: the next independent arrival is not delayed.
+            times[i : i + extra] = t + np.cumsum(rng.exponential(20.0, extra))
             source[i : i + extra] = first
             i += extra
-            t = times[i - 1]
-    times = np.round(times - times[0])
+    times = np.round(times - times.min())
     return times, source
 
 
