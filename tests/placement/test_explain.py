@@ -77,3 +77,14 @@ def test_explanations_are_json_serialisable() -> None:
     nodes = [node("a", rack="r1", zone="x")]
     result = run_pass(nodes, [job(1, ram_gib=64, near=["7"], traits={"zone": "y"}), job(2)])
     json.dumps(result.details)
+
+
+def test_explain_job_outside_a_pass_sees_every_node() -> None:
+    from corral.core.model import NodeState
+    from corral.core.snapshot import Snapshot
+    from corral.placement import explain_job
+
+    nodes = [node("up", ram_gib=8), node("draining", ram_gib=64, state=NodeState.DRAINING)]
+    details = explain_job(Snapshot(jobs=[], attempts=[], nodes=nodes, instance_types=[]), job(1, ram_gib=32), 0.0)
+    assert rows(details)["state"]["sample"] == ["draining"]
+    assert details["reason"] == "INSUFFICIENT_RAM: needs 32 GiB RAM, the largest free is 8 GiB on up"

@@ -212,3 +212,18 @@ def _reservation_json(reservation: Reservation, arrays: NodeArrays, now: float) 
         "starts_in": max(0.0, reservation.start - now),
         "nodes": [arrays.ids[i] for i in reservation.nodes],
     }
+
+
+def explain_job(
+    snapshot: Snapshot,
+    job: Job,
+    now: float,
+    settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None,
+    nodes: Sequence[Node] | None = None,
+) -> dict[str, Any]:
+    """A one-off explanation of where `job` could go now, outside a pass (e.g. for `corral explain`
+    on a job the last pass did not look at): every filter over `nodes` (default: every node in the
+    snapshot, so the `state` filter shows the ones that take no work)."""
+    placement = coerce(settings)
+    engine = build_engine(snapshot, list(snapshot.nodes if nodes is None else nodes), None, now, placement)
+    return explain(engine, Demand.of(job))
