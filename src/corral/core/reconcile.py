@@ -32,10 +32,10 @@ from corral.core.snapshot import (
     NodeAction,
     NodeDecision,
     NodeMark,
-    Placement,
     PlacementResult,
     Snapshot,
 )
+from corral.placement import make_placer
 
 SCHEDULABLE = (NodeState.IDLE, NodeState.BUSY)
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
@@ -162,7 +162,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
             if room is None:
                 room = same[key] = _less(c, total)
             free[n.id] = room
-        result = (placer or first_fit)(snapshot, queue, schedulable, free, now)
+        result = (placer or make_placer(settings))(snapshot, queue, schedulable, free, now)
     else:
         result = PlacementResult()
     reasons = result.reasons
@@ -275,32 +275,3 @@ def _less(capacity: Resources, held: list[float]) -> Resources:
 def queue_order(jobs: list[Job]) -> list[Job]:
     """Highest priority first, then oldest submission, then lowest id."""
     return sorted(jobs, key=lambda job: (-job.priority, job.submitted_at, job.id))
-
-
-def first_fit(
-    snapshot: Snapshot, queue: Sequence[Job], nodes: Sequence[Node], free: dict[str, Resources], now: float
-) -> PlacementResult:
-    """The minimal placer: best fit by RAM left over, `node_count` distinct nodes per job.
-    The placement engine (corral.placement) replaces it with filters and scorers."""
-    placements: list[Placement] = []
-    reasons: dict[int, str] = {}
-    no_room: dict[tuple[Resources, int], str] = {}  # room only shrinks in a pass: a misfit stays one
-    for job in queue:
-        known = no_room.get((job.resources, job.node_count))
-        if known is not None:
-            reasons[job.id] = known
-            continue
-        fitting = [n for n in nodes if job.resources.fits_in(free[n.id])]
-        if len(fitting) < job.node_count:
-            reasons[job.id] = no_room[(job.resources, job.node_count)] = (
-                f"no running node has room for {job.resources.describe()}"
-                if job.node_count == 1
-                else f"fewer than {job.node_count} running nodes have room for {job.resources.describe()}"
-            )
-            continue
-        fitting.sort(key=lambda n: (free[n.id].ram_mib - job.resources.ram_mib, free[n.id].vcpus, n.id))
-        chosen = fitting[: job.node_count]
-        for n in chosen:
-            free[n.id] = free[n.id] - job.resources
-        placements.append(Placement(job.id, tuple(n.id for n in chosen)))
-    return PlacementResult(placements, reasons)

@@ -652,7 +652,7 @@ class Store:
         missing = [row.id for row in rows if row.id not in cache]
         specs: dict[int, Any] = {}
         for chunk in _chunks(missing):
-            specs.update(conn.execute(select(J.c.id, J.c.spec).where(J.c.id.in_(chunk))).tuples().all())
+            specs.update((row.id, row.spec) for row in conn.execute(select(J.c.id, J.c.spec).where(J.c.id.in_(chunk))))
         fresh: dict[int, Job] = {}
         jobs = []
         for row in rows:
