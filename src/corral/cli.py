@@ -358,7 +358,8 @@ def priority(job_id: int, value: int) -> None:
 
 @app.command()
 def explain(job_id: int, as_json: JsonFlag = False) -> None:
-    """Why a job waits (every filter, nearest miss), or where it was placed and how it scored."""
+    """Why a job waits (every filter, how many nodes each removed, the nearest miss), or where it
+    was placed and how the top nodes scored."""
     data = call("GET", f"/api/jobs/{job_id}/explain")
     if as_json:
         print_json(data)
@@ -366,10 +367,53 @@ def explain(job_id: int, as_json: JsonFlag = False) -> None:
     console.print(f"[bold]job {job_id}[/bold] {styled(data['state'])}")
     if data["wait_reason"]:
         console.print(f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{data['wait_reason']}", highlight=False)
-    if data["explanation"]:
-        console.print_json(json.dumps(data["explanation"], default=str))
+    detail = data["explanation"] or {}
+    if detail.get("filters"):
+        print_filter_explanation(detail)
+    elif detail.get("top"):
+        print_placement_scores(detail)
     elif not data["wait_reason"]:
         console.print("  no explanation recorded")
+
+
+def print_filter_explanation(detail: dict[str, Any]) -> None:
+    console.print(
+        f"  request {detail.get('request', '?')}, availability {detail.get('availability', '?')}: "
+        f"{detail.get('survivors', 0)} of {detail.get('nodes', 0)} nodes pass every filter"
+    )
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("filter", "code", "removed", "fail", "sample nodes", "detail"):
+        table.add_column(column, overflow="fold")
+    for f in detail["filters"]:
+        style = "" if f.get("failed") else "dim"
+        table.add_row(
+            f["filter"],
+            f["code"],
+            str(f.get("removed", 0)),
+            str(f.get("failed", 0)),
+            ", ".join(f.get("sample", [])),
+            f.get("detail", ""),
+            style=style,
+        )
+    console.print(table)
+    if detail.get("reason"):
+        console.print(f"  reason: {detail['reason']}", highlight=False)
+    nearest = detail.get("nearest")
+    if nearest:
+        console.print(f"  nearest miss: {nearest['node']} fails {', '.join(nearest['fails'])}", highlight=False)
+
+
+def print_placement_scores(detail: dict[str, Any]) -> None:
+    console.print(f"  placed on {', '.join(detail.get('placed_on', []))}")
+    names = sorted({name for node in detail["top"] for name in node.get("scores", {})})
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("node", "score", *names):
+        table.add_column(column, justify="right")
+    for node in detail["top"]:
+        label = node["node"] + (" *" if node.get("chosen") else "")
+        scores = node.get("scores", {})
+        table.add_row(label, f"{node['score']:.3f}", *(f"{scores.get(n, 0.0):.2f}" for n in names))
+    console.print(table)
 
 
 @app.command()

@@ -84,3 +84,14 @@ def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("policy:\n  lifecycle:\n    idle_grace: 5m\n")
     assert subprocess.run([CORRAL, "config", "check", str(good)], capture_output=True).returncode == 0
+
+
+def test_a_job_no_instance_type_can_hold_is_marked_unplaceable_not_left_silently(running: Corral) -> None:
+    from tests.e2e.conftest import wait_until
+
+    job_id = running.cli("submit", "--ram", "40GiB", "--", "true").stdout.strip()
+    job = wait_until(lambda: (j := running.cli_json("job", job_id))["unplaceable"] and j, 30, "the job to be marked")
+    assert job["state"] == "queued"
+    assert job["wait_reason"] == "no instance type has 40 GiB RAM (the largest has 8 GiB RAM)"
+    assert "UNPLACEABLE: no instance type has 40 GiB RAM" in running.cli("explain", job_id).stdout
+    assert [e["kind"] for e in running.cli_json("events", "--job", job_id)] == ["job.queued", "job.unplaceable"]
