@@ -18,6 +18,7 @@ from rich.table import Table
 
 from corral.config import ConfigError, default_home, load_config
 from corral.jobspec import JobRequest
+from corral.sim.command import register as register_simulate
 
 app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
 config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
@@ -500,12 +501,4 @@ def config_reference() -> None:
     sys.stdout.write(reference_markdown())
 
 
-def _register_optional_commands() -> None:
-    try:
-        from corral.sim.command import register
-    except ImportError:
-        return
-    register(app)
-
-
-_register_optional_commands()
+register_simulate(app)

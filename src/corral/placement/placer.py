@@ -12,7 +12,6 @@ The placer keeps no state between passes: build it once per configuration with `
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -169,7 +168,8 @@ def place(
                 # Capacity only shrinks within a pass, so the same demand will not fit later in it;
                 # strict hints are the exception (a target placed later may open a node).
                 no_room[demand.key] = known_misfit
-        details = copy.deepcopy(known_misfit)
+        # Shared by every job of this demand; only top-level keys are set per job below.
+        details = dict(known_misfit)
         details["job"] = job.id
         reason = details["reason"] or "waiting for resources"
 
