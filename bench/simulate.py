@@ -8,7 +8,7 @@ fleet peaks around 500 instances. Each mode runs in a child process, so that its
 RSS) is its own. Prints a table, then, as the last line, one JSON object of the figures.
 
 Elastic: AWS us-east-1 CPU instance types, the default policy (idle grace 1 min), room for 2,000
-instances. Fixed: 500 m5.4xlarge-sized nodes, EASY backfilling (the placement settings' queue).
+instances. Fixed: 500 m5.12xlarge-sized nodes (24,000 vcpus), EASY backfilling (the placement settings' queue).
 Targets (issue 4), one core, <= 1 GiB: elastic >= 5,000 jobs/s, fixed with EASY >= 20,000 jobs/s.
 
 --quality adds the cost comparison of docs/performance.md on the same trace: the default policy,
@@ -35,7 +35,7 @@ from corral.workload import read_workload
 from corral.workload.synth import SynthParams, generate, to_swf
 
 TRACE = SynthParams(jobs=100_000, seed=1, max_procs=128, mean_interarrival=6.0)
-FIXED_TYPE, FIXED_COUNT = "m5.4xlarge", 500
+FIXED_TYPE, FIXED_COUNT = "m5.12xlarge", 500
 TARGETS = {"elastic": 5000.0, "fixed": 20000.0}
 MEMORY_LIMIT_MIB = 1024
 
