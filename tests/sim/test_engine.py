@@ -175,3 +175,19 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
 
     assert run(1) == run(1)
     assert run(1) != run(2)
+
+
+@pytest.mark.parametrize(("backfill", "c_wait"), [("easy", 0), ("strict-fifo", 1098), ("none", 0)])
+def test_a_fixed_partition_answers_how_long_jobs_wait_under_fifo_or_easy(backfill: str, c_wait: float) -> None:
+    cfg = config(
+        policy={"placement": {"queue": {"backfill": backfill}}},
+        sim={"fleet": {"mode": "fixed", "nodes": [{"instance_type": "small", "count": 2}]}},
+    )
+    jobs = [
+        job(1, submit=0, run=1000, vcpus=2, time_limit=1000),  # holds one node until 1000
+        job(2, submit=1, run=100, vcpus=2, nodes=2, time_limit=100),  # needs both: reserved for 1000
+        job(3, submit=2, run=100, vcpus=2, time_limit=100),  # fits now and ends before the reservation
+    ]
+    sim, _ = simulate(jobs, cfg)
+    assert sim.records[2].wait == 999
+    assert sim.records[3].wait == c_wait
