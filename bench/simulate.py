@@ -168,19 +168,22 @@ def main() -> None:
 
 
 def bench(workload: Path, limit: int | None, modes: list[str], quality: bool) -> dict[str, Any]:
-    runs = {mode: in_child(mode, workload, limit) for mode in modes}
     print(f"workload: {workload.name if workload.name != 'trace.swf' else 'generated ' + str(TRACE)}")
-    placers = sorted({r["placer"] for r in runs.values()})
-    print(f"placer: {', '.join(placers)}; one core; simulated jobs per wall-clock second")
+    print("one core; jobs/s = simulated jobs per wall-clock second of the simulation (reading excluded)")
     header = f"{'mode':<8} {'jobs':>8} {'wall s':>8} {'jobs/s':>8} {'target':>8} {'peak MiB':>9} {'passes':>9}"
-    header += f" {'peak fleet':>10} {'mean wait':>10} {'cost $':>11} {'cost/packing':>12}"
-    print(header)
-    for mode, r in runs.items():
+    header += f" {'peak fleet':>10} {'mean wait':>10} {'cost $':>11} {'cost/packing':>12}  placer"
+    print(header, flush=True)
+    runs: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        r = runs[mode] = in_child(mode, workload, limit)
         print(
             f"{mode:<8} {r['jobs']:>8,} {r['wall_seconds']:>8.1f} {r['jobs_per_second']:>8,.0f}"
             f" {TARGETS.get(mode, 0):>8,.0f} {r['peak_rss_mib']:>9,.0f} {r['passes']:>9,} {r['peak_fleet']:>10,}"
             f" {r['wait_mean_s']:>10,.0f} {r['cost_usd']:>11,.0f} {r['cost_over_packing_bound'] or 0:>12.3f}"
+            f"  {r['placer']}",
+            flush=True,
         )
+    placers = sorted({r["placer"] for r in runs.values()})
     figures: dict[str, Any] = {"placer": ", ".join(placers)}
     for mode, r in runs.items():
         figures[mode] = {
