@@ -134,7 +134,8 @@ def in_child(mode: str, workload: Path, limit: int | None, variant: str = "") ->
         command += ["--jobs", str(limit)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"{mode} run failed:\n{done.stderr}")
+        how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        raise SystemExit(f"{mode} run failed ({how}):\n{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
