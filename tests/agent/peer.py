@@ -8,7 +8,6 @@ import asyncio
 import secrets
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.support import wait_until
 
 
 @dataclass
@@ -175,7 +176,7 @@ class Peer:
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
-        wait_for(lambda: server.started or not thread.is_alive(), 10, "peer server start")
+        wait_until(lambda: server.started or not thread.is_alive(), 10, "peer server start")
         assert server.started, "peer server did not start"
         self.port = server.servers[0].sockets[0].getsockname()[1]
         self._server, self._thread = server, thread
@@ -187,15 +188,3 @@ class Peer:
             self._server.should_exit = True
             self._thread.join(10)
         self._server = self._thread = None
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `condition` until it is truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -13,29 +12,13 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from corral.agent import sysinfo
-
-
-def _load_peer() -> ModuleType:
-    name = "corral_test_agent_peer"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("peer.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-peer_module = _load_peer()
-Peer = peer_module.Peer
-PeerState = peer_module.PeerState
-wait_for = peer_module.wait_for
+from tests.agent.peer import Peer, PeerState
+from tests.support import wait_until as wait_for
 
 MARK = "CORRAL_AGENT_TEST_MARK"
 

@@ -5,24 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+from tests.support import wait_until as wait_for
 
 
 def spec(attempt_id: int, command: list[str], **extra: Any) -> AttemptSpec:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -12,7 +11,6 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,22 +18,8 @@ import pytest
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, CloudError
 from corral.cloud.loopback import LoopbackCloud
 from corral.core.model import InstanceType
-
-
-def _load_peer() -> ModuleType:
-    name = "corral_test_agent_peer"
-    if name not in sys.modules:
-        path = Path(__file__).parents[1] / "agent" / "peer.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-peer_module = _load_peer()
-wait_for = peer_module.wait_for
+from tests.agent import peer as peer_module
+from tests.support import wait_until as wait_for
 
 SMALL = InstanceType(name="t.small", vcpus=2, ram_mib=2048, price_per_hour=0.01, scratch_mib=4096)
 
