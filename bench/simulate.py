@@ -146,6 +146,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="replay only the first N jobs of the workload")
     parser.add_argument("--modes", default="elastic,fixed")
     parser.add_argument("--quality", action="store_true", help="also compare policies' cost on the trace")
+    parser.add_argument(
+        "--fixed", metavar="TYPE:COUNT", help=f"the fixed fleet (default {FIXED_TYPE}:{FIXED_COUNT}), e.g. c5.large:50"
+    )
     parser.add_argument("--write-trace", type=Path, help="write the generated trace here and stop")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
@@ -164,11 +167,12 @@ def main() -> None:
             if args.write_trace:
                 print(f"wrote {workload}", file=sys.stderr)
                 return
-        figures = bench(workload, args.jobs, args.modes.split(","), args.quality)
+        fixed = f"fixed:{args.fixed}" if args.fixed else ""
+        figures = bench(workload, args.jobs, args.modes.split(","), args.quality, fixed)
     print(json.dumps(figures))
 
 
-def bench(workload: Path, limit: int | None, modes: list[str], quality: bool) -> dict[str, Any]:
+def bench(workload: Path, limit: int | None, modes: list[str], quality: bool, fixed: str = "") -> dict[str, Any]:
     print(f"workload: {workload.name if workload.name != 'trace.swf' else 'generated ' + str(TRACE)}")
     print("one core; jobs/s = simulated jobs per wall-clock second of the simulation (reading excluded)")
     header = f"{'mode':<8} {'jobs':>8} {'wall s':>8} {'jobs/s':>8} {'target':>8} {'peak MiB':>9} {'passes':>9}"
@@ -176,7 +180,7 @@ def bench(workload: Path, limit: int | None, modes: list[str], quality: bool) ->
     print(header, flush=True)
     runs: dict[str, dict[str, Any]] = {}
     for mode in modes:
-        r = runs[mode] = in_child(mode, workload, limit)
+        r = runs[mode] = in_child(mode, workload, limit, fixed if mode == "fixed" else "")
         print(
             f"{mode:<8} {r['jobs']:>8,} {r['wall_seconds']:>8.1f} {r['jobs_per_second']:>8,.0f}"
             f" {TARGETS.get(mode, 0):>8,.0f} {r['peak_rss_mib']:>9,.0f} {r['passes']:>9,} {r['peak_fleet']:>10,}"
