@@ -16,16 +16,18 @@ from corral.cloud.base import CloudDriver, CloudError, InsufficientCapacity, Quo
 from corral.config import Config
 from corral.core import capacity
 from corral.core.model import NodeState
-from corral.core.reconcile import plan_pass
+from corral.core.reconcile import Placer, plan_pass
 from corral.core.snapshot import Decisions, NodeAction, Snapshot
+from corral.placement import make_placer
 from corral.store import Store
 
 log = logging.getLogger("corral.loop")
 
 
-def decide(snapshot: Snapshot, now: float, config: Config) -> Decisions:
-    """Every decision of a pass. The simulator calls the same core function."""
-    return plan_pass(snapshot, now, config.policy)
+def decide(snapshot: Snapshot, now: float, config: Config, placer: Placer | None = None) -> Decisions:
+    """Every decision of a pass. The simulator calls the same core function. A placer kept between
+    passes (`make_placer(config.policy)`) saves rebuilding what the nodes say about themselves."""
+    return plan_pass(snapshot, now, config.policy, placer)
 
 
 def new_node_id() -> str:
@@ -55,6 +57,7 @@ class ControlLoop:
         self.clock = clock
         self.observing_since = clock()
         self.instance_types = {t.name: t for t in config.core_instance_types()}
+        self.placer = make_placer(config.policy)
 
     def run_pass(self) -> PassReport:
         started = self.clock()
@@ -64,7 +67,7 @@ class ControlLoop:
             self.dispatcher_id, list(self.instance_types.values()), self.observing_since
         )
         now = self.clock()
-        decisions = decide(snapshot, now, self.config)
+        decisions = decide(snapshot, now, self.config, self.placer)
         report = PassReport(decisions)
         self.execute(decisions, snapshot, now, report)
         report.duration = self.clock() - started

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from corral.core.model import Attempt, Job, Node, NodeState, Resources
+from corral.core.model import Attempt, AttemptState, Job, Node, NodeState, Resources
 from corral.placement import attributes as attr
 from corral.placement.availability import RESOURCES, AvailabilityPolicy, Policy, Resource, room
 from corral.placement.settings import PlacementSettings
@@ -34,79 +34,105 @@ def rack_key(node: Node) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """What runs on the nodes: per node id, requests of active attempts, their count, and capness."""
+    """What runs on the nodes, per node id: the summed requests of active attempts (as
+    (vcpus, ram, disk, gpus)), the part of them not yet visible in the node's measured `used`,
+    how many attempts there are, and how many of them are CPU-capped."""
 
-    dedicated: Mapping[str, Resources]
-    unmeasured: Mapping[str, Resources]  # requests not yet visible in the node's measured `used`
+    dedicated: Mapping[str, list[float]]
+    unmeasured: Mapping[str, list[float]]
     jobs: Mapping[str, int]
     capped: Mapping[str, int]
-    uncapped: Mapping[str, int]
 
 
-def measure_load(nodes: Sequence[Node], attempts: Iterable[Attempt], jobs: Mapping[int, Job]) -> Load:
-    by_id = {n.id: n for n in nodes}
-    dedicated: dict[str, Resources] = {}
-    unmeasured: dict[str, Resources] = {}
+NO_LOAD = Load({}, {}, {}, {})
+
+
+def measure_load(
+    nodes: Sequence[Node], attempts: Iterable[Attempt], jobs: Mapping[int, Job], *, dedicated: bool = True
+) -> Load:
+    """With `dedicated=False` the dedicated totals are left out (a caller that has its own)."""
+    present = {n.id: n for n in nodes}
+    on_node: dict[str, list[Attempt]] = {}
+    assigned, running = AttemptState.ASSIGNED, AttemptState.RUNNING
+    for attempt in attempts:
+        if attempt.state is assigned or attempt.state is running:
+            for node_id in attempt.node_ids:
+                listed = on_node.get(node_id)
+                if listed is None:
+                    on_node[node_id] = [attempt]
+                else:
+                    listed.append(attempt)
+    some_capped = any(job.cpu_capped for job in jobs.values())
+    held: dict[str, list[float]] = {}
+    unmeasured: dict[str, list[float]] = {}
     count: dict[str, int] = {}
     capped: dict[str, int] = {}
-    uncapped: dict[str, int] = {}
-    for attempt in attempts:
-        if not attempt.state.active:
+    for node_id, listed in on_node.items():
+        node = present.get(node_id)
+        if node is None:
             continue
-        job = jobs.get(attempt.job_id)
-        is_capped = bool(job and job.cpu_capped)
-        for node_id in attempt.node_ids:
-            node = by_id.get(node_id)
-            if node is None:
-                continue
-            dedicated[node_id] = dedicated.get(node_id, Resources(0.0, 0, 0, 0)) + attempt.resources
-            count[node_id] = count.get(node_id, 0) + 1
-            tally = capped if is_capped else uncapped
-            tally[node_id] = tally.get(node_id, 0) + 1
-            # Seed 002's one-iteration load bump: a job the agent has not measured yet (not started,
-            # or started after the last measurement) counts at its request until it shows up in `used`.
-            if node.used_at is None or attempt.started_at is None or attempt.started_at > node.used_at:
-                unmeasured[node_id] = unmeasured.get(node_id, Resources(0.0, 0, 0, 0)) + attempt.resources
-    return Load(dedicated, unmeasured, count, capped, uncapped)
+        count[node_id] = len(listed)
+        if some_capped:
+            n_capped = sum(1 for a in listed if (job := jobs.get(a.job_id)) is not None and job.cpu_capped)
+            if n_capped:
+                capped[node_id] = n_capped
+        total = _sum(listed)
+        if dedicated:
+            held[node_id] = total
+        # Seed 002's one-iteration load bump: a job the agent has not measured yet (not started,
+        # or started after the last measurement) counts at its request until it shows up in `used`.
+        measured_at = node.used_at
+        if measured_at is None:
+            unmeasured[node_id] = total
+            continue
+        late = [a for a in listed if a.started_at is None or a.started_at > measured_at]
+        if late:
+            unmeasured[node_id] = _sum(late)
+    return Load(held, unmeasured, count, capped)
 
 
-class NodeArrays:
-    def __init__(
-        self,
-        nodes: Sequence[Node],
-        load: Load,
-        settings: PlacementSettings,
-        now: float,
-        free: Mapping[str, Resources] | None = None,
-    ) -> None:
+def _sum(attempts: list[Attempt]) -> list[float]:
+    # Plain floats added in attempt order: the same IEEE sums as adding Resources one by one.
+    first = attempts[0].resources
+    total = [float(first.vcpus), float(first.ram_mib), float(first.scratch_mib), float(first.gpus)]
+    for attempt in attempts[1:]:
+        r = attempt.resources
+        total[0] += r.vcpus
+        total[1] += r.ram_mib
+        total[2] += r.scratch_mib
+        total[3] += r.gpus
+    return total
+
+
+def fleet_signature(nodes: Sequence[Node]) -> list[tuple[object, ...]]:
+    """Everything `FleetFacts` is computed from, per node; equal signatures give equal facts (up to
+    the reservations that expire, see `FleetFacts.valid_at`)."""
+    schedulable = SCHEDULABLE_STATES
+    return [
+        (
+            n.id,
+            None if n.state in schedulable else n.state,  # idle and busy read alike
+            n.capacity,
+            n.price_per_hour,
+            n.rack,
+            dict(n.attributes) if n.attributes else None,
+        )
+        for n in nodes
+    ]
+
+
+class FleetFacts:
+    """What a list of nodes says about itself apart from the work on it: capacity, price, state,
+    and everything read from attributes (roles, categories, reservations, job limits, platform,
+    reboot dates, hardware class, failures, racks, traits). Read only, so a placer may keep it
+    between passes while `fleet_signature` of its nodes is unchanged."""
+
+    def __init__(self, nodes: Sequence[Node], settings: PlacementSettings, now: float) -> None:
         n = len(nodes)
-        self.nodes = list(nodes)
         self.ids = [node.id for node in nodes]
         self.index = {node_id: i for i, node_id in enumerate(self.ids)}
         self.n = n
-        self.policy: AvailabilityPolicy = settings.availability_policy()
-        self.ratio = np.ones(len(RESOURCES))
-        self.ratio_set = np.zeros(len(RESOURCES), dtype=bool)
-        for resource in RESOURCES:
-            if resource.label in settings.overprovision:
-                self.ratio[resource] = settings.overprovision[resource.label]
-                self.ratio_set[resource] = True
-
-        zero = Resources(0.0, 0, 0, 0)
         self.capacity = _stack(node.capacity for node in nodes)
-        if free is not None:
-            # The caller's DEDICATED accounting (capacity less active requests) is authoritative.
-            self.dedicated = self.capacity - _stack(free.get(node.id, node.capacity) for node in nodes)
-        else:
-            self.dedicated = _stack(load.dedicated.get(node.id, zero) for node in nodes)
-        self.utilized = _stack(node.used + load.unmeasured.get(node.id, zero) for node in nodes)
-        self.room = np.empty_like(self.capacity)
-        for resource in RESOURCES:
-            self._refresh_room(resource, slice(None))
-
-        self.jobs = np.array([load.jobs.get(i, 0) for i in self.ids], dtype=np.float64)
-        self.capped_jobs = np.array([load.capped.get(i, 0) for i in self.ids], dtype=np.int64)
-        self.uncapped_jobs = np.array([load.uncapped.get(i, 0) for i in self.ids], dtype=np.int64)
         self.price = np.array([node.price_per_hour for node in nodes], dtype=np.float64)
         self.attributes = [node.attributes for node in nodes]
 
@@ -129,6 +155,8 @@ class NodeArrays:
         self.categories: list[tuple[str, ...]] = [()] * n
         self.platform_text = [""] * n
         self.reservation_names: list[str] = [""]
+        # The earliest time a reservation seen here ends: these facts hold until then.
+        self.expires = math.inf
         codes: dict[str, int] = {"": 0}
         version_of: dict[str, attr.VersionKey] = {}
         keys: list[attr.VersionKey | None] = [None] * n
@@ -148,11 +176,14 @@ class NodeArrays:
                 category_blocked[i] = bool(set(self.categories[i]) & blocking)
             name = attr.first(a, attr.RESERVATION)
             # A reservation past its end time no longer holds; code 0 is "none".
-            if name and not (attr.number(a, attr.RESERVATION_UNTIL) <= now):
+            until = attr.number(a, attr.RESERVATION_UNTIL)
+            if name and not (until <= now):
                 if name not in codes:
                     codes[name] = len(self.reservation_names)
                     self.reservation_names.append(name)
                 reservation[i] = codes[name]
+                if until < self.expires:
+                    self.expires = until
             if attr.MAX_JOBS in a and not math.isnan(m := attr.number(a, attr.MAX_JOBS)):
                 max_jobs[i] = m
             if attr.CAPPED in a and (pin := attr.truthy(a, attr.CAPPED)) is not None:
@@ -175,8 +206,6 @@ class NodeArrays:
         self.max_jobs = max_jobs
         self.has_job_limits = bool(np.isfinite(max_jobs).any()) if n else False
         self.capped_pin = capped_pin
-        # Lets the capness filter skip its work while no capped job or pin exists.
-        self.any_capped = bool(self.capped_jobs.any() or (capped_pin != -1).any())
         # Platform versions become ordinal ranks over the fleet's distinct versions (-1: none), so a
         # minimum version is one comparison and "newest" is a min-max over ranks.
         self.platform_versions = sorted(set(version_of.values()))
@@ -197,6 +226,89 @@ class NodeArrays:
             rack[i] = rack_codes[key]
         self.rack = rack
         self.rack_codes = rack_codes
+        self.trait_index: dict[str, dict[str, Bools]] = {}
+        self.present: dict[str, Bools] = {}
+
+    def valid_at(self, now: float) -> bool:
+        """Whether these facts still hold at `now` (no reservation they saw has ended)."""
+        return now < self.expires
+
+
+class NodeArrays:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        load: Load,
+        settings: PlacementSettings,
+        now: float,
+        free: Mapping[str, Resources] | None = None,
+        facts: FleetFacts | None = None,
+    ) -> None:
+        """`facts` (of these very nodes, valid at `now`) saves rebuilding them; see FleetFacts."""
+        if facts is None:
+            facts = FleetFacts(nodes, settings, now)
+        f = facts
+        n = f.n
+        self.ids, self.index, self.n = f.ids, f.index, n
+        self.policy: AvailabilityPolicy = settings.availability_policy()
+        self.ratio = np.ones(len(RESOURCES))
+        self.ratio_set = np.zeros(len(RESOURCES), dtype=bool)
+        for resource in RESOURCES:
+            if resource.label in settings.overprovision:
+                self.ratio[resource] = settings.overprovision[resource.label]
+                self.ratio_set[resource] = True
+
+        self.capacity = f.capacity
+        ids = f.ids
+        if free is not None:
+            # The caller's DEDICATED accounting (capacity less active requests) is authoritative.
+            self.dedicated = self.capacity - _stack(free.get(node.id, node.capacity) for node in nodes)
+        else:
+            self.dedicated = _rows(load.dedicated, ids)
+        self.utilized = _stack(node.used for node in nodes)
+        if load.unmeasured:
+            for node_id, extra in load.unmeasured.items():
+                i = f.index.get(node_id)
+                if i is not None:
+                    used = nodes[i].used
+                    self.utilized[:, i] = (
+                        used.vcpus + extra[0],
+                        used.ram_mib + extra[1],
+                        used.scratch_mib + extra[2],
+                        used.gpus + extra[3],
+                    )
+        self.room = np.empty_like(self.capacity)
+        for resource in RESOURCES:
+            self._refresh_room(resource, slice(None))
+
+        counts = load.jobs
+        self.jobs = np.array([counts.get(i, 0) for i in ids], dtype=np.float64) if counts else np.zeros(n)
+        capped = load.capped
+        self.capped_jobs = np.array([capped.get(i, 0) for i in ids], dtype=np.int64) if capped else np.zeros(n, int)
+        self.uncapped_jobs = self.jobs.astype(np.int64) - self.capped_jobs
+
+        self.price = f.price
+        self.attributes = f.attributes
+        self.schedulable = f.schedulable
+        self.why_unschedulable = f.why_unschedulable
+        self.reserved = f.reserved
+        self.category_blocked = f.category_blocked
+        self.categories = f.categories
+        self.reservation = f.reservation
+        self.reservation_codes = f.reservation_codes
+        self.reservation_names = f.reservation_names
+        self.max_jobs = f.max_jobs
+        self.has_job_limits = f.has_job_limits
+        self.capped_pin = f.capped_pin
+        # Lets the capness filter skip its work while no capped job or pin exists.
+        self.any_capped = bool(self.capped_jobs.any() or (f.capped_pin != -1).any())
+        self.platform_versions = f.platform_versions
+        self.platform_rank = f.platform_rank
+        self.platform_text = f.platform_text
+        self.next_reboot = f.next_reboot
+        self.hardware = f.hardware
+        self.failures = f.failures
+        self.rack, self.rack_names, self.rack_codes = f.rack, f.rack_names, f.rack_codes
 
         # Fleet scales for normalising scores into 0..1; fixed for the pass so scores are comparable
         # between jobs and a placement does not move every other node's score.
@@ -207,8 +319,8 @@ class NodeArrays:
 
         self._policies = [self.policy[r] for r in RESOURCES]
         self._ratios = [float(x) for x in self.ratio]
-        self._trait_index: dict[str, dict[str, Bools]] = {}
-        self._present: dict[str, Bools] = {}
+        self._trait_index = f.trait_index
+        self._present = f.present
 
     def _refresh_room(self, resource: Resource, where: slice | Ints | int) -> None:
         self.room[resource, where] = room(
@@ -279,6 +391,15 @@ class NodeArrays:
             self.any_capped = True
         else:
             self.uncapped_jobs[node] += 1
+
+
+def _rows(totals: Mapping[str, list[float]], ids: Sequence[str]) -> Floats:
+    result = np.zeros((len(RESOURCES), len(ids)))
+    for j, node_id in enumerate(ids):
+        total = totals.get(node_id)
+        if total is not None:
+            result[:, j] = total
+    return result
 
 
 def _stack(items: Iterable[Resources]) -> Floats:

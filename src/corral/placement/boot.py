@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from corral.core.model import InstanceType, Job, Node, NodeState
-from corral.placement.arrays import Load, NodeArrays
+from corral.placement.arrays import NO_LOAD, NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.settings import PlacementSettings, coerce
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from corral.core.settings import PolicySettings
 
 NEW_NODE_PREFIX = "new:"
-_NO_LOAD = Load({}, {}, {}, {}, {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +61,7 @@ class TypeRanker:
         self.types = list(instance_types)
         self.now = now
         self.unavailable = {name: until for name, until in (unavailable or {}).items() if until > now}
-        arrays = NodeArrays([virtual_node(t) for t in self.types], _NO_LOAD, settings, now)
+        arrays = NodeArrays([virtual_node(t) for t in self.types], NO_LOAD, settings, now)
         names = [name for name in settings.filters if name not in ("locality", "state")]
         self.engine = Engine(
             arrays, settings, now=now, weights=settings.boot_weights, instance_types=self.types, filters=names
@@ -93,6 +92,12 @@ class TypeRanker:
         ranks.sort(key=lambda r: (not r.fits, -r.score, price[r.instance_type], r.instance_type))
         self._cache[key] = ranks
         return ranks
+
+    def any_fits(self, demand: Demand) -> bool:
+        """Whether some type could hold the job now (fits, and not in capacity back-off): what
+        `rank` says of its first entry, without describing the types that do not fit."""
+        fits = self.engine.hard_mask(demand)
+        return any(fits[i] and t.name not in self.unavailable for i, t in enumerate(self.types))
 
     def _why_not(self, demand: Demand, i: int) -> str:
         """The first filter, in the configured order, that rules type i out, described on it alone."""

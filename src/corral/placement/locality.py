@@ -110,21 +110,37 @@ class LocalityIndex:
     current, so a job with hints costs a few array operations however large the tagged group."""
 
     def __init__(self, jobs: Iterable[Job], attempts: Iterable[Attempt], all_nodes: Sequence[Node]) -> None:
-        self._rack_of = {node.id: rack_key(node) for node in all_nodes}
+        # Indexed on first use: most passes place no job with hints, and need none of it.
+        self._sources: tuple[Iterable[Job], Iterable[Attempt], Sequence[Node]] | None = (jobs, attempts, all_nodes)
+        self._added: list[tuple[int, list[str], list[str]]] = []
+        self._rack_of: dict[str, str] = {}
         self.job_nodes: dict[int, list[str]] = {}
         self.tag_jobs: dict[str, set[int]] = {}
+        self._arrays: NodeArrays | None = None
+        self._entries: dict[str, _Entry] = {}
+
+    def _index(self) -> None:
+        if self._sources is None:
+            return
+        jobs, attempts, all_nodes = self._sources
+        self._sources = None
+        self._rack_of = {node.id: rack_key(node) for node in all_nodes}
         for job in jobs:
             for tag in job.tags:
                 self.tag_jobs.setdefault(tag, set()).add(job.id)
         for attempt in attempts:
             if attempt.state.active:
                 self.job_nodes.setdefault(attempt.job_id, []).extend(attempt.node_ids)
-        self._arrays: NodeArrays | None = None
-        self._entries: dict[str, _Entry] = {}
+        added, self._added = self._added, []
+        for job_id, tags, node_ids in added:
+            self.add(job_id, tags, node_ids)
 
     def add(self, job_id: int, tags: Iterable[str], node_ids: Iterable[str]) -> None:
         node_ids = list(node_ids)
         tags = list(tags)
+        if self._sources is not None:
+            self._added.append((job_id, tags, node_ids))
+            return
         self.job_nodes.setdefault(job_id, []).extend(node_ids)
         for tag in tags:
             self.tag_jobs.setdefault(tag, set()).add(job_id)
@@ -134,6 +150,7 @@ class LocalityIndex:
                 self._extend(cached, node_ids)
 
     def resolve(self, hints: Hints, arrays: NodeArrays, self_id: int) -> Resolved:
+        self._index()
         if self._arrays is not arrays:
             self._arrays, self._entries = arrays, {}
         unknown: list[str] = []

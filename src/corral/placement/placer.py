@@ -7,17 +7,21 @@ idle them; a reservation is made only when no instance can be booted for the job
 types, `max_instances` reached, or every type that could hold it (by the same filters) in capacity
 back-off. `bounded` and `elastic` force one or the other.
 
-The placer keeps no state between passes: build it once per configuration with `make_placer`.
+Build a placer once per configuration with `make_placer`. Between passes it keeps only what the
+nodes say about themselves (`FleetFacts`), reused while the nodes' ids, states, capacities and
+attributes are unchanged; every decision is the one a fresh placer would make.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+import math
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from corral.core.model import Job, Node, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
-from corral.placement.arrays import NodeArrays, measure_load
+from corral.placement import attributes as attr
+from corral.placement.arrays import FleetFacts, NodeArrays, fleet_signature, measure_load
 from corral.placement.backfill import Reservation, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.demand import Demand
@@ -39,20 +43,60 @@ class Capacity:
     """Whether a job that does not fit now can expect a new instance (elastic) or must wait for
     running work to end (bounded)."""
 
-    def __init__(self, snapshot: Snapshot, settings: PlacementSettings, max_instances: int | None, now: float) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        settings: PlacementSettings,
+        max_instances: int | None,
+        now: float,
+        memo: FactsMemo | None = None,
+    ) -> None:
         self.mode = settings.queue.capacity
         self.live = sum(1 for n in snapshot.nodes if n.state.live)
         self.max_instances = max_instances
-        self.types = TypeRanker(snapshot.instance_types, settings, now=now, unavailable=snapshot.unavailable_types)
+        self.has_types = bool(snapshot.instance_types)
+        self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now)
 
     def bounded_for(self, demand: Demand) -> bool:
         if self.mode != "auto":
             return self.mode == "bounded"
-        if not self.types.types:
+        if not self.has_types:
             return True
         if self.max_instances is not None and self.live + demand.node_count > self.max_instances:
             return True
-        return not any(rank.fits for rank in self.types.rank(demand))
+        return not self.fits.any_fits(demand)
+
+
+class TypeFits:
+    """Whether some instance type could hold a demand now (`TypeRanker.any_fits`), remembered per
+    demand; built lazily, and kept by a FactsMemo while the types, the back-offs in force and the
+    types' own reservations are unchanged."""
+
+    def __init__(self, snapshot: Snapshot, settings: PlacementSettings, now: float) -> None:
+        self.types = list(snapshot.instance_types)
+        self.unavailable = {name: until for name, until in snapshot.unavailable_types.items() if until > now}
+        self._settings = settings
+        self._now = now
+        self._ranker: TypeRanker | None = None
+        self._answers: dict[tuple[object, ...], bool] = {}
+        reserved = [dict(t.attributes) for t in self.types if any(k == attr.RESERVATION for k, _ in t.attributes)]
+        ends = [attr.number(a, attr.RESERVATION_UNTIL) for a in reserved]
+        self._expires = min((end for end in ends if end > now), default=math.inf)
+
+    def holds(self, snapshot: Snapshot, now: float) -> bool:
+        if now >= self._expires:
+            return False
+        in_force = {name: until for name, until in snapshot.unavailable_types.items() if until > now}
+        return in_force == self.unavailable and snapshot.instance_types == self.types
+
+    def any_fits(self, demand: Demand) -> bool:
+        key = demand.key[:4]
+        answer = self._answers.get(key)
+        if answer is None:
+            if self._ranker is None:
+                self._ranker = TypeRanker(self.types, self._settings, now=self._now, unavailable=self.unavailable)
+            answer = self._answers[key] = self._ranker.any_fits(demand)
+        return answer
 
 
 def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None) -> Placer:
@@ -60,13 +104,36 @@ def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any]
     placement = coerce(settings)
     boot = getattr(settings, "boot", None)
     max_instances: int | None = getattr(boot, "max_instances", None)
+    memo = FactsMemo(placement)
 
     def placer(
         snapshot: Snapshot, queue: Sequence[Job], nodes: Sequence[Node], free: dict[str, Resources], now: float
     ) -> PlacementResult:
-        return place(snapshot, queue, nodes, free, now, placement, max_instances=max_instances)
+        return place(snapshot, queue, nodes, free, now, placement, max_instances=max_instances, memo=memo)
 
     return placer
+
+
+class FactsMemo:
+    """The last pass's FleetFacts, for as long as they describe the nodes of the next pass."""
+
+    def __init__(self, settings: PlacementSettings) -> None:
+        self.settings = settings
+        self.signature: list[tuple[object, ...]] = []
+        self.facts: FleetFacts | None = None
+        self.fits: TypeFits | None = None
+
+    def facts_for(self, nodes: Sequence[Node], now: float) -> FleetFacts:
+        signature = fleet_signature(nodes)
+        if self.facts is None or signature != self.signature or not self.facts.valid_at(now):
+            self.facts = FleetFacts(nodes, self.settings, now)
+            self.signature = signature
+        return self.facts
+
+    def type_fits(self, snapshot: Snapshot, now: float) -> TypeFits:
+        if self.fits is None or not self.fits.holds(snapshot, now):
+            self.fits = TypeFits(snapshot, self.settings, now)
+        return self.fits
 
 
 def build_engine(
@@ -75,10 +142,11 @@ def build_engine(
     free: MutableMapping[str, Resources] | None,
     now: float,
     settings: PlacementSettings,
+    facts: FleetFacts | None = None,
 ) -> Engine:
     jobs = {job.id: job for job in snapshot.jobs}
-    load = measure_load(nodes, snapshot.attempts, jobs)
-    arrays = NodeArrays(nodes, load, settings, now, free)
+    load = measure_load(nodes, snapshot.attempts, jobs, dedicated=free is None)
+    arrays = NodeArrays(nodes, load, settings, now, free, facts)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)
 
@@ -92,15 +160,21 @@ def place(
     settings: PlacementSettings,
     *,
     max_instances: int | None = None,
+    memo: FactsMemo | None = None,
 ) -> PlacementResult:
     result = PlacementResult()
     if not queue:
         return result
-    engine = build_engine(snapshot, nodes, free, now, settings)
+    facts = memo.facts_for(nodes, now) if memo is not None else None
+    engine = build_engine(snapshot, nodes, free, now, settings, facts)
     arrays = engine.arrays
     policy = settings.queue
-    jobs = {job.id: job for job in snapshot.jobs}
-    timeline: Timeline | None = None
+    # Built only if a reservation is tried: from what runs, plus what this pass placed before.
+    timeline = LazyTimeline(
+        lambda: Timeline.of_running(
+            arrays, snapshot.attempts, {job.id: job for job in snapshot.jobs}, now, policy.default_time_limit
+        )
+    )
     capacity: Capacity | None = None
     ordered = list(queue) if policy.order == "priority" else sorted(queue, key=lambda j: (j.submitted_at, j.id))
 
@@ -145,11 +219,7 @@ def place(
                 placed["notes"] = choice.evaluation.notes
             result.details[job.id] = placed
             if policy.backfill != "none":
-                timeline = timeline or Timeline.of_running(
-                    arrays, snapshot.attempts, jobs, now, policy.default_time_limit
-                )
-                for i in choice.nodes:
-                    timeline.add(end, i, demand.amounts)
+                timeline.add_later(end, choice.nodes, demand.amounts)
             if reservation is not None and policy.backfill == "easy":
                 reservation.take(choice.nodes, demand.vector, end)
             continue
@@ -174,11 +244,8 @@ def place(
         reason = details["reason"] or "waiting for resources"
 
         if blocker is None and policy.backfill != "none":
-            capacity = capacity or Capacity(snapshot, settings, max_instances, now)
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
             if capacity.bounded_for(demand):
-                timeline = timeline or Timeline.of_running(
-                    arrays, snapshot.attempts, jobs, now, policy.default_time_limit
-                )
                 eligible = engine.static_mask(demand)
                 strict = engine.resolve(demand)
                 if strict is not None and strict.hints.strict and engine.locality_filter:
@@ -187,7 +254,7 @@ def place(
                         eligible = eligible & allowed
                 # A demand that running work never makes room for stays so for the whole pass
                 # (work placed later only adds load), so it is tried once.
-                found = None if demand.key in never_fits else reserve(arrays, demand, eligible, timeline, now)
+                found = None if demand.key in never_fits else reserve(arrays, demand, eligible, timeline.built(), now)
                 if found is None:
                     never_fits.add(demand.key)
                 if found is not None:
@@ -198,6 +265,32 @@ def place(
         result.reasons[job.id] = reason
         result.details[job.id] = details
     return result
+
+
+class LazyTimeline:
+    """A Timeline built on first use; what is added before then is kept and added after the build,
+    in order, so the result is the timeline built up front would be."""
+
+    def __init__(self, build: Callable[[], Timeline]) -> None:
+        self._build = build
+        self._timeline: Timeline | None = None
+        self._later: list[tuple[float, list[int], tuple[float, ...]]] = []
+
+    def add_later(self, end: float, nodes: list[int], frees: tuple[float, ...]) -> None:
+        if self._timeline is None:
+            self._later.append((end, nodes, frees))
+        else:
+            for i in nodes:
+                self._timeline.add(end, i, frees)
+
+    def built(self) -> Timeline:
+        if self._timeline is None:
+            self._timeline = self._build()
+            for end, nodes, frees in self._later:
+                for i in nodes:
+                    self._timeline.add(end, i, frees)
+            self._later = []
+        return self._timeline
 
 
 def _wait(result: PlacementResult, job: Job, reason: str, **extra: Any) -> None:

@@ -33,6 +33,7 @@ from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Decisions, JobOutcome, NodeAction, Snapshot
+from corral.placement import make_placer
 from corral.sim.settings import ScheduledFailure
 from corral.workload.model import SimJob, shape_gangs
 
@@ -118,6 +119,7 @@ class Simulation:
         else:
             self.types, self.fixed_nodes = list(all_types.values()), []
         self.types_by_name = {t.name: t for t in self.types}
+        self.placer = make_placer(self.policy)
         shape_gangs(jobs, self.types)
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
@@ -299,7 +301,7 @@ class Simulation:
             unavailable_types=self.unavailable,
             observing_since=self.start_time,
         )
-        decisions = plan_pass(snapshot, now, self.policy)
+        decisions = plan_pass(snapshot, now, self.policy, self.placer)
         if self.on_pass is not None:
             self.on_pass(snapshot, now, decisions)
         self._apply(decisions, now)
