@@ -149,19 +149,17 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                     total[1] += request.ram_mib
                     total[2] += request.scratch_mib
                     total[3] += request.gpus
-        free: dict[str, Resources] = {}
+        free: dict[str, Resources] = {n.id: n.capacity for n in schedulable}
         same: dict[tuple[float, ...], Resources] = {}  # nodes of one size holding the same share
-        for n in schedulable:
-            total = held.get(n.id)
-            if total is None:
-                free[n.id] = n.capacity
-                continue
-            c = n.capacity
+        for node_id, total in held.items():
+            c = free.get(node_id)
+            if c is None:
+                continue  # not schedulable
             key = (c.vcpus, c.ram_mib, c.scratch_mib, c.gpus, *total)
             room = same.get(key)
             if room is None:
                 room = same[key] = _less(c, total)
-            free[n.id] = room
+            free[node_id] = room
         result = (placer or make_placer(settings))(snapshot, queue, schedulable, free, now)
     else:
         result = PlacementResult()

@@ -7,7 +7,9 @@ Resource arrays have one row per `Resource` (cpu, ram, disk, gpu) and one column
 
 from __future__ import annotations
 
+import functools
 import math
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -229,6 +231,11 @@ class FleetFacts:
         self.trait_index: dict[str, dict[str, Bools]] = {}
         self.present: dict[str, Bools] = {}
 
+    @functools.cached_property
+    def id_hashes(self) -> npt.NDArray[np.uint64]:
+        """A stable hash of each node id (the tie-break scorer's per-node seed)."""
+        return np.array([zlib.crc32(node_id.encode()) for node_id in self.ids], dtype=np.uint64)
+
     def valid_at(self, now: float) -> bool:
         """Whether these facts still hold at `now` (no reservation they saw has ended)."""
         return now < self.expires
@@ -319,6 +326,7 @@ class NodeArrays:
 
         self._policies = [self.policy[r] for r in RESOURCES]
         self._ratios = [float(x) for x in self.ratio]
+        self.facts = f
         self._trait_index = f.trait_index
         self._present = f.present
 

@@ -13,7 +13,6 @@ which is what explanations show.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,8 +59,7 @@ class PassScores:
         self.failures: Floats = 1.0 - np.minimum(1.0, a.failures / settings.failure_saturation)
 
         self.seed = pass_seed(now, settings.tie_break_seed)
-        hashes = np.array([zlib.crc32(node_id.encode()) for node_id in a.ids], dtype=np.uint64)
-        self.noise: Floats = _unit_interval(_splitmix(hashes ^ np.uint64(self.seed)))
+        self.noise: Floats = _unit_interval(_splitmix(a.facts.id_hashes ^ np.uint64(self.seed)))
 
         self._last_job, self._last_slot = -1, 0
         self.slot_offsets = [_unit_interval_int(_splitmix_int(slot ^ self.seed)) for slot in range(NOISE_SLOTS)]
