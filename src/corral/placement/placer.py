@@ -100,7 +100,7 @@ class TypeFits:
 
 
 def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None) -> Placer:
-    """A Placer for `plan_pass`. Stateless between passes; build it once per configuration."""
+    """A Placer for `plan_pass`; build it once per configuration and keep it (see FactsMemo)."""
     placement = coerce(settings)
     boot = getattr(settings, "boot", None)
     max_instances: int | None = getattr(boot, "max_instances", None)
