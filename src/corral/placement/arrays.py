@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from corral.core.model import Attempt, AttemptState, Job, Node, NodeState, Resources
+from corral.core.model import ZERO, Attempt, AttemptState, Job, Node, NodeState, Resources
 from corral.placement import attributes as attr
 from corral.placement.availability import RESOURCES, AvailabilityPolicy, Policy, Resource, room
 from corral.placement.settings import PlacementSettings
@@ -266,32 +266,46 @@ class NodeArrays:
                 self.ratio_set[resource] = True
 
         self.capacity = f.capacity
-        ids = f.ids
+        index = f.index
+        # Only nodes with work (or a measurement) differ from zero: they are gathered and written
+        # in one assignment each, rather than every node's row built in Python.
         if free is not None:
             # The caller's DEDICATED accounting (capacity less active requests) is authoritative.
-            self.dedicated = self.capacity - _stack(free.get(node.id, node.capacity) for node in nodes)
+            self.dedicated = np.zeros_like(self.capacity)
+            busy = [
+                (i, room)
+                for i, node in enumerate(nodes)
+                if (room := free.get(node.id, node.capacity)) is not node.capacity
+            ]
+            if busy:
+                where = [i for i, _ in busy]
+                self.dedicated[:, where] = self.capacity[:, where] - _stack(room for _, room in busy)
         else:
-            self.dedicated = _rows(load.dedicated, ids)
-        self.utilized = _stack(node.used for node in nodes)
-        if load.unmeasured:
-            for node_id, extra in load.unmeasured.items():
-                i = f.index.get(node_id)
-                if i is not None:
-                    used = nodes[i].used
-                    self.utilized[:, i] = (
-                        used.vcpus + extra[0],
-                        used.ram_mib + extra[1],
-                        used.scratch_mib + extra[2],
-                        used.gpus + extra[3],
-                    )
+            self.dedicated = _scatter(load.dedicated, index, n)
+        utilized: dict[str, list[float] | tuple[float, ...]] = {
+            node.id: (u.vcpus, u.ram_mib, u.scratch_mib, u.gpus)
+            for node in nodes
+            if (u := node.used) is not ZERO and u != ZERO
+        }
+        for node_id, extra in load.unmeasured.items():
+            i = index.get(node_id)
+            if i is not None:
+                u = nodes[i].used
+                utilized[node_id] = (
+                    u.vcpus + extra[0],
+                    u.ram_mib + extra[1],
+                    u.scratch_mib + extra[2],
+                    u.gpus + extra[3],
+                )
+        self.utilized = _scatter(utilized, index, n)
         self.room = np.empty_like(self.capacity)
         for resource in RESOURCES:
             self._refresh_room(resource, slice(None))
 
-        counts = load.jobs
-        self.jobs = np.array([counts.get(i, 0) for i in ids], dtype=np.float64) if counts else np.zeros(n)
-        capped = load.capped
-        self.capped_jobs = np.array([capped.get(i, 0) for i in ids], dtype=np.int64) if capped else np.zeros(n, int)
+        self.jobs = np.zeros(n)
+        _scatter_counts(self.jobs, load.jobs, index)
+        self.capped_jobs = np.zeros(n, dtype=np.int64)
+        _scatter_counts(self.capped_jobs, load.capped, index)
         self.uncapped_jobs = self.jobs.astype(np.int64) - self.capped_jobs
 
         self.price = f.price
@@ -401,13 +415,21 @@ class NodeArrays:
             self.uncapped_jobs[node] += 1
 
 
-def _rows(totals: Mapping[str, list[float]], ids: Sequence[str]) -> Floats:
-    result = np.zeros((len(RESOURCES), len(ids)))
-    for j, node_id in enumerate(ids):
-        total = totals.get(node_id)
-        if total is not None:
-            result[:, j] = total
+def _scatter(totals: Mapping[str, Sequence[float]], index: Mapping[str, int], n: int) -> Floats:
+    """Per-node totals as a resources x nodes array, zero where a node has none."""
+    result = np.zeros((len(RESOURCES), n))
+    found = [(i, total) for node_id, total in totals.items() if (i := index.get(node_id)) is not None]
+    if found:
+        result[:, [i for i, _ in found]] = np.array([total for _, total in found], dtype=np.float64).T
     return result
+
+
+def _scatter_counts(
+    target: npt.NDArray[np.float64] | npt.NDArray[np.int64], counts: Mapping[str, int], index: Mapping[str, int]
+) -> None:
+    found = [(i, count) for node_id, count in counts.items() if (i := index.get(node_id)) is not None]
+    if found:
+        target[[i for i, _ in found]] = [count for _, count in found]
 
 
 def _stack(items: Iterable[Resources]) -> Floats:
