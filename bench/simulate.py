@@ -168,12 +168,15 @@ def main() -> None:
                 print(f"wrote {workload}", file=sys.stderr)
                 return
         fixed = f"fixed:{args.fixed}" if args.fixed else ""
-        figures = bench(workload, args.jobs, args.modes.split(","), args.quality, fixed)
+        name = workload.name if args.workload is not None else f"generated {TRACE}"
+        figures = bench(workload, name, args.jobs, args.modes.split(","), args.quality, fixed)
     print(json.dumps(figures))
 
 
-def bench(workload: Path, limit: int | None, modes: list[str], quality: bool, fixed: str = "") -> dict[str, Any]:
-    print(f"workload: {workload.name if workload.name != 'trace.swf' else 'generated ' + str(TRACE)}")
+def bench(
+    workload: Path, name: str, limit: int | None, modes: list[str], quality: bool, fixed: str = ""
+) -> dict[str, Any]:
+    print(f"workload: {name}")
     print("one core; jobs/s = simulated jobs per wall-clock second of the simulation (reading excluded)")
     header = f"{'mode':<8} {'jobs':>8} {'wall s':>8} {'jobs/s':>8} {'target':>8} {'peak MiB':>9} {'passes':>9}"
     header += f" {'peak fleet':>10} {'mean wait':>10} {'cost $':>11} {'cost/packing':>12}  placer"
