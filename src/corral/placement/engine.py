@@ -103,7 +103,8 @@ class Engine:
         self._names = [sc.name for sc, _ in self.weights]
         self._static_rows: dict[int, tuple[dict[str, float], float]] = {}
         self._static_columns = [k for k, (sc, _) in enumerate(self.weights) if sc.static]
-        self._job_columns = [(sc.name, w, sc) for sc, w in self.weights if not sc.static]
+        self._job_columns = [(sc.name, w, sc.one) for sc, w in self.weights if not sc.static]
+        self._array_columns = [(sc.name, sc) for sc, _ in self.weights if not sc.static and sc.one is None]
         every = slice(None)
         self._static_block: Floats = (
             np.stack(
@@ -132,7 +133,7 @@ class Engine:
         self._minus_inf: Floats = np.full(arrays.n, -np.inf)  # np.where is faster with an array than a scalar
         self._static_cache: dict[tuple[object, ...], Bools] = {}
         # Requests ranked by the job-independent sums alone share their work (see `shared`).
-        self._sharing = all(sc.name in ("random", "locality") for sc, _ in self._job_scored)
+        self._sharing = self.share_work and all(sc.name in ("random", "locality") for sc, _ in self._job_scored)
         self._shared: dict[tuple[object, ...], Shared] = {}
         self._scratch: Floats = np.empty(arrays.n)
         # Every node a commit changed, in order (a node once per change): what `shared` catches up on.
@@ -140,6 +141,7 @@ class Engine:
         self._changes = 0
         self._other_dynamic = [f for f, resource in self._dynamic if resource is None]
 
+    share_work = True  # off: every job filters and ranks all nodes (the tests compare the two)
     shared_max = 256  # requests whose shared work is kept (the least recently used goes first)
 
     # --- filtering ----------------------------------------------------------------------------
@@ -239,19 +241,19 @@ class Engine:
         scores = self.scores
         nodes = idx if isinstance(idx, list) else idx.tolist()
         # Scorers without a one-node form are computed over the nodes at once.
-        computed = {
-            name: scorer.exact(scores, demand, np.array(nodes, dtype=np.int64), resolved, noise).tolist()
-            for name, _, scorer in self._job_columns
-            if scorer.one is None
-        }
+        computed: dict[str, list[float]] = {}
+        if self._array_columns:
+            idx = np.array(nodes, dtype=np.int64)
+            for name, scorer in self._array_columns:
+                computed[name] = scorer.exact(scores, demand, idx, resolved, noise).tolist()
         ids = self.arrays.ids
+        static_rows = self._static_rows
         rows = []
         for k, i in enumerate(nodes):
-            static = self._static_rows.get(i) or self._static_row(i)
+            static = static_rows.get(i) or self._static_row(i)
             values = static[0].copy()  # every scorer's key, in order; the job's filled in below
             total = static[1]
-            for name, weight, scorer in self._job_columns:
-                one = scorer.one
+            for name, weight, one in self._job_columns:
                 value = one(scores, demand, i, resolved, noise) if one is not None else computed[name][k]
                 values[name] = value
                 total += weight * value
@@ -275,7 +277,7 @@ class Engine:
         need = demand.node_count
         k = max(need, self.settings.explain_top) if keep_top else need
         if self._sharing and (demand.hints is None or self.locality is None):
-            evaluation = Evaluation(None, None)
+            evaluation = _SHARED
             masked = self.shared(demand)
             if self._noise_weight:
                 # The same addition as in `totals` (and -inf stays -inf): the ranking sums.
@@ -347,8 +349,11 @@ class Engine:
             # Same operations in the same order as `base_scores`, on one node's scalars.
             total = float(self._static_base[i])
             for scorer, weight in self._room_based:
-                assert scorer.base is not None
-                total = total + weight * float(scorer.base(self.scores, i))
+                if scorer.base_one is not None:
+                    total = total + weight * scorer.base_one(self.scores, i)
+                else:
+                    assert scorer.base is not None
+                    total = total + weight * float(scorer.base(self.scores, i))
             self.base[i] = total
             if self._changes == len(self._changed):
                 self._changed = np.concatenate([self._changed, self._changed])
@@ -358,6 +363,7 @@ class Engine:
             self.locality.add(demand.job_id, tags, [a.ids[i] for i in nodes])
 
 
+_SHARED = Evaluation(None, None)  # of every choice made from shared work: no mask, no notes; never changed
 _NO_DEMAND = Demand(job_id=-1, resources=Resources(0.0, 0, 0, 0))  # static scorers ignore the job
 
 

@@ -115,6 +115,7 @@ def _unit_interval(x: U64) -> Floats:
 Exact = Callable[[PassScores, Demand, Index, "Resolved | None", float], Floats]
 Base = Callable[[PassScores, Index], Floats]
 One = Callable[[PassScores, Demand, int, "Resolved | None", float], float]
+BaseOne = Callable[[PassScores, int], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +128,7 @@ class Scorer:
     # `exact` for one node, in Python floats: the same IEEE operations in the same order, so the
     # same value, without NumPy's per-call cost (for the few nodes an explanation shows).
     one: One | None = None
+    base_one: BaseOne | None = None  # `base` for one node, the same way (for commits)
 
 
 def _free_ram_now(s: PassScores, idx: Index) -> Floats:
@@ -137,6 +139,14 @@ def _free_ram_now(s: PassScores, idx: Index) -> Floats:
 def _pack_base(s: PassScores, idx: Index) -> Floats:
     result: Floats = 1.0 - _free_ram_now(s, idx)
     return result
+
+
+def _pack_base_one(s: PassScores, i: int) -> float:
+    return 1.0 - float(s.arrays.room[_RAM, i]) / s.arrays.ram_scale
+
+
+def _free_ram_now_one(s: PassScores, i: int) -> float:
+    return float(s.arrays.room[_RAM, i]) / s.arrays.ram_scale
 
 
 def _pack(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
@@ -243,8 +253,8 @@ def _random_one(s: PassScores, d: Demand, i: int, loc: Resolved | None, noise: f
 SCORERS: dict[str, Scorer] = {
     sc.name: sc
     for sc in (
-        Scorer("pack", "sort-min-ram", _pack, _pack_base, one=_pack_one),
-        Scorer("spread", "sort-max-ram", _spread, _free_ram_now, one=_spread_one),
+        Scorer("pack", "sort-min-ram", _pack, _pack_base, one=_pack_one, base_one=_pack_base_one),
+        Scorer("spread", "sort-max-ram", _spread, _free_ram_now, one=_spread_one, base_one=_free_ram_now_one),
         Scorer("balanced", "", _balanced),
         Scorer("platform", "RFD 24 newest platform", _attribute("platform"), _attribute_base("platform"), True),
         Scorer("reboot", "RFD 24 next_reboot_date", _attribute("reboot"), _attribute_base("reboot"), True),
