@@ -2,8 +2,8 @@
 
 Jobs with the same `static_key` share the result of the filters that do not change within a pass
 (state, reservations, categories, platform, traits); jobs with the same `key` are interchangeable
-for placement, so once one of them finds no node in a pass the others need not look (capacity only
-shrinks within a pass).
+for placement: they share their filter work within a pass, and once one of them finds no node in a
+pass the others need not look (capacity only shrinks within a pass).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Stages, in the order they run for a job:
 1. static filters (their combined mask is cached per distinct set of constraints for the pass);
-2. dynamic filters (capacity, job count, capness), on arrays kept current by `commit`;
+2. dynamic filters (capacity, job count, capness), on arrays kept current by `commit`. Jobs of one
+   request without locality hints share this work (`shared`): the filtered base sums are kept per
+   request and caught up at the nodes commits changed since its last job;
 3. locality hints: strict ones are a hard filter, soft ones narrow the survivors only when enough
    nodes remain (first dropping `near`, then everything), whatever their place in the filter list;
 4. scores: the maintained per-node base (request-independent scorers) plus the job-dependent
