@@ -5,7 +5,7 @@ COMBINED) onto 10,000 heterogeneous nodes through the real placer (the function 
 capacity updated after each placement; then the same with locality hints on every job; then times
 one full explanation of a job that fits nowhere.
 
-    .venv/bin/python bench/placement.py [--nodes 10000] [--jobs 20000] [--seed 1]
+    .venv/bin/python bench/placement.py [--nodes 10000] [--jobs 20000] [--seed 1] [--unshared]
 
 Everything runs in one thread (NumPy's elementwise operations do not use threads). Rates are per
 CPU second of this process, best of `--repeats` passes, so other load on the machine does not
@@ -30,6 +30,7 @@ from corral.core.model import Attempt, AttemptState, GiB, InstanceType, Job, Loc
 from corral.core.snapshot import Snapshot
 from corral.placement import PlacementSettings, build_engine, explain, make_placer
 from corral.placement.demand import Demand
+from corral.placement.engine import Engine
 
 NOW = 1_000_000.0
 SHAPES = [  # (vcpus, GiB RAM, GPUs, share of the fleet)
@@ -203,6 +204,12 @@ def main() -> None:
     parser.add_argument(
         "--explain-top", type=int, default=3, help="nodes whose scores a placed job keeps (default: the setting's)"
     )
+    parser.add_argument(
+        "--unshared",
+        action="store_true",
+        help="also place the mixed stream with every job filtering all nodes on its own (no work shared between "
+        "jobs of one request), for a before/after in the same conditions; the results are the same",
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     nodes, attempts, running = fleet(args.nodes, rng)
@@ -214,6 +221,15 @@ def main() -> None:
         nodes, attempts, running, stream(args.jobs // 4, random.Random(args.seed + 2), 1.0), settings, args.repeats
     )
     explain_s = time_explain(nodes, attempts, running, settings)
+    unshared = None
+    if args.unshared:
+        Engine.share_work = False
+        try:
+            unshared = run(
+                nodes, attempts, running, stream(args.jobs, random.Random(args.seed + 1), 0.10), settings, args.repeats
+            )
+        finally:
+            Engine.share_work = True
 
     table = Table(title=f"Placement on {args.nodes:,} nodes (one core, availability COMBINED)")
     for column in ("workload", "jobs", "placed", "placements/s (CPU)", "wall clock", "build (ms)", "target"):
@@ -231,6 +247,16 @@ def main() -> None:
             f"{figures['build_seconds'] * 1000:.0f}",
             target,
         )
+    if unshared is not None:
+        table.add_row(
+            "the same, nothing shared between jobs",
+            f"{unshared['jobs']:,}",
+            f"{unshared['placed']:,}",
+            f"{unshared['placements_per_s']:,.0f}",
+            f"{unshared['placements_per_s_wall']:,.0f}/s",
+            f"{unshared['build_seconds'] * 1000:.0f}",
+            "(reference)",
+        )
     table.add_row("one explain (unplaceable job)", "1", "0", "", "", "", f"{explain_s * 1000:.1f} ms (≤ 20 ms)")
     Console(width=140).print(table)
     figures: dict[str, Any] = {
@@ -240,6 +266,8 @@ def main() -> None:
         "all_locality": every,
         "explain_ms": explain_s * 1000,
     }
+    if unshared is not None:
+        figures["mixed_unshared"] = unshared
     print(json.dumps(figures))
 
 

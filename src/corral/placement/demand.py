@@ -2,8 +2,8 @@
 
 Jobs with the same `static_key` share the result of the filters that do not change within a pass
 (state, reservations, categories, platform, traits); jobs with the same `key` are interchangeable
-for placement, so once one of them finds no node in a pass the others need not look (capacity only
-shrinks within a pass).
+for placement: they share their filter work within a pass, and once one of them finds no node in a
+pass the others need not look (capacity only shrinks within a pass).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ class Demand:
     reservation: str = ""
     hints: Hints | None = None
     time_limit: float | None = None
-    vector: npt.NDArray[np.float64] = field(init=False, compare=False, hash=False, repr=False)
     amounts: tuple[float, float, float, float] = field(init=False, compare=False, hash=False, repr=False)
     static_key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
     key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
@@ -60,27 +59,32 @@ class Demand:
     def __post_init__(self) -> None:
         r = self.resources
         amounts = (float(r.vcpus), float(r.ram_mib), float(r.scratch_mib), float(r.gpus))
-        vector = np.array(amounts, dtype=np.float64)
-        vector.flags.writeable = False
         # Computed once: the engine looks these up for every job, often many times.
         static_key = (self.traits, self.forbidden, self.min_platform, self.reservation)
         set_ = object.__setattr__
-        set_(self, "vector", vector)
         set_(self, "amounts", amounts)
         set_(self, "static_key", static_key)
         set_(self, "key", (static_key, amounts, self.node_count, self.capped, self.hints))
 
+    @property
+    def vector(self) -> npt.NDArray[np.float64]:
+        """The request as a read-only array (cpu, ram, disk, gpu), for backfill: made when asked
+        for, since most jobs never need it."""
+        vector = np.array(self.amounts, dtype=np.float64)
+        vector.flags.writeable = False
+        return vector
+
     @classmethod
     def of(cls, job: Job) -> Demand:
-        return cls(
-            job_id=job.id,
-            resources=job.resources,
-            node_count=max(1, job.node_count),
-            traits=_spec(job.traits),
-            forbidden=_spec(job.forbidden_traits),
-            min_platform=job.min_platform,
-            capped=job.cpu_capped,
-            reservation=job.reservation,
-            hints=Hints.of(job.locality),
-            time_limit=job.time_limit,
+        return cls(  # positional (in field order): cheaper than keywords, once per job
+            job.id,
+            job.resources,
+            max(1, job.node_count),
+            _spec(job.traits),
+            _spec(job.forbidden_traits),
+            job.min_platform,
+            job.cpu_capped,
+            job.reservation,
+            Hints.of(job.locality),
+            job.time_limit,
         )

@@ -2,7 +2,9 @@
 
 Stages, in the order they run for a job:
 1. static filters (their combined mask is cached per distinct set of constraints for the pass);
-2. dynamic filters (capacity, job count, capness), on arrays kept current by `commit`;
+2. dynamic filters (capacity, job count, capness), on arrays kept current by `commit`. Jobs of one
+   request without locality hints share this work (`shared`): the filtered base sums are kept per
+   request and caught up at the nodes commits changed since its last job;
 3. locality hints: strict ones are a hard filter, soft ones narrow the survivors only when enough
    nodes remain (first dropping `near`, then everything), whatever their place in the filter list;
 4. scores: the maintained per-node base (request-independent scorers) plus the job-dependent
@@ -33,7 +35,7 @@ from corral.placement.settings import SCORER_NAMES, PlacementSettings
 
 @dataclass(slots=True)
 class Evaluation:
-    survivors: Bools
+    survivors: Bools | None  # None for a choice made from a shortlist (no mask over all nodes was built)
     counted: int | None  # None until needed: a one-node job without hints sees emptiness in its best score
     resolved: Resolved | None = None
     notes: list[str] = field(default_factory=list)
@@ -41,8 +43,22 @@ class Evaluation:
     @property
     def count(self) -> int:
         if self.counted is None:
+            assert self.survivors is not None
             self.counted = int(np.count_nonzero(self.survivors))
         return self.counted
+
+
+@dataclass(slots=True)
+class Shared:
+    """The filter and ranking work that the jobs of one request share within a pass: every node's
+    job-independent ranking sum (`Engine.base`), or -inf where a filter removes the node for this
+    request, as of the engine's `seen`-th change. Only a commit changes a node's filters or sums,
+    so `Engine.shared` brings it up to date from the nodes changed since."""
+
+    masked: Floats
+    seen: int
+    static: Bools | None  # the request's static mask (None: every node passes)
+    tests: list[tuple[int, float]]  # (resource, least room that fits) for each resource it asks for
 
 
 @dataclass(slots=True)
@@ -87,9 +103,10 @@ class Engine:
         self.scores = PassScores(arrays, settings, now)
         # For describing nodes: job-independent scores in one block, gathered with one index.
         self._names = [sc.name for sc, _ in self.weights]
-        self._static_rows: dict[int, tuple[list[float], float]] = {}
+        self._static_rows: dict[int, tuple[dict[str, float], float]] = {}
         self._static_columns = [k for k, (sc, _) in enumerate(self.weights) if sc.static]
-        self._job_columns = [(k, w, sc) for k, (sc, w) in enumerate(self.weights) if not sc.static]
+        self._job_columns = [(sc.name, w, sc.one) for sc, w in self.weights if not sc.static]
+        self._array_columns = [(sc.name, sc) for sc, _ in self.weights if not sc.static and sc.one is None]
         every = slice(None)
         self._static_block: Floats = (
             np.stack(
@@ -105,20 +122,29 @@ class Engine:
                 assert scorer.base is not None
                 self._static_base = self._static_base + weight * scorer.base(self.scores, slice(None))
         self.base: Floats = self.base_scores(slice(None))
-        # With the tie-break scorer on, each job slot's ranking sum (base + its noise) is kept
-        # ready, and `commit` updates the placed node's column: one array per job is read
-        # instead of computed.
+        # With the tie-break scorer on, each job slot's weighted noise is kept ready: a job's
+        # ranking sum is base + its slot's row.
         self._noise_weight = next((w for sc, w in self.weights if sc.name == "random"), 0.0)
         if self._noise_weight:
             offsets = np.array(self.scores.slot_offsets)[:, None]
             self._slot_noise: Floats = self._noise_weight * ((self.scores.noise[None, :] + offsets) % 1.0)
-            self._noisy_base: Floats = self.base[None, :] + self._slot_noise
         self.locality = locality
         self.instance_types = list(instance_types)
         self.free = free
         self._all: Bools = np.ones(arrays.n, dtype=bool)
         self._minus_inf: Floats = np.full(arrays.n, -np.inf)  # np.where is faster with an array than a scalar
         self._static_cache: dict[tuple[object, ...], Bools] = {}
+        # Requests ranked by the job-independent sums alone share their work (see `shared`).
+        self._sharing = self.share_work and all(sc.name in ("random", "locality") for sc, _ in self._job_scored)
+        self._shared: dict[tuple[object, ...], Shared] = {}
+        self._scratch: Floats = np.empty(arrays.n)
+        # Every node a commit changed, in order (a node once per change): what `shared` catches up on.
+        self._changed: Ints = np.zeros(1024, dtype=np.int64)
+        self._changes = 0
+        self._other_dynamic = [f for f, resource in self._dynamic if resource is None]
+
+    share_work = True  # off: every job filters and ranks all nodes (the tests compare the two)
+    shared_max = 256  # requests whose shared work is kept (the least recently used goes first)
 
     # --- filtering ----------------------------------------------------------------------------
 
@@ -199,7 +225,7 @@ class Engine:
     def totals(self, demand: Demand, resolved: Resolved | None) -> Floats:
         """The weighted sum that ranks nodes. It equals the exact weighted sum up to a constant over
         nodes (the request part of pack / spread), which changes no ranking."""
-        total = self._noisy_base[self.scores.job_slot(demand.job_id)] if self._noise_weight else self.base
+        total = self.base + self._slot_noise[self.scores.job_slot(demand.job_id)] if self._noise_weight else self.base
         for scorer, weight in self._job_scored:
             if scorer.name != "random" and (scorer.name != "locality" or resolved is not None):
                 total = total + weight * scorer.exact(self.scores, demand, slice(None), resolved, 0.0)
@@ -210,57 +236,110 @@ class Engine:
         return {sc.name: sc.exact(self.scores, demand, idx, resolved, noise) for sc, _ in self.weights}
 
     def describe_nodes(
-        self, demand: Demand, idx: Ints, resolved: Resolved | None, chosen: Sequence[int]
+        self, demand: Demand, idx: Ints | list[int], resolved: Resolved | None, chosen: Sequence[int]
     ) -> list[dict[str, Any]]:
         """Per-scorer scores (exact, 0..1) and the weighted total of the given nodes."""
         noise = self.noise(demand)
-        dynamic = [
-            (column, weight, scorer.exact(self.scores, demand, idx, resolved, noise).tolist())
-            for column, weight, scorer in self._job_columns
-        ]
+        scores = self.scores
+        nodes = idx if isinstance(idx, list) else idx.tolist()
+        # Scorers without a one-node form are computed over the nodes at once.
+        computed: dict[str, list[float]] = {}
+        if self._array_columns:
+            idx = np.array(nodes, dtype=np.int64)
+            for name, scorer in self._array_columns:
+                computed[name] = scorer.exact(scores, demand, idx, resolved, noise).tolist()
+        ids = self.arrays.ids
+        static_rows = self._static_rows
         rows = []
-        for k, i in enumerate(idx.tolist()):
-            values, total = self._static_row(i)
-            for column, weight, computed in dynamic:
-                values[column] = computed[k]
-                total += weight * computed[k]
-            rows.append(
-                {
-                    "node": self.arrays.ids[i],
-                    "score": total,
-                    "scores": dict(zip(self._names, values, strict=True)),
-                    "chosen": i in chosen,
-                }
-            )
+        for k, i in enumerate(nodes):
+            static = static_rows.get(i) or self._static_row(i)
+            values = static[0].copy()  # every scorer's key, in order; the job's filled in below
+            total = static[1]
+            for name, weight, one in self._job_columns:
+                value = one(scores, demand, i, resolved, noise) if one is not None else computed[name][k]
+                values[name] = value
+                total += weight * value
+            rows.append({"node": ids[i], "score": total, "scores": values, "chosen": i in chosen})
         return rows
 
-    def _static_row(self, i: int) -> tuple[list[float], float]:
-        """A fresh list of node i's scores with its job-independent ones filled in, and their
-        weighted sum (cached, since the same good nodes come up for job after job)."""
-        cached = self._static_rows.get(i)
-        if cached is None:
-            row = [0.0] * len(self.weights)
-            total = 0.0
-            for column, value in zip(self._static_columns, self._static_block[i].tolist(), strict=True):
-                row[column] = value
-                total += self.weights[column][1] * value
-            cached = self._static_rows[i] = (row, total)
-        return list(cached[0]), cached[1]
+    def _static_row(self, i: int) -> tuple[dict[str, float], float]:
+        """Node i's scores with its job-independent ones filled in, and their weighted sum (cached,
+        since the same good nodes come up for job after job)."""
+        row = dict.fromkeys(self._names, 0.0)
+        total = 0.0
+        for column, value in zip(self._static_columns, self._static_block[i].tolist(), strict=True):
+            row[self._names[column]] = value
+            total += self.weights[column][1] * value
+        cached = self._static_rows[i] = (row, total)
+        return cached
 
     # --- choosing and committing --------------------------------------------------------------
 
     def choose(self, demand: Demand, exclude: Bools | None = None, *, keep_top: bool = True) -> Choice | None:
-        evaluation = self.evaluate(demand, exclude)
         need = demand.node_count
-        if evaluation.counted is not None and evaluation.counted < need:
-            return None
-        masked = np.where(evaluation.survivors, self.totals(demand, evaluation.resolved), self._minus_inf)
-        ranked = _best(masked, max(need, self.settings.explain_top) if keep_top else need)
+        k = max(need, self.settings.explain_top) if keep_top else need
+        if self._sharing and (demand.hints is None or self.locality is None):
+            evaluation = _SHARED
+            masked = self.shared(demand)
+            if self._noise_weight:
+                # The same addition as in `totals` (and -inf stays -inf): the ranking sums.
+                np.add(masked, self._slot_noise[self.scores.job_slot(demand.job_id)], out=self._scratch)
+            else:
+                np.copyto(self._scratch, masked)
+            masked = self._scratch
+            if exclude is not None:
+                masked[exclude] = -np.inf
+        else:
+            evaluation = self.evaluate(demand, exclude)
+            if evaluation.counted is not None and evaluation.counted < need:
+                return None
+            assert evaluation.survivors is not None
+            masked = np.where(evaluation.survivors, self.totals(demand, evaluation.resolved), self._minus_inf)
+        ranked = _best(masked, k)
         if len(ranked) < need:
             return None
-        nodes = ranked[:need].tolist()
+        nodes = ranked[:need]
         top = self.describe_nodes(demand, ranked, evaluation.resolved, nodes) if keep_top else []
         return Choice(nodes, evaluation, top)
+
+    # --- work shared by the jobs of one request -------------------------------------------------
+
+    def shared(self, demand: Demand) -> Floats:
+        """For a request without locality hints, when no scorer but the tie-break depends on the
+        job: every node's base sum, -inf where the filters remove it (`hard_mask`). The jobs of
+        the pass that make the same request share it: a commit changes only the nodes it places
+        on (their room, job counts and base sums), so instead of filtering all nodes again for
+        every job, the array is brought up to date at the nodes changed since its last use."""
+        key = demand.key
+        entry = self._shared.pop(key, None)  # put back below, as the most recently used
+        if entry is None:
+            if len(self._shared) >= self.shared_max:
+                del self._shared[next(iter(self._shared))]
+            static = self.static_mask(demand)
+            tests = [
+                (int(resource), demand.amounts[resource] - EPSILON)
+                for _, resource in self._dynamic
+                if resource is not None and demand.amounts[resource] > 0
+            ]
+            masked = np.where(self.hard_mask(demand), self.base, self._minus_inf)
+            entry = Shared(masked, self._changes, None if static is self._all else static, tests)
+        elif entry.seen != self._changes:
+            # `hard_mask` at the changed nodes only.
+            changed = self._changed[entry.seen : self._changes]
+            fits = None if entry.static is None else entry.static[changed]
+            room = self.arrays.room
+            for resource, least in entry.tests:
+                m = room[resource][changed] >= least
+                fits = m if fits is None else fits & m
+            for f in self._other_dynamic:
+                full = f.mask(self.arrays, demand, None)
+                if full is not None:
+                    fits = full[changed] if fits is None else fits & full[changed]
+            sums = self.base[changed]
+            entry.masked[changed] = sums if fits is None else np.where(fits, sums, -np.inf)
+            entry.seen = self._changes
+        self._shared[key] = entry
+        return entry.masked
 
     def commit(self, demand: Demand, nodes: Sequence[int], tags: Sequence[str] = ()) -> None:
         a = self.arrays
@@ -272,15 +351,21 @@ class Engine:
             # Same operations in the same order as `base_scores`, on one node's scalars.
             total = float(self._static_base[i])
             for scorer, weight in self._room_based:
-                assert scorer.base is not None
-                total = total + weight * float(scorer.base(self.scores, i))
+                if scorer.base_one is not None:
+                    total = total + weight * scorer.base_one(self.scores, i)
+                else:
+                    assert scorer.base is not None
+                    total = total + weight * float(scorer.base(self.scores, i))
             self.base[i] = total
-            if self._noise_weight:
-                self._noisy_base[:, i] = total + self._slot_noise[:, i]
+            if self._changes == len(self._changed):
+                self._changed = np.concatenate([self._changed, self._changed])
+            self._changed[self._changes] = i
+            self._changes += 1
         if self.locality is not None:
             self.locality.add(demand.job_id, tags, [a.ids[i] for i in nodes])
 
 
+_SHARED = Evaluation(None, None)  # of every choice made from shared work: no mask, no notes; never changed
 _NO_DEMAND = Demand(job_id=-1, resources=Resources(0.0, 0, 0, 0))  # static scorers ignore the job
 
 
@@ -292,24 +377,20 @@ def _inert(name: str, arrays: NodeArrays) -> bool:
     return False
 
 
-def _best(masked: Floats, k: int) -> Ints:
-    """Up to k entries above -inf, largest first, ties to the lower index."""
+def _best(masked: Floats, k: int) -> list[int]:
+    """Up to k entries above -inf, largest first, ties to the lower index. Overwrites `masked`."""
     if not len(masked):
-        return np.zeros(0, dtype=np.int64)
+        return []
     if k <= 8:
         # A few passes of argmax beat a partition of the whole array for the handful shown.
         found: list[int] = []
-        saved: list[float] = []
         for _ in range(k):
             i = int(masked.argmax())
-            value = float(masked[i])
-            if value == -np.inf:
+            if masked[i] == -np.inf:
                 break
             found.append(i)
-            saved.append(value)
             masked[i] = -np.inf
-        masked[found] = saved
-        return np.array(found, dtype=np.int64)
+        return found
     candidates = np.flatnonzero(masked > -np.inf)
     k = min(k, len(candidates))
     values = masked[candidates]
@@ -319,5 +400,5 @@ def _best(masked: Floats, k: int) -> Ints:
         keep = values >= cut
         candidates, values = candidates[keep], values[keep]
     order = np.lexsort((candidates, -values))[:k]
-    result: Ints = candidates[order]
+    result: list[int] = candidates[order].tolist()
     return result
