@@ -23,6 +23,7 @@ from corral.placement.boot import TypeRanker
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.explain import explain
+from corral.placement.lifetime import CostGate
 from corral.placement.locality import LocalityIndex
 from corral.placement.settings import PlacementSettings, coerce
 
@@ -110,6 +111,10 @@ def place(
     reservation: Reservation | None = None
     examined_after_block = 0
     never_fits: set[tuple[object, ...]] = set()
+    # Cost gate (elastic jobs): built when first needed; placements made before then are replayed.
+    gate: CostGate | None = None
+    gated_by_cost = settings.cost.max_extension > 0 and bool(snapshot.instance_types)
+    placed_before_gate: list[tuple[list[int], Demand]] = []
 
     for job in ordered:
         demand = Demand.of(job)
@@ -135,9 +140,25 @@ def place(
             )
 
         known_misfit = no_room.get(demand.key)
-        choice = None if known_misfit is not None else engine.choose(demand, exclude)
+        costly = None
+        if (
+            gated_by_cost
+            and known_misfit is None
+            and (demand.time_limit is not None or policy.default_time_limit is not None)
+        ):
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now)
+            if not capacity.bounded_for(demand):
+                if gate is None:
+                    gate = _cost_gate(snapshot, arrays, jobs, now, settings, placed_before_gate)
+                costly = gate.exclude(demand)
+        avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
+        choice = None if known_misfit is not None else engine.choose(demand, avoid)
         if choice is not None:
             engine.commit(demand, choice.nodes, job.tags)
+            if gate is not None:
+                gate.placed(choice.nodes, demand)
+            elif gated_by_cost:
+                placed_before_gate.append((choice.nodes, demand))
             result.placements.append(Placement(job.id, tuple(arrays.ids[i] for i in choice.nodes)))
             placed: dict[str, Any] = {"job": job.id, "placed_on": [arrays.ids[i] for i in choice.nodes]}
             placed["top"] = choice.top
@@ -154,7 +175,10 @@ def place(
                 reservation.take(choice.nodes, demand.vector, end)
             continue
 
-        # Not placed: held back by the reservation, or no node fits now.
+        # Not placed: kept off running nodes by cost, held back by the reservation, or no node fits now.
+        if costly is not None and engine.evaluate(demand, exclude).count >= demand.node_count:
+            _wait(result, job, COSTLY_REASON)
+            continue
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
             assert reservation is not None
             reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
@@ -198,6 +222,32 @@ def place(
         result.reasons[job.id] = reason
         result.details[job.id] = details
     return result
+
+
+COSTLY_REASON = "a new instance costs less than keeping a running node up longer for this job"
+
+
+def _cost_gate(
+    snapshot: Snapshot,
+    arrays: NodeArrays,
+    jobs: Mapping[int, Job],
+    now: float,
+    settings: PlacementSettings,
+    placed: Sequence[tuple[list[int], Demand]],
+) -> CostGate:
+    gate = CostGate(
+        arrays,
+        snapshot.attempts,
+        jobs,
+        snapshot.instance_types,
+        snapshot.unavailable_types,
+        now,
+        settings.cost,
+        settings.queue.default_time_limit,
+    )
+    for nodes, demand in placed:
+        gate.placed(nodes, demand)
+    return gate
 
 
 def _wait(result: PlacementResult, job: Job, reason: str, **extra: Any) -> None:
