@@ -108,12 +108,22 @@ def test_a_cheap_node_is_extended_rather_than_booting() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["bounded by max_instances", "no instance types", "gate off", "no time limit", "capacity forced bounded"],
+    [
+        "bounded by max_instances",
+        "no instance types",
+        "gate off",
+        "no time limit",
+        "capacity forced bounded",
+        "a trait no instance type has",
+    ],
 )
 def test_the_gate_applies_only_to_elastic_jobs_with_a_limit(case: str) -> None:
     nodes = [big("n-soon")]
     j1, a1 = work(1, "n-soon", 40, 600)
-    queue = [job(1, 1, 1, time_limit=None if case == "no time limit" else 10 * HOUR)]
+    traits = {"zone": "a"} if case == "a trait no instance type has" else {}
+    if traits:
+        nodes[0].attributes["zone"] = "a"
+    queue = [job(1, 1, 1, time_limit=None if case == "no time limit" else 10 * HOUR, traits=traits)]
     settings: dict[str, object] = {}
     if case == "gate off":
         settings = {"cost": {"max_extension": 0}}

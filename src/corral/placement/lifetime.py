@@ -43,18 +43,27 @@ def node_ends(
     a limit."""
     ends = np.full((len(fractions), arrays.n), now, dtype=np.float64)
     index = arrays.index
-    never = np.full(len(fractions), math.inf)
+    where: list[int] = []
+    starts: list[float] = []
+    limits: list[float] = []
     for attempt in attempts:
         if not attempt.state.active:
             continue
         job = jobs.get(attempt.job_id)
         limit = job.time_limit if job is not None and job.time_limit is not None else default_limit
         start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
-        end = never if limit is None else start + fractions * limit
         for node_id in attempt.node_ids:
             i = index.get(node_id)
             if i is not None:
-                np.maximum(ends[:, i], end, out=ends[:, i])
+                where.append(i)
+                starts.append(start)
+                limits.append(math.inf if limit is None else limit)
+    if where:
+        # One vectorised pass: every (share, attempt) end, folded into its node's column.
+        span = np.array(limits)[None, :] * fractions[:, None]
+        rows = np.repeat(np.arange(len(fractions)), len(where))
+        cols = np.tile(np.array(where, dtype=np.int64), len(fractions))
+        np.maximum.at(ends, (rows, cols), (np.array(starts)[None, :] + span).ravel())
     return ends
 
 
@@ -90,8 +99,15 @@ class CostGate:
         now: float,
         settings: CostSettings,
         default_limit: float | None = None,
+        *,
+        capacity: str = "auto",
+        room_for: int | None = None,
     ) -> None:
+        """`capacity` is `queue.capacity`; `room_for` how many more instances may be booted
+        (None: no limit)."""
         self.arrays = arrays
+        self.capacity = capacity
+        self.room_for = room_for
         self.now = now
         self.settings = settings
         self.default_limit = default_limit
@@ -106,14 +122,19 @@ class CostGate:
     def limit(self, demand: Demand) -> float | None:
         return demand.time_limit if demand.time_limit is not None else self.default_limit
 
-    def new_instance_cost(self, demand: Demand) -> float:
-        """Expected cost (USD) of a new instance of the cheapest fitting type for the job's run,
-        boot included; inf when no type can be booted for it."""
-        limit = self.limit(demand)
+    def new_price(self, demand: Demand) -> float:
+        """Hourly price of the type the boot planner would boot for the job (inf: none)."""
         price = self._new_price.get(demand.amounts)
         if price is None:
             price = cheapest_price(demand.resources, self.types, self.unavailable, self.now)
             self._new_price[demand.amounts] = price
+        return price
+
+    def new_instance_cost(self, demand: Demand) -> float:
+        """Expected cost (USD) of a new instance of the cheapest fitting type for the job's run,
+        boot included; inf when no type can be booted for it or the job has no time limit."""
+        limit = self.limit(demand)
+        price = self.new_price(demand)
         if limit is None or not math.isfinite(price):
             return math.inf
         return price * (self.mean_fraction * limit + self.settings.boot_time) / 3600.0
@@ -127,11 +148,22 @@ class CostGate:
         result: Floats = self.arrays.price * hours
         return result
 
+    def elastic(self, demand: Demand) -> bool:
+        """Whether the boot planner could boot an instance for the job now (the same test it makes:
+        the cheapest type whose capacity holds the request, not in capacity back-off, within
+        `max_instances`)."""
+        if self.capacity == "bounded":
+            return False
+        if self.capacity == "auto" and self.room_for is not None and demand.node_count > self.room_for:
+            return False
+        return math.isfinite(self.new_price(demand))
+
     def exclude(self, demand: Demand) -> Bools | None:
-        """Nodes on which the job costs more than a new instance would (None: no such node)."""
+        """Nodes on which the job costs more than a new instance would (None: no such node, or
+        the job is not elastic)."""
         ratio = self.settings.max_extension
         limit = self.limit(demand)
-        if ratio <= 0 or limit is None:
+        if ratio <= 0 or limit is None or not self.elastic(demand):
             return None
         allowed = ratio * self.new_instance_cost(demand)
         if not math.isfinite(allowed):

@@ -146,11 +146,15 @@ def place(
             and known_misfit is None
             and (demand.time_limit is not None or policy.default_time_limit is not None)
         ):
-            capacity = capacity or Capacity(snapshot, settings, max_instances, now)
-            if not capacity.bounded_for(demand):
-                if gate is None:
-                    gate = _cost_gate(snapshot, arrays, jobs, now, settings, placed_before_gate)
-                costly = gate.exclude(demand)
+            if gate is None:
+                gate = _cost_gate(snapshot, arrays, jobs, now, settings, max_instances, placed_before_gate)
+            costly = gate.exclude(demand)
+            if costly is not None:
+                # Only a job the boot planner can serve is kept off running nodes (by the same
+                # filters as everywhere, so a trait no instance type has keeps it bounded).
+                capacity = capacity or Capacity(snapshot, settings, max_instances, now)
+                if capacity.bounded_for(demand):
+                    costly = None
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if known_misfit is not None else engine.choose(demand, avoid)
         if choice is not None:
@@ -233,8 +237,10 @@ def _cost_gate(
     jobs: Mapping[int, Job],
     now: float,
     settings: PlacementSettings,
+    max_instances: int | None,
     placed: Sequence[tuple[list[int], Demand]],
 ) -> CostGate:
+    live = sum(1 for n in snapshot.nodes if n.state.live)
     gate = CostGate(
         arrays,
         snapshot.attempts,
@@ -244,6 +250,8 @@ def _cost_gate(
         now,
         settings.cost,
         settings.queue.default_time_limit,
+        capacity=settings.queue.capacity,
+        room_for=None if max_instances is None else max_instances - live,
     )
     for nodes, demand in placed:
         gate.placed(nodes, demand)
