@@ -53,7 +53,7 @@ class Capacity:
             return True
         if self.max_instances is not None and self.live + demand.node_count > self.max_instances:
             return True
-        return not any(rank.fits for rank in self.types.rank(demand))
+        return not self.types.any_fits(demand)
 
 
 def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None) -> Placer:
