@@ -47,3 +47,15 @@ def test_types_in_capacity_back_off_do_not_fit_for_now() -> None:
     assert names(ranks) == ["medium", "gpu"]
     large = next(r for r in ranks if r.instance_type == "large")
     assert large.reason.startswith("CAPACITY_BACKOFF")
+
+
+def test_any_fits_agrees_with_the_ranking() -> None:
+    from corral.placement import TypeRanker
+    from corral.placement.demand import Demand
+
+    cases = [job(1, 4, 12), job(2, 1, 1, traits={"zone": "b"}), job(3, 1, 1, gpus=1), job(4, 64, 1)]
+    for unavailable in ({}, {"gpu": 1e12}, {"large": 1e12, "medium": 1e12, "gpu": 1e12}):
+        ranker = TypeRanker(TYPES, PlacementSettings(), now=0.0, unavailable=unavailable)
+        for j in cases:
+            demand = Demand.of(j)
+            assert ranker.any_fits(demand) == any(r.fits for r in ranker.rank(demand)), (j.id, unavailable)

@@ -67,6 +67,7 @@ class TypeRanker:
             arrays, settings, now=now, weights=settings.boot_weights, instance_types=self.types, filters=names
         )
         self._cache: dict[tuple[object, ...], list[TypeRank]] = {}
+        self._fits: dict[tuple[object, ...], bool] = {}
 
     def rank(self, demand: Demand) -> list[TypeRank]:
         key = demand.key[:4]
@@ -94,10 +95,15 @@ class TypeRanker:
         return ranks
 
     def any_fits(self, demand: Demand) -> bool:
-        """Whether some type could hold the job now (fits, and not in capacity back-off): what
-        `rank` says of its first entry, without describing the types that do not fit."""
-        fits = self.engine.hard_mask(demand)
-        return any(fits[i] and t.name not in self.unavailable for i, t in enumerate(self.types))
+        """Whether some type holds the job and is not in capacity back-off: `any(r.fits for r in
+        rank(demand))` without scoring the types or describing why the others do not fit."""
+        key = demand.key[:4]
+        cached = self._fits.get(key)
+        if cached is None:
+            mask = self.engine.hard_mask(demand)
+            cached = any(bool(mask[i]) and t.name not in self.unavailable for i, t in enumerate(self.types))
+            self._fits[key] = cached
+        return cached
 
     def _why_not(self, demand: Demand, i: int) -> str:
         """The first filter, in the configured order, that rules type i out, described on it alone."""

@@ -27,6 +27,7 @@ from corral.placement.boot import TypeRanker
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.explain import explain
+from corral.placement.lifetime import CostGate
 from corral.placement.locality import LocalityIndex
 from corral.placement.settings import PlacementSettings, coerce
 
@@ -184,6 +185,10 @@ def place(
     reservation: Reservation | None = None
     examined_after_block = 0
     never_fits: set[tuple[object, ...]] = set()
+    # Cost gate (elastic jobs): built when first needed; placements made before then are replayed.
+    gate: CostGate | None = None
+    gated_by_cost = settings.cost.max_extension > 0 and bool(snapshot.instance_types)
+    placed_before_gate: list[tuple[list[int], Demand]] = []
 
     for job in ordered:
         demand = Demand.of(job)
@@ -209,9 +214,29 @@ def place(
             )
 
         known_misfit = no_room.get(demand.key)
-        choice = None if known_misfit is not None else engine.choose(demand, exclude)
+        costly = None
+        if (
+            gated_by_cost
+            and known_misfit is None
+            and (demand.time_limit is not None or policy.default_time_limit is not None)
+        ):
+            if gate is None:
+                gate = _cost_gate(snapshot, arrays, now, settings, max_instances, placed_before_gate)
+            costly = gate.exclude(demand)
+            if costly is not None:
+                # Only a job the boot planner can serve is kept off running nodes (by the same
+                # filters as everywhere, so a trait no instance type has keeps it bounded).
+                capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
+                if capacity.bounded_for(demand):
+                    costly = None
+        avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
+        choice = None if known_misfit is not None else engine.choose(demand, avoid)
         if choice is not None:
             engine.commit(demand, choice.nodes, job.tags)
+            if gate is not None:
+                gate.placed(choice.nodes, demand)
+            elif gated_by_cost:
+                placed_before_gate.append((choice.nodes, demand))
             result.placements.append(Placement(job.id, tuple(arrays.ids[i] for i in choice.nodes)))
             placed: dict[str, Any] = {"job": job.id, "placed_on": [arrays.ids[i] for i in choice.nodes]}
             placed["top"] = choice.top
@@ -224,7 +249,10 @@ def place(
                 reservation.take(choice.nodes, demand.vector, end)
             continue
 
-        # Not placed: held back by the reservation, or no node fits now.
+        # Not placed: kept off running nodes by cost, held back by the reservation, or no node fits now.
+        if costly is not None and engine.evaluate(demand, exclude).count >= demand.node_count:
+            _wait(result, job, COSTLY_REASON)
+            continue
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
             assert reservation is not None
             reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
@@ -291,6 +319,35 @@ class LazyTimeline:
                     self._timeline.add(end, i, frees)
             self._later = []
         return self._timeline
+
+
+COSTLY_REASON = "a new instance costs less than keeping a running node up longer for this job"
+
+
+def _cost_gate(
+    snapshot: Snapshot,
+    arrays: NodeArrays,
+    now: float,
+    settings: PlacementSettings,
+    max_instances: int | None,
+    placed: Sequence[tuple[list[int], Demand]],
+) -> CostGate:
+    live = sum(1 for n in snapshot.nodes if n.state.live)
+    gate = CostGate(
+        arrays,
+        snapshot.attempts,
+        {job.id: job for job in snapshot.jobs},
+        snapshot.instance_types,
+        snapshot.unavailable_types,
+        now,
+        settings.cost,
+        settings.queue.default_time_limit,
+        capacity=settings.queue.capacity,
+        room_for=None if max_instances is None else max_instances - live,
+    )
+    for nodes, demand in placed:
+        gate.placed(nodes, demand)
+    return gate
 
 
 def _wait(result: PlacementResult, job: Job, reason: str, **extra: Any) -> None:

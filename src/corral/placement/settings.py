@@ -113,6 +113,39 @@ class QueueSettings(_Strict):
     )
 
 
+class CostSettings(_Strict):
+    """Whether an elastic job goes on a running node or gets a new instance: the cheaper of the two.
+
+    A job placed on a running node whose work is expected to end before the job's own keeps that
+    node up (and paid for) longer; a job that ends earlier rides along for free. Run times are
+    unknown, so they are taken as a share of the time limit, each share in `run_fractions` equally
+    likely (users over-estimate: real logs show shares spread over 0..1)."""
+
+    max_extension: float = Field(
+        1.0,
+        ge=0.0,
+        description=(
+            "an elastic job skips a running node when the expected cost of keeping that node up longer for it is "
+            "more than this many times the cost of a new instance for it; 0: off (any node that fits will do)"
+        ),
+    )
+    run_fractions: list[float] = Field(
+        default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9],
+        min_length=1,
+        description="shares of its time limit a job may run, each equally likely",
+    )
+    boot_time: Duration = Field(
+        90.0, ge=0.0, description="what a new instance is paid for before it runs the job (its boot)"
+    )
+
+    @field_validator("run_fractions")
+    @classmethod
+    def _fractions(cls, value: list[float]) -> list[float]:
+        if any(not 0.0 < f <= 1.0 for f in value):
+            raise ValueError("run fractions must lie in (0, 1]")
+        return sorted(value)
+
+
 class PlacementSettings(_Strict):
     filters: list[str] = Field(
         default_factory=lambda: list(FILTER_NAMES), description="filters in the order they run; omit one to skip it"
@@ -146,6 +179,7 @@ class PlacementSettings(_Strict):
     explain_sample: int = Field(5, ge=1, description="node ids listed per filter in an explanation")
     explain_top: int = Field(3, ge=1, description="nodes whose scores are kept for a placed job")
     queue: QueueSettings = Field(default_factory=QueueSettings)
+    cost: CostSettings = Field(default_factory=CostSettings)
 
     @field_validator("filters")
     @classmethod

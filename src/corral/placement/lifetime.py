@@ -1,0 +1,183 @@
+"""Node lifetimes, and the cost gate between a running node and a new instance (elastic fleets).
+
+An instance is paid for until its last job ends. A job placed on a running node whose work is
+expected to end before the job's own keeps that node up longer: the job costs the node's whole
+price for that extension, not the share it occupies. A new instance of the cheapest type that
+holds the job costs that type's price for the job's run plus its boot. The gate keeps a job off
+the nodes where the first costs more than `max_extension` times the second; the boot planner then
+boots an instance for it.
+
+Run times are not known, only time limits, which users over-estimate by a wide and varying
+factor. So a run is taken to last a share of its limit, each share in `run_fractions` equally
+likely, for the job and (independently) for each node's work, and the extension is the expected
+one over those pairs. Node k's work under share f ends at the latest `start + f * limit` of its
+jobs (and not before `now`); work without a time limit (and no `queue.default_time_limit`) never
+ends, so a job on that node extends nothing.
+
+Pure: from the snapshot's attempts and jobs, the node arrays and `now`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from corral.core.model import Attempt, InstanceType, Job, Resources
+from corral.placement.arrays import Bools, Floats, NodeArrays
+from corral.placement.demand import Demand
+from corral.placement.settings import CostSettings
+
+
+def node_ends(
+    arrays: NodeArrays,
+    attempts: Iterable[Attempt],
+    jobs: Mapping[int, Job],
+    now: float,
+    fractions: Floats,
+    default_limit: float | None = None,
+) -> Floats:
+    """(shares x nodes): when each node's running work ends if every job on it runs that share of
+    its time limit; `now` for a node without work (or whose work is past it), inf for work without
+    a limit."""
+    ends = np.full((len(fractions), arrays.n), now, dtype=np.float64)
+    index = arrays.index
+    where: list[int] = []
+    starts: list[float] = []
+    limits: list[float] = []
+    for attempt in attempts:
+        if not attempt.state.active:
+            continue
+        job = jobs.get(attempt.job_id)
+        limit = job.time_limit if job is not None and job.time_limit is not None else default_limit
+        start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
+        for node_id in attempt.node_ids:
+            i = index.get(node_id)
+            if i is not None:
+                where.append(i)
+                starts.append(start)
+                limits.append(math.inf if limit is None else limit)
+    if where:
+        # One vectorised pass: every (share, attempt) end, folded into its node's column.
+        span = np.array(limits)[None, :] * fractions[:, None]
+        rows = np.repeat(np.arange(len(fractions)), len(where))
+        cols = np.tile(np.array(where, dtype=np.int64), len(fractions))
+        np.maximum.at(ends, (rows, cols), (np.array(starts)[None, :] + span).ravel())
+    return ends
+
+
+def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats) -> Floats:
+    """Per node (columns of `ends`): the mean, over pairs of shares (the node's, the job's), of how
+    far a job of time limit `limit` started `now` runs past the node's work."""
+    job_end = now + fractions * limit
+    total = np.zeros(ends.shape[1])
+    for end in job_end:
+        total += np.maximum(0.0, end - ends).sum(axis=0)
+    result: Floats = total / (len(fractions) * len(fractions))
+    return result
+
+
+def cheapest_price(
+    request: Resources, types: Sequence[InstanceType], unavailable: Mapping[str, float], now: float
+) -> float:
+    """Hourly price of the cheapest type that holds `request` and is not in capacity back-off; inf if none."""
+    prices = [t.price_per_hour for t in types if request.fits_in(t.capacity) and unavailable.get(t.name, 0.0) <= now]
+    return min(prices, default=math.inf)
+
+
+class CostGate:
+    """Built once per pass (lazily, by the placer, when an elastic job first needs it)."""
+
+    def __init__(
+        self,
+        arrays: NodeArrays,
+        attempts: Iterable[Attempt],
+        jobs: Mapping[int, Job],
+        instance_types: Sequence[InstanceType],
+        unavailable: Mapping[str, float],
+        now: float,
+        settings: CostSettings,
+        default_limit: float | None = None,
+        *,
+        capacity: str = "auto",
+        room_for: int | None = None,
+    ) -> None:
+        """`capacity` is `queue.capacity`; `room_for` how many more instances may be booted
+        (None: no limit)."""
+        self.arrays = arrays
+        self.capacity = capacity
+        self.room_for = room_for
+        self.now = now
+        self.settings = settings
+        self.default_limit = default_limit
+        self.fractions = np.array(settings.run_fractions, dtype=np.float64)
+        self.mean_fraction = float(self.fractions.mean())
+        self.ends = node_ends(arrays, attempts, jobs, now, self.fractions, default_limit)
+        self.types = list(instance_types)
+        self.unavailable = dict(unavailable)
+        self._new_price: dict[tuple[float, float, float, float], float] = {}
+        self._top_price = float(arrays.price.max()) if arrays.n else 0.0
+
+    def limit(self, demand: Demand) -> float | None:
+        return demand.time_limit if demand.time_limit is not None else self.default_limit
+
+    def new_price(self, demand: Demand) -> float:
+        """Hourly price of the type the boot planner would boot for the job (inf: none)."""
+        price = self._new_price.get(demand.amounts)
+        if price is None:
+            price = cheapest_price(demand.resources, self.types, self.unavailable, self.now)
+            self._new_price[demand.amounts] = price
+        return price
+
+    def new_instance_cost(self, demand: Demand) -> float:
+        """Expected cost (USD) of a new instance of the cheapest fitting type for the job's run,
+        boot included; inf when no type can be booted for it or the job has no time limit."""
+        limit = self.limit(demand)
+        price = self.new_price(demand)
+        if limit is None or not math.isfinite(price):
+            return math.inf
+        return price * (self.mean_fraction * limit + self.settings.boot_time) / 3600.0
+
+    def extension_cost(self, demand: Demand) -> Floats:
+        """Per node: expected cost (USD) of the time the job keeps the node up beyond its work."""
+        limit = self.limit(demand)
+        if limit is None:
+            return np.zeros(self.arrays.n)
+        hours: Floats = expected_extension(self.ends, self.now, limit, self.fractions) / 3600.0
+        result: Floats = self.arrays.price * hours
+        return result
+
+    def elastic(self, demand: Demand) -> bool:
+        """Whether the boot planner could boot an instance for the job now (the same test it makes:
+        the cheapest type whose capacity holds the request, not in capacity back-off, within
+        `max_instances`)."""
+        if self.capacity == "bounded":
+            return False
+        if self.capacity == "auto" and self.room_for is not None and demand.node_count > self.room_for:
+            return False
+        return math.isfinite(self.new_price(demand))
+
+    def exclude(self, demand: Demand) -> Bools | None:
+        """Nodes on which the job costs more than a new instance would (None: no such node, or
+        the job is not elastic)."""
+        ratio = self.settings.max_extension
+        limit = self.limit(demand)
+        if ratio <= 0 or limit is None or not self.elastic(demand):
+            return None
+        allowed = ratio * self.new_instance_cost(demand)
+        if not math.isfinite(allowed):
+            return None
+        # A node can cost at most its price for the job's whole expected run: most nodes are
+        # ruled in by that alone, without the per-node expectation.
+        if self._top_price * self.mean_fraction * limit / 3600.0 <= allowed:
+            return None
+        costly = self.extension_cost(demand) > allowed
+        return costly if costly.any() else None
+
+    def placed(self, nodes: Iterable[int], demand: Demand) -> None:
+        """A job placed this pass now holds its nodes up to its own end."""
+        limit = self.limit(demand)
+        end = np.full(len(self.fractions), math.inf) if limit is None else self.now + self.fractions * limit
+        for i in nodes:
+            np.maximum(self.ends[:, i], end, out=self.ends[:, i])

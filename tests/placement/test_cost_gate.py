@@ -1,0 +1,177 @@
+"""The cost gate: an elastic job goes on a running node only if that costs no more than a new instance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from placement_helpers import NOW, job, node, placed, run_pass, running
+
+from corral.core.model import Attempt, GiB, InstanceType, Job, JobState, Node
+from corral.core.reconcile import plan_pass
+from corral.core.settings import BootSettings, PolicySettings
+from corral.core.snapshot import Snapshot
+from corral.placement import PlacementSettings, make_placer
+from corral.placement.arrays import NodeArrays, measure_load
+from corral.placement.lifetime import expected_extension, node_ends
+from corral.placement.placer import COSTLY_REASON
+
+HOUR = 3600.0
+SMALL = InstanceType("c5.large", 2, 4 * GiB, 0.085)
+MEDIUM = InstanceType("c5.9xlarge", 36, 72 * GiB, 1.53)
+BIG = InstanceType("c5.18xlarge", 72, 144 * GiB, 3.06)
+TYPES = [SMALL, MEDIUM, BIG]
+
+
+def big(node_id: str, price: float = BIG.price_per_hour, vcpus: float = 72) -> Node:
+    return node(node_id, vcpus, vcpus * 2, price=price)
+
+
+def work(attempt_id: int, node_id: str, vcpus: float, limit: float, started_ago: float = 100.0) -> tuple[Job, Attempt]:
+    """A running job of `vcpus` with time limit `limit`, started `started_ago` seconds before NOW."""
+    j = job(1000 + attempt_id, vcpus, vcpus, time_limit=limit, state=JobState.RUNNING)
+    a = running(attempt_id, j.id, [node_id], j.resources, started_at=NOW - started_ago)
+    return j, a
+
+
+def test_node_ends_and_expected_extension() -> None:
+    nodes = [node("a"), node("b"), node("c")]
+    j1, a1 = work(1, "a", 1, 1000)
+    j2, a2 = work(2, "a", 1, 3000)
+    j3, a3 = work(3, "b", 1, 0.0)  # past its limit: taken to end now
+    jobs = {j.id: j for j in (j1, j2, j3)}
+    arrays = NodeArrays(nodes, measure_load(nodes, [a1, a2, a3], jobs), PlacementSettings(), NOW)
+    fractions = np.array([0.5, 1.0])
+    ends = node_ends(arrays, [a1, a2, a3], jobs, NOW, fractions)
+    # a: the latest of start + share x limit (start = NOW - 100); b: now; c (no work): now.
+    assert ends.tolist() == [[NOW + 1400, NOW, NOW], [NOW + 2900, NOW, NOW]]
+    # A job of limit 4000 from NOW ends at NOW + 2000 or NOW + 4000; on node a the pairs give
+    # 600, 0, 2600, 1100 seconds past the node's work; on an empty node 2000 or 4000.
+    assert expected_extension(ends, NOW, 4000, fractions).tolist() == [1075.0, 3000.0, 3000.0]
+
+
+def test_work_without_a_limit_never_ends() -> None:
+    nodes = [node("a")]
+    j, a = work(1, "a", 1, 1000)
+    j.time_limit = None
+    arrays = NodeArrays(nodes, measure_load(nodes, [a], {j.id: j}), PlacementSettings(), NOW)
+    ends = node_ends(arrays, [a], {j.id: j}, NOW, np.array([0.5, 1.0]))
+    assert np.isinf(ends).all()
+    assert node_ends(arrays, [a], {j.id: j}, NOW, np.array([1.0]), default_limit=500.0).tolist() == [[NOW + 400]]
+
+
+def test_a_long_small_job_goes_where_the_work_ends_later() -> None:
+    # Both nodes are big and half full. n-soon's work ends within 10 minutes, n-late's within 20
+    # hours (at least 2 h even if it runs only a tenth of its limit). Packing alone prefers n-soon
+    # (less free RAM); the 1-vcpu job of up to 2 hours would keep it up for hours.
+    nodes = [big("n-soon"), big("n-late")]
+    j1, a1 = work(1, "n-soon", 40, 600)
+    j2, a2 = work(2, "n-late", 36, 20 * HOUR)
+    queue = [job(1, 1, 1, time_limit=2 * HOUR)]
+    result = run_pass(nodes, queue, attempts=[a1, a2], other_jobs=[j1, j2], instance_types=TYPES)
+    assert placed(result) == {1: ("n-late",)}
+    # Without the gate, packing decides.
+    off = run_pass(
+        nodes,
+        queue,
+        attempts=[a1, a2],
+        other_jobs=[j1, j2],
+        instance_types=TYPES,
+        settings={"cost": {"max_extension": 0}},
+    )
+    assert placed(off) == {1: ("n-soon",)}
+
+
+def test_a_new_instance_rather_than_keeping_a_big_node_up() -> None:
+    nodes = [big("n-soon")]
+    j1, a1 = work(1, "n-soon", 40, 600)
+    for n in nodes:
+        n.last_ping_at = NOW
+    queue = [job(1, 1, 1, time_limit=10 * HOUR)]
+    result = run_pass(nodes, queue, attempts=[a1], other_jobs=[j1], instance_types=TYPES)
+    assert placed(result) == {}
+    assert result.reasons[1] == COSTLY_REASON
+    # Through plan_pass: the boot planner boots the cheapest type that holds it.
+    snapshot = Snapshot(jobs=[j1, *queue], attempts=[a1], nodes=nodes, instance_types=TYPES, observing_since=0)
+    settings = PolicySettings(boot=BootSettings(max_instances=10))
+    decisions = plan_pass(snapshot, NOW, settings, placer=make_placer(settings))
+    assert decisions.placements == []
+    assert [b.instance_type for b in decisions.boots] == ["c5.large"]
+
+
+def test_a_cheap_node_is_extended_rather_than_booting() -> None:
+    # A node priced like the cheapest type: extending it costs no more than a new one (no boot).
+    nodes = [node("n-small", 2, 4, price=SMALL.price_per_hour)]
+    j1, a1 = work(1, "n-small", 1, 600)
+    result = run_pass(nodes, [job(1, 1, 1, time_limit=10 * HOUR)], attempts=[a1], other_jobs=[j1], instance_types=TYPES)
+    assert placed(result) == {1: ("n-small",)}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "bounded by max_instances",
+        "no instance types",
+        "gate off",
+        "no time limit",
+        "capacity forced bounded",
+        "a trait no instance type has",
+    ],
+)
+def test_the_gate_applies_only_to_elastic_jobs_with_a_limit(case: str) -> None:
+    nodes = [big("n-soon")]
+    j1, a1 = work(1, "n-soon", 40, 600)
+    traits = {"zone": "a"} if case == "a trait no instance type has" else {}
+    if traits:
+        nodes[0].attributes["zone"] = "a"
+    queue = [job(1, 1, 1, time_limit=None if case == "no time limit" else 10 * HOUR, traits=traits)]
+    settings: dict[str, object] = {}
+    if case == "gate off":
+        settings = {"cost": {"max_extension": 0}}
+    if case == "capacity forced bounded":
+        settings = {"queue": {"capacity": "bounded"}}
+    result = run_pass(
+        nodes,
+        queue,
+        attempts=[a1],
+        other_jobs=[j1],
+        instance_types=[] if case == "no instance types" else TYPES,
+        max_instances=1 if case == "bounded by max_instances" else None,
+        settings=settings,
+    )
+    assert placed(result) == {1: ("n-soon",)}
+
+
+def test_jobs_placed_earlier_in_the_pass_count() -> None:
+    # An idle node priced like a c5.9xlarge. Job 1 (32 vcpus, 20 h) costs the same there as on a new
+    # c5.9xlarge, so it goes there; job 2 (1 vcpu, 4 h) then rides along with it. Alone, job 2
+    # would not be worth keeping that node up for.
+    nodes = [node("n", 36, 72, price=MEDIUM.price_per_hour)]
+    long_job = job(1, 32, 32, time_limit=20 * HOUR)
+    small_job = job(2, 1, 1, time_limit=4 * HOUR)
+    both = run_pass(nodes, [long_job, small_job], instance_types=TYPES)
+    assert placed(both) == {1: ("n",), 2: ("n",)}
+    alone = run_pass(nodes, [small_job], instance_types=TYPES)
+    assert placed(alone) == {}
+    assert alone.reasons[2] == COSTLY_REASON
+
+
+def test_a_gang_is_judged_per_node() -> None:
+    nodes = [big("a"), big("b"), node("c", 2, 4, price=SMALL.price_per_hour)]
+    j1, a1 = work(1, "a", 40, 20 * HOUR)
+    j2, a2 = work(2, "b", 40, 600)
+    j3, a3 = work(3, "c", 1, 20 * HOUR)
+    result = run_pass(
+        nodes,
+        [job(1, 1, 1, nodes=2, time_limit=2 * HOUR)],
+        attempts=[a1, a2, a3],
+        other_jobs=[j1, j2, j3],
+        instance_types=TYPES,
+    )
+    assert sorted(placed(result)[1]) == ["a", "c"]
+
+
+def test_settings_validate_fractions() -> None:
+    assert PlacementSettings.model_validate({"cost": {"run_fractions": [0.9, 0.1]}}).cost.run_fractions == [0.1, 0.9]
+    with pytest.raises(ValueError, match="run fractions"):
+        PlacementSettings.model_validate({"cost": {"run_fractions": [0.0, 0.5]}})
+    assert PlacementSettings.model_validate({"cost": {"boot_time": "2m"}}).cost.boot_time == 120.0
