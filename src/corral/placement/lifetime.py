@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from corral.core.model import Attempt, InstanceType, Job, Resources
+from corral.core.model import Attempt, AttemptState, InstanceType, Job, Resources
 from corral.placement.arrays import Bools, Floats, NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.settings import CostSettings
@@ -46,18 +46,20 @@ def node_ends(
     where: list[int] = []
     starts: list[float] = []
     limits: list[float] = []
+    assigned, running = AttemptState.ASSIGNED, AttemptState.RUNNING
+    no_limit = math.inf if default_limit is None else default_limit
     for attempt in attempts:
-        if not attempt.state.active:
+        if attempt.state is not assigned and attempt.state is not running:
             continue
         job = jobs.get(attempt.job_id)
-        limit = job.time_limit if job is not None and job.time_limit is not None else default_limit
+        limit = no_limit if job is None or job.time_limit is None else job.time_limit
         start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
         for node_id in attempt.node_ids:
             i = index.get(node_id)
             if i is not None:
                 where.append(i)
                 starts.append(start)
-                limits.append(math.inf if limit is None else limit)
+                limits.append(limit)
     if where:
         # One vectorised pass: every (share, attempt) end, folded into its node's column.
         span = np.array(limits)[None, :] * fractions[:, None]

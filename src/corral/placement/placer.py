@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from corral.core.model import Job, Node, Resources
+from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
 from corral.placement.arrays import FleetFacts, NodeArrays, fleet_signature, measure_load
@@ -53,7 +53,7 @@ class Capacity:
         memo: FactsMemo | None = None,
     ) -> None:
         self.mode = settings.queue.capacity
-        self.live = sum(1 for n in snapshot.nodes if n.state.live)
+        self.live = live_count(snapshot.nodes)
         self.max_instances = max_instances
         self.has_types = bool(snapshot.instance_types)
         self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now)
@@ -98,6 +98,12 @@ class TypeFits:
                 self._ranker = TypeRanker(self.types, self._settings, now=self._now, unavailable=self.unavailable)
             answer = self._answers[key] = self._ranker.any_fits(demand)
         return answer
+
+
+def live_count(nodes: Sequence[Node]) -> int:
+    """Nodes that count against `max_instances` (not shutting down or gone)."""
+    states = [n.state for n in nodes]
+    return len(states) - states.count(NodeState.SHUTTING_DOWN) - states.count(NodeState.GONE)
 
 
 def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None) -> Placer:
@@ -332,7 +338,7 @@ def _cost_gate(
     max_instances: int | None,
     placed: Sequence[tuple[list[int], Demand]],
 ) -> CostGate:
-    live = sum(1 for n in snapshot.nodes if n.state.live)
+    live = live_count(snapshot.nodes)
     gate = CostGate(
         arrays,
         snapshot.attempts,
