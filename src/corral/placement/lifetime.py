@@ -80,12 +80,9 @@ def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats
     return result
 
 
-def cheapest_price(
-    request: Resources, types: Sequence[InstanceType], unavailable: Mapping[str, float], now: float
-) -> float:
-    """Hourly price of the cheapest type that holds `request` and is not in capacity back-off; inf if none."""
-    prices = [t.price_per_hour for t in types if request.fits_in(t.capacity) and unavailable.get(t.name, 0.0) <= now]
-    return min(prices, default=math.inf)
+def cheapest_price(request: Resources, offers: Sequence[tuple[Resources, float]]) -> float:
+    """Hourly price of the cheapest offer (capacity, price) that holds `request`; inf if none."""
+    return min((price for capacity, price in offers if request.fits_in(capacity)), default=math.inf)
 
 
 class CostGate:
@@ -116,8 +113,8 @@ class CostGate:
         self.fractions = np.array(settings.run_fractions, dtype=np.float64)
         self.mean_fraction = float(self.fractions.mean())
         self.ends = node_ends(arrays, attempts, jobs, now, self.fractions, default_limit)
-        self.types = list(instance_types)
-        self.unavailable = dict(unavailable)
+        # What the boot planner may boot now: every type not in capacity back-off.
+        self._offers = [(t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now]
         self._new_price: dict[tuple[float, float, float, float], float] = {}
         self._top_price = float(arrays.price.max()) if arrays.n else 0.0
 
@@ -128,7 +125,7 @@ class CostGate:
         """Hourly price of the type the boot planner would boot for the job (inf: none)."""
         price = self._new_price.get(demand.amounts)
         if price is None:
-            price = cheapest_price(demand.resources, self.types, self.unavailable, self.now)
+            price = cheapest_price(demand.resources, self._offers)
             self._new_price[demand.amounts] = price
         return price
 
