@@ -179,9 +179,10 @@ def _html(outcome: Outcome, plots: list[tuple[str, str]]) -> str:
         + "</tr>"
         for label, key, fmt in ROWS
     )
-    quirks = "".join(
-        f"<li>{html.escape(name)}: {count:,}</li>" for name, count in workload["quirks"].items()
-    ) or "<li>none</li>"
+    quirks = (
+        "".join(f"<li>{html.escape(name)}: {count:,}</li>" for name, count in workload["quirks"].items())
+        or "<li>none</li>"
+    )
     figures = "\n".join(
         f'<h2>{html.escape(title)}</h2>\n<img src="{name}" alt="{html.escape(title)}">' for name, title in plots
     )
