@@ -1,6 +1,6 @@
 """Simulator benchmark: replay a workload through corral's reconcile pass in both fleet modes.
 
-    .venv/bin/python bench/simulate.py [WORKLOAD] [--jobs N] [--modes elastic,fixed] [--quality]
+    .venv/bin/python bench/simulate.py [WORKLOAD] [--jobs N] [--modes elastic,fixed] [--quality] [--no-cost-gate]
 
 Without WORKLOAD it generates (deterministically, in-process) a 100,000-job SWF trace with the
 statistics of a parallel-machine log (corral.workload.synth) and an arrival rate at which the elastic
@@ -97,6 +97,9 @@ def run_child(mode: str, workload: Path, limit: int | None, variant: str) -> dic
         jobs = jobs[:limit]
     if variant == "hourly":
         cfg = config(mode, hourly=True)
+    elif variant == "no-cost-gate":
+        cfg = config(mode)
+        cfg.policy.placement.cost.max_extension = 0.0
     elif variant.startswith("fixed:"):
         name, count = variant.split(":")[1:]
         cfg = config("fixed", fixed_nodes=[(name, int(count))])
@@ -149,6 +152,9 @@ def main() -> None:
     parser.add_argument(
         "--fixed", metavar="TYPE:COUNT", help=f"the fixed fleet (default {FIXED_TYPE}:{FIXED_COUNT}), e.g. c5.large:50"
     )
+    parser.add_argument(
+        "--no-cost-gate", action="store_true", help="elastic with policy.placement.cost.max_extension = 0"
+    )
     parser.add_argument("--write-trace", type=Path, help="write the generated trace here and stop")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
@@ -169,12 +175,19 @@ def main() -> None:
                 return
         fixed = f"fixed:{args.fixed}" if args.fixed else ""
         name = workload.name if args.workload is not None else f"generated {TRACE}"
-        figures = bench(workload, name, args.jobs, args.modes.split(","), args.quality, fixed)
+        elastic = "no-cost-gate" if args.no_cost_gate else ""
+        figures = bench(workload, name, args.jobs, args.modes.split(","), args.quality, fixed, elastic)
     print(json.dumps(figures))
 
 
 def bench(
-    workload: Path, name: str, limit: int | None, modes: list[str], quality: bool, fixed: str = ""
+    workload: Path,
+    name: str,
+    limit: int | None,
+    modes: list[str],
+    quality: bool,
+    fixed: str = "",
+    elastic: str = "",
 ) -> dict[str, Any]:
     print(f"workload: {name}")
     print("one core; jobs/s = simulated jobs per wall-clock second of the simulation (reading excluded)")
@@ -183,7 +196,7 @@ def bench(
     print(header, flush=True)
     runs: dict[str, dict[str, Any]] = {}
     for mode in modes:
-        r = runs[mode] = in_child(mode, workload, limit, fixed if mode == "fixed" else "")
+        r = runs[mode] = in_child(mode, workload, limit, fixed if mode == "fixed" else elastic)
         print(
             f"{mode:<8} {r['jobs']:>8,} {r['wall_seconds']:>8.1f} {r['jobs_per_second']:>8,.0f}"
             f" {TARGETS.get(mode, 0):>8,.0f} {r['peak_rss_mib']:>9,.0f} {r['passes']:>9,} {r['peak_fleet']:>10,}"
