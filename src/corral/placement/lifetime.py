@@ -98,15 +98,8 @@ class CostGate:
         now: float,
         settings: CostSettings,
         default_limit: float | None = None,
-        *,
-        capacity: str = "auto",
-        room_for: int | None = None,
     ) -> None:
-        """`capacity` is `queue.capacity`; `room_for` how many more instances may be booted
-        (None: no limit)."""
         self.arrays = arrays
-        self.capacity = capacity
-        self.room_for = room_for
         self.now = now
         self.settings = settings
         self.default_limit = default_limit
@@ -147,22 +140,13 @@ class CostGate:
         result: Floats = self.arrays.price * hours
         return result
 
-    def elastic(self, demand: Demand) -> bool:
-        """Whether the boot planner could boot an instance for the job now (the same test it makes:
-        the cheapest type whose capacity holds the request, not in capacity back-off, within
-        `max_instances`)."""
-        if self.capacity == "bounded":
-            return False
-        if self.capacity == "auto" and self.room_for is not None and demand.node_count > self.room_for:
-            return False
-        return math.isfinite(self.new_price(demand))
-
     def exclude(self, demand: Demand) -> Bools | None:
-        """Nodes on which the job costs more than a new instance would (None: no such node, or
-        the job is not elastic)."""
+        """Nodes on which the job costs more than a new instance would (None: no such node, or no
+        type not in back-off holds it). Whether an instance may be booted for the job at all
+        (capacity mode, `max_instances`) is the placer's `Capacity.bounded_for`."""
         ratio = self.settings.max_extension
         limit = self.limit(demand)
-        if ratio <= 0 or limit is None or not self.elastic(demand):
+        if ratio <= 0 or limit is None:
             return None
         allowed = ratio * self.new_instance_cost(demand)
         if not math.isfinite(allowed):

@@ -8,8 +8,9 @@ types, `max_instances` reached, or every type that could hold it (by the same fi
 back-off. `bounded` and `elastic` force one or the other.
 
 Build a placer once per configuration with `make_placer`. Between passes it keeps only what the
-nodes say about themselves (`FleetFacts`), reused while the nodes' ids, states, capacities and
-attributes are unchanged; every decision is the one a fresh placer would make.
+nodes say about themselves (`FleetFacts`) and which instance types can take which request
+(`TypeFits`), each while what it was computed from is unchanged; every decision is the one a
+fresh placer would make.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ class Capacity:
 
 
 class TypeFits:
-    """Whether some instance type could hold a demand now (`TypeRanker.any_fits`), remembered per
-    demand; built lazily, and kept by a FactsMemo while the types, the back-offs in force and the
+    """Whether some instance type could hold a demand now (`TypeRanker.any_fits`); the ranker is
+    built lazily, and kept by a FactsMemo while the types, the back-offs in force and the
     types' own reservations are unchanged."""
 
     def __init__(self, snapshot: Snapshot, settings: PlacementSettings, now: float) -> None:
@@ -79,7 +80,6 @@ class TypeFits:
         self._settings = settings
         self._now = now
         self._ranker: TypeRanker | None = None
-        self._answers: dict[tuple[object, ...], bool] = {}
         reserved = [dict(t.attributes) for t in self.types if any(k == attr.RESERVATION for k, _ in t.attributes)]
         ends = [attr.number(a, attr.RESERVATION_UNTIL) for a in reserved]
         self._expires = min((end for end in ends if end > now), default=math.inf)
@@ -91,13 +91,9 @@ class TypeFits:
         return in_force == self.unavailable and snapshot.instance_types == self.types
 
     def any_fits(self, demand: Demand) -> bool:
-        key = demand.key[:4]
-        answer = self._answers.get(key)
-        if answer is None:
-            if self._ranker is None:
-                self._ranker = TypeRanker(self.types, self._settings, now=self._now, unavailable=self.unavailable)
-            answer = self._answers[key] = self._ranker.any_fits(demand)
-        return answer
+        if self._ranker is None:
+            self._ranker = TypeRanker(self.types, self._settings, now=self._now, unavailable=self.unavailable)
+        return self._ranker.any_fits(demand)  # the ranker remembers each request's answer
 
 
 def live_count(nodes: Sequence[Node]) -> int:
@@ -122,7 +118,7 @@ def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any]
 
 
 class FactsMemo:
-    """The last pass's FleetFacts, for as long as they describe the nodes of the next pass."""
+    """The last pass's FleetFacts and TypeFits, for as long as they describe the next pass."""
 
     def __init__(self, settings: PlacementSettings) -> None:
         self.settings = settings
@@ -150,8 +146,11 @@ def build_engine(
     now: float,
     settings: PlacementSettings,
     facts: FleetFacts | None = None,
+    jobs: Mapping[int, Job] | None = None,
 ) -> Engine:
-    jobs = {job.id: job for job in snapshot.jobs}
+    """`jobs` is the snapshot's jobs by id, if the caller has it."""
+    if jobs is None:
+        jobs = {job.id: job for job in snapshot.jobs}
     load = measure_load(nodes, snapshot.attempts, jobs, dedicated=free is None)
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
@@ -173,14 +172,13 @@ def place(
     if not queue:
         return result
     facts = memo.facts_for(nodes, now) if memo is not None else None
-    engine = build_engine(snapshot, nodes, free, now, settings, facts)
+    jobs = {job.id: job for job in snapshot.jobs}
+    engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs)
     arrays = engine.arrays
     policy = settings.queue
     # Built only if a reservation is tried: from what runs, plus what this pass placed before.
     timeline = LazyTimeline(
-        lambda: Timeline.of_running(
-            arrays, snapshot.attempts, {job.id: job for job in snapshot.jobs}, now, policy.default_time_limit
-        )
+        lambda: Timeline.of_running(arrays, snapshot.attempts, jobs, now, policy.default_time_limit)
     )
     capacity: Capacity | None = None
     ordered = list(queue) if policy.order == "priority" else sorted(queue, key=lambda j: (j.submitted_at, j.id))
@@ -227,7 +225,7 @@ def place(
             and (demand.time_limit is not None or policy.default_time_limit is not None)
         ):
             if gate is None:
-                gate = _cost_gate(snapshot, arrays, now, settings, max_instances, placed_before_gate)
+                gate = _cost_gate(snapshot, arrays, jobs, now, settings, placed_before_gate)
             costly = gate.exclude(demand)
             if costly is not None:
                 # Only a job the boot planner can serve is kept off running nodes (by the same
@@ -333,23 +331,20 @@ COSTLY_REASON = "a new instance costs less than keeping a running node up longer
 def _cost_gate(
     snapshot: Snapshot,
     arrays: NodeArrays,
+    jobs: Mapping[int, Job],
     now: float,
     settings: PlacementSettings,
-    max_instances: int | None,
     placed: Sequence[tuple[list[int], Demand]],
 ) -> CostGate:
-    live = live_count(snapshot.nodes)
     gate = CostGate(
         arrays,
         snapshot.attempts,
-        {job.id: job for job in snapshot.jobs},
+        jobs,
         snapshot.instance_types,
         snapshot.unavailable_types,
         now,
         settings.cost,
         settings.queue.default_time_limit,
-        capacity=settings.queue.capacity,
-        room_for=None if max_instances is None else max_instances - live,
     )
     for nodes, demand in placed:
         gate.placed(nodes, demand)
