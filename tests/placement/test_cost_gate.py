@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from placement_helpers import NOW, job, node, placed, run_pass, running
 
-from corral.core.model import Attempt, GiB, InstanceType, Job, JobState, Node
+from corral.core.model import Attempt, GiB, InstanceType, Job, JobState, Node, NodeState
 from corral.core.reconcile import plan_pass
 from corral.core.settings import BootSettings, PolicySettings
 from corral.core.snapshot import Snapshot
@@ -168,6 +168,65 @@ def test_a_gang_is_judged_per_node() -> None:
         instance_types=TYPES,
     )
     assert sorted(placed(result)[1]) == ["a", "c"]
+
+
+def _booting(node_id: str, itype: InstanceType) -> Node:
+    n = node(node_id, itype.vcpus, itype.ram_mib / GiB, price=itype.price_per_hour, state=NodeState.BOOTING)
+    n.created_at = n.state_changed_at = NOW - 30
+    return n
+
+
+def _plan(nodes: list[Node], queue: list[Job], **placement: object) -> list[str]:
+    """Instance types booted by a whole pass, the boot planner's answer for what did not fit."""
+    snapshot = Snapshot(jobs=queue, attempts=[], nodes=nodes, instance_types=TYPES, observing_since=0)
+    placement_settings = PlacementSettings.model_validate(placement)
+    settings = PolicySettings(boot=BootSettings(max_instances=10), placement=placement_settings)
+    decisions = plan_pass(snapshot, NOW, settings, placer=make_placer(settings))
+    assert decisions.placements == []
+    return [b.instance_type for b in decisions.boots]
+
+
+def test_the_boot_planner_does_not_promise_room_the_gate_will_refuse() -> None:
+    # A c5.18xlarge on its way, with nothing else waiting for it: once up, the gate would keep a
+    # small 10-hour job off it (a c5.large costs far less), so the planner boots that c5.large
+    # now instead of letting the job wait for the big one, then for a second boot.
+    assert _plan([_booting("n-big", BIG)], [job(1, 1, 1, time_limit=10 * HOUR)]) == ["c5.large"]
+    # With the gate off, the room on its way will do.
+    assert _plan([_booting("n-big", BIG)], [job(1, 1, 1, time_limit=10 * HOUR)], cost={"max_extension": 0}) == []
+
+
+def test_the_boot_planner_lets_a_shorter_job_ride_along() -> None:
+    # A 64-vcpu job of up to 20 hours goes on the booting c5.18xlarge; a 1-vcpu job of up to 2
+    # hours then ends before it in every pairing of run shares, so it rides along: no boot.
+    queue = [job(1, 64, 64, time_limit=20 * HOUR), job(2, 1, 1, time_limit=2 * HOUR)]
+    assert _plan([_booting("n-big", BIG)], queue) == []
+    # A longer small job would keep the node up past the big one's work: it gets its own.
+    queue = [job(1, 64, 64, time_limit=2 * HOUR), job(2, 1, 1, time_limit=20 * HOUR)]
+    assert _plan([_booting("n-big", BIG)], queue) == ["c5.large"]
+
+
+def test_instances_planned_in_the_same_pass_are_judged_alike() -> None:
+    # Job 1 needs a c5.18xlarge; job 2 (small, longer) is not put in its spare room.
+    queue = [job(1, 64, 64, time_limit=2 * HOUR), job(2, 1, 1, time_limit=20 * HOUR)]
+    assert _plan([], queue) == ["c5.18xlarge", "c5.large"]
+    # Shorter, it shares the planned instance.
+    queue = [job(1, 64, 64, time_limit=20 * HOUR), job(2, 1, 1, time_limit=2 * HOUR)]
+    assert _plan([], queue) == ["c5.18xlarge"]
+
+
+def test_a_job_that_cannot_have_an_instance_takes_any_room_on_its_way() -> None:
+    # max_instances reached (the booting node counts): the gate does not apply, as in the placer.
+    snapshot = Snapshot(
+        jobs=[job(1, 1, 1, time_limit=10 * HOUR)],
+        attempts=[],
+        nodes=[_booting("n-big", BIG)],
+        instance_types=TYPES,
+        observing_since=0,
+    )
+    settings = PolicySettings(boot=BootSettings(max_instances=1))
+    decisions = plan_pass(snapshot, NOW, settings, placer=make_placer(settings))
+    assert decisions.boots == []
+    assert decisions.annotations[0].wait_reason == "waiting for an instance to boot (n-big)"
 
 
 def test_settings_validate_fractions() -> None:

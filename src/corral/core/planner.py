@@ -4,21 +4,32 @@ Jobs are taken in queue order. A job first goes on capacity already on its way (
 booting), then on room left in an instance this pass already decided to boot, and only then asks
 for a new instance: the cheapest type that fits it, within `max_instances` and skipping types in
 capacity back-off. A job no instance type can hold is unplaceable, with the reason.
+
+A job that could have a new instance goes on room on its way only where the placer's cost gate
+(`placement.cost`) will let it run once the instance is up; otherwise it would wait for that
+instance, be refused by the gate, and only then get its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
 from corral.core.snapshot import Annotation, Boot
+from corral.placement.lifetime import costly_before_start
+from corral.placement.settings import CostSettings
 
 
 @dataclass(slots=True)
 class _Bin:
     label: str
     free: Resources
+    price: float
+    promised: list[float] = field(default_factory=list)  # time limits of the jobs put on it (inf: none)
 
 
 @dataclass(slots=True)
@@ -53,14 +64,17 @@ def plan_boots(
     unavailable: dict[str, float],
     now: float,
     settings: BootSettings,
+    cost: CostSettings | None = None,
+    default_limit: float | None = None,
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
-    way with the room they will have."""
+    way with the room they will have. `cost` is the placer's cost gate when it applies to jobs
+    that can get a new instance (None: off); `default_limit` the time limit of jobs without one."""
     if not waiting:
         return BootPlan([], [])
     by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
     available = [t for t in by_price if unavailable.get(t.name, 0.0) <= now]
-    pending = [_Bin(node.id, free) for node, free in booting]
+    pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
     planned: list[_Bin] = []
     boots: list[Boot] = []
     annotations: list[Annotation] = []
@@ -73,15 +87,22 @@ def plan_boots(
             annotations.append(Annotation(job.id, impossible, unplaceable=True))
             continue
         need = job.node_count
-        chosen = _take_bins(pending, request, need)
+        fitting = [t for t in available if request.fits_in(t.capacity)]
+        limit = job.time_limit if job.time_limit is not None else default_limit
+        refuses: Callable[[float, list[float]], bool] | None = None
+        if cost is not None and limit is not None and fitting and need <= budget:
+            refuses = functools.partial(
+                costly_before_start, limit=limit, new_price=fitting[0].price_per_hour, settings=cost
+            )
+        promise = math.inf if limit is None else limit
+        chosen = _take_bins(pending, request, need, promise, refuses)
         if chosen is not None:
             annotations.append(Annotation(job.id, f"waiting for an instance to boot ({', '.join(chosen)})"))
             continue
-        chosen = _take_bins(planned, request, need)
+        chosen = _take_bins(planned, request, need, promise, refuses)
         if chosen is not None:
             annotations.append(Annotation(job.id, "waiting for an instance to boot"))
             continue
-        fitting = [t for t in available if request.fits_in(t.capacity)]
         if not fitting:
             blocked = sorted(t.name for t in by_price if request.fits_in(t.capacity))
             annotations.append(
@@ -96,19 +117,29 @@ def plan_boots(
         cheapest = fitting[0]
         for _ in range(need):
             boots.append(Boot(cheapest.name, f"job {job.id} needs {request.describe()}"))
-            planned.append(_Bin(f"new {cheapest.name}", cheapest.capacity - request))
+            planned.append(
+                _Bin(f"new {cheapest.name}", cheapest.capacity - request, cheapest.price_per_hour, [promise])
+            )
         budget -= need
         annotations.append(Annotation(job.id, f"waiting for an instance to boot ({cheapest.name})"))
     return BootPlan(boots, annotations)
 
 
-def _take_bins(bins: list[_Bin], request: Resources, need: int) -> list[str] | None:
-    """Reserve `request` on `need` distinct bins (best fit by RAM left); None if there are not enough."""
-    fitting = [b for b in bins if request.fits_in(b.free)]
+def _take_bins(
+    bins: list[_Bin],
+    request: Resources,
+    need: int,
+    limit: float,
+    refuses: Callable[[float, list[float]], bool] | None,
+) -> list[str] | None:
+    """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
+    refuse (`refuses(price, promised)`); None if there are not enough."""
+    fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b.price, b.promised))]
     if len(fitting) < need:
         return None
     fitting.sort(key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))
     chosen = fitting[:need]
     for b in chosen:
         b.free = b.free - request
+        b.promised.append(limit)
     return [b.label for b in chosen]

@@ -180,7 +180,19 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     ]
     live_nodes = [n for n in nodes if n.state in LIVE]
     live = len(live_nodes) - len(down_now)  # down_now holds only live (schedulable or draining) nodes
-    plan = plan_boots(waiting, booting, snapshot.instance_types, live, snapshot.unavailable_types, now, settings.boot)
+    placement = settings.placement
+    gate = placement.cost if placement.cost.max_extension > 0 and placement.queue.capacity != "bounded" else None
+    plan = plan_boots(
+        waiting,
+        booting,
+        snapshot.instance_types,
+        live,
+        snapshot.unavailable_types,
+        now,
+        settings.boot,
+        gate,
+        placement.queue.default_time_limit,
+    )
     decisions.boots.extend(plan.boots)
     planner_reason = {a.job_id: a for a in plan.annotations}
     for job in waiting:

@@ -19,6 +19,7 @@ Pure: from the snapshot's attempts and jobs, the node arrays and `now`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -80,6 +81,41 @@ def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats
     return result
 
 
+def mean_fraction(settings: CostSettings) -> float:
+    return _mean(tuple(settings.run_fractions))
+
+
+@functools.cache
+def _mean(fractions: tuple[float, ...]) -> float:
+    return float(np.array(fractions, dtype=np.float64).mean())
+
+
+def new_instance_cost(price: float, limit: float, settings: CostSettings) -> float:
+    """Expected cost (USD) of a new instance at `price` per hour for a job of time limit `limit`,
+    boot included."""
+    return price * (mean_fraction(settings) * limit + settings.boot_time) / 3600.0
+
+
+def costly_before_start(
+    price: float, promised: Sequence[float], limit: float, new_price: float, settings: CostSettings
+) -> bool:
+    """The cost gate's test for a node whose work has not started: an instance still booting, or
+    one the boot planner is about to boot, with the time limits of the jobs already promised to it
+    (inf: none). Their runs and the job's all start when the node pairs, so only the limits count.
+    The boot planner asks it, so that it does not promise a job room the gate will refuse once the
+    node is up (the job would then wait for a second boot)."""
+    if settings.max_extension <= 0 or not math.isfinite(new_price):
+        return False
+    allowed = settings.max_extension * new_instance_cost(new_price, limit, settings)
+    # The job keeps the node up at most for its own expected run: enough to admit most nodes.
+    if price * mean_fraction(settings) * limit / 3600.0 <= allowed:
+        return False
+    fractions = np.array(settings.run_fractions, dtype=np.float64)
+    ends = (fractions * max(promised, default=0.0))[:, None]
+    extension = float(expected_extension(ends, 0.0, limit, fractions)[0])
+    return price * extension / 3600.0 > allowed
+
+
 def cheapest_price(request: Resources, offers: Sequence[tuple[Resources, float]]) -> float:
     """Hourly price of the cheapest offer (capacity, price) that holds `request`; inf if none."""
     return min((price for capacity, price in offers if request.fits_in(capacity)), default=math.inf)
@@ -104,7 +140,7 @@ class CostGate:
         self.settings = settings
         self.default_limit = default_limit
         self.fractions = np.array(settings.run_fractions, dtype=np.float64)
-        self.mean_fraction = float(self.fractions.mean())
+        self.mean_fraction = mean_fraction(settings)
         self.ends = node_ends(arrays, attempts, jobs, now, self.fractions, default_limit)
         # What the boot planner may boot now: every type not in capacity back-off.
         self._offers = [(t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now]
@@ -129,7 +165,7 @@ class CostGate:
         price = self.new_price(demand)
         if limit is None or not math.isfinite(price):
             return math.inf
-        return price * (self.mean_fraction * limit + self.settings.boot_time) / 3600.0
+        return new_instance_cost(price, limit, self.settings)
 
     def extension_cost(self, demand: Demand) -> Floats:
         """Per node: expected cost (USD) of the time the job keeps the node up beyond its work."""

@@ -224,15 +224,13 @@ def place(
             and known_misfit is None
             and (demand.time_limit is not None or policy.default_time_limit is not None)
         ):
-            if gate is None:
-                gate = _cost_gate(snapshot, arrays, jobs, now, settings, placed_before_gate)
-            costly = gate.exclude(demand)
-            if costly is not None:
-                # Only a job the boot planner can serve is kept off running nodes (by the same
-                # filters as everywhere, so a trait no instance type has keeps it bounded).
-                capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
-                if capacity.bounded_for(demand):
-                    costly = None
+            # Only a job the boot planner can serve is kept off running nodes (by the same filters
+            # as everywhere, so a trait no instance type has keeps it bounded).
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
+            if not capacity.bounded_for(demand):
+                if gate is None:
+                    gate = _cost_gate(snapshot, arrays, jobs, now, settings, placed_before_gate)
+                costly = gate.exclude(demand)
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if known_misfit is not None else engine.choose(demand, avoid)
         if choice is not None:
