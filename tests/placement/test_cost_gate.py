@@ -11,9 +11,10 @@ from corral.core.reconcile import plan_pass
 from corral.core.settings import BootSettings, PolicySettings
 from corral.core.snapshot import Snapshot
 from corral.placement import PlacementSettings, make_placer
-from corral.placement.arrays import NodeArrays, measure_load
+from corral.placement.arrays import NodeArrays
 from corral.placement.lifetime import expected_extension, node_ends
 from corral.placement.placer import COSTLY_REASON
+from corral.placement.work import measure_load
 
 HOUR = 3600.0
 SMALL = InstanceType("c5.large", 2, 4 * GiB, 0.085)

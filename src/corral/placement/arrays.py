@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from corral.core.model import ZERO, Attempt, AttemptState, Job, Node, NodeState, Resources
+from corral.core.model import ZERO, Node, NodeState, Resources
 from corral.placement import attributes as attr
 from corral.placement.availability import RESOURCES, AvailabilityPolicy, Policy, Resource, room
 from corral.placement.settings import PlacementSettings
@@ -36,74 +36,14 @@ def rack_key(node: Node) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """What runs on the nodes, per node id: the summed requests of active attempts (as
-    (vcpus, ram, disk, gpus)), the part of them not yet visible in the node's measured `used`,
-    how many attempts there are, and how many of them are CPU-capped."""
+    """What runs on the nodes of one pass, per node position: the summed requests of active
+    attempts (resources x nodes), the part of them not yet visible in the node's measured `used`,
+    how many attempts there are, and how many of them are CPU-capped (`work.WorkLedger`)."""
 
-    dedicated: Mapping[str, list[float]]
-    unmeasured: Mapping[str, list[float]]
-    jobs: Mapping[str, int]
-    capped: Mapping[str, int]
-
-
-NO_LOAD = Load({}, {}, {}, {})
-
-
-def measure_load(
-    nodes: Sequence[Node], attempts: Iterable[Attempt], jobs: Mapping[int, Job], *, dedicated: bool = True
-) -> Load:
-    """With `dedicated=False` the dedicated totals are left out (a caller that has its own)."""
-    present = {n.id: n for n in nodes}
-    on_node: dict[str, list[Attempt]] = {}
-    assigned, running = AttemptState.ASSIGNED, AttemptState.RUNNING
-    for attempt in attempts:
-        if attempt.state is assigned or attempt.state is running:
-            for node_id in attempt.node_ids:
-                listed = on_node.get(node_id)
-                if listed is None:
-                    on_node[node_id] = [attempt]
-                else:
-                    listed.append(attempt)
-    some_capped = any(job.cpu_capped for job in jobs.values())
-    held: dict[str, list[float]] = {}
-    unmeasured: dict[str, list[float]] = {}
-    count: dict[str, int] = {}
-    capped: dict[str, int] = {}
-    for node_id, listed in on_node.items():
-        node = present.get(node_id)
-        if node is None:
-            continue
-        count[node_id] = len(listed)
-        if some_capped:
-            n_capped = sum(1 for a in listed if (job := jobs.get(a.job_id)) is not None and job.cpu_capped)
-            if n_capped:
-                capped[node_id] = n_capped
-        total = _sum(listed)
-        if dedicated:
-            held[node_id] = total
-        # Seed 002's one-iteration load bump: a job the agent has not measured yet (not started,
-        # or started after the last measurement) counts at its request until it shows up in `used`.
-        measured_at = node.used_at
-        if measured_at is None:
-            unmeasured[node_id] = total
-            continue
-        late = [a for a in listed if a.started_at is None or a.started_at > measured_at]
-        if late:
-            unmeasured[node_id] = _sum(late)
-    return Load(held, unmeasured, count, capped)
-
-
-def _sum(attempts: list[Attempt]) -> list[float]:
-    # Plain floats added in attempt order: the same IEEE sums as adding Resources one by one.
-    first = attempts[0].resources
-    total = [float(first.vcpus), float(first.ram_mib), float(first.scratch_mib), float(first.gpus)]
-    for attempt in attempts[1:]:
-        r = attempt.resources
-        total[0] += r.vcpus
-        total[1] += r.ram_mib
-        total[2] += r.scratch_mib
-        total[3] += r.gpus
-    return total
+    dedicated: Floats
+    unmeasured: Floats
+    jobs: Floats
+    capped: Ints
 
 
 def fleet_signature(nodes: Sequence[Node]) -> list[tuple[object, ...]]:
@@ -245,13 +185,14 @@ class NodeArrays:
     def __init__(
         self,
         nodes: Sequence[Node],
-        load: Load,
+        load: Load | None,
         settings: PlacementSettings,
         now: float,
         free: Mapping[str, Resources] | None = None,
         facts: FleetFacts | None = None,
     ) -> None:
-        """`facts` (of these very nodes, valid at `now`) saves rebuilding them; see FleetFacts."""
+        """`load` is what runs on `nodes` (None: nothing); `facts` (of these very nodes, valid at
+        `now`) saves rebuilding them, see FleetFacts."""
         if facts is None:
             facts = FleetFacts(nodes, settings, now)
         f = facts
@@ -280,32 +221,24 @@ class NodeArrays:
             if busy:
                 where = [i for i, _ in busy]
                 self.dedicated[:, where] = self.capacity[:, where] - _stack(room for _, room in busy)
+        elif load is not None:
+            self.dedicated = load.dedicated.copy()
         else:
-            self.dedicated = _scatter(load.dedicated, index, n)
-        utilized: dict[str, list[float] | tuple[float, ...]] = {
+            self.dedicated = np.zeros_like(self.capacity)
+        used: dict[str, tuple[float, ...]] = {
             node.id: (u.vcpus, u.ram_mib, u.scratch_mib, u.gpus)
             for node in nodes
             if (u := node.used) is not ZERO and u != ZERO
         }
-        for node_id, extra in load.unmeasured.items():
-            i = index.get(node_id)
-            if i is not None:
-                u = nodes[i].used
-                utilized[node_id] = (
-                    u.vcpus + extra[0],
-                    u.ram_mib + extra[1],
-                    u.scratch_mib + extra[2],
-                    u.gpus + extra[3],
-                )
-        self.utilized = _scatter(utilized, index, n)
+        self.utilized = _scatter(used, index, n)
+        if load is not None:
+            self.utilized += load.unmeasured
         self.room = np.empty_like(self.capacity)
         for resource in RESOURCES:
             self._refresh_room(resource, slice(None))
 
-        self.jobs = np.zeros(n)
-        _scatter_counts(self.jobs, load.jobs, index)
-        self.capped_jobs = np.zeros(n, dtype=np.int64)
-        _scatter_counts(self.capped_jobs, load.capped, index)
+        self.jobs = load.jobs.copy() if load is not None else np.zeros(n)
+        self.capped_jobs = load.capped.copy() if load is not None else np.zeros(n, dtype=np.int64)
         self.uncapped_jobs = self.jobs.astype(np.int64) - self.capped_jobs
 
         self.price = f.price
@@ -422,14 +355,6 @@ def _scatter(totals: Mapping[str, Sequence[float]], index: Mapping[str, int], n:
     if found:
         result[:, [i for i, _ in found]] = np.array([total for _, total in found], dtype=np.float64).T
     return result
-
-
-def _scatter_counts(
-    target: npt.NDArray[np.float64] | npt.NDArray[np.int64], counts: Mapping[str, int], index: Mapping[str, int]
-) -> None:
-    found = [(i, count) for node_id, count in counts.items() if (i := index.get(node_id)) is not None]
-    if found:
-        target[[i for i, _ in found]] = [count for _, count in found]
 
 
 def _stack(items: Iterable[Resources]) -> Floats:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from corral.core.model import InstanceType, Job, Node, NodeState
-from corral.placement.arrays import NO_LOAD, NodeArrays
+from corral.placement.arrays import NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.settings import PlacementSettings, coerce
@@ -61,7 +61,7 @@ class TypeRanker:
         self.types = list(instance_types)
         self.now = now
         self.unavailable = {name: until for name, until in (unavailable or {}).items() if until > now}
-        arrays = NodeArrays([virtual_node(t) for t in self.types], NO_LOAD, settings, now)
+        arrays = NodeArrays([virtual_node(t) for t in self.types], None, settings, now)
         names = [name for name in settings.filters if name not in ("locality", "state")]
         self.engine = Engine(
             arrays, settings, now=now, weights=settings.boot_weights, instance_types=self.types, filters=names

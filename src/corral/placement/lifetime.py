@@ -25,10 +25,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from corral.core.model import Attempt, AttemptState, InstanceType, Job, Resources
+from corral.core.model import Attempt, InstanceType, Job, Resources
 from corral.placement.arrays import Bools, Floats, NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.settings import CostSettings
+from corral.placement.work import WorkLedger
 
 
 def node_ends(
@@ -41,33 +42,10 @@ def node_ends(
 ) -> Floats:
     """(shares x nodes): when each node's running work ends if every job on it runs that share of
     its time limit; `now` for a node without work (or whose work is past it), inf for work without
-    a limit."""
-    ends = np.full((len(fractions), arrays.n), now, dtype=np.float64)
-    index = arrays.index
-    where: list[int] = []
-    starts: list[float] = []
-    limits: list[float] = []
-    assigned, running = AttemptState.ASSIGNED, AttemptState.RUNNING
-    no_limit = math.inf if default_limit is None else default_limit
-    for attempt in attempts:
-        if attempt.state is not assigned and attempt.state is not running:
-            continue
-        job = jobs.get(attempt.job_id)
-        limit = no_limit if job is None or job.time_limit is None else job.time_limit
-        start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
-        for node_id in attempt.node_ids:
-            i = index.get(node_id)
-            if i is not None:
-                where.append(i)
-                starts.append(start)
-                limits.append(limit)
-    if where:
-        # One vectorised pass: every (share, attempt) end, folded into its node's column.
-        span = np.array(limits)[None, :] * fractions[:, None]
-        rows = np.repeat(np.arange(len(fractions)), len(where))
-        cols = np.tile(np.array(where, dtype=np.int64), len(fractions))
-        np.maximum.at(ends, (rows, cols), (np.array(starts)[None, :] + span).ravel())
-    return ends
+    a limit. A placer keeps these in its WorkLedger between passes; this is the one-off."""
+    ledger = WorkLedger([float(f) for f in fractions], default_limit)
+    ledger.update(arrays.ids, arrays.index, [None] * arrays.n, attempts, jobs)
+    return ledger.ends(now)
 
 
 def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats) -> Floats:
@@ -127,8 +105,7 @@ class CostGate:
     def __init__(
         self,
         arrays: NodeArrays,
-        attempts: Iterable[Attempt],
-        jobs: Mapping[int, Job],
+        ends: Floats,
         instance_types: Sequence[InstanceType],
         unavailable: Mapping[str, float],
         now: float,
@@ -141,7 +118,7 @@ class CostGate:
         self.default_limit = default_limit
         self.fractions = np.array(settings.run_fractions, dtype=np.float64)
         self.mean_fraction = mean_fraction(settings)
-        self.ends = node_ends(arrays, attempts, jobs, now, self.fractions, default_limit)
+        self.ends = ends  # node_ends of the nodes of `arrays`
         # What the boot planner may boot now: every type not in capacity back-off.
         self._offers = [(t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now]
         self._new_price: dict[tuple[float, float, float, float], float] = {}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
-from corral.placement.arrays import FleetFacts, NodeArrays, fleet_signature, measure_load
+from corral.placement.arrays import FleetFacts, Floats, NodeArrays, fleet_signature
 from corral.placement.backfill import Reservation, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.demand import Demand
@@ -31,6 +31,7 @@ from corral.placement.explain import explain
 from corral.placement.lifetime import CostGate
 from corral.placement.locality import LocalityIndex
 from corral.placement.settings import PlacementSettings, coerce
+from corral.placement.work import WorkLedger
 
 if TYPE_CHECKING:
     from corral.core.reconcile import Placer
@@ -118,13 +119,15 @@ def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any]
 
 
 class FactsMemo:
-    """The last pass's FleetFacts and TypeFits, for as long as they describe the next pass."""
+    """The last pass's FleetFacts and TypeFits, for as long as they describe the next pass, and
+    the work on the nodes (a WorkLedger, updated every pass where attempts changed)."""
 
     def __init__(self, settings: PlacementSettings) -> None:
         self.settings = settings
         self.signature: list[tuple[object, ...]] = []
         self.facts: FleetFacts | None = None
         self.fits: TypeFits | None = None
+        self.work = WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
 
     def facts_for(self, nodes: Sequence[Node], now: float) -> FleetFacts:
         signature = fleet_signature(nodes)
@@ -147,11 +150,17 @@ def build_engine(
     settings: PlacementSettings,
     facts: FleetFacts | None = None,
     jobs: Mapping[int, Job] | None = None,
+    work: WorkLedger | None = None,
 ) -> Engine:
-    """`jobs` is the snapshot's jobs by id, if the caller has it."""
+    """`jobs` is the snapshot's jobs by id, if the caller has it; `work` a ledger kept between
+    passes (updated here for this pass)."""
     if jobs is None:
         jobs = {job.id: job for job in snapshot.jobs}
-    load = measure_load(nodes, snapshot.attempts, jobs, dedicated=free is None)
+    if facts is None:
+        facts = FleetFacts(nodes, settings, now)
+    if work is None:
+        work = WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
+    load = work.update(facts.ids, facts.index, [node.used_at for node in nodes], snapshot.attempts, jobs)
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)
@@ -173,7 +182,8 @@ def place(
         return result
     facts = memo.facts_for(nodes, now) if memo is not None else None
     jobs = {job.id: job for job in snapshot.jobs}
-    engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs)
+    work = memo.work if memo is not None else WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
+    engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs, work)
     arrays = engine.arrays
     policy = settings.queue
     # Built only if a reservation is tried: from what runs, plus what this pass placed before.
@@ -229,7 +239,7 @@ def place(
             capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
             if not capacity.bounded_for(demand):
                 if gate is None:
-                    gate = _cost_gate(snapshot, arrays, jobs, now, settings, placed_before_gate)
+                    gate = _cost_gate(snapshot, arrays, work.ends(now), now, settings, placed_before_gate)
                 costly = gate.exclude(demand)
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if known_misfit is not None else engine.choose(demand, avoid)
@@ -329,15 +339,14 @@ COSTLY_REASON = "a new instance costs less than keeping a running node up longer
 def _cost_gate(
     snapshot: Snapshot,
     arrays: NodeArrays,
-    jobs: Mapping[int, Job],
+    ends: Floats,
     now: float,
     settings: PlacementSettings,
     placed: Sequence[tuple[list[int], Demand]],
 ) -> CostGate:
     gate = CostGate(
         arrays,
-        snapshot.attempts,
-        jobs,
+        ends,
         snapshot.instance_types,
         snapshot.unavailable_types,
         now,

@@ -1,0 +1,179 @@
+"""The work on the nodes (active attempts), kept between passes and updated where it changed.
+
+A pass needs, per node: how many jobs run there and how many of them are CPU-capped, their summed
+requests, the part of those not yet in the node's measured use, and (for the cost gate) when the
+work is expected to end. Summing every attempt again each pass cost more than the rest of a pass
+with a short queue, while the shell changes a handful of attempts between passes. So a ledger kept
+by the placer remembers each node's attempts and figures, and each pass recomputes only the nodes
+whose attempts came, went or started, or whose measurement changed. A node's figures are summed
+over its attempts in id order, so a kept ledger gives exactly what a fresh one gives.
+
+Attempts are taken to be fixed apart from their state and start: an attempt's id, job, nodes and
+request never change (the store and the simulator create a new attempt for every try).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from corral.core.model import Attempt, AttemptState, Job, Node
+from corral.placement.arrays import Floats, Load
+from corral.placement.availability import RESOURCES
+
+_ACTIVE = (AttemptState.ASSIGNED, AttemptState.RUNNING)
+
+
+@dataclass(slots=True)
+class _NodeWork:
+    count: int
+    capped: int
+    held: tuple[float, float, float, float]
+    unmeasured: tuple[float, float, float, float] | None
+    ends: list[float]  # per run share: the latest start + share x limit of its work
+    measured_at: float | None  # the node's measurement time these figures assume
+
+
+class WorkLedger:
+    """Per node id, the active attempts and what they add up to; per node position (of the nodes
+    of the last `update`), the same as arrays. `fractions` and `default_limit` are the cost
+    gate's run shares and the time limit of jobs without one."""
+
+    def __init__(self, fractions: Sequence[float] = (1.0,), default_limit: float | None = None) -> None:
+        self.fractions = list(fractions)
+        self.no_limit = math.inf if default_limit is None else default_limit
+        self._attempts: dict[int, Attempt] = {}
+        self._unstarted: set[int] = set()
+        self._on_node: dict[str, dict[int, Attempt]] = {}
+        self._work: dict[str, _NodeWork] = {}
+        self._ids: list[str] = []
+        self._used_at: list[float | None] = []
+        self._load: Load | None = None
+        self._ends: Floats = np.zeros((len(self.fractions), 0))
+
+    def update(
+        self,
+        ids: list[str],
+        index: Mapping[str, int],
+        used_at: list[float | None],
+        attempts: Iterable[Attempt],
+        jobs: Mapping[int, Job],
+    ) -> Load:
+        """The load on nodes `ids` (positions as in `index`; `used_at` their measurement times)
+        for this pass's attempts. The arrays returned are the ledger's own: copy before changing."""
+        active = {a.id: a for a in attempts if a.state in _ACTIVE}
+        changed: set[str] = set()
+        kept = self._attempts
+        for attempt_id in kept.keys() - active.keys():
+            attempt = kept.pop(attempt_id)
+            self._unstarted.discard(attempt_id)
+            for node_id in attempt.node_ids:
+                listed = self._on_node[node_id]
+                del listed[attempt_id]
+                if not listed:
+                    del self._on_node[node_id]
+            changed.update(attempt.node_ids)
+        for attempt_id in active.keys() - kept.keys():
+            attempt = kept[attempt_id] = active[attempt_id]
+            if attempt.started_at is None:
+                self._unstarted.add(attempt_id)
+            for node_id in attempt.node_ids:
+                self._on_node.setdefault(node_id, {})[attempt_id] = attempt
+            changed.update(attempt.node_ids)
+        for attempt_id in [i for i in self._unstarted if active[i].started_at is not None]:
+            # Started since: its start time moves its end, and its measurement from now on.
+            attempt = kept[attempt_id] = active[attempt_id]
+            self._unstarted.discard(attempt_id)
+            for node_id in attempt.node_ids:
+                self._on_node[node_id][attempt_id] = attempt
+            changed.update(attempt.node_ids)
+
+        same_nodes = ids == self._ids
+        if not same_nodes or used_at != self._used_at:
+            # A new measurement changes which attempts it already includes.
+            changed.update(
+                node_id
+                for node_id, work in self._work.items()
+                if (i := index.get(node_id)) is not None and used_at[i] != work.measured_at
+            )
+        for node_id in changed:
+            i = index.get(node_id)
+            self._refigure(node_id, used_at[i] if i is not None else None, jobs)
+        if same_nodes and self._load is not None:
+            self._write([index[node_id] for node_id in changed if node_id in index], self._load, ids)
+        else:
+            self._ids, n = list(ids), len(ids)
+            self._load = Load(
+                np.zeros((len(RESOURCES), n)),
+                np.zeros((len(RESOURCES), n)),
+                np.zeros(n),
+                np.zeros(n, dtype=np.int64),
+            )
+            self._ends = np.full((len(self.fractions), n), -math.inf)
+            self._write([i for node_id in self._work if (i := index.get(node_id)) is not None], self._load, ids)
+        self._used_at = list(used_at)
+        return self._load
+
+    def ends(self, now: float) -> Floats:
+        """(shares x nodes) when each node's work ends if every job on it runs that share of its
+        time limit (`now` at the earliest): see `lifetime.node_ends`."""
+        result: Floats = np.maximum(self._ends, now)
+        return result
+
+    def _refigure(self, node_id: str, measured_at: float | None, jobs: Mapping[int, Job]) -> None:
+        listed = self._on_node.get(node_id)
+        if not listed:
+            self._work.pop(node_id, None)
+            return
+        ordered = [listed[i] for i in sorted(listed)]
+        capped = 0
+        ends = [-math.inf] * len(self.fractions)
+        for attempt in ordered:
+            job = jobs.get(attempt.job_id)
+            capped += job is not None and job.cpu_capped
+            limit = self.no_limit if job is None or job.time_limit is None else job.time_limit
+            start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
+            for k, share in enumerate(self.fractions):
+                ends[k] = max(ends[k], start + limit * share)
+        held = _sum(ordered)
+        if measured_at is None:
+            unmeasured: tuple[float, float, float, float] | None = held
+        else:
+            # Seed 002's one-iteration load bump: a job the agent has not measured yet (not
+            # started, or started after the last measurement) counts at its request.
+            late = [a for a in ordered if a.started_at is None or a.started_at > measured_at]
+            unmeasured = _sum(late) if late else None
+        self._work[node_id] = _NodeWork(len(ordered), capped, held, unmeasured, ends, measured_at)
+
+    def _write(self, where: list[int], load: Load, ids: list[str]) -> None:
+        empty = _NodeWork(0, 0, (0.0, 0.0, 0.0, 0.0), None, [-math.inf] * len(self.fractions), None)
+        for i in where:
+            work = self._work.get(ids[i], empty)
+            load.jobs[i] = work.count
+            load.capped[i] = work.capped
+            load.dedicated[:, i] = work.held
+            load.unmeasured[:, i] = work.unmeasured or (0.0, 0.0, 0.0, 0.0)
+            self._ends[:, i] = work.ends
+
+
+def _sum(attempts: list[Attempt]) -> tuple[float, float, float, float]:
+    # Plain floats added in id order: the same IEEE sums as adding Resources one by one.
+    first = attempts[0].resources
+    vcpus, ram, scratch, gpus = float(first.vcpus), float(first.ram_mib), float(first.scratch_mib), float(first.gpus)
+    for attempt in attempts[1:]:
+        r = attempt.resources
+        vcpus += r.vcpus
+        ram += r.ram_mib
+        scratch += r.scratch_mib
+        gpus += r.gpus
+    return vcpus, ram, scratch, gpus
+
+
+def measure_load(nodes: Sequence[Node], attempts: Iterable[Attempt], jobs: Mapping[int, Job]) -> Load:
+    """The load on `nodes` (positions in list order) for one pass, without a kept ledger."""
+    ids = [node.id for node in nodes]
+    index = {node_id: i for i, node_id in enumerate(ids)}
+    return WorkLedger().update(ids, index, [node.used_at for node in nodes], attempts, jobs)

@@ -1,0 +1,122 @@
+"""The work ledger a placer keeps between passes gives, pass after pass, exactly what summing every
+attempt afresh gives: attempts that come, go and start, measurements, and nodes that come and go."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+from placement_helpers import NOW, job, node, running
+
+from corral.core.model import Attempt, AttemptState, Job, Node, Resources
+from corral.placement.work import WorkLedger
+
+FRACTIONS = [0.1, 0.5, 0.9]
+
+
+def reference(
+    nodes: list[Node], attempts: list[Attempt], jobs: dict[int, Job], now: float, default_limit: float | None
+) -> dict[str, np.ndarray]:
+    """Per node, straight from the definitions: every active attempt in id order."""
+    n = len(nodes)
+    out = {
+        "jobs": np.zeros(n),
+        "capped": np.zeros(n),
+        "dedicated": np.zeros((4, n)),
+        "unmeasured": np.zeros((4, n)),
+        "ends": np.full((len(FRACTIONS), n), now),
+    }
+    for i, nd in enumerate(nodes):
+        mine = sorted((a for a in attempts if a.state.active and nd.id in a.node_ids), key=lambda a: a.id)
+        for a in mine:
+            r = (a.resources.vcpus, a.resources.ram_mib, a.resources.scratch_mib, a.resources.gpus)
+            job_of = jobs.get(a.job_id)
+            out["jobs"][i] += 1
+            out["capped"][i] += bool(job_of and job_of.cpu_capped)
+            out["dedicated"][:, i] += r
+            if nd.used_at is None or a.started_at is None or a.started_at > nd.used_at:
+                out["unmeasured"][:, i] += r
+            limit = job_of.time_limit if job_of and job_of.time_limit is not None else default_limit
+            start = a.started_at if a.started_at is not None else a.assigned_at
+            for k, share in enumerate(FRACTIONS):
+                end = math.inf if limit is None else start + limit * share
+                out["ends"][k, i] = max(out["ends"][k, i], end)
+    return out
+
+
+def check(ledger: WorkLedger, nodes: list[Node], attempts: list[Attempt], jobs: dict[int, Job], now: float) -> None:
+    ids = [nd.id for nd in nodes]
+    load = ledger.update(ids, {x: i for i, x in enumerate(ids)}, [nd.used_at for nd in nodes], attempts, jobs)
+    fresh = WorkLedger(FRACTIONS, 7200.0)
+    fresh_load = fresh.update(ids, {x: i for i, x in enumerate(ids)}, [nd.used_at for nd in nodes], attempts, jobs)
+    want = reference(nodes, attempts, jobs, now, 7200.0)
+    for got in (load, fresh_load):
+        assert np.array_equal(got.jobs, want["jobs"])
+        assert np.array_equal(got.capped, want["capped"])
+        assert np.array_equal(got.dedicated, want["dedicated"])
+        assert np.array_equal(got.unmeasured, want["unmeasured"])
+    assert np.array_equal(ledger.ends(now), want["ends"])
+    assert np.array_equal(fresh.ends(now), want["ends"])
+
+
+def test_a_kept_ledger_follows_every_kind_of_change() -> None:
+    rng = random.Random(7)
+    nodes = [node(f"n{i}", 16, 64) for i in range(12)]
+    jobs: dict[int, Job] = {}
+    attempts: dict[int, Attempt] = {}
+    ledger = WorkLedger(FRACTIONS, 7200.0)
+    next_id = 1
+    now = NOW
+    for _ in range(300):
+        now += rng.choice([1.0, 5.0, 30.0])
+        what = rng.random()
+        if what < 0.35 or not attempts:  # a placement, sometimes a gang, sometimes not started yet
+            limit = rng.choice([None, 600, 5e4])
+            j = job(next_id, rng.choice([0.1, 0.7, 1.3, 2.25]), rng.choice([1, 3]), time_limit=limit)
+            j.cpu_capped = rng.random() < 0.3
+            jobs[j.id] = j
+            on = rng.sample([nd.id for nd in nodes], rng.choice([1, 1, 2]))
+            started = None if rng.random() < 0.4 else now - rng.uniform(0, 50)
+            a = running(next_id, j.id, on, j.resources, started_at=started)
+            a.assigned_at = now - 60
+            if started is None:
+                a.state = AttemptState.ASSIGNED
+            attempts[a.id] = a
+            next_id += 1
+        elif what < 0.6:  # an attempt ends
+            del attempts[rng.choice(list(attempts))]
+        elif what < 0.75:  # an assigned attempt starts
+            waiting = [a for a in attempts.values() if a.started_at is None]
+            if waiting:
+                chosen = rng.choice(waiting)
+                chosen.state, chosen.started_at = AttemptState.RUNNING, now
+        elif what < 0.9:  # an agent reports a measurement
+            nd = rng.choice(nodes)
+            nd.used_at = now - rng.uniform(0, 40)
+            nd.used = Resources(rng.uniform(0, 4), 1024, 0, 0)
+        else:  # a node goes (its attempts are lost with it), or comes, or both at once
+            change = rng.choice(["goes", "comes", "both"])
+            if change != "comes" and len(nodes) > 4:
+                gone = nodes.pop(rng.randrange(len(nodes)))
+                attempts = {i: a for i, a in attempts.items() if gone.id not in a.node_ids}
+            if change != "goes":
+                nodes.insert(rng.randrange(len(nodes) + 1), node(f"m{next_id}", 8, 32))
+                next_id += 1
+        # The shell hands over the attempts as the store does: in id order; sometimes new objects.
+        listed = [attempts[i] for i in sorted(attempts)]
+        if rng.random() < 0.3:
+            listed = [Attempt(**{f: getattr(a, f) for f in a.__dataclass_fields__}) for a in listed]
+        check(ledger, nodes, listed, jobs, now)
+
+
+def test_an_attempt_not_active_counts_for_nothing() -> None:
+    nodes = [node("n1")]
+    j = job(1, 2, 2, time_limit=600)
+    a = running(1, j.id, ["n1"], j.resources)
+    ledger = WorkLedger(FRACTIONS)
+    check(ledger, nodes, [a], {j.id: j}, NOW)
+    a.state = AttemptState.EXITED
+    load = ledger.update(["n1"], {"n1": 0}, [None], [a], {j.id: j})
+    assert load.jobs.tolist() == [0.0] and load.dedicated.sum() == 0
+    assert ledger.ends(NOW).tolist() == [[NOW]] * len(FRACTIONS)
