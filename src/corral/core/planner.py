@@ -12,10 +12,9 @@ instance, be refused by the gate, and only then get its own.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
@@ -29,7 +28,7 @@ class _Bin:
     label: str
     free: Resources
     price: float
-    promised: list[float] = field(default_factory=list)  # time limits of the jobs put on it (inf: none)
+    longest: float = 0.0  # the longest time limit of the jobs put on it (inf: one without a limit)
 
 
 @dataclass(slots=True)
@@ -73,27 +72,29 @@ def plan_boots(
     if not waiting:
         return BootPlan([], [])
     by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
-    available = [t for t in by_price if unavailable.get(t.name, 0.0) <= now]
+    capacities = [(t, t.capacity) for t in by_price]
+    types_for: dict[Resources, list[InstanceType]] = {}  # types that hold a request, cheapest first
     pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
     planned: list[_Bin] = []
     boots: list[Boot] = []
     annotations: list[Annotation] = []
     budget = max(0, settings.max_instances - live_instances)
+    verdicts: dict[tuple[float, float, float, float], bool] = {}
 
     for job in waiting:
         request = job.resources
-        impossible = why_no_type_fits(request, types)
-        if impossible:
-            annotations.append(Annotation(job.id, impossible, unplaceable=True))
+        holding = types_for.get(request)
+        if holding is None:
+            holding = types_for[request] = [t for t, capacity in capacities if request.fits_in(capacity)]
+        if not holding:
+            annotations.append(Annotation(job.id, why_no_type_fits(request, types) or "", unplaceable=True))
             continue
         need = job.node_count
-        fitting = [t for t in available if request.fits_in(t.capacity)]
+        fitting = [t for t in holding if unavailable.get(t.name, 0.0) <= now]
         limit = job.time_limit if job.time_limit is not None else default_limit
-        refuses: Callable[[float, list[float]], bool] | None = None
+        refuses: Callable[[_Bin], bool] | None = None
         if cost is not None and limit is not None and fitting and need <= budget:
-            refuses = functools.partial(
-                costly_before_start, limit=limit, new_price=fitting[0].price_per_hour, settings=cost
-            )
+            refuses = _gate(cost, limit, fitting[0].price_per_hour, verdicts)
         promise = math.inf if limit is None else limit
         chosen = _take_bins(pending, request, need, promise, refuses)
         if chosen is not None:
@@ -104,7 +105,7 @@ def plan_boots(
             annotations.append(Annotation(job.id, "waiting for an instance to boot"))
             continue
         if not fitting:
-            blocked = sorted(t.name for t in by_price if request.fits_in(t.capacity))
+            blocked = sorted(t.name for t in holding)
             annotations.append(
                 Annotation(job.id, f"instance types that fit are out of capacity for now: {', '.join(blocked)}")
             )
@@ -117,29 +118,39 @@ def plan_boots(
         cheapest = fitting[0]
         for _ in range(need):
             boots.append(Boot(cheapest.name, f"job {job.id} needs {request.describe()}"))
-            planned.append(
-                _Bin(f"new {cheapest.name}", cheapest.capacity - request, cheapest.price_per_hour, [promise])
-            )
+            planned.append(_Bin(f"new {cheapest.name}", cheapest.capacity - request, cheapest.price_per_hour, promise))
         budget -= need
         annotations.append(Annotation(job.id, f"waiting for an instance to boot ({cheapest.name})"))
     return BootPlan(boots, annotations)
 
 
+def _gate(
+    cost: CostSettings, limit: float, new_price: float, verdicts: dict[tuple[float, float, float, float], bool]
+) -> Callable[[_Bin], bool]:
+    """Whether the cost gate will refuse a job of time limit `limit` on a bin, once it is up
+    (`new_price`: the cheapest type that holds the job); answers kept for the pass."""
+
+    def refuses(b: _Bin) -> bool:
+        key = (b.price, b.longest, limit, new_price)
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = verdicts[key] = costly_before_start(b.price, b.longest, limit, new_price, cost)
+        return verdict
+
+    return refuses
+
+
 def _take_bins(
-    bins: list[_Bin],
-    request: Resources,
-    need: int,
-    limit: float,
-    refuses: Callable[[float, list[float]], bool] | None,
+    bins: list[_Bin], request: Resources, need: int, limit: float, refuses: Callable[[_Bin], bool] | None
 ) -> list[str] | None:
     """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
-    refuse (`refuses(price, promised)`); None if there are not enough."""
-    fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b.price, b.promised))]
+    refuse; None if there are not enough."""
+    fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
     if len(fitting) < need:
         return None
     fitting.sort(key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))
     chosen = fitting[:need]
     for b in chosen:
         b.free = b.free - request
-        b.promised.append(limit)
+        b.longest = max(b.longest, limit)
     return [b.label for b in chosen]

@@ -74,12 +74,11 @@ def new_instance_cost(price: float, limit: float, settings: CostSettings) -> flo
     return price * (mean_fraction(settings) * limit + settings.boot_time) / 3600.0
 
 
-def costly_before_start(
-    price: float, promised: Sequence[float], limit: float, new_price: float, settings: CostSettings
-) -> bool:
+def costly_before_start(price: float, longest: float, limit: float, new_price: float, settings: CostSettings) -> bool:
     """The cost gate's test for a node whose work has not started: an instance still booting, or
-    one the boot planner is about to boot, with the time limits of the jobs already promised to it
-    (inf: none). Their runs and the job's all start when the node pairs, so only the limits count.
+    one the boot planner is about to boot, with the longest time limit of the jobs already promised
+    to it (0: none, inf: one without a limit). Their runs and the job's all start when the node
+    pairs, so only the limits count.
     The boot planner asks it, so that it does not promise a job room the gate will refuse once the
     node is up (the job would then wait for a second boot)."""
     if settings.max_extension <= 0 or not math.isfinite(new_price):
@@ -89,7 +88,7 @@ def costly_before_start(
     if price * mean_fraction(settings) * limit / 3600.0 <= allowed:
         return False
     fractions = np.array(settings.run_fractions, dtype=np.float64)
-    ends = (fractions * max(promised, default=0.0))[:, None]
+    ends = (fractions * longest)[:, None]
     extension = float(expected_extension(ends, 0.0, limit, fractions)[0])
     return price * extension / 3600.0 > allowed
 
