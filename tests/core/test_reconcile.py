@@ -162,6 +162,20 @@ def test_priority_zero_cancels_a_running_job() -> None:
     assert outcome.state is JobState.CANCELLED and outcome.attempt_ids == (1,)
 
 
+def test_room_freed_by_a_cancellation_is_used_in_the_same_pass() -> None:
+    # n1 (2 vcpus) runs job 1 (2 vcpus), which the user cancels; job 2 waits for 2 vcpus. The pass
+    # that kills job 1 gives its whole node to job 2: neither its request nor its (unmeasured)
+    # load counts any more, under the default COMBINED availability.
+    j = job(1, 2, state=JobState.RUNNING, claimed_by="local", cancel_requested=True)
+    a = Attempt(1, 1, ["n1"], j.resources, AttemptState.RUNNING, "local", assigned_at=900.0, started_at=900.0)
+    busy = idle_node("n1")
+    busy.state = NodeState.BUSY
+    decisions = plan_pass(Snapshot([j, job(2, 2)], [a], [busy], TYPES), 1000.0, settings())
+    assert [o.state for o in decisions.job_outcomes] == [JobState.CANCELLED]
+    assert [(p.job_id, p.node_ids) for p in decisions.placements] == [(2, ("n1",))]
+    assert decisions.boots == []
+
+
 def test_claims_of_a_dispatcher_that_stopped_heartbeating_are_released() -> None:
     j, a = running(1, "n1")
     j.claimed_by = "other"

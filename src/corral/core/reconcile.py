@@ -16,6 +16,7 @@ Order of a pass:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -42,10 +43,11 @@ STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
 ACTIVE_ATTEMPT = frozenset(state for state in AttemptState if state.active)
 
-# A placer takes the snapshot, the queue-ordered eligible jobs, the schedulable nodes with their
-# free room (capacity less active attempts' requests), and `now`; it returns placements and, for
-# each job it could not place, the reason. It may update `free` in place.
-Placer = Callable[[Snapshot, Sequence[Job], Sequence[Node], dict[str, Resources], float], PlacementResult]
+# A placer takes the snapshot (whose attempts are those that hold room), the queue-ordered
+# eligible jobs, the schedulable nodes, their free room if the caller has it (None: capacity less
+# the snapshot's attempts' requests), and `now`; it returns placements and, for each job it could
+# not place, the reason. It updates a given `free` in place.
+Placer = Callable[[Snapshot, Sequence[Job], Sequence[Node], dict[str, Resources] | None, float], PlacementResult]
 
 
 def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: Placer | None = None) -> Decisions:
@@ -135,32 +137,10 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     queued = [j for j in snapshot.jobs if j.state is JobState.QUEUED and j.id not in ended]
     queue = queue_order([job for job in queued if job.eligible_at() <= now])
     if queue:
-        # Room on each schedulable node: capacity less what active attempts hold (summed as plain
-        # numbers in attempt order, which gives the same floats as adding Resources).
-        held: dict[str, list[float]] = {}
-        for attempt in holding:
-            request = attempt.resources
-            for node_id in attempt.node_ids:
-                total = held.get(node_id)
-                if total is None:
-                    held[node_id] = [request.vcpus, request.ram_mib, request.scratch_mib, request.gpus]
-                else:
-                    total[0] += request.vcpus
-                    total[1] += request.ram_mib
-                    total[2] += request.scratch_mib
-                    total[3] += request.gpus
-        free: dict[str, Resources] = {n.id: n.capacity for n in schedulable}
-        same: dict[tuple[float, ...], Resources] = {}  # nodes of one size holding the same share
-        for node_id, total in held.items():
-            c = free.get(node_id)
-            if c is None:
-                continue  # not schedulable
-            key = (c.vcpus, c.ram_mib, c.scratch_mib, c.gpus, *total)
-            room = same.get(key)
-            if room is None:
-                room = same[key] = _less(c, total)
-            free[node_id] = room
-        result = (placer or make_placer(settings))(snapshot, queue, schedulable, free, now)
+        # The placer works out the room on each node from the attempts that still hold it: not
+        # those of jobs this pass ended (cancelled, lost, never started).
+        seen = snapshot if holding is active else dataclasses.replace(snapshot, attempts=holding)
+        result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()
     reasons = result.reasons
@@ -270,15 +250,6 @@ def _quiet_states(matrix: frozenset[tuple[lifecycle.StateTuple, NodeAction | Non
         idle_wait=only((None,), lambda s: s[0] is W.IDLE and s[3] is Idle.IDLE_WAIT),
         idle_unless_drain=only((None, NodeAction.START_DRAIN), lambda s: s[0] is W.IDLE),
         boot_wait=only((None,), lambda s: s[0] is W.UNPAIRED and s[2] is Boot.BOOT_WAIT),
-    )
-
-
-def _less(capacity: Resources, held: list[float]) -> Resources:
-    return Resources(
-        capacity.vcpus - held[0],
-        capacity.ram_mib - int(held[1]),
-        capacity.scratch_mib - int(held[2]),
-        capacity.gpus - int(held[3]),
     )
 
 

@@ -111,7 +111,7 @@ def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any]
     memo = FactsMemo(placement)
 
     def placer(
-        snapshot: Snapshot, queue: Sequence[Job], nodes: Sequence[Node], free: dict[str, Resources], now: float
+        snapshot: Snapshot, queue: Sequence[Job], nodes: Sequence[Node], free: dict[str, Resources] | None, now: float
     ) -> PlacementResult:
         return place(snapshot, queue, nodes, free, now, placement, max_instances=max_instances, memo=memo)
 
