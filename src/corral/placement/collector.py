@@ -8,6 +8,9 @@ own objects, tens of thousands of them per pass. Measured on the placement bench
 pass makes no reference cycles it leaves behind. The pass therefore runs with the collector paused;
 reference counting still frees everything as usual, and the collector, enabled again afterwards,
 sees the pass's survivors once as young objects rather than walking the heap again and again.
+
+The collector is process-wide: other threads run without it for the length of a pass too (their
+cyclic garbage waits until it is enabled again; nothing else changes for them).
 """
 
 from __future__ import annotations
