@@ -325,21 +325,22 @@ class NodeArrays:
 
         Scalar arithmetic on the one column: the same IEEE operations as the vectorised build, so
         an updated node's room is exactly what a rebuild would give."""
+        dedicated_of, utilized_of, room_of = self.dedicated, self.utilized, self.room
         for r, amount in enumerate(amounts):
             if not amount:
                 continue
-            dedicated = float(self.dedicated[r, node]) + amount
-            utilized = float(self.utilized[r, node]) + amount
-            self.dedicated[r, node] = dedicated
-            self.utilized[r, node] = utilized
+            dedicated = float(dedicated_of[r, node]) + amount
+            utilized = float(utilized_of[r, node]) + amount
+            dedicated_of[r, node] = dedicated
+            utilized_of[r, node] = utilized
             capacity = float(self.capacity[r, node])
             policy = self._policies[r]
             if policy is Policy.DEDICATED:
-                self.room[r, node] = capacity * self._ratios[r] - dedicated
+                room_of[r, node] = capacity * self._ratios[r] - dedicated
             elif policy is Policy.UTILIZED:
-                self.room[r, node] = capacity - utilized
+                room_of[r, node] = capacity - utilized
             else:
-                self.room[r, node] = min(capacity * self._ratios[r] - dedicated, capacity - utilized)
+                room_of[r, node] = min(capacity * self._ratios[r] - dedicated, capacity - utilized)
         self.jobs[node] += 1
         if capped:
             self.capped_jobs[node] += 1

@@ -44,6 +44,9 @@ class Timeline:
         self._end: list[float] = []
         self._node: list[int] = []
         self._frees: list[tuple[float, ...]] = []
+        # The lists as arrays, as of the last `arrays` call: a pass that makes reservations asks
+        # again and again, so each call converts only what was added since.
+        self._converted: tuple[Floats, Ints, Floats] = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 4)))
 
     def add(self, end: float, node: int, frees: tuple[float, ...]) -> None:
         if math.isinf(end):
@@ -53,14 +56,21 @@ class Timeline:
         self._frees.append(frees)
 
     def arrays(self) -> tuple[Floats, Ints, Floats]:
-        """(ends, nodes, frees as resources x events), in the order they were added."""
+        """(ends, nodes, frees as resources x events), in the order they were added. Read only."""
         if not self._end:
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((4, 0))
-        return (
-            np.array(self._end, dtype=np.float64),
-            np.array(self._node, dtype=np.int64),
-            np.array(self._frees, dtype=np.float64).T,
-        )
+        ends, nodes, frees = self._converted
+        done = len(ends)
+        if done < len(self._end):
+            ends = np.concatenate([ends, np.array(self._end[done:], dtype=np.float64)])
+            nodes = np.concatenate([nodes, np.array(self._node[done:], dtype=np.int64)])
+            # Events x resources, as the lists hold them; the caller gets the transpose (the
+            # layout its sums were written against).
+            frees = np.concatenate([frees, np.array(self._frees[done:], dtype=np.float64)])
+            for array in (ends, nodes, frees):
+                array.flags.writeable = False
+            self._converted = (ends, nodes, frees)
+        return ends, nodes, frees.T
 
     def __len__(self) -> int:
         return len(self._end)

@@ -121,6 +121,7 @@ class Engine:
             if scorer.static:
                 assert scorer.base is not None
                 self._static_base = self._static_base + weight * scorer.base(self.scores, slice(None))
+        self._static_base_values: list[float] = self._static_base.tolist()  # for commits, one node at a time
         self.base: Floats = self.base_scores(slice(None))
         # With the tie-break scorer on, each job slot's weighted noise is kept ready: a job's
         # ranking sum is base + its slot's row.
@@ -250,12 +251,15 @@ class Engine:
                 computed[name] = scorer.exact(scores, demand, idx, resolved, noise).tolist()
         ids = self.arrays.ids
         static_rows = self._static_rows
+        job_columns = self._job_columns
         rows = []
         for k, i in enumerate(nodes):
-            static = static_rows.get(i) or self._static_row(i)
+            static = static_rows.get(i)
+            if static is None:
+                static = self._static_row(i)
             values = static[0].copy()  # every scorer's key, in order; the job's filled in below
             total = static[1]
-            for name, weight, one in self._job_columns:
+            for name, weight, one in job_columns:
                 value = one(scores, demand, i, resolved, noise) if one is not None else computed[name][k]
                 values[name] = value
                 total += weight * value
@@ -343,13 +347,14 @@ class Engine:
 
     def commit(self, demand: Demand, nodes: Sequence[int], tags: Sequence[str] = ()) -> None:
         a = self.arrays
+        free = self.free
         for i in nodes:
             a.commit(i, demand.amounts, demand.capped)
-            if self.free is not None:
+            if free is not None:
                 node_id = a.ids[i]
-                self.free[node_id] = self.free[node_id] - demand.resources
+                free[node_id] = free[node_id] - demand.resources
             # Same operations in the same order as `base_scores`, on one node's scalars.
-            total = float(self._static_base[i])
+            total = self._static_base_values[i]
             for scorer, weight in self._room_based:
                 if scorer.base_one is not None:
                     total = total + weight * scorer.base_one(self.scores, i)

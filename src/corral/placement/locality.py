@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corral.core.model import Attempt, Job, Node
-from corral.placement.arrays import Bools, Floats, NodeArrays, rack_key
+from corral.placement.arrays import Bools, Floats, Ints, NodeArrays, rack_key
 from corral.placement.demand import Hints
 
 TAG_PREFIX = "tag:"
@@ -97,9 +97,8 @@ class _Entry:
 
     node_ids: set[str]  # every node hosting one of them, schedulable or not
     nodes: Bools  # the same, over the arrays' nodes
-    racks: Bools  # nodes sharing a rack with one of them (rebuilt from rack_codes when stale)
-    rack_codes: set[int]
-    racks_stale: bool = False
+    racks: Bools  # nodes sharing a rack with one of them
+    rack_codes: set[int]  # their racks (codes over the arrays' racks)
 
 
 class LocalityIndex:
@@ -118,6 +117,10 @@ class LocalityIndex:
         self.tag_jobs: dict[str, set[int]] = {}
         self._arrays: NodeArrays | None = None
         self._entries: dict[str, _Entry] = {}
+        # Over `_arrays`, built when first needed: each node id's rack code (-1: a rack no node of
+        # the arrays is in), and each rack's nodes.
+        self._rack_code: dict[str, int] = {}
+        self._rack_members: list[Ints] | None = None
 
     def _index(self) -> None:
         if self._sources is None:
@@ -135,17 +138,31 @@ class LocalityIndex:
         for job_id, tags, node_ids in added:
             self.add(job_id, tags, node_ids)
 
-    def add(self, job_id: int, tags: Iterable[str], node_ids: Iterable[str]) -> None:
-        node_ids = list(node_ids)
-        tags = list(tags)
+    def add(self, job_id: int, tags: Sequence[str], node_ids: Sequence[str]) -> None:
+        """Job `job_id` (tagged `tags`) now runs on `node_ids`: called for every placement."""
         if self._sources is not None:
-            self._added.append((job_id, tags, node_ids))
+            self._added.append((job_id, list(tags), list(node_ids)))
             return
-        self.job_nodes.setdefault(job_id, []).extend(node_ids)
+        listed = self.job_nodes.get(job_id)
+        if listed is None:
+            self.job_nodes[job_id] = list(node_ids)
+        else:
+            listed.extend(node_ids)
+        tag_jobs = self.tag_jobs
         for tag in tags:
-            self.tag_jobs.setdefault(tag, set()).add(job_id)
-        for name in [str(job_id)] + [TAG_PREFIX + tag for tag in tags]:
-            cached = self._entries.get(name)
+            tagged = tag_jobs.get(tag)
+            if tagged is None:
+                tag_jobs[tag] = {job_id}
+            else:
+                tagged.add(job_id)
+        entries = self._entries
+        if not entries:
+            return
+        cached = entries.get(str(job_id))
+        if cached is not None:
+            self._extend(cached, node_ids)
+        for tag in tags:
+            cached = entries.get(TAG_PREFIX + tag)
             if cached is not None:
                 self._extend(cached, node_ids)
 
@@ -153,6 +170,7 @@ class LocalityIndex:
         self._index()
         if self._arrays is not arrays:
             self._arrays, self._entries = arrays, {}
+            self._rack_code, self._rack_members = {}, None
         unknown: list[str] = []
         near = self._side(hints.near, arrays, self_id, unknown)
         far = self._side(hints.far, arrays, self_id, unknown)
@@ -172,11 +190,6 @@ class LocalityIndex:
                 absent.append(name)
                 continue
             running.append(name)
-            if entry.racks_stale:
-                table = np.zeros(len(arrays.rack_names), dtype=bool)
-                table[list(entry.rack_codes)] = True
-                entry.racks = table[arrays.rack]
-                entry.racks_stale = False
             nodes = entry.nodes if nodes is None else nodes | entry.nodes
             racks = entry.racks if racks is None else racks | entry.racks
         if nodes is None or racks is None:
@@ -204,6 +217,7 @@ class LocalityIndex:
     def _extend(self, entry: _Entry, node_ids: Iterable[str]) -> None:
         arrays = self._arrays
         assert arrays is not None
+        codes = self._rack_code
         for node_id in node_ids:
             if node_id in entry.node_ids:
                 continue
@@ -211,12 +225,24 @@ class LocalityIndex:
             i = arrays.index.get(node_id)
             if i is not None:
                 entry.nodes[i] = True
-            code = arrays.rack_codes.get(self._rack_of.get(node_id, f"node:{node_id}"), -1)
+            code = codes.get(node_id)
+            if code is None:
+                code = codes[node_id] = arrays.rack_codes.get(self._rack_of.get(node_id, f"node:{node_id}"), -1)
             if code >= 0 and code not in entry.rack_codes:
-                # Every placement of a tagged job lands here; only jobs with hints read the rack
-                # mask, so it is rebuilt when read rather than on every change.
+                # Every placement of a tagged job lands here: marking the rack's few nodes costs
+                # less than rebuilding the mask over all nodes when a job with hints reads it.
                 entry.rack_codes.add(code)
-                entry.racks_stale = True
+                entry.racks[self._members()[code]] = True
+
+    def _members(self) -> list[Ints]:
+        """Each rack's nodes over `_arrays`, by rack code."""
+        if self._rack_members is None:
+            arrays = self._arrays
+            assert arrays is not None
+            order = np.argsort(arrays.rack, kind="stable")
+            counts = np.bincount(arrays.rack, minlength=len(arrays.rack_names))
+            self._rack_members = np.split(order, np.cumsum(counts)[:-1])
+        return self._rack_members
 
     def _jobs_named(self, entry: str) -> set[int] | None:
         if entry.startswith(TAG_PREFIX):

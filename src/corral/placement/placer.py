@@ -25,6 +25,7 @@ from corral.placement import attributes as attr
 from corral.placement.arrays import FleetFacts, Floats, NodeArrays, fleet_signature
 from corral.placement.backfill import Reservation, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
+from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.explain import explain
@@ -166,6 +167,7 @@ def build_engine(
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)
 
 
+@collector_paused  # see corral.placement.collector: full collections cost a quarter of a pass
 def place(
     snapshot: Snapshot,
     queue: Sequence[Job],

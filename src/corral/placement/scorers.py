@@ -60,6 +60,7 @@ class PassScores:
 
         self.seed = pass_seed(now, settings.tie_break_seed)
         self.noise: Floats = _unit_interval(_splitmix(a.facts.id_hashes ^ np.uint64(self.seed)))
+        self.noise_values: list[float] = self.noise.tolist()  # the same, for reading one node at a time
 
         self._last_job, self._last_slot = -1, 0
         self.slot_offsets = [_unit_interval_int(_splitmix_int(slot ^ self.seed)) for slot in range(NOISE_SLOTS)]
@@ -245,7 +246,7 @@ def _random(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: f
 
 def _random_one(s: PassScores, d: Demand, i: int, loc: Resolved | None, noise: float) -> float:
     # Python's float % and NumPy's remainder are both fmod corrected to the divisor's sign.
-    return (float(s.noise[i]) + noise) % 1.0
+    return (s.noise_values[i] + noise) % 1.0
 
 
 SCORERS: dict[str, Scorer] = {

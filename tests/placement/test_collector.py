@@ -1,0 +1,74 @@
+"""The placer pauses the cyclic garbage collector during a pass and always restores it."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from placement_helpers import NOW, job, node
+
+import corral.placement.placer as placer_module
+from corral.core.snapshot import Snapshot
+from corral.placement import make_placer
+from corral.placement.collector import collector_paused
+
+
+@pytest.fixture(autouse=True)
+def _collector_enabled() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+def test_paused_while_running_and_enabled_after() -> None:
+    seen: list[bool] = []
+
+    @collector_paused
+    def work(x: int) -> int:
+        seen.append(gc.isenabled())
+        return x + 1
+
+    assert work(1) == 2
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_enabled_again_after_an_exception() -> None:
+    @collector_paused
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        fails()
+    assert gc.isenabled()
+
+
+def test_a_caller_that_disabled_the_collector_keeps_it_disabled() -> None:
+    @collector_paused
+    def work() -> bool:
+        return gc.isenabled()
+
+    gc.disable()
+    assert work() is False
+    assert not gc.isenabled()
+
+
+def test_a_pass_runs_paused_and_restores_the_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+    build = placer_module.build_engine
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(placer_module, "build_engine", spy)
+    nodes = [node("n1", 4, 16)]
+    snapshot = Snapshot(jobs=[job(1, 1, 4)], attempts=[], nodes=nodes, instance_types=[])
+    result = make_placer(None)(snapshot, snapshot.jobs, nodes, {"n1": nodes[0].capacity}, NOW)
+    assert [p.job_id for p in result.placements] == [1]
+    assert seen == [False]
+    assert gc.isenabled()
