@@ -143,6 +143,7 @@ class FactsMemo:
         return self.fits
 
 
+@collector_paused
 def build_engine(
     snapshot: Snapshot,
     nodes: Sequence[Node],

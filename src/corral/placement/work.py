@@ -149,14 +149,17 @@ class WorkLedger:
         self._work[node_id] = _NodeWork(len(ordered), capped, held, unmeasured, ends, measured_at)
 
     def _write(self, where: list[int], load: Load, ids: list[str]) -> None:
+        if not where:
+            return
         empty = _NodeWork(0, 0, (0.0, 0.0, 0.0, 0.0), None, [-math.inf] * len(self.fractions), None)
-        for i in where:
-            work = self._work.get(ids[i], empty)
-            load.jobs[i] = work.count
-            load.capped[i] = work.capped
-            load.dedicated[:, i] = work.held
-            load.unmeasured[:, i] = work.unmeasured or (0.0, 0.0, 0.0, 0.0)
-            self._ends[:, i] = work.ends
+        works = [self._work.get(ids[i], empty) for i in where]
+        # One assignment per array for all the nodes written, not one per node.
+        load.jobs[where] = [w.count for w in works]
+        load.capped[where] = [w.capped for w in works]
+        load.dedicated[:, where] = np.array([w.held for w in works], dtype=np.float64).T
+        zero = (0.0, 0.0, 0.0, 0.0)
+        load.unmeasured[:, where] = np.array([w.unmeasured or zero for w in works], dtype=np.float64).T
+        self._ends[:, where] = np.array([w.ends for w in works], dtype=np.float64).T
 
 
 def _sum(attempts: list[Attempt]) -> tuple[float, float, float, float]:
