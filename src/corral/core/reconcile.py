@@ -37,6 +37,7 @@ from corral.core.snapshot import (
     Snapshot,
 )
 from corral.placement import make_placer
+from corral.placement.lifetime import gate_settings
 
 SCHEDULABLE = (NodeState.IDLE, NodeState.BUSY)
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
@@ -160,8 +161,6 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     ]
     live_nodes = [n for n in nodes if n.state in LIVE]
     live = len(live_nodes) - len(down_now)  # down_now holds only live (schedulable or draining) nodes
-    placement = settings.placement
-    gate = placement.cost if placement.cost.max_extension > 0 and placement.queue.capacity != "bounded" else None
     plan = plan_boots(
         waiting,
         booting,
@@ -170,8 +169,8 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         snapshot.unavailable_types,
         now,
         settings.boot,
-        gate,
-        placement.queue.default_time_limit,
+        gate_settings(settings.placement),
+        settings.placement.queue.default_time_limit,
     )
     decisions.boots.extend(plan.boots)
     planner_reason = {a.job_id: a for a in plan.annotations}

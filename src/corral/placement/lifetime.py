@@ -28,7 +28,7 @@ import numpy as np
 from corral.core.model import Attempt, InstanceType, Job, Resources
 from corral.placement.arrays import Bools, Floats, NodeArrays
 from corral.placement.demand import Demand
-from corral.placement.settings import CostSettings
+from corral.placement.settings import CostSettings, PlacementSettings
 from corral.placement.work import WorkLedger
 
 
@@ -57,6 +57,13 @@ def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats
         total += np.maximum(0.0, end - ends).sum(axis=0)
     result: Floats = total / (len(fractions) * len(fractions))
     return result
+
+
+def gate_settings(settings: PlacementSettings) -> CostSettings | None:
+    """The cost gate's settings where it can apply: on, and capacity not forced bounded (None)."""
+    if settings.cost.max_extension > 0 and settings.queue.capacity != "bounded":
+        return settings.cost
+    return None
 
 
 def mean_fraction(settings: CostSettings) -> float:

@@ -29,7 +29,7 @@ from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.explain import explain
-from corral.placement.lifetime import CostGate
+from corral.placement.lifetime import CostGate, gate_settings
 from corral.placement.locality import LocalityIndex
 from corral.placement.settings import PlacementSettings, coerce
 from corral.placement.work import WorkLedger
@@ -128,7 +128,7 @@ class FactsMemo:
         self.signature: list[tuple[object, ...]] = []
         self.facts: FleetFacts | None = None
         self.fits: TypeFits | None = None
-        self.work = WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
+        self.work = new_ledger(settings)
 
     def facts_for(self, nodes: Sequence[Node], now: float) -> FleetFacts:
         signature = fleet_signature(nodes)
@@ -141,6 +141,11 @@ class FactsMemo:
         if self.fits is None or not self.fits.holds(snapshot, now):
             self.fits = TypeFits(snapshot, self.settings, now)
         return self.fits
+
+
+def new_ledger(settings: PlacementSettings) -> WorkLedger:
+    """A WorkLedger for the cost gate's run shares and the queue's default time limit."""
+    return WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
 
 
 @collector_paused
@@ -161,7 +166,7 @@ def build_engine(
     if facts is None:
         facts = FleetFacts(nodes, settings, now)
     if work is None:
-        work = WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
+        work = new_ledger(settings)
     load = work.update(facts.ids, facts.index, [node.used_at for node in nodes], snapshot.attempts, jobs)
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
@@ -185,7 +190,7 @@ def place(
         return result
     facts = memo.facts_for(nodes, now) if memo is not None else None
     jobs = {job.id: job for job in snapshot.jobs}
-    work = memo.work if memo is not None else WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
+    work = memo.work if memo is not None else new_ledger(settings)
     engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs, work)
     arrays = engine.arrays
     policy = settings.queue
@@ -204,7 +209,7 @@ def place(
     never_fits: set[tuple[object, ...]] = set()
     # Cost gate (elastic jobs): built when first needed; placements made before then are replayed.
     gate: CostGate | None = None
-    gated_by_cost = settings.cost.max_extension > 0 and bool(snapshot.instance_types)
+    gated_by_cost = gate_settings(settings) is not None and bool(snapshot.instance_types)
     placed_before_gate: list[tuple[list[int], Demand]] = []
 
     for job in ordered:
