@@ -34,5 +34,6 @@ def job(
 
 
 def simulate(jobs: list[SimJob], cfg: Config, **kw: Any) -> tuple[Simulation, SimResult]:
-    sim = Simulation(jobs, cfg, **kw).run()
+    """Runs with the kept index checked against a fresh one at every pass."""
+    sim = Simulation(jobs, cfg, **{"check_index": True, **kw}).run()
     return sim, measure(sim)

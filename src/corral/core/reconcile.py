@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from corral.core import lifecycle, retry
+from corral.core.index import SCHEDULABLE, SnapshotIndex
 from corral.core.model import AttemptState, Job, JobState, Node, NodeState, Resources
 from corral.core.planner import plan_boots
 from corral.core.settings import PolicySettings
@@ -39,7 +40,6 @@ from corral.core.snapshot import (
 from corral.placement import make_placer
 from corral.placement.lifetime import gate_settings
 
-SCHEDULABLE = (NodeState.IDLE, NodeState.BUSY)
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
 ACTIVE_ATTEMPT = frozenset(state for state in AttemptState if state.active)
@@ -52,15 +52,17 @@ Placer = Callable[[Snapshot, Sequence[Job], Sequence[Node], dict[str, Resources]
 
 
 def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: Placer | None = None) -> Decisions:
-    # Written for speed (the simulator runs it hundreds of thousands of times): each list is
-    # scanned with a comprehension, and per-node policy functions run only on nodes whose answer
-    # can differ from "busy, nothing to do". The decisions are those of the plain reading of the
-    # steps in the module docstring, in the same order.
+    # Written for speed (the simulator runs it hundreds of thousands of times): the pass reads the
+    # snapshot through its index (kept between passes by the simulator, built here for the live
+    # loop), so it looks only at the groups a step concerns: queued and flagged jobs, nodes by
+    # state, nodes without work. Per-node policy functions run only on nodes whose answer can
+    # differ from "busy, nothing to do". The decisions are those of the plain reading of the steps
+    # in the module docstring, in the same order, with nodes and jobs in snapshot order.
+    index = snapshot.index if snapshot.index is not None else SnapshotIndex.of(snapshot)
     decisions = Decisions()
     lifecycle_settings = settings.lifecycle
     observing = snapshot.observing_since
-    nodes = snapshot.nodes
-    active = [a for a in snapshot.attempts if a.state in ACTIVE_ATTEMPT]
+    nodes, by_state, active, work = index.nodes, index.by_state, index.attempts, index.work
     ended: set[int] = set()  # jobs whose fate this pass already decided
     by_job: dict[int, list[int]] | None = None  # built only when some job's attempts end
 
@@ -68,7 +70,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         nonlocal by_job
         if by_job is None:
             by_job = defaultdict(list)
-            for a in active:
+            for a in active.values():
                 by_job[a.job_id].append(a.id)
         return tuple(by_job.get(job_id, ()))
 
@@ -87,7 +89,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
             and now - max(d.last_heartbeat, observing) > settings.dispatch.dispatcher_stale
         }
         if stale_dispatchers:
-            for job in snapshot.jobs:
+            for job in index.jobs.values():
                 if job.claimed_by in stale_dispatchers and job.state in (JobState.CLAIMED, JobState.RUNNING):
                     end_attempts(job, f"dispatcher {job.claimed_by} stopped heartbeating")
 
@@ -97,23 +99,28 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     if now - observing > ping_stale:
         # A cheap, generous pre-filter; lifecycle.ping_is_stale has the last word.
         horizon = now - ping_stale + 1.0
-        for node in [n for n in nodes if (n.last_ping_at or n.paired_at or n.created_at) < horizon]:
+        silent = nodes.values() if index.silent is None else index.silent.values()
+        quiet_for_long = [n for n in silent if (n.last_ping_at or n.paired_at or n.created_at) < horizon]
+        for node in quiet_for_long if index.silent is None else index.in_node_order(quiet_for_long):
             if node.state in STALEABLE and lifecycle.ping_is_stale(node, now, lifecycle_settings, observing):
                 down_now.add(node.id)
                 decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"no ping for more than {ping_stale:g}s"))
-    node_ids = {n.id for n in nodes}
-    used = {node_id for a in active for node_id in a.node_ids}
-    lost_on = (used - node_ids) | (used & down_now) | (used & {n.id for n in nodes if n.state is NodeState.DOWN})
+    lost_on = work.keys() - nodes.keys()
+    lost_on.update(node_id for node_id in (*down_now, *by_state[NodeState.DOWN]) if node_id in work)
     start_timeout = settings.dispatch.start_timeout
     late = (
-        [a for a in active if a.state is AttemptState.ASSIGNED and now - max(a.assigned_at, observing) > start_timeout]
+        [
+            a
+            for a in index.assigned.values()
+            if a.state is AttemptState.ASSIGNED and now - max(a.assigned_at, observing) > start_timeout
+        ]
         if now - observing > start_timeout
         else []
     )
     if lost_on or late:
-        jobs = {job.id: job for job in snapshot.jobs}
+        jobs = index.jobs
         late_ids = {a.id for a in late}
-        for attempt in active:
+        for attempt in active.values():
             if attempt.job_id not in jobs:
                 continue
             lost_node = next((n for n in attempt.node_ids if n in lost_on), None)
@@ -123,24 +130,34 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                 end_attempts(jobs[attempt.job_id], f"not started on {attempt.node_ids[0]} within the start timeout")
 
     # 4. Cancellation: priority 0 or an explicit request.
-    for job in [j for j in snapshot.jobs if j.priority == 0 or j.cancel_requested]:
+    for job in index.in_job_order(index.flagged.values()):
         if job.id in ended:
             continue
         reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
         decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids(job.id)))
         ended.add(job.id)
 
-    holding = [a for a in active if a.job_id not in ended] if ended else active
-    working = {node_id for a in holding for node_id in a.node_ids} if ended else used
-    schedulable = [n for n in nodes if n.state in SCHEDULABLE and n.id not in down_now]
+    # Nodes that hold work after this pass's endings, and the schedulable ones that hold none.
+    if ended:
+        holding = [a for a in active.values() if a.job_id not in ended]
+        working = {node_id for a in holding for node_id in a.node_ids}
+        freed = {node_id for a in active.values() if a.job_id in ended for node_id in a.node_ids} - working
+        unworked = [
+            n for n in (*index.unworked.values(), *(nodes[i] for i in freed if i in nodes)) if n.state in SCHEDULABLE
+        ]
+    else:
+        holding = list(active.values())
+        working = set(work)
+        unworked = list(index.unworked.values())
 
     # 5. Placement, in queue order.
-    queued = [j for j in snapshot.jobs if j.state is JobState.QUEUED and j.id not in ended]
+    queued = [j for j in index.queued.values() if j.id not in ended]
     queue = queue_order([job for job in queued if job.eligible_at() <= now])
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).
-        seen = snapshot if holding is active else dataclasses.replace(snapshot, attempts=holding)
+        schedulable = [n for n in nodes.values() if n.state in SCHEDULABLE and n.id not in down_now]
+        seen = dataclasses.replace(snapshot, attempts=holding, index=None) if ended else snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()
@@ -155,12 +172,10 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     # 6. Boots for what is left.
     booting = [
         (n, n.capacity)
-        for n in nodes
-        if n.state is NodeState.BOOTING
-        and lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
+        for n in index.in_node_order(by_state[NodeState.BOOTING].values())
+        if lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
     ]
-    live_nodes = [n for n in nodes if n.state in LIVE]
-    live = len(live_nodes) - len(down_now)  # down_now holds only live (schedulable or draining) nodes
+    live = sum(len(by_state[state]) for state in LIVE) - len(down_now)  # down_now holds only live nodes
     plan = plan_boots(
         waiting,
         booting,
@@ -178,25 +193,38 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         note = planner_reason.get(job.id) or Annotation(job.id, reasons.get(job.id, "waiting for resources"))
         if note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
             decisions.annotations.append(note)
-    for job in queued:
-        if job.eligible_at() > now:
-            why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
-            if job.wait_reason != why:
-                decisions.annotations.append(Annotation(job.id, why))
+    for job in index.in_job_order(job for job in queued if job.eligible_at() > now):
+        why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
+        if job.wait_reason != why:
+            decisions.annotations.append(Annotation(job.id, why))
 
     # 7. Lifecycle matrix; 8. idle/busy marks.
-    idle_count = len([n for n in schedulable if n.id not in working])
+    idle = [n for n in unworked if n.id not in working and n.id not in down_now]
+    idle_count = len(idle)
     live_after = live + len(plan.boots)
     quiet = _quiet_states(frozenset(lifecycle.DEFAULT_MATRIX.items()))
     # Both only shrink as drains are decided, so a drain refused now is refused for every node.
     no_drains = live_after <= lifecycle_settings.min_instances or idle_count <= 0
     idle_grace, boot_grace = lifecycle_settings.idle_grace, lifecycle_settings.boot_grace
-    attention = (
-        [n for n in live_nodes if n.state is not NodeState.BUSY or n.id not in working or n.id in down_now]
-        if quiet.busy
-        else live_nodes
-    )
-    for node in attention:
+    if quiet.busy:
+        # Busy nodes that keep their work need nothing: look at the others only. Idle nodes that
+        # can only be drained, when no drain is possible, need a look only if they got work.
+        idle_nodes = by_state[NodeState.IDLE]
+        skip_idle = quiet.idle_unless_drain and no_drains
+        attention = {
+            n.id: n
+            for group in (
+                *(by_state[s].values() for s in LIVE if s not in (NodeState.BUSY, NodeState.IDLE)),
+                (n for n in unworked if n.state is NodeState.BUSY and n.id not in working),
+                (nodes[i] for i in down_now),
+                (n for n in idle_nodes.values() if n.id in working) if skip_idle else idle_nodes.values(),
+            )
+            for n in group
+        }
+        looked_at = index.in_node_order(attention.values())
+    else:
+        looked_at = [n for n in nodes.values() if n.state in LIVE]
+    for node in looked_at:
         has_work = node.id in working
         if node.id not in down_now:
             current = node.state

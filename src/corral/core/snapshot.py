@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.core.model import Attempt, Dispatcher, InstanceType, Job, JobState, Node, NodeState
+
+if TYPE_CHECKING:
+    from corral.core.index import SnapshotIndex
 
 
 @dataclass(slots=True)
@@ -24,6 +27,9 @@ class Snapshot:
     # Since when the shell has been able to see pings and heartbeats (its start time). Staleness
     # is judged from here, so a restarted server does not declare every agent dead at once.
     observing_since: float = 0.0
+    # The same jobs, attempts and nodes grouped for a pass, if the shell keeps them current between
+    # passes (the simulator); None: the pass groups them itself (corral.core.index).
+    index: SnapshotIndex | None = None
 
 
 class NodeAction(StrEnum):

@@ -18,6 +18,7 @@ a test checks that both give the same results.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from array import array
@@ -29,6 +30,7 @@ from corral.cloud.base import InsufficientCapacity
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core import capacity, retry
+from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
@@ -94,12 +96,14 @@ class Simulation:
         *,
         label: str = "",
         every_tick: bool = False,
+        check_index: bool = False,
         progress: Callable[[float], None] | None = None,
         on_pass: Callable[[Snapshot, float, Decisions], None] | None = None,
     ) -> None:
         self.config = config
         self.label = label
         self.every_tick = every_tick
+        self.check_index = check_index
         self.progress = progress
         self.on_pass = on_pass
         sim = config.sim
@@ -126,9 +130,12 @@ class Simulation:
 
         self.now = 0.0
         self.cloud = SimCloud(self.types, sim, lambda: self.now, config.cloud.cluster)
-        self.jobs: dict[int, Job] = {}
-        self.attempts: dict[int, Attempt] = {}
-        self.nodes: dict[str, Node] = {}
+        # The world's open jobs, active attempts and nodes, filed for the core's pass: every change
+        # to one of them is filed again (index.put_*) before the next pass.
+        self.index = SnapshotIndex(track_pings=True)
+        self.jobs: dict[int, Job] = self.index.jobs
+        self.attempts: dict[int, Attempt] = self.index.attempts
+        self.nodes: dict[str, Node] = self.index.nodes
         self.pinging: dict[str, Node] = {}  # nodes whose agent is up and pinging
         self.instance_of: dict[str, str] = {}
         self.unavailable: dict[str, float] = {}
@@ -300,7 +307,10 @@ class Simulation:
             dispatcher_id=DISPATCHER,
             unavailable_types=self.unavailable,
             observing_since=self.start_time,
+            index=self.index,
         )
+        if self.check_index:
+            self._check_index(snapshot, now)
         decisions = plan_pass(snapshot, now, self.policy, self.placer)
         if self.on_pass is not None:
             self.on_pass(snapshot, now, decisions)
@@ -319,6 +329,16 @@ class Simulation:
         trace.running.append(len(self.attempts))
         return decisions
 
+    def _check_index(self, snapshot: Snapshot, now: float) -> None:
+        """That the kept index is the one a live loop would build from this snapshot (a test aid)."""
+        fresh = SnapshotIndex.of(dataclasses.replace(snapshot, index=None))
+        if self.index.describe() != fresh.describe():
+            raise AssertionError(f"the simulator's index differs from its snapshot's at t={now}")
+        silent = self.index.silent or {}
+        heard = [n.id for n in snapshot.nodes if n.id not in silent and n.last_ping_at != now]
+        if heard or set(silent) != {n.id for n in snapshot.nodes if n.id not in self.pinging}:
+            raise AssertionError(f"the simulator's silent nodes are wrong at t={now}: {heard}")
+
     # ---- carrying decisions out ----------------------------------------------------------------
 
     def _apply(self, decisions: Decisions, now: float) -> None:
@@ -331,6 +351,7 @@ class Simulation:
                 continue
             node.state = mark.state
             node.reason = mark.reason
+            self.index.put_node(node)
             if mark.state is NodeState.IDLE:
                 node.state_changed_at = now
                 self._wake_idle(node, now)
@@ -351,6 +372,7 @@ class Simulation:
             if decision.action is NodeAction.START_DRAIN:
                 node.state = NodeState.DRAINING
                 node.reason = decision.reason
+                self.index.put_node(node)
                 self.counters.drains += 1
             else:
                 self._shutdown(node, now)
@@ -386,11 +408,12 @@ class Simulation:
                 self._wake(outcome.retry_at, W_JOB, job.id)
             if not was_queued:
                 self.queued += 1
+            self.index.put_job(job)
             return
         if was_queued:
             self.queued -= 1
         job.finished_at = now
-        del self.jobs[job.id]
+        self.index.drop_job(job.id)
         spec = self.spec_of[job.id]
         ended = self.ended_run.pop(job.id, None)
         wait = None if ended is None else max(0.0, ended - spec.submit - spec.run)
@@ -399,7 +422,7 @@ class Simulation:
 
     def _end_attempt(self, attempt: Attempt, now: float) -> None:
         attempt.finished_at = now
-        self.attempts.pop(attempt.id, None)
+        self.index.drop_attempt(attempt.id)
         self.doomed.discard(attempt.id)
         if attempt.started_at is not None:
             held = (now - attempt.started_at) * attempt.resources.vcpus
@@ -415,11 +438,12 @@ class Simulation:
         attempt = Attempt(
             self._attempt_ids, job_id, list(node_ids), job.resources, dispatcher_id=DISPATCHER, assigned_at=now
         )
-        self.attempts[attempt.id] = attempt
+        self.index.put_attempt(attempt)
         if job.state is JobState.QUEUED:
             self.queued -= 1
         job.state = JobState.CLAIMED
         job.claimed_by = DISPATCHER
+        self.index.put_job(job)
         job.attempt_count += 1
         self.counters.placements += 1
         latency = self.config.sim.start_latency
@@ -460,7 +484,7 @@ class Simulation:
             billing_minimum=itype.billing_minimum,
             attributes=dict(itype.attributes),
         )
-        self.nodes[node_id] = node
+        self.index.put_node(node)  # silent until it pairs
         self.instance_of[node_id] = instance.id
         ready = self.cloud.ready_at(instance.id)
         if ready is not None:
@@ -471,7 +495,7 @@ class Simulation:
         self._wake(now + self.policy.lifecycle.boot_grace, W_BOOT, node_id)
 
     def _shutdown(self, node: Node, now: float) -> None:
-        del self.nodes[node.id]
+        self.index.drop_node(node.id)
         self.pinging.pop(node.id, None)
         self.counters.shutdowns += 1
         instance_id = self.instance_of.pop(node.id, None)
@@ -498,7 +522,8 @@ class Simulation:
             billing_minimum=itype.billing_minimum,
             attributes=dict(itype.attributes),
         )
-        self.nodes[node_id] = node
+        self.index.put_node(node)
+        self.index.heard(node_id, True)
         self.pinging[node_id] = node
         rate = self.config.sim.failures.per_instance_day
         if rate > 0:
@@ -521,13 +546,13 @@ class Simulation:
 
     def _arrive(self, spec: SimJob) -> None:
         job = spec.to_job()
-        self.jobs[job.id] = job
         self.queued += 1
         if spec.cancel_at is not None:
             if spec.cancel_at <= spec.submit:
                 job.cancel_requested = True
             else:
                 self._push(spec.cancel_at, CANCEL, job.id)
+        self.index.put_job(job)
         if job.not_before is not None and job.not_before > spec.submit:
             self._wake(job.not_before, W_JOB, job.id)
 
@@ -541,6 +566,8 @@ class Simulation:
             if node is not None and node.state is NodeState.BOOTING:
                 node.state = NodeState.IDLE
                 node.paired_at = node.last_ping_at = node.state_changed_at = now
+                self.index.put_node(node)
+                self.index.heard(node.id, True)
                 self.pinging[node.id] = node
                 self._wake_idle(node, now)
         elif kind == START:
@@ -556,6 +583,7 @@ class Simulation:
             job = self.jobs.get(ref)
             if job is not None:
                 job.cancel_requested = True
+                self.index.put_job(job)
         elif kind == REPAIR:
             assert isinstance(ref, Node)
             self._add_fixed_node(self.types_by_name[ref.instance_type], now, ref.id)
@@ -568,8 +596,10 @@ class Simulation:
             return  # an agent that is down starts nothing; the core times the attempt out
         attempt.state = AttemptState.RUNNING
         attempt.started_at = now
+        self.index.put_attempt(attempt)
         job = self.jobs[attempt.job_id]
         job.state = JobState.RUNNING
+        self.index.put_job(job)
         if job.started_at is None:
             job.started_at = now
         self._push(now + self.spec_of[job.id].run, END, attempt.id)
@@ -583,6 +613,7 @@ class Simulation:
         self.ended_run[job.id] = now
         if spec.cancel_on_end:
             job.cancel_requested = True  # the user cancels it; the next pass does the rest
+            self.index.put_job(job)
             return
         attempt.state = AttemptState.EXITED
         attempt.exit_code = spec.exit_code
@@ -594,6 +625,7 @@ class Simulation:
         if node is None or node_id not in self.pinging:
             return
         del self.pinging[node_id]
+        self.index.heard(node_id, False)
         node.last_ping_at = now
         self.counters.node_failures += 1
         instance_id = self.instance_of.get(node_id)

@@ -1,0 +1,181 @@
+"""The groupings of a snapshot that a reconcile pass looks things up in.
+
+A pass needs more than the snapshot's flat lists: the queued jobs, the jobs to cancel, the active
+attempts and how many hold each node, the nodes by state, the schedulable nodes that hold no work.
+The live loop reads a whole new snapshot each pass and builds the index from it (`of`); the
+simulator changes its world a piece at a time and keeps one index current by filing each job,
+attempt and node again after it changes it (`put_*`, `drop_*`), so that a pass costs what changed
+rather than the size of the fleet and the queue. Both passes read the same groupings, in the same
+order: `plan_pass` has one implementation.
+
+Orders are those of the snapshot's lists: a node or job keeps the place it was first filed at until
+it is dropped (as a shell's insertion-ordered dict would), so decisions come out in the same order
+whichever way the index was made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from corral.core.model import Attempt, AttemptState, Job, JobState, Node, NodeState
+from corral.core.snapshot import Snapshot
+
+SCHEDULABLE = frozenset((NodeState.IDLE, NodeState.BUSY))
+
+
+class SnapshotIndex:
+    """Every open job, active attempt and node of a snapshot, grouped as `plan_pass` reads them.
+    `silent` is None when the shell does not know which nodes pinged (every node may be stale);
+    a shell that tracks pings keeps there the nodes it has not heard from, and promises that every
+    other node's `last_ping_at` is the time of the pass."""
+
+    def __init__(self, *, track_pings: bool = False) -> None:
+        self.jobs: dict[int, Job] = {}
+        self.queued: dict[int, Job] = {}
+        self.flagged: dict[int, Job] = {}  # priority 0 or a cancel request: the pass cancels them
+        self.attempts: dict[int, Attempt] = {}  # active (assigned or running)
+        self.assigned: dict[int, Attempt] = {}
+        self.work: dict[str, int] = {}  # node id -> active attempts on it (ids of gone nodes too)
+        self.nodes: dict[str, Node] = {}
+        self.by_state: dict[NodeState, dict[str, Node]] = {state: {} for state in NodeState}
+        self.unworked: dict[str, Node] = {}  # idle or busy nodes that no active attempt holds
+        self.silent: dict[str, Node] | None = {} if track_pings else None
+        self.job_order: dict[int, int] = {}
+        self.node_order: dict[str, int] = {}
+        self._filed_state: dict[str, NodeState] = {}
+        self._counted: dict[int, tuple[str, ...]] = {}  # attempt id -> the node ids it is counted on
+        self._sequence = 0
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> SnapshotIndex:
+        index = cls()
+        for job in snapshot.jobs:
+            index.put_job(job)
+        for attempt in snapshot.attempts:
+            index.put_attempt(attempt)
+        for node in snapshot.nodes:
+            index.put_node(node)
+        return index
+
+    # ---- filing ------------------------------------------------------------------------------
+
+    def _next(self) -> int:
+        self._sequence += 1
+        return self._sequence
+
+    def put_job(self, job: Job) -> None:
+        """File a job that is new or has changed (its state, priority or cancel request)."""
+        job_id = job.id
+        if job_id not in self.jobs:
+            self.job_order[job_id] = self._next()
+        self.jobs[job_id] = job
+        _place(self.queued, job_id, job, job.state is JobState.QUEUED)
+        _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested)
+
+    def drop_job(self, job_id: int) -> None:
+        for group in (self.jobs, self.queued, self.flagged, self.job_order):
+            group.pop(job_id, None)
+
+    def put_attempt(self, attempt: Attempt) -> None:
+        """File an attempt that is new or has changed state (one no longer active is dropped)."""
+        if attempt.state not in _ACTIVE:
+            self.drop_attempt(attempt.id)
+            return
+        attempt_id = attempt.id
+        self.attempts[attempt_id] = attempt
+        _place(self.assigned, attempt_id, attempt, attempt.state is AttemptState.ASSIGNED)
+        if attempt_id not in self._counted:
+            counted = self._counted[attempt_id] = tuple(attempt.node_ids)
+            work, unworked = self.work, self.unworked
+            for node_id in counted:
+                work[node_id] = work.get(node_id, 0) + 1
+                unworked.pop(node_id, None)
+
+    def drop_attempt(self, attempt_id: int) -> None:
+        self.attempts.pop(attempt_id, None)
+        self.assigned.pop(attempt_id, None)
+        counted = self._counted.pop(attempt_id, ())
+        work = self.work
+        for node_id in counted:
+            left = work[node_id] - 1
+            if left:
+                work[node_id] = left
+                continue
+            del work[node_id]
+            node = self.nodes.get(node_id)
+            if node is not None and node.state in SCHEDULABLE:
+                self.unworked[node_id] = node
+
+    def put_node(self, node: Node) -> None:
+        """File a node that is new or has changed state."""
+        node_id = node.id
+        filed = self._filed_state.get(node_id)
+        if filed is None:
+            self.node_order[node_id] = self._next()
+            if self.silent is not None:
+                self.silent[node_id] = node  # not heard from until the shell says so
+        elif filed is not node.state:
+            del self.by_state[filed][node_id]
+        self.nodes[node_id] = node
+        self.by_state[node.state][node_id] = node
+        self._filed_state[node_id] = node.state
+        _place(self.unworked, node_id, node, node.state in SCHEDULABLE and node_id not in self.work)
+
+    def drop_node(self, node_id: str) -> None:
+        filed = self._filed_state.pop(node_id, None)
+        if filed is None:
+            return
+        del self.by_state[filed][node_id]
+        for group in (self.nodes, self.unworked, self.node_order, self.silent or {}):
+            group.pop(node_id, None)
+
+    def heard(self, node_id: str, pinging: bool) -> None:
+        """A shell that tracks pings: the node's agent pings from now on (True) or went silent."""
+        assert self.silent is not None, "built without track_pings"
+        node = self.nodes.get(node_id)
+        if pinging or node is None:
+            self.silent.pop(node_id, None)
+        else:
+            self.silent[node_id] = node
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def in_node_order(self, nodes: Iterable[Node]) -> list[Node]:
+        return sorted(nodes, key=lambda node: self.node_order[node.id])
+
+    def in_job_order(self, jobs: Iterable[Job]) -> list[Job]:
+        return sorted(jobs, key=lambda job: self.job_order[job.id])
+
+    def describe(self) -> dict[str, Any]:
+        """Every grouping as plain ids, in order (for checking a kept index against a fresh one)."""
+
+        def ids(group: dict[Any, Any], order: dict[Any, int]) -> list[Any]:
+            return sorted(group, key=order.__getitem__)
+
+        return {
+            "jobs": ids(self.jobs, self.job_order),
+            "queued": ids(self.queued, self.job_order),
+            "flagged": ids(self.flagged, self.job_order),
+            "attempts": list(self.attempts),
+            "assigned": sorted(self.assigned),
+            "work": sorted(self.work.items()),
+            "nodes": ids(self.nodes, self.node_order),
+            "by_state": {state.value: ids(group, self.node_order) for state, group in self.by_state.items()},
+            "unworked": ids(self.unworked, self.node_order),
+            "objects": (
+                [id(job) for job in self.in_job_order(self.jobs.values())],
+                [id(a) for a in self.attempts.values()],
+                [id(node) for node in self.in_node_order(self.nodes.values())],
+            ),
+        }
+
+
+_ACTIVE = frozenset(state for state in AttemptState if state.active)
+
+
+def _place(group: dict[Any, Any], key: Any, value: Any, member: bool) -> None:
+    if member:
+        group[key] = value
+    else:
+        group.pop(key, None)
