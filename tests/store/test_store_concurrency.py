@@ -20,7 +20,7 @@ from corral.core.model import AttemptState, JobState
 from corral.core.settings import RetrySettings
 from corral.store import Store
 
-from .storekit import NOW, SideTransaction, claim, event_kinds, lock_waiters, submit, wait_for_lock_waiters
+from .storekit import NOW, SideTransaction, all_rows, claim, event_kinds, lock_waiters, submit, wait_for_lock_waiters
 
 T = TypeVar("T")
 RESULT_TIMEOUT = 60.0
@@ -156,3 +156,50 @@ def test_a_late_start_report_never_revives_an_attempt_replaced_meanwhile(
         (first, AttemptState.TEMPFAIL.value),
         (second, AttemptState.ASSIGNED.value),
     ]
+
+
+def test_a_cancel_request_racing_the_jobs_completion_leaves_the_finished_job_alone(
+    store: Store, pool: ThreadPoolExecutor
+) -> None:
+    """The cancel reads the job while it still runs, then waits for the row the exit report holds."""
+    job_id, attempt_id = running_job(store)
+
+    with SideTransaction(store) as side:  # the exit report, not yet committed
+        side.execute(f"UPDATE jobs SET state = 'complete', exit_code = 0, finished_at = {NOW + 4} WHERE id = {job_id}")
+        side.execute(f"UPDATE attempts SET state = 'exited', exit_code = 0 WHERE id = {attempt_id}")
+        cancel = run_blocked(pool, store, lambda: store.request_cancel(job_id, NOW + 5), waiting=1)
+        side.commit()
+
+    assert cancel.result(RESULT_TIMEOUT) == {"id": job_id, "state": JobState.COMPLETE.value, "changed": False}
+    row = store.job_row(job_id)
+    assert row["state"] == JobState.COMPLETE.value and not row["cancel_requested"]
+    assert "job.cancel_requested" not in event_kinds(store, job_id)
+
+
+def test_dispatchers_recording_the_same_unavailable_type_at_once_all_succeed(
+    store: Store, pool: ThreadPoolExecutor
+) -> None:
+    """The first call has written its row and waits to write its event; the others queue behind that
+    uncommitted row. All must succeed, and the longest back-off wins whatever the order."""
+    untils = [NOW + 300, NOW + 900, NOW + 600, NOW + 120]
+
+    with SideTransaction(store) as side:
+        if side.postgresql:  # on SQLite the side transaction's write lock already holds every call
+            side.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+        calls = [
+            run_blocked(
+                pool,
+                store,
+                lambda until=until: store.set_unavailable("big", until, f"no capacity ({until:.0f})", NOW),
+                waiting=i + 1,
+            )
+            for i, until in enumerate(untils)
+        ]
+        side.commit()
+
+    for call in calls:
+        call.result(RESULT_TIMEOUT)
+    assert all_rows(store, "unavailable_types") == [
+        {"instance_type": "big", "until": NOW + 900, "reason": f"no capacity ({NOW + 900:.0f})"}
+    ]
+    assert len(store.list_events(kind="capacity.unavailable")) == len(untils)

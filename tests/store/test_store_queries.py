@@ -85,3 +85,17 @@ def test_load_snapshot_holds_only_open_jobs_active_attempts_and_nodes_not_gone(s
     assert snap.unavailable_types == {"big": NOW + 300}
     assert snap.instance_types == [SMALL] and snap.observing_since == NOW - 5
     assert store.counts() == {"queued": 2, "claimed": 1, "running": 1, "complete": 1, "cancelled": 1, "failed": 1}
+
+
+def test_a_second_capacity_error_never_shortens_a_back_off(store: Store) -> None:
+    store.set_unavailable("big", NOW + 600, "first", NOW)
+    store.set_unavailable("big", NOW + 300, "second", NOW + 10)
+    assert store.load_snapshot("d", [SMALL], observing_since=NOW).unavailable_types == {"big": NOW + 600}
+    store.set_unavailable("big", NOW + 900, "third", NOW + 20)
+    assert store.load_snapshot("d", [SMALL], observing_since=NOW).unavailable_types == {"big": NOW + 900}
+
+    assert [e["message"] for e in store.list_events(kind="capacity.unavailable")] == [
+        f"big until {NOW + 600:.0f}: first",
+        f"big until {NOW + 300:.0f}: second (the back-off until {NOW + 600:.0f} stays)",
+        f"big until {NOW + 900:.0f}: third",
+    ]

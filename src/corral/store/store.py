@@ -23,7 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, and_, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Row, and_, create_engine, event, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
 
 from corral.core.model import (
@@ -48,6 +50,7 @@ from corral.store.schema import nodes as N
 
 ACTIVE_ATTEMPT_STATES = (AttemptState.ASSIGNED.value, AttemptState.RUNNING.value)
 OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNING.value)
+TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
 LIVE_NODE_STATES = tuple(s.value for s in NodeState if s is not NodeState.GONE)
 
 
@@ -219,16 +222,27 @@ class Store:
         return job_from_row(self.job_row(job_id))
 
     def request_cancel(self, job_id: int, now: float) -> dict[str, Any]:
-        """Mark a job for cancellation; the next pass carries it out (and kills a running attempt)."""
+        """Mark a job for cancellation; the next pass carries it out (and kills a running attempt).
+        A finished job is left as it is, also one that finishes while this runs; `state` is the
+        job's state as this transaction leaves it."""
         with self.write() as conn:
-            row = conn.execute(select(J.c.state).where(J.c.id == job_id)).first()
-            if row is None:
+            # The state check is in the UPDATE itself: a read beforehand would not stop a job that
+            # finishes between the read and the write (PostgreSQL's READ COMMITTED re-checks only
+            # the UPDATE's own WHERE against the row it waited for).
+            result = conn.execute(
+                update(J)
+                .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
+                .values(cancel_requested=True, updated_at=now)
+            )
+            changed = result.rowcount == 1
+            # Read after the write, so the state is true: this transaction now holds the row, or the
+            # job has finished, and a finished job's state never changes again.
+            state = conn.execute(select(J.c.state).where(J.c.id == job_id)).scalar()
+            if state is None:
                 raise NotFound(f"no job {job_id}")
-            if JobState(row.state).terminal:
-                return {"id": job_id, "state": row.state, "changed": False}
-            conn.execute(update(J).where(J.c.id == job_id).values(cancel_requested=True, updated_at=now))
-            self._event(conn, now, "job.cancel_requested", "cancel requested", job_id=job_id)
-        return {"id": job_id, "state": row.state, "changed": True}
+            if changed:
+                self._event(conn, now, "job.cancel_requested", "cancel requested", job_id=job_id)
+        return {"id": job_id, "state": state, "changed": changed}
 
     def set_priority(self, job_id: int, priority: int, now: float) -> None:
         with self.write() as conn:
@@ -611,14 +625,30 @@ class Store:
                 self._event(conn, now, "dispatcher.registered", f"{dispatcher_id} on {host} pid {pid}")
 
     def set_unavailable(self, instance_type: str, until: float, reason: str, now: float) -> None:
+        """Do not try `instance_type` before `until`. A back-off already recorded that lasts longer
+        is kept, with its reason: a second insufficient-capacity error never shortens a back-off.
+        The error is recorded as an event either way.
+
+        One upsert, so dispatchers recording the same type at the same time never collide on the
+        primary key."""
+        table = schema.unavailable_types
         with self.write() as conn:
-            conn.execute(
-                delete(schema.unavailable_types).where(schema.unavailable_types.c.instance_type == instance_type)
-            )
-            conn.execute(
-                insert(schema.unavailable_types).values(instance_type=instance_type, until=until, reason=reason)
-            )
-            self._event(conn, now, "capacity.unavailable", f"{instance_type} until {until:.0f}: {reason}")
+            dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+            stmt = dialect_insert(table).values(instance_type=instance_type, until=until, reason=reason)
+            written = conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[table.c.instance_type],
+                    set_={"until": stmt.excluded.until, "reason": stmt.excluded.reason},
+                    where=table.c.until <= stmt.excluded.until,
+                ).returning(table.c.until)
+            ).first()
+            message = f"{instance_type} until {until:.0f}: {reason}"
+            if written is None:
+                # The row stays locked until the commit (PostgreSQL: by the upsert; SQLite: by its
+                # write lock), so this is the back-off in force.
+                longer = conn.execute(select(table.c.until).where(table.c.instance_type == instance_type)).scalar_one()
+                message += f" (the back-off until {longer:.0f} stays)"
+            self._event(conn, now, "capacity.unavailable", message)
 
     # ---- the snapshot -------------------------------------------------------------------------
 
