@@ -28,7 +28,11 @@ class SnapshotIndex:
     """Every open job, active attempt and node of a snapshot, grouped as `plan_pass` reads them.
     `silent` is None when the shell does not know which nodes pinged (every node may be stale);
     a shell that tracks pings keeps there the nodes it has not heard from, and promises that every
-    other node's `last_ping_at` is the time of the pass."""
+    other node's `last_ping_at` is the time of the pass.
+
+    `schedulable()` is the same list object, and `fleet_version` the same number, for as long as
+    no node joins or leaves the idle and busy states and none is filed as reshaped (its capacity,
+    price, rack or attributes changed): a placer may keep what it worked out from the list."""
 
     def __init__(self, *, track_pings: bool = False) -> None:
         self.jobs: dict[int, Job] = {}
@@ -46,6 +50,8 @@ class SnapshotIndex:
         self._filed_state: dict[str, NodeState] = {}
         self._counted: dict[int, tuple[str, ...]] = {}  # attempt id -> the node ids it is counted on
         self._sequence = 0
+        self.fleet_version = 0
+        self._schedulable: list[Node] | None = None
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> SnapshotIndex:
@@ -107,26 +113,36 @@ class SnapshotIndex:
             if node is not None and node.state in SCHEDULABLE:
                 self.unworked[node_id] = node
 
-    def put_node(self, node: Node) -> None:
-        """File a node that is new or has changed state."""
+    def put_node(self, node: Node, *, reshaped: bool = False) -> None:
+        """File a node that is new or has changed state; `reshaped`: its capacity, price, rack or
+        attributes changed."""
         node_id = node.id
         filed = self._filed_state.get(node_id)
+        schedulable = node.state in SCHEDULABLE
         if filed is None:
             self.node_order[node_id] = self._next()
             if self.silent is not None:
                 self.silent[node_id] = node  # not heard from until the shell says so
+            if schedulable:
+                self._fleet_changed()
         elif filed is not node.state:
             del self.by_state[filed][node_id]
+            if schedulable != (filed in SCHEDULABLE) or (reshaped and schedulable):
+                self._fleet_changed()
+        elif reshaped and schedulable:
+            self._fleet_changed()
         self.nodes[node_id] = node
         self.by_state[node.state][node_id] = node
         self._filed_state[node_id] = node.state
-        _place(self.unworked, node_id, node, node.state in SCHEDULABLE and node_id not in self.work)
+        _place(self.unworked, node_id, node, schedulable and node_id not in self.work)
 
     def drop_node(self, node_id: str) -> None:
         filed = self._filed_state.pop(node_id, None)
         if filed is None:
             return
         del self.by_state[filed][node_id]
+        if filed in SCHEDULABLE:
+            self._fleet_changed()
         for group in (self.nodes, self.unworked, self.node_order, self.silent or {}):
             group.pop(node_id, None)
 
@@ -139,7 +155,17 @@ class SnapshotIndex:
         else:
             self.silent[node_id] = node
 
+    def _fleet_changed(self) -> None:
+        self.fleet_version += 1
+        self._schedulable = None
+
     # ---- reading -----------------------------------------------------------------------------
+
+    def schedulable(self) -> list[Node]:
+        """The idle and busy nodes, in order (see the class docstring: do not change the list)."""
+        if self._schedulable is None:
+            self._schedulable = [node for node in self.nodes.values() if node.state in SCHEDULABLE]
+        return self._schedulable
 
     def in_node_order(self, nodes: Iterable[Node]) -> list[Node]:
         return sorted(nodes, key=lambda node: self.node_order[node.id])
@@ -163,6 +189,7 @@ class SnapshotIndex:
             "nodes": ids(self.nodes, self.node_order),
             "by_state": {state.value: ids(group, self.node_order) for state, group in self.by_state.items()},
             "unworked": ids(self.unworked, self.node_order),
+            "schedulable": [node.id for node in self.schedulable()],
             "objects": (
                 [id(job) for job in self.in_job_order(self.jobs.values())],
                 [id(a) for a in self.attempts.values()],

@@ -156,7 +156,9 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).
-        schedulable = [n for n in nodes.values() if n.state in SCHEDULABLE and n.id not in down_now]
+        schedulable = index.schedulable()
+        if down_now:
+            schedulable = [n for n in schedulable if n.id not in down_now]
         seen = dataclasses.replace(snapshot, attempts=holding, index=None) if ended else snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:

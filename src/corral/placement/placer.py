@@ -35,6 +35,7 @@ from corral.placement.settings import PlacementSettings, coerce
 from corral.placement.work import WorkLedger
 
 if TYPE_CHECKING:
+    from corral.core.index import SnapshotIndex
     from corral.core.reconcile import Placer
     from corral.core.settings import PolicySettings
 
@@ -127,14 +128,25 @@ class FactsMemo:
         self.settings = settings
         self.signature: list[tuple[object, ...]] = []
         self.facts: FleetFacts | None = None
+        self.fleet: tuple[SnapshotIndex, int] | None = None  # the kept index and version the facts are of
         self.fits: TypeFits | None = None
         self.work = new_ledger(settings)
 
-    def facts_for(self, nodes: Sequence[Node], now: float) -> FleetFacts:
-        signature = fleet_signature(nodes)
-        if self.facts is None or signature != self.signature or not self.facts.valid_at(now):
-            self.facts = FleetFacts(nodes, self.settings, now)
-            self.signature = signature
+    def facts_for(self, nodes: Sequence[Node], now: float, index: SnapshotIndex | None = None) -> FleetFacts:
+        """`index`: the snapshot's kept index, if any; while `nodes` is its unchanged schedulable
+        list, the nodes need no comparing."""
+        if self.facts is not None and self.facts.valid_at(now):
+            if index is not None and nodes is index.schedulable() and self.fleet == (index, index.fleet_version):
+                return self.facts
+            signature = fleet_signature(nodes)
+            if signature == self.signature:
+                self.fleet = (index, index.fleet_version) if index is not None else None
+                return self.facts
+        else:
+            signature = fleet_signature(nodes)
+        self.facts = FleetFacts(nodes, self.settings, now)
+        self.signature = signature
+        self.fleet = (index, index.fleet_version) if index is not None else None
         return self.facts
 
     def type_fits(self, snapshot: Snapshot, now: float) -> TypeFits:
@@ -188,8 +200,8 @@ def place(
     result = PlacementResult()
     if not queue:
         return result
-    facts = memo.facts_for(nodes, now) if memo is not None else None
-    jobs = {job.id: job for job in snapshot.jobs}
+    facts = memo.facts_for(nodes, now, snapshot.index) if memo is not None else None
+    jobs = snapshot.index.jobs if snapshot.index is not None else {job.id: job for job in snapshot.jobs}
     work = memo.work if memo is not None else new_ledger(settings)
     engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs, work)
     arrays = engine.arrays
