@@ -7,8 +7,11 @@ import math
 import random
 
 import numpy as np
+import pytest
 from placement_helpers import NOW, job, node, running
 
+from corral.core import index as index_module
+from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, Job, Node, Resources
 from corral.placement.work import WorkLedger
 
@@ -45,9 +48,16 @@ def reference(
     return out
 
 
-def check(ledger: WorkLedger, nodes: list[Node], attempts: list[Attempt], jobs: dict[int, Job], now: float) -> None:
+def check(
+    ledger: WorkLedger,
+    nodes: list[Node],
+    attempts: list[Attempt],
+    jobs: dict[int, Job],
+    now: float,
+    world: SnapshotIndex | None = None,
+) -> None:
     ids = [nd.id for nd in nodes]
-    load = ledger.update(ids, {x: i for i, x in enumerate(ids)}, [nd.used_at for nd in nodes], attempts, jobs)
+    load = ledger.update(ids, {x: i for i, x in enumerate(ids)}, [nd.used_at for nd in nodes], attempts, jobs, world)
     fresh = WorkLedger(FRACTIONS, 7200.0)
     fresh_load = fresh.update(ids, {x: i for i, x in enumerate(ids)}, [nd.used_at for nd in nodes], attempts, jobs)
     want = reference(nodes, attempts, jobs, now, 7200.0)
@@ -60,7 +70,13 @@ def check(ledger: WorkLedger, nodes: list[Node], attempts: list[Attempt], jobs: 
     assert np.array_equal(fresh.ends(now), want["ends"])
 
 
-def test_a_kept_ledger_follows_every_kind_of_change() -> None:
+@pytest.mark.parametrize("journal", ["none", "index", "index, short"])
+def test_a_kept_ledger_follows_every_kind_of_change(journal: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a kept index the ledger compares the attempts with the last pass's; with one, it
+    reads the index's journal of changed attempts (a short journal forgets, and it compares again)."""
+    if journal == "index, short":
+        monkeypatch.setattr(index_module, "JOURNAL_KEPT", 1)
+    world = SnapshotIndex() if journal != "none" else None
     rng = random.Random(7)
     nodes = [node(f"n{i}", 16, 64) for i in range(12)]
     jobs: dict[int, Job] = {}
@@ -83,14 +99,20 @@ def test_a_kept_ledger_follows_every_kind_of_change() -> None:
             if started is None:
                 a.state = AttemptState.ASSIGNED
             attempts[a.id] = a
+            if world is not None:
+                world.put_attempt(a)
             next_id += 1
         elif what < 0.6:  # an attempt ends
-            del attempts[rng.choice(list(attempts))]
+            ended = attempts.pop(rng.choice(list(attempts)))
+            if world is not None:
+                world.drop_attempt(ended.id)
         elif what < 0.75:  # an assigned attempt starts
             waiting = [a for a in attempts.values() if a.started_at is None]
             if waiting:
                 chosen = rng.choice(waiting)
                 chosen.state, chosen.started_at = AttemptState.RUNNING, now
+                if world is not None:
+                    world.put_attempt(chosen)
         elif what < 0.9:  # an agent reports a measurement
             nd = rng.choice(nodes)
             nd.used_at = now - rng.uniform(0, 40)
@@ -99,15 +121,22 @@ def test_a_kept_ledger_follows_every_kind_of_change() -> None:
             change = rng.choice(["goes", "comes", "both"])
             if change != "comes" and len(nodes) > 4:
                 gone = nodes.pop(rng.randrange(len(nodes)))
-                attempts = {i: a for i, a in attempts.items() if gone.id not in a.node_ids}
+                for lost in [a for a in attempts.values() if gone.id in a.node_ids]:
+                    del attempts[lost.id]
+                    if world is not None:
+                        world.drop_attempt(lost.id)
             if change != "goes":
                 nodes.insert(rng.randrange(len(nodes) + 1), node(f"m{next_id}", 8, 32))
                 next_id += 1
         # The shell hands over the attempts as the store does: in id order; sometimes new objects.
         listed = [attempts[i] for i in sorted(attempts)]
-        if rng.random() < 0.3:
+        if world is None and rng.random() < 0.3:
             listed = [Attempt(**{f: getattr(a, f) for f in a.__dataclass_fields__}) for a in listed]
-        check(ledger, nodes, listed, jobs, now)
+        # Now and then a pass hands over no index (the live loop; a pass that ended jobs), or the
+        # placer is not asked at all (no queue) while changes pile up in the journal.
+        if rng.random() < 0.3:
+            continue
+        check(ledger, nodes, listed, jobs, now, world if rng.random() < 0.85 else None)
 
 
 def test_an_attempt_not_active_counts_for_nothing() -> None:

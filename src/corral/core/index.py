@@ -22,6 +22,7 @@ from corral.core.model import Attempt, AttemptState, Job, JobState, Node, NodeSt
 from corral.core.snapshot import Snapshot
 
 SCHEDULABLE = frozenset((NodeState.IDLE, NodeState.BUSY))
+JOURNAL_KEPT = 1 << 16
 
 
 class SnapshotIndex:
@@ -51,6 +52,10 @@ class SnapshotIndex:
         self._counted: dict[int, tuple[str, ...]] = {}  # attempt id -> the node ids it is counted on
         self._sequence = 0
         self.fleet_version = 0
+        # Every attempt filed or dropped, in order (`attempts_changed_since`); the older half is
+        # forgotten past 2 x JOURNAL_KEPT entries.
+        self._attempt_log: list[int] = []
+        self._log_start = 0  # the journal position of _attempt_log[0]
         self._schedulable: list[Node] | None = None
 
     @classmethod
@@ -89,6 +94,7 @@ class SnapshotIndex:
             self.drop_attempt(attempt.id)
             return
         attempt_id = attempt.id
+        self._log(attempt_id)
         self.attempts[attempt_id] = attempt
         _place(self.assigned, attempt_id, attempt, attempt.state is AttemptState.ASSIGNED)
         if attempt_id not in self._counted:
@@ -99,6 +105,7 @@ class SnapshotIndex:
                 unworked.pop(node_id, None)
 
     def drop_attempt(self, attempt_id: int) -> None:
+        self._log(attempt_id)
         self.attempts.pop(attempt_id, None)
         self.assigned.pop(attempt_id, None)
         counted = self._counted.pop(attempt_id, ())
@@ -155,6 +162,13 @@ class SnapshotIndex:
         else:
             self.silent[node_id] = node
 
+    def _log(self, attempt_id: int) -> None:
+        log = self._attempt_log
+        log.append(attempt_id)
+        if len(log) > 2 * JOURNAL_KEPT:
+            del log[:JOURNAL_KEPT]
+            self._log_start += JOURNAL_KEPT
+
     def _fleet_changed(self) -> None:
         self.fleet_version += 1
         self._schedulable = None
@@ -166,6 +180,18 @@ class SnapshotIndex:
         if self._schedulable is None:
             self._schedulable = [node for node in self.nodes.values() if node.state in SCHEDULABLE]
         return self._schedulable
+
+    @property
+    def attempt_log_end(self) -> int:
+        """The journal position after the last attempt filed or dropped."""
+        return self._log_start + len(self._attempt_log)
+
+    def attempts_changed_since(self, position: int) -> list[int] | None:
+        """The ids of attempts filed or dropped since journal `position` (some may be listed more
+        than once, or be unchanged); None if the journal no longer reaches back that far."""
+        if position < self._log_start:
+            return None
+        return self._attempt_log[position - self._log_start :]
 
     def in_node_order(self, nodes: Iterable[Node]) -> list[Node]:
         return sorted(nodes, key=lambda node: self.node_order[node.id])

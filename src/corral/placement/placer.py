@@ -179,7 +179,8 @@ def build_engine(
         facts = FleetFacts(nodes, settings, now)
     if work is None:
         work = new_ledger(settings)
-    load = work.update(facts.ids, facts.index, [node.used_at for node in nodes], snapshot.attempts, jobs)
+    used_at = [node.used_at for node in nodes]
+    load = work.update(facts.ids, facts.index, used_at, snapshot.attempts, jobs, snapshot.index)
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)

@@ -17,12 +17,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from corral.core.model import Attempt, AttemptState, Job, Node
 from corral.placement.arrays import Floats, Load
 from corral.placement.availability import RESOURCES
+
+if TYPE_CHECKING:
+    from corral.core.index import SnapshotIndex
 
 _ACTIVE = (AttemptState.ASSIGNED, AttemptState.RUNNING)
 
@@ -53,6 +57,7 @@ class WorkLedger:
         self._used_at: list[float | None] = []
         self._load: Load | None = None
         self._ends: Floats = np.zeros((len(self.fractions), 0))
+        self._journal: tuple[SnapshotIndex, int] | None = None  # the kept index read last, and how far
 
     def update(
         self,
@@ -61,13 +66,26 @@ class WorkLedger:
         used_at: list[float | None],
         attempts: Iterable[Attempt],
         jobs: Mapping[int, Job],
+        world: SnapshotIndex | None = None,
     ) -> Load:
         """The load on nodes `ids` (positions as in `index`; `used_at` their measurement times)
-        for this pass's attempts. The arrays returned are the ledger's own: copy before changing."""
-        active = {a.id: a for a in attempts if a.state in _ACTIVE}
-        changed: set[str] = set()
+        for this pass's attempts. The arrays returned are the ledger's own: copy before changing.
+        `world`: the snapshot's kept index, whose attempts are `attempts`; its journal of changed
+        attempts spares comparing every attempt with the last pass's."""
         kept = self._attempts
-        for attempt_id in kept.keys() - active.keys():
+        since = world.attempts_changed_since(self._journal[1]) if self._journal and self._journal[0] is world else None
+        if world is not None and since is not None:
+            active: Mapping[int, Attempt] = world.attempts
+            touched = set(since)
+            gone: Iterable[int] = [i for i in touched if i in kept and i not in active]
+            new: Iterable[int] = [i for i in touched if i in active and i not in kept]
+            unstarted: Iterable[int] = [i for i in touched if i in self._unstarted and i in active]
+        else:
+            active = {a.id: a for a in attempts if a.state in _ACTIVE}
+            gone, new, unstarted = kept.keys() - active.keys(), active.keys() - kept.keys(), self._unstarted
+        self._journal = (world, world.attempt_log_end) if world is not None else None
+        changed: set[str] = set()
+        for attempt_id in gone:
             attempt = kept.pop(attempt_id)
             self._unstarted.discard(attempt_id)
             for node_id in attempt.node_ids:
@@ -76,14 +94,14 @@ class WorkLedger:
                 if not listed:
                     del self._on_node[node_id]
             changed.update(attempt.node_ids)
-        for attempt_id in active.keys() - kept.keys():
+        for attempt_id in new:
             attempt = kept[attempt_id] = active[attempt_id]
             if attempt.started_at is None:
                 self._unstarted.add(attempt_id)
             for node_id in attempt.node_ids:
                 self._on_node.setdefault(node_id, {})[attempt_id] = attempt
             changed.update(attempt.node_ids)
-        for attempt_id in [i for i in self._unstarted if active[i].started_at is not None]:
+        for attempt_id in [i for i in unstarted if active[i].started_at is not None]:
             # Started since: its start time moves its end, and its measurement from now on.
             attempt = kept[attempt_id] = active[attempt_id]
             self._unstarted.discard(attempt_id)
