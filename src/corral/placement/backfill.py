@@ -105,27 +105,34 @@ class Reservation:
     job_id: int
     start: float
     nodes: list[int]
-    spare: dict[int, Floats] = field(default_factory=dict)  # room left on each reserved node at `start`
+    # Room left on each reserved node at `start` (resources x reserved nodes, in `nodes` order).
+    spare: Floats = field(default_factory=lambda: np.zeros((4, 0)))
     held: Bools = field(default_factory=lambda: np.zeros(0, dtype=bool))  # the reserved nodes, as a mask
+    _column: dict[int, int] = field(default_factory=dict)  # node position -> its column of `spare`
+
+    def __post_init__(self) -> None:
+        self._column = {i: k for k, i in enumerate(self.nodes)}
 
     def holds_back(self, arrays: NodeArrays, vector: Floats, end: float) -> Bools | None:
         """Nodes a job (request `vector`, ending at `end`) may not use without delaying the
         reservation; None when it may use all."""
         if end <= self.start:
             return None
-        blocked = [i for i in self.nodes if not bool(np.all(vector <= self.spare[i] + EPSILON))]
-        if not blocked:
+        # A gang's reservation holds many nodes: one comparison over all of them, not one per node.
+        fits = np.all(vector[:, None] <= self.spare + EPSILON, axis=0)
+        if fits.all():
             return None
         mask = np.zeros(arrays.n, dtype=bool)
-        mask[blocked] = True
+        mask[np.asarray(self.nodes)[~fits]] = True
         return mask
 
     def take(self, nodes: Iterable[int], vector: Floats, end: float) -> None:
         if end <= self.start:
             return
         for i in nodes:
-            if i in self.spare:
-                self.spare[i] = self.spare[i] - vector
+            k = self._column.get(i)
+            if k is not None:
+                self.spare[:, k] = self.spare[:, k] - vector
 
     def describe(self, arrays: NodeArrays, now: float, mode: str = "easy") -> str:
         where = ", ".join(arrays.ids[i] for i in self.nodes[:5]) + (" ..." if len(self.nodes) > 5 else "")
@@ -167,10 +174,10 @@ def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timel
         return None
     start = float(first_fit[order[-1]])
     chosen = [int(i) for i in order]
-    spare = {}
-    for i in chosen:
+    spare = np.empty((len(projected), need))
+    for k, i in enumerate(chosen):
         freed = frees[:, (nodes == i) & (ends <= start)].sum(axis=1) if len(nodes) else 0.0
-        spare[i] = np.minimum(projected[:, i] + freed, ceiling[:, i]) - demand.vector
+        spare[:, k] = np.minimum(projected[:, i] + freed, ceiling[:, i]) - demand.vector
     held = np.zeros(arrays.n, dtype=bool)
     held[chosen] = True
     return Reservation(demand.job_id, start, chosen, spare, held)
