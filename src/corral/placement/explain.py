@@ -21,9 +21,9 @@ from corral.placement.engine import Engine
 from corral.placement.locality import Resolved
 
 
-def _masks(engine: Engine, demand: Demand, resolved: Resolved | None) -> list[Bools]:
+def _masks(engine: Engine, demand: Demand, resolved: Resolved | None, everything: Bools) -> list[Bools]:
+    """Each filter's mask; `everything` itself (not a copy) for a filter that removes nothing."""
     a = engine.arrays
-    everything = np.ones(a.n, dtype=bool)
     masks = []
     for f in engine.filters:
         if f.name == "locality" and (resolved is None or not resolved.hints.strict):
@@ -41,27 +41,37 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
     a = engine.arrays
     need = demand.node_count
     resolved = engine.resolve(demand)
-    masks = _masks(engine, demand, resolved)
+    everything = np.ones(a.n, dtype=bool)
+    masks = _masks(engine, demand, resolved, everything)
     types = engine.instance_types
 
-    alive = np.ones(a.n, dtype=bool)
+    alive = everything
+    alive_count = a.n
     rows: list[dict[str, Any]] = []
+    row: dict[str, Any]
     reason = ""
-    # Nodes passing every filter except filter i: prefix & suffix products.
-    suffix = [np.ones(a.n, dtype=bool)]
+    # Nodes passing every filter except filter i: prefix & suffix products. Most filters remove
+    # nothing for a given job: their rows are zeros, and they change no product.
+    suffix = [everything]
     if not quick:
         for m in reversed(masks):
-            suffix.append(suffix[-1] & m)
+            suffix.append(suffix[-1] if m is everything else suffix[-1] & m)
         suffix.reverse()
-    prefix = np.ones(a.n, dtype=bool)
+    prefix = everything
     for i, (f, m) in enumerate(zip(engine.filters, masks, strict=True)):
-        before = int(np.count_nonzero(alive))
+        if m is everything:
+            row = {"filter": f.name, "code": f.code, "removed": 0, "failed": 0}
+            if f.seed:
+                row["seed"] = f.seed
+            rows.append(row)
+            continue
+        before = alive_count
         removed = alive & ~m
         alive = alive & m
-        after = before - int(np.count_nonzero(removed))
+        after = alive_count = before - int(np.count_nonzero(removed))
         failing = ~m
         failed = int(np.count_nonzero(failing))
-        row: dict[str, Any] = {"filter": f.name, "code": f.code, "removed": before - after, "failed": failed}
+        row = {"filter": f.name, "code": f.code, "removed": before - after, "failed": failed}
         if f.seed:
             row["seed"] = f.seed
         emptied = not reason and after < need <= before
@@ -78,7 +88,7 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
         rows.append(row)
         prefix = prefix & m
 
-    survivors = int(np.count_nonzero(alive))
+    survivors = alive_count
     if not a.n:
         reason = "NO_NODES: no running node takes work"
     elif not reason and survivors < need:
@@ -95,7 +105,8 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
     if not quick and a.n:
         fails = np.zeros(a.n, dtype=np.int64)
         for m in masks:
-            fails += ~m
+            if m is not everything:
+                fails += ~m
         best = int(fails.argmin())
         result["nearest"] = {
             "node": a.ids[best],
