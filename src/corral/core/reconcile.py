@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from corral.core import lifecycle, retry
 from corral.core.index import SCHEDULABLE, SnapshotIndex
-from corral.core.model import AttemptState, Job, JobState, Node, NodeState, Resources
+from corral.core.model import Job, JobState, Node, NodeState, Resources
 from corral.core.planner import plan_boots
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import (
@@ -42,7 +42,6 @@ from corral.placement.lifetime import gate_settings
 
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
-ACTIVE_ATTEMPT = frozenset(state for state in AttemptState if state.active)
 
 # A placer takes the snapshot (whose attempts are those that hold room), the queue-ordered
 # eligible jobs, the schedulable nodes, their free room if the caller has it (None: capacity less
@@ -109,11 +108,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     lost_on.update(node_id for node_id in (*down_now, *by_state[NodeState.DOWN]) if node_id in work)
     start_timeout = settings.dispatch.start_timeout
     late = (
-        [
-            a
-            for a in index.assigned.values()
-            if a.state is AttemptState.ASSIGNED and now - max(a.assigned_at, observing) > start_timeout
-        ]
+        [a for a in index.assigned.values() if now - max(a.assigned_at, observing) > start_timeout]
         if now - observing > start_timeout
         else []
     )
@@ -146,7 +141,6 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
             n for n in (*index.unworked.values(), *(nodes[i] for i in freed if i in nodes)) if n.state in SCHEDULABLE
         ]
     else:
-        holding = list(active.values())
         working = set(work)
         unworked = list(index.unworked.values())
 
@@ -159,7 +153,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         schedulable = index.schedulable()
         if down_now:
             schedulable = [n for n in schedulable if n.id not in down_now]
-        seen = dataclasses.replace(snapshot, attempts=holding, index=None) if ended else snapshot
+        seen = snapshot if not ended else dataclasses.replace(snapshot, attempts=holding, index=None)
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()
@@ -201,8 +195,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
             decisions.annotations.append(Annotation(job.id, why))
 
     # 7. Lifecycle matrix; 8. idle/busy marks.
-    idle = [n for n in unworked if n.id not in working and n.id not in down_now]
-    idle_count = len(idle)
+    idle_count = len([n for n in unworked if n.id not in working and n.id not in down_now])
     live_after = live + len(plan.boots)
     quiet = _quiet_states(frozenset(lifecycle.DEFAULT_MATRIX.items()))
     # Both only shrink as drains are decided, so a drain refused now is refused for every node.
