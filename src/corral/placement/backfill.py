@@ -174,10 +174,14 @@ def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timel
         return None
     start = float(first_fit[order[-1]])
     chosen = [int(i) for i in order]
-    spare = np.empty((len(projected), need))
-    for k, i in enumerate(chosen):
-        freed = frees[:, (nodes == i) & (ends <= start)].sum(axis=1) if len(nodes) else 0.0
-        spare[:, k] = np.minimum(projected[:, i] + freed, ceiling[:, i]) - demand.vector
+    # What the ends up to the start free on each node, summed in time order (one pass over the
+    # timeline for every reserved node: a gang may reserve dozens).
+    freed = np.zeros_like(projected)
+    if len(nodes):
+        counted = ends <= start
+        for resource in range(len(frees)):
+            freed[resource] = np.bincount(nodes[counted], weights=frees[resource, counted], minlength=arrays.n)
+    spare = np.minimum(projected[:, chosen] + freed[:, chosen], ceiling[:, chosen]) - demand.vector[:, None]
     held = np.zeros(arrays.n, dtype=bool)
     held[chosen] = True
     return Reservation(demand.job_id, start, chosen, spare, held)

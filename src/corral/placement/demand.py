@@ -8,6 +8,7 @@ pass the others need not look (capacity only shrinks within a pass).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,13 @@ def _spec(traits: dict[str, str | list[str]]) -> TraitSpec:
     if not traits:
         return ()
     return tuple(sorted((key, tuple(sorted(values(value)))) for key, value in traits.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _vector(amounts: tuple[float, float, float, float]) -> npt.NDArray[np.float64]:
+    vector = np.array(amounts, dtype=np.float64)
+    vector.flags.writeable = False
+    return vector
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +76,9 @@ class Demand:
 
     @property
     def vector(self) -> npt.NDArray[np.float64]:
-        """The request as a read-only array (cpu, ram, disk, gpu), for backfill: made when asked
-        for, since most jobs never need it."""
-        vector = np.array(self.amounts, dtype=np.float64)
-        vector.flags.writeable = False
-        return vector
+        """The request as a read-only array (cpu, ram, disk, gpu), for backfill: made when first
+        asked for, since most jobs never need it, and shared by every request of the same amounts."""
+        return _vector(self.amounts)
 
     @classmethod
     def of(cls, job: Job) -> Demand:
