@@ -135,18 +135,16 @@ class FactsMemo:
     def facts_for(self, nodes: Sequence[Node], now: float, index: SnapshotIndex | None = None) -> FleetFacts:
         """`index`: the snapshot's kept index, if any; while `nodes` is its unchanged schedulable
         list, the nodes need no comparing."""
+        fleet = (index, index.fleet_version) if index is not None and nodes is index.schedulable() else None
         if self.facts is not None and self.facts.valid_at(now):
-            if index is not None and nodes is index.schedulable() and self.fleet == (index, index.fleet_version):
+            if fleet is not None and fleet == self.fleet:
                 return self.facts
             signature = fleet_signature(nodes)
-            if signature == self.signature:
-                self.fleet = (index, index.fleet_version) if index is not None else None
-                return self.facts
+            if signature != self.signature:
+                self.facts, self.signature = FleetFacts(nodes, self.settings, now), signature
         else:
-            signature = fleet_signature(nodes)
-        self.facts = FleetFacts(nodes, self.settings, now)
-        self.signature = signature
-        self.fleet = (index, index.fleet_version) if index is not None else None
+            self.facts, self.signature = FleetFacts(nodes, self.settings, now), fleet_signature(nodes)
+        self.fleet = fleet
         return self.facts
 
     def type_fits(self, snapshot: Snapshot, now: float) -> TypeFits:
