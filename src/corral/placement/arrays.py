@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from corral.core.model import ZERO, Node, NodeState, Resources
+from corral.core.index import SCHEDULABLE
+from corral.core.model import ZERO, Node, Resources
 from corral.placement import attributes as attr
 from corral.placement.availability import RESOURCES, AvailabilityPolicy, Policy, Resource, room
 from corral.placement.settings import PlacementSettings
@@ -25,7 +26,6 @@ Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
 
-SCHEDULABLE_STATES = (NodeState.IDLE, NodeState.BUSY)
 EPSILON = 1e-9  # vcpus are fractional; a request equal to the room fits
 
 
@@ -49,7 +49,7 @@ class Load:
 def fleet_signature(nodes: Sequence[Node]) -> list[tuple[object, ...]]:
     """Everything `FleetFacts` is computed from, per node; equal signatures give equal facts (up to
     the reservations that expire, see `FleetFacts.valid_at`)."""
-    schedulable = SCHEDULABLE_STATES
+    schedulable = SCHEDULABLE
     return [
         (
             n.id,
@@ -105,7 +105,7 @@ class FleetFacts:
         for i, node in enumerate(nodes):
             a = node.attributes
             held = bool(a) and attr.truthy(a, attr.HELD) is True
-            schedulable[i] = node.state in SCHEDULABLE_STATES and not held
+            schedulable[i] = node.state in SCHEDULABLE and not held
             if not schedulable[i]:
                 self.why_unschedulable[i] = "held" if held else node.state.value
             if not a:

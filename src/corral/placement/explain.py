@@ -48,7 +48,6 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
     alive = everything
     alive_count = a.n
     rows: list[dict[str, Any]] = []
-    row: dict[str, Any]
     reason = ""
     # Nodes passing every filter except filter i: prefix & suffix products. Most filters remove
     # nothing for a given job: their rows are zeros, and they change no product.
@@ -59,11 +58,11 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
         suffix.reverse()
     prefix = everything
     for i, (f, m) in enumerate(zip(engine.filters, masks, strict=True)):
+        row: dict[str, Any] = {"filter": f.name, "code": f.code, "removed": 0, "failed": 0}
+        if f.seed:
+            row["seed"] = f.seed
+        rows.append(row)
         if m is everything:
-            row = {"filter": f.name, "code": f.code, "removed": 0, "failed": 0}
-            if f.seed:
-                row["seed"] = f.seed
-            rows.append(row)
             continue
         before = alive_count
         removed = alive & ~m
@@ -71,9 +70,7 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
         after = alive_count = before - int(np.count_nonzero(removed))
         failing = ~m
         failed = int(np.count_nonzero(failing))
-        row = {"filter": f.name, "code": f.code, "removed": before - after, "failed": failed}
-        if f.seed:
-            row["seed"] = f.seed
+        row["removed"], row["failed"] = before - after, failed
         emptied = not reason and after < need <= before
         if failed and (not quick or emptied):
             shown = removed if before - after else failing
@@ -85,7 +82,6 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
             reason = f"{f.code}: {row.get('detail', '')}".rstrip(": ")
             if need > 1:
                 reason += f" (the job needs {need} nodes, {after} remain)"
-        rows.append(row)
         prefix = prefix & m
 
     survivors = alive_count

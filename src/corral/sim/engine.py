@@ -523,11 +523,19 @@ class Simulation:
             attributes=dict(itype.attributes),
         )
         self.index.put_node(node)
-        self.index.heard(node_id, True)
-        self.pinging[node_id] = node
+        self._set_pinging(node, True)
         rate = self.config.sim.failures.per_instance_day
         if rate > 0:
             self._push(now + self.cloud.failure_delay(), FAIL, node_id)
+
+    def _set_pinging(self, node: Node, pinging: bool) -> None:
+        """The node's agent pings from now on, or went silent: in the simulator's own list (in the
+        order agents came up, which scheduled failures draw from) and in the core's index."""
+        if pinging:
+            self.pinging[node.id] = node
+        else:
+            self.pinging.pop(node.id, None)
+        self.index.heard(node.id, pinging)
 
     # ---- timers ------------------------------------------------------------------------------
 
@@ -567,8 +575,7 @@ class Simulation:
                 node.state = NodeState.IDLE
                 node.paired_at = node.last_ping_at = node.state_changed_at = now
                 self.index.put_node(node)
-                self.index.heard(node.id, True)
-                self.pinging[node.id] = node
+                self._set_pinging(node, True)
                 self._wake_idle(node, now)
         elif kind == START:
             assert isinstance(ref, int)
@@ -624,8 +631,7 @@ class Simulation:
         node = self.nodes.get(node_id)
         if node is None or node_id not in self.pinging:
             return
-        del self.pinging[node_id]
-        self.index.heard(node_id, False)
+        self._set_pinging(node, False)
         node.last_ping_at = now
         self.counters.node_failures += 1
         instance_id = self.instance_of.get(node_id)
