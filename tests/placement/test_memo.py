@@ -3,12 +3,19 @@ fresh one: what it remembers of the nodes and instance types is dropped as soon 
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
+import pytest
 from placement_helpers import NOW, job, node, running
 
-from corral.core.model import GiB, InstanceType, Job, Node, Resources
+from corral.core.index import SnapshotIndex
+from corral.core.model import Attempt, GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import PlacementResult, Snapshot
-from corral.placement import make_placer
+from corral.placement import PlacementSettings, build_engine, make_placer
+from corral.placement import placer as placer_module
+from corral.placement.placer import FactsMemo
 
 SETTINGS = PolicySettings.model_validate({"placement": {"queue": {"capacity": "auto"}}})
 
@@ -75,3 +82,84 @@ def test_capacity_back_off_ending_makes_the_fleet_elastic_again() -> None:
     assert "reserved n1" in backed_off
     assert backed_off == reason(make_placer(settings), NOW + 1, {"big": NOW + 100})
     assert "reserved" not in reason(kept, NOW + 101, {"big": NOW + 100})  # the back-off is over
+
+
+@pytest.mark.parametrize("world", ["index", "no index"])
+@pytest.mark.parametrize("reboots", [False, True])
+def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(world: str, reboots: bool) -> None:
+    """Pass after pass, a placer keeps its engine over the same nodes and refigures only the nodes
+    whose work or measurement changed, or that it placed work on (whether or not the shell carried
+    the placement out). Its node arrays, ranking sums and decisions are a fresh engine's, exactly."""
+    settings = PlacementSettings.model_validate({"weights": {"pack": 1.0, "reboot": 0.5, "random": 0.3}})
+    rng = random.Random(11)
+
+    def dates() -> dict[str, str]:
+        return {"next_reboot": str(NOW + rng.choice([300, 900, 3000]))} if reboots else {}
+
+    nodes = [node(f"n{i}", rng.choice([4, 8, 16]), rng.choice([16, 32, 64]), **dates()) for i in range(10)]
+    nodes[3].attributes["capped"] = "true"
+    index = SnapshotIndex() if world == "index" else None
+    if index is not None:
+        for n in nodes:
+            index.put_node(n)
+    memo = FactsMemo(settings)
+    jobs: dict[int, Job] = {}
+    attempts: dict[int, Attempt] = {}
+    next_id, now, kept_engines = 1, NOW, 0
+    for _ in range(250):
+        now += rng.choice([0.0, 1.0, 7.0])
+        waiting = len(jobs) - len(attempts)
+        for _ in range(rng.choice([1, 1, 2, 3]) if waiting < 12 else 0):
+            j = job(next_id, rng.choice([0.5, 1, 2, 3]), rng.choice([1, 2, 6]), time_limit=600)
+            j.cpu_capped = rng.random() < 0.2
+            jobs[j.id] = j
+            next_id += 1
+            if index is not None:
+                index.put_job(j)
+        what = rng.random()
+        if what < 0.3 and attempts:  # work ends
+            ended = attempts.pop(rng.choice(list(attempts)))
+            jobs.pop(ended.job_id, None)
+            if index is not None:
+                index.drop_attempt(ended.id)
+                index.drop_job(ended.job_id)
+        elif what < 0.45:  # an agent reports a measurement
+            n = rng.choice(nodes)
+            n.used, n.used_at = Resources(rng.uniform(0, 2), 512, 0, 0), now
+        elif what < 0.5:  # a node comes (a new engine)
+            nodes.append(node(f"m{next_id}", 8, 32, **dates()))
+            next_id += 1
+            if index is not None:
+                index.put_node(nodes[-1])
+        queued = [j for j in jobs.values() if not any(a.job_id == j.id for a in attempts.values())]
+        snapshot = Snapshot(
+            jobs=list(jobs.values()),
+            attempts=list(attempts.values()),
+            nodes=list(nodes),
+            instance_types=[],
+            index=index,
+        )
+        schedulable = index.schedulable() if index is not None else list(nodes)
+        before = memo.engine
+        result = placer_module.place(snapshot, queued, schedulable, None, now, settings, memo=memo)
+        kept_engines += memo.engine is before
+        fresh_result = placer_module.place(snapshot, queued, schedulable, None, now, settings, memo=FactsMemo(settings))
+        assert result == fresh_result
+        fresh = build_engine(snapshot, schedulable, None, now, settings)
+        assert memo.engine is not None
+        kept, new = memo.engine.arrays, fresh.arrays
+        # The kept engine has committed this pass's placements, the fresh one not: compare the rest.
+        placed_on = {node_id for p in result.placements for node_id in p.node_ids}
+        untouched = [i for i in range(new.n) if new.ids[i] not in placed_on]
+        for name in ("dedicated", "utilized", "room", "jobs", "capped_jobs", "uncapped_jobs"):
+            assert np.array_equal(getattr(kept, name)[..., untouched], getattr(new, name)[..., untouched]), name
+        assert np.array_equal(memo.engine.base[untouched], fresh.base[untouched])
+        # The shell carries most placements out (each a new attempt); some are lost on the way.
+        for p in result.placements:
+            if rng.random() < 0.8:
+                a = running(next_id, p.job_id, list(p.node_ids), jobs[p.job_id].resources, started_at=now)
+                attempts[a.id] = a
+                next_id += 1
+                if index is not None:
+                    index.put_attempt(a)
+    assert kept_engines > 150

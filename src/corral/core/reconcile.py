@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from corral.core import lifecycle, retry
@@ -132,17 +133,21 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids(job.id)))
         ended.add(job.id)
 
-    # Nodes that hold work after this pass's endings, and the schedulable ones that hold none.
+    # Nodes that hold work after this pass's endings, and the schedulable ones that hold none (by
+    # id; read only: without endings they are the index's own).
+    working: AbstractSet[str]
+    unworked: Mapping[str, Node]
     if ended:
         holding = [a for a in active.values() if a.job_id not in ended]
         working = {node_id for a in holding for node_id in a.node_ids}
         freed = {node_id for a in active.values() if a.job_id in ended for node_id in a.node_ids} - working
-        unworked = [
-            n for n in (*index.unworked.values(), *(nodes[i] for i in freed if i in nodes)) if n.state in SCHEDULABLE
-        ]
+        unworked = {
+            n.id: n
+            for n in (*index.unworked.values(), *(nodes[i] for i in freed if i in nodes))
+            if n.state in SCHEDULABLE
+        }
     else:
-        working = set(work)
-        unworked = list(index.unworked.values())
+        working, unworked = work.keys(), index.unworked
 
     # 5. Placement, in queue order.
     queued = [j for j in index.queued.values() if j.id not in ended]
@@ -161,8 +166,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     decisions.placements.extend(result.placements)
     decisions.explanations.update(result.details)
     placed_ids = {p.job_id for p in result.placements}
-    if result.placements:
-        working = working | {node_id for p in result.placements for node_id in p.node_ids}
+    placed_on = {node_id for p in result.placements for node_id in p.node_ids}  # they hold work now too
     waiting = [job for job in queue if job.id not in placed_ids]
 
     # 6. Boots for what is left.
@@ -195,8 +199,12 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
             decisions.annotations.append(Annotation(job.id, why))
 
     # 7. Lifecycle matrix; 8. idle/busy marks.
-    idle_count = len([n for n in unworked if n.id not in working and n.id not in down_now])
     live_after = live + len(plan.boots)
+    # Nodes without work, counted only where a drain is possible at all (a fixed fleet keeps every node).
+    if live_after <= lifecycle_settings.min_instances:
+        idle_count = 0
+    else:
+        idle_count = len([i for i in unworked if i not in placed_on and i not in down_now])
     quiet = _quiet_states(frozenset(lifecycle.DEFAULT_MATRIX.items()))
     # Both only shrink as drains are decided, so a drain refused now is refused for every node.
     no_drains = live_after <= lifecycle_settings.min_instances or idle_count <= 0
@@ -204,15 +212,17 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     if quiet.busy:
         # Busy nodes that keep their work need nothing: look at the others only. Idle nodes that
         # can only be drained, when no drain is possible, need a look only if they got work.
+        # The set operations below run over the smaller side, not over every idle node.
         idle_nodes = by_state[NodeState.IDLE]
         skip_idle = quiet.idle_unless_drain and no_drains
+        idle_with_work = (idle_nodes.keys() & working) | (idle_nodes.keys() & placed_on)
         attention = {
             n.id: n
             for group in (
                 *(by_state[s].values() for s in LIVE if s not in (NodeState.BUSY, NodeState.IDLE)),
-                (n for n in unworked if n.state is NodeState.BUSY and n.id not in working),
+                (nodes[i] for i in (by_state[NodeState.BUSY].keys() & unworked.keys()) - placed_on),
                 (nodes[i] for i in down_now),
-                (n for n in idle_nodes.values() if n.id in working) if skip_idle else idle_nodes.values(),
+                (idle_nodes[i] for i in idle_with_work) if skip_idle else idle_nodes.values(),
             )
             for n in group
         }
@@ -220,7 +230,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     else:
         looked_at = [n for n in nodes.values() if n.state in LIVE]
     for node in looked_at:
-        has_work = node.id in working
+        has_work = node.id in working or node.id in placed_on
         if node.id not in down_now:
             current = node.state
             if current is NodeState.IDLE and has_work:

@@ -225,10 +225,11 @@ class NodeArrays:
             self.dedicated = load.dedicated.copy()
         else:
             self.dedicated = np.zeros_like(self.capacity)
+        self.used = [node.used for node in nodes]  # the measurements read (see `refresh`)
         used: dict[str, tuple[float, ...]] = {
             node.id: (u.vcpus, u.ram_mib, u.scratch_mib, u.gpus)
-            for node in nodes
-            if (u := node.used) is not ZERO and u != ZERO
+            for node, u in zip(nodes, self.used, strict=True)
+            if u is not ZERO and u != ZERO
         }
         self.utilized = _scatter(used, index, n)
         if load is not None:
@@ -276,6 +277,18 @@ class NodeArrays:
         self.facts = f
         self._trait_index = f.trait_index
         self._present = f.present
+
+    def refresh(self, load: Load, where: Ints, used: list[Resources]) -> None:
+        """Take the work at node positions `where` from `load` and their measured use from `used`
+        (every node's), as the build does for every node; the room follows."""
+        self.dedicated[:, where] = load.dedicated[:, where]
+        self.utilized[:, where] = _stack(used[i] for i in where.tolist()) + load.unmeasured[:, where]
+        for resource in RESOURCES:
+            self._refresh_room(resource, where)
+        self.jobs[where] = load.jobs[where]
+        self.capped_jobs[where] = load.capped[where]
+        self.uncapped_jobs[where] = load.jobs[where].astype(np.int64) - load.capped[where]
+        self.any_capped = bool(self.capped_jobs.any() or (self.capped_pin != -1).any())
 
     def _refresh_room(self, resource: Resource, where: slice | Ints | int) -> None:
         self.room[resource, where] = room(

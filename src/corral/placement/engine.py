@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from corral.core.model import InstanceType, Resources
-from corral.placement.arrays import EPSILON, Bools, Floats, Ints, NodeArrays
+from corral.placement.arrays import EPSILON, Bools, Floats, Ints, Load, NodeArrays
 from corral.placement.availability import RESOURCES, Policy
 from corral.placement.demand import Demand
 from corral.placement.filters import FILTERS, RESOURCE_FILTERS, Filter
 from corral.placement.locality import LocalityIndex, Resolved
-from corral.placement.scorers import SCORERS, Index, PassScores, Scorer
+from corral.placement.scorers import NOISE_SLOTS, SCORERS, Index, PassScores, Scorer
 from corral.placement.settings import SCORER_NAMES, PlacementSettings
 
 
@@ -103,32 +103,14 @@ class Engine:
         self.scores = PassScores(arrays, settings, now)
         # For describing nodes: job-independent scores in one block, gathered with one index.
         self._names = [sc.name for sc, _ in self.weights]
-        self._static_rows: dict[int, tuple[dict[str, float], float]] = {}
         self._static_columns = [k for k, (sc, _) in enumerate(self.weights) if sc.static]
         self._job_columns = [(sc.name, w, sc.one) for sc, w in self.weights if not sc.static]
         self._array_columns = [(sc.name, sc) for sc, _ in self.weights if not sc.static and sc.one is None]
-        every = slice(None)
-        self._static_block: Floats = (
-            np.stack(
-                [self.weights[k][0].exact(self.scores, _NO_DEMAND, every, None, 0.0) for k in self._static_columns], 1
-            )
-            if self._static_columns
-            else np.empty((arrays.n, 0))
-        )
         self._room_based = [(sc, w) for sc, w in self._based if not sc.static]
-        self._static_base: Floats = np.zeros(arrays.n)
-        for scorer, weight in self._based:
-            if scorer.static:
-                assert scorer.base is not None
-                self._static_base = self._static_base + weight * scorer.base(self.scores, slice(None))
-        self._static_base_values: list[float] = self._static_base.tolist()  # for commits, one node at a time
-        self.base: Floats = self.base_scores(slice(None))
-        # With the tie-break scorer on, each job slot's weighted noise is kept ready: a job's
-        # ranking sum is base + its slot's row.
         self._noise_weight = next((w for sc, w in self.weights if sc.name == "random"), 0.0)
-        if self._noise_weight:
-            offsets = np.array(self.scores.slot_offsets)[:, None]
-            self._slot_noise: Floats = self._noise_weight * ((self.scores.noise[None, :] + offsets) % 1.0)
+        self._static_scores()
+        self.base: Floats = self.base_scores(slice(None))
+        self._renew_noise()
         self.locality = locality
         self.instance_types = list(instance_types)
         self.free = free
@@ -142,10 +124,91 @@ class Engine:
         # Every node a commit changed, in order (a node once per change): what `shared` catches up on.
         self._changed: Ints = np.zeros(1024, dtype=np.int64)
         self._changes = 0
+        self._committed: list[int] = []  # nodes committed to since the last renew
         self._other_dynamic = [f for f, resource in self._dynamic if resource is None]
 
     share_work = True  # off: every job filters and ranks all nodes (the tests compare the two)
     shared_max = 256  # requests whose shared work is kept (the least recently used goes first)
+    changes_kept = 1 << 16  # past this many node changes, shared work is dropped rather than caught up
+
+    def _static_scores(self) -> None:
+        """The job-independent scores that do not follow the work on the nodes (platform, reboot,
+        hardware, failures): their block for describing nodes, and their weighted sum."""
+        n = self.arrays.n
+        every = slice(None)
+        self._static_rows: dict[int, tuple[dict[str, float], float]] = {}
+        self._static_block: Floats = (
+            np.stack(
+                [self.weights[k][0].exact(self.scores, _NO_DEMAND, every, None, 0.0) for k in self._static_columns], 1
+            )
+            if self._static_columns
+            else np.empty((n, 0))
+        )
+        self._static_base: Floats = np.zeros(n)
+        for scorer, weight in self._based:
+            if scorer.static:
+                assert scorer.base is not None
+                self._static_base = self._static_base + weight * scorer.base(self.scores, slice(None))
+        self._static_base_values: list[float] = self._static_base.tolist()  # for commits, one node at a time
+
+    def _renew_noise(self) -> None:
+        # With the tie-break scorer on, a job's ranking sum is base + its slot's weighted noise,
+        # made when a job of the slot first needs it in the pass.
+        self._slot_noise: list[Floats | None] = [None] * NOISE_SLOTS
+
+    def _noise_row(self, job_id: int) -> Floats:
+        slot = self.scores.job_slot(job_id)
+        row = self._slot_noise[slot]
+        if row is None:
+            row = self._slot_noise[slot] = self._noise_weight * (
+                (self.scores.noise + self.scores.slot_offsets[slot]) % 1.0
+            )
+        return row
+
+    def renew(
+        self,
+        now: float,
+        load: Load,
+        refreshed: list[int],
+        used: list[Resources],
+        locality: LocalityIndex | None,
+        instance_types: Sequence[InstanceType],
+    ) -> None:
+        """Make this engine, kept from the last pass over the same nodes (the same FleetFacts),
+        the one a fresh build would give for the pass at `now`: the nodes at `refreshed` take
+        their work from `load` and their measurement from `used` (every node's; each node whose
+        work or measurement changed since the last pass must be listed); the nodes this engine
+        committed placements to since are refreshed too, whether or not those placements were
+        carried out. Every array is refigured with the same operations as a fresh build, so the
+        values are the same."""
+        where = sorted({*refreshed, *self._committed})
+        self._committed = []
+        self.now = now
+        self.arrays.used = used
+        if where:
+            idx = np.array(where, dtype=np.int64)
+            self.arrays.refresh(load, idx, used)
+        if self.scores.renew(now):
+            self._static_scores()
+            self.base = self.base_scores(slice(None))
+            self._shared.clear()
+        elif where:
+            self.base[idx] = self.base_scores(idx)
+            self._note_changed(where)
+        self._renew_noise()
+        self.locality = locality
+        self.instance_types = list(instance_types)
+        if self._changes > self.changes_kept:
+            self._shared.clear()
+            self._changes = 0
+
+    def _note_changed(self, nodes: Sequence[int]) -> None:
+        """Nodes whose room, job counts or base sums changed: shared work catches up on them."""
+        for i in nodes:
+            if self._changes == len(self._changed):
+                self._changed = np.concatenate([self._changed, self._changed])
+            self._changed[self._changes] = i
+            self._changes += 1
 
     # --- filtering ----------------------------------------------------------------------------
 
@@ -226,7 +289,7 @@ class Engine:
     def totals(self, demand: Demand, resolved: Resolved | None) -> Floats:
         """The weighted sum that ranks nodes. It equals the exact weighted sum up to a constant over
         nodes (the request part of pack / spread), which changes no ranking."""
-        total = self.base + self._slot_noise[self.scores.job_slot(demand.job_id)] if self._noise_weight else self.base
+        total = self.base + self._noise_row(demand.job_id) if self._noise_weight else self.base
         for scorer, weight in self._job_scored:
             if scorer.name != "random" and (scorer.name != "locality" or resolved is not None):
                 total = total + weight * scorer.exact(self.scores, demand, slice(None), resolved, 0.0)
@@ -287,7 +350,7 @@ class Engine:
             masked = self.shared(demand)
             if self._noise_weight:
                 # The same addition as in `totals` (and -inf stays -inf): the ranking sums.
-                np.add(masked, self._slot_noise[self.scores.job_slot(demand.job_id)], out=self._scratch)
+                np.add(masked, self._noise_row(demand.job_id), out=self._scratch)
             else:
                 np.copyto(self._scratch, masked)
             masked = self._scratch
@@ -362,10 +425,8 @@ class Engine:
                     assert scorer.base is not None
                     total = total + weight * float(scorer.base(self.scores, i))
             self.base[i] = total
-            if self._changes == len(self._changed):
-                self._changed = np.concatenate([self._changed, self._changed])
-            self._changed[self._changes] = i
-            self._changes += 1
+        self._note_changed(nodes)
+        self._committed.extend(nodes)
         if self.locality is not None:
             self.locality.add(demand.job_id, tags, [a.ids[i] for i in nodes])
 

@@ -131,6 +131,16 @@ class FactsMemo:
         self.fleet: tuple[SnapshotIndex, int] | None = None  # the kept index and version the facts are of
         self.fits: TypeFits | None = None
         self.work = new_ledger(settings)
+        self.engine: Engine | None = None  # the last pass's, kept in step with `work`
+
+    def engine_for(self, snapshot: Snapshot, nodes: Sequence[Node], now: float, jobs: Mapping[int, Job]) -> Engine:
+        """The engine for this pass: the last pass's, renewed where the work on the nodes or their
+        measurements changed, while the nodes are the same (the same FleetFacts); else a new one."""
+        facts = self.facts_for(nodes, now, snapshot.index)
+        kept = self.engine
+        engine = build_engine(snapshot, nodes, None, now, self.settings, facts, jobs, self.work, kept)
+        self.engine = engine
+        return engine
 
     def facts_for(self, nodes: Sequence[Node], now: float, index: SnapshotIndex | None = None) -> FleetFacts:
         """`index`: the snapshot's kept index, if any; while `nodes` is its unchanged schedulable
@@ -168,9 +178,11 @@ def build_engine(
     facts: FleetFacts | None = None,
     jobs: Mapping[int, Job] | None = None,
     work: WorkLedger | None = None,
+    kept: Engine | None = None,
 ) -> Engine:
     """`jobs` is the snapshot's jobs by id, if the caller has it; `work` a ledger kept between
-    passes (updated here for this pass)."""
+    passes (updated here for this pass); `kept` the engine of the ledger's last pass, renewed and
+    returned if it was built over the same nodes (`facts`)."""
     if jobs is None:
         jobs = {job.id: job for job in snapshot.jobs}
     if facts is None:
@@ -179,8 +191,17 @@ def build_engine(
         work = new_ledger(settings)
     used_at = [node.used_at for node in nodes]
     load = work.update(facts.ids, facts.index, used_at, snapshot.attempts, jobs, snapshot.index)
-    arrays = NodeArrays(nodes, load, settings, now, free, facts)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
+    if kept is not None and free is None and kept.free is None and kept.arrays.facts is facts:
+        refreshed = work.written
+        if refreshed is not None:
+            used = [node.used for node in nodes]
+            was = kept.arrays.used
+            if used != was:
+                refreshed = refreshed + [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w]
+            kept.renew(now, load, refreshed, used, index, snapshot.instance_types)
+            return kept
+    arrays = NodeArrays(nodes, load, settings, now, free, facts)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)
 
 
@@ -199,10 +220,15 @@ def place(
     result = PlacementResult()
     if not queue:
         return result
-    facts = memo.facts_for(nodes, now, snapshot.index) if memo is not None else None
     jobs = snapshot.index.jobs if snapshot.index is not None else {job.id: job for job in snapshot.jobs}
     work = memo.work if memo is not None else new_ledger(settings)
-    engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs, work)
+    if memo is not None and free is None:
+        engine = memo.engine_for(snapshot, nodes, now, jobs)
+    else:
+        facts = memo.facts_for(nodes, now, snapshot.index) if memo is not None else None
+        engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs, work)
+        if memo is not None:
+            memo.engine = None  # its ledger moved on without it
     arrays = engine.arrays
     policy = settings.queue
     # Built only if a reservation is tried: from what runs, plus what this pass placed before.

@@ -40,14 +40,9 @@ class PassScores:
         platform = a.platform_rank / (versions - 1) if versions > 1 else (a.platform_rank >= 0).astype(np.float64)
         self.platform: Floats = np.where(a.platform_rank >= 0, platform, 0.0)
 
-        # Farther is better up to `reboot_horizon`, beyond which a reboot is as good as none. A fixed
-        # horizon rather than the fleet's range: one node due in an hour must not score like a node
-        # with no reboot planned just because it is the only one with a date. Dates in the past are
-        # ignored (ops may not have updated them): such a node scores like one with no date.
-        future = a.next_reboot > now  # NaN compares False
-        ahead = np.where(future, a.next_reboot - now, settings.reboot_horizon)
-        self.reboot: Floats = np.minimum(1.0, ahead / settings.reboot_horizon)
-
+        self._settings = settings
+        self._reboot_dates = bool(np.isfinite(a.next_reboot).any())
+        self.reboot: Floats = self._reboot(now)
         known = ~np.isnan(a.hardware)
         if known.any():
             low, high = float(a.hardware[known].min()), float(a.hardware[known].max())
@@ -58,12 +53,45 @@ class PassScores:
 
         self.failures: Floats = 1.0 - np.minimum(1.0, a.failures / settings.failure_saturation)
 
-        self.seed = pass_seed(now, settings.tie_break_seed)
-        self.noise: Floats = _unit_interval(_splitmix(a.facts.id_hashes ^ np.uint64(self.seed)))
-        self.noise_values: list[float] = self.noise.tolist()  # the same, for reading one node at a time
+        self.now = now
+        self._renew_noise(now)
 
+    def _reboot(self, now: float) -> Floats:
+        # Farther is better up to `reboot_horizon`, beyond which a reboot is as good as none. A fixed
+        # horizon rather than the fleet's range: one node due in an hour must not score like a node
+        # with no reboot planned just because it is the only one with a date. Dates in the past are
+        # ignored (ops may not have updated them): such a node scores like one with no date.
+        a, horizon = self.arrays, self._settings.reboot_horizon
+        future = a.next_reboot > now  # NaN compares False
+        ahead = np.where(future, a.next_reboot - now, horizon)
+        result: Floats = np.minimum(1.0, ahead / horizon)
+        return result
+
+    def _renew_noise(self, now: float) -> None:
+        self.seed = pass_seed(now, self._settings.tie_break_seed)
+        self.noise: Floats = _unit_interval(_splitmix(self.arrays.facts.id_hashes ^ np.uint64(self.seed)))
+        self._noise_values: list[float] | None = None
         self._last_job, self._last_slot = -1, 0
         self.slot_offsets = [_unit_interval_int(_splitmix_int(slot ^ self.seed)) for slot in range(NOISE_SLOTS)]
+
+    def renew(self, now: float) -> bool:
+        """The scores of the pass at `now` for the same nodes; True if the job-independent
+        attribute scores changed (reboot dates count down), not only the tie-break noise."""
+        if now == self.now:
+            return False
+        self.now = now
+        self._renew_noise(now)
+        if not self._reboot_dates:
+            return False
+        self.reboot = self._reboot(now)
+        return True
+
+    @property
+    def noise_values(self) -> list[float]:
+        """`noise` as Python floats, for reading one node at a time."""
+        if self._noise_values is None:
+            self._noise_values = self.noise.tolist()
+        return self._noise_values
 
     def job_slot(self, job_id: int) -> int:
         """Jobs fall into NOISE_SLOTS slots, each with its own tie order, so the engine can keep

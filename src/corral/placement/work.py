@@ -58,6 +58,8 @@ class WorkLedger:
         self._load: Load | None = None
         self._ends: Floats = np.zeros((len(self.fractions), 0))
         self._journal: tuple[SnapshotIndex, int] | None = None  # the kept index read last, and how far
+        # The node positions whose figures the last `update` changed; None: all of them (new nodes).
+        self.written: list[int] | None = None
 
     def update(
         self,
@@ -121,8 +123,10 @@ class WorkLedger:
             i = index.get(node_id)
             self._refigure(node_id, used_at[i] if i is not None else None, jobs)
         if same_nodes and self._load is not None:
-            self._write([index[node_id] for node_id in changed if node_id in index], self._load, ids)
+            self.written = [index[node_id] for node_id in changed if node_id in index]
+            self._write(self.written, self._load, ids)
         else:
+            self.written = None
             self._ids, n = list(ids), len(ids)
             self._load = Load(
                 np.zeros((len(RESOURCES), n)),
