@@ -14,7 +14,7 @@ from corral.core.model import (
     NodeState,
     Resources,
 )
-from corral.core.reconcile import plan_pass
+from corral.core.reconcile import idle_nodes_can_drain, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import NodeAction, Snapshot
 
@@ -209,6 +209,21 @@ def test_idle_nodes_drain_after_the_grace_and_min_instances_is_kept() -> None:
     policy.lifecycle.min_instances = 1
     decisions = plan_pass(Snapshot([], [], nodes, TYPES), 1000.0, policy)
     assert len(decisions.node_decisions) == 1
+
+
+def test_idle_grace_matters_only_while_a_drain_is_possible() -> None:
+    """A shell may skip waking up for an idle grace that can change no decision (a fixed fleet)."""
+    nodes = [idle_node("n1", now=1000.0), idle_node("n2", now=1000.0)]
+    for n in nodes:
+        n.state_changed_at = 100.0
+    policy = settings()
+    policy.lifecycle.min_instances = 2
+    assert not idle_nodes_can_drain(policy, 2)
+    assert plan_pass(Snapshot([], [], nodes, TYPES), 1000.0, policy).node_decisions == []
+    assert idle_nodes_can_drain(policy, 3)
+    nodes.append(idle_node("n3", now=1000.0))
+    nodes[-1].state_changed_at = 100.0
+    assert len(plan_pass(Snapshot([], [], nodes, TYPES), 1000.0, policy).node_decisions) == 1
 
 
 def test_a_node_that_gets_work_is_marked_busy_and_not_drained() -> None:

@@ -17,7 +17,6 @@ Order of a pass:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -205,7 +204,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         idle_count = 0
     else:
         idle_count = len([i for i in unworked if i not in placed_on and i not in down_now])
-    quiet = _quiet_states(frozenset(lifecycle.DEFAULT_MATRIX.items()))
+    quiet = _QUIET
     # Both only shrink as drains are decided, so a drain refused now is refused for every node.
     no_drains = live_after <= lifecycle_settings.min_instances or idle_count <= 0
     idle_grace, boot_grace = lifecycle_settings.idle_grace, lifecycle_settings.boot_grace
@@ -271,10 +270,9 @@ class _Quiet:
     boot_wait: bool  # an unpaired worker within its boot grace
 
 
-@functools.cache
-def _quiet_states(matrix: frozenset[tuple[lifecycle.StateTuple, NodeAction | None]]) -> _Quiet:
+def _quiet_states(matrix: Mapping[lifecycle.StateTuple, NodeAction | None]) -> _Quiet:
     def only(allowed: tuple[NodeAction | None, ...], match: Callable[[lifecycle.StateTuple], bool]) -> bool:
-        return all(action in allowed for state, action in matrix if match(state))
+        return all(action in allowed for state, action in matrix.items() if match(state))
 
     W, Idle, Boot = lifecycle.WorkerState, lifecycle.IdleGrace, lifecycle.BootGrace
     return _Quiet(
@@ -283,6 +281,16 @@ def _quiet_states(matrix: frozenset[tuple[lifecycle.StateTuple, NodeAction | Non
         idle_unless_drain=only((None, NodeAction.START_DRAIN), lambda s: s[0] is W.IDLE),
         boot_wait=only((None,), lambda s: s[0] is W.UNPAIRED and s[2] is Boot.BOOT_WAIT),
     )
+
+
+_QUIET = _quiet_states(lifecycle.DEFAULT_MATRIX)
+
+
+def idle_nodes_can_drain(settings: PolicySettings, most_live: int) -> bool:
+    """Whether an idle node's idle grace running out can lead to any decision, with never more than
+    `most_live` nodes live: the matrix only ever drains an idle node, and a pass drains none while
+    no more than `lifecycle.min_instances` are live (a fixed fleet, for one)."""
+    return not _QUIET.idle_unless_drain or most_live > settings.lifecycle.min_instances
 
 
 def queue_order(jobs: list[Job]) -> list[Job]:

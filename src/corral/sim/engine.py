@@ -32,7 +32,7 @@ from corral.config import Config
 from corral.core import capacity, retry
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState
-from corral.core.reconcile import plan_pass
+from corral.core.reconcile import idle_nodes_can_drain, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Decisions, JobOutcome, NodeAction, Snapshot
 from corral.placement import make_placer
@@ -540,6 +540,8 @@ class Simulation:
     # ---- timers ------------------------------------------------------------------------------
 
     def _wake_idle(self, node: Node, now: float) -> None:
+        if self.fixed and not idle_nodes_can_drain(self.policy, len(self.fixed_nodes)):
+            return  # its idle grace running out changes no decision
         lifecycle = self.policy.lifecycle
         due = now + lifecycle.idle_grace
         self._wake(due, W_IDLE, (node.id, now))
