@@ -89,7 +89,8 @@ def test_capacity_back_off_ending_makes_the_fleet_elastic_again() -> None:
 def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(world: str, reboots: bool) -> None:
     """Pass after pass, a placer keeps its engine over the same nodes and refigures only the nodes
     whose work or measurement changed, or that it placed work on (whether or not the shell carried
-    the placement out). Its node arrays, ranking sums and decisions are a fresh engine's, exactly."""
+    the placement out), and remembers which requests found no node until something makes room.
+    Its node arrays, ranking sums and decisions are a fresh engine's, exactly."""
     settings = PlacementSettings.model_validate({"weights": {"pack": 1.0, "reboot": 0.5, "random": 0.3}})
     rng = random.Random(11)
 
@@ -102,10 +103,10 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(world: str, reboots
     if index is not None:
         for n in nodes:
             index.put_node(n)
-    memo = FactsMemo(settings)
+    memo, unexplained = FactsMemo(settings), FactsMemo(settings)
     jobs: dict[int, Job] = {}
     attempts: dict[int, Attempt] = {}
-    next_id, now, kept_engines = 1, NOW, 0
+    next_id, now, kept_engines, remembered = 1, NOW, 0, 0
     for _ in range(250):
         now += rng.choice([0.0, 1.0, 7.0])
         waiting = len(jobs) - len(attempts)
@@ -141,10 +142,16 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(world: str, reboots
         )
         schedulable = index.schedulable() if index is not None else list(nodes)
         before = memo.engine
+        remembered += bool(before and before.misfits)
         result = placer_module.place(snapshot, queued, schedulable, None, now, settings, memo=memo)
         kept_engines += memo.engine is before
         fresh_result = placer_module.place(snapshot, queued, schedulable, None, now, settings, memo=FactsMemo(settings))
         assert result == fresh_result
+        # Without explanations, the same placements and the same jobs left waiting.
+        quiet = placer_module.place(
+            snapshot, queued, schedulable, None, now, settings, memo=unexplained, explanations=False
+        )
+        assert quiet.placements == result.placements and quiet.reasons.keys() == result.reasons.keys()
         fresh = build_engine(snapshot, schedulable, None, now, settings)
         assert memo.engine is not None
         kept, new = memo.engine.arrays, fresh.arrays
@@ -162,4 +169,4 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(world: str, reboots
                 next_id += 1
                 if index is not None:
                     index.put_attempt(a)
-    assert kept_engines > 150
+    assert kept_engines > 150 and remembered > 50

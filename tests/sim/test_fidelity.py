@@ -80,9 +80,9 @@ def recorder(seen: list[tuple[Snapshot, float, Decisions]]) -> Callable[[Snapsho
 
 def test_the_simulator_decides_exactly_what_the_live_loop_decides() -> None:
     """Every pass the simulator makes, replayed through the live loop's `decide` on the same
-    snapshot and time, gives the same decisions."""
+    snapshot and time, gives the same decisions (explanations included, as the live loop makes them)."""
     for fleet in ({}, {"fleet": {"mode": "fixed", "nodes": [{"instance_type": "big", "count": 3}]}}):
-        jobs, cfg = busy_world(**fleet)
+        jobs, cfg = busy_world(**fleet, explanations=True)
         seen: list[tuple[Snapshot, float, Decisions]] = []
         sim = Simulation(jobs, cfg, on_pass=recorder(seen))
         sim.run()
@@ -91,3 +91,24 @@ def test_the_simulator_decides_exactly_what_the_live_loop_decides() -> None:
         assert any(d.node_decisions for _, _, d in seen) and any(d.job_outcomes for _, _, d in seen)
         for snapshot, now, decisions in seen:
             assert decide(snapshot, now, live_config) == decisions, f"at {now}"
+
+
+def core(decisions: Decisions) -> tuple[object, ...]:
+    """What a pass decides, without why (explanations and wait reasons)."""
+    d = decisions
+    return d.placements, d.boots, d.node_decisions, d.node_marks, d.job_outcomes
+
+
+def test_explanations_change_no_decision() -> None:
+    """A replay asks for no explanations (`sim.explanations`); every pass decides the same without."""
+    for fleet in ({}, {"fleet": {"mode": "fixed", "nodes": [{"instance_type": "big", "count": 3}]}}):
+        runs = []
+        for explanations in (True, False):
+            jobs, cfg = busy_world(**fleet, explanations=explanations)
+            seen: list[tuple[float, tuple[object, ...]]] = []
+            sim = Simulation(jobs, cfg, on_pass=lambda _, now, d, seen=seen: seen.append((now, core(d))))
+            sim.run()
+            runs.append((seen, summary(sim), sim.records))
+        (explained, *results), (unexplained, *others) = runs
+        assert len(explained) > 100 and explained == unexplained
+        assert results == others

@@ -290,6 +290,24 @@ class NodeArrays:
         self.uncapped_jobs[where] = load.jobs[where].astype(np.int64) - load.capped[where]
         self.any_capped = bool(self.capped_jobs.any() or (self.capped_pin != -1).any())
 
+    def hold(self, where: Ints) -> Floats:
+        """What holds the nodes at `where` back from taking work, one row per figure (room, and
+        the negated requests, job counts, capped and uncapped job counts): a rise anywhere means
+        that a request may fit there now that did not (`loosened`)."""
+        return np.concatenate(
+            [
+                self.room[:, where],
+                -self.dedicated[:, where],
+                -self.jobs[where][None],
+                -self.capped_jobs[where][None].astype(np.float64),
+                -self.uncapped_jobs[where][None].astype(np.float64),
+            ]
+        )
+
+    def loosened(self, where: Ints, held: Floats) -> bool:
+        """Whether the nodes at `where` may take more than when `hold` gave `held`."""
+        return bool((self.hold(where) > held).any())
+
     def _refresh_room(self, resource: Resource, where: slice | Ints | int) -> None:
         self.room[resource, where] = room(
             self.policy[resource],

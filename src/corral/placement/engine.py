@@ -61,6 +61,16 @@ class Shared:
     tests: list[tuple[int, float]]  # (resource, least room that fits) for each resource it asks for
 
 
+@dataclass(frozen=True, slots=True)
+class Misfit:
+    """A request no node took: the explanation made then (at engine version `version`), and
+    whether it was a quick one."""
+
+    version: int
+    explanation: dict[str, Any]
+    quick: bool
+
+
 @dataclass(slots=True)
 class Choice:
     nodes: list[int]
@@ -125,6 +135,10 @@ class Engine:
         self._changed: Ints = np.zeros(1024, dtype=np.int64)
         self._changes = 0
         self._committed: list[int] = []  # nodes committed to since the last renew
+        # Bumped by every change to the node arrays, so an explanation made at a version holds
+        # while it is current; requests that found no node, kept until something makes room.
+        self.version = 0
+        self.misfits: dict[tuple[object, ...], Misfit] = {}
         self._other_dynamic = [f for f, resource in self._dynamic if resource is None]
 
     share_work = True  # off: every job filters and ranks all nodes (the tests compare the two)
@@ -170,6 +184,7 @@ class Engine:
         now: float,
         load: Load,
         refreshed: list[int],
+        loosened: list[int],
         used: list[Resources],
         locality: LocalityIndex | None,
         instance_types: Sequence[InstanceType],
@@ -177,17 +192,25 @@ class Engine:
         """Make this engine, kept from the last pass over the same nodes (the same FleetFacts),
         the one a fresh build would give for the pass at `now`: the nodes at `refreshed` take
         their work from `load` and their measurement from `used` (every node's; each node whose
-        work or measurement changed since the last pass must be listed); the nodes this engine
-        committed placements to since are refreshed too, whether or not those placements were
-        carried out. Every array is refigured with the same operations as a fresh build, so the
-        values are the same."""
-        where = sorted({*refreshed, *self._committed})
-        self._committed = []
+        work or measurement changed since the last pass must be listed, and among `loosened`
+        those whose room, requests or jobs may have gone down); the nodes this engine committed
+        placements to since are refreshed too, whether or not those placements were carried
+        out. Every array is refigured with the same operations as a fresh build, so the values
+        are the same."""
+        committed, self._committed = sorted(set(self._committed)), []
+        where = sorted({*committed, *refreshed})
+        if where or list(instance_types) != self.instance_types:
+            self.version += 1
         self.now = now
         self.arrays.used = used
+        # The nodes placed on last pass: their room comes back if a placement was not carried out.
+        placed_on = np.array(committed, dtype=np.int64)
+        held = self.arrays.hold(placed_on) if committed else None
         if where:
             idx = np.array(where, dtype=np.int64)
             self.arrays.refresh(load, idx, used)
+        if loosened or (held is not None and self.arrays.loosened(placed_on, held)):
+            self._grew()
         if self.scores.renew(now):
             self._static_scores()
             self.base = self.base_scores(slice(None))
@@ -201,6 +224,20 @@ class Engine:
         if self._changes > self.changes_kept:
             self._shared.clear()
             self._changes = 0
+
+    def _grew(self) -> None:
+        """Some node may take a request it could not: what was known not to fit may fit now."""
+        self.misfits.clear()
+
+    def misfit(self, demand: Demand) -> Misfit | None:
+        """What was found when no node took this request (without locality hints), if nothing has
+        made room since: it still finds none."""
+        return self.misfits.get(demand.key) if demand.hints is None else None
+
+    def note_misfit(self, demand: Demand, explanation: dict[str, Any], quick: bool) -> None:
+        """No node takes `demand` now, as `explanation` (made at this version) says."""
+        if demand.hints is None:
+            self.misfits[demand.key] = Misfit(self.version, explanation, quick)
 
     def _note_changed(self, nodes: Sequence[int]) -> None:
         """Nodes whose room, job counts or base sums changed: shared work catches up on them."""
@@ -427,6 +464,7 @@ class Engine:
             self.base[i] = total
         self._note_changed(nodes)
         self._committed.extend(nodes)
+        self.version += 1
         if self.locality is not None:
             self.locality.add(demand.job_id, tags, [a.ids[i] for i in nodes])
 

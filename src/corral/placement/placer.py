@@ -105,8 +105,11 @@ def live_count(nodes: Sequence[Node]) -> int:
     return len(states) - states.count(NodeState.SHUTTING_DOWN) - states.count(NodeState.GONE)
 
 
-def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None) -> Placer:
-    """A Placer for `plan_pass`; build it once per configuration and keep it (see FactsMemo)."""
+def make_placer(
+    settings: PolicySettings | PlacementSettings | Mapping[str, Any] | None = None, *, explanations: bool = True
+) -> Placer:
+    """A Placer for `plan_pass`; build it once per configuration and keep it (see FactsMemo).
+    `explanations`: see `place`."""
     placement = coerce(settings)
     boot = getattr(settings, "boot", None)
     max_instances: int | None = getattr(boot, "max_instances", None)
@@ -115,7 +118,17 @@ def make_placer(settings: PolicySettings | PlacementSettings | Mapping[str, Any]
     def placer(
         snapshot: Snapshot, queue: Sequence[Job], nodes: Sequence[Node], free: dict[str, Resources] | None, now: float
     ) -> PlacementResult:
-        return place(snapshot, queue, nodes, free, now, placement, max_instances=max_instances, memo=memo)
+        return place(
+            snapshot,
+            queue,
+            nodes,
+            free,
+            now,
+            placement,
+            max_instances=max_instances,
+            memo=memo,
+            explanations=explanations,
+        )
 
     return placer
 
@@ -193,13 +206,12 @@ def build_engine(
     load = work.update(facts.ids, facts.index, used_at, snapshot.attempts, jobs, snapshot.index)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
     if kept is not None and free is None and kept.free is None and kept.arrays.facts is facts:
-        refreshed = work.written
-        if refreshed is not None:
+        written, loosened = work.written, work.loosened
+        if written is not None and loosened is not None:
             used = [node.used for node in nodes]
             was = kept.arrays.used
-            if used != was:
-                refreshed = refreshed + [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w]
-            kept.renew(now, load, refreshed, used, index, snapshot.instance_types)
+            measured = [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w] if used != was else []
+            kept.renew(now, load, written + measured, loosened + measured, used, index, snapshot.instance_types)
             return kept
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)
@@ -216,7 +228,11 @@ def place(
     *,
     max_instances: int | None = None,
     memo: FactsMemo | None = None,
+    explanations: bool = True,
 ) -> PlacementResult:
+    """Places `queue` in order. Without `explanations`, a job's details hold only where it went
+    or the one-line reason it waits, in short (no per-filter explanation, kept scores or
+    reservation details): the same placements, for a caller nobody asks why (the simulator)."""
     result = PlacementResult()
     if not queue:
         return result
@@ -252,6 +268,11 @@ def place(
     for job in ordered:
         demand = Demand.of(job)
         end = end_time(now, demand.time_limit, policy.default_time_limit, now)
+        # A request no node takes now: found so earlier in this pass, or in an earlier pass with
+        # nothing since that makes room (capacity only shrinks otherwise). It needs no look.
+        known_misfit = no_room.get(demand.key)
+        remembered = engine.misfit(demand) if known_misfit is None else None
+        fits_nowhere = known_misfit is not None or remembered is not None
         exclude = None
         if blocker is not None and reservation is not None and capacity is not None:
             if capacity.bounded_for(demand):
@@ -266,17 +287,17 @@ def place(
                     continue
             # A job a new instance could serve is not held back, but it may not delay the
             # reservation either (strict FIFO: it keeps off the reserved nodes altogether).
-            exclude = (
-                reservation.held
-                if policy.backfill == "strict-fifo"
-                else reservation.holds_back(arrays, demand.vector, end)
-            )
+            if not fits_nowhere:
+                exclude = (
+                    reservation.held
+                    if policy.backfill == "strict-fifo"
+                    else reservation.holds_back(arrays, demand.vector, end)
+                )
 
-        known_misfit = no_room.get(demand.key)
         costly = None
         if (
             gated_by_cost
-            and known_misfit is None
+            and not fits_nowhere
             and (demand.time_limit is not None or policy.default_time_limit is not None)
         ):
             # Only a job the boot planner can serve is kept off running nodes (by the same filters
@@ -287,7 +308,7 @@ def place(
                     gate = _cost_gate(snapshot, arrays, work.ends(now), now, settings, placed_before_gate)
                 costly = gate.exclude(demand)
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
-        choice = None if known_misfit is not None else engine.choose(demand, avoid)
+        choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
         if choice is not None:
             engine.commit(demand, choice.nodes, job.tags)
             if gate is not None:
@@ -296,9 +317,10 @@ def place(
                 placed_before_gate.append((choice.nodes, demand))
             result.placements.append(Placement(job.id, tuple(arrays.ids[i] for i in choice.nodes)))
             placed: dict[str, Any] = {"job": job.id, "placed_on": [arrays.ids[i] for i in choice.nodes]}
-            placed["top"] = choice.top
-            if choice.evaluation.notes:
-                placed["notes"] = choice.evaluation.notes
+            if explanations:
+                placed["top"] = choice.top
+                if choice.evaluation.notes:
+                    placed["notes"] = choice.evaluation.notes
             result.details[job.id] = placed
             if policy.backfill != "none":
                 timeline.add_later(end, choice.nodes, demand.amounts)
@@ -312,17 +334,24 @@ def place(
             continue
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
             assert reservation is not None
-            reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
-            _wait(result, job, reason, reservation=_reservation_json(reservation, arrays, now))
+            if explanations:
+                reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
+                _wait(result, job, reason, reservation=_reservation_json(reservation, arrays, now))
+            else:
+                _wait(result, job, f"would delay job {reservation.job_id}, which has a reservation")
             continue
         if known_misfit is None:
-            quick = full_explanations >= FULL_EXPLANATIONS_PER_PASS
-            known_misfit = explain(engine, demand, quick=quick)
+            quick = not explanations or full_explanations >= FULL_EXPLANATIONS_PER_PASS
+            if remembered is not None and remembered.version == engine.version and remembered.quick == quick:
+                known_misfit = remembered.explanation  # nothing changed on the nodes since it was made
+            else:
+                known_misfit = explain(engine, demand, quick=quick) if explanations else UNEXPLAINED
             full_explanations += not quick
             if not (demand.hints is not None and demand.hints.strict):
                 # Capacity only shrinks within a pass, so the same demand will not fit later in it;
                 # strict hints are the exception (a target placed later may open a node).
                 no_room[demand.key] = known_misfit
+                engine.note_misfit(demand, known_misfit, quick)
         # Shared by every job of this demand; only top-level keys are set per job below.
         details = dict(known_misfit)
         details["job"] = job.id
@@ -345,7 +374,8 @@ def place(
                 if found is not None:
                     blocker, reservation = job, found
                     reason += f"; {found.describe(arrays, now, policy.backfill)}"
-                    details["reservation"] = _reservation_json(found, arrays, now)
+                    if explanations:
+                        details["reservation"] = _reservation_json(found, arrays, now)
                     details["reason"] = reason
         result.reasons[job.id] = reason
         result.details[job.id] = details
@@ -379,6 +409,8 @@ class LazyTimeline:
 
 
 COSTLY_REASON = "a new instance costs less than keeping a running node up longer for this job"
+# What a placer without explanations records for a job no node takes.
+UNEXPLAINED: dict[str, Any] = {"reason": ""}
 
 
 def _cost_gate(

@@ -60,6 +60,9 @@ class WorkLedger:
         self._journal: tuple[SnapshotIndex, int] | None = None  # the kept index read last, and how far
         # The node positions whose figures the last `update` changed; None: all of them (new nodes).
         self.written: list[int] | None = None
+        # Of those, the ones whose figures may have gone down: work ended or started, a new
+        # measurement (only such a change can make room for a request).
+        self.loosened: list[int] | None = None
 
     def update(
         self,
@@ -87,6 +90,7 @@ class WorkLedger:
             gone, new, unstarted = kept.keys() - active.keys(), active.keys() - kept.keys(), self._unstarted
         self._journal = (world, world.attempt_log_end) if world is not None else None
         changed: set[str] = set()
+        loosened: set[str] = set()  # nodes whose figures may have gone down (work ended, started, measured)
         for attempt_id in gone:
             attempt = kept.pop(attempt_id)
             self._unstarted.discard(attempt_id)
@@ -96,6 +100,7 @@ class WorkLedger:
                 if not listed:
                     del self._on_node[node_id]
             changed.update(attempt.node_ids)
+            loosened.update(attempt.node_ids)
         for attempt_id in new:
             attempt = kept[attempt_id] = active[attempt_id]
             if attempt.started_at is None:
@@ -110,23 +115,27 @@ class WorkLedger:
             for node_id in attempt.node_ids:
                 self._on_node[node_id][attempt_id] = attempt
             changed.update(attempt.node_ids)
+            loosened.update(attempt.node_ids)
 
         same_nodes = ids == self._ids
         if not same_nodes or used_at != self._used_at:
             # A new measurement changes which attempts it already includes.
-            changed.update(
+            measured = [
                 node_id
                 for node_id, work in self._work.items()
                 if (i := index.get(node_id)) is not None and used_at[i] != work.measured_at
-            )
+            ]
+            changed.update(measured)
+            loosened.update(measured)
         for node_id in changed:
             i = index.get(node_id)
             self._refigure(node_id, used_at[i] if i is not None else None, jobs)
         if same_nodes and self._load is not None:
             self.written = [index[node_id] for node_id in changed if node_id in index]
+            self.loosened = [index[node_id] for node_id in loosened if node_id in index]
             self._write(self.written, self._load, ids)
         else:
-            self.written = None
+            self.written = self.loosened = None
             self._ids, n = list(ids), len(ids)
             self._load = Load(
                 np.zeros((len(RESOURCES), n)),

@@ -123,7 +123,7 @@ class Simulation:
         else:
             self.types, self.fixed_nodes = list(all_types.values()), []
         self.types_by_name = {t.name: t for t in self.types}
-        self.placer = make_placer(self.policy)
+        self.placer = make_placer(self.policy, explanations=sim.explanations)
         shape_gangs(jobs, self.types)
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}

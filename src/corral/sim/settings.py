@@ -114,6 +114,13 @@ class SimSettings(_Strict):
             "the policy booting forever); default: the longest recorded run time plus 7 days"
         ),
     )
+    explanations: bool = Field(
+        False,
+        description=(
+            "have the placer explain every job it does not place, as the live loop does (for `on_pass` hooks "
+            "and tests); a replay reads no explanations, and the decisions are the same either way"
+        ),
+    )
     boot_delay: BootDelaySettings = Field(default_factory=BootDelaySettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     failures: FailureSettings = Field(default_factory=FailureSettings)
