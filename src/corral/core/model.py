@@ -115,10 +115,10 @@ class InstanceType:
     billing_granularity: float = 1.0
     billing_minimum: float = 60.0
     attributes: tuple[tuple[str, str], ...] = ()
+    capacity: Resources = field(init=False, compare=False, repr=False)  # read for every job in a pass
 
-    @property
-    def capacity(self) -> Resources:
-        return Resources(self.vcpus, self.ram_mib, self.scratch_mib, self.gpus)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity", Resources(self.vcpus, self.ram_mib, self.scratch_mib, self.gpus))
 
 
 @dataclass(slots=True)

@@ -52,9 +52,11 @@ def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats
     """Per node (columns of `ends`): the mean, over pairs of shares (the node's, the job's), of how
     far a job of time limit `limit` started `now` runs past the node's work."""
     job_end = now + fractions * limit
-    total = np.zeros(ends.shape[1])
-    for end in job_end:
-        total += np.maximum(0.0, end - ends).sum(axis=0)
+    # (job share, node share, node): summed over the node's shares, then over the job's, each in
+    # order (the same sums as one job share at a time).
+    past = job_end[:, None, None] - ends[None, :, :]
+    np.maximum(past, 0.0, out=past)
+    total: Floats = past.sum(axis=1).sum(axis=0)
     result: Floats = total / (len(fractions) * len(fractions))
     return result
 
@@ -78,7 +80,11 @@ def _mean(fractions: tuple[float, ...]) -> float:
 def new_instance_cost(price: float, limit: float, settings: CostSettings) -> float:
     """Expected cost (USD) of a new instance at `price` per hour for a job of time limit `limit`,
     boot included."""
-    return price * (mean_fraction(settings) * limit + settings.boot_time) / 3600.0
+    return _instance_cost(price, limit, mean_fraction(settings), settings.boot_time)
+
+
+def _instance_cost(price: float, limit: float, mean: float, boot_time: float) -> float:
+    return price * (mean * limit + boot_time) / 3600.0
 
 
 def costly_before_start(price: float, longest: float, limit: float, new_price: float, settings: CostSettings) -> bool:
@@ -88,13 +94,22 @@ def costly_before_start(price: float, longest: float, limit: float, new_price: f
     pairs, so only the limits count.
     The boot planner asks it, so that it does not promise a job room the gate will refuse once the
     node is up (the job would then wait for a second boot)."""
-    if settings.max_extension <= 0 or not math.isfinite(new_price):
+    key = (settings.max_extension, tuple(settings.run_fractions), settings.boot_time)
+    return _costly_before_start(price, longest, limit, new_price, key)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the planner asks again and again, pass after pass
+def _costly_before_start(
+    price: float, longest: float, limit: float, new_price: float, key: tuple[float, tuple[float, ...], float]
+) -> bool:
+    max_extension, run_fractions, boot_time = key
+    if max_extension <= 0 or not math.isfinite(new_price):
         return False
-    allowed = settings.max_extension * new_instance_cost(new_price, limit, settings)
+    allowed = max_extension * _instance_cost(new_price, limit, _mean(run_fractions), boot_time)
     # The job keeps the node up at most for its own expected run: enough to admit most nodes.
-    if price * mean_fraction(settings) * limit / 3600.0 <= allowed:
+    if price * _mean(run_fractions) * limit / 3600.0 <= allowed:
         return False
-    fractions = np.array(settings.run_fractions, dtype=np.float64)
+    fractions = np.array(run_fractions, dtype=np.float64)
     ends = (fractions * longest)[:, None]
     extension = float(expected_extension(ends, 0.0, limit, fractions)[0])
     return price * extension / 3600.0 > allowed
