@@ -127,6 +127,8 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(world: str, reboots
         elif what < 0.45:  # an agent reports a measurement
             n = rng.choice(nodes)
             n.used, n.used_at = Resources(rng.uniform(0, 2), 512, 0, 0), now
+            if index is not None:
+                index.put_node(n)
         elif what < 0.5:  # a node comes (a new engine)
             nodes.append(node(f"m{next_id}", 8, 32, **dates()))
             next_id += 1

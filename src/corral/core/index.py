@@ -42,9 +42,13 @@ class SnapshotIndex:
         self.attempts: dict[int, Attempt] = {}  # active (assigned or running)
         self.assigned: dict[int, Attempt] = {}
         self.work: dict[str, int] = {}  # node id -> active attempts on it (ids of gone nodes too)
+        self.job_attempts: dict[int, dict[int, None]] = {}  # job id -> its active attempts' ids, in order
         self.nodes: dict[str, Node] = {}
         self.by_state: dict[NodeState, dict[str, Node]] = {state: {} for state in NodeState}
         self.unworked: dict[str, Node] = {}  # idle or busy nodes that no active attempt holds
+        self.busy_unworked: dict[str, Node] = {}  # of those, the ones marked busy
+        self.idle_working: dict[str, Node] = {}  # nodes marked idle that an active attempt holds
+        self.orphaned: set[str] = set()  # ids in `work` of nodes not (or no longer) filed
         self.silent: dict[str, Node] | None = {} if track_pings else None
         self.job_order: dict[int, int] = {}
         self.node_order: dict[str, int] = {}
@@ -52,6 +56,9 @@ class SnapshotIndex:
         self._counted: dict[int, tuple[str, ...]] = {}  # attempt id -> the node ids it is counted on
         self._sequence = 0
         self.fleet_version = 0
+        # Bumped whenever a node filed brings a new measurement (`used`, `used_at`), or comes or goes.
+        self.measured_version = 0
+        self._measured: dict[str, tuple[object, float | None]] = {}
         # Every attempt filed or dropped, in order (`attempts_changed_since`); the older half is
         # forgotten past 2 x JOURNAL_KEPT entries.
         self._attempt_log: list[int] = []
@@ -99,16 +106,23 @@ class SnapshotIndex:
         _place(self.assigned, attempt_id, attempt, attempt.state is AttemptState.ASSIGNED)
         if attempt_id not in self._counted:
             counted = self._counted[attempt_id] = tuple(attempt.node_ids)
-            work, unworked = self.work, self.unworked
+            self.job_attempts.setdefault(attempt.job_id, {})[attempt_id] = None
+            work = self.work
             for node_id in counted:
-                work[node_id] = work.get(node_id, 0) + 1
-                unworked.pop(node_id, None)
+                held = work[node_id] = work.get(node_id, 0) + 1
+                if held == 1:
+                    self._classify(node_id)
 
     def drop_attempt(self, attempt_id: int) -> None:
         self._log(attempt_id)
-        self.attempts.pop(attempt_id, None)
+        attempt = self.attempts.pop(attempt_id, None)
         self.assigned.pop(attempt_id, None)
         counted = self._counted.pop(attempt_id, ())
+        if attempt is not None and counted:
+            listed = self.job_attempts[attempt.job_id]
+            del listed[attempt_id]
+            if not listed:
+                del self.job_attempts[attempt.job_id]
         work = self.work
         for node_id in counted:
             left = work[node_id] - 1
@@ -116,9 +130,7 @@ class SnapshotIndex:
                 work[node_id] = left
                 continue
             del work[node_id]
-            node = self.nodes.get(node_id)
-            if node is not None and node.state in SCHEDULABLE:
-                self.unworked[node_id] = node
+            self._classify(node_id)
 
     def put_node(self, node: Node, *, reshaped: bool = False) -> None:
         """File a node that is new or has changed state; `reshaped`: its capacity, price, rack or
@@ -141,7 +153,11 @@ class SnapshotIndex:
         self.nodes[node_id] = node
         self.by_state[node.state][node_id] = node
         self._filed_state[node_id] = node.state
-        _place(self.unworked, node_id, node, schedulable and node_id not in self.work)
+        self._classify(node_id)
+        measured = (node.used, node.used_at)
+        if self._measured.get(node_id) != measured:
+            self._measured[node_id] = measured
+            self.measured_version += 1
 
     def drop_node(self, node_id: str) -> None:
         filed = self._filed_state.pop(node_id, None)
@@ -150,8 +166,10 @@ class SnapshotIndex:
         del self.by_state[filed][node_id]
         if filed in SCHEDULABLE:
             self._fleet_changed()
-        for group in (self.nodes, self.unworked, self.node_order, self.silent or {}):
+        for group in (self.nodes, self.node_order, self.silent or {}, self._measured):
             group.pop(node_id, None)
+        self._classify(node_id)
+        self.measured_version += 1
 
     def heard(self, node_id: str, pinging: bool) -> None:
         """A shell that tracks pings: the node's agent pings from now on (True) or went silent."""
@@ -161,6 +179,21 @@ class SnapshotIndex:
             self.silent.pop(node_id, None)
         else:
             self.silent[node_id] = node
+
+    def _classify(self, node_id: str) -> None:
+        """File a node in the groups that follow from its state and whether work holds it (after
+        either changed, or it came or went)."""
+        node = self.nodes.get(node_id)
+        worked = node_id in self.work
+        state = node.state if node is not None else None
+        unworked = not worked and state in SCHEDULABLE
+        _place(self.unworked, node_id, node, unworked)
+        _place(self.busy_unworked, node_id, node, unworked and state is NodeState.BUSY)
+        _place(self.idle_working, node_id, node, worked and state is NodeState.IDLE)
+        if worked and node is None:
+            self.orphaned.add(node_id)
+        else:
+            self.orphaned.discard(node_id)
 
     def _log(self, attempt_id: int) -> None:
         log = self._attempt_log
@@ -215,6 +248,10 @@ class SnapshotIndex:
             "nodes": ids(self.nodes, self.node_order),
             "by_state": {state.value: ids(group, self.node_order) for state, group in self.by_state.items()},
             "unworked": ids(self.unworked, self.node_order),
+            "busy_unworked": ids(self.busy_unworked, self.node_order),
+            "idle_working": ids(self.idle_working, self.node_order),
+            "orphaned": sorted(self.orphaned),
+            "job_attempts": sorted((job, list(attempts)) for job, attempts in self.job_attempts.items()),
             "schedulable": [node.id for node in self.schedulable()],
             "objects": (
                 [id(job) for job in self.in_job_order(self.jobs.values())],

@@ -17,7 +17,6 @@ Order of a pass:
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -63,15 +62,9 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     observing = snapshot.observing_since
     nodes, by_state, active, work = index.nodes, index.by_state, index.attempts, index.work
     ended: set[int] = set()  # jobs whose fate this pass already decided
-    by_job: dict[int, list[int]] | None = None  # built only when some job's attempts end
 
     def attempt_ids(job_id: int) -> tuple[int, ...]:
-        nonlocal by_job
-        if by_job is None:
-            by_job = defaultdict(list)
-            for a in active.values():
-                by_job[a.job_id].append(a.id)
-        return tuple(by_job.get(job_id, ()))
+        return tuple(index.job_attempts.get(job_id, ()))
 
     def end_attempts(job: Job, reason: str) -> None:
         if job.id in ended:
@@ -104,7 +97,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
             if node.state in STALEABLE and lifecycle.ping_is_stale(node, now, lifecycle_settings, observing):
                 down_now.add(node.id)
                 decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"no ping for more than {ping_stale:g}s"))
-    lost_on = work.keys() - nodes.keys()
+    lost_on = set(index.orphaned)  # work on nodes that are gone
     lost_on.update(node_id for node_id in (*down_now, *by_state[NodeState.DOWN]) if node_id in work)
     start_timeout = settings.dispatch.start_timeout
     late = (
@@ -136,6 +129,9 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     # id; read only: without endings they are the index's own).
     working: AbstractSet[str]
     unworked: Mapping[str, Node]
+    idle_working: AbstractSet[str]
+    busy_unworked: AbstractSet[str]
+    idle_nodes = by_state[NodeState.IDLE]
     if ended:
         holding = [a for a in active.values() if a.job_id not in ended]
         working = {node_id for a in holding for node_id in a.node_ids}
@@ -145,8 +141,11 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
             for n in (*index.unworked.values(), *(nodes[i] for i in freed if i in nodes))
             if n.state in SCHEDULABLE
         }
+        idle_working = idle_nodes.keys() & working
+        busy_unworked = by_state[NodeState.BUSY].keys() & unworked.keys()
     else:
         working, unworked = work.keys(), index.unworked
+        idle_working, busy_unworked = index.idle_working.keys(), index.busy_unworked.keys()
 
     # 5. Placement, in queue order.
     queued = [j for j in index.queued.values() if j.id not in ended]
@@ -211,15 +210,13 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     if quiet.busy:
         # Busy nodes that keep their work need nothing: look at the others only. Idle nodes that
         # can only be drained, when no drain is possible, need a look only if they got work.
-        # The set operations below run over the smaller side, not over every idle node.
-        idle_nodes = by_state[NodeState.IDLE]
         skip_idle = quiet.idle_unless_drain and no_drains
-        idle_with_work = (idle_nodes.keys() & working) | (idle_nodes.keys() & placed_on)
+        idle_with_work = idle_working | (idle_nodes.keys() & placed_on)
         attention = {
             n.id: n
             for group in (
                 *(by_state[s].values() for s in LIVE if s not in (NodeState.BUSY, NodeState.IDLE)),
-                (nodes[i] for i in (by_state[NodeState.BUSY].keys() & unworked.keys()) - placed_on),
+                (nodes[i] for i in busy_unworked - placed_on),
                 (nodes[i] for i in down_now),
                 (idle_nodes[i] for i in idle_with_work) if skip_idle else idle_nodes.values(),
             )

@@ -175,7 +175,7 @@ class Engine:
         row = self._slot_noise[slot]
         if row is None:
             row = self._slot_noise[slot] = self._noise_weight * (
-                (self.scores.noise + self.scores.slot_offsets[slot]) % 1.0
+                (self.scores.noise + self.scores.slot_offset(slot)) % 1.0
             )
         return row
 

@@ -57,7 +57,7 @@ class Capacity:
         memo: FactsMemo | None = None,
     ) -> None:
         self.mode = settings.queue.capacity
-        self.live = live_count(snapshot.nodes)
+        self.live = live_count(snapshot)
         self.max_instances = max_instances
         self.has_types = bool(snapshot.instance_types)
         self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now)
@@ -99,9 +99,12 @@ class TypeFits:
         return self._ranker.any_fits(demand)  # the ranker remembers each request's answer
 
 
-def live_count(nodes: Sequence[Node]) -> int:
+def live_count(snapshot: Snapshot) -> int:
     """Nodes that count against `max_instances` (not shutting down or gone)."""
-    states = [n.state for n in nodes]
+    if snapshot.index is not None:
+        by_state = snapshot.index.by_state
+        return len(snapshot.index.nodes) - len(by_state[NodeState.SHUTTING_DOWN]) - len(by_state[NodeState.GONE])
+    states = [n.state for n in snapshot.nodes]
     return len(states) - states.count(NodeState.SHUTTING_DOWN) - states.count(NodeState.GONE)
 
 
@@ -145,13 +148,23 @@ class FactsMemo:
         self.fits: TypeFits | None = None
         self.work = new_ledger(settings)
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
+        self.measured: tuple[tuple[object, int, FleetFacts], Measurements] | None = None
 
     def engine_for(self, snapshot: Snapshot, nodes: Sequence[Node], now: float, jobs: Mapping[int, Job]) -> Engine:
         """The engine for this pass: the last pass's, renewed where the work on the nodes or their
         measurements changed, while the nodes are the same (the same FleetFacts); else a new one."""
         facts = self.facts_for(nodes, now, snapshot.index)
         kept = self.engine
-        engine = build_engine(snapshot, nodes, None, now, self.settings, facts, jobs, self.work, kept)
+        index = snapshot.index
+        if index is not None and nodes is index.schedulable():
+            # The index says whether any node brought a new measurement since the lists were read.
+            key = (index, index.measured_version, facts)
+            if self.measured is None or self.measured[0] != key:
+                self.measured = (key, measurements(nodes))
+            measured: Measurements | None = self.measured[1]
+        else:
+            measured = None
+        engine = build_engine(snapshot, nodes, None, now, self.settings, facts, jobs, self.work, kept, measured)
         self.engine = engine
         return engine
 
@@ -176,6 +189,14 @@ class FactsMemo:
         return self.fits
 
 
+Measurements = tuple[list[float | None], list[Resources]]
+
+
+def measurements(nodes: Sequence[Node]) -> Measurements:
+    """Each node's measurement time and measured use, in order."""
+    return [node.used_at for node in nodes], [node.used for node in nodes]
+
+
 def new_ledger(settings: PlacementSettings) -> WorkLedger:
     """A WorkLedger for the cost gate's run shares and the queue's default time limit."""
     return WorkLedger(settings.cost.run_fractions, settings.queue.default_time_limit)
@@ -192,26 +213,27 @@ def build_engine(
     jobs: Mapping[int, Job] | None = None,
     work: WorkLedger | None = None,
     kept: Engine | None = None,
+    measured: Measurements | None = None,
 ) -> Engine:
     """`jobs` is the snapshot's jobs by id, if the caller has it; `work` a ledger kept between
     passes (updated here for this pass); `kept` the engine of the ledger's last pass, renewed and
-    returned if it was built over the same nodes (`facts`)."""
+    returned if it was built over the same nodes (`facts`); `measured` the nodes' measurements,
+    if the caller has them."""
     if jobs is None:
         jobs = {job.id: job for job in snapshot.jobs}
     if facts is None:
         facts = FleetFacts(nodes, settings, now)
     if work is None:
         work = new_ledger(settings)
-    used_at = [node.used_at for node in nodes]
+    used_at, used = measured or measurements(nodes)
     load = work.update(facts.ids, facts.index, used_at, snapshot.attempts, jobs, snapshot.index)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
     if kept is not None and free is None and kept.free is None and kept.arrays.facts is facts:
         written, loosened = work.written, work.loosened
         if written is not None and loosened is not None:
-            used = [node.used for node in nodes]
             was = kept.arrays.used
-            measured = [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w] if used != was else []
-            kept.renew(now, load, written + measured, loosened + measured, used, index, snapshot.instance_types)
+            remeasured = [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w] if used != was else []
+            kept.renew(now, load, written + remeasured, loosened + remeasured, used, index, snapshot.instance_types)
             return kept
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)

@@ -68,11 +68,26 @@ class PassScores:
         return result
 
     def _renew_noise(self, now: float) -> None:
+        # Made when first read: a pass that ranks no node needs none of it.
         self.seed = pass_seed(now, self._settings.tie_break_seed)
-        self.noise: Floats = _unit_interval(_splitmix(self.arrays.facts.id_hashes ^ np.uint64(self.seed)))
+        self._noise: Floats | None = None
         self._noise_values: list[float] | None = None
         self._last_job, self._last_slot = -1, 0
-        self.slot_offsets = [_unit_interval_int(_splitmix_int(slot ^ self.seed)) for slot in range(NOISE_SLOTS)]
+        self._slot_offsets: list[float | None] = [None] * NOISE_SLOTS
+
+    @property
+    def noise(self) -> Floats:
+        """Every node's tie-break noise for this pass, in 0..1."""
+        if self._noise is None:
+            self._noise = _unit_interval(_splitmix(self.arrays.facts.id_hashes ^ np.uint64(self.seed)))
+        return self._noise
+
+    def slot_offset(self, slot: int) -> float:
+        """The offset that rotates every node's noise for the jobs of `slot`."""
+        offset = self._slot_offsets[slot]
+        if offset is None:
+            offset = self._slot_offsets[slot] = _unit_interval_int(_splitmix_int(slot ^ self.seed))
+        return offset
 
     def renew(self, now: float) -> bool:
         """The scores of the pass at `now` for the same nodes; True if the job-independent
@@ -102,7 +117,7 @@ class PassScores:
 
     def job_noise(self, job_id: int) -> float:
         """The offset that rotates every node's noise for this job."""
-        return self.slot_offsets[self.job_slot(job_id)]
+        return self.slot_offset(self.job_slot(job_id))
 
 
 NOISE_SLOTS = 16  # enough tie orders to share equal nodes out; few enough to stay in cache
