@@ -102,14 +102,16 @@ class FleetFacts:
         codes: dict[str, int] = {"": 0}
         version_of: dict[str, attr.VersionKey] = {}
         keys: list[attr.VersionKey | None] = [None] * n
-        for i, node in enumerate(nodes):
+        # Nodes without attributes (most) need only their state: read for all at once.
+        taking = [node.state in SCHEDULABLE for node in nodes]
+        schedulable[:] = taking
+        for i in (i for i, ok in enumerate(taking) if not ok):
+            self.why_unschedulable[i] = nodes[i].state.value
+        for i, node in ((i, node) for i, node in enumerate(nodes) if node.attributes):
             a = node.attributes
-            held = bool(a) and attr.truthy(a, attr.HELD) is True
-            schedulable[i] = node.state in SCHEDULABLE and not held
-            if not schedulable[i]:
-                self.why_unschedulable[i] = "held" if held else node.state.value
-            if not a:
-                continue
+            if attr.truthy(a, attr.HELD) is True:
+                schedulable[i] = False
+                self.why_unschedulable[i] = "held"
             reserved[i] = attr.truthy(a, attr.RESERVED) is True or bool(
                 set(attr.values(a.get(attr.ROLE))) & blocked_roles
             )
@@ -157,16 +159,11 @@ class FleetFacts:
         self.hardware = hardware
         self.failures = failures
 
-        self.rack_names: list[str] = []
         rack_codes: dict[str, int] = {}
-        rack = np.empty(n, dtype=np.int64)
-        for i, node in enumerate(nodes):
-            key = rack_key(node)
-            if key not in rack_codes:
-                rack_codes[key] = len(self.rack_names)
-                self.rack_names.append(key)
-            rack[i] = rack_codes[key]
-        self.rack = rack
+        for node in nodes:
+            rack_codes.setdefault(rack_key(node), len(rack_codes))
+        self.rack_names = list(rack_codes)
+        self.rack = np.array([rack_codes[rack_key(node)] for node in nodes], dtype=np.int64)
         self.rack_codes = rack_codes
         self.trait_index: dict[str, dict[str, Bools]] = {}
         self.present: dict[str, Bools] = {}
@@ -390,7 +387,18 @@ def _scatter(totals: Mapping[str, Sequence[float]], index: Mapping[str, int], n:
 
 
 def _stack(items: Iterable[Resources]) -> Floats:
-    rows = [(r.vcpus, r.ram_mib, r.scratch_mib, r.gpus) for r in items]
+    # Nodes of one instance type share its capacity object: each distinct object is converted
+    # once (NumPy converts Python rows slowly), then gathered.
+    seen: dict[int, int] = {}
+    distinct: list[Resources] = []
+    rows: list[int] = []
+    for r in items:
+        row = seen.get(id(r))
+        if row is None:
+            row = seen[id(r)] = len(distinct)
+            distinct.append(r)
+        rows.append(row)
     if not rows:
         return np.zeros((len(RESOURCES), 0))
-    return np.ascontiguousarray(np.array(rows, dtype=np.float64).T)
+    table = np.array([(r.vcpus, r.ram_mib, r.scratch_mib, r.gpus) for r in distinct], dtype=np.float64).T
+    return np.ascontiguousarray(table[:, rows])

@@ -54,6 +54,7 @@ class WorkLedger:
         self._on_node: dict[str, dict[int, Attempt]] = {}
         self._work: dict[str, _NodeWork] = {}
         self._ids: list[str] = []
+        self._positions: Mapping[str, int] = {}  # node id -> position, in the last update
         self._used_at: list[float | None] = []
         self._load: Load | None = None
         self._ends: Floats = np.zeros((len(self.fractions), 0))
@@ -135,8 +136,10 @@ class WorkLedger:
             self.loosened = [index[node_id] for node_id in loosened if node_id in index]
             self._write(self.written, self._load, ids)
         else:
+            # Other nodes: the figures of those that were there already move to their new
+            # positions; only changed nodes and newcomers with work are written from the ledger.
             self.written = self.loosened = None
-            self._ids, n = list(ids), len(ids)
+            n, was, load, ends = len(ids), self._positions, self._load, self._ends
             self._load = Load(
                 np.zeros((len(RESOURCES), n)),
                 np.zeros((len(RESOURCES), n)),
@@ -144,7 +147,20 @@ class WorkLedger:
                 np.zeros(n, dtype=np.int64),
             )
             self._ends = np.full((len(self.fractions), n), -math.inf)
-            self._write([i for node_id in self._work if (i := index.get(node_id)) is not None], self._load, ids)
+            moved = [(i, j) for i, node_id in enumerate(ids) if (j := was.get(node_id)) is not None]
+            if load is not None and moved:
+                to, source = [i for i, _ in moved], [j for _, j in moved]
+                self._load.dedicated[:, to] = load.dedicated[:, source]
+                self._load.unmeasured[:, to] = load.unmeasured[:, source]
+                self._load.jobs[to] = load.jobs[source]
+                self._load.capped[to] = load.capped[source]
+                self._ends[:, to] = ends[:, source]
+            else:
+                was = {}
+            fresh = changed.union(node_id for node_id in self._work if node_id not in was)
+            self._write([i for node_id in fresh if (i := index.get(node_id)) is not None], self._load, ids)
+            self._ids = list(ids)
+        self._positions = index
         self._used_at = list(used_at)
         return self._load
 
