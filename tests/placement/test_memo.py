@@ -14,6 +14,7 @@ from corral.core.model import Attempt, GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import PlacementResult, Snapshot
 from corral.placement import PlacementSettings, build_engine, make_placer
+from corral.placement import arrays as arrays_module
 from corral.placement import placer as placer_module
 from corral.placement.placer import FactsMemo
 
@@ -85,12 +86,16 @@ def test_capacity_back_off_ending_makes_the_fleet_elastic_again() -> None:
 
 
 @pytest.mark.parametrize("world", ["index", "no index"])
-@pytest.mark.parametrize("reboots", [False, True])
-def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(world: str, reboots: bool) -> None:
+@pytest.mark.parametrize(("reboots", "vectorised"), [(False, False), (True, False), (False, True)])
+def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
+    world: str, reboots: bool, vectorised: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pass after pass, a placer keeps its engine over the same nodes and refigures only the nodes
     whose work or measurement changed, or that it placed work on (whether or not the shell carried
     the placement out), and remembers which requests found no node until something makes room.
     Its node arrays, ranking sums and decisions are a fresh engine's, exactly."""
+    if vectorised:  # refresh every node the array way, not one scalar at a time
+        monkeypatch.setattr(arrays_module, "FEW", 0)
     settings = PlacementSettings.model_validate({"weights": {"pack": 1.0, "reboot": 0.5, "random": 0.3}})
     rng = random.Random(11)
 

@@ -197,25 +197,21 @@ class Engine:
         placements to since are refreshed too, whether or not those placements were carried
         out. Every array is refigured with the same operations as a fresh build, so the values
         are the same."""
-        committed, self._committed = sorted(set(self._committed)), []
-        where = sorted({*committed, *refreshed})
+        committed, self._committed = set(self._committed), []
+        where = sorted(committed.union(refreshed))
         if where or list(instance_types) != self.instance_types:
             self.version += 1
         self.now = now
         self.arrays.used = used
         # The nodes placed on last pass: their room comes back if a placement was not carried out.
-        placed_on = np.array(committed, dtype=np.int64)
-        held = self.arrays.hold(placed_on) if committed else None
-        if where:
-            idx = np.array(where, dtype=np.int64)
-            self.arrays.refresh(load, idx, used)
-        if loosened or (held is not None and self.arrays.loosened(placed_on, held)):
+        if where and self.arrays.refresh(load, where, used, set(committed)) or loosened:
             self._grew()
         if self.scores.renew(now):
             self._static_scores()
             self.base = self.base_scores(slice(None))
             self._shared.clear()
         elif where:
+            idx = np.array(where, dtype=np.int64)
             self.base[idx] = self.base_scores(idx)
             self._note_changed(where)
         self._renew_noise()
