@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from corral.core.model import Attempt, AttemptState, Job, Node
-from corral.placement.arrays import Floats, Load
+from corral.placement.arrays import FEW, Floats, Load
 from corral.placement.availability import RESOURCES
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class _NodeWork:
     unmeasured: tuple[float, float, float, float] | None
     ends: list[float]  # per run share: the latest start + share x limit of its work
     measured_at: float | None  # the node's measurement time these figures assume
+    last_id: int  # the highest attempt id summed
 
 
 class WorkLedger:
@@ -92,6 +93,7 @@ class WorkLedger:
         self._journal = (world, world.attempt_log_end) if world is not None else None
         changed: set[str] = set()
         loosened: set[str] = set()  # nodes whose figures may have gone down (work ended, started, measured)
+        added: dict[str, list[Attempt]] = {}  # nodes whose only change may be attempts added
         for attempt_id in gone:
             attempt = kept.pop(attempt_id)
             self._unstarted.discard(attempt_id)
@@ -108,6 +110,7 @@ class WorkLedger:
                 self._unstarted.add(attempt_id)
             for node_id in attempt.node_ids:
                 self._on_node.setdefault(node_id, {})[attempt_id] = attempt
+                added.setdefault(node_id, []).append(attempt)
             changed.update(attempt.node_ids)
         for attempt_id in [i for i in unstarted if active[i].started_at is not None]:
             # Started since: its start time moves its end, and its measurement from now on.
@@ -130,7 +133,10 @@ class WorkLedger:
             loosened.update(measured)
         for node_id in changed:
             i = index.get(node_id)
-            self._refigure(node_id, used_at[i] if i is not None else None, jobs)
+            measured_at = used_at[i] if i is not None else None
+            new_ones = added.get(node_id) if node_id not in loosened else None
+            if new_ones is None or not self._add(node_id, new_ones, measured_at, jobs):
+                self._refigure(node_id, measured_at, jobs)
         if same_nodes and self._load is not None:
             self.written = [index[node_id] for node_id in changed if node_id in index]
             self.loosened = [index[node_id] for node_id in loosened if node_id in index]
@@ -179,12 +185,7 @@ class WorkLedger:
         capped = 0
         ends = [-math.inf] * len(self.fractions)
         for attempt in ordered:
-            job = jobs.get(attempt.job_id)
-            capped += job is not None and job.cpu_capped
-            limit = self.no_limit if job is None or job.time_limit is None else job.time_limit
-            start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
-            for k, share in enumerate(self.fractions):
-                ends[k] = max(ends[k], start + limit * share)
+            capped += self._count_end(attempt, ends, jobs)
         held = _sum(ordered)
         if measured_at is None:
             unmeasured: tuple[float, float, float, float] | None = held
@@ -193,13 +194,52 @@ class WorkLedger:
             # started, or started after the last measurement) counts at its request.
             late = [a for a in ordered if a.started_at is None or a.started_at > measured_at]
             unmeasured = _sum(late) if late else None
-        self._work[node_id] = _NodeWork(len(ordered), capped, held, unmeasured, ends, measured_at)
+        self._work[node_id] = _NodeWork(len(ordered), capped, held, unmeasured, ends, measured_at, ordered[-1].id)
+
+    def _add(self, node_id: str, attempts: list[Attempt], measured_at: float | None, jobs: Mapping[int, Job]) -> bool:
+        """Add attempts new on a node whose figures are otherwise unchanged, if they come after
+        every attempt summed (ids in order: the same sums as `_refigure`); False if they do not."""
+        work = self._work.get(node_id)
+        attempts = sorted(attempts, key=lambda a: a.id)
+        if work is None or work.measured_at != measured_at or attempts[0].id <= work.last_id:
+            return False
+        held, unmeasured, capped, ends = work.held, work.unmeasured, work.capped, list(work.ends)
+        for attempt in attempts:
+            capped += self._count_end(attempt, ends, jobs)
+            held = _plus(held, attempt)
+            if measured_at is None or attempt.started_at is None or attempt.started_at > measured_at:
+                unmeasured = _plus(unmeasured, attempt)
+        if measured_at is None:
+            unmeasured = held
+        self._work[node_id] = _NodeWork(
+            work.count + len(attempts), capped, held, unmeasured, ends, measured_at, attempts[-1].id
+        )
+        return True
+
+    def _count_end(self, attempt: Attempt, ends: list[float], jobs: Mapping[int, Job]) -> bool:
+        """Move `ends` past the attempt's expected end at each run share; whether its job is capped."""
+        job = jobs.get(attempt.job_id)
+        limit = self.no_limit if job is None or job.time_limit is None else job.time_limit
+        start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
+        for k, share in enumerate(self.fractions):
+            ends[k] = max(ends[k], start + limit * share)
+        return job is not None and job.cpu_capped
 
     def _write(self, where: list[int], load: Load, ids: list[str]) -> None:
         if not where:
             return
-        empty = _NodeWork(0, 0, (0.0, 0.0, 0.0, 0.0), None, [-math.inf] * len(self.fractions), None)
+        empty = _NodeWork(0, 0, (0.0, 0.0, 0.0, 0.0), None, [-math.inf] * len(self.fractions), None, 0)
         works = [self._work.get(ids[i], empty) for i in where]
+        if len(where) <= FEW:  # element by element: cheaper than building arrays for a few nodes
+            ends = self._ends
+            for i, w in zip(where, works, strict=True):
+                load.jobs[i], load.capped[i] = w.count, w.capped
+                unmeasured = w.unmeasured or (0.0, 0.0, 0.0, 0.0)
+                for r, (held, late) in enumerate(zip(w.held, unmeasured, strict=True)):
+                    load.dedicated[r, i], load.unmeasured[r, i] = held, late
+                for k, end in enumerate(w.ends):
+                    ends[k, i] = end
+            return
         # One assignment per array for all the nodes written, not one per node.
         load.jobs[where] = [w.count for w in works]
         load.capped[where] = [w.capped for w in works]
@@ -207,6 +247,15 @@ class WorkLedger:
         zero = (0.0, 0.0, 0.0, 0.0)
         load.unmeasured[:, where] = np.array([w.unmeasured or zero for w in works], dtype=np.float64).T
         self._ends[:, where] = np.array([w.ends for w in works], dtype=np.float64).T
+
+
+def _plus(total: tuple[float, float, float, float] | None, attempt: Attempt) -> tuple[float, float, float, float]:
+    """`total` (None: nothing yet) plus the attempt's request: the next step of `_sum`."""
+    r = attempt.resources
+    if total is None:
+        return float(r.vcpus), float(r.ram_mib), float(r.scratch_mib), float(r.gpus)
+    vcpus, ram, scratch, gpus = total
+    return vcpus + r.vcpus, ram + r.ram_mib, scratch + r.scratch_mib, gpus + r.gpus
 
 
 def _sum(attempts: list[Attempt]) -> tuple[float, float, float, float]:
