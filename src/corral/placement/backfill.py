@@ -17,10 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from corral.core.model import Attempt, Job
+
+if TYPE_CHECKING:
+    from corral.core.index import SnapshotIndex
 from corral.placement.arrays import EPSILON, Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
 
@@ -40,13 +44,21 @@ class Timeline:
     its vectorised running sums need. Keeping a sorted structure current on every placement would
     cost every placement for the rare pass that makes a reservation."""
 
-    def __init__(self) -> None:
+    def __init__(self, ends: Floats | None = None, nodes: Ints | None = None, frees: Floats | None = None) -> None:
+        """Empty, or starting with the events given as arrays (`frees` as events x resources)."""
         self._end: list[float] = []
         self._node: list[int] = []
         self._frees: list[tuple[float, ...]] = []
-        # The lists as arrays, as of the last `arrays` call: a pass that makes reservations asks
-        # again and again, so each call converts only what was added since.
-        self._converted: tuple[Floats, Ints, Floats] = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 4)))
+        # The events as arrays, as of the last `arrays` call: those given, then the lists (a pass
+        # that makes reservations asks again and again, so each call converts only what was added
+        # since).
+        given = (
+            (ends, nodes, frees)
+            if ends is not None and nodes is not None and frees is not None
+            else (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 4)))
+        )
+        self._given = len(given[0])
+        self._converted: tuple[Floats, Ints, Floats] = given
 
     def add(self, end: float, node: int, frees: tuple[float, ...]) -> None:
         if math.isinf(end):
@@ -57,10 +69,10 @@ class Timeline:
 
     def arrays(self) -> tuple[Floats, Ints, Floats]:
         """(ends, nodes, frees as resources x events), in the order they were added. Read only."""
-        if not self._end:
+        if not len(self):
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((4, 0))
         ends, nodes, frees = self._converted
-        done = len(ends)
+        done = len(ends) - self._given
         if done < len(self._end):
             ends = np.concatenate([ends, np.array(self._end[done:], dtype=np.float64)])
             nodes = np.concatenate([nodes, np.array(self._node[done:], dtype=np.int64)])
@@ -73,7 +85,7 @@ class Timeline:
         return ends, nodes, frees.T
 
     def __len__(self) -> int:
-        return len(self._end)
+        return self._given + len(self._end)
 
     @classmethod
     def of_running(
@@ -98,6 +110,109 @@ class Timeline:
                 if i is not None:
                     timeline.add(end, i, frees)
         return timeline
+
+
+class RunningEnds:
+    """The events of `Timeline.of_running`, kept between passes: each active attempt's end (start
+    plus time limit, before it is held at `now`), node and request, in the same order. With a
+    kept index, a pass changes only the events of the attempts its journal names (work that came,
+    went or started); otherwise, or when the nodes are others, they are made afresh."""
+
+    def __init__(self, default_limit: float | None) -> None:
+        self.default_limit = default_limit
+        self._of: tuple[Mapping[str, int], SnapshotIndex | None] | None = None  # node positions, index
+        self._seen = 0  # the index's journal position the events are as of
+        self._known: set[int] = set()  # active attempts the events account for (some have none)
+        self._owner: Ints = np.zeros(0, dtype=np.int64)
+        self._ends: Floats = np.zeros(0)
+        self._nodes: Ints = np.zeros(0, dtype=np.int64)
+        self._frees: Floats = np.zeros((0, 4))
+
+    def timeline(
+        self,
+        positions: Mapping[str, int],
+        attempts: Iterable[Attempt],
+        jobs: Mapping[int, Job],
+        now: float,
+        world: SnapshotIndex | None,
+    ) -> Timeline:
+        """The timeline of the running work on the nodes at `positions` (`world`: the snapshot's
+        kept index, whose attempts are `attempts`)."""
+        of = self._of
+        since = None
+        if world is not None and of is not None and of[0] is positions and of[1] is world:
+            since = world.attempts_changed_since(self._seen)
+        if since is None:
+            self._known = set()
+            self._set(*self._rows(attempts, positions, jobs))
+        elif since:
+            self._apply(since, world.attempts if world is not None else {}, positions, jobs)
+        self._of, self._seen = (positions, world), world.attempt_log_end if world is not None else 0
+        return Timeline(np.maximum(self._ends, now), self._nodes, self._frees)
+
+    def _rows(
+        self, attempts: Iterable[Attempt], positions: Mapping[str, int], jobs: Mapping[int, Job]
+    ) -> tuple[list[int], list[float], list[int], list[tuple[float, float, float, float]]]:
+        owner: list[int] = []
+        ends: list[float] = []
+        nodes: list[int] = []
+        frees: list[tuple[float, float, float, float]] = []
+        for attempt in attempts:
+            if not attempt.state.active:
+                continue
+            self._known.add(attempt.id)
+            end = self._end(attempt, jobs)
+            if math.isinf(end):
+                continue  # never frees anything within any horizon a reservation could use
+            r = attempt.resources
+            freed = (float(r.vcpus), float(r.ram_mib), float(r.scratch_mib), float(r.gpus))
+            for node_id in attempt.node_ids:
+                i = positions.get(node_id)
+                if i is not None:
+                    owner.append(attempt.id)
+                    ends.append(end)
+                    nodes.append(i)
+                    frees.append(freed)
+        return owner, ends, nodes, frees
+
+    def _end(self, attempt: Attempt, jobs: Mapping[int, Job]) -> float:
+        job = jobs.get(attempt.job_id)
+        start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
+        return end_time(start, job.time_limit if job else None, self.default_limit, -math.inf)
+
+    def _set(
+        self, owner: list[int], ends: list[float], nodes: list[int], frees: list[tuple[float, float, float, float]]
+    ) -> None:
+        self._owner = np.array(owner, dtype=np.int64)
+        self._ends = np.array(ends, dtype=np.float64)
+        self._nodes = np.array(nodes, dtype=np.int64)
+        self._frees = np.array(frees, dtype=np.float64).reshape(len(frees), 4)
+
+    def _apply(
+        self, since: list[int], active: Mapping[int, Attempt], positions: Mapping[str, int], jobs: Mapping[int, Job]
+    ) -> None:
+        touched = dict.fromkeys(since)  # in journal order: new attempts are appended in it
+        gone = [i for i in touched if i in self._known and i not in active]
+        moved = [i for i in touched if i in self._known and i in active]
+        new = [active[i] for i in touched if i not in self._known and i in active]
+        for i in gone:
+            self._known.discard(i)
+        if gone:
+            keep = ~np.isin(self._owner, gone)
+            self._owner, self._ends, self._nodes = self._owner[keep], self._ends[keep], self._nodes[keep]
+            self._frees = self._frees[keep]
+        for i in moved:  # started since (or filed again): its end moves, its events stay where they are
+            end = self._end(active[i], jobs)
+            rows = np.flatnonzero(self._owner == i)
+            if len(rows):
+                self._ends[rows] = end
+        if new:
+            owner, ends, nodes, frees = self._rows(new, positions, jobs)
+            if owner:
+                self._owner = np.concatenate([self._owner, np.array(owner, dtype=np.int64)])
+                self._ends = np.concatenate([self._ends, np.array(ends, dtype=np.float64)])
+                self._nodes = np.concatenate([self._nodes, np.array(nodes, dtype=np.int64)])
+                self._frees = np.concatenate([self._frees, np.array(frees, dtype=np.float64)])
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
 from corral.placement.arrays import FleetFacts, Floats, NodeArrays, fleet_signature
-from corral.placement.backfill import Reservation, Timeline, end_time, reserve
+from corral.placement.backfill import Reservation, RunningEnds, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
@@ -147,6 +147,7 @@ class FactsMemo:
         self.fleet: tuple[SnapshotIndex, int] | None = None  # the kept index and version the facts are of
         self.fits: TypeFits | None = None
         self.work = new_ledger(settings)
+        self.running = RunningEnds(settings.queue.default_time_limit)
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
         self.measured: tuple[tuple[object, int, FleetFacts], Measurements] | None = None
 
@@ -271,7 +272,11 @@ def place(
     policy = settings.queue
     # Built only if a reservation is tried: from what runs, plus what this pass placed before.
     timeline = LazyTimeline(
-        lambda: Timeline.of_running(arrays, snapshot.attempts, jobs, now, policy.default_time_limit)
+        lambda: (
+            memo.running.timeline(arrays.index, snapshot.attempts, jobs, now, snapshot.index)
+            if memo is not None
+            else Timeline.of_running(arrays, snapshot.attempts, jobs, now, policy.default_time_limit)
+        )
     )
     capacity: Capacity | None = None
     ordered = list(queue) if policy.order == "priority" else sorted(queue, key=lambda j: (j.submitted_at, j.id))
