@@ -156,7 +156,12 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         schedulable = index.schedulable()
         if down_now:
             schedulable = [n for n in schedulable if n.id not in down_now]
-        seen = snapshot if not ended else dataclasses.replace(snapshot, attempts=holding, index=None)
+        # (Jobs ended while queued, the usual cancellation, held nothing: the snapshot stands.)
+        seen = (
+            snapshot
+            if not ended or len(holding) == len(active)
+            else dataclasses.replace(snapshot, attempts=holding, index=None)
+        )
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()
