@@ -381,26 +381,43 @@ class Engine:
         if self._sharing and (demand.hints is None or self.locality is None):
             evaluation = _SHARED
             masked = self.shared(demand)
-            if self._noise_weight:
-                # The same addition as in `totals` (and -inf stays -inf): the ranking sums.
-                np.add(masked, self._noise_row(demand.job_id), out=self._scratch)
-            else:
-                np.copyto(self._scratch, masked)
-            masked = self._scratch
             if exclude is not None:
+                np.copyto(self._scratch, masked)
+                masked = self._scratch
                 masked[exclude] = -np.inf
+            ranked = self._ranked(masked, k, demand.job_id) if self._noise_weight else _best(masked.copy(), k)
         else:
             evaluation = self.evaluate(demand, exclude)
             if evaluation.counted is not None and evaluation.counted < need:
                 return None
             assert evaluation.survivors is not None
             masked = np.where(evaluation.survivors, self.totals(demand, evaluation.resolved), self._minus_inf)
-        ranked = _best(masked, k)
+            ranked = _best(masked, k)
         if len(ranked) < need:
             return None
         nodes = ranked[:need]
         top = self.describe_nodes(demand, ranked, evaluation.resolved, nodes) if keep_top else []
         return Choice(nodes, evaluation, top)
+
+    def _ranked(self, sums: Floats, k: int, job_id: int) -> list[int]:
+        """`_best` of `sums` (job-independent ranking sums, -inf where filtered) plus the job's
+        tie-break noise, which lies between 0 and its weight (of either sign): it is added (the
+        same addition as in `totals`) only where it can matter, at the nodes within twice the
+        weight of the k-th best sum."""
+        finite = int(np.count_nonzero(sums > -np.inf)) if k > 1 else 1
+        if k == 1:
+            kth = float(sums.max()) if len(sums) else -np.inf
+        elif finite >= k:
+            kth = float(np.partition(sums, len(sums) - k)[len(sums) - k])
+        else:
+            kth = -np.inf
+        if kth == -np.inf and (k == 1 or finite == 0):
+            return []
+        reach = kth - 2 * abs(self._noise_weight) - 4 * float(np.spacing(abs(kth)))  # and rounding
+        near = np.flatnonzero(sums >= reach) if kth > -np.inf else np.flatnonzero(sums > -np.inf)
+        slot = self.scores.job_slot(job_id)
+        noise = self._noise_weight * ((self.scores.noise_at(near) + self.scores.slot_offset(slot)) % 1.0)
+        return [int(near[i]) for i in _best(sums[near] + noise, k)]
 
     # --- work shared by the jobs of one request -------------------------------------------------
 

@@ -82,6 +82,13 @@ class PassScores:
             self._noise = _unit_interval(_splitmix(self.arrays.facts.id_hashes ^ np.uint64(self.seed)))
         return self._noise
 
+    def noise_at(self, idx: Ints) -> Floats:
+        """`noise` at the nodes `idx` (made for those alone while the whole is not needed)."""
+        if self._noise is not None:
+            result: Floats = self._noise[idx]
+            return result
+        return _unit_interval(_splitmix(self.arrays.facts.id_hashes[idx] ^ np.uint64(self.seed)))
+
     def slot_offset(self, slot: int) -> float:
         """The offset that rotates every node's noise for the jobs of `slot`."""
         offset = self._slot_offsets[slot]
