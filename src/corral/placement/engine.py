@@ -419,6 +419,13 @@ class Engine:
         noise = self._noise_weight * ((self.scores.noise_at(near) + self.scores.slot_offset(slot)) % 1.0)
         return [int(near[i]) for i in _best(sums[near] + noise, k)]
 
+    def fitting(self, demand: Demand) -> Ints | None:
+        """The nodes that pass every filter for `demand`, from its shared work (None: it has no
+        shared work, having locality hints or job-dependent scorers)."""
+        if not (self._sharing and (demand.hints is None or self.locality is None)):
+            return None
+        return np.flatnonzero(self.shared(demand) > -np.inf)
+
     # --- work shared by the jobs of one request -------------------------------------------------
 
     def shared(self, demand: Demand) -> Floats:

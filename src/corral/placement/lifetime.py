@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from corral.core.model import Attempt, InstanceType, Job, Resources
-from corral.placement.arrays import Bools, Floats, NodeArrays
+from corral.placement.arrays import Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.settings import CostSettings, PlacementSettings
 from corral.placement.work import WorkLedger
@@ -165,32 +165,42 @@ class CostGate:
             return math.inf
         return new_instance_cost(price, limit, self.settings)
 
-    def extension_cost(self, demand: Demand) -> Floats:
-        """Per node: expected cost (USD) of the time the job keeps the node up beyond its work."""
+    def extension_cost(self, demand: Demand, among: Ints | None = None) -> Floats:
+        """Per node (of `among`, if given): expected cost (USD) of the time the job keeps the node
+        up beyond its work."""
         limit = self.limit(demand)
+        every = slice(None) if among is None else among
         if limit is None:
-            return np.zeros(self.arrays.n)
-        hours: Floats = expected_extension(self.ends, self.now, limit, self.fractions) / 3600.0
-        result: Floats = self.arrays.price * hours
+            return np.zeros(self.arrays.n if among is None else len(among))
+        hours: Floats = expected_extension(self.ends[:, every], self.now, limit, self.fractions) / 3600.0
+        result: Floats = self.arrays.price[every] * hours
         return result
 
-    def exclude(self, demand: Demand) -> Bools | None:
+    def exclude(self, demand: Demand, among: Ints | None = None) -> Bools | None:
         """Nodes on which the job costs more than a new instance would (None: no such node, or no
-        type not in back-off holds it). Whether an instance may be booted for the job at all
+        type not in back-off holds it), looking only at the nodes `among` if given (those the job
+        fits: the others are out anyway). Whether an instance may be booted for the job at all
         (capacity mode, `max_instances`) is the placer's `Capacity.bounded_for`."""
         ratio = self.settings.max_extension
         limit = self.limit(demand)
-        if ratio <= 0 or limit is None:
+        if ratio <= 0 or limit is None or (among is not None and not len(among)):
             return None
         allowed = ratio * self.new_instance_cost(demand)
         if not math.isfinite(allowed):
             return None
         # A node can cost at most its price for the job's whole expected run: most nodes are
         # ruled in by that alone, without the per-node expectation.
-        if self._top_price * self.mean_fraction * limit / 3600.0 <= allowed:
+        top = self._top_price if among is None else float(self.arrays.price[among].max())
+        if top * self.mean_fraction * limit / 3600.0 <= allowed:
             return None
-        costly = self.extension_cost(demand) > allowed
-        return costly if costly.any() else None
+        over = self.extension_cost(demand, among) > allowed
+        if not over.any():
+            return None
+        if among is None:
+            return over
+        costly = np.zeros(self.arrays.n, dtype=bool)
+        costly[among[over]] = True
+        return costly
 
     def placed(self, nodes: Iterable[int], demand: Demand) -> None:
         """A job placed this pass now holds its nodes up to its own end."""

@@ -333,7 +333,7 @@ def place(
             if not capacity.bounded_for(demand):
                 if gate is None:
                     gate = _cost_gate(snapshot, arrays, work.ends(now), now, settings, placed_before_gate)
-                costly = gate.exclude(demand)
+                costly = gate.exclude(demand, engine.fitting(demand))
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
         if choice is not None:
