@@ -86,13 +86,17 @@ def test_capacity_back_off_ending_makes_the_fleet_elastic_again() -> None:
 
 
 @pytest.mark.parametrize("world", ["index", "no index"])
-@pytest.mark.parametrize(("reboots", "vectorised"), [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize(
+    ("reboots", "vectorised", "gate"),
+    [(False, False, False), (True, False, False), (False, True, False), (False, False, True)],
+)
 def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
-    world: str, reboots: bool, vectorised: bool, monkeypatch: pytest.MonkeyPatch
+    world: str, reboots: bool, vectorised: bool, gate: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pass after pass, a placer keeps its engine over the same nodes and refigures only the nodes
     whose work or measurement changed, or that it placed work on (whether or not the shell carried
-    the placement out), and remembers which requests found no node until something makes room.
+    the placement out), and remembers which requests found no node until something makes room,
+    and (`gate`: an elastic fleet) which the cost gate kept off every node until a node changes.
     Its node arrays, ranking sums and decisions are a fresh engine's, exactly."""
     if vectorised:  # refresh every node the array way, not one scalar at a time
         monkeypatch.setattr(arrays_module, "FEW", 0)
@@ -102,7 +106,12 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
     def dates() -> dict[str, str]:
         return {"next_reboot": str(NOW + rng.choice([300, 900, 3000]))} if reboots else {}
 
-    nodes = [node(f"n{i}", rng.choice([4, 8, 16]), rng.choice([16, 32, 64]), **dates()) for i in range(10)]
+    nodes = [
+        node(f"n{i}", rng.choice([4, 8, 16]), rng.choice([16, 32, 64]), price=rng.choice([0.2, 0.8, 3.0]), **dates())
+        for i in range(10)
+    ]
+    types = [InstanceType("small", 4, 16 * GiB, 0.2)] if gate else []
+    limits = [60, 600, 3600, 7200] if gate else [600]
     nodes[3].attributes["capped"] = "true"
     index = SnapshotIndex() if world == "index" else None
     if index is not None:
@@ -116,7 +125,7 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
         now += rng.choice([0.0, 1.0, 7.0])
         waiting = len(jobs) - len(attempts)
         for _ in range(rng.choice([1, 1, 2, 3]) if waiting < 12 else 0):
-            j = job(next_id, rng.choice([0.5, 1, 2, 3]), rng.choice([1, 2, 6]), time_limit=600)
+            j = job(next_id, rng.choice([0.5, 1, 2, 3]), rng.choice([1, 2, 6]), time_limit=rng.choice(limits))
             j.cpu_capped = rng.random() < 0.2
             jobs[j.id] = j
             next_id += 1
@@ -144,12 +153,12 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
             jobs=list(jobs.values()),
             attempts=list(attempts.values()),
             nodes=list(nodes),
-            instance_types=[],
+            instance_types=types,
             index=index,
         )
         schedulable = index.schedulable() if index is not None else list(nodes)
         before = memo.engine
-        remembered += bool(before and before.misfits)
+        remembered += bool(before and (before.misfits if not gate else before._refused))
         result = placer_module.place(snapshot, queued, schedulable, None, now, settings, memo=memo)
         kept_engines += memo.engine is before
         fresh_result = placer_module.place(snapshot, queued, schedulable, None, now, settings, memo=FactsMemo(settings))

@@ -28,6 +28,7 @@ from corral.placement.arrays import EPSILON, Bools, Floats, Ints, Load, NodeArra
 from corral.placement.availability import RESOURCES, Policy
 from corral.placement.demand import Demand
 from corral.placement.filters import FILTERS, RESOURCE_FILTERS, Filter
+from corral.placement.lifetime import CostGate
 from corral.placement.locality import LocalityIndex, Resolved
 from corral.placement.scorers import NOISE_SLOTS, SCORERS, Index, PassScores, Scorer
 from corral.placement.settings import SCORER_NAMES, PlacementSettings
@@ -135,6 +136,9 @@ class Engine:
         self._changed: Ints = np.zeros(1024, dtype=np.int64)
         self._changes = 0
         self._committed: list[int] = []  # nodes committed to since the last renew
+        # One-node requests the cost gate kept off every node they fit, by (request, time limit,
+        # most a node may cost): the change journal's position then (see `still_refused`).
+        self._refused: dict[tuple[object, ...], int] = {}
         # Bumped by every change to the node arrays, so an explanation made at a version holds
         # while it is current; requests that found no node, kept until something makes room.
         self.version = 0
@@ -210,6 +214,7 @@ class Engine:
             self._static_scores()
             self.base = self.base_scores(slice(None))
             self._shared.clear()
+            self._refused.clear()
         elif where:
             idx = np.array(where, dtype=np.int64)
             self.base[idx] = self.base_scores(idx)
@@ -219,6 +224,7 @@ class Engine:
         self.instance_types = list(instance_types)
         if self._changes > self.changes_kept:
             self._shared.clear()
+            self._refused.clear()
             self._changes = 0
 
     def _grew(self) -> None:
@@ -418,6 +424,31 @@ class Engine:
         slot = self.scores.job_slot(job_id)
         noise = self._noise_weight * ((self.scores.noise_at(near) + self.scores.slot_offset(slot)) % 1.0)
         return [int(near[i]) for i in _best(sums[near] + noise, k)]
+
+    def still_refused(self, demand: Demand, gate: CostGate) -> bool:
+        """Whether the cost gate still keeps a one-node request without hints off every node it
+        fits, as it did when `note_refused` was last called for it, and some node fits: only the
+        nodes changed since need a look. A node's expected extension only grows with time while
+        its work is unchanged, and a node it did not fit must have changed to fit now."""
+        key = (demand.key, gate.limit(demand), gate.allowed(demand))
+        since = self._refused.get(key)
+        if since is None:
+            return False
+        fits = self.fitting(demand)
+        if fits is None or not len(fits):
+            return False  # fits nowhere now: the full look says why
+        changed = np.intersect1d(self._changed[since : self._changes], fits)
+        if len(changed):
+            costly = gate.exclude(demand, changed)
+            if costly is None or not costly[changed].all():
+                return False
+        self._refused[key] = self._changes
+        return True
+
+    def note_refused(self, demand: Demand, gate: CostGate) -> None:
+        """The cost gate kept `demand` off every node it fits, as of now."""
+        if demand.node_count == 1 and demand.hints is None:
+            self._refused[(demand.key, gate.limit(demand), gate.allowed(demand))] = self._changes
 
     def fitting(self, demand: Demand) -> Ints | None:
         """The nodes that pass every filter for `demand`, from its shared work (None: it has no

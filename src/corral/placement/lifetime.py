@@ -165,6 +165,10 @@ class CostGate:
             return math.inf
         return new_instance_cost(price, limit, self.settings)
 
+    def allowed(self, demand: Demand) -> float:
+        """The most a node may cost the job (the gate's ratio times a new instance; inf: any)."""
+        return self.settings.max_extension * self.new_instance_cost(demand)
+
     def extension_cost(self, demand: Demand, among: Ints | None = None) -> Floats:
         """Per node (of `among`, if given): expected cost (USD) of the time the job keeps the node
         up beyond its work."""
@@ -185,7 +189,7 @@ class CostGate:
         limit = self.limit(demand)
         if ratio <= 0 or limit is None or (among is not None and not len(among)):
             return None
-        allowed = ratio * self.new_instance_cost(demand)
+        allowed = self.allowed(demand)
         if not math.isfinite(allowed):
             return None
         # A node can cost at most its price for the job's whole expected run: most nodes are

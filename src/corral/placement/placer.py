@@ -333,6 +333,9 @@ def place(
             if not capacity.bounded_for(demand):
                 if gate is None:
                     gate = _cost_gate(snapshot, arrays, work.ends(now), now, settings, placed_before_gate)
+                if exclude is None and demand.node_count == 1 and engine.still_refused(demand, gate):
+                    _wait(result, job, COSTLY_REASON)
+                    continue
                 costly = gate.exclude(demand, engine.fitting(demand))
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
@@ -357,6 +360,8 @@ def place(
 
         # Not placed: kept off running nodes by cost, held back by the reservation, or no node fits now.
         if costly is not None and engine.evaluate(demand, exclude).count >= demand.node_count:
+            if exclude is None and gate is not None:
+                engine.note_refused(demand, gate)
             _wait(result, job, COSTLY_REASON)
             continue
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
