@@ -162,10 +162,8 @@ class FleetFacts:
         self.failures = failures
 
         rack_codes: dict[str, int] = {}
-        for node in nodes:
-            rack_codes.setdefault(rack_key(node), len(rack_codes))
+        self.rack = np.array([rack_codes.setdefault(rack_key(node), len(rack_codes)) for node in nodes], dtype=np.int64)
         self.rack_names = list(rack_codes)
-        self.rack = np.array([rack_codes[rack_key(node)] for node in nodes], dtype=np.int64)
         self.rack_codes = rack_codes
         self.trait_index: dict[str, dict[str, Bools]] = {}
         self.present: dict[str, Bools] = {}
@@ -173,7 +171,7 @@ class FleetFacts:
     @functools.cached_property
     def id_hashes(self) -> npt.NDArray[np.uint64]:
         """A stable hash of each node id (the tie-break scorer's per-node seed)."""
-        return np.array([zlib.crc32(node_id.encode()) for node_id in self.ids], dtype=np.uint64)
+        return np.array([_id_hash(node_id) for node_id in self.ids], dtype=np.uint64)
 
     def valid_at(self, now: float) -> bool:
         """Whether these facts still hold at `now` (no reservation they saw has ended)."""
@@ -414,6 +412,11 @@ class NodeArrays:
             self.any_capped = True
         else:
             self.uncapped_jobs[node] += 1
+
+
+@functools.lru_cache(maxsize=1 << 16)  # node ids come back pass after pass, fleet after fleet
+def _id_hash(node_id: str) -> int:
+    return zlib.crc32(node_id.encode())
 
 
 def _scatter(totals: Mapping[str, Sequence[float]], index: Mapping[str, int], n: int) -> Floats:

@@ -434,10 +434,11 @@ class Engine:
         since = self._refused.get(key)
         if since is None:
             return False
-        fits = self.fitting(demand)
-        if fits is None or not len(fits):
+        masked = self.shared(demand)
+        if not len(masked) or not masked.max() > -np.inf:
             return False  # fits nowhere now: the full look says why
-        changed = np.intersect1d(self._changed[since : self._changes], fits)
+        changed = self._changed[since : self._changes]
+        changed = changed[masked[changed] > -np.inf]  # those it fits (a node may be listed twice)
         if len(changed):
             costly = gate.exclude(demand, changed)
             if costly is None or not costly[changed].all():
@@ -447,7 +448,7 @@ class Engine:
 
     def note_refused(self, demand: Demand, gate: CostGate) -> None:
         """The cost gate kept `demand` off every node it fits, as of now."""
-        if demand.node_count == 1 and demand.hints is None:
+        if demand.node_count == 1 and demand.hints is None and self._sharing:
             self._refused[(demand.key, gate.limit(demand), gate.allowed(demand))] = self._changes
 
     def fitting(self, demand: Demand) -> Ints | None:

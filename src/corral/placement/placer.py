@@ -142,7 +142,7 @@ class FactsMemo:
 
     def __init__(self, settings: PlacementSettings) -> None:
         self.settings = settings
-        self.signature: list[tuple[object, ...]] = []
+        self.signature: list[tuple[object, ...]] | None = []  # None: not worked out (the index said)
         self.facts: FleetFacts | None = None
         self.fleet: tuple[SnapshotIndex, int] | None = None  # the kept index and version the facts are of
         self.fits: TypeFits | None = None
@@ -173,15 +173,18 @@ class FactsMemo:
         """`index`: the snapshot's kept index, if any; while `nodes` is its unchanged schedulable
         list, the nodes need no comparing."""
         fleet = (index, index.fleet_version) if index is not None and nodes is index.schedulable() else None
-        if self.facts is not None and self.facts.valid_at(now):
-            if fleet is not None and fleet == self.fleet:
-                return self.facts
+        if fleet is not None:
+            # The index says when the list changed (or a node was reshaped): no comparing.
+            if self.facts is None or not self.facts.valid_at(now) or fleet != self.fleet:
+                self.facts, self.signature = FleetFacts(nodes, self.settings, now), None
+        elif self.facts is not None and self.facts.valid_at(now):
             signature = fleet_signature(nodes)
             if signature != self.signature:
                 self.facts, self.signature = FleetFacts(nodes, self.settings, now), signature
         else:
             self.facts, self.signature = FleetFacts(nodes, self.settings, now), fleet_signature(nodes)
         self.fleet = fleet
+        assert self.facts is not None
         return self.facts
 
     def type_fits(self, snapshot: Snapshot, now: float) -> TypeFits:
