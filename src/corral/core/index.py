@@ -28,8 +28,9 @@ JOURNAL_KEPT = 1 << 16
 class SnapshotIndex:
     """Every open job, active attempt and node of a snapshot, grouped as `plan_pass` reads them.
     `silent` is None when the shell does not know which nodes pinged (every node may be stale);
-    a shell that tracks pings keeps there the nodes it has not heard from, and promises that every
-    other node's `last_ping_at` is the time of the pass.
+    a shell that tracks pings keeps there the nodes it has not heard from, and promises that it
+    heard from every other node at the time of the pass (a pass reads them so, whatever their
+    `last_ping_at` says: the shell need not write it every pass).
 
     `schedulable()` is the same list object, and `fleet_version` the same number, for as long as
     no node joins or leaves the idle and busy states and none is filed as reshaped (its capacity,

@@ -66,13 +66,15 @@ DEFAULT_MATRIX: dict[StateTuple, NodeAction | None] = {
 
 
 def worker_state(
-    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool
+    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool, heard: bool = False
 ) -> WorkerState:
+    """`heard`: the shell heard from the node's agent at `now` (its ping is fresh whatever
+    `last_ping_at` says)."""
     if node.state is NodeState.BOOTING:
         return WorkerState.UNPAIRED
     if node.state is NodeState.DOWN:
         return WorkerState.DOWN
-    if ping_is_stale(node, now, settings, observing_since):
+    if not heard and ping_is_stale(node, now, settings, observing_since):
         return WorkerState.DOWN
     if node.state is NodeState.DRAINING:
         return WorkerState.BUSY if has_work else WorkerState.DOWN
@@ -111,9 +113,9 @@ def idle_grace(node: Node, worker: WorkerState, now: float, settings: LifecycleS
 
 
 def state_tuple(
-    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool
+    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool, heard: bool = False
 ) -> StateTuple:
-    worker = worker_state(node, now, settings, observing_since, has_work)
+    worker = worker_state(node, now, settings, observing_since, has_work, heard)
     return (
         worker,
         billing_window(node, now, settings),

@@ -132,7 +132,9 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     idle_working: AbstractSet[str]
     busy_unworked: AbstractSet[str]
     idle_nodes = by_state[NodeState.IDLE]
-    if ended:
+    # Jobs ended while queued (the usual cancellation) held nothing: only the others free nodes.
+    freeing = any(job_id in index.job_attempts for job_id in ended)
+    if freeing:
         holding = [a for a in active.values() if a.job_id not in ended]
         working = {node_id for a in holding for node_id in a.node_ids}
         freed = {node_id for a in active.values() if a.job_id in ended for node_id in a.node_ids} - working
@@ -156,12 +158,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         schedulable = index.schedulable()
         if down_now:
             schedulable = [n for n in schedulable if n.id not in down_now]
-        # (Jobs ended while queued, the usual cancellation, held nothing: the snapshot stands.)
-        seen = (
-            snapshot
-            if not ended or len(holding) == len(active)
-            else dataclasses.replace(snapshot, attempts=holding, index=None)
-        )
+        seen = dataclasses.replace(snapshot, attempts=holding, index=None) if freeing else snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()
@@ -201,7 +198,9 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         if job.wait_reason != why:
             decisions.annotations.append(Annotation(job.id, why))
 
-    # 7. Lifecycle matrix; 8. idle/busy marks.
+    # 7. Lifecycle matrix; 8. idle/busy marks. A shell that tracks pings heard at `now` from
+    # every node not listed silent (whose `last_ping_at` it need not have written, then).
+    silent_ones = index.silent
     live_after = live + len(plan.boots)
     # Nodes without work, counted only where a drain is possible at all (a fixed fleet keeps every node).
     if live_after <= lifecycle_settings.min_instances:
@@ -249,7 +248,8 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                     continue
             elif current is NodeState.BOOTING and quiet.boot_wait and now - node.created_at < boot_grace:
                 continue
-        state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work)
+        heard = silent_ones is not None and node.id not in silent_ones
+        state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard)
         action = lifecycle.decide(state)
         if action is NodeAction.START_DRAIN:
             if live_after <= lifecycle_settings.min_instances or idle_count <= 0:

@@ -421,8 +421,11 @@ class Engine:
             return []
         reach = kth - 2 * abs(self._noise_weight) - 4 * float(np.spacing(abs(kth)))  # and rounding
         near = np.flatnonzero(sums >= reach) if kth > -np.inf else np.flatnonzero(sums > -np.inf)
-        slot = self.scores.job_slot(job_id)
-        noise = self._noise_weight * ((self.scores.noise_at(near) + self.scores.slot_offset(slot)) % 1.0)
+        if 4 * len(near) > len(sums):  # many equal sums (identical idle nodes): the pass's whole row
+            noise = self._noise_row(job_id)[near]
+        else:
+            slot = self.scores.job_slot(job_id)
+            noise = self._noise_weight * ((self.scores.noise_at(near) + self.scores.slot_offset(slot)) % 1.0)
         return [int(near[i]) for i in _best(sums[near] + noise, k)]
 
     def still_refused(self, demand: Demand, gate: CostGate) -> bool:
