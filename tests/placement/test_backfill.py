@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pytest
 from placement_helpers import NOW, job, node, placed, run_pass, running
 
 from corral.core.model import GiB, InstanceType, Resources
 from corral.core.snapshot import PlacementResult
+from corral.placement import backfill as backfill_module
+from corral.placement.arrays import NodeArrays
+from corral.placement.backfill import LastReservation, Reservation, Timeline, reserve
+from corral.placement.demand import Demand
+from corral.placement.settings import PlacementSettings
 
 # A fixed fleet of two 8-cpu nodes (no instance types: nothing can be booted).
 NODES = [node("n1", 8, 64), node("n2", 8, 64)]
@@ -154,3 +161,43 @@ def test_strict_fifo_keeps_elastic_jobs_off_the_reserved_nodes() -> None:
     assert result.reasons[2] == "waiting behind job 1 (strict FIFO)"
     assert placed(result) == {3: ("n3",)}  # not n1, which the blocked job is waiting for
     assert placed(run_zoned([BIG_ZONED, bounded, elastic], queue={"backfill": "none"})) == {2: ("n1",), 3: ("n1",)}
+
+
+def test_a_reservation_made_again_only_while_what_it_was_made_from_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A placer gives its last reservation again at a later pass while the job, the requests on
+    the nodes and the running work's ends are unchanged; a request added on a reserved node (work
+    without a time limit, backfilled into what the reserved job leaves) is seen."""
+    settings = PlacementSettings()
+    arrays = NodeArrays(NODES, None, settings, NOW)
+    arrays.dedicated[0, :] = [6.0, 8.0]  # what ATTEMPTS hold
+    timeline = Timeline.of_running(arrays, ATTEMPTS, {j.id: j for j in RUNNING_JOBS}, NOW, None)
+    demand = Demand.of(job(1, 6, priority=10))
+    eligible = np.ones(2, dtype=bool)
+    last = LastReservation()
+    made: list[float] = []
+
+    def counted(*args: Any) -> Reservation | None:
+        made.append(args[-1])
+        return reserve(*args)
+
+    monkeypatch.setattr(backfill_module, "reserve", counted)
+
+    def same(a: Reservation | None, b: Reservation | None) -> bool:
+        assert a is not None and b is not None
+        return (a.start, a.nodes, a.spare.tolist()) == (b.start, b.nodes, b.spare.tolist())
+
+    first = last.reserve(arrays, demand, eligible, timeline, NOW)
+    assert same(first, reserve(arrays, demand, eligible, timeline, NOW)) and first is not None
+    assert first.spare[0].tolist() == [2.0]  # n1 has 2 cpu left at the reserved start
+    first.take([0], np.array([1.0, 0.0, 0.0, 0.0]), float("inf"))  # a pass takes from it...
+    again = last.reserve(arrays, demand, eligible, timeline, NOW + 10)
+    assert same(again, reserve(arrays, demand, eligible, timeline, NOW + 10))  # ...not from the next
+    assert again is not None
+    again.take([0], np.array([1.0, 0.0, 0.0, 0.0]), float("inf"))
+    third = last.reserve(arrays, demand, eligible, timeline, NOW + 15)
+    assert same(third, reserve(arrays, demand, eligible, timeline, NOW + 15))
+    arrays.dedicated[0, 0] += 2.0  # work without a time limit backfilled on n1
+    changed = last.reserve(arrays, demand, eligible, timeline, NOW + 20)
+    assert same(changed, reserve(arrays, demand, eligible, timeline, NOW + 20))
+    assert changed is not None and changed.spare[0].tolist() == [0.0]
+    assert made == [NOW, NOW + 20]  # made afresh only when something changed

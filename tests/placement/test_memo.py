@@ -111,7 +111,7 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
         for i in range(10)
     ]
     types = [InstanceType("small", 4, 16 * GiB, 0.2)] if gate else []
-    limits = [60, 600, 3600, 7200] if gate else [600]
+    limits = [60, 600, 3600, 7200] if gate else [600, 600, 600, None]
     nodes[3].attributes["capped"] = "true"
     index = SnapshotIndex() if world == "index" else None
     if index is not None:

@@ -302,6 +302,57 @@ def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timel
     return Reservation(demand.job_id, start, chosen, spare, held)
 
 
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What a reservation was made from, and what it was (None: none could be made)."""
+
+    key: tuple[object, ...]
+    arrays: NodeArrays
+    eligible: Bools
+    dedicated: Floats
+    timeline: tuple[Floats, Ints, Floats]
+    now: float
+    found: Reservation | None
+
+
+class LastReservation:
+    """The last reservation a placer made, given again for the same job when nothing it was made
+    from has changed: the same request, eligible nodes, requests on the nodes and timeline (the
+    ends as held at `now`, so no running work came due in between), and a start after the `now`
+    it was made at. Then the reservation a fresh `reserve` makes at a later `now` is the same:
+    only nodes that fit already are placed at `now`, and the start is not one of them."""
+
+    def __init__(self) -> None:
+        self._made: _Made | None = None
+
+    def reserve(
+        self, arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float
+    ) -> Reservation | None:
+        events = timeline.arrays()
+        made, key = self._made, (demand.job_id, demand.key)
+        if (
+            made is not None
+            and made.key == key
+            and made.arrays is arrays
+            and (made.found is None or made.found.start > made.now)
+            and np.array_equal(made.eligible, eligible)
+            and np.array_equal(made.dedicated, arrays.dedicated)
+            and all(np.array_equal(was, now_is) for was, now_is in zip(made.timeline, events, strict=True))
+        ):
+            return _copy(made.found)
+        found = reserve(arrays, demand, eligible, timeline, now)
+        self._made = _Made(key, arrays, eligible, arrays.dedicated.copy(), events, now, _copy(found))
+        return found
+
+
+def _copy(reservation: Reservation | None) -> Reservation | None:
+    """`spare` is taken from as a pass places work: each pass gets its own."""
+    if reservation is None:
+        return None
+    r = reservation
+    return Reservation(r.job_id, r.start, r.nodes, r.spare.copy(), r.held)
+
+
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f}s"

@@ -23,7 +23,7 @@ from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
 from corral.placement.arrays import FleetFacts, Floats, NodeArrays, fleet_signature
-from corral.placement.backfill import Reservation, RunningEnds, Timeline, end_time, reserve
+from corral.placement.backfill import LastReservation, Reservation, RunningEnds, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
@@ -148,6 +148,7 @@ class FactsMemo:
         self.fits: TypeFits | None = None
         self.work = new_ledger(settings)
         self.running = RunningEnds(settings.queue.default_time_limit)
+        self.reservation = LastReservation()
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
         self.measured: tuple[tuple[object, int, FleetFacts], Measurements] | None = None
 
@@ -403,7 +404,8 @@ def place(
                         eligible = eligible & allowed
                 # A demand that running work never makes room for stays so for the whole pass
                 # (work placed later only adds load), so it is tried once.
-                found = None if demand.key in never_fits else reserve(arrays, demand, eligible, timeline.built(), now)
+                make = memo.reservation.reserve if memo is not None else reserve
+                found = None if demand.key in never_fits else make(arrays, demand, eligible, timeline.built(), now)
                 if found is None:
                     never_fits.add(demand.key)
                 if found is not None:
