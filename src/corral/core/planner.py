@@ -71,9 +71,7 @@ def plan_boots(
     that can get a new instance (None: off); `default_limit` the time limit of jobs without one."""
     if not waiting:
         return BootPlan([], [])
-    by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
-    capacities = [(t, t.capacity) for t in by_price]
-    types_for: dict[Resources, list[InstanceType]] = {}  # types that hold a request, cheapest first
+    types_for = _TypeOrder.of(types).holding
     pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
     planned: list[_Bin] = []
     boots: list[Boot] = []
@@ -83,9 +81,7 @@ def plan_boots(
 
     for job in waiting:
         request = job.resources
-        holding = types_for.get(request)
-        if holding is None:
-            holding = types_for[request] = [t for t, capacity in capacities if request.fits_in(capacity)]
+        holding = types_for(request)
         if not holding:
             annotations.append(Annotation(job.id, why_no_type_fits(request, types) or "", unplaceable=True))
             continue
@@ -122,6 +118,34 @@ def plan_boots(
         budget -= need
         annotations.append(Annotation(job.id, f"waiting for an instance to boot ({cheapest.name})"))
     return BootPlan(boots, annotations)
+
+
+class _TypeOrder:
+    """The instance types cheapest first, and which of them hold each request seen so far: kept
+    while the planner is handed the same list, unchanged (the shells hand the same list pass after
+    pass), so that a pass does not sort the types and test every request against every type."""
+
+    _last: _TypeOrder | None = None
+
+    def __init__(self, types: list[InstanceType]) -> None:
+        self.types, self.seen = types, list(types)
+        by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
+        self._capacities = [(t, t.capacity) for t in by_price]
+        self._holding: dict[Resources, list[InstanceType]] = {}
+
+    @classmethod
+    def of(cls, types: list[InstanceType]) -> _TypeOrder:
+        last = cls._last
+        if last is None or last.types is not types or last.seen != types:
+            last = cls._last = cls(types)
+        return last
+
+    def holding(self, request: Resources) -> list[InstanceType]:
+        """The types that hold `request`, cheapest first (a list not to be changed)."""
+        found = self._holding.get(request)
+        if found is None:
+            found = self._holding[request] = [t for t, capacity in self._capacities if request.fits_in(capacity)]
+        return found
 
 
 def _gate(
