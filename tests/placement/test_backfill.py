@@ -106,6 +106,11 @@ def test_backfill_scan_depth_is_bounded() -> None:
     result = run(queue, settings={"queue": {"max_job_test": 1}})
     assert placed(result) == {10: ("n1",)}
     assert result.reasons[11].startswith("not examined this pass")
+    assert result.revisit  # the next pass looks at the next job
+    nothing_placed = run(
+        [BIG] + [job(10 + i, 1, time_limit=5000) for i in range(5)], settings={"queue": {"max_job_test": 1}}
+    )
+    assert placed(nothing_placed) == {} and not nothing_placed.revisit  # it would look at the same one
 
 
 def test_gang_reservation_needs_all_its_nodes() -> None:

@@ -235,3 +235,25 @@ def test_settings_validate_fractions() -> None:
     with pytest.raises(ValueError, match="run fractions"):
         PlacementSettings.model_validate({"cost": {"run_fractions": [0.0, 0.5]}})
     assert PlacementSettings.model_validate({"cost": {"boot_time": "2m"}}).cost.boot_time == 120.0
+
+
+def test_a_job_kept_off_a_node_that_a_later_placement_lengthens_is_looked_at_again() -> None:
+    """The placer says when a later pass could place a job it kept waiting although nothing else
+    happens (`revisit`): the cost gate kept the job off a node whose work a job placed after it
+    lengthened. A placement elsewhere changes nothing for it."""
+    small = job(2, 1, 2, time_limit=4 * HOUR, priority=5)  # looked at first; a c5.large holds it
+    long_job = job(1, 32, 1, time_limit=20 * HOUR)
+    nodes = [node("n", 36, 72, price=MEDIUM.price_per_hour)]
+    first = run_pass(nodes, [small, long_job], instance_types=TYPES)
+    assert placed(first) == {1: ("n",)} and first.reasons[2] == COSTLY_REASON
+    assert first.revisit
+    # The next pass, with nothing else changed, places it: it rides along with the long job.
+    attempt = running(1, 1, ["n"], long_job.resources, started_at=NOW)
+    again = run_pass(nodes, [small], attempts=[attempt], other_jobs=[long_job], instance_types=TYPES, now=NOW + 1)
+    assert placed(again) == {2: ("n",)}
+
+    # The long job goes on a node with too little RAM for the small one: nothing to look at again.
+    nodes = [node("n", 36, 72, price=MEDIUM.price_per_hour), node("m", 36, 1.5, price=MEDIUM.price_per_hour)]
+    elsewhere = run_pass(nodes, [small, long_job], instance_types=TYPES)
+    assert placed(elsewhere) == {1: ("m",)} and elsewhere.reasons[2] == COSTLY_REASON
+    assert not elsewhere.revisit

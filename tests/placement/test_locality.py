@@ -68,6 +68,18 @@ def test_strict_hints_are_a_hard_filter() -> None:
     assert result.details[1]["locality"]["near_running"] == ["tag:db"]
 
 
+def test_a_strict_job_left_waiting_is_looked_at_again_after_a_placement() -> None:
+    """A target placed later in the pass may open a node for it: the placer says a later pass
+    could place it although nothing else happens (`revisit`)."""
+    full_b1 = running(3, 300, ["b1"], Resources(7, 10 * GiB))
+    waiting = job(1, 2, near=["tag:db"], strict=True, priority=5)
+    another_db = job(2, tags=["db"])
+    result = run_pass(RACKS, [waiting, another_db], attempts=[ON_A1, ON_B1, full_b1], other_jobs=[WEB, DB, job(300)])
+    assert set(placed(result)) == {2} and result.revisit
+    alone = run_pass(RACKS, [waiting], attempts=[ON_A1, ON_B1, full_b1], other_jobs=[WEB, DB, job(300)])
+    assert placed(alone) == {} and not alone.revisit
+
+
 def test_strict_far_leaves_no_node() -> None:
     everywhere = [running(10 + i, 100, [n.id], Resources(0.1, 1)) for i, n in enumerate(RACKS)]
     result = run_pass(RACKS, [job(1, far=["tag:web"], strict=True)], attempts=everywhere, other_jobs=[WEB])

@@ -99,6 +99,12 @@ class PlacementResult:
     placements: list[Placement] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)
     details: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # A pass at the next tick could place a job this one left waiting although nothing else
+    # happens: a placement came after the job and may open a node for it (the cost gate kept it
+    # off a node whose work the placement lengthened; it has strict locality hints), or backfill
+    # looked at only part of the queue and placed work. Otherwise, with nothing else changed, a
+    # later pass leaves every waiting job waiting (capacity only shrinks, time only adds cost).
+    revisit: bool = False
 
 
 @dataclass(slots=True)
@@ -110,6 +116,7 @@ class Decisions:
     job_outcomes: list[JobOutcome] = field(default_factory=list)
     annotations: list[Annotation] = field(default_factory=list)
     explanations: dict[int, dict[str, Any]] = field(default_factory=dict)
+    revisit: bool = False  # the placer's (PlacementResult.revisit)
 
     def empty(self) -> bool:
         return not (

@@ -19,10 +19,12 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
-from corral.placement.arrays import FleetFacts, Floats, NodeArrays, fleet_signature
+from corral.placement.arrays import Bools, FleetFacts, Floats, Ints, NodeArrays, fleet_signature
 from corral.placement.backfill import LastReservation, Reservation, RunningEnds, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
@@ -295,6 +297,21 @@ def place(
     gate: CostGate | None = None
     gated_by_cost = gate_settings(settings) is not None and bool(snapshot.instance_types)
     placed_before_gate: list[tuple[list[int], Demand]] = []
+    # What a placement later in the queue may open for a job left waiting (`PlacementResult.revisit`):
+    # the nodes of jobs the cost gate kept off them; or any node, for a job with strict locality
+    # hints or one whose nodes are not known.
+    gated_nodes: Bools | None = None
+    any_node = False
+    truncated = False
+
+    def kept_off(fit: Ints | None) -> None:
+        nonlocal gated_nodes, any_node
+        if fit is None:
+            any_node = True
+            return
+        if gated_nodes is None:
+            gated_nodes = np.zeros(arrays.n, dtype=bool)
+        gated_nodes[fit] = True
 
     for job in ordered:
         demand = Demand.of(job)
@@ -313,6 +330,7 @@ def place(
                     continue
                 examined_after_block += 1
                 if examined_after_block > policy.max_job_test:
+                    truncated = True
                     why = f"not examined this pass: backfill looks at {policy.max_job_test} jobs after job {blocker.id}"
                     _wait(result, job, why, blocked_by=blocker.id)
                     continue
@@ -326,6 +344,7 @@ def place(
                 )
 
         costly = None
+        fit: Ints | None = None
         if (
             gated_by_cost
             and not fits_nowhere
@@ -337,14 +356,18 @@ def place(
             if not capacity.bounded_for(demand):
                 if gate is None:
                     gate = _cost_gate(snapshot, arrays, work.ends(now), now, settings, placed_before_gate)
+                fit = engine.fitting(demand)
                 if exclude is None and demand.node_count == 1 and engine.still_refused(demand, gate):
+                    kept_off(fit)
                     _wait(result, job, COSTLY_REASON)
                     continue
-                costly = gate.exclude(demand, engine.fitting(demand))
+                costly = gate.exclude(demand, fit)
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
         if choice is not None:
             engine.commit(demand, choice.nodes, job.tags)
+            if any_node or (gated_nodes is not None and gated_nodes[choice.nodes].any()):
+                result.revisit = True
             if gate is not None:
                 gate.placed(choice.nodes, demand)
             elif gated_by_cost:
@@ -363,9 +386,12 @@ def place(
             continue
 
         # Not placed: kept off running nodes by cost, held back by the reservation, or no node fits now.
+        if demand.hints is not None and demand.hints.strict:
+            any_node = True  # a target placed later may open a node for it
         if costly is not None and engine.evaluate(demand, exclude).count >= demand.node_count:
             if exclude is None and gate is not None:
                 engine.note_refused(demand, gate)
+            kept_off(fit)
             _wait(result, job, COSTLY_REASON)
             continue
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
@@ -416,6 +442,8 @@ def place(
                     details["reason"] = reason
         result.reasons[job.id] = reason
         result.details[job.id] = details
+    if truncated and result.placements:
+        result.revisit = True  # the jobs looked at next pass are others
     return result
 
 

@@ -266,8 +266,10 @@ class Simulation:
     def _follow_up(self, decisions: Decisions) -> bool:
         """Whether the next tick's pass could decide something new although no event comes: after
         a drain (the shutdown follows), a shutdown or a job's end (room or budget freed), a boot
-        that failed or hit the per-pass limit, or work placed while more is queued (a placer may
-        look at only part of the queue per pass). Anything else changes nothing the pass reads."""
+        that failed or hit the per-pass limit, boots while work is queued (the planner then sees
+        booting instances where it planned new ones), or when the placer says a waiting job may
+        fit after what it placed (`Decisions.revisit`). Anything else changes nothing the pass
+        reads: a waiting job still finds no room, and only waits longer."""
         trouble, self._boot_trouble = self._boot_trouble, False
         return bool(
             decisions.job_outcomes
@@ -275,7 +277,7 @@ class Simulation:
             or (self.queued and decisions.node_decisions)
             or trouble
             or len(decisions.boots) >= self.policy.boot.max_boots_per_pass
-            or (self.queued and (decisions.placements or decisions.boots))
+            or (self.queued and (decisions.boots or decisions.revisit))
         )
 
     def _advance(self, until: float) -> None:
