@@ -98,6 +98,20 @@ def test_max_instances_caps_boots() -> None:
     assert len(decisions.boots) == 3
 
 
+def test_a_fixed_fleet_says_why_a_job_waits_and_which_can_never_run() -> None:
+    """With max_instances 0 nothing is booted: a job that does not fit now keeps the placer's
+    reason; one that no type of the fleet holds is unplaceable."""
+    node = idle_node("n1")
+    snap = Snapshot(
+        jobs=[job(1, vcpus=2), job(2, vcpus=2), job(3, vcpus=64)], attempts=[], nodes=[node], instance_types=[SMALL]
+    )
+    decisions = plan_pass(snap, 1000.0, settings(max_instances=0))
+    assert [p.job_id for p in decisions.placements] == [1] and decisions.boots == []
+    notes = {a.job_id: a for a in decisions.annotations}
+    assert "max_instances" not in notes[2].wait_reason and not notes[2].unplaceable
+    assert notes[3].unplaceable and "no instance type has 64 vcpus" in notes[3].wait_reason
+
+
 def test_a_type_in_capacity_back_off_is_skipped() -> None:
     snap = Snapshot(jobs=[job(1)], attempts=[], nodes=[], instance_types=TYPES, unavailable_types={"small": 500.0})
     assert [b.instance_type for b in plan_pass(snap, 100.0, settings()).boots] == ["large"]

@@ -3,7 +3,9 @@
 Jobs are taken in queue order. A job first goes on capacity already on its way (instances still
 booting), then on room left in an instance this pass already decided to boot, and only then asks
 for a new instance: the cheapest type that fits it, within `max_instances` and skipping types in
-capacity back-off. A job no instance type can hold is unplaceable, with the reason.
+capacity back-off. A job no instance type can hold is unplaceable, with the reason. With
+`max_instances` 0 (a fixed fleet: nothing is ever booted) that is all the planner says; the
+placer's reason for the other jobs stands.
 
 A job that could have a new instance goes on room on its way only where the placer's cost gate
 (`placement.cost`) will let it run once the instance is up; otherwise it would wait for that
@@ -72,6 +74,10 @@ def plan_boots(
     if not waiting:
         return BootPlan([], [])
     types_for = _TypeOrder.of(types).holding
+    if settings.max_instances == 0 and not booting:
+        # Nothing is ever booted (a fixed fleet): the placer's reason stands for each job, but
+        # one that no type (of the fleet) holds can never run.
+        return BootPlan([], [_unplaceable(job, types) for job in waiting if not types_for(job.resources)])
     pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
     planned: list[_Bin] = []
     boots: list[Boot] = []
@@ -83,7 +89,7 @@ def plan_boots(
         request = job.resources
         holding = types_for(request)
         if not holding:
-            annotations.append(Annotation(job.id, why_no_type_fits(request, types) or "", unplaceable=True))
+            annotations.append(_unplaceable(job, types))
             continue
         need = job.node_count
         fitting = [t for t in holding if unavailable.get(t.name, 0.0) <= now]
@@ -118,6 +124,10 @@ def plan_boots(
         budget -= need
         annotations.append(Annotation(job.id, f"waiting for an instance to boot ({cheapest.name})"))
     return BootPlan(boots, annotations)
+
+
+def _unplaceable(job: Job, types: list[InstanceType]) -> Annotation:
+    return Annotation(job.id, why_no_type_fits(job.resources, types) or "", unplaceable=True)
 
 
 class _TypeOrder:
