@@ -55,9 +55,12 @@ def check(
     jobs: dict[int, Job],
     now: float,
     world: SnapshotIndex | None = None,
+    ending: frozenset[int] = frozenset(),
 ) -> None:
+    """`ending`: attempts the pass ended; `attempts` leaves them out, the index still files them."""
     ids = [nd.id for nd in nodes]
-    load = ledger.update(ids, {x: i for i, x in enumerate(ids)}, [nd.used_at for nd in nodes], attempts, jobs, world)
+    used_at = [nd.used_at for nd in nodes]
+    load = ledger.update(ids, {x: i for i, x in enumerate(ids)}, used_at, attempts, jobs, world, ending)
     fresh = WorkLedger(FRACTIONS, 7200.0)
     fresh_load = fresh.update(ids, {x: i for i, x in enumerate(ids)}, [nd.used_at for nd in nodes], attempts, jobs)
     want = reference(nodes, attempts, jobs, now, 7200.0)
@@ -132,11 +135,19 @@ def test_a_kept_ledger_follows_every_kind_of_change(journal: str, monkeypatch: p
         listed = [attempts[i] for i in sorted(attempts)]
         if world is None and rng.random() < 0.3:
             listed = [Attempt(**{f: getattr(a, f) for f in a.__dataclass_fields__}) for a in listed]
-        # Now and then a pass hands over no index (the live loop; a pass that ended jobs), or the
-        # placer is not asked at all (no queue) while changes pile up in the journal.
+        # Now and then a pass hands over no index (the live loop), or the placer is not asked at
+        # all (no queue) while changes pile up in the journal, or the pass ended some attempts
+        # itself (the index still files them; the shell may drop them, or may not).
         if rng.random() < 0.3:
             continue
-        check(ledger, nodes, listed, jobs, now, world if rng.random() < 0.85 else None)
+        ending = frozenset(rng.sample(sorted(attempts), min(len(attempts), 2))) if rng.random() < 0.2 else frozenset()
+        listed = [a for a in listed if a.id not in ending]
+        check(ledger, nodes, listed, jobs, now, world if rng.random() < 0.85 else None, ending)
+        if ending and rng.random() < 0.7:  # the shell carries the ending out
+            for attempt_id in ending:
+                del attempts[attempt_id]
+                if world is not None:
+                    world.drop_attempt(attempt_id)
 
 
 def test_an_attempt_not_active_counts_for_nothing() -> None:

@@ -158,7 +158,11 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         schedulable = index.schedulable()
         if down_now:
             schedulable = [n for n in schedulable if n.id not in down_now]
-        seen = dataclasses.replace(snapshot, attempts=holding, index=None) if freeing else snapshot
+        if freeing:
+            ending = frozenset(a.id for a in active.values() if a.job_id in ended)
+            seen = dataclasses.replace(snapshot, attempts=holding, ending=ending)
+        else:
+            seen = snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()

@@ -30,6 +30,10 @@ class Snapshot:
     # The same jobs, attempts and nodes grouped for a pass, if the shell keeps them current between
     # passes (the simulator); None: the pass groups them itself (corral.core.index).
     index: SnapshotIndex | None = None
+    # Attempts a pass has already ended (it decided their jobs' fates) before placing: `attempts`
+    # leaves them out, and they hold nothing; the index still files them (the shell drops them
+    # when it carries the pass out), so a reader of the index leaves them out too.
+    ending: frozenset[int] = frozenset()
 
 
 class NodeAction(StrEnum):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -123,6 +124,7 @@ class RunningEnds:
         self._of: tuple[Mapping[str, int], SnapshotIndex | None] | None = None  # node positions, index
         self._seen = 0  # the index's journal position the events are as of
         self._known: set[int] = set()  # active attempts the events account for (some have none)
+        self._ending: AbstractSet[int] = frozenset()  # the attempts left out last time
         self._owner: Ints = np.zeros(0, dtype=np.int64)
         self._ends: Floats = np.zeros(0)
         self._nodes: Ints = np.zeros(0, dtype=np.int64)
@@ -135,19 +137,27 @@ class RunningEnds:
         jobs: Mapping[int, Job],
         now: float,
         world: SnapshotIndex | None,
+        ending: AbstractSet[int] = frozenset(),
     ) -> Timeline:
         """The timeline of the running work on the nodes at `positions` (`world`: the snapshot's
-        kept index, whose attempts are `attempts`)."""
+        kept index, whose attempts are `attempts` and `ending`, attempts the pass ended)."""
         of = self._of
         since = None
         if world is not None and of is not None and of[0] is positions and of[1] is world:
             since = world.attempts_changed_since(self._seen)
+            # An attempt left out last time and still filed was not ended after all: its events
+            # belong where it stands among the others, so they are all made again.
+            if since is not None and any(i in world.attempts and i not in ending for i in self._ending):
+                since = None
         if since is None:
             self._known = set()
             self._set(*self._rows(attempts, positions, jobs))
-        elif since:
-            self._apply(since, world.attempts if world is not None else {}, positions, jobs)
+        elif since or ending:
+            assert world is not None
+            active = {i: world.attempts[i] for i in since if i in world.attempts and i not in ending}
+            self._apply([*since, *ending], active, positions, jobs)
         self._of, self._seen = (positions, world), world.attempt_log_end if world is not None else 0
+        self._ending = ending
         return Timeline(np.maximum(self._ends, now), self._nodes, self._frees)
 
     def _rows(

@@ -151,6 +151,7 @@ class FactsMemo:
         self.work = new_ledger(settings)
         self.running = RunningEnds(settings.queue.default_time_limit)
         self.reservation = LastReservation()
+        self.demands = DemandMemo()
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
         self.measured: tuple[tuple[object, int, FleetFacts], Measurements] | None = None
 
@@ -233,7 +234,7 @@ def build_engine(
     if work is None:
         work = new_ledger(settings)
     used_at, used = measured or measurements(nodes)
-    load = work.update(facts.ids, facts.index, used_at, snapshot.attempts, jobs, snapshot.index)
+    load = work.update(facts.ids, facts.index, used_at, snapshot.attempts, jobs, snapshot.index, snapshot.ending)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
     if kept is not None and free is None and kept.free is None and kept.arrays.facts is facts:
         written, loosened = work.written, work.loosened
@@ -279,7 +280,7 @@ def place(
     # Built only if a reservation is tried: from what runs, plus what this pass placed before.
     timeline = LazyTimeline(
         lambda: (
-            memo.running.timeline(arrays.index, snapshot.attempts, jobs, now, snapshot.index)
+            memo.running.timeline(arrays.index, snapshot.attempts, jobs, now, snapshot.index, snapshot.ending)
             if memo is not None
             else Timeline.of_running(arrays, snapshot.attempts, jobs, now, policy.default_time_limit)
         )
@@ -313,8 +314,9 @@ def place(
             gated_nodes = np.zeros(arrays.n, dtype=bool)
         gated_nodes[fit] = True
 
+    demands = memo.demands if memo is not None else DemandMemo()
     for job in ordered:
-        demand = Demand.of(job)
+        demand = demands.of(job)
         end = end_time(now, demand.time_limit, policy.default_time_limit, now)
         # A request no node takes now: found so earlier in this pass, or in an earlier pass with
         # nothing since that makes room (capacity only shrinks otherwise). It needs no look.
@@ -444,7 +446,27 @@ def place(
         result.details[job.id] = details
     if truncated and result.placements:
         result.revisit = True  # the jobs looked at next pass are others
+    demands.keep_used()
     return result
+
+
+class DemandMemo:
+    """Each queued job's Demand, kept from pass to pass for the same Job object (a job's request,
+    nodes, traits, platform, cap, reservation, hints and time limit do not change in place: a shell
+    that changes one hands over a new Job). Only the jobs of the last pass are kept."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Job, Demand]] = {}
+        self._used: dict[int, tuple[Job, Demand]] = {}
+
+    def of(self, job: Job) -> Demand:
+        kept = self._kept.get(job.id)
+        demand = kept[1] if kept is not None and kept[0] is job else Demand.of(job)
+        self._used[job.id] = (job, demand)
+        return demand
+
+    def keep_used(self) -> None:
+        self._kept, self._used = self._used, {}
 
 
 class LazyTimeline:

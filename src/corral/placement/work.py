@@ -15,7 +15,8 @@ request never change (the store and the simulator create a new attempt for every
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,7 @@ class WorkLedger:
         self._load: Load | None = None
         self._ends: Floats = np.zeros((len(self.fractions), 0))
         self._journal: tuple[SnapshotIndex, int] | None = None  # the kept index read last, and how far
+        self._ending: AbstractSet[int] = frozenset()  # the attempts left out last time
         # The node positions whose figures the last `update` changed; None: all of them (new nodes).
         self.written: list[int] | None = None
         # Of those, the ones whose figures may have gone down: work ended or started, a new
@@ -74,16 +76,18 @@ class WorkLedger:
         attempts: Iterable[Attempt],
         jobs: Mapping[int, Job],
         world: SnapshotIndex | None = None,
+        ending: AbstractSet[int] = frozenset(),
     ) -> Load:
         """The load on nodes `ids` (positions as in `index`; `used_at` their measurement times)
         for this pass's attempts. The arrays returned are the ledger's own: copy before changing.
-        `world`: the snapshot's kept index, whose attempts are `attempts`; its journal of changed
-        attempts spares comparing every attempt with the last pass's."""
+        `world`: the snapshot's kept index, whose attempts are `attempts` and `ending` (attempts
+        the pass ended, which hold nothing); its journal of changed attempts spares comparing
+        every attempt with the last pass's."""
         kept = self._attempts
         since = world.attempts_changed_since(self._journal[1]) if self._journal and self._journal[0] is world else None
         if world is not None and since is not None:
-            active: Mapping[int, Attempt] = world.attempts
-            touched = set(since)
+            active: Mapping[int, Attempt] = _Without(world.attempts, ending)
+            touched = {*since, *self._ending, *ending}  # what was left out last time may be back
             gone: Iterable[int] = [i for i in touched if i in kept and i not in active]
             new: Iterable[int] = [i for i in touched if i in active and i not in kept]
             unstarted: Iterable[int] = [i for i in touched if i in self._unstarted and i in active]
@@ -91,6 +95,7 @@ class WorkLedger:
             active = {a.id: a for a in attempts if a.state in _ACTIVE}
             gone, new, unstarted = kept.keys() - active.keys(), active.keys() - kept.keys(), self._unstarted
         self._journal = (world, world.attempt_log_end) if world is not None else None
+        self._ending = ending
         changed: set[str] = set()
         loosened: set[str] = set()  # nodes whose figures may have gone down (work ended, started, measured)
         added: dict[str, list[Attempt]] = {}  # nodes whose only change may be attempts added
@@ -247,6 +252,27 @@ class WorkLedger:
         zero = (0.0, 0.0, 0.0, 0.0)
         load.unmeasured[:, where] = np.array([w.unmeasured or zero for w in works], dtype=np.float64).T
         self._ends[:, where] = np.array([w.ends for w in works], dtype=np.float64).T
+
+
+class _Without(Mapping[int, Attempt]):
+    """A mapping of attempts without some of them (those a pass ended), read in place."""
+
+    def __init__(self, attempts: Mapping[int, Attempt], left_out: AbstractSet[int]) -> None:
+        self._attempts, self._left_out = attempts, left_out
+
+    def __getitem__(self, attempt_id: int) -> Attempt:
+        if attempt_id in self._left_out:
+            raise KeyError(attempt_id)
+        return self._attempts[attempt_id]
+
+    def __contains__(self, attempt_id: object) -> bool:
+        return attempt_id not in self._left_out and attempt_id in self._attempts
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i in self._attempts if i not in self._left_out)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _plus(total: tuple[float, float, float, float] | None, attempt: Attempt) -> tuple[float, float, float, float]:
