@@ -57,6 +57,11 @@ class SnapshotIndex:
         self._counted: dict[int, tuple[str, ...]] = {}  # attempt id -> the node ids it is counted on
         self._sequence = 0
         self.fleet_version = 0
+        # Every node filed or dropped, in order (`nodes_changed_since`), as for attempts; and how
+        # many times a node was filed as reshaped.
+        self._node_log: list[str] = []
+        self._node_log_start = 0
+        self.reshaped = 0
         # Bumped whenever a node filed brings a new measurement (`used`, `used_at`), or comes or goes.
         self.measured_version = 0
         self._measured: dict[str, tuple[object, float | None]] = {}
@@ -137,6 +142,8 @@ class SnapshotIndex:
         """File a node that is new or has changed state; `reshaped`: its capacity, price, rack or
         attributes changed."""
         node_id = node.id
+        self._log_node(node_id)
+        self.reshaped += reshaped
         filed = self._filed_state.get(node_id)
         schedulable = node.state in SCHEDULABLE
         if filed is None:
@@ -161,6 +168,7 @@ class SnapshotIndex:
             self.measured_version += 1
 
     def drop_node(self, node_id: str) -> None:
+        self._log_node(node_id)
         filed = self._filed_state.pop(node_id, None)
         if filed is None:
             return
@@ -203,6 +211,13 @@ class SnapshotIndex:
             del log[:JOURNAL_KEPT]
             self._log_start += JOURNAL_KEPT
 
+    def _log_node(self, node_id: str) -> None:
+        log = self._node_log
+        log.append(node_id)
+        if len(log) > 2 * JOURNAL_KEPT:
+            del log[:JOURNAL_KEPT]
+            self._node_log_start += JOURNAL_KEPT
+
     def _fleet_changed(self) -> None:
         self.fleet_version += 1
         self._schedulable = None
@@ -226,6 +241,18 @@ class SnapshotIndex:
         if position < self._log_start:
             return None
         return self._attempt_log[position - self._log_start :]
+
+    @property
+    def node_log_end(self) -> int:
+        """The node journal's position after the last node filed or dropped."""
+        return self._node_log_start + len(self._node_log)
+
+    def nodes_changed_since(self, position: int) -> list[str] | None:
+        """The ids of nodes filed or dropped since node journal `position` (some listed more than
+        once, or unchanged); None if the journal no longer reaches back that far."""
+        if position < self._node_log_start:
+            return None
+        return self._node_log[position - self._node_log_start :]
 
     def in_node_order(self, nodes: Iterable[Node]) -> list[Node]:
         return sorted(nodes, key=lambda node: self.node_order[node.id])

@@ -69,104 +69,139 @@ class FleetFacts:
     """What a list of nodes says about itself apart from the work on it: capacity, price, state,
     and everything read from attributes (roles, categories, reservations, job limits, platform,
     reboot dates, hardware class, failures, racks, traits). Read only, so a placer may keep it
-    between passes while `fleet_signature` of its nodes is unchanged."""
+    between passes while `fleet_signature` of its nodes is unchanged.
+
+    A placer that keeps node slots (`corral.placement.roster`) changes single nodes with `put`
+    and then `derive`s what depends on the whole fleet, over the nodes `listed` (those the caller
+    would have handed over; None: all)."""
 
     def __init__(self, nodes: Sequence[Node], settings: PlacementSettings, now: float) -> None:
         n = len(nodes)
+        self._settings, self._now = settings, now
         self.ids = [node.id for node in nodes]
         self.index = {node_id: i for i, node_id in enumerate(self.ids)}
         self.n = n
         self.capacity = _stack(node.capacity for node in nodes)
         self.price = np.array([node.price_per_hour for node in nodes], dtype=np.float64)
         self.attributes = [node.attributes for node in nodes]
+        self.listed: Bools | None = None
 
-        # One pass over the nodes reads every attribute the engine uses (a loop per attribute over
-        # 10,000 nodes cost more than the rest of the build).
-        blocked_roles = set(settings.blocked_roles)
-        blocking = set(settings.blocking_categories)
         limit = settings.max_jobs_per_node
-        default_max_jobs = float(limit) if limit is not None else math.inf
-        schedulable = np.zeros(n, dtype=bool)
-        reserved = np.zeros(n, dtype=bool)
-        category_blocked = np.zeros(n, dtype=bool)
-        reservation = np.zeros(n, dtype=np.int64)
-        max_jobs = np.full(n, default_max_jobs)
-        capped_pin = np.full(n, -1, dtype=np.int64)
-        next_reboot = np.full(n, math.nan)
-        hardware = np.full(n, math.nan)
-        failures = np.zeros(n)
+        self._default_max_jobs = float(limit) if limit is not None else math.inf
+        self.schedulable = np.zeros(n, dtype=bool)
+        self.reserved = np.zeros(n, dtype=bool)
+        self.category_blocked = np.zeros(n, dtype=bool)
+        self.reservation = np.zeros(n, dtype=np.int64)
+        self.max_jobs = np.full(n, self._default_max_jobs)
+        self.capped_pin = np.full(n, -1, dtype=np.int64)
+        self.next_reboot = np.full(n, math.nan)
+        self.hardware = np.full(n, math.nan)
+        self.failures = np.zeros(n)
         self.why_unschedulable = [""] * n
         self.categories: list[tuple[str, ...]] = [()] * n
         self.platform_text = [""] * n
         self.reservation_names: list[str] = [""]
+        self.reservation_codes: dict[str, int] = {"": 0}
         # The earliest time a reservation seen here ends: these facts hold until then.
         self.expires = math.inf
-        codes: dict[str, int] = {"": 0}
-        version_of: dict[str, attr.VersionKey] = {}
-        keys: list[attr.VersionKey | None] = [None] * n
+        self._version_of: dict[str, attr.VersionKey] = {}
+        self._keys: list[attr.VersionKey | None] = [None] * n
         # Nodes without attributes (most) need only their state: read for all at once.
         taking = [node.state in SCHEDULABLE for node in nodes]
-        schedulable[:] = taking
+        self.schedulable[:] = taking
         for i in (i for i, ok in enumerate(taking) if not ok):
             self.why_unschedulable[i] = nodes[i].state.value
+        # One pass over the nodes with attributes reads every attribute the engine uses (a loop
+        # per attribute over 10,000 nodes cost more than the rest of the build).
         for i, node in ((i, node) for i, node in enumerate(nodes) if node.attributes):
-            a = node.attributes
-            if attr.truthy(a, attr.HELD) is True:
-                schedulable[i] = False
-                self.why_unschedulable[i] = "held"
-            reserved[i] = attr.truthy(a, attr.RESERVED) is True or bool(
-                set(attr.values(a.get(attr.ROLE))) & blocked_roles
-            )
-            if attr.CATEGORY in a:
-                self.categories[i] = attr.values(a[attr.CATEGORY])
-                category_blocked[i] = bool(set(self.categories[i]) & blocking)
-            name = attr.first(a, attr.RESERVATION)
-            # A reservation past its end time no longer holds; code 0 is "none".
-            until = attr.number(a, attr.RESERVATION_UNTIL)
-            if name and not (until <= now):
-                if name not in codes:
-                    codes[name] = len(self.reservation_names)
-                    self.reservation_names.append(name)
-                reservation[i] = codes[name]
-                if until < self.expires:
-                    self.expires = until
-            if attr.MAX_JOBS in a and not math.isnan(m := attr.number(a, attr.MAX_JOBS)):
-                max_jobs[i] = m
-            if attr.CAPPED in a and (pin := attr.truthy(a, attr.CAPPED)) is not None:
-                capped_pin[i] = int(pin)
-            text = attr.first(a, attr.PLATFORM)
-            if text:
-                self.platform_text[i] = text
-                if text not in version_of:
-                    version_of[text] = attr.version_key(text)
-                keys[i] = version_of[text]
-            next_reboot[i] = attr.number(a, attr.NEXT_REBOOT)
-            hardware[i] = attr.number(a, attr.HARDWARE_PRIORITY)
-            if attr.RECENT_FAILURES in a and not math.isnan(f := attr.number(a, attr.RECENT_FAILURES)):
-                failures[i] = f
-        self.schedulable = schedulable
-        self.reserved = reserved
-        self.category_blocked = category_blocked
-        self.reservation = reservation
-        self.reservation_codes = codes
-        self.max_jobs = max_jobs
-        self.has_job_limits = bool(np.isfinite(max_jobs).any()) if n else False
-        self.capped_pin = capped_pin
-        # Platform versions become ordinal ranks over the fleet's distinct versions (-1: none), so a
-        # minimum version is one comparison and "newest" is a min-max over ranks.
-        self.platform_versions = sorted(set(version_of.values()))
-        rank_of = {k: r for r, k in enumerate(self.platform_versions)}
-        self.platform_rank = np.array([-1 if k is None else rank_of[k] for k in keys], dtype=np.float64)
-        self.next_reboot = next_reboot
-        self.hardware = hardware
-        self.failures = failures
-
-        rack_codes: dict[str, int] = {}
-        self.rack = np.array([rack_codes.setdefault(rack_key(node), len(rack_codes)) for node in nodes], dtype=np.int64)
-        self.rack_names = list(rack_codes)
-        self.rack_codes = rack_codes
+            self._read(i, node.attributes)
+        self.rack_codes: dict[str, int] = {}
+        codes = self.rack_codes
+        self.rack = np.array([codes.setdefault(rack_key(node), len(codes)) for node in nodes], dtype=np.int64)
+        self.rack_names = list(codes)
         self.trait_index: dict[str, dict[str, Bools]] = {}
         self.present: dict[str, Bools] = {}
+        self.derive()
+
+    def _read(self, i: int, a: Mapping[str, str | list[str]]) -> None:
+        """Node i's facts from its attributes (every figure starts at its default)."""
+        settings = self._settings
+        if attr.truthy(a, attr.HELD) is True:
+            self.schedulable[i] = False
+            self.why_unschedulable[i] = "held"
+        self.reserved[i] = attr.truthy(a, attr.RESERVED) is True or bool(
+            set(attr.values(a.get(attr.ROLE))) & set(settings.blocked_roles)
+        )
+        if attr.CATEGORY in a:
+            self.categories[i] = attr.values(a[attr.CATEGORY])
+            self.category_blocked[i] = bool(set(self.categories[i]) & set(settings.blocking_categories))
+        name = attr.first(a, attr.RESERVATION)
+        # A reservation past its end time no longer holds; code 0 is "none".
+        until = attr.number(a, attr.RESERVATION_UNTIL)
+        if name and not (until <= self._now):
+            if name not in self.reservation_codes:
+                self.reservation_codes[name] = len(self.reservation_names)
+                self.reservation_names.append(name)
+            self.reservation[i] = self.reservation_codes[name]
+            if until < self.expires:
+                self.expires = until
+        if attr.MAX_JOBS in a and not math.isnan(m := attr.number(a, attr.MAX_JOBS)):
+            self.max_jobs[i] = m
+        if attr.CAPPED in a and (pin := attr.truthy(a, attr.CAPPED)) is not None:
+            self.capped_pin[i] = int(pin)
+        text = attr.first(a, attr.PLATFORM)
+        if text:
+            self.platform_text[i] = text
+            if text not in self._version_of:
+                self._version_of[text] = attr.version_key(text)
+            self._keys[i] = self._version_of[text]
+        self.next_reboot[i] = attr.number(a, attr.NEXT_REBOOT)
+        self.hardware[i] = attr.number(a, attr.HARDWARE_PRIORITY)
+        if attr.RECENT_FAILURES in a and not math.isnan(f := attr.number(a, attr.RECENT_FAILURES)):
+            self.failures[i] = f
+
+    def derive(self, listed: Bools | None = None) -> None:
+        """What depends on the whole fleet, over the nodes `listed` (None: all)."""
+        self.listed = listed
+        n = self.n
+        self.has_job_limits = bool(np.isfinite(self.max_jobs).any()) if n else False
+        # Platform versions become ordinal ranks over the fleet's distinct versions (-1: none), so a
+        # minimum version is one comparison and "newest" is a min-max over ranks.
+        keys = self._keys
+        counted = keys if listed is None else [k for k, on in zip(keys, listed.tolist(), strict=True) if on]
+        self.platform_versions = sorted({k for k in counted if k is not None})
+        if not self.platform_versions:
+            self.platform_rank = np.full(n, -1.0)
+        else:
+            rank_of = {k: r for r, k in enumerate(self.platform_versions)}
+            self.platform_rank = np.array([-1 if k is None else rank_of.get(k, -1) for k in keys], dtype=np.float64)
+
+    def put(self, i: int, node: Node) -> None:
+        """Slot i holds `node` now (a new node, or one whose state changed): its facts afresh.
+        What depends on the whole fleet waits for `derive`."""
+        self.ids[i] = node.id
+        self.index[node.id] = i
+        c = node.capacity
+        self.capacity[:, i] = (c.vcpus, c.ram_mib, c.scratch_mib, c.gpus)
+        self.price[i] = node.price_per_hour
+        self.attributes[i] = node.attributes
+        taking = node.state in SCHEDULABLE
+        self.schedulable[i] = taking
+        self.why_unschedulable[i] = "" if taking else node.state.value
+        self.reserved[i] = self.category_blocked[i] = False
+        self.reservation[i], self.capped_pin[i], self.failures[i] = 0, -1, 0.0
+        self.max_jobs[i] = self._default_max_jobs
+        self.next_reboot[i] = self.hardware[i] = math.nan
+        self.categories[i], self.platform_text[i], self._keys[i] = (), "", None
+        if node.attributes:
+            self._read(i, node.attributes)
+            self.trait_index.clear()
+            self.present.clear()
+        self.rack[i] = self.rack_codes.setdefault(rack_key(node), len(self.rack_codes))
+        if len(self.rack_names) < len(self.rack_codes):
+            self.rack_names.append(rack_key(node))
+        if "id_hashes" in self.__dict__:
+            self.id_hashes[i] = _id_hash(node.id)
 
     @functools.cached_property
     def id_hashes(self) -> npt.NDArray[np.uint64]:
@@ -239,6 +274,13 @@ class NodeArrays:
         self.capped_jobs = load.capped.copy() if load is not None else np.zeros(n, dtype=np.int64)
         self.uncapped_jobs = self.jobs.astype(np.int64) - self.capped_jobs
 
+        self._policies = [self.policy[r] for r in RESOURCES]
+        self._ratios = [float(x) for x in self.ratio]
+        self._take_facts(f)
+
+    def _take_facts(self, f: FleetFacts) -> None:
+        """What the nodes say about themselves, and the fleet scales that follow from it."""
+        self.facts = f
         self.price = f.price
         self.attributes = f.attributes
         self.schedulable = f.schedulable
@@ -262,19 +304,25 @@ class NodeArrays:
         self.hardware = f.hardware
         self.failures = f.failures
         self.rack, self.rack_names, self.rack_codes = f.rack, f.rack_names, f.rack_codes
+        self._trait_index = f.trait_index
+        self._present = f.present
 
         # Fleet scales for normalising scores into 0..1; fixed for the pass so scores are comparable
         # between jobs and a placement does not move every other node's score.
         # The largest RAM room any node can have (the overprovision ratio can lift it above capacity),
         # so "free RAM / ram_scale" stays within 0..1.
-        self.ram_scale = float(self.capacity[Resource.RAM].max() * max(1.0, self.ratio[Resource.RAM])) if n else 1.0
+        ram = self.capacity[Resource.RAM] if f.listed is None else self.capacity[Resource.RAM][f.listed]
+        self.ram_scale = float(ram.max() * max(1.0, self.ratio[Resource.RAM])) if len(ram) else 1.0
         self.ram_scale = self.ram_scale or 1.0
 
-        self._policies = [self.policy[r] for r in RESOURCES]
-        self._ratios = [float(x) for x in self.ratio]
-        self.facts = f
-        self._trait_index = f.trait_index
-        self._present = f.present
+    def refleet(self, filled: list[int]) -> None:
+        """The facts changed where nodes came (`filled`, slots that held none) or changed state:
+        take them again; a new node holds no work, so its room is its capacity."""
+        if filled:
+            idx = np.array(filled, dtype=np.int64)
+            for resource in RESOURCES:
+                self._refresh_room(resource, idx)
+        self._take_facts(self.facts)
 
     def refresh(self, load: Load, where: list[int], used: list[Resources], watched: AbstractSet[int]) -> bool:
         """Take the work at node positions `where` (in order) from `load` and their measured use

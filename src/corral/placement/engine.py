@@ -97,12 +97,7 @@ class Engine:
         self.now = now
         self.filters: list[Filter] = [FILTERS[name] for name in (settings.filters if filters is None else filters)]
         self._static = [f for f in self.filters if f.static]
-        # Dynamic filters that can never remove a node in this pass are skipped up front.
-        self._dynamic = [
-            (f, RESOURCE_FILTERS.get(f.name))
-            for f in self.filters
-            if not f.static and f.name != "locality" and not _inert(f.name, arrays)
-        ]
+        self._dynamic_filters()
         self.locality_filter = any(f.name == "locality" for f in self.filters)
         chosen = settings.weights if weights is None else weights
         self.weights: list[tuple[Scorer, float]] = [
@@ -143,11 +138,37 @@ class Engine:
         # while it is current; requests that found no node, kept until something makes room.
         self.version = 0
         self.misfits: dict[tuple[object, ...], Misfit] = {}
-        self._other_dynamic = [f for f, resource in self._dynamic if resource is None]
 
     share_work = True  # off: every job filters and ranks all nodes (the tests compare the two)
     shared_max = 256  # requests whose shared work is kept (the least recently used goes first)
     changes_kept = 1 << 16  # past this many node changes, shared work is dropped rather than caught up
+
+    def _dynamic_filters(self) -> None:
+        # Dynamic filters that can never remove a node in this pass are skipped up front.
+        self._dynamic = [
+            (f, RESOURCE_FILTERS.get(f.name))
+            for f in self.filters
+            if not f.static and f.name != "locality" and not _inert(f.name, self.arrays)
+        ]
+        self._other_dynamic = [f for f, resource in self._dynamic if resource is None]
+
+    def refleet(self, filled: list[int], grew: bool) -> None:
+        """The nodes' facts changed (kept node slots, `corral.placement.roster`): nodes came into
+        the slots `filled` or changed state. Everything worked out from the facts is worked out
+        again, as a fresh engine would; `grew`: some node takes work now that took none."""
+        self.arrays.refleet(filled)
+        self.scores.refleet()
+        self._dynamic_filters()
+        self._static_scores()
+        self.base = self.base_scores(slice(None))
+        self._renew_noise()
+        self._static_cache.clear()
+        self._shared.clear()
+        self._refused.clear()
+        self._changes = 0
+        self.version += 1
+        if grew:
+            self._grew()
 
     def _static_scores(self) -> None:
         """The job-independent scores that do not follow the work on the nodes (platform, reboot,

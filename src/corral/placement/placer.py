@@ -33,6 +33,7 @@ from corral.placement.engine import Engine
 from corral.placement.explain import explain
 from corral.placement.lifetime import CostGate, gate_settings
 from corral.placement.locality import LocalityIndex
+from corral.placement.roster import Roster
 from corral.placement.settings import PlacementSettings, coerce
 from corral.placement.work import WorkLedger
 
@@ -154,13 +155,42 @@ class FactsMemo:
         self.demands = DemandMemo()
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
         self.measured: tuple[tuple[object, int, FleetFacts], Measurements] | None = None
+        self.roster: Roster | None = None
+        self._weights = {name for name, weight in settings.weights.items() if weight}
 
-    def engine_for(self, snapshot: Snapshot, nodes: Sequence[Node], now: float, jobs: Mapping[int, Job]) -> Engine:
+    def engine_for(
+        self, snapshot: Snapshot, nodes: Sequence[Node], now: float, jobs: Mapping[int, Job], slots: bool = False
+    ) -> Engine:
         """The engine for this pass: the last pass's, renewed where the work on the nodes or their
-        measurements changed, while the nodes are the same (the same FleetFacts); else a new one."""
-        facts = self.facts_for(nodes, now, snapshot.index)
-        kept = self.engine
+        measurements changed, while the nodes are the same (the same FleetFacts); else a new one.
+        `slots`: keep node slots (a Roster) over the kept index's nodes, if the caller hands over
+        its schedulable list, instead of positions in the list (no explanations over slots)."""
         index = snapshot.index
+        kept = self.engine
+        if slots and index is not None and nodes is index.schedulable() and "price" not in self._weights:
+            change = self.roster.update(index, now) if self.roster is not None else None
+            roster = (
+                self.roster if change is not None and self.roster is not None else Roster(index, self.settings, now)
+            )
+            self.roster = roster
+            engine = build_engine(
+                snapshot,
+                roster.nodes,
+                None,
+                now,
+                self.settings,
+                roster.facts,
+                jobs,
+                self.work,
+                kept,
+                (roster.used_at, roster.used),
+            )
+            if engine is kept and change is not None and change.changed:
+                engine.refleet(change.filled, change.grew)
+            self.engine = engine
+            return engine
+        self.roster = None
+        facts = self.facts_for(nodes, now, index)
         if index is not None and nodes is index.schedulable():
             # The index says whether any node brought a new measurement since the lists were read.
             key = (index, index.measured_version, facts)
@@ -269,7 +299,7 @@ def place(
     jobs = snapshot.index.jobs if snapshot.index is not None else {job.id: job for job in snapshot.jobs}
     work = memo.work if memo is not None else new_ledger(settings)
     if memo is not None and free is None:
-        engine = memo.engine_for(snapshot, nodes, now, jobs)
+        engine = memo.engine_for(snapshot, nodes, now, jobs, slots=not explanations)
     else:
         facts = memo.facts_for(nodes, now, snapshot.index) if memo is not None else None
         engine = build_engine(snapshot, nodes, free, now, settings, facts, jobs, work)

@@ -35,26 +35,31 @@ class PassScores:
 
     def __init__(self, arrays: NodeArrays, settings: PlacementSettings, now: float) -> None:
         self.arrays = arrays
-        a = arrays
+        self._settings = settings
+        self.now = now
+        self.refleet()
+
+    def refleet(self) -> None:
+        """The attribute scores, from the nodes' facts and the fleet's scales (over the nodes
+        listed, see FleetFacts), and the pass's noise afresh."""
+        self._renew_noise(self.now)
+        a = self.arrays
         versions = len(a.platform_versions)
         platform = a.platform_rank / (versions - 1) if versions > 1 else (a.platform_rank >= 0).astype(np.float64)
         self.platform: Floats = np.where(a.platform_rank >= 0, platform, 0.0)
 
-        self._settings = settings
         self._reboot_dates = bool(np.isfinite(a.next_reboot).any())
-        self.reboot: Floats = self._reboot(now)
+        self.reboot: Floats = self._reboot(self.now)
         known = ~np.isnan(a.hardware)
-        if known.any():
-            low, high = float(a.hardware[known].min()), float(a.hardware[known].max())
+        scaled = known if a.facts.listed is None else known & a.facts.listed
+        if scaled.any():
+            low, high = float(a.hardware[scaled].min()), float(a.hardware[scaled].max())
             spread = (a.hardware - low) / (high - low) if high > low else np.ones(a.n)
             self.hardware: Floats = np.where(known, spread, 0.0)
         else:
             self.hardware = np.zeros(a.n)
 
-        self.failures: Floats = 1.0 - np.minimum(1.0, a.failures / settings.failure_saturation)
-
-        self.now = now
-        self._renew_noise(now)
+        self.failures: Floats = 1.0 - np.minimum(1.0, a.failures / self._settings.failure_saturation)
 
     def _reboot(self, now: float) -> Floats:
         # Farther is better up to `reboot_horizon`, beyond which a reboot is as good as none. A fixed

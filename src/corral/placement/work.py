@@ -56,6 +56,7 @@ class WorkLedger:
         self._on_node: dict[str, dict[int, Attempt]] = {}
         self._work: dict[str, _NodeWork] = {}
         self._ids: list[str] = []
+        self._ids_seen: list[str] | None = None  # the list object last handed over
         self._positions: Mapping[str, int] = {}  # node id -> position, in the last update
         self._used_at: list[float | None] = []
         self._load: Load | None = None
@@ -126,7 +127,10 @@ class WorkLedger:
             changed.update(attempt.node_ids)
             loosened.update(attempt.node_ids)
 
-        same_nodes = ids == self._ids
+        # The same list object means the same positions: a caller keeping node slots changes it
+        # only where a slot that held no node takes one (and no work).
+        same_nodes = ids is self._ids_seen or ids == self._ids
+        self._ids_seen = ids
         if not same_nodes or used_at != self._used_at:
             # A new measurement changes which attempts it already includes.
             measured = [
