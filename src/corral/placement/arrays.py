@@ -168,6 +168,10 @@ class FleetFacts:
         # Platform versions become ordinal ranks over the fleet's distinct versions (-1: none), so a
         # minimum version is one comparison and "newest" is a min-max over ranks.
         keys = self._keys
+        if not self._version_of:  # no node says its platform: nothing to rank
+            self.platform_versions = []
+            self.platform_rank = np.full(n, -1.0)
+            return
         counted = keys if listed is None else [k for k, on in zip(keys, listed.tolist(), strict=True) if on]
         self.platform_versions = sorted({k for k in counted if k is not None})
         if not self.platform_versions:

@@ -172,23 +172,29 @@ class Engine:
 
     def _static_scores(self) -> None:
         """The job-independent scores that do not follow the work on the nodes (platform, reboot,
-        hardware, failures): their block for describing nodes, and their weighted sum."""
-        n = self.arrays.n
-        every = slice(None)
+        hardware, failures): their weighted sum (the block for describing nodes follows on use)."""
         self._static_rows: dict[int, tuple[dict[str, float], float]] = {}
-        self._static_block: Floats = (
-            np.stack(
-                [self.weights[k][0].exact(self.scores, _NO_DEMAND, every, None, 0.0) for k in self._static_columns], 1
-            )
-            if self._static_columns
-            else np.empty((n, 0))
-        )
-        self._static_base: Floats = np.zeros(n)
+        self._static_block_made: Floats | None = None
+        self._static_base: Floats = np.zeros(self.arrays.n)
         for scorer, weight in self._based:
             if scorer.static:
                 assert scorer.base is not None
                 self._static_base = self._static_base + weight * scorer.base(self.scores, slice(None))
-        self._static_base_values: list[float] = self._static_base.tolist()  # for commits, one node at a time
+
+    @property
+    def _static_block(self) -> Floats:
+        """Every node's job-independent scores in one block, gathered with one index."""
+        if self._static_block_made is None:
+            every = slice(None)
+            self._static_block_made = (
+                np.stack(
+                    [self.weights[k][0].exact(self.scores, _NO_DEMAND, every, None, 0.0) for k in self._static_columns],
+                    1,
+                )
+                if self._static_columns
+                else np.empty((self.arrays.n, 0))
+            )
+        return self._static_block_made
 
     def _renew_noise(self) -> None:
         # With the tie-break scorer on, a job's ranking sum is base + its slot's weighted noise,
@@ -530,7 +536,7 @@ class Engine:
                 node_id = a.ids[i]
                 free[node_id] = free[node_id] - demand.resources
             # Same operations in the same order as `base_scores`, on one node's scalars.
-            total = self._static_base_values[i]
+            total = float(self._static_base[i])
             for scorer, weight in self._room_based:
                 if scorer.base_one is not None:
                     total = total + weight * scorer.base_one(self.scores, i)
