@@ -286,13 +286,14 @@ def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timel
     if len(nodes):
         by_node = np.lexsort((ends, nodes))  # grouped by node, each group in time order
         nodes, ends, frees = nodes[by_node], ends[by_node], frees[:, by_node]
-        running = np.cumsum(frees, axis=1)
+        # Only the resources the job asks for decide where it fits (each row sums on its own).
+        running = np.cumsum(frees[wanted], axis=1)
         starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
         group_start = np.repeat(starts, np.diff(np.r_[starts, len(nodes)]))
         before = np.where(group_start > 0, running[:, np.maximum(group_start - 1, 0)], 0.0)
         freed_so_far = running - before
-        room_after = np.minimum(projected[:, nodes] + freed_so_far, ceiling[:, nodes])
-        fits = np.all(room_after[wanted] >= request[:, None], axis=0)
+        room_after = np.minimum(projected[wanted][:, nodes] + freed_so_far, ceiling[wanted][:, nodes])
+        fits = np.all(room_after >= request[:, None], axis=0)
         np.minimum.at(first_fit, nodes, np.where(fits, np.maximum(ends, now), np.inf))
     order = np.lexsort((np.arange(arrays.n), first_fit))[:need]
     if len(order) < need or not np.isfinite(first_fit[order[-1]]):
