@@ -418,7 +418,13 @@ class Engine:
                 np.copyto(self._scratch, masked)
                 masked = self._scratch
                 masked[exclude] = -np.inf
-            ranked = self._ranked(masked, k, demand.job_id) if self._noise_weight else _best(masked.copy(), k)
+            if not self._noise_weight:
+                ranked = _best(masked.copy(), k)
+            elif k == 1:
+                ranked = self._ranked(masked, demand.job_id)
+            else:
+                # The same addition as in `totals` (and -inf stays -inf): the ranking sums.
+                ranked = _best(np.add(masked, self._noise_row(demand.job_id), out=self._scratch), k)
         else:
             evaluation = self.evaluate(demand, exclude)
             if evaluation.counted is not None and evaluation.counted < need:
@@ -432,28 +438,22 @@ class Engine:
         top = self.describe_nodes(demand, ranked, evaluation.resolved, nodes) if keep_top else []
         return Choice(nodes, evaluation, top)
 
-    def _ranked(self, sums: Floats, k: int, job_id: int) -> list[int]:
-        """`_best` of `sums` (job-independent ranking sums, -inf where filtered) plus the job's
-        tie-break noise, which lies between 0 and its weight (of either sign): it is added (the
-        same addition as in `totals`) only where it can matter, at the nodes within twice the
-        weight of the k-th best sum."""
-        finite = int(np.count_nonzero(sums > -np.inf)) if k > 1 else 1
-        if k == 1:
-            kth = float(sums.max()) if len(sums) else -np.inf
-        elif finite >= k:
-            kth = float(np.partition(sums, len(sums) - k)[len(sums) - k])
-        else:
-            kth = -np.inf
-        if kth == -np.inf and (k == 1 or finite == 0):
+    def _ranked(self, sums: Floats, job_id: int) -> list[int]:
+        """`_best(sums + the job's tie-break noise, 1)` for job-independent ranking sums (-inf where
+        filtered). The noise lies between 0 and its weight (of either sign), so it is added (the
+        same addition as in `totals`) only where it can matter: at the nodes within twice the
+        weight (and rounding) of the best sum."""
+        best = float(sums.max()) if len(sums) else -np.inf
+        if best == -np.inf:
             return []
-        reach = kth - 2 * abs(self._noise_weight) - 4 * float(np.spacing(abs(kth)))  # and rounding
-        near = np.flatnonzero(sums >= reach) if kth > -np.inf else np.flatnonzero(sums > -np.inf)
+        reach = best - 2 * abs(self._noise_weight) - 4 * float(np.spacing(abs(best)))
+        near = np.flatnonzero(sums >= reach)
         if 4 * len(near) > len(sums):  # many equal sums (identical idle nodes): the pass's whole row
             noise = self._noise_row(job_id)[near]
         else:
             slot = self.scores.job_slot(job_id)
             noise = self._noise_weight * ((self.scores.noise_at(near) + self.scores.slot_offset(slot)) % 1.0)
-        return [int(near[i]) for i in _best(sums[near] + noise, k)]
+        return [int(near[i]) for i in _best(sums[near] + noise, 1)]
 
     def still_refused(self, demand: Demand, gate: CostGate) -> bool:
         """Whether the cost gate still keeps a one-node request without hints off every node it

@@ -40,6 +40,8 @@ class RosterChange:
 
 
 class Roster:
+    """The slots, their nodes, and the FleetFacts over them (see the module docstring)."""
+
     def __init__(self, index: SnapshotIndex, settings: PlacementSettings, now: float) -> None:
         filed = list(index.nodes.values())
         self.nodes: list[Node] = filed + [FREE] * (2 * len(filed) + 16 - len(filed))
