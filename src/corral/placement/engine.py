@@ -481,12 +481,19 @@ class Engine:
         if demand.node_count == 1 and demand.hints is None and self._sharing:
             self._refused[(demand.key, gate.limit(demand), gate.allowed(demand))] = self._changes
 
+    def fitting_known(self, demand: Demand) -> bool:
+        """Whether `demand` has shared filter work (no locality hints, no job-dependent scorers)."""
+        return self._sharing and (demand.hints is None or self.locality is None)
+
     def fitting(self, demand: Demand) -> Ints | None:
-        """The nodes that pass every filter for `demand`, from its shared work (None: it has no
-        shared work, having locality hints or job-dependent scorers)."""
-        if not (self._sharing and (demand.hints is None or self.locality is None)):
+        """The nodes that pass every filter for `demand`, from its shared work (None: it has none)."""
+        if not self.fitting_known(demand):
             return None
         return np.flatnonzero(self.shared(demand) > -np.inf)
+
+    def fits_on(self, demand: Demand, nodes: Sequence[int]) -> bool:
+        """Whether some of `nodes` passes every filter for `demand` now (it has shared work)."""
+        return bool((self.shared(demand)[nodes] > -np.inf).any())
 
     # --- work shared by the jobs of one request -------------------------------------------------
 

@@ -19,12 +19,10 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
-from corral.placement.arrays import Bools, FleetFacts, Floats, Ints, NodeArrays, fleet_signature
+from corral.placement.arrays import FleetFacts, Floats, NodeArrays, fleet_signature
 from corral.placement.backfill import LastReservation, Reservation, RunningEnds, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
@@ -329,20 +327,18 @@ def place(
     gated_by_cost = gate_settings(settings) is not None and bool(snapshot.instance_types)
     placed_before_gate: list[tuple[list[int], Demand]] = []
     # What a placement later in the queue may open for a job left waiting (`PlacementResult.revisit`):
-    # the nodes of jobs the cost gate kept off them; or any node, for a job with strict locality
-    # hints or one whose nodes are not known.
-    gated_nodes: Bools | None = None
+    # a node that a request the cost gate kept off every node it fits still fits after it; or any
+    # node, for a job with strict locality hints or one without shared filter work.
+    refused: dict[tuple[object, ...], Demand] = {}
     any_node = False
     truncated = False
 
-    def kept_off(fit: Ints | None) -> None:
-        nonlocal gated_nodes, any_node
-        if fit is None:
+    def kept_off(demand: Demand) -> None:
+        nonlocal any_node
+        if engine.fitting_known(demand):
+            refused[demand.key] = demand
+        else:
             any_node = True
-            return
-        if gated_nodes is None:
-            gated_nodes = np.zeros(arrays.n, dtype=bool)
-        gated_nodes[fit] = True
 
     demands = memo.demands if memo is not None else DemandMemo()
     for job in ordered:
@@ -376,7 +372,6 @@ def place(
                 )
 
         costly = None
-        fit: Ints | None = None
         if (
             gated_by_cost
             and not fits_nowhere
@@ -388,17 +383,19 @@ def place(
             if not capacity.bounded_for(demand):
                 if gate is None:
                     gate = _cost_gate(snapshot, arrays, work.ends(now), now, settings, placed_before_gate)
-                fit = engine.fitting(demand)
                 if exclude is None and demand.node_count == 1 and engine.still_refused(demand, gate):
-                    kept_off(fit)
+                    kept_off(demand)
                     _wait(result, job, COSTLY_REASON)
                     continue
-                costly = gate.exclude(demand, fit)
+                # The gate looks only at the nodes the job fits when they are few (gathering
+                # them costs more than it saves when most nodes fit).
+                fit = engine.fitting(demand)
+                costly = gate.exclude(demand, fit if fit is not None and 2 * len(fit) < arrays.n else None)
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
         if choice is not None:
             engine.commit(demand, choice.nodes, job.tags)
-            if any_node or (gated_nodes is not None and gated_nodes[choice.nodes].any()):
+            if any_node or any(engine.fits_on(other, choice.nodes) for other in refused.values()):
                 result.revisit = True
             if gate is not None:
                 gate.placed(choice.nodes, demand)
@@ -423,7 +420,7 @@ def place(
         if costly is not None and engine.evaluate(demand, exclude).count >= demand.node_count:
             if exclude is None and gate is not None:
                 engine.note_refused(demand, gate)
-            kept_off(fit)
+            kept_off(demand)
             _wait(result, job, COSTLY_REASON)
             continue
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
