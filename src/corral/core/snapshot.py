@@ -106,8 +106,9 @@ class PlacementResult:
     # A pass at the next tick could place a job this one left waiting although nothing else
     # happens: a placement came after the job and may open a node for it (the cost gate kept it
     # off a node whose work the placement lengthened; it has strict locality hints), or backfill
-    # looked at only part of the queue and placed work. Otherwise, with nothing else changed, a
-    # later pass leaves every waiting job waiting (capacity only shrinks, time only adds cost).
+    # placed work while it looked at only part of the queue or held a reservation (which slides
+    # with time while work runs past its limit). Otherwise, with nothing else changed, a later
+    # pass leaves every waiting job waiting (capacity only shrinks, time only adds cost).
     revisit: bool = False
 
 

@@ -471,8 +471,10 @@ def place(
                     details["reason"] = reason
         result.reasons[job.id] = reason
         result.details[job.id] = details
-    if truncated and result.placements:
-        result.revisit = True  # the jobs looked at next pass are others
+    if (truncated or reservation is not None) and result.placements:
+        # The jobs looked at next pass are others; or the reservation moves without an event (work
+        # running past its time limit is taken to end now, so the reserved start slides with time).
+        result.revisit = True
     demands.keep_used()
     return result
 
