@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -16,9 +17,9 @@ if TYPE_CHECKING:
 class Snapshot:
     """The world as the shell last observed it. The core reads it and never mutates it."""
 
-    jobs: list[Job]  # every job not yet in a terminal state
-    attempts: list[Attempt]  # every active attempt (assigned or running)
-    nodes: list[Node]  # every node not yet gone
+    jobs: Collection[Job]  # every job not yet in a terminal state
+    attempts: Collection[Attempt]  # every active attempt (assigned or running)
+    nodes: Collection[Node]  # every node not yet gone
     instance_types: list[InstanceType]
     dispatcher_id: str = "local"
     dispatchers: list[Dispatcher] = field(default_factory=list)
@@ -106,8 +107,8 @@ class PlacementResult:
     # A pass at the next tick could place a job this one left waiting although nothing else
     # happens: a placement came after the job and may open a node for it (the cost gate kept it
     # off a node whose work the placement lengthened; it has strict locality hints), or backfill
-    # placed work while it looked at only part of the queue or held a reservation (which slides
-    # with time while work runs past its limit). Otherwise, with nothing else changed, a later
+    # placed work while it looked at only part of the queue or held a reservation (made afresh
+    # next pass, it may hold other room). Otherwise, with nothing else changed, a later
     # pass leaves every waiting job waiting (capacity only shrinks, time only adds cost).
     revisit: bool = False
 

@@ -5,7 +5,8 @@ enough nodes would have room for it, judged from the end times of what runs (sta
 time limit; a job past its limit is taken to end `now`, so an overrun never pushes the reservation
 into the past). Later jobs may start now only where they do not delay it: on nodes outside the
 reservation, or on a reserved node if they end before the reservation starts or fit in what the
-reserved job leaves free there. Reservations are recomputed every pass; nothing is carried over.
+reserved job leaves free there. Reservations are made again every pass (LastReservation
+refigures only the nodes that changed).
 
 The future is projected from requests alone (the only thing known about it), against capacity
 times the overprovision ratio; measured use is not projected. Job-count limits and capness are
@@ -37,6 +38,15 @@ def end_time(start: float, limit: float | None, default_limit: float | None, now
     return max(start + chosen, now)
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Which nodes' running ends changed since the kept ends' previous timeline (`serial` - 1);
+    None: all of them (made afresh)."""
+
+    serial: int
+    nodes: Ints | None
+
+
 class Timeline:
     """Ends of running work (and of work placed this pass), with what each end frees.
 
@@ -45,8 +55,16 @@ class Timeline:
     its vectorised running sums need. Keeping a sorted structure current on every placement would
     cost every placement for the rare pass that makes a reservation."""
 
-    def __init__(self, ends: Floats | None = None, nodes: Ints | None = None, frees: Floats | None = None) -> None:
-        """Empty, or starting with the events given as arrays (`frees` as events x resources)."""
+    def __init__(
+        self,
+        ends: Floats | None = None,
+        nodes: Ints | None = None,
+        frees: Floats | None = None,
+        changes: Changes | None = None,
+    ) -> None:
+        """Empty, or starting with the events given as arrays (`frees` as events x resources);
+        `changes`: see RunningEnds.timeline."""
+        self.changes = changes
         self._end: list[float] = []
         self._node: list[int] = []
         self._frees: list[tuple[float, ...]] = []
@@ -87,6 +105,10 @@ class Timeline:
 
     def __len__(self) -> int:
         return self._given + len(self._end)
+
+    def added_nodes(self) -> Ints:
+        """The nodes of the events added after the given ones (work placed this pass)."""
+        return np.array(self._node, dtype=np.int64)
 
     @classmethod
     def of_running(
@@ -129,6 +151,7 @@ class RunningEnds:
         self._ends: Floats = np.zeros(0)
         self._nodes: Ints = np.zeros(0, dtype=np.int64)
         self._frees: Floats = np.zeros((0, 4))
+        self._serial = 0  # timelines handed out
 
     def timeline(
         self,
@@ -149,16 +172,19 @@ class RunningEnds:
             # belong where it stands among the others, so they are all made again.
             if since is not None and any(i in world.attempts and i not in ending for i in self._ending):
                 since = None
+        touched: Ints | None = np.zeros(0, dtype=np.int64)
         if since is None:
             self._known = set()
             self._set(*self._rows(attempts, positions, jobs))
+            touched = None
         elif since or ending:
             assert world is not None
             active = {i: world.attempts[i] for i in since if i in world.attempts and i not in ending}
-            self._apply([*since, *ending], active, positions, jobs)
+            touched = self._apply([*since, *ending], active, positions, jobs)
         self._of, self._seen = (positions, world), world.attempt_log_end if world is not None else 0
         self._ending = ending
-        return Timeline(np.maximum(self._ends, now), self._nodes, self._frees)
+        self._serial += 1
+        return Timeline(np.maximum(self._ends, now), self._nodes, self._frees, Changes(self._serial, touched))
 
     def _rows(
         self, attempts: Iterable[Attempt], positions: Mapping[str, int], jobs: Mapping[int, Job]
@@ -200,15 +226,18 @@ class RunningEnds:
 
     def _apply(
         self, since: list[int], active: Mapping[int, Attempt], positions: Mapping[str, int], jobs: Mapping[int, Job]
-    ) -> None:
+    ) -> Ints:
+        """Takes the changes; returns the nodes whose events changed (some more than once)."""
         touched = dict.fromkeys(since)  # in journal order: new attempts are appended in it
         gone = [i for i in touched if i in self._known and i not in active]
         moved = [i for i in touched if i in self._known and i in active]
         new = [active[i] for i in touched if i not in self._known and i in active]
+        changed: list[Ints] = []
         for i in gone:
             self._known.discard(i)
         if gone:
             keep = ~np.isin(self._owner, gone)
+            changed.append(self._nodes[~keep])
             self._owner, self._ends, self._nodes = self._owner[keep], self._ends[keep], self._nodes[keep]
             self._frees = self._frees[keep]
         for i in moved:  # started since (or filed again): its end moves, its events stay where they are
@@ -216,13 +245,16 @@ class RunningEnds:
             rows = np.flatnonzero(self._owner == i)
             if len(rows):
                 self._ends[rows] = end
+                changed.append(self._nodes[rows])
         if new:
             owner, ends, nodes, frees = self._rows(new, positions, jobs)
+            changed.append(np.array(nodes, dtype=np.int64))
             if owner:
                 self._owner = np.concatenate([self._owner, np.array(owner, dtype=np.int64)])
                 self._ends = np.concatenate([self._ends, np.array(ends, dtype=np.float64)])
                 self._nodes = np.concatenate([self._nodes, np.array(nodes, dtype=np.int64)])
                 self._frees = np.concatenate([self._frees, np.array(frees, dtype=np.float64)])
+        return np.concatenate(changed) if changed else np.zeros(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -267,71 +299,100 @@ class Reservation:
 
 def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float) -> Reservation | None:
     """The earliest reservation for `demand` on `eligible` nodes, or None if running work never
-    frees enough (work without a time limit never ends, for this purpose).
+    frees enough (work without a time limit never ends, for this purpose)."""
+    return _reservation(arrays, demand, timeline, _Fits(arrays, demand, eligible, now).first_fits(timeline))
 
-    Vectorised over the timeline: each node's room after each of its own ends is its room now
-    plus the running sum of what those ends free; the time a node first fits is the first such
-    point that holds the request, and the reservation starts when the `need`-th node fits."""
+
+class _Fits:
+    """When each node first fits a demand, vectorised over the timeline: a node's room after each
+    of its own ends is its room now plus the running sum of what those ends free; the time it
+    first fits is the first such point that holds the request (now, if its room does already)."""
+
+    def __init__(self, arrays: NodeArrays, demand: Demand, eligible: Bools, now: float) -> None:
+        self.now = now
+        self.wanted = np.flatnonzero(demand.vector > 0)  # only these resources decide where it fits
+        ceiling = arrays.capacity * arrays.ratio[:, None]
+        self.projected_wanted = np.minimum(ceiling - arrays.dedicated, ceiling)[self.wanted]
+        self.request = demand.vector[self.wanted] - EPSILON
+        # Room is capped at the ceiling, so a node fits at a time when its room then holds the
+        # request and it is big enough at all (min(room, ceiling) >= request is both).
+        self.big_enough = eligible & np.all(ceiling[self.wanted] >= self.request[:, None], axis=0)
+        self.fits_now = self.big_enough & np.all(self.projected_wanted >= self.request[:, None], axis=0)
+
+    def first_fits(self, timeline: Timeline, kept: Floats | None = None, dirty: Bools | None = None) -> Floats:
+        """Every node's first fit; or, given `kept` (first fits over the same nodes at an earlier
+        `now`), those of the `dirty` nodes only (whose ends, room or capacity changed since): a
+        node's first fit is its earliest fitting end held at `now`, so the others' only move up
+        to `now`."""
+        now = self.now
+        if kept is None or dirty is None:
+            dirty = np.ones(len(self.fits_now), dtype=bool)
+            first_fit = np.where(self.fits_now, now, np.inf)
+        else:
+            first_fit = np.maximum(kept, now)
+            first_fit[dirty] = np.where(self.fits_now[dirty], now, np.inf)
+        ends, nodes, frees = timeline.arrays()
+        # The ends on a node that fits now change nothing about when it first fits.
+        later = np.flatnonzero((dirty & self.big_enough & ~self.fits_now)[nodes])
+        if len(later):
+            at = later[np.lexsort((ends[later], nodes[later]))]  # grouped by node, each group in time order
+            on = nodes[at]
+            running = np.cumsum(frees[self.wanted[:, None], at], axis=1)
+            starts = np.flatnonzero(np.r_[True, on[1:] != on[:-1]])
+            before = np.zeros((len(self.wanted), len(starts)))
+            before[:, 1:] = running[:, starts[1:] - 1]
+            freed_so_far = running - np.repeat(before, np.diff(np.r_[starts, len(on)]), axis=1)
+            fits = np.all(self.projected_wanted[:, on] + freed_so_far >= self.request[:, None], axis=0)
+            first_fit[on[starts]] = np.minimum.reduceat(np.where(fits, np.maximum(ends[at], now), np.inf), starts)
+        return first_fit
+
+
+def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_fit: Floats) -> Reservation | None:
+    """The reservation starts when the `need`-th node fits (ties to the first nodes)."""
     need = demand.node_count
-    wanted = demand.vector > 0
-    ceiling = arrays.capacity * arrays.ratio[:, None]
-    projected = np.minimum(ceiling - arrays.dedicated, ceiling)
-    request = demand.vector[wanted] - EPSILON
-
-    first_fit = np.full(arrays.n, np.inf)
-    first_fit[eligible & np.all(projected[wanted] >= request[:, None], axis=0)] = now
-    ends, nodes, frees = timeline.arrays()
-    keep = eligible[nodes]
-    ends, nodes, frees = ends[keep], nodes[keep], frees[:, keep]
-    if len(nodes):
-        by_node = np.lexsort((ends, nodes))  # grouped by node, each group in time order
-        nodes, ends, frees = nodes[by_node], ends[by_node], frees[:, by_node]
-        # Only the resources the job asks for decide where it fits (each row sums on its own).
-        running = np.cumsum(frees[wanted], axis=1)
-        starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
-        group_start = np.repeat(starts, np.diff(np.r_[starts, len(nodes)]))
-        before = np.where(group_start > 0, running[:, np.maximum(group_start - 1, 0)], 0.0)
-        freed_so_far = running - before
-        room_after = np.minimum(projected[wanted][:, nodes] + freed_so_far, ceiling[wanted][:, nodes])
-        fits = np.all(room_after >= request[:, None], axis=0)
-        np.minimum.at(first_fit, nodes, np.where(fits, np.maximum(ends, now), np.inf))
-    order = np.lexsort((np.arange(arrays.n), first_fit))[:need]
+    order = np.argsort(first_fit, kind="stable")[:need]
     if len(order) < need or not np.isfinite(first_fit[order[-1]]):
         return None
     start = float(first_fit[order[-1]])
     chosen = [int(i) for i in order]
-    # What the ends up to the start free on each node, summed in time order (one pass over the
-    # timeline for every reserved node: a gang may reserve dozens).
-    freed = np.zeros_like(projected)
-    if len(nodes):
-        counted = ends <= start
-        for resource in range(len(frees)):
-            freed[resource] = np.bincount(nodes[counted], weights=frees[resource, counted], minlength=arrays.n)
-    spare = np.minimum(projected[:, chosen] + freed[:, chosen], ceiling[:, chosen]) - demand.vector[:, None]
     held = np.zeros(arrays.n, dtype=bool)
     held[chosen] = True
+    # What the ends up to the start free on each reserved node, summed in time order.
+    ends, nodes, frees = timeline.arrays()
+    counted = np.flatnonzero(held[nodes] & (ends <= start))
+    counted = counted[np.lexsort((ends[counted], nodes[counted]))]
+    freed = np.zeros((len(frees), arrays.n))
+    for resource in range(len(frees)):
+        freed[resource] = np.bincount(nodes[counted], weights=frees[resource, counted], minlength=arrays.n)
+    ceiling = arrays.capacity[:, chosen] * arrays.ratio[:, None]
+    projected = np.minimum(ceiling - arrays.dedicated[:, chosen], ceiling)
+    spare = np.minimum(projected + freed[:, chosen], ceiling) - demand.vector[:, None]
     return Reservation(demand.job_id, start, chosen, spare, held)
 
 
 @dataclass(frozen=True, slots=True)
 class _Made:
-    """What a reservation was made from, and what it was (None: none could be made)."""
+    """What the last first fits were made from, and what they were."""
 
     key: tuple[object, ...]
     arrays: NodeArrays
     eligible: Bools
+    ratio: Floats
+    capacity: Floats
     dedicated: Floats
-    timeline: tuple[Floats, Ints, Floats]
+    serial: int  # of the kept ends' timeline they were made over
+    added: Ints  # the nodes of the events that timeline held beyond the running work
     now: float
-    found: Reservation | None
+    first_fit: Floats
 
 
 class LastReservation:
-    """The last reservation a placer made, given again for the same job when nothing it was made
-    from has changed: the same request, eligible nodes, requests on the nodes and timeline (the
-    ends as held at `now`, so no running work came due in between), and a start after the `now`
-    it was made at. Then the reservation a fresh `reserve` makes at a later `now` is the same:
-    only nodes that fit already are placed at `now`, and the start is not one of them."""
+    """Reserves as `reserve` does, keeping the last demand's first fits: while the demand, the
+    eligible nodes and the nodes are the same, and the timelines come from kept running ends
+    (RunningEnds, which says which nodes' ends changed), the next reservation refigures only the
+    nodes whose ends, requests or capacity changed since, and work placed in either pass. The
+    others' first fits stand, held at the later `now` (see _Fits.first_fits). Busy fixed fleets
+    reserve for the same blocked job pass after pass while a few jobs end and start."""
 
     def __init__(self) -> None:
         self._made: _Made | None = None
@@ -339,29 +400,42 @@ class LastReservation:
     def reserve(
         self, arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float
     ) -> Reservation | None:
-        events = timeline.arrays()
-        made, key = self._made, (demand.job_id, demand.key)
+        fits = _Fits(arrays, demand, eligible, now)
+        made, key, changes = self._made, (demand.job_id, demand.key), timeline.changes
+        added = timeline.added_nodes()
+        dirty = None
         if (
             made is not None
+            and changes is not None
             and made.key == key
             and made.arrays is arrays
-            and (made.found is None or made.found.start > made.now)
+            and now >= made.now
+            and made.dedicated.shape == arrays.dedicated.shape
+            and (changes.serial == made.serial or (changes.serial == made.serial + 1 and changes.nodes is not None))
             and np.array_equal(made.eligible, eligible)
-            and np.array_equal(made.dedicated, arrays.dedicated)
-            and all(np.array_equal(was, now_is) for was, now_is in zip(made.timeline, events, strict=True))
+            and np.array_equal(made.ratio, arrays.ratio)
         ):
-            return _copy(made.found)
-        found = reserve(arrays, demand, eligible, timeline, now)
-        self._made = _Made(key, arrays, eligible, arrays.dedicated.copy(), events, now, _copy(found))
-        return found
-
-
-def _copy(reservation: Reservation | None) -> Reservation | None:
-    """`spare` is taken from as a pass places work: each pass gets its own."""
-    if reservation is None:
-        return None
-    r = reservation
-    return Reservation(r.job_id, r.start, r.nodes, r.spare.copy(), r.held)
+            dirty = np.any(made.dedicated != arrays.dedicated, axis=0)
+            dirty |= np.any(made.capacity != arrays.capacity, axis=0)
+            dirty[made.added] = True
+            dirty[added] = True
+            if changes.serial != made.serial and changes.nodes is not None:
+                dirty[changes.nodes] = True
+        first_fit = fits.first_fits(timeline, made.first_fit if made is not None and dirty is not None else None, dirty)
+        if changes is not None:
+            self._made = _Made(
+                key,
+                arrays,
+                eligible.copy(),
+                arrays.ratio.copy(),
+                arrays.capacity.copy(),
+                arrays.dedicated.copy(),
+                changes.serial,
+                added,
+                now,
+                first_fit,
+            )
+        return _reservation(arrays, demand, timeline, first_fit)
 
 
 def _duration(seconds: float) -> str:

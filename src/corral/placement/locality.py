@@ -108,9 +108,9 @@ class LocalityIndex:
     Each entry a job names is resolved once into node and rack masks, which `add` then keeps
     current, so a job with hints costs a few array operations however large the tagged group."""
 
-    def __init__(self, jobs: Iterable[Job], attempts: Iterable[Attempt], all_nodes: Sequence[Node]) -> None:
+    def __init__(self, jobs: Iterable[Job], attempts: Iterable[Attempt], all_nodes: Iterable[Node]) -> None:
         # Indexed on first use: most passes place no job with hints, and need none of it.
-        self._sources: tuple[Iterable[Job], Iterable[Attempt], Sequence[Node]] | None = (jobs, attempts, all_nodes)
+        self._sources: tuple[Iterable[Job], Iterable[Attempt], Iterable[Node]] | None = (jobs, attempts, all_nodes)
         self._added: list[tuple[int, list[str], list[str]]] = []
         self._rack_of: dict[str, str] = {}
         self.job_nodes: dict[int, list[str]] = {}

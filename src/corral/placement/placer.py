@@ -472,8 +472,9 @@ def place(
         result.reasons[job.id] = reason
         result.details[job.id] = details
     if (truncated or reservation is not None) and result.placements:
-        # The jobs looked at next pass are others; or the reservation moves without an event (work
-        # running past its time limit is taken to end now, so the reserved start slides with time).
+        # The jobs looked at next pass are others; or the reservation made afresh next pass, with
+        # the work placed now among what runs, may hold other room than the one kept up to date
+        # here (and work past its time limit, taken to end now, slides it with time).
         result.revisit = True
     demands.keep_used()
     return result

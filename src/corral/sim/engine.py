@@ -299,15 +299,19 @@ class Simulation:
                 self._handle(kind, ref, time)
 
     def _pass(self, now: float) -> Decisions:
-        if self.on_pass is not None or self.check_index:
+        leaves = self.on_pass is not None or self.check_index
+        if leaves:
             # The core reads pinging nodes as heard from now (the index's promise); a snapshot
             # that leaves the simulator shows it as the live loop's would.
             for node in self.pinging.values():
                 node.last_ping_at = now
+        # A pass reads the live views and changes nothing (the simulator changes them when it
+        # carries the decisions out, after the pass); a snapshot that leaves gets copies.
+        jobs, attempts, nodes = self.jobs.values(), self.attempts.values(), self.nodes.values()
         snapshot = Snapshot(
-            jobs=list(self.jobs.values()),
-            attempts=list(self.attempts.values()),
-            nodes=list(self.nodes.values()),
+            jobs=list(jobs) if leaves else jobs,
+            attempts=list(attempts) if leaves else attempts,
+            nodes=list(nodes) if leaves else nodes,
             instance_types=self.types,
             dispatcher_id=DISPATCHER,
             unavailable_types=self.unavailable,
