@@ -49,6 +49,15 @@ def test_easy_reserves_for_the_first_blocked_job_and_backfills_what_does_not_del
     assert result.revisit
 
 
+def test_a_job_of_a_request_held_back_is_held_back_too_until_a_placement_changes_the_nodes() -> None:
+    twin = job(5, 2, time_limit=3000)  # the same request as LONG (another time limit, also too long)
+    result = run([BIG, LONG, twin, SHORT, job(6, 2, time_limit=4000)])
+    assert placed(result) == {2: ("n1",)}
+    assert result.reasons[3].startswith("would delay job 1") and result.reasons[5].startswith("would delay job 1")
+    # After SHORT's placement it is looked at again: n1 is full now.
+    assert result.reasons[6].startswith("INSUFFICIENT_CPU")
+
+
 def test_backfill_on_a_reserved_node_within_what_the_reserved_job_leaves() -> None:
     small_big = job(1, 6, priority=10)  # leaves 2 cpu free on n1 at its start
     four_free = [running(1, 100, ["n1"], Resources(4, GiB), started_at=NOW - 100), ATTEMPTS[1]]

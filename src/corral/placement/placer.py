@@ -322,6 +322,11 @@ def place(
     reservation: Reservation | None = None
     examined_after_block = 0
     never_fits: set[tuple[object, ...]] = set()
+    # Bounded requests the reservation held back, with the engine version then: a job of the same
+    # request is held back too while nothing has been placed since (the room it would need, the
+    # reservation's spare and the nodes are the same; a job that ends before the reservation
+    # starts is never held back).
+    held_back: dict[tuple[object, ...], int] = {}
     # Cost gate (elastic jobs): built when first needed; placements made before then are replayed.
     gate: CostGate | None = None
     gated_by_cost = gate_settings(settings) is not None and bool(snapshot.instance_types)
@@ -340,18 +345,21 @@ def place(
         else:
             any_node = True
 
+    def wait_for(reservation: Reservation, job: Job) -> None:
+        if explanations:
+            reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
+            _wait(result, job, reason, reservation=_reservation_json(reservation, arrays, now))
+        else:
+            _wait(result, job, f"would delay job {reservation.job_id}, which has a reservation")
+
     demands = memo.demands if memo is not None else DemandMemo()
+    not_examined = ""
     for job in ordered:
         demand = demands.of(job)
-        end = end_time(now, demand.time_limit, policy.default_time_limit, now)
-        # A request no node takes now: found so earlier in this pass, or in an earlier pass with
-        # nothing since that makes room (capacity only shrinks otherwise). It needs no look.
-        known_misfit = no_room.get(demand.key)
-        remembered = engine.misfit(demand) if known_misfit is None else None
-        fits_nowhere = known_misfit is not None or remembered is not None
-        exclude = None
-        if blocker is not None and reservation is not None and capacity is not None:
-            if capacity.bounded_for(demand):
+        bounded = False
+        if blocker is not None and capacity is not None:
+            bounded = capacity.bounded_for(demand)
+            if bounded:
                 # Competes with the blocked job for the same fixed capacity.
                 if policy.backfill == "strict-fifo":
                     _wait(result, job, f"waiting behind job {blocker.id} (strict FIFO)", blocked_by=blocker.id)
@@ -359,17 +367,29 @@ def place(
                 examined_after_block += 1
                 if examined_after_block > policy.max_job_test:
                     truncated = True
-                    why = f"not examined this pass: backfill looks at {policy.max_job_test} jobs after job {blocker.id}"
-                    _wait(result, job, why, blocked_by=blocker.id)
+                    not_examined = not_examined or (
+                        f"not examined this pass: backfill looks at {policy.max_job_test} jobs after job {blocker.id}"
+                    )
+                    _wait(result, job, not_examined, blocked_by=blocker.id)
                     continue
-            # A job a new instance could serve is not held back, but it may not delay the
-            # reservation either (strict FIFO: it keeps off the reserved nodes altogether).
-            if not fits_nowhere:
-                exclude = (
-                    reservation.held
-                    if policy.backfill == "strict-fifo"
-                    else reservation.holds_back(arrays, demand.vector, end)
-                )
+        end = end_time(now, demand.time_limit, policy.default_time_limit, now)
+        # A request no node takes now: found so earlier in this pass, or in an earlier pass with
+        # nothing since that makes room (capacity only shrinks otherwise). It needs no look.
+        known_misfit = no_room.get(demand.key)
+        remembered = engine.misfit(demand) if known_misfit is None else None
+        fits_nowhere = known_misfit is not None or remembered is not None
+        exclude = None
+        # A job a new instance could serve is not held back, but it may not delay the reservation
+        # either (strict FIFO: it keeps off the reserved nodes altogether).
+        if reservation is not None and not fits_nowhere:
+            if bounded and end > reservation.start and held_back.get(demand.key) == engine.version:
+                wait_for(reservation, job)
+                continue
+            exclude = (
+                reservation.held
+                if policy.backfill == "strict-fifo"
+                else reservation.holds_back(arrays, demand.vector, end)
+            )
 
         costly = None
         if (
@@ -425,11 +445,9 @@ def place(
             continue
         if exclude is not None and engine.evaluate(demand).count >= demand.node_count:
             assert reservation is not None
-            if explanations:
-                reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
-                _wait(result, job, reason, reservation=_reservation_json(reservation, arrays, now))
-            else:
-                _wait(result, job, f"would delay job {reservation.job_id}, which has a reservation")
+            if bounded and demand.hints is None:
+                held_back[demand.key] = engine.version
+            wait_for(reservation, job)
             continue
         if known_misfit is None:
             quick = not explanations or full_explanations >= FULL_EXPLANATIONS_PER_PASS
