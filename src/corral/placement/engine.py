@@ -470,7 +470,7 @@ class Engine:
         changed = self._changed[since : self._changes]
         changed = changed[masked[changed] > -np.inf]  # those it fits (a node may be listed twice)
         if len(changed):
-            costly = gate.exclude(demand, changed)
+            costly = gate.exclude(demand, lambda: changed)
             if costly is None or not costly[changed].all():
                 return False
         self._refused[key] = self._changes

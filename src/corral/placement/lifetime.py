@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -180,22 +180,26 @@ class CostGate:
         result: Floats = self.arrays.price[every] * hours
         return result
 
-    def exclude(self, demand: Demand, among: Ints | None = None) -> Bools | None:
+    def exclude(self, demand: Demand, fitting: Callable[[], Ints | None] | None = None) -> Bools | None:
         """Nodes on which the job costs more than a new instance would (None: no such node, or no
-        type not in back-off holds it), looking only at the nodes `among` if given (those the job
-        fits: the others are out anyway). Whether an instance may be booted for the job at all
-        (capacity mode, `max_instances`) is the placer's `Capacity.bounded_for`."""
+        type not in back-off holds it), looking only at the nodes `fitting()` gives, if it gives
+        any (those the job fits: the others are out anyway; asked for only when the prices do
+        not settle it). Whether an instance may be booted for the job at all (capacity mode,
+        `max_instances`) is the placer's `Capacity.bounded_for`."""
         ratio = self.settings.max_extension
         limit = self.limit(demand)
-        if ratio <= 0 or limit is None or (among is not None and not len(among)):
+        if ratio <= 0 or limit is None:
             return None
         allowed = self.allowed(demand)
         if not math.isfinite(allowed):
             return None
         # A node can cost at most its price for the job's whole expected run: most nodes are
         # ruled in by that alone, without the per-node expectation.
-        top = self._top_price if among is None else float(self.arrays.price[among].max())
-        if top * self.mean_fraction * limit / 3600.0 <= allowed:
+        most = self.mean_fraction * limit / 3600.0
+        if self._top_price * most <= allowed:
+            return None
+        among = fitting() if fitting is not None else None
+        if among is not None and (not len(among) or float(self.arrays.price[among].max()) * most <= allowed):
             return None
         over = self.extension_cost(demand, among) > allowed
         if not over.any():

@@ -15,6 +15,7 @@ fresh placer would make.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
-from corral.placement.arrays import FleetFacts, Floats, NodeArrays, fleet_signature
+from corral.placement.arrays import FleetFacts, Floats, Ints, NodeArrays, fleet_signature
 from corral.placement.backfill import LastReservation, Reservation, RunningEnds, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
@@ -407,10 +408,7 @@ def place(
                     kept_off(demand)
                     _wait(result, job, COSTLY_REASON)
                     continue
-                # The gate looks only at the nodes the job fits when they are few (gathering
-                # them costs more than it saves when most nodes fit).
-                fit = engine.fitting(demand)
-                costly = gate.exclude(demand, fit if fit is not None and 2 * len(fit) < arrays.n else None)
+                costly = gate.exclude(demand, functools.partial(_few_fitting, engine, demand))
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
         if choice is not None:
@@ -568,6 +566,13 @@ def _cost_gate(
     for nodes, demand in placed:
         gate.placed(nodes, demand)
     return gate
+
+
+def _few_fitting(engine: Engine, demand: Demand) -> Ints | None:
+    """The nodes `demand` fits, for the cost gate to look at, if they are fewer than half the
+    nodes (gathering them costs more than it saves when most nodes fit)."""
+    fit = engine.fitting(demand)
+    return fit if fit is not None and 2 * len(fit) < engine.arrays.n else None
 
 
 def _wait(result: PlacementResult, job: Job, reason: str, **extra: Any) -> None:
