@@ -310,13 +310,13 @@ class _Fits:
 
     def __init__(self, arrays: NodeArrays, demand: Demand, eligible: Bools, now: float) -> None:
         self.now = now
-        self.wanted = np.flatnonzero(demand.vector > 0)  # only these resources decide where it fits
-        ceiling = arrays.capacity * arrays.ratio[:, None]
-        self.projected_wanted = np.minimum(ceiling - arrays.dedicated, ceiling)[self.wanted]
-        self.request = demand.vector[self.wanted] - EPSILON
+        wanted = self.wanted = np.flatnonzero(demand.vector > 0)  # only these resources decide where it fits
+        ceiling = arrays.capacity[wanted] * arrays.ratio[wanted, None]
+        self.projected_wanted = np.minimum(ceiling - arrays.dedicated[wanted], ceiling)
+        self.request = demand.vector[wanted] - EPSILON
         # Room is capped at the ceiling, so a node fits at a time when its room then holds the
         # request and it is big enough at all (min(room, ceiling) >= request is both).
-        self.big_enough = eligible & np.all(ceiling[self.wanted] >= self.request[:, None], axis=0)
+        self.big_enough = eligible & np.all(ceiling >= self.request[:, None], axis=0)
         self.fits_now = self.big_enough & np.all(self.projected_wanted >= self.request[:, None], axis=0)
 
     def first_fits(self, timeline: Timeline, kept: Floats | None = None, dirty: Bools | None = None) -> Floats:
@@ -361,12 +361,15 @@ def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_f
     ends, nodes, frees = timeline.arrays()
     counted = np.flatnonzero(held[nodes] & (ends <= start))
     counted = counted[np.lexsort((ends[counted], nodes[counted]))]
-    freed = np.zeros((len(frees), arrays.n))
+    column = np.empty(arrays.n, dtype=np.intp)
+    column[chosen] = np.arange(need)
+    on = column[nodes[counted]]
+    freed = np.zeros((len(frees), need))
     for resource in range(len(frees)):
-        freed[resource] = np.bincount(nodes[counted], weights=frees[resource, counted], minlength=arrays.n)
+        freed[resource] = np.bincount(on, weights=frees[resource, counted], minlength=need)
     ceiling = arrays.capacity[:, chosen] * arrays.ratio[:, None]
     projected = np.minimum(ceiling - arrays.dedicated[:, chosen], ceiling)
-    spare = np.minimum(projected + freed[:, chosen], ceiling) - demand.vector[:, None]
+    spare = np.minimum(projected + freed, ceiling) - demand.vector[:, None]
     return Reservation(demand.job_id, start, chosen, spare, held)
 
 
