@@ -16,13 +16,43 @@ whichever way the index was made.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from corral.core.model import Attempt, AttemptState, Job, JobState, Node, NodeState
 from corral.core.snapshot import Snapshot
 
 SCHEDULABLE = frozenset((NodeState.IDLE, NodeState.BUSY))
 JOURNAL_KEPT = 1 << 16
+
+T = TypeVar("T")
+
+
+class Journal(Generic[T]):
+    """Every id filed or dropped, in order, addressed by position; the older half is forgotten
+    past 2 x JOURNAL_KEPT entries."""
+
+    def __init__(self) -> None:
+        self._entries: list[T] = []
+        self._start = 0  # the position of _entries[0]
+
+    def append(self, entry: T) -> None:
+        entries = self._entries
+        entries.append(entry)
+        if len(entries) > 2 * JOURNAL_KEPT:
+            del entries[:JOURNAL_KEPT]
+            self._start += JOURNAL_KEPT
+
+    @property
+    def end(self) -> int:
+        """The position after the last entry."""
+        return self._start + len(self._entries)
+
+    def since(self, position: int) -> list[T] | None:
+        """The entries from `position` on (an id may be listed more than once, or be unchanged);
+        None if the journal no longer reaches back that far."""
+        if position < self._start:
+            return None
+        return self._entries[position - self._start :]
 
 
 class SnapshotIndex:
@@ -57,18 +87,14 @@ class SnapshotIndex:
         self._counted: dict[int, tuple[str, ...]] = {}  # attempt id -> the node ids it is counted on
         self._sequence = 0
         self.fleet_version = 0
-        # Every node filed or dropped, in order (`nodes_changed_since`), as for attempts; and how
-        # many times a node was filed as reshaped.
-        self._node_log: list[str] = []
-        self._node_log_start = 0
+        # Every node filed or dropped, and how many times a node was filed as reshaped.
+        self.node_journal: Journal[str] = Journal()
         self.reshaped = 0
         # Bumped whenever a node filed brings a new measurement (`used`, `used_at`), or comes or goes.
         self.measured_version = 0
         self._measured: dict[str, tuple[object, float | None]] = {}
-        # Every attempt filed or dropped, in order (`attempts_changed_since`); the older half is
-        # forgotten past 2 x JOURNAL_KEPT entries.
-        self._attempt_log: list[int] = []
-        self._log_start = 0  # the journal position of _attempt_log[0]
+        # Every attempt filed or dropped.
+        self.attempt_journal: Journal[int] = Journal()
         self._schedulable: list[Node] | None = None
 
     @classmethod
@@ -107,7 +133,7 @@ class SnapshotIndex:
             self.drop_attempt(attempt.id)
             return
         attempt_id = attempt.id
-        self._log(attempt_id)
+        self.attempt_journal.append(attempt_id)
         self.attempts[attempt_id] = attempt
         _place(self.assigned, attempt_id, attempt, attempt.state is AttemptState.ASSIGNED)
         if attempt_id not in self._counted:
@@ -120,7 +146,7 @@ class SnapshotIndex:
                     self._classify(node_id)
 
     def drop_attempt(self, attempt_id: int) -> None:
-        self._log(attempt_id)
+        self.attempt_journal.append(attempt_id)
         attempt = self.attempts.pop(attempt_id, None)
         self.assigned.pop(attempt_id, None)
         counted = self._counted.pop(attempt_id, ())
@@ -142,7 +168,7 @@ class SnapshotIndex:
         """File a node that is new or has changed state; `reshaped`: its capacity, price, rack or
         attributes changed."""
         node_id = node.id
-        self._log_node(node_id)
+        self.node_journal.append(node_id)
         self.reshaped += reshaped
         filed = self._filed_state.get(node_id)
         schedulable = node.state in SCHEDULABLE
@@ -168,7 +194,7 @@ class SnapshotIndex:
             self.measured_version += 1
 
     def drop_node(self, node_id: str) -> None:
-        self._log_node(node_id)
+        self.node_journal.append(node_id)
         filed = self._filed_state.pop(node_id, None)
         if filed is None:
             return
@@ -204,20 +230,6 @@ class SnapshotIndex:
         else:
             self.orphaned.discard(node_id)
 
-    def _log(self, attempt_id: int) -> None:
-        log = self._attempt_log
-        log.append(attempt_id)
-        if len(log) > 2 * JOURNAL_KEPT:
-            del log[:JOURNAL_KEPT]
-            self._log_start += JOURNAL_KEPT
-
-    def _log_node(self, node_id: str) -> None:
-        log = self._node_log
-        log.append(node_id)
-        if len(log) > 2 * JOURNAL_KEPT:
-            del log[:JOURNAL_KEPT]
-            self._node_log_start += JOURNAL_KEPT
-
     def _fleet_changed(self) -> None:
         self.fleet_version += 1
         self._schedulable = None
@@ -229,30 +241,6 @@ class SnapshotIndex:
         if self._schedulable is None:
             self._schedulable = [node for node in self.nodes.values() if node.state in SCHEDULABLE]
         return self._schedulable
-
-    @property
-    def attempt_log_end(self) -> int:
-        """The journal position after the last attempt filed or dropped."""
-        return self._log_start + len(self._attempt_log)
-
-    def attempts_changed_since(self, position: int) -> list[int] | None:
-        """The ids of attempts filed or dropped since journal `position` (some may be listed more
-        than once, or be unchanged); None if the journal no longer reaches back that far."""
-        if position < self._log_start:
-            return None
-        return self._attempt_log[position - self._log_start :]
-
-    @property
-    def node_log_end(self) -> int:
-        """The node journal's position after the last node filed or dropped."""
-        return self._node_log_start + len(self._node_log)
-
-    def nodes_changed_since(self, position: int) -> list[str] | None:
-        """The ids of nodes filed or dropped since node journal `position` (some listed more than
-        once, or unchanged); None if the journal no longer reaches back that far."""
-        if position < self._node_log_start:
-            return None
-        return self._node_log[position - self._node_log_start :]
 
     def in_node_order(self, nodes: Iterable[Node]) -> list[Node]:
         return sorted(nodes, key=lambda node: self.node_order[node.id])

@@ -167,7 +167,7 @@ class RunningEnds:
         of = self._of
         since = None
         if world is not None and of is not None and of[0] is positions and of[1] is world:
-            since = world.attempts_changed_since(self._seen)
+            since = world.attempt_journal.since(self._seen)
             # An attempt left out last time and still filed was not ended after all: its events
             # belong where it stands among the others, so they are all made again.
             if since is not None and any(i in world.attempts and i not in ending for i in self._ending):
@@ -181,7 +181,7 @@ class RunningEnds:
             assert world is not None
             active = {i: world.attempts[i] for i in since if i in world.attempts and i not in ending}
             touched = self._apply([*since, *ending], active, positions, jobs)
-        self._of, self._seen = (positions, world), world.attempt_log_end if world is not None else 0
+        self._of, self._seen = (positions, world), world.attempt_journal.end if world is not None else 0
         self._ending = ending
         self._serial += 1
         return Timeline(np.maximum(self._ends, now), self._nodes, self._frees, Changes(self._serial, touched))

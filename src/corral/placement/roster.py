@@ -44,7 +44,7 @@ class Roster:
 
     def __init__(self, index: SnapshotIndex, settings: PlacementSettings, now: float) -> None:
         filed = list(index.nodes.values())
-        self.nodes: list[Node] = filed + [FREE] * (2 * len(filed) + 16 - len(filed))
+        self.nodes: list[Node] = filed + [FREE] * (len(filed) + 16)  # room to grow to twice the fleet
         self.taken = len(filed)  # slots given out so far; the rest are free
         self.dead = 0
         self.states = [node.state for node in self.nodes]
@@ -58,17 +58,17 @@ class Roster:
         # two passes has another, and belongs in a new slot.
         self.filing = [index.node_order[node.id] for node in filed] + [-1] * (len(self.nodes) - len(filed))
         self.index = index
-        self._seen = index.node_log_end
+        self._seen = index.node_journal.end
         self._reshaped = index.reshaped
 
     def update(self, index: SnapshotIndex, now: float) -> RosterChange | None:
         """Read the nodes the index filed since the last call into their slots; None when the
         roster must be made again (another index, a node reshaped, a reservation ended, the
         journal gone, no free slot left, too many dead ones)."""
-        changes = index.nodes_changed_since(self._seen) if index is self.index else None
+        changes = index.node_journal.since(self._seen) if index is self.index else None
         if changes is None or index.reshaped != self._reshaped or not self.facts.valid_at(now):
             return None
-        self._seen = index.node_log_end
+        self._seen = index.node_journal.end
         change = RosterChange()
         facts, slot_of = self.facts, self.facts.index
         measured = False

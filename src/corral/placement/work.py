@@ -85,7 +85,7 @@ class WorkLedger:
         the pass ended, which hold nothing); its journal of changed attempts spares comparing
         every attempt with the last pass's."""
         kept = self._attempts
-        since = world.attempts_changed_since(self._journal[1]) if self._journal and self._journal[0] is world else None
+        since = world.attempt_journal.since(self._journal[1]) if self._journal and self._journal[0] is world else None
         if world is not None and since is not None:
             active: Mapping[int, Attempt] = _Without(world.attempts, ending)
             touched = {*since, *self._ending, *ending}  # what was left out last time may be back
@@ -95,7 +95,7 @@ class WorkLedger:
         else:
             active = {a.id: a for a in attempts if a.state in _ACTIVE}
             gone, new, unstarted = kept.keys() - active.keys(), active.keys() - kept.keys(), self._unstarted
-        self._journal = (world, world.attempt_log_end) if world is not None else None
+        self._journal = (world, world.attempt_journal.end) if world is not None else None
         self._ending = ending
         changed: set[str] = set()
         loosened: set[str] = set()  # nodes whose figures may have gone down (work ended, started, measured)
