@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -43,10 +44,36 @@ def test_easy_reserves_for_the_first_blocked_job_and_backfills_what_does_not_del
     assert "reserved n1 from in 15m (EASY backfill)" in result.reasons[1]
     assert result.reasons[3].startswith("would delay job 1")
     assert result.reasons[4].startswith("would delay job 1")
-    # Made afresh next pass, with the job placed now among what runs, the reservation may hold
-    # other room than the one kept up to date in this pass: a shell that runs passes only on
-    # events runs one more.
+    # Made afresh with SHORT among what runs (it ends before the start), the reservation is the
+    # same: the jobs left waiting would meet it again next pass, with less room. Nothing to revisit
+    # until the clock reaches the start (from then on, work that overruns its limit slides it).
+    assert not result.revisit
+    assert result.revisit_from == NOW + 900
+    assert run([BIG, LONG]).revisit_from == math.inf  # nothing placed: nothing to look at again
+
+
+def test_a_placement_that_moves_the_reservation_asks_for_another_pass() -> None:
+    # A two-node gang: n3 fits first (at +300), then n1 and n2 tie at +900; it reserves n3 and n1.
+    nodes = [node("n1", 8, 64), node("n2", 8, 64), node("n3", 8, 64)]
+    jobs = [job(100, time_limit=1000), job(101, time_limit=1000), job(102, time_limit=400)]
+    attempts = [
+        running(1, 100, ["n1"], Resources(8, GiB), started_at=NOW - 100),  # ends at +900
+        running(2, 101, ["n2"], Resources(8, GiB), started_at=NOW - 100),  # ends at +900
+        running(3, 102, ["n3"], Resources(6, GiB), started_at=NOW - 100),  # ends at +300
+    ]
+    gang = job(1, 8, nodes=2, priority=10)
+    until_start = job(2, 2, time_limit=900)  # ends as the reservation starts: it may use n3
+    result = run_pass(nodes, [gang, until_start], attempts=attempts, other_jobs=jobs)
+    assert result.details[1]["reservation"]["nodes"] == ["n3", "n1"]
+    assert placed(result) == {2: ("n3",)}
+    # Afresh, n3 first fits at +900 too and loses the tie to n2: another reservation next pass.
     assert result.revisit
+    # Placed before the reservation was made, the same work is in it already: nothing to revisit.
+    first = job(2, 2, time_limit=900, priority=20)
+    result = run_pass(nodes, [first, gang], attempts=attempts, other_jobs=jobs)
+    assert placed(result) == {2: ("n3",)}
+    assert result.details[1]["reservation"]["nodes"] == ["n1", "n2"]
+    assert not result.revisit
 
 
 def test_a_job_of_a_request_held_back_is_held_back_too_until_a_placement_changes_the_nodes() -> None:

@@ -169,7 +169,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     reasons = result.reasons
     decisions.placements.extend(result.placements)
     decisions.explanations.update(result.details)
-    decisions.revisit = result.revisit
+    decisions.revisit, decisions.revisit_from = result.revisit, result.revisit_from
     placed_ids = {p.job_id for p in result.placements}
     placed_on = {node_id for p in result.placements for node_id in p.node_ids}  # they hold work now too
     waiting = [job for job in queue if job.id not in placed_ids]

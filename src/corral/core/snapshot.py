@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -111,6 +112,11 @@ class PlacementResult:
     # next pass, it may hold other room). Otherwise, with nothing else changed, a later
     # pass leaves every waiting job waiting (capacity only shrinks, time only adds cost).
     revisit: bool = False
+    # After placements with backfill's reservation in force: the time from which a pass may find
+    # the reservation elsewhere with nothing else changed (work past its time limit, taken to end
+    # at the pass's time, ends later in a later pass; ties among the nodes that fit by then may
+    # fall otherwise). Passes before it meet the reservation this pass made, and less room.
+    revisit_from: float = math.inf
 
 
 @dataclass(slots=True)
@@ -123,6 +129,7 @@ class Decisions:
     annotations: list[Annotation] = field(default_factory=list)
     explanations: dict[int, dict[str, Any]] = field(default_factory=dict)
     revisit: bool = False  # the placer's (PlacementResult.revisit)
+    revisit_from: float = math.inf  # the placer's (PlacementResult.revisit_from)
 
     def empty(self) -> bool:
         return not (

@@ -292,7 +292,8 @@ class Reservation:
                 self.spare[:, k] = self.spare[:, k] - vector
 
     def describe(self, arrays: NodeArrays, now: float, mode: str = "easy") -> str:
-        where = ", ".join(arrays.ids[i] for i in self.nodes[:5]) + (" ..." if len(self.nodes) > 5 else "")
+        # In node order: the same reservation reads the same whichever node first fit first.
+        where = ", ".join(arrays.ids[i] for i in sorted(self.nodes)[:5]) + (" ..." if len(self.nodes) > 5 else "")
         when = "now" if self.start <= now else f"in {_duration(self.start - now)}"
         return f"reserved {where} from {when} ({'EASY backfill' if mode == 'easy' else 'strict FIFO'})"
 

@@ -20,10 +20,12 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
-from corral.placement.arrays import FleetFacts, Floats, Ints, NodeArrays, fleet_signature
+from corral.placement.arrays import Bools, FleetFacts, Floats, Ints, NodeArrays, fleet_signature
 from corral.placement.backfill import LastReservation, Reservation, RunningEnds, Timeline, end_time, reserve
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
@@ -321,6 +323,7 @@ def place(
     full_explanations = 0
     blocker: Job | None = None
     reservation: Reservation | None = None
+    reserved: tuple[Demand, Bools, int] | None = None  # the blocked job's demand, eligible nodes, placements before
     examined_after_block = 0
     never_fits: set[tuple[object, ...]] = set()
     # Bounded requests the reservation held back, with the engine version then: a job of the same
@@ -481,19 +484,40 @@ def place(
                     never_fits.add(demand.key)
                 if found is not None:
                     blocker, reservation = job, found
+                    reserved = (demand, eligible, len(result.placements))
                     reason += f"; {found.describe(arrays, now, policy.backfill)}"
                     if explanations:
                         details["reservation"] = _reservation_json(found, arrays, now)
                     details["reason"] = reason
         result.reasons[job.id] = reason
         result.details[job.id] = details
-    if (truncated or reservation is not None) and result.placements:
-        # The jobs looked at next pass are others; or the reservation made afresh next pass, with
-        # the work placed now among what runs, may hold other room than the one kept up to date
-        # here (and work past its time limit, taken to end now, slides it with time).
-        result.revisit = True
+    if truncated and result.placements:
+        result.revisit = True  # the jobs looked at next pass are others
+    elif reservation is not None and reserved is not None and result.placements:
+        # The reservation made afresh next pass, with the work placed after it among what runs,
+        # may hold other room than the one kept up to date here (a reserved node that took work
+        # ending before the start may first fit later, and lose a tie). If it holds the same, the
+        # jobs left waiting meet the same reservation and less room until the clock moves it.
+        blocker_demand, eligible, placed_before = reserved
+        if len(result.placements) > placed_before:
+            make = memo.reservation.reserve if memo is not None else reserve
+            fresh = make(arrays, blocker_demand, eligible, timeline.built(), now)
+            result.revisit = not _same_reservation(fresh, reservation)
+        result.revisit_from = reservation.start
     demands.keep_used()
     return result
+
+
+def _same_reservation(fresh: Reservation | None, kept: Reservation) -> bool:
+    """The same start, nodes and room left on each (the nodes in any order: ties among nodes that
+    first fit at the same time come in another order once one of them took work)."""
+    if fresh is None or fresh.start != kept.start or len(fresh.nodes) != len(kept.nodes):
+        return False
+    fresh_order, kept_order = np.argsort(fresh.nodes), np.argsort(kept.nodes)
+    return bool(
+        np.array_equal(np.asarray(fresh.nodes)[fresh_order], np.asarray(kept.nodes)[kept_order])
+        and np.array_equal(fresh.spare[:, fresh_order], kept.spare[:, kept_order])
+    )
 
 
 class DemandMemo:

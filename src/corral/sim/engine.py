@@ -257,19 +257,20 @@ class Simulation:
             decisions = self._pass(at)
             last_pass = at
             pending = self.jobs or events or wakes or self._next_arrival < len(specs)
-            again = at + tick if self._follow_up(decisions) or (self.every_tick and pending) else math.inf
+            again = at + tick if self._follow_up(decisions, at) or (self.every_tick and pending) else math.inf
             if self.progress is not None and self.counters.passes % progress_every == 0:
                 self.progress(at)
         self.end_time = max(self.now, self.last_finish)
         return self
 
-    def _follow_up(self, decisions: Decisions) -> bool:
+    def _follow_up(self, decisions: Decisions, at: float) -> bool:
         """Whether the next tick's pass could decide something new although no event comes: after
         a drain (the shutdown follows), a shutdown or a job's end (room or budget freed), a boot
         that failed or hit the per-pass limit, boots while work is queued (the planner then sees
         booting instances where it planned new ones), or when the placer says a waiting job may
-        fit after what it placed (`Decisions.revisit`). Anything else changes nothing the pass
-        reads: a waiting job still finds no room, and only waits longer."""
+        fit after what it placed (`Decisions.revisit`, or `revisit_from` by the next tick).
+        Anything else changes nothing the pass reads: a waiting job still finds no room, and only
+        waits longer."""
         trouble, self._boot_trouble = self._boot_trouble, False
         return bool(
             decisions.job_outcomes
@@ -277,7 +278,7 @@ class Simulation:
             or (self.queued and decisions.node_decisions)
             or trouble
             or len(decisions.boots) >= self.policy.boot.max_boots_per_pass
-            or (self.queued and (decisions.boots or decisions.revisit))
+            or (self.queued and (decisions.boots or decisions.revisit or decisions.revisit_from <= at + self.tick))
         )
 
     def _advance(self, until: float) -> None:
