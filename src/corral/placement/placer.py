@@ -493,16 +493,17 @@ def place(
         result.details[job.id] = details
     if truncated and result.placements:
         result.revisit = True  # the jobs looked at next pass are others
-    elif reservation is not None and reserved is not None and result.placements:
+    elif reserved is not None and len(result.placements) > reserved[2]:
         # The reservation made afresh next pass, with the work placed after it among what runs,
         # may hold other room than the one kept up to date here (a reserved node that took work
         # ending before the start may first fit later, and lose a tie). If it holds the same, the
         # jobs left waiting meet the same reservation and less room until the clock moves it.
-        blocker_demand, eligible, placed_before = reserved
-        if len(result.placements) > placed_before:
-            make = memo.reservation.reserve if memo is not None else reserve
-            fresh = make(arrays, blocker_demand, eligible, timeline.built(), now)
-            result.revisit = not _same_reservation(fresh, reservation)
+        assert reservation is not None  # made with `reserved`
+        blocker_demand, eligible, _ = reserved
+        make = memo.reservation.reserve if memo is not None else reserve
+        fresh = make(arrays, blocker_demand, eligible, timeline.built(), now)
+        result.revisit = not _same_reservation(fresh, reservation)
+    if reservation is not None:
         result.revisit_from = reservation.start
     demands.keep_used()
     return result

@@ -148,6 +148,7 @@ class Simulation:
         self._node_ids = 0
         self.queued = 0  # jobs in QUEUED state
         self._boot_trouble = False  # a boot of this pass failed or was skipped
+        self.revisit_from = math.inf  # the last pass's Decisions.revisit_from
 
         self.records: dict[int, JobRecord] = {}
         self.ended_run: dict[int, float] = {}  # job id -> time its recorded run ended (for waits)
@@ -241,7 +242,9 @@ class Simulation:
             arrival = specs[self._next_arrival].submit if self._next_arrival < len(specs) else math.inf
             if self.fixed and arrival == math.inf and not self.jobs:
                 break  # a fixed fleet has nothing left to do; its failures and repairs would go on forever
-            due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again)
+            # Backfill's reservation may move with the clock alone from its start on.
+            sliding = self.revisit_from if self.queued else math.inf
+            due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again, sliding)
             if due == math.inf:
                 break
             at = self._grid(due)
@@ -255,22 +258,23 @@ class Simulation:
                 heapq.heappop(wakes)
             self.now = at
             decisions = self._pass(at)
+            self.revisit_from = decisions.revisit_from
             last_pass = at
             pending = self.jobs or events or wakes or self._next_arrival < len(specs)
-            again = at + tick if self._follow_up(decisions, at) or (self.every_tick and pending) else math.inf
+            again = at + tick if self._follow_up(decisions) or (self.every_tick and pending) else math.inf
             if self.progress is not None and self.counters.passes % progress_every == 0:
                 self.progress(at)
         self.end_time = max(self.now, self.last_finish)
         return self
 
-    def _follow_up(self, decisions: Decisions, at: float) -> bool:
+    def _follow_up(self, decisions: Decisions) -> bool:
         """Whether the next tick's pass could decide something new although no event comes: after
         a drain (the shutdown follows), a shutdown or a job's end (room or budget freed), a boot
         that failed or hit the per-pass limit, boots while work is queued (the planner then sees
         booting instances where it planned new ones), or when the placer says a waiting job may
-        fit after what it placed (`Decisions.revisit`, or `revisit_from` by the next tick).
-        Anything else changes nothing the pass reads: a waiting job still finds no room, and only
-        waits longer."""
+        fit after what it placed (`Decisions.revisit`). Anything else changes nothing the pass
+        reads: a waiting job still finds no room, and only waits longer (until the clock reaches
+        the start of backfill's reservation, `Decisions.revisit_from`, which `run` waits for)."""
         trouble, self._boot_trouble = self._boot_trouble, False
         return bool(
             decisions.job_outcomes
@@ -278,7 +282,7 @@ class Simulation:
             or (self.queued and decisions.node_decisions)
             or trouble
             or len(decisions.boots) >= self.policy.boot.max_boots_per_pass
-            or (self.queued and (decisions.boots or decisions.revisit or decisions.revisit_from <= at + self.tick))
+            or (self.queued and (decisions.boots or decisions.revisit))
         )
 
     def _advance(self, until: float) -> None:
