@@ -52,6 +52,16 @@ def test_easy_reserves_for_the_first_blocked_job_and_backfills_what_does_not_del
     assert run([SHORT]).revisit_from == math.inf  # no reservation
 
 
+def test_a_reservation_held_by_overrunning_work_slides_until_the_next_end() -> None:
+    # The work on n1 is past its limit: taken to end now, so the reservation starts now and moves
+    # with the clock; only when the clock passes another end (n2's) may it move elsewhere.
+    overrun = [job(100, time_limit=50), RUNNING_JOBS[1]]
+    result = run_pass(NODES, [BIG, LONG], attempts=ATTEMPTS, other_jobs=overrun)
+    assert result.details[1]["reservation"]["start"] == NOW
+    assert result.revisit_from == NOW + 4900
+    assert run([BIG, LONG]).revisit_from == NOW + 900  # not yet started: its start
+
+
 def test_a_placement_that_moves_the_reservation_asks_for_another_pass() -> None:
     # A two-node gang: n3 fits first (at +300), then n1 and n2 tie at +900; it reserves n3 and n1.
     nodes = [node("n1", 8, 64), node("n2", 8, 64), node("n3", 8, 64)]

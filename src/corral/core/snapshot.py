@@ -112,10 +112,11 @@ class PlacementResult:
     # next pass, it may hold other room). Otherwise, with nothing else changed, a later
     # pass leaves every waiting job waiting (capacity only shrinks, time only adds cost).
     revisit: bool = False
-    # With backfill's reservation in force: its start, from which a pass may find the reservation
-    # elsewhere with nothing else changed (work past its time limit, taken to end at the pass's
-    # time, ends later at a later pass, and ties among the nodes that fit by then may fall
-    # otherwise). Passes before it meet the reservation this pass made, and no more room.
+    # With backfill's reservation in force: the time from which a pass may find it elsewhere with
+    # nothing else changed. Its start; or, once started (work past its time limit is taken to end
+    # at the pass's time), the next end of running work: ties among the nodes that fit by then may
+    # fall otherwise, and a reserved node's room at the start may grow. Passes before it meet the
+    # reservation this pass made, and no more room.
     revisit_from: float = math.inf
 
 

@@ -106,6 +106,12 @@ class Timeline:
     def __len__(self) -> int:
         return self._given + len(self._end)
 
+    def next_end(self, now: float) -> float:
+        """The first end after `now` (inf: none)."""
+        ends = self.arrays()[0]
+        later = ends[ends > now]
+        return float(later.min()) if len(later) else math.inf
+
     def added_nodes(self) -> Ints:
         """The nodes of the events added after the given ones (work placed this pass)."""
         return np.array(self._node, dtype=np.int64)

@@ -504,7 +504,9 @@ def place(
         fresh = make(arrays, blocker_demand, eligible, timeline.built(), now)
         result.revisit = not _same_reservation(fresh, reservation)
     if reservation is not None:
-        result.revisit_from = reservation.start
+        # Before its start, only the clock reaching it moves the reservation; from then on (work
+        # past its limit is taken to end now) only the clock passing another end of running work.
+        result.revisit_from = reservation.start if reservation.start > now else timeline.built().next_end(now)
     demands.keep_used()
     return result
 

@@ -242,7 +242,7 @@ class Simulation:
             arrival = specs[self._next_arrival].submit if self._next_arrival < len(specs) else math.inf
             if self.fixed and arrival == math.inf and not self.jobs:
                 break  # a fixed fleet has nothing left to do; its failures and repairs would go on forever
-            # Backfill's reservation may move with the clock alone from its start on.
+            # Backfill's reservation may move with the clock alone then.
             sliding = self.revisit_from if self.queued else math.inf
             due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again, sliding)
             if due == math.inf:
@@ -273,8 +273,8 @@ class Simulation:
         that failed or hit the per-pass limit, boots while work is queued (the planner then sees
         booting instances where it planned new ones), or when the placer says a waiting job may
         fit after what it placed (`Decisions.revisit`). Anything else changes nothing the pass
-        reads: a waiting job still finds no room, and only waits longer (until the clock reaches
-        the start of backfill's reservation, `Decisions.revisit_from`, which `run` waits for)."""
+        reads: a waiting job still finds no room, and only waits longer (until the clock moves
+        backfill's reservation: `Decisions.revisit_from`, which `run` waits for)."""
         trouble, self._boot_trouble = self._boot_trouble, False
         return bool(
             decisions.job_outcomes
