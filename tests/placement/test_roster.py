@@ -59,35 +59,36 @@ def test_slots_place_as_the_list_does(elastic: bool) -> None:
             j = job(10_000 + step * 10 + len(jobs), rng.choice([0.5, 2, 6]), rng.choice([1, 8, 40]), time_limit=limit)
             jobs[j.id] = j
             index.put_job(j)
-        live = list(index.nodes.values())
-        what = rng.random()
-        if what < 0.15:
-            new_node()
-        elif what < 0.3 and live:  # a node pairs, drains, goes down, or is back to work
-            n = rng.choice(live)
-            n.state = rng.choice([NodeState.IDLE, NodeState.BUSY, NodeState.DRAINING, NodeState.DOWN])
-            index.put_node(n)
-        elif what < 0.4 and live:  # a node goes away; now and then it comes back under its name
-            n = rng.choice(live)
-            for a in [a for a in attempts.values() if n.id in a.node_ids]:
-                del attempts[a.id]
+        for _ in range(rng.choice([1, 1, 2])):  # now and then two changes in one pass
+            live = list(index.nodes.values())
+            what = rng.random()
+            if what < 0.15:
+                new_node()
+            elif what < 0.3 and live:  # a node pairs, drains, goes down, or is back to work
+                n = rng.choice(live)
+                n.state = rng.choice([NodeState.IDLE, NodeState.BUSY, NodeState.DRAINING, NodeState.DOWN])
+                index.put_node(n)
+            elif what < 0.4 and live:  # a node goes away; now and then it comes back under its name
+                n = rng.choice(live)
+                for a in [a for a in attempts.values() if n.id in a.node_ids]:
+                    del attempts[a.id]
+                    index.drop_attempt(a.id)
+                index.drop_node(n.id)
+                if rng.random() < 0.4:
+                    new_node(n.id)
+            elif what < 0.45 and live:  # an operator labels a node
+                n = rng.choice(live)
+                n.attributes["platform"] = "4.0"
+                index.put_node(n, reshaped=True)
+            elif what < 0.55 and live:  # an agent's measurement
+                n = rng.choice(live)
+                n.used, n.used_at = Resources(rng.uniform(0, 2), 2 * GiB, 0, 0), now
+                index.put_node(n)
+            elif what < 0.75 and attempts:  # work ends
+                a = attempts.pop(rng.choice(list(attempts)))
                 index.drop_attempt(a.id)
-            index.drop_node(n.id)
-            if rng.random() < 0.4:
-                new_node(n.id)
-        elif what < 0.45 and live:  # an operator labels a node
-            n = rng.choice(live)
-            n.attributes["platform"] = "4.0"
-            index.put_node(n, reshaped=True)
-        elif what < 0.55 and live:  # an agent's measurement
-            n = rng.choice(live)
-            n.used, n.used_at = Resources(rng.uniform(0, 2), 2 * GiB, 0, 0), now
-            index.put_node(n)
-        elif what < 0.75 and attempts:  # work ends
-            a = attempts.pop(rng.choice(list(attempts)))
-            index.drop_attempt(a.id)
-            jobs.pop(a.job_id, None)
-            index.drop_job(a.job_id)
+                jobs.pop(a.job_id, None)
+                index.drop_job(a.job_id)
         waiting = [j for j in jobs.values() if not any(a.job_id == j.id for a in attempts.values())]
         snapshot = Snapshot(
             list(jobs.values()), list(attempts.values()), list(index.nodes.values()), types, index=index

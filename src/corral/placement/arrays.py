@@ -11,7 +11,6 @@ import functools
 import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -328,22 +327,19 @@ class NodeArrays:
                 self._refresh_room(resource, idx)
         self._take_facts(self.facts)
 
-    def refresh(self, load: Load, where: list[int], used: list[Resources], watched: AbstractSet[int]) -> bool:
+    def refresh(self, load: Load, where: list[int], used: list[Resources]) -> None:
         """Take the work at node positions `where` (in order) from `load` and their measured use
-        from `used` (every node's), as the build does for every node; the room follows. Returns
-        whether any `watched` node (among `where`) may now take a request it could not: more room,
-        fewer requests, jobs, capped or uncapped jobs."""
+        from `used` (every node's), as the build does for every node; the room follows."""
         if len(where) > FEW:
-            return self._refresh_many(load, np.array(where, dtype=np.int64), used, watched)
+            self._refresh_many(load, np.array(where, dtype=np.int64), used)
+            return
         capacity, dedicated_of, utilized_of, room_of = self.capacity, self.dedicated, self.utilized, self.room
         held, unmeasured = load.dedicated, load.unmeasured
-        loosened = False
         # Scalar arithmetic on each column: the same IEEE operations as `_refresh_many` (and the
         # build), without NumPy's per-call cost for the one or two nodes a pass usually changes.
         for i in where:
             u = used[i]
             measured = (u.vcpus, u.ram_mib, u.scratch_mib, u.gpus)
-            watch = i in watched
             for r in range(len(RESOURCES)):
                 dedicated = float(held[r, i])
                 utilized = float(measured[r]) + float(unmeasured[r, i])
@@ -355,22 +351,15 @@ class NodeArrays:
                     room_left = cap - utilized
                 else:
                     room_left = min(cap * self._ratios[r] - dedicated, cap - utilized)
-                if watch and (room_left > room_of[r, i] or dedicated < dedicated_of[r, i]):
-                    loosened = True
                 dedicated_of[r, i] = dedicated
                 utilized_of[r, i] = utilized
                 room_of[r, i] = room_left
             jobs, capped = float(load.jobs[i]), int(load.capped[i])
             uncapped = int(jobs) - capped
-            if watch and (jobs < self.jobs[i] or capped < self.capped_jobs[i] or uncapped < self.uncapped_jobs[i]):
-                loosened = True
             self.jobs[i], self.capped_jobs[i], self.uncapped_jobs[i] = jobs, capped, uncapped
         self.any_capped = self._pinned or bool(self.capped_jobs.any())
-        return loosened
 
-    def _refresh_many(self, load: Load, where: Ints, used: list[Resources], watched: AbstractSet[int]) -> bool:
-        look = np.array([i in watched for i in where.tolist()], dtype=bool)
-        before = self._hold(where[look])
+    def _refresh_many(self, load: Load, where: Ints, used: list[Resources]) -> None:
         self.dedicated[:, where] = load.dedicated[:, where]
         self.utilized[:, where] = _stack(used[i] for i in where.tolist()) + load.unmeasured[:, where]
         for resource in RESOURCES:
@@ -379,20 +368,6 @@ class NodeArrays:
         self.capped_jobs[where] = load.capped[where]
         self.uncapped_jobs[where] = load.jobs[where].astype(np.int64) - load.capped[where]
         self.any_capped = self._pinned or bool(self.capped_jobs.any())
-        return bool((self._hold(where[look]) > before).any())
-
-    def _hold(self, where: Ints) -> Floats:
-        """What holds the nodes at `where` back from taking work, one row per figure: a rise
-        anywhere means that a request may fit there now that did not."""
-        return np.concatenate(
-            [
-                self.room[:, where],
-                -self.dedicated[:, where],
-                -self.jobs[where][None],
-                -self.capped_jobs[where][None].astype(np.float64),
-                -self.uncapped_jobs[where][None].astype(np.float64),
-            ]
-        )
 
     def _refresh_room(self, resource: Resource, where: slice | Ints | int) -> None:
         self.room[resource, where] = room(

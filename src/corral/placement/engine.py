@@ -18,7 +18,7 @@ nodes, and which one the one-line reason names); the survivors are the same in a
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -64,12 +64,13 @@ class Shared:
 
 @dataclass(frozen=True, slots=True)
 class Misfit:
-    """A request no node took: the explanation made then (at engine version `version`), and
-    whether it was a quick one."""
+    """A request no node took: the explanation made then (at engine version `version`), whether
+    it was a quick one, and the change journal's position it holds as of (see `misfit`)."""
 
     version: int
     explanation: dict[str, Any]
     quick: bool
+    seen: int
 
 
 @dataclass(slots=True)
@@ -165,10 +166,11 @@ class Engine:
         self._static_cache.clear()
         self._shared.clear()
         self._refused.clear()
-        self._changes = 0
+        # The change journal starts again: misfits kept are those up to date with it, when
+        # nothing that could make room happened.
+        changes, self._changes = self._changes, 0
         self.version += 1
-        if grew:
-            self._grew()
+        self.misfits = {} if grew else {k: replace(m, seen=0) for k, m in self.misfits.items() if m.seen == changes}
 
     def _static_scores(self) -> None:
         """The job-independent scores that do not follow the work on the nodes (platform, reboot,
@@ -215,7 +217,6 @@ class Engine:
         now: float,
         load: Load,
         refreshed: list[int],
-        loosened: list[int],
         used: list[Resources],
         locality: LocalityIndex | None,
         instance_types: Sequence[InstanceType],
@@ -223,11 +224,11 @@ class Engine:
         """Make this engine, kept from the last pass over the same nodes (the same FleetFacts),
         the one a fresh build would give for the pass at `now`: the nodes at `refreshed` take
         their work from `load` and their measurement from `used` (every node's; each node whose
-        work or measurement changed since the last pass must be listed, and among `loosened`
-        those whose room, requests or jobs may have gone down); the nodes this engine committed
-        placements to since are refreshed too, whether or not those placements were carried
-        out. Every array is refigured with the same operations as a fresh build, so the values
-        are the same."""
+        work or measurement changed since the last pass must be listed); the nodes this engine
+        committed placements to since are refreshed too, whether or not those placements were
+        carried out. Every array is refigured with the same operations as a fresh build, so the
+        values are the same. The refreshed nodes go into the change journal, which is what kept
+        misfits and shared work look at."""
         committed, self._committed = set(self._committed), []
         where = sorted(committed.union(refreshed))
         if where or list(instance_types) != self.instance_types:
@@ -235,13 +236,15 @@ class Engine:
         self.now = now
         self.arrays.used = used
         # The nodes placed on last pass: their room comes back if a placement was not carried out.
-        if where and self.arrays.refresh(load, where, used, set(committed)) or loosened:
-            self._grew()
+        if where:
+            self.arrays.refresh(load, where, used)
         if self.scores.renew(now):
             self._static_scores()
             self.base = self.base_scores(slice(None))
             self._shared.clear()
             self._refused.clear()
+            if where:
+                self.misfits.clear()  # the nodes that changed are not in the change journal
         elif where:
             idx = np.array(where, dtype=np.int64)
             self.base[idx] = self.base_scores(idx)
@@ -252,21 +255,29 @@ class Engine:
         if self._changes > self.changes_kept:
             self._shared.clear()
             self._refused.clear()
+            self.misfits.clear()
             self._changes = 0
 
-    def _grew(self) -> None:
-        """Some node may take a request it could not: what was known not to fit may fit now."""
-        self.misfits.clear()
-
     def misfit(self, demand: Demand) -> Misfit | None:
-        """What was found when no node took this request (without locality hints), if nothing has
-        made room since: it still finds none."""
-        return self.misfits.get(demand.key) if demand.hints is None else None
+        """What was found when no node took this request (without locality hints), if no node
+        changed since so that it fits there: it still finds none. Only a node whose room, job
+        counts or measurement changed can newly pass the filters, and those are in the change
+        journal (room freed on a node, not a whole fleet's worth, is the usual change)."""
+        if demand.hints is not None:
+            return None
+        entry = self.misfits.get(demand.key)
+        if entry is None or entry.seen == self._changes:
+            return entry
+        if not self._sharing or (self.shared(demand)[self._changed[entry.seen : self._changes]] > -np.inf).any():
+            del self.misfits[demand.key]
+            return None
+        entry = self.misfits[demand.key] = replace(entry, seen=self._changes)
+        return entry
 
     def note_misfit(self, demand: Demand, explanation: dict[str, Any], quick: bool) -> None:
         """No node takes `demand` now, as `explanation` (made at this version) says."""
         if demand.hints is None:
-            self.misfits[demand.key] = Misfit(self.version, explanation, quick)
+            self.misfits[demand.key] = Misfit(self.version, explanation, quick, self._changes)
 
     def _note_changed(self, nodes: Sequence[int]) -> None:
         """Nodes whose room, job counts or base sums changed: shared work catches up on them."""

@@ -268,11 +268,11 @@ def build_engine(
     load = work.update(facts.ids, facts.index, used_at, snapshot.attempts, jobs, snapshot.index, snapshot.ending)
     index = LocalityIndex(snapshot.jobs, snapshot.attempts, snapshot.nodes)
     if kept is not None and free is None and kept.free is None and kept.arrays.facts is facts:
-        written, loosened = work.written, work.loosened
-        if written is not None and loosened is not None:
+        written = work.written
+        if written is not None:
             was = kept.arrays.used
             remeasured = [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w] if used != was else []
-            kept.renew(now, load, written + remeasured, loosened + remeasured, used, index, snapshot.instance_types)
+            kept.renew(now, load, written + remeasured, used, index, snapshot.instance_types)
             return kept
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)

@@ -65,9 +65,6 @@ class WorkLedger:
         self._ending: AbstractSet[int] = frozenset()  # the attempts left out last time
         # The node positions whose figures the last `update` changed; None: all of them (new nodes).
         self.written: list[int] | None = None
-        # Of those, the ones whose figures may have gone down: work ended or started, a new
-        # measurement (only such a change can make room for a request).
-        self.loosened: list[int] | None = None
 
     def update(
         self,
@@ -148,12 +145,11 @@ class WorkLedger:
                 self._refigure(node_id, measured_at, jobs)
         if same_nodes and self._load is not None:
             self.written = [index[node_id] for node_id in changed if node_id in index]
-            self.loosened = [index[node_id] for node_id in loosened if node_id in index]
             self._write(self.written, self._load, ids)
         else:
             # Other nodes: the figures of those that were there already move to their new
             # positions; only changed nodes and newcomers with work are written from the ledger.
-            self.written = self.loosened = None
+            self.written = None
             n, was, load, ends = len(ids), self._positions, self._load, self._ends
             self._load = Load(
                 np.zeros((len(RESOURCES), n)),
