@@ -1,6 +1,7 @@
 """Simulator benchmark: replay a workload through corral's reconcile pass in both fleet modes.
 
-    .venv/bin/python bench/simulate.py [WORKLOAD] [--jobs N] [--modes elastic,fixed] [--quality] [--no-cost-gate]
+    .venv/bin/python bench/simulate.py [WORKLOAD] [--jobs N] [--modes elastic,fixed] [--fixed TYPE:COUNT]
+        [--trace JOBS:INTERARRIVAL] [--quality] [--no-cost-gate]
 
 Without WORKLOAD it generates (deterministically, in-process) a 100,000-job SWF trace with the
 statistics of a parallel-machine log (corral.workload.synth) and an arrival rate at which the elastic
@@ -11,6 +12,10 @@ Elastic: AWS us-east-1 CPU instance types, the default policy (idle grace 1 min)
 instances. Fixed: 500 m5.12xlarge-sized nodes (24,000 vcpus), EASY backfilling (the placement settings' queue).
 Targets (issue 4), one core, <= 1 GiB: elastic >= 5,000 jobs/s, fixed with EASY >= 20,000 jobs/s.
 
+--trace JOBS:INTERARRIVAL generates another trace of the same statistics: e.g. `--trace 450000:18
+--modes fixed --fixed c5.2xlarge:1024`, a large cluster's log (about 450,000 jobs on 1,024 8-core
+nodes, as RICC's in the Parallel Workloads Archive) kept as busy as the default fixed run.
+
 --quality adds the cost comparison of docs/performance.md on the same trace: the default policy,
 the same with hourly billing (seed 000's billing window), and a fixed fleet sized for the elastic
 run's peak.
@@ -19,6 +24,7 @@ run's peak.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import subprocess
@@ -156,6 +162,11 @@ def main() -> None:
         "--no-cost-gate", action="store_true", help="elastic with policy.placement.cost.max_extension = 0"
     )
     parser.add_argument("--write-trace", type=Path, help="write the generated trace here and stop")
+    parser.add_argument(
+        "--trace",
+        metavar="JOBS:INTERARRIVAL",
+        help=f"generate JOBS jobs at a mean INTERARRIVAL (s) (default {TRACE.jobs}:{TRACE.mean_interarrival:g})",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -163,18 +174,22 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_child(args.child, args.workload, args.jobs, args.variant)))
         return
+    trace = TRACE
+    if args.trace:
+        jobs, interarrival = args.trace.split(":")
+        trace = dataclasses.replace(TRACE, jobs=int(jobs), mean_interarrival=float(interarrival))
     with tempfile.TemporaryDirectory() as tmp:
         workload = args.workload
         if workload is None or args.write_trace:
             workload = args.write_trace or Path(tmp) / "trace.swf"
             started = time.perf_counter()
-            workload.write_text(to_swf(generate(TRACE), TRACE))
-            print(f"generated {TRACE.jobs:,} jobs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            workload.write_text(to_swf(generate(trace), trace))
+            print(f"generated {trace.jobs:,} jobs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             if args.write_trace:
                 print(f"wrote {workload}", file=sys.stderr)
                 return
         fixed = f"fixed:{args.fixed}" if args.fixed else ""
-        name = workload.name if args.workload is not None else f"generated {TRACE}"
+        name = workload.name if args.workload is not None else f"generated {trace}"
         elastic = "no-cost-gate" if args.no_cost_gate else ""
         figures = bench(workload, name, args.jobs, args.modes.split(","), args.quality, fixed, elastic)
     print(json.dumps(figures))
