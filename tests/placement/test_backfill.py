@@ -245,6 +245,15 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
         return original(self, timeline, kept_fits, dirty)
 
     monkeypatch.setattr(backfill_module._Fits, "first_fits", counted)
+    figured = as_it_was = 0
+    original_init = backfill_module._Fits.__init__
+
+    def init(self: Any, *args: Any) -> None:
+        nonlocal figured
+        figured += 1
+        original_init(self, *args)
+
+    monkeypatch.setattr(backfill_module._Fits, "__init__", init)
     now, next_id, compared = NOW, 1, 0
     for _ in range(300):
         now += rng.choice([0.0, 5.0, 60.0])
@@ -252,7 +261,7 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
             what = rng.random()
             if what < 0.45 or not attempts:
                 j = job(
-                    next_id, rng.choice([2, 4, 6]), rng.choice([2, 8]), time_limit=rng.choice([None, 120, 600, 600])
+                    next_id, rng.choice([2, 4, 6]), rng.choice([2, 8]), time_limit=rng.choice([None, 120, 600, 600, 3600])
                 )
                 jobs[j.id] = j
                 on = rng.sample([n.id for n in nodes], rng.choice([1, 1, 1, 2]))
@@ -287,17 +296,22 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
             eligible = np.ones(arrays.n, dtype=bool)
             if rng.random() < 0.1:
                 eligible[rng.randrange(arrays.n)] = False
+            before = figured
             got = last.reserve(arrays, demand, eligible, timeline, now)
+            as_it_was += figured == before
             want = reserve(arrays, demand, eligible, fresh, now)
             assert (got is None) == (want is None)
             if got is not None and want is not None:
                 assert (got.start, got.nodes, got.spare.tolist()) == (want.start, want.nodes, want.spare.tolist())
             # Every node's first fit, not only the few that make the reservation.
-            kept_fits = last._made.first_fit if last._made is not None else None
+            assert last._made is not None
+            kept_fits = np.maximum(last._made.first_fit, now)  # held at the later `now`, as used
             assert np.array_equal(kept_fits, backfill_module._Fits(arrays, demand, eligible, now).first_fits(fresh))
             compared += 1
             found += got is not None
-            # Work placed later in the pass: on the timeline, and on the nodes.
+            # Work placed later in the pass (now and then none): on the timeline, and on the nodes.
+            if rng.random() < 0.3:
+                continue
             placed_on = rng.randrange(arrays.n)
             end, frees = now + rng.choice([30.0, 300.0]), (4.0, 1024.0, 0.0, 0.0)
             timeline.add(end, placed_on, frees)
@@ -307,3 +321,4 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
     assert compared > 250
     assert found > 150
     assert partial > 100  # the kept first fits were used
+    assert as_it_was > 10  # and the reservation as it was, nothing having changed

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -394,6 +394,7 @@ class _Made:
     added: Ints  # the nodes of the events that timeline held beyond the running work
     now: float
     first_fit: Floats
+    reservation: Reservation | None  # what they gave, before placements took from its room
 
 
 class LastReservation:
@@ -401,8 +402,10 @@ class LastReservation:
     eligible nodes and the nodes are the same, and the timelines come from kept running ends
     (RunningEnds, which says which nodes' ends changed), the next reservation refigures only the
     nodes whose ends, requests or capacity changed since, and work placed in either pass. The
-    others' first fits stand, held at the later `now` (see _Fits.first_fits). Busy fixed fleets
-    reserve for the same blocked job pass after pass while a few jobs end and start."""
+    others' first fits stand, held at the later `now` (see _Fits.first_fits). When none changed
+    and the last reservation has not started, it stands as it was: before its start the clock
+    moves no node past it, and the ends up to its start are the same. Busy fixed fleets reserve
+    for the same blocked job pass after pass while a few jobs end and start."""
 
     def __init__(self) -> None:
         self._made: _Made | None = None
@@ -410,7 +413,6 @@ class LastReservation:
     def reserve(
         self, arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float
     ) -> Reservation | None:
-        fits = _Fits(arrays, demand, eligible, now)
         made, key, changes = self._made, (demand.job_id, demand.key), timeline.changes
         added = timeline.added_nodes()
         dirty = None
@@ -431,8 +433,18 @@ class LastReservation:
             dirty[added] = True
             if changes.serial != made.serial and changes.nodes is not None:
                 dirty[changes.nodes] = True
+            last = made.reservation
+            if last is not None and last.start > now and not dirty.any():
+                self._made = replace(made, serial=changes.serial, added=added, now=now)
+                return Reservation(last.job_id, last.start, last.nodes, last.spare.copy(), last.held)
+        fits = _Fits(arrays, demand, eligible, now)
         first_fit = fits.first_fits(timeline, made.first_fit if made is not None and dirty is not None else None, dirty)
+        reservation = _reservation(arrays, demand, timeline, first_fit)
         if changes is not None:
+            kept = None
+            if reservation is not None:
+                r = reservation
+                kept = Reservation(r.job_id, r.start, r.nodes, r.spare.copy(), r.held)
             self._made = _Made(
                 key,
                 arrays,
@@ -444,8 +456,9 @@ class LastReservation:
                 added,
                 now,
                 first_fit,
+                kept,
             )
-        return _reservation(arrays, demand, timeline, first_fit)
+        return reservation
 
 
 def _duration(seconds: float) -> str:
