@@ -310,6 +310,9 @@ def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timel
     return _reservation(arrays, demand, timeline, _Fits(arrays, demand, eligible, now).first_fits(timeline))
 
 
+_FIRST = np.zeros(1, dtype=np.int64)  # the first event starts a node's group
+
+
 class _Fits:
     """When each node first fits a demand, vectorised over the timeline: a node's room after each
     of its own ends is its room now plus the running sum of what those ends free; the time it
@@ -345,10 +348,11 @@ class _Fits:
             at = later[np.lexsort((ends[later], nodes[later]))]  # grouped by node, each group in time order
             on = nodes[at]
             running = np.cumsum(frees[self.wanted[:, None], at], axis=1)
-            starts = np.flatnonzero(np.r_[True, on[1:] != on[:-1]])
+            starts = np.flatnonzero(on[1:] != on[:-1]) + 1
+            starts = np.concatenate((_FIRST, starts))
             before = np.zeros((len(self.wanted), len(starts)))
             before[:, 1:] = running[:, starts[1:] - 1]
-            freed_so_far = running - np.repeat(before, np.diff(np.r_[starts, len(on)]), axis=1)
+            freed_so_far = running - np.repeat(before, np.diff(starts, append=len(on)), axis=1)
             fits = np.all(self.projected_wanted[:, on] + freed_so_far >= self.request[:, None], axis=0)
             first_fit[on[starts]] = np.minimum.reduceat(np.where(fits, np.maximum(ends[at], now), np.inf), starts)
         return first_fit
