@@ -13,8 +13,8 @@ instances. Fixed: 500 m5.12xlarge-sized nodes (24,000 vcpus), EASY backfilling (
 Targets (issue 4), one core, <= 1 GiB: elastic >= 5,000 jobs/s, fixed with EASY >= 20,000 jobs/s.
 
 --trace JOBS:INTERARRIVAL generates another trace of the same statistics: e.g. `--trace 450000:18
---modes fixed --fixed c5.2xlarge:1024`, a large cluster's log (about 450,000 jobs on 1,024 8-core
-nodes, as RICC's in the Parallel Workloads Archive) kept as busy as the default fixed run.
+--modes fixed --fixed c5.2xlarge:1024`, a large cluster's log (450,000 jobs on 1,024 8-core nodes)
+kept about as busy as the default fixed run.
 
 --quality adds the cost comparison of docs/performance.md on the same trace: the default policy,
 the same with hourly billing (seed 000's billing window), and a fixed fleet sized for the elastic
