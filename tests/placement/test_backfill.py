@@ -261,7 +261,10 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
             what = rng.random()
             if what < 0.45 or not attempts:
                 j = job(
-                    next_id, rng.choice([2, 4, 6]), rng.choice([2, 8]), time_limit=rng.choice([None, 120, 600, 600, 3600])
+                    next_id,
+                    rng.choice([2, 4, 6]),
+                    rng.choice([2, 8]),
+                    time_limit=rng.choice([None, 120, 600, 600, 3600]),
                 )
                 jobs[j.id] = j
                 on = rng.sample([n.id for n in nodes], rng.choice([1, 1, 1, 2]))

@@ -101,7 +101,7 @@ def test_slots_place_as_the_list_does(elastic: bool) -> None:
         )
         assert got.placements == fresh.placements, f"step {step}"
         assert got.reasons == fresh.reasons, f"step {step}"
-        assert got.revisit == fresh.revisit
+        assert (got.revisit, got.revisit_from) == (fresh.revisit, fresh.revisit_from)
         for p in got.placements:  # carried out
             a = running(len(attempts) + 100_000 + step * 10, p.job_id, list(p.node_ids), jobs[p.job_id].resources)
             a.started_at = a.assigned_at = now

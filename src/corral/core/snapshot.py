@@ -108,9 +108,10 @@ class PlacementResult:
     # A pass at the next tick could place a job this one left waiting although nothing else
     # happens: a placement came after the job and may open a node for it (the cost gate kept it
     # off a node whose work the placement lengthened; it has strict locality hints), or backfill
-    # placed work while it looked at only part of the queue or held a reservation (made afresh
-    # next pass, it may hold other room). Otherwise, with nothing else changed, a later
-    # pass leaves every waiting job waiting (capacity only shrinks, time only adds cost).
+    # placed work while it looked at only part of the queue, or after its reservation, which made
+    # afresh with that work among what runs holds other nodes or room. Otherwise, with nothing
+    # else changed, a later pass leaves every waiting job waiting (capacity only shrinks, time
+    # only adds cost) until `revisit_from`.
     revisit: bool = False
     # With backfill's reservation in force: the time from which a pass may find it elsewhere with
     # nothing else changed. Its start; or, once started (work past its time limit is taken to end

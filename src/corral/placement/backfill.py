@@ -106,10 +106,10 @@ class Timeline:
     def __len__(self) -> int:
         return self._given + len(self._end)
 
-    def next_end(self, now: float) -> float:
-        """The first end after `now` (inf: none)."""
-        ends = self.arrays()[0]
-        later = ends[ends > now]
+    def next_end(self, now: float, on: Bools) -> float:
+        """The first end after `now` on the nodes `on` marks (inf: none)."""
+        ends, nodes, _ = self.arrays()
+        later = ends[(ends > now) & on[nodes]]
         return float(later.min()) if len(later) else math.inf
 
     def added_nodes(self) -> Ints:

@@ -503,10 +503,12 @@ def place(
         make = memo.reservation.reserve if memo is not None else reserve
         fresh = make(arrays, blocker_demand, eligible, timeline.built(), now)
         result.revisit = not _same_reservation(fresh, reservation)
-    if reservation is not None:
+    if reservation is not None and reserved is not None:
         # Before its start, only the clock reaching it moves the reservation; from then on (work
-        # past its limit is taken to end now) only the clock passing another end of running work.
-        result.revisit_from = reservation.start if reservation.start > now else timeline.built().next_end(now)
+        # past its limit is taken to end now) only the clock passing another end of running work
+        # on a node it may use.
+        start, eligible = reservation.start, reserved[1]
+        result.revisit_from = start if start > now else timeline.built().next_end(now, eligible)
     demands.keep_used()
     return result
 
