@@ -115,9 +115,9 @@ class PlacementResult:
     revisit: bool = False
     # With backfill's reservation in force: the time from which a pass may find it elsewhere with
     # nothing else changed. Its start; or, once started (work past its time limit is taken to end
-    # at the pass's time), the next end of running work: ties among the nodes that fit by then may
-    # fall otherwise, and a reserved node's room at the start may grow. Passes before it meet the
-    # reservation this pass made, and no more room.
+    # at the pass's time), the next end of running work on a node it may use: ties among the
+    # nodes that fit by then may fall otherwise, and a reserved node's room at the start may grow.
+    # Passes before it meet the reservation this pass made, and no more room.
     revisit_from: float = math.inf
 
 
