@@ -276,6 +276,21 @@ class Reservation:
     def __post_init__(self) -> None:
         self._column = {i: k for k, i in enumerate(self.nodes)}
 
+    def copy(self) -> Reservation:
+        """One whose room placements may take from (`take`) without changing this one."""
+        return Reservation(self.job_id, self.start, self.nodes, self.spare.copy(), self.held)
+
+    def same_as(self, other: Reservation | None) -> bool:
+        """The same start, nodes and room left on each (the nodes in any order: ties among nodes
+        that first fit at the same time come in another order once one of them took work)."""
+        if other is None or other.start != self.start or len(other.nodes) != len(self.nodes):
+            return False
+        mine, theirs = np.argsort(self.nodes), np.argsort(other.nodes)
+        return bool(
+            np.array_equal(np.asarray(self.nodes)[mine], np.asarray(other.nodes)[theirs])
+            and np.array_equal(self.spare[:, mine], other.spare[:, theirs])
+        )
+
     def holds_back(self, arrays: NodeArrays, vector: Floats, end: float) -> Bools | None:
         """Nodes a job (request `vector`, ending at `end`) may not use without delaying the
         reservation; None when it may use all."""
@@ -440,15 +455,11 @@ class LastReservation:
             last = made.reservation
             if last is not None and last.start > now and not dirty.any():
                 self._made = replace(made, serial=changes.serial, added=added, now=now)
-                return Reservation(last.job_id, last.start, last.nodes, last.spare.copy(), last.held)
+                return last.copy()
         fits = _Fits(arrays, demand, eligible, now)
         first_fit = fits.first_fits(timeline, made.first_fit if made is not None and dirty is not None else None, dirty)
         reservation = _reservation(arrays, demand, timeline, first_fit)
         if changes is not None:
-            kept = None
-            if reservation is not None:
-                r = reservation
-                kept = Reservation(r.job_id, r.start, r.nodes, r.spare.copy(), r.held)
             self._made = _Made(
                 key,
                 arrays,
@@ -460,7 +471,7 @@ class LastReservation:
                 added,
                 now,
                 first_fit,
-                kept,
+                reservation.copy() if reservation is not None else None,
             )
         return reservation
 

@@ -20,8 +20,6 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
@@ -357,6 +355,7 @@ def place(
             _wait(result, job, f"would delay job {reservation.job_id}, which has a reservation")
 
     demands = memo.demands if memo is not None else DemandMemo()
+    make = memo.reservation.reserve if memo is not None else reserve
     not_examined = ""
     for job in ordered:
         demand = demands.of(job)
@@ -478,7 +477,6 @@ def place(
                         eligible = eligible & allowed
                 # A demand that running work never makes room for stays so for the whole pass
                 # (work placed later only adds load), so it is tried once.
-                make = memo.reservation.reserve if memo is not None else reserve
                 found = None if demand.key in never_fits else make(arrays, demand, eligible, timeline.built(), now)
                 if found is None:
                     never_fits.add(demand.key)
@@ -493,36 +491,22 @@ def place(
         result.details[job.id] = details
     if truncated and result.placements:
         result.revisit = True  # the jobs looked at next pass are others
-    elif reserved is not None and len(result.placements) > reserved[2]:
-        # The reservation made afresh next pass, with the work placed after it among what runs,
-        # may hold other room than the one kept up to date here (a reserved node that took work
-        # ending before the start may first fit later, and lose a tie). If it holds the same, the
-        # jobs left waiting meet the same reservation and less room until the clock moves it.
+    if reserved is not None:
         assert reservation is not None  # made with `reserved`
-        blocker_demand, eligible, _ = reserved
-        make = memo.reservation.reserve if memo is not None else reserve
-        fresh = make(arrays, blocker_demand, eligible, timeline.built(), now)
-        result.revisit = not _same_reservation(fresh, reservation)
-    if reservation is not None and reserved is not None:
+        blocker_demand, eligible, placed_before = reserved
+        if not result.revisit and len(result.placements) > placed_before:
+            # The reservation made afresh next pass, with the work placed after it among what
+            # runs, may hold other room than the one kept up to date here (a reserved node that
+            # took work ending before the start may first fit later, and lose a tie). If it holds
+            # the same, the jobs left waiting meet the same reservation and less room.
+            result.revisit = not reservation.same_as(make(arrays, blocker_demand, eligible, timeline.built(), now))
         # Before its start, only the clock reaching it moves the reservation; from then on (work
         # past its limit is taken to end now) only the clock passing another end of running work
         # on a node it may use.
-        start, eligible = reservation.start, reserved[1]
+        start = reservation.start
         result.revisit_from = start if start > now else timeline.built().next_end(now, eligible)
     demands.keep_used()
     return result
-
-
-def _same_reservation(fresh: Reservation | None, kept: Reservation) -> bool:
-    """The same start, nodes and room left on each (the nodes in any order: ties among nodes that
-    first fit at the same time come in another order once one of them took work)."""
-    if fresh is None or fresh.start != kept.start or len(fresh.nodes) != len(kept.nodes):
-        return False
-    fresh_order, kept_order = np.argsort(fresh.nodes), np.argsort(kept.nodes)
-    return bool(
-        np.array_equal(np.asarray(fresh.nodes)[fresh_order], np.asarray(kept.nodes)[kept_order])
-        and np.array_equal(fresh.spare[:, fresh_order], kept.spare[:, kept_order])
-    )
 
 
 class DemandMemo:
