@@ -268,7 +268,7 @@ class Engine:
         entry = self.misfits.get(demand.key)
         if entry is None or entry.seen == self._changes:
             return entry
-        if not self._sharing or (self.shared(demand)[self._changed[entry.seen : self._changes]] > -np.inf).any():
+        if not self._sharing or self.fits_on(demand, self._changed[entry.seen : self._changes]):
             del self.misfits[demand.key]
             return None
         entry = self.misfits[demand.key] = replace(entry, seen=self._changes)
@@ -502,7 +502,7 @@ class Engine:
             return None
         return np.flatnonzero(self.shared(demand) > -np.inf)
 
-    def fits_on(self, demand: Demand, nodes: Sequence[int]) -> bool:
+    def fits_on(self, demand: Demand, nodes: Sequence[int] | Ints) -> bool:
         """Whether some of `nodes` passes every filter for `demand` now (it has shared work)."""
         return bool((self.shared(demand)[nodes] > -np.inf).any())
 
