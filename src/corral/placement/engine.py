@@ -62,7 +62,7 @@ class Shared:
     tests: list[tuple[int, float]]  # (resource, least room that fits) for each resource it asks for
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Misfit:
     """A request no node took: the explanation made then (at engine version `version`), whether
     it was a quick one, and the change journal's position it holds as of (see `misfit`)."""
@@ -139,6 +139,10 @@ class Engine:
         # while it is current; requests that found no node, kept until something makes room.
         self.version = 0
         self.misfits: dict[tuple[object, ...], Misfit] = {}
+        # Per change journal position, the most room of each resource on the nodes changed since
+        # (as of `version`): what a kept misfit checks first (see `misfit`).
+        self._peaks: dict[int, list[float]] = {}
+        self._peaks_version = -1
 
     share_work = True  # off: every job filters and ranks all nodes (the tests compare the two)
     shared_max = 256  # requests whose shared work is kept (the least recently used goes first)
@@ -268,11 +272,34 @@ class Engine:
         entry = self.misfits.get(demand.key)
         if entry is None or entry.seen == self._changes:
             return entry
-        if not self._sharing or self.fits_on(demand, self._changed[entry.seen : self._changes]):
+        if not self._sharing or (
+            self._may_fit_changed(demand, entry.seen)
+            and self.fits_on(demand, self._changed[entry.seen : self._changes])
+        ):
             del self.misfits[demand.key]
             return None
-        entry = self.misfits[demand.key] = replace(entry, seen=self._changes)
+        entry.seen = self._changes
         return entry
+
+    def _may_fit_changed(self, demand: Demand, since: int) -> bool:
+        """False if no node changed since journal position `since` has the room `demand` needs of
+        some resource (the resource filters' test, against the most room any of them has): then
+        no filter work is needed to know it fits none of them. Many kept misfits of a pass ask
+        about the same nodes, so their peaks are worked out once."""
+        if self._peaks_version != self.version:
+            self._peaks.clear()
+            self._peaks_version = self.version
+        peak = self._peaks.get(since)
+        if peak is None:
+            changed = self._changed[since : self._changes]
+            peak = self._peaks[since] = self.arrays.room[:, changed].max(axis=1).tolist()
+        amounts = demand.amounts
+        for _, resource in self._dynamic:
+            if resource is not None:
+                wanted = amounts[resource]
+                if wanted > 0 and not peak[resource] >= wanted - EPSILON:
+                    return False
+        return True
 
     def note_misfit(self, demand: Demand, explanation: dict[str, Any], quick: bool) -> None:
         """No node takes `demand` now, as `explanation` (made at this version) says."""
