@@ -142,6 +142,7 @@ class _TypeOrder:
         by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
         self._capacities = [(t, t.capacity) for t in by_price]
         self._holding: dict[Resources, list[InstanceType]] = {}
+        self._seen: dict[int, tuple[Resources, list[InstanceType]]] = {}
 
     @classmethod
     def of(cls, types: list[InstanceType]) -> _TypeOrder:
@@ -152,9 +153,17 @@ class _TypeOrder:
 
     def holding(self, request: Resources) -> list[InstanceType]:
         """The types that hold `request`, cheapest first (a list not to be changed)."""
+        # By the object first: a queued job hands the same one pass after pass, and looking it up
+        # by identity spares hashing its fields. The entry keeps the object, so its id stays its own.
+        seen = self._seen.get(id(request))
+        if seen is not None and seen[0] is request:
+            return seen[1]
         found = self._holding.get(request)
         if found is None:
             found = self._holding[request] = [t for t, capacity in self._capacities if request.fits_in(capacity)]
+        if len(self._seen) >= 4096:
+            self._seen.clear()
+        self._seen[id(request)] = (request, found)
         return found
 
 

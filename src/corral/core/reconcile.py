@@ -150,8 +150,15 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         idle_working, busy_unworked = index.idle_working.keys(), index.busy_unworked.keys()
 
     # 5. Placement, in queue order.
-    queued = [j for j in index.queued.values() if j.id not in ended]
-    queue = queue_order([job for job in queued if job.eligible_at() <= now])
+    queue: list[Job] = []
+    not_yet: list[Job] = []  # queued, not eligible before `now` (Job.eligible_at, read inline)
+    for job in index.queued.values():
+        if job.id not in ended:
+            if (job.not_before or 0.0) <= now and (job.retry_at or 0.0) <= now:
+                queue.append(job)
+            else:
+                not_yet.append(job)
+    queue = queue_order(queue)
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).
@@ -195,10 +202,15 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     decisions.boots.extend(plan.boots)
     planner_reason = {a.job_id: a for a in plan.annotations}
     for job in waiting:
-        note = planner_reason.get(job.id) or Annotation(job.id, reasons.get(job.id, "waiting for resources"))
-        if note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
+        note = planner_reason.get(job.id)
+        if note is None:
+            # The placer's reason; an Annotation only where it differs from what the job shows.
+            reason = reasons.get(job.id, "waiting for resources")
+            if reason != job.wait_reason or job.unplaceable:
+                decisions.annotations.append(Annotation(job.id, reason))
+        elif note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
             decisions.annotations.append(note)
-    for job in index.in_job_order(job for job in queued if job.eligible_at() > now):
+    for job in index.in_job_order(not_yet):
         why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
         if job.wait_reason != why:
             decisions.annotations.append(Annotation(job.id, why))

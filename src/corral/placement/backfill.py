@@ -242,7 +242,12 @@ class RunningEnds:
         for i in gone:
             self._known.discard(i)
         if gone:
-            keep = ~np.isin(self._owner, gone)
+            if len(gone) <= 4:  # the usual one or two: comparisons cost less than np.isin's sort
+                keep = self._owner != gone[0]
+                for attempt_id in gone[1:]:
+                    keep &= self._owner != attempt_id
+            else:
+                keep = ~np.isin(self._owner, gone)
             changed.append(self._nodes[~keep])
             self._owner, self._ends, self._nodes = self._owner[keep], self._ends[keep], self._nodes[keep]
             self._frees = self._frees[keep]
@@ -376,7 +381,10 @@ class _Fits:
 def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_fit: Floats) -> Reservation | None:
     """The reservation starts when the `need`-th node fits (ties to the first nodes)."""
     need = demand.node_count
-    order = np.argsort(first_fit, kind="stable")[:need]
+    # The first `need` nodes by first fit, ties to the lower position (argmin: the first minimum).
+    order: Ints = (
+        np.array([first_fit.argmin()]) if need == 1 and len(first_fit) else np.argsort(first_fit, kind="stable")[:need]
+    )
     if len(order) < need or not np.isfinite(first_fit[order[-1]]):
         return None
     start = float(first_fit[order[-1]])
