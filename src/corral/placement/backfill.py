@@ -466,7 +466,10 @@ class LastReservation:
                 return last.copy()
         fits = _Fits(arrays, demand, eligible, now)
         first_fit = fits.first_fits(timeline, made.first_fit if made is not None and dirty is not None else None, dirty)
-        reservation = _reservation(arrays, demand, timeline, first_fit)
+        if made is not None and dirty is not None and _stands(made.reservation, dirty, first_fit, now):
+            reservation: Reservation | None = made.reservation
+        else:
+            reservation = _reservation(arrays, demand, timeline, first_fit)
         if changes is not None:
             self._made = _Made(
                 key,
@@ -482,6 +485,17 @@ class LastReservation:
                 reservation.copy() if reservation is not None else None,
             )
         return reservation
+
+
+def _stands(last: Reservation | None, dirty: Bools, first_fit: Floats, now: float) -> bool:
+    """Whether the last reservation is the one `_reservation` would make from `first_fit`, in which
+    only the `dirty` nodes were refigured: it has not started, none of its nodes is dirty, and every
+    dirty node first fits after its start. The others' first fits are the last ones held at `now`,
+    before the start: the reserved nodes still come first (at the same start), the rest after, and
+    the reserved nodes' room and ends up to the start are unchanged."""
+    if last is None or last.start <= now or last.held[dirty].any():
+        return False
+    return bool((first_fit[dirty] > last.start).all())
 
 
 def _duration(seconds: float) -> str:
