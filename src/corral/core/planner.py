@@ -92,7 +92,7 @@ def plan_boots(
             annotations.append(_unplaceable(job, types))
             continue
         need = job.node_count
-        fitting = [t for t in holding if unavailable.get(t.name, 0.0) <= now]
+        fitting = [t for t in holding if unavailable.get(t.name, 0.0) <= now] if unavailable else holding
         limit = job.time_limit if job.time_limit is not None else default_limit
         refuses: Callable[[_Bin], bool] | None = None
         if cost is not None and limit is not None and fitting and need <= budget:
@@ -188,7 +188,19 @@ def _take_bins(
 ) -> list[str] | None:
     """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
     refuse; None if there are not enough."""
-    fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
+    # Resources.fits_in, inlined: every waiting job looks at every bin on its way.
+    vcpus, ram, scratch, gpus = request.vcpus, request.ram_mib, request.scratch_mib, request.gpus
+    fitting = []
+    for b in bins:
+        free = b.free
+        if (
+            vcpus <= free.vcpus + 1e-9
+            and ram <= free.ram_mib
+            and scratch <= free.scratch_mib
+            and gpus <= free.gpus
+            and not (refuses and refuses(b))
+        ):
+            fitting.append(b)
     if len(fitting) < need:
         return None
     fitting.sort(key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from corral.core.model import Attempt, InstanceType, Job, Resources
+from corral.core.model import Attempt, InstanceType, Job
 from corral.placement.arrays import Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.settings import CostSettings, PlacementSettings
@@ -115,11 +115,6 @@ def _costly_before_start(
     return price * extension / 3600.0 > allowed
 
 
-def cheapest_price(request: Resources, offers: Sequence[tuple[Resources, float]]) -> float:
-    """Hourly price of the cheapest offer (capacity, price) that holds `request`; inf if none."""
-    return min((price for capacity, price in offers if request.fits_in(capacity)), default=math.inf)
-
-
 class CostGate:
     """Built once per pass (lazily, by the placer, when an elastic job first needs it)."""
 
@@ -141,7 +136,11 @@ class CostGate:
         self.mean_fraction = mean_fraction(settings)
         self.ends = ends  # node_ends of the nodes of `arrays`
         # What the boot planner may boot now: every type not in capacity back-off.
-        self._offers = [(t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now]
+        # Cheapest first: the first offer that holds a request is the cheapest one that does.
+        self._offers = sorted(
+            ((t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now),
+            key=lambda offer: offer[1],
+        )
         self._new_price: dict[tuple[float, float, float, float], float] = {}
         self._top_price = float(arrays.price.max()) if arrays.n else 0.0
 
@@ -152,7 +151,8 @@ class CostGate:
         """Hourly price of the type the boot planner would boot for the job (inf: none)."""
         price = self._new_price.get(demand.amounts)
         if price is None:
-            price = cheapest_price(demand.resources, self._offers)
+            request = demand.resources
+            price = next((price for capacity, price in self._offers if request.fits_in(capacity)), math.inf)
             self._new_price[demand.amounts] = price
         return price
 
