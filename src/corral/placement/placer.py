@@ -357,6 +357,9 @@ def place(
     demands = memo.demands if memo is not None else DemandMemo()
     make = memo.reservation.reserve if memo is not None else reserve
     not_examined = ""
+    # Read once: the loop below runs for every queued job, pass after pass.
+    backfill, max_job_test, default_limit = policy.backfill, policy.max_job_test, policy.default_time_limit
+    reasons, details_of = result.reasons, result.details
     for job in ordered:
         demand = demands.of(job)
         bounded = False
@@ -364,23 +367,29 @@ def place(
             bounded = capacity.bounded_for(demand)
             if bounded:
                 # Competes with the blocked job for the same fixed capacity.
-                if policy.backfill == "strict-fifo":
+                if backfill == "strict-fifo":
                     _wait(result, job, f"waiting behind job {blocker.id} (strict FIFO)", blocked_by=blocker.id)
                     continue
                 examined_after_block += 1
-                if examined_after_block > policy.max_job_test:
+                if examined_after_block > max_job_test:
                     truncated = True
                     not_examined = not_examined or (
-                        f"not examined this pass: backfill looks at {policy.max_job_test} jobs after job {blocker.id}"
+                        f"not examined this pass: backfill looks at {max_job_test} jobs after job {blocker.id}"
                     )
                     _wait(result, job, not_examined, blocked_by=blocker.id)
                     continue
-        end = end_time(now, demand.time_limit, policy.default_time_limit, now)
         # A request no node takes now: found so earlier in this pass, or in an earlier pass with
         # nothing since that makes room (capacity only shrinks otherwise). It needs no look.
         known_misfit = no_room.get(demand.key)
+        if known_misfit is not None and not (demand.hints is not None and demand.hints.strict):
+            # The usual job of a long queue: its request was found to fit nowhere this pass.
+            details = {**known_misfit, "job": job.id}
+            reasons[job.id] = known_misfit["reason"] or "waiting for resources"
+            details_of[job.id] = details
+            continue
         remembered = engine.misfit(demand) if known_misfit is None else None
         fits_nowhere = known_misfit is not None or remembered is not None
+        end = end_time(now, demand.time_limit, default_limit, now) if not fits_nowhere else math.inf
         exclude = None
         # A job a new instance could serve is not held back, but it may not delay the reservation
         # either (strict FIFO: it keeps off the reserved nodes altogether).
@@ -389,9 +398,7 @@ def place(
                 wait_for(reservation, job)
                 continue
             exclude = (
-                reservation.held
-                if policy.backfill == "strict-fifo"
-                else reservation.holds_back(arrays, demand.vector, end)
+                reservation.held if backfill == "strict-fifo" else reservation.holds_back(arrays, demand.vector, end)
             )
 
         costly = None
@@ -428,9 +435,9 @@ def place(
                 if choice.evaluation.notes:
                     placed["notes"] = choice.evaluation.notes
             result.details[job.id] = placed
-            if policy.backfill != "none":
+            if backfill != "none":
                 timeline.add_later(end, choice.nodes, demand.amounts)
-            if reservation is not None and policy.backfill == "easy":
+            if reservation is not None and backfill == "easy":
                 reservation.take(choice.nodes, demand.vector, end)
             continue
 
@@ -466,7 +473,7 @@ def place(
         details["job"] = job.id
         reason = details["reason"] or "waiting for resources"
 
-        if blocker is None and policy.backfill != "none":
+        if blocker is None and backfill != "none":
             capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
             if capacity.bounded_for(demand):
                 eligible = engine.static_mask(demand)
@@ -483,12 +490,12 @@ def place(
                 if found is not None:
                     blocker, reservation = job, found
                     reserved = (demand, eligible, len(result.placements))
-                    reason += f"; {found.describe(arrays, now, policy.backfill)}"
+                    reason += f"; {found.describe(arrays, now, backfill)}"
                     if explanations:
                         details["reservation"] = _reservation_json(found, arrays, now)
                     details["reason"] = reason
-        result.reasons[job.id] = reason
-        result.details[job.id] = details
+        reasons[job.id] = reason
+        details_of[job.id] = details
     if truncated and result.placements:
         result.revisit = True  # the jobs looked at next pass are others
     if reserved is not None:
