@@ -239,10 +239,10 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
     partial = found = 0
     original = backfill_module._Fits.first_fits
 
-    def counted(self: Any, timeline: Timeline, kept_fits: Any = None, dirty: Any = None) -> Any:
+    def counted(self: Any, timeline: Timeline, kept_fits: Any = None) -> Any:
         nonlocal partial
-        partial += dirty is not None and not dirty.all()
-        return original(self, timeline, kept_fits, dirty)
+        partial += self.at is not None and len(self.at) < len(kept_fits)
+        return original(self, timeline, kept_fits)
 
     monkeypatch.setattr(backfill_module._Fits, "first_fits", counted)
     figured = as_it_was = 0

@@ -336,45 +336,62 @@ _FIRST = np.zeros(1, dtype=np.int64)  # the first event starts a node's group
 class _Fits:
     """When each node first fits a demand, vectorised over the timeline: a node's room after each
     of its own ends is its room now plus the running sum of what those ends free; the time it
-    first fits is the first such point that holds the request (now, if its room does already)."""
+    first fits is the first such point that holds the request (now, if its room does already).
+    `at`: only these nodes (positions) are worked out, for `first_fits` with kept ones."""
 
-    def __init__(self, arrays: NodeArrays, demand: Demand, eligible: Bools, now: float) -> None:
+    def __init__(self, arrays: NodeArrays, demand: Demand, eligible: Bools, now: float, at: Ints | None = None) -> None:
         self.now = now
+        self.at = at
         wanted = self.wanted = np.flatnonzero(demand.vector > 0)  # only these resources decide where it fits
-        ceiling = arrays.capacity[wanted] * arrays.ratio[wanted, None]
-        self.projected_wanted = np.minimum(ceiling - arrays.dedicated[wanted], ceiling)
+        if at is None:
+            capacity, dedicated, eligible_here = arrays.capacity[wanted], arrays.dedicated[wanted], eligible
+        else:
+            # The same operations on the columns of `at` only: the same values there.
+            rows = wanted[:, None]
+            capacity, dedicated, eligible_here = arrays.capacity[rows, at], arrays.dedicated[rows, at], eligible[at]
+            self.column = np.empty(arrays.n, dtype=np.intp)
+            self.column[at] = np.arange(len(at))
+        ceiling = capacity * arrays.ratio[wanted, None]
+        self.projected_wanted = np.minimum(ceiling - dedicated, ceiling)
         self.request = demand.vector[wanted] - EPSILON
         # Room is capped at the ceiling, so a node fits at a time when its room then holds the
         # request and it is big enough at all (min(room, ceiling) >= request is both).
-        self.big_enough = eligible & np.all(ceiling >= self.request[:, None], axis=0)
+        self.big_enough = eligible_here & np.all(ceiling >= self.request[:, None], axis=0)
         self.fits_now = self.big_enough & np.all(self.projected_wanted >= self.request[:, None], axis=0)
 
-    def first_fits(self, timeline: Timeline, kept: Floats | None = None, dirty: Bools | None = None) -> Floats:
+    def first_fits(self, timeline: Timeline, kept: Floats | None = None) -> Floats:
         """Every node's first fit; or, given `kept` (first fits over the same nodes at an earlier
-        `now`), those of the `dirty` nodes only (whose ends, room or capacity changed since): a
+        `now`), those of the nodes at `at` only (whose ends, room or capacity changed since): a
         node's first fit is its earliest fitting end held at `now`, so the others' only move up
         to `now`."""
         now = self.now
-        if kept is None or dirty is None:
-            dirty = np.ones(len(self.fits_now), dtype=bool)
+        at = self.at
+        if kept is None or at is None:
+            assert at is None, "figured at some nodes only: needs the kept first fits"
             first_fit = np.where(self.fits_now, now, np.inf)
+            waiting = self.big_enough & ~self.fits_now
         else:
             first_fit = np.maximum(kept, now)
-            first_fit[dirty] = np.where(self.fits_now[dirty], now, np.inf)
-        ends, nodes, frees = timeline.arrays()
+            first_fit[at] = np.where(self.fits_now, now, np.inf)
+            waiting = np.zeros(len(first_fit), dtype=bool)
+            waiting[at[self.big_enough & ~self.fits_now]] = True
         # The ends on a node that fits now change nothing about when it first fits.
-        later = np.flatnonzero((dirty & self.big_enough & ~self.fits_now)[nodes])
+        if at is not None and not waiting.any():
+            return first_fit
+        ends, nodes, frees = timeline.arrays()
+        later = np.flatnonzero(waiting[nodes])
         if len(later):
-            at = later[np.lexsort((ends[later], nodes[later]))]  # grouped by node, each group in time order
-            on = nodes[at]
-            running = np.cumsum(frees[self.wanted[:, None], at], axis=1)
+            order = later[np.lexsort((ends[later], nodes[later]))]  # grouped by node, each group in time order
+            on = nodes[order]
+            running = np.cumsum(frees[self.wanted[:, None], order], axis=1)
             starts = np.flatnonzero(on[1:] != on[:-1]) + 1
             starts = np.concatenate((_FIRST, starts))
             before = np.zeros((len(self.wanted), len(starts)))
             before[:, 1:] = running[:, starts[1:] - 1]
             freed_so_far = running - np.repeat(before, np.diff(starts, append=len(on)), axis=1)
-            fits = np.all(self.projected_wanted[:, on] + freed_so_far >= self.request[:, None], axis=0)
-            first_fit[on[starts]] = np.minimum.reduceat(np.where(fits, np.maximum(ends[at], now), np.inf), starts)
+            projected = self.projected_wanted[:, on if at is None else self.column[on]]
+            fits = np.all(projected + freed_so_far >= self.request[:, None], axis=0)
+            first_fit[on[starts]] = np.minimum.reduceat(np.where(fits, np.maximum(ends[order], now), np.inf), starts)
         return first_fit
 
 
@@ -464,8 +481,10 @@ class LastReservation:
             if last is not None and last.start > now and not dirty.any():
                 self._made = replace(made, serial=changes.serial, added=added, now=now)
                 return last.copy()
-        fits = _Fits(arrays, demand, eligible, now)
-        first_fit = fits.first_fits(timeline, made.first_fit if made is not None and dirty is not None else None, dirty)
+        if made is not None and dirty is not None:
+            first_fit = _Fits(arrays, demand, eligible, now, np.flatnonzero(dirty)).first_fits(timeline, made.first_fit)
+        else:
+            first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
         if made is not None and dirty is not None and _stands(made.reservation, dirty, first_fit, now):
             reservation: Reservation | None = made.reservation
         else:
