@@ -277,6 +277,9 @@ class Reservation:
     spare: Floats = field(default_factory=lambda: np.zeros((4, 0)))
     held: Bools = field(default_factory=lambda: np.zeros(0, dtype=bool))  # the reserved nodes, as a mask
     _column: dict[int, int] = field(default_factory=dict)  # node position -> its column of `spare`
+    # holds_back's answers by request, while `spare` is as it was (the jobs of a long queue share
+    # a few requests).
+    _held_for: dict[bytes, Bools | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._column = {i: k for k, i in enumerate(self.nodes)}
@@ -301,12 +304,16 @@ class Reservation:
         reservation; None when it may use all."""
         if end <= self.start:
             return None
+        key = vector.tobytes()
+        if key in self._held_for:
+            return self._held_for[key]  # read only, as every mask a pass hands the engine
         # A gang's reservation holds many nodes: one comparison over all of them, not one per node.
         fits = np.all(vector[:, None] <= self.spare + EPSILON, axis=0)
-        if fits.all():
-            return None
-        mask = np.zeros(arrays.n, dtype=bool)
-        mask[np.asarray(self.nodes)[~fits]] = True
+        mask: Bools | None = None
+        if not fits.all():
+            mask = np.zeros(arrays.n, dtype=bool)
+            mask[np.asarray(self.nodes)[~fits]] = True
+        self._held_for[key] = mask
         return mask
 
     def take(self, nodes: Iterable[int], vector: Floats, end: float) -> None:
@@ -316,6 +323,7 @@ class Reservation:
             k = self._column.get(i)
             if k is not None:
                 self.spare[:, k] = self.spare[:, k] - vector
+                self._held_for.clear()
 
     def describe(self, arrays: NodeArrays, now: float, mode: str = "easy") -> str:
         # In node order: the same reservation reads the same whichever node first fit first.

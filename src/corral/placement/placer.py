@@ -523,16 +523,20 @@ class DemandMemo:
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Job, Demand]] = {}
-        self._used: dict[int, tuple[Job, Demand]] = {}
+        self._used: dict[int, None] = {}  # the jobs asked for since the last keep_used
 
     def of(self, job: Job) -> Demand:
         kept = self._kept.get(job.id)
-        demand = kept[1] if kept is not None and kept[0] is job else Demand.of(job)
-        self._used[job.id] = (job, demand)
-        return demand
+        if kept is None or kept[0] is not job:
+            kept = self._kept[job.id] = (job, Demand.of(job))
+        self._used[job.id] = None
+        return kept[1]
 
     def keep_used(self) -> None:
-        self._kept, self._used = self._used, {}
+        kept, used = self._kept, self._used
+        if len(kept) > len(used):  # some job was not asked for: keep only those that were
+            self._kept = {job_id: kept[job_id] for job_id in used}
+        self._used = {}
 
 
 class LazyTimeline:
