@@ -95,6 +95,30 @@ def test_a_job_of_a_request_held_back_is_held_back_too_until_a_placement_changes
     assert result.reasons[6].startswith("INSUFFICIENT_CPU")
 
 
+def test_a_kept_reservation_yields_to_a_changed_node_that_first_fits_at_its_start_and_comes_first() -> None:
+    """Two full nodes; the blocked job first fits on n2 (its work ends sooner). Then n1's work
+    turns out to end at the same time: a fresh reservation takes n1 (ties go to the first node),
+    so the kept one may not stand, although n1 still fits no earlier than its start."""
+    arrays = NodeArrays([node("n1", 8, 64), node("n2", 8, 64)], None, PlacementSettings(), NOW)
+    arrays.dedicated[0, :] = 8.0
+    demand = Demand.of(job(1, 8, priority=10))
+    eligible = np.ones(2, dtype=bool)
+    frees = np.array([[8.0, GiB, 0.0, 0.0], [8.0, GiB, 0.0, 0.0]])
+
+    def timeline(ends: list[float], serial: int, changed: list[int] | None) -> Timeline:
+        changes = backfill_module.Changes(serial, None if changed is None else np.array(changed, dtype=np.int64))
+        return Timeline(np.array(ends), np.array([0, 1], dtype=np.int64), frees, changes)
+
+    last = LastReservation()
+    first = last.reserve(arrays, demand, eligible, timeline([NOW + 600, NOW + 300], 1, None), NOW)
+    assert first is not None and (first.nodes, first.start) == ([1], NOW + 300)
+    later = timeline([NOW + 300, NOW + 300], 2, [0])
+    kept = last.reserve(arrays, demand, eligible, later, NOW + 5)
+    fresh = reserve(arrays, demand, eligible, later, NOW + 5)
+    assert fresh is not None and (fresh.nodes, fresh.start) == ([0], NOW + 300)
+    assert kept is not None and (kept.nodes, kept.start) == (fresh.nodes, fresh.start)
+
+
 def test_backfill_on_a_reserved_node_within_what_the_reserved_job_leaves() -> None:
     small_big = job(1, 6, priority=10)  # leaves 2 cpu free on n1 at its start
     four_free = [running(1, 100, ["n1"], Resources(4, GiB), started_at=NOW - 100), ATTEMPTS[1]]
@@ -254,6 +278,16 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
         original_init(self, *args)
 
     monkeypatch.setattr(backfill_module._Fits, "__init__", init)
+    stood = 0
+    original_stands = backfill_module._stands
+
+    def stands(*args: Any) -> bool:
+        nonlocal stood
+        answer: bool = original_stands(*args)
+        stood += answer
+        return answer
+
+    monkeypatch.setattr(backfill_module, "_stands", stands)
     now, next_id, compared = NOW, 1, 0
     for _ in range(300):
         now += rng.choice([0.0, 5.0, 60.0])
@@ -325,3 +359,4 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
     assert found > 150
     assert partial > 100  # the kept first fits were used
     assert as_it_was > 10  # and the reservation as it was, nothing having changed
+    assert stood > 10  # or no node that changed coming before its start
