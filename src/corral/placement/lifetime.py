@@ -77,13 +77,9 @@ def _mean(fractions: tuple[float, ...]) -> float:
     return float(np.array(fractions, dtype=np.float64).mean())
 
 
-def new_instance_cost(price: float, limit: float, settings: CostSettings) -> float:
-    """Expected cost (USD) of a new instance at `price` per hour for a job of time limit `limit`,
-    boot included."""
-    return _instance_cost(price, limit, mean_fraction(settings), settings.boot_time)
-
-
 def _instance_cost(price: float, limit: float, mean: float, boot_time: float) -> float:
+    """Expected cost (USD) of a new instance at `price` per hour for a job of time limit `limit`
+    whose run is taken to last `mean` of it, boot included."""
     return price * (mean * limit + boot_time) / 3600.0
 
 
@@ -163,7 +159,7 @@ class CostGate:
         price = self.new_price(demand)
         if limit is None or not math.isfinite(price):
             return math.inf
-        return new_instance_cost(price, limit, self.settings)
+        return _instance_cost(price, limit, self.mean_fraction, self.settings.boot_time)
 
     def allowed(self, demand: Demand) -> float:
         """The most a node may cost the job (the gate's ratio times a new instance; inf: any)."""
