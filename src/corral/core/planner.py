@@ -188,19 +188,7 @@ def _take_bins(
 ) -> list[str] | None:
     """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
     refuse; None if there are not enough."""
-    # Resources.fits_in, inlined: every waiting job looks at every bin on its way.
-    vcpus, ram, scratch, gpus = request.vcpus, request.ram_mib, request.scratch_mib, request.gpus
-    fitting = []
-    for b in bins:
-        free = b.free
-        if (
-            vcpus <= free.vcpus + 1e-9
-            and ram <= free.ram_mib
-            and scratch <= free.scratch_mib
-            and gpus <= free.gpus
-            and not (refuses and refuses(b))
-        ):
-            fitting.append(b)
+    fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
     if len(fitting) < need:
         return None
     fitting.sort(key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))

@@ -152,10 +152,10 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
 
     # 5. Placement, in queue order.
     queue: list[Job] = []
-    not_yet: list[Job] = []  # queued, not eligible before `now` (Job.eligible_at, read inline)
+    not_yet: list[Job] = []  # queued, not eligible yet
     for job in index.queued.values():
         if job.id not in ended:
-            if (job.not_before or 0.0) <= now and (job.retry_at or 0.0) <= now:
+            if job.eligible_at() <= now:
                 queue.append(job)
             else:
                 not_yet.append(job)

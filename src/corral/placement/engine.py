@@ -293,13 +293,16 @@ class Engine:
         if peak is None:
             changed = self._changed[since : self._changes]
             peak = self._peaks[since] = self.arrays.room[:, changed].max(axis=1).tolist()
-        amounts = demand.amounts
-        for _, resource in self._dynamic:
-            if resource is not None:
-                wanted = amounts[resource]
-                if wanted > 0 and not peak[resource] >= wanted - EPSILON:
-                    return False
-        return True
+        return all(peak[resource] >= least for resource, least in self._room_tests(demand))
+
+    def _room_tests(self, demand: Demand) -> list[tuple[int, float]]:
+        """The resource filters' tests (`hard_mask`'s, inlined): (resource, least room that fits)
+        for each resource the request asks for."""
+        return [
+            (int(resource), demand.amounts[resource] - EPSILON)
+            for _, resource in self._dynamic
+            if resource is not None and demand.amounts[resource] > 0
+        ]
 
     def note_misfit(self, demand: Demand, explanation: dict[str, Any], quick: bool) -> None:
         """No node takes `demand` now, as `explanation` (made at this version) says."""
@@ -547,11 +550,7 @@ class Engine:
             if len(self._shared) >= self.shared_max:
                 del self._shared[next(iter(self._shared))]
             static = self.static_mask(demand)
-            tests = [
-                (int(resource), demand.amounts[resource] - EPSILON)
-                for _, resource in self._dynamic
-                if resource is not None and demand.amounts[resource] > 0
-            ]
+            tests = self._room_tests(demand)
             masked = np.where(self.hard_mask(demand), self.base, self._minus_inf)
             entry = Shared(masked, self._changes, None if static is self._all else static, tests)
         elif entry.seen != self._changes:

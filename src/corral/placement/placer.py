@@ -378,17 +378,17 @@ def place(
                     )
                     _wait(result, job, not_examined, blocked_by=blocker.id)
                     continue
-        # A request no node takes now: found so earlier in this pass, or in an earlier pass with
-        # nothing since that makes room (capacity only shrinks otherwise). It needs no look.
+        # A request found to fit nowhere earlier in this pass (capacity only shrinks within it;
+        # requests with strict hints are never filed there) goes straight to its record: the
+        # usual job of a long queue. Its reservation, if it is bounded, was tried with the first.
         known_misfit = no_room.get(demand.key)
-        if known_misfit is not None and not (demand.hints is not None and demand.hints.strict):
-            # The usual job of a long queue: its request was found to fit nowhere this pass.
-            details = {**known_misfit, "job": job.id}
+        if known_misfit is not None:
             reasons[job.id] = known_misfit["reason"] or "waiting for resources"
-            details_of[job.id] = details
+            details_of[job.id] = {**known_misfit, "job": job.id}
             continue
-        remembered = engine.misfit(demand) if known_misfit is None else None
-        fits_nowhere = known_misfit is not None or remembered is not None
+        # One that fit nowhere in an earlier pass, with nothing since that makes room: no look.
+        remembered = engine.misfit(demand)
+        fits_nowhere = remembered is not None
         end = end_time(now, demand.time_limit, default_limit, now) if not fits_nowhere else math.inf
         exclude = None
         # A job a new instance could serve is not held back, but it may not delay the reservation
@@ -456,18 +456,17 @@ def place(
                 held_back[demand.key] = engine.version
             wait_for(reservation, job)
             continue
-        if known_misfit is None:
-            quick = not explanations or full_explanations >= FULL_EXPLANATIONS_PER_PASS
-            if remembered is not None and remembered.version == engine.version and remembered.quick == quick:
-                known_misfit = remembered.explanation  # nothing changed on the nodes since it was made
-            else:
-                known_misfit = explain(engine, demand, quick=quick) if explanations else UNEXPLAINED
-            full_explanations += not quick
-            if not (demand.hints is not None and demand.hints.strict):
-                # Capacity only shrinks within a pass, so the same demand will not fit later in it;
-                # strict hints are the exception (a target placed later may open a node).
-                no_room[demand.key] = known_misfit
-                engine.note_misfit(demand, known_misfit, quick)
+        quick = not explanations or full_explanations >= FULL_EXPLANATIONS_PER_PASS
+        if remembered is not None and remembered.version == engine.version and remembered.quick == quick:
+            known_misfit = remembered.explanation  # nothing changed on the nodes since it was made
+        else:
+            known_misfit = explain(engine, demand, quick=quick) if explanations else UNEXPLAINED
+        full_explanations += not quick
+        if not (demand.hints is not None and demand.hints.strict):
+            # Capacity only shrinks within a pass, so the same demand will not fit later in it;
+            # strict hints are the exception (a target placed later may open a node).
+            no_room[demand.key] = known_misfit
+            engine.note_misfit(demand, known_misfit, quick)
         # Shared by every job of this demand; only top-level keys are set per job below.
         details = dict(known_misfit)
         details["job"] = job.id
