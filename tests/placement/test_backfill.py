@@ -86,6 +86,27 @@ def test_a_placement_that_moves_the_reservation_asks_for_another_pass() -> None:
     assert not result.revisit
 
 
+def test_work_placed_only_beside_the_reservation_asks_for_no_other_pass() -> None:
+    # n1 and n2 both first fit the big job at +900 (n1 reserved: ties go to the first node); n2
+    # has room for a little more now. Work there only makes n2 fit later (here: no later).
+    nodes = [node("n1", 8, 64), node("n2", 10, 64)]
+    jobs = [job(100, time_limit=1000), job(101, time_limit=1000)]
+    attempts = [
+        running(1, 100, ["n1"], Resources(8, GiB), started_at=NOW - 100),  # ends at +900
+        running(2, 101, ["n2"], Resources(8, GiB), started_at=NOW - 100),  # ends at +900
+    ]
+    big = job(1, 8, priority=10)
+    beside = job(2, 2, time_limit=3000)
+    result = run_pass(nodes, [big, beside], attempts=attempts, other_jobs=jobs)
+    assert placed(result) == {2: ("n2",)}
+    assert result.details[1]["reservation"]["nodes"] == ["n1"]
+    assert not result.revisit
+    # Made afresh with that work among what runs, the reservation is the same.
+    after = [*attempts, running(3, 2, ["n2"], Resources(2, GiB))]
+    again = run_pass(nodes, [big], attempts=after, other_jobs=[*jobs, beside])
+    assert again.details[1]["reservation"] == result.details[1]["reservation"]
+
+
 def test_a_job_of_a_request_held_back_is_held_back_too_until_a_placement_changes_the_nodes() -> None:
     twin = job(5, 2, time_limit=3000)  # the same request as LONG (another time limit, also too long)
     result = run([BIG, LONG, twin, SHORT, job(6, 2, time_limit=4000)])

@@ -321,7 +321,8 @@ def place(
     full_explanations = 0
     blocker: Job | None = None
     reservation: Reservation | None = None
-    reserved: tuple[Demand, Bools, int] | None = None  # the blocked job's demand, eligible nodes, placements before
+    reserved: tuple[Demand, Bools] | None = None  # the blocked job's demand and eligible nodes
+    on_reserved = False  # work placed on a reserved node after the reservation was made
     examined_after_block = 0
     never_fits: set[tuple[object, ...]] = set()
     # Bounded requests the reservation held back, with the engine version then: a job of the same
@@ -439,6 +440,8 @@ def place(
                 timeline.add_later(end, choice.nodes, demand.amounts)
             if reservation is not None and backfill == "easy":
                 reservation.take(choice.nodes, demand.vector, end)
+                held = reservation.held
+                on_reserved = on_reserved or any(held[i] for i in choice.nodes)
             continue
 
         # Not placed: kept off running nodes by cost, held back by the reservation, or no node fits now.
@@ -488,7 +491,7 @@ def place(
                     never_fits.add(demand.key)
                 if found is not None:
                     blocker, reservation = job, found
-                    reserved = (demand, eligible, len(result.placements))
+                    reserved = (demand, eligible)
                     reason += f"; {found.describe(arrays, now, backfill)}"
                     if explanations:
                         details["reservation"] = _reservation_json(found, arrays, now)
@@ -499,12 +502,14 @@ def place(
         result.revisit = True  # the jobs looked at next pass are others
     if reserved is not None:
         assert reservation is not None  # made with `reserved`
-        blocker_demand, eligible, placed_before = reserved
-        if not result.revisit and len(result.placements) > placed_before:
+        blocker_demand, eligible = reserved
+        if not result.revisit and on_reserved:
             # The reservation made afresh next pass, with the work placed after it among what
             # runs, may hold other room than the one kept up to date here (a reserved node that
             # took work ending before the start may first fit later, and lose a tie). If it holds
-            # the same, the jobs left waiting meet the same reservation and less room.
+            # the same, the jobs left waiting meet the same reservation and less room. Work placed
+            # only on other nodes changes nothing of it: their first fits only move later (their
+            # room at any time only shrinks), after the reserved nodes' in (time, position) order.
             result.revisit = not reservation.same_as(make(arrays, blocker_demand, eligible, timeline.built(), now))
         # Before its start, only the clock reaching it moves the reservation; from then on (work
         # past its limit is taken to end now) only the clock passing another end of running work
