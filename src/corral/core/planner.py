@@ -73,11 +73,15 @@ def plan_boots(
     that can get a new instance (None: off); `default_limit` the time limit of jobs without one."""
     if not waiting:
         return BootPlan([], [])
-    types_for = _TypeOrder.of(types).holding
+    order = _TypeOrder.of(types)
+    types_for = order.holding
     if settings.max_instances == 0 and not booting:
         # Nothing is ever booted (a fixed fleet): the placer's reason stands for each job, but
-        # one that no type (of the fleet) holds can never run.
-        return BootPlan([], [_unplaceable(job, types) for job in waiting if not types_for(job.resources)])
+        # one that no type (of the fleet) holds can never run. (A request object seen held
+        # before needs no call: this runs for every waiting job of a long queue, pass after pass.)
+        held = order.held
+        unheld = [job for job in waiting if id(job.resources) not in held and not types_for(job.resources)]
+        return BootPlan([], [_unplaceable(job, types) for job in unheld])
     pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
     planned: list[_Bin] = []
     boots: list[Boot] = []
@@ -143,6 +147,7 @@ class _TypeOrder:
         self._capacities = [(t, t.capacity) for t in by_price]
         self._holding: dict[Resources, list[InstanceType]] = {}
         self._seen: dict[int, tuple[Resources, list[InstanceType]]] = {}
+        self.held: set[int] = set()  # the ids of the requests in `_seen` that some type holds
 
     @classmethod
     def of(cls, types: list[InstanceType]) -> _TypeOrder:
@@ -163,7 +168,10 @@ class _TypeOrder:
             found = self._holding[request] = [t for t, capacity in self._capacities if request.fits_in(capacity)]
         if len(self._seen) >= 4096:
             self._seen.clear()
+            self.held.clear()
         self._seen[id(request)] = (request, found)
+        if found:
+            self.held.add(id(request))
         return found
 
 

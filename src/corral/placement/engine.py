@@ -17,6 +17,7 @@ nodes, and which one the one-line reason names); the survivors are the same in a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -489,8 +490,22 @@ class Engine:
             return []
         reach = best - 2 * abs(self._noise_weight) - 4 * float(np.spacing(abs(best)))
         near = np.flatnonzero(sums >= reach)
+        if len(near) == 1:
+            return [int(near[0])]  # no tie to break
         if 4 * len(near) > len(sums):  # many equal sums (identical idle nodes): the pass's whole row
             noise = self._noise_row(job_id)[near]
+        elif len(near) <= FEW_NEAR:
+            # A handful (the usual case on a busy fleet): the same operations on Python floats,
+            # node by node, the first largest kept as `_best` keeps it; NumPy's cost per call
+            # is more than the arithmetic.
+            scores, weight = self.scores, self._noise_weight
+            offset = scores.slot_offset(scores.job_slot(job_id))
+            chosen, top = -1, -math.inf
+            for i in near.tolist():
+                value = float(sums[i]) + weight * ((scores.noise_one(i) + offset) % 1.0)
+                if value > top:
+                    chosen, top = i, value
+            return [chosen]
         else:
             slot = self.scores.job_slot(job_id)
             noise = self._noise_weight * ((self.scores.noise_at(near) + self.scores.slot_offset(slot)) % 1.0)
@@ -605,6 +620,9 @@ def _inert(name: str, arrays: NodeArrays) -> bool:
     if name == "overprovision":
         return not any(arrays.policy[r] is Policy.UTILIZED and arrays.ratio_set[r] for r in RESOURCES)
     return False
+
+
+FEW_NEAR = 8  # up to this many nodes near the best sum, their tie-break noise is added one by one
 
 
 def _best(masked: Floats, k: int) -> list[int]:

@@ -94,6 +94,12 @@ class PassScores:
             return result
         return _unit_interval(_splitmix(self.arrays.facts.id_hashes[idx] ^ np.uint64(self.seed)))
 
+    def noise_one(self, i: int) -> float:
+        """`noise` at node i, as a Python float (the same value, worked out alone)."""
+        if self._noise is not None:
+            return self.noise_values[i]
+        return _unit_interval_int(_splitmix_int(int(self.arrays.facts.id_hashes[i]) ^ self.seed))
+
     def slot_offset(self, slot: int) -> float:
         """The offset that rotates every node's noise for the jobs of `slot`."""
         offset = self._slot_offsets[slot]
