@@ -63,6 +63,11 @@ class Capacity:
         self.max_instances = max_instances
         self.has_types = bool(snapshot.instance_types)
         self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now)
+        # Every demand is bounded (a fixed fleet: nothing can be booted): no need to ask per job.
+        self.all_bounded = self.mode == "bounded" or (
+            self.mode == "auto"
+            and (not self.has_types or (max_instances is not None and self.live + 1 > max_instances))
+        )
 
     def bounded_for(self, demand: Demand) -> bool:
         if self.mode != "auto":
@@ -361,11 +366,13 @@ def place(
     # Read once: the loop below runs for every queued job, pass after pass.
     backfill, max_job_test, default_limit = policy.backfill, policy.max_job_test, policy.default_time_limit
     reasons, details_of = result.reasons, result.details
+    kept_demands = demands.kept
     for job in ordered:
-        demand = demands.of(job)
+        kept_demand = kept_demands.get(job.id)  # demands.of, inlined: it runs for every queued job
+        demand = kept_demand[1] if kept_demand is not None and kept_demand[0] is job else demands.of(job)
         bounded = False
         if blocker is not None and capacity is not None:
-            bounded = capacity.bounded_for(demand)
+            bounded = capacity.all_bounded or capacity.bounded_for(demand)
             if bounded:
                 # Competes with the blocked job for the same fixed capacity.
                 if backfill == "strict-fifo":
@@ -516,31 +523,30 @@ def place(
         # on a node it may use.
         start = reservation.start
         result.revisit_from = start if start > now else timeline.built().next_end(now, eligible)
-    demands.keep_used()
+    demands.prune(ordered)
     return result
 
 
 class DemandMemo:
     """Each queued job's Demand, kept from pass to pass for the same Job object (a job's request,
     nodes, traits, platform, cap, reservation, hints and time limit do not change in place: a shell
-    that changes one hands over a new Job). Only the jobs of the last pass are kept."""
+    that changes one hands over a new Job). What is kept is pruned to the jobs of the last pass
+    once it holds twice as many (a look-up in the queue loop costs no bookkeeping)."""
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[Job, Demand]] = {}
-        self._used: dict[int, None] = {}  # the jobs asked for since the last keep_used
+        self.kept: dict[int, tuple[Job, Demand]] = {}
 
     def of(self, job: Job) -> Demand:
-        kept = self._kept.get(job.id)
+        kept = self.kept.get(job.id)
         if kept is None or kept[0] is not job:
-            kept = self._kept[job.id] = (job, Demand.of(job))
-        self._used[job.id] = None
+            kept = self.kept[job.id] = (job, Demand.of(job))
         return kept[1]
 
-    def keep_used(self) -> None:
-        kept, used = self._kept, self._used
-        if len(kept) > len(used):  # some job was not asked for: keep only those that were
-            self._kept = {job_id: kept[job_id] for job_id in used}
-        self._used = {}
+    def prune(self, queue: Sequence[Job]) -> None:
+        """Keep only the jobs of `queue` (every job this pass asked for), if many others are kept."""
+        kept = self.kept
+        if len(kept) > 2 * len(queue) + 64:
+            self.kept = {job.id: kept[job.id] for job in queue if job.id in kept}
 
 
 class LazyTimeline:
