@@ -322,7 +322,8 @@ def place(
     capacity: Capacity | None = None
     ordered = list(queue) if policy.order == "priority" else sorted(queue, key=lambda j: (j.submitted_at, j.id))
 
-    no_room: dict[tuple[object, ...], dict[str, Any]] = {}  # demands that found no node this pass
+    # Demands that found no node this pass: the one-line reason and the details of their jobs.
+    no_room: dict[tuple[object, ...], tuple[str, dict[str, Any]]] = {}
     full_explanations = 0
     blocker: Job | None = None
     reservation: Reservation | None = None
@@ -367,7 +368,7 @@ def place(
     backfill, max_job_test, default_limit = policy.backfill, policy.max_job_test, policy.default_time_limit
     reasons, details_of = result.reasons, result.details
     kept_demands = demands.kept
-    for job in ordered:
+    for position, job in enumerate(ordered):
         kept_demand = kept_demands.get(job.id)  # demands.of, inlined: it runs for every queued job
         demand = kept_demand[1] if kept_demand is not None and kept_demand[0] is job else demands.of(job)
         bounded = False
@@ -384,15 +385,21 @@ def place(
                     not_examined = not_examined or (
                         f"not examined this pass: backfill looks at {max_job_test} jobs after job {blocker.id}"
                     )
-                    _wait(result, job, not_examined, blocked_by=blocker.id)
-                    continue
+                    if not capacity.all_bounded:
+                        _wait(result, job, not_examined, blocked_by=blocker.id)
+                        continue
+                    # Every job from here on is bounded too, and not examined: no look at each.
+                    for later in ordered[position:]:
+                        reasons[later.id] = not_examined
+                        details_of[later.id] = {"job": later.id, "reason": not_examined, "blocked_by": blocker.id}
+                    break
         # A request found to fit nowhere earlier in this pass (capacity only shrinks within it;
         # requests with strict hints are never filed there) goes straight to its record: the
         # usual job of a long queue. Its reservation, if it is bounded, was tried with the first.
-        known_misfit = no_room.get(demand.key)
-        if known_misfit is not None:
-            reasons[job.id] = known_misfit["reason"] or "waiting for resources"
-            details_of[job.id] = {**known_misfit, "job": job.id}
+        misfit_record = no_room.get(demand.key)
+        if misfit_record is not None:
+            reasons[job.id] = misfit_record[0]
+            details_of[job.id] = {**misfit_record[1], "job": job.id}
             continue
         # One that fit nowhere in an earlier pass, with nothing since that makes room: no look.
         remembered = engine.misfit(demand)
@@ -475,7 +482,7 @@ def place(
         if not (demand.hints is not None and demand.hints.strict):
             # Capacity only shrinks within a pass, so the same demand will not fit later in it;
             # strict hints are the exception (a target placed later may open a node).
-            no_room[demand.key] = known_misfit
+            no_room[demand.key] = (known_misfit["reason"] or "waiting for resources", known_misfit)
             engine.note_misfit(demand, known_misfit, quick)
         # Shared by every job of this demand; only top-level keys are set per job below.
         details = dict(known_misfit)
