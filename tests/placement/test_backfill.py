@@ -299,6 +299,17 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
         original_init(self, *args)
 
     monkeypatch.setattr(backfill_module._Fits, "__init__", init)
+    original_few = backfill_module._first_fits_few
+
+    def few(*args: Any) -> Any:  # the same refiguring, of a few nodes, on Python floats
+        nonlocal partial, figured
+        answer = original_few(*args)
+        if answer is not None:
+            figured += 1
+            partial += len(args[4]) < len(answer)
+        return answer
+
+    monkeypatch.setattr(backfill_module, "_first_fits_few", few)
     stood = 0
     original_stands = backfill_module._stands
 
@@ -381,3 +392,32 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
     assert partial > 100  # the kept first fits were used
     assert as_it_was > 10  # and the reservation as it was, nothing having changed
     assert stood > 10  # or no node that changed coming before its start
+
+
+def test_first_fits_of_a_few_refigured_nodes_on_python_floats_are_numpys_to_the_bit() -> None:
+    # Fractional requests and frees, so that rounding would show: the running sums run on across
+    # the nodes in both.
+    rng = random.Random(11)
+    nodes = [node(f"n{i}", 8, 64) for i in range(12)]
+    arrays = NodeArrays(nodes, None, PlacementSettings(), NOW)
+    compared = waited = 0
+    for _ in range(300):
+        arrays.dedicated[:2] = [[rng.choice([0.0, 0.3, 2.7, 5.1, 8.0]) for _ in nodes] for _ in range(2)]
+        arrays.dedicated[1] *= 1024.0
+        timeline = Timeline()
+        for _ in range(rng.randrange(0, 40)):
+            frees = (rng.choice([0.1, 0.7, 1.3, 2.0]), rng.choice([0.0, 100.3, 512.0]), 0.0, 0.0)
+            timeline.add(NOW + rng.choice([-5.0, 60.0, 60.0, 300.0, 900.0]), rng.randrange(len(nodes)), frees)
+        request = Resources(rng.choice([0.5, 2.2, 4.0, 7.9]), int(rng.choice([0.1, 1.0, 2.5]) * GiB))
+        demand = Demand.of(job(1, request.vcpus, request.ram_mib / GiB))
+        eligible = np.array([rng.random() < 0.9 for _ in nodes])
+        kept = np.array([rng.choice([NOW - 10.0, NOW + 60.0, math.inf]) for _ in nodes])
+        at = np.array(sorted(rng.sample(range(len(nodes)), rng.randrange(1, 5))), dtype=np.int64)
+        few = backfill_module._first_fits_few(arrays, demand, eligible, NOW, at, timeline, kept)
+        if few is None:
+            continue  # too many ends on them: the vectorised work does it
+        vectorised = backfill_module._Fits(arrays, demand, eligible, NOW, at).first_fits(timeline, kept)
+        assert np.array_equal(few, vectorised)
+        compared += 1
+        waited += bool(np.isfinite(few[at]).any() and (few[at] > NOW).any())
+    assert compared > 200 and waited > 50

@@ -207,7 +207,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     decisions.boots.extend(plan.boots)
     planner_reason = {a.job_id: a for a in plan.annotations}
     for job in waiting:
-        note = planner_reason.get(job.id)
+        note = planner_reason.get(job.id) if planner_reason else None
         if note is None:
             # The placer's reason; an Annotation only where it differs from what the job shows.
             reason = reasons.get(job.id, "waiting for resources")

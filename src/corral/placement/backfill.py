@@ -403,6 +403,59 @@ class _Fits:
         return first_fit
 
 
+FEW_DIRTY, FEW_EVENTS = 4, 48  # up to these, `_first_fits_few` works on Python floats
+
+
+def _first_fits_few(
+    arrays: NodeArrays, demand: Demand, eligible: Bools, now: float, at: Ints, timeline: Timeline, kept: Floats
+) -> Floats | None:
+    """`_Fits(..., at).first_fits(timeline, kept)` for a few refigured nodes with a few ends on
+    them (the usual pass: one or two nodes changed), on Python floats: the same operations in
+    the same order (the running sums run on across the nodes, as `np.cumsum` does), so the
+    same values, without NumPy's per-call cost. None: too many nodes or ends for it."""
+    if len(at) > FEW_DIRTY:
+        return None
+    vector = demand.vector
+    wanted = [r for r in range(len(vector)) if vector[r] > 0]
+    request = [float(vector[r]) - EPSILON for r in wanted]
+    capacity, dedicated, ratio = arrays.capacity, arrays.dedicated, arrays.ratio
+    first_fit = np.maximum(kept, now)
+    projected_on: dict[int, list[float]] = {}  # the nodes big enough that do not fit now
+    for i in at.tolist():
+        ceiling = [float(capacity[r, i]) * float(ratio[r]) for r in wanted]
+        projected = [min(c - float(dedicated[r, i]), c) for r, c in zip(wanted, ceiling, strict=True)]
+        big_enough = bool(eligible[i]) and all(c >= q for c, q in zip(ceiling, request, strict=True))
+        fits_now = big_enough and all(p >= q for p, q in zip(projected, request, strict=True))
+        first_fit[i] = now if fits_now else math.inf
+        if big_enough and not fits_now:
+            projected_on[i] = projected
+    if not projected_on:
+        return first_fit
+    ends, nodes, frees = timeline.arrays()
+    waiting = np.zeros(arrays.n, dtype=bool)
+    waiting[list(projected_on)] = True
+    later = np.flatnonzero(waiting[nodes])
+    if len(later) > FEW_EVENTS:
+        return None
+    on, end_at = nodes[later].tolist(), ends[later].tolist()
+    freed = frees[np.array(wanted)[:, None], later].T.tolist()
+    running = [0.0] * len(wanted)
+    before = running
+    group = -1
+    # By node, then end, ties in timeline order (np.lexsort's order: it is stable).
+    for k in sorted(range(len(later)), key=lambda k: (on[k], end_at[k])):
+        node = on[k]
+        if node != group:
+            group, before = node, list(running)
+        running = [total + amount for total, amount in zip(running, freed[k], strict=True)]
+        projected = projected_on[node]
+        if all(
+            p + (total - start) >= q for p, total, start, q in zip(projected, running, before, request, strict=True)
+        ):
+            first_fit[node] = min(float(first_fit[node]), max(end_at[k], now))
+    return first_fit
+
+
 def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_fit: Floats) -> Reservation | None:
     """The reservation starts when the `need`-th node fits (ties to the first nodes)."""
     need = demand.node_count
@@ -490,7 +543,10 @@ class LastReservation:
                 self._made = replace(made, serial=changes.serial, added=added, now=now)
                 return last.copy()
         if made is not None and dirty is not None:
-            first_fit = _Fits(arrays, demand, eligible, now, np.flatnonzero(dirty)).first_fits(timeline, made.first_fit)
+            at = np.flatnonzero(dirty)
+            first_fit = _first_fits_few(arrays, demand, eligible, now, at, timeline, made.first_fit)
+            if first_fit is None:
+                first_fit = _Fits(arrays, demand, eligible, now, at).first_fits(timeline, made.first_fit)
         else:
             first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
         if made is not None and dirty is not None and _stands(made.reservation, dirty, first_fit, now):
