@@ -550,7 +550,7 @@ class DemandMemo:
         return kept[1]
 
     def prune(self, queue: Sequence[Job]) -> None:
-        """Keep only the jobs of `queue` (every job this pass asked for), if many others are kept."""
+        """Keep only the jobs of this pass's `queue`, once many others are kept."""
         kept = self.kept
         if len(kept) > 2 * len(queue) + 64:
             self.kept = {job.id: kept[job.id] for job in queue if job.id in kept}
