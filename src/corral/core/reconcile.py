@@ -153,13 +153,10 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     # 5. Placement, in queue order.
     queue: list[Job] = []
     not_yet: list[Job] = []  # queued, not eligible yet
-    # A job with neither a requested start nor a retry back-off is eligible from time 0: most of a
-    # long queue, read without a call.
-    from_zero = now >= 0.0
     for job in index.queued.values():
         if ended and job.id in ended:
             continue
-        if (from_zero and job.not_before is None and job.retry_at is None) or job.eligible_at() <= now:
+        if job.eligible_at() <= now:
             queue.append(job)
         else:
             not_yet.append(job)

@@ -542,15 +542,18 @@ class LastReservation:
             if last is not None and last.start > now and not dirty.any():
                 self._made = replace(made, serial=changes.serial, added=added, now=now)
                 return last.copy()
+        stands = False
         if made is not None and dirty is not None:
             at = np.flatnonzero(dirty)
             first_fit = _first_fits_few(arrays, demand, eligible, now, at, timeline, made.first_fit)
             if first_fit is None:
                 first_fit = _Fits(arrays, demand, eligible, now, at).first_fits(timeline, made.first_fit)
+            stands = _stands(made.reservation, dirty, first_fit, now)
         else:
             first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
-        if made is not None and dirty is not None and _stands(made.reservation, dirty, first_fit, now):
-            reservation: Reservation | None = made.reservation
+        reservation: Reservation | None
+        if made is not None and stands:
+            reservation = made.reservation
         else:
             reservation = _reservation(arrays, demand, timeline, first_fit)
         if changes is not None:

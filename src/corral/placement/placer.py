@@ -70,10 +70,10 @@ class Capacity:
         )
 
     def bounded_for(self, demand: Demand) -> bool:
-        if self.mode != "auto":
-            return self.mode == "bounded"
-        if not self.has_types:
+        if self.all_bounded:
             return True
+        if self.mode != "auto":
+            return False  # elastic
         if self.max_instances is not None and self.live + demand.node_count > self.max_instances:
             return True
         return not self.fits.any_fits(demand)
@@ -390,8 +390,7 @@ def place(
                         continue
                     # Every job from here on is bounded too, and not examined: no look at each.
                     for later in ordered[position:]:
-                        reasons[later.id] = not_examined
-                        details_of[later.id] = {"job": later.id, "reason": not_examined, "blocked_by": blocker.id}
+                        _wait(result, later, not_examined, blocked_by=blocker.id)
                     break
         # A request found to fit nowhere earlier in this pass (capacity only shrinks within it;
         # requests with strict hints are never filed there) goes straight to its record: the
