@@ -36,6 +36,9 @@ class World:
             job = self.jobs[rng.choice(list(self.jobs))]
             job.state = rng.choice([JobState.QUEUED, JobState.CLAIMED, JobState.RUNNING])
             job.cancel_requested = rng.random() < 0.2
+            # A requested start or a back-off, either past or still ahead for the passes below.
+            job.not_before = rng.choice([None, None, None, 900.0, 1300.0])
+            job.retry_at = rng.choice([None, None, None, 1000.0 + serial, 1100.0 + serial])
             index.put_job(job)
         elif kind == 2:
             job_id = rng.choice(list(self.jobs))
@@ -72,11 +75,13 @@ class World:
 def test_a_kept_index_equals_a_fresh_one_after_every_change() -> None:
     rng = random.Random(7)
     world = World()
+    deferred = 0
     for serial in range(1, 3000):
         world.step(rng, serial)
+        deferred += bool(world.index.deferred)
         assert world.index.describe() == SnapshotIndex.of(world.snapshot()).describe(), f"after change {serial}"
     fresh = SnapshotIndex.of(world.snapshot())
-    assert fresh.unworked and fresh.work and fresh.queued and fresh.flagged  # the groups were exercised
+    assert fresh.unworked and fresh.work and fresh.queued and fresh.flagged and deferred  # the groups were exercised
 
 
 def test_a_pass_decides_the_same_through_a_kept_index() -> None:

@@ -70,6 +70,9 @@ class SnapshotIndex:
         self.jobs: dict[int, Job] = {}
         self.queued: dict[int, Job] = {}
         self.flagged: dict[int, Job] = {}  # priority 0 or a cancel request: the pass cancels them
+        # Queued jobs with a requested start or a retry back-off: the only ones that may not be
+        # eligible yet (the others are from time 0 on).
+        self.deferred: dict[int, Job] = {}
         self.attempts: dict[int, Attempt] = {}  # active (assigned or running)
         self.assigned: dict[int, Attempt] = {}
         self.work: dict[str, int] = {}  # node id -> active attempts on it (ids of gone nodes too)
@@ -115,16 +118,19 @@ class SnapshotIndex:
         return self._sequence
 
     def put_job(self, job: Job) -> None:
-        """File a job that is new or has changed (its state, priority or cancel request)."""
+        """File a job that is new or has changed (its state, priority, cancel request, requested
+        start or back-off)."""
         job_id = job.id
         if job_id not in self.jobs:
             self.job_order[job_id] = self._next()
         self.jobs[job_id] = job
-        _place(self.queued, job_id, job, job.state is JobState.QUEUED)
+        queued = job.state is JobState.QUEUED
+        _place(self.queued, job_id, job, queued)
+        _place(self.deferred, job_id, job, queued and (job.not_before is not None or job.retry_at is not None))
         _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested)
 
     def drop_job(self, job_id: int) -> None:
-        for group in (self.jobs, self.queued, self.flagged, self.job_order):
+        for group in (self.jobs, self.queued, self.deferred, self.flagged, self.job_order):
             group.pop(job_id, None)
 
     def put_attempt(self, attempt: Attempt) -> None:
@@ -258,6 +264,7 @@ class SnapshotIndex:
             "jobs": ids(self.jobs, self.job_order),
             "queued": ids(self.queued, self.job_order),
             "flagged": ids(self.flagged, self.job_order),
+            "deferred": ids(self.deferred, self.job_order),
             "attempts": list(self.attempts),
             "assigned": sorted(self.assigned),
             "work": sorted(self.work.items()),

@@ -153,13 +153,16 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     # 5. Placement, in queue order.
     queue: list[Job] = []
     not_yet: list[Job] = []  # queued, not eligible yet
-    for job in index.queued.values():
-        if ended and job.id in ended:
-            continue
-        if job.eligible_at() <= now:
-            queue.append(job)
-        else:
-            not_yet.append(job)
+    if not ended and not index.deferred and now >= 0.0:
+        queue = list(index.queued.values())  # each eligible: Job.eligible_at() is 0 without deferral
+    else:
+        for job in index.queued.values():
+            if ended and job.id in ended:
+                continue
+            if job.eligible_at() <= now:
+                queue.append(job)
+            else:
+                not_yet.append(job)
     queue = queue_order(queue)
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
