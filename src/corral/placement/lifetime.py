@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from corral.core.model import Attempt, InstanceType, Job
+from corral.core.model import Attempt, InstanceType, Job, Resources
 from corral.placement.arrays import Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.settings import CostSettings, PlacementSettings
@@ -111,15 +111,27 @@ def _costly_before_start(
     return price * extension / 3600.0 > allowed
 
 
+Offers = list[tuple[Resources, float]]
+
+
+def offers(instance_types: Sequence[InstanceType], unavailable: Mapping[str, float], now: float) -> Offers:
+    """What the boot planner may boot now, as (capacity, hourly price): every type not in capacity
+    back-off, cheapest first (the first offer that holds a request is the cheapest one that does)."""
+    return sorted(
+        ((t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now),
+        key=lambda offer: offer[1],
+    )
+
+
 class CostGate:
-    """Built once per pass (lazily, by the placer, when an elastic job first needs it)."""
+    """Built once per pass (lazily, by the placer, when an elastic job first needs it). `offers`:
+    see `offers` (a placer keeps them while the types and the back-offs in force are the same)."""
 
     def __init__(
         self,
         arrays: NodeArrays,
         ends: Floats,
-        instance_types: Sequence[InstanceType],
-        unavailable: Mapping[str, float],
+        offers: Offers,
         now: float,
         settings: CostSettings,
         default_limit: float | None = None,
@@ -131,13 +143,9 @@ class CostGate:
         self.fractions = np.array(settings.run_fractions, dtype=np.float64)
         self.mean_fraction = mean_fraction(settings)
         self.ends = ends  # node_ends of the nodes of `arrays`
-        # What the boot planner may boot now: every type not in capacity back-off.
-        # Cheapest first: the first offer that holds a request is the cheapest one that does.
-        self._offers = sorted(
-            ((t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now),
-            key=lambda offer: offer[1],
-        )
+        self._offers = offers
         self._new_price: dict[tuple[float, float, float, float], float] = {}
+        self._allowed: dict[tuple[tuple[float, float, float, float], float | None], float] = {}
         self._top_price = float(arrays.price.max()) if arrays.n else 0.0
 
     def limit(self, demand: Demand) -> float | None:
@@ -163,7 +171,12 @@ class CostGate:
 
     def allowed(self, demand: Demand) -> float:
         """The most a node may cost the job (the gate's ratio times a new instance; inf: any)."""
-        return self.settings.max_extension * self.new_instance_cost(demand)
+        # Asked for every elastic job a pass looks at; the jobs of a queue share a few requests.
+        key = (demand.amounts, demand.time_limit)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            allowed = self._allowed[key] = self.settings.max_extension * self.new_instance_cost(demand)
+        return allowed
 
     def extension_cost(self, demand: Demand, among: Ints | None = None) -> Floats:
         """Per node (of `among`, if given): expected cost (USD) of the time the job keeps the node

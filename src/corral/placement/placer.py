@@ -30,7 +30,7 @@ from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.explain import explain
-from corral.placement.lifetime import CostGate, gate_settings
+from corral.placement.lifetime import CostGate, Offers, gate_settings, offers
 from corral.placement.locality import LocalityIndex
 from corral.placement.roster import Roster
 from corral.placement.settings import PlacementSettings, coerce
@@ -90,6 +90,7 @@ class TypeFits:
         self._settings = settings
         self._now = now
         self._ranker: TypeRanker | None = None
+        self._offers: Offers | None = None
         reserved = [dict(t.attributes) for t in self.types if any(k == attr.RESERVATION for k, _ in t.attributes)]
         ends = [attr.number(a, attr.RESERVATION_UNTIL) for a in reserved]
         self._expires = min((end for end in ends if end > now), default=math.inf)
@@ -99,6 +100,12 @@ class TypeFits:
             return False
         in_force = {name: until for name, until in snapshot.unavailable_types.items() if until > now}
         return in_force == self.unavailable and snapshot.instance_types == self.types
+
+    def offers(self) -> Offers:
+        """The cost gate's offers (`lifetime.offers`): the same while this is kept."""
+        if self._offers is None:
+            self._offers = offers(self.types, self.unavailable, self._now)
+        return self._offers
 
     def any_fits(self, demand: Demand) -> bool:
         if self._ranker is None:
@@ -426,7 +433,7 @@ def place(
             capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
             if not capacity.bounded_for(demand):
                 if gate is None:
-                    gate = _cost_gate(snapshot, arrays, work.ends(now), now, settings, placed_before_gate)
+                    gate = _cost_gate(capacity.fits.offers(), arrays, work.ends(now), now, settings, placed_before_gate)
                 if exclude is None and demand.node_count == 1 and engine.still_refused(demand, gate):
                     kept_off(demand)
                     _wait(result, job, COSTLY_REASON)
@@ -587,22 +594,14 @@ UNEXPLAINED: dict[str, Any] = {"reason": ""}
 
 
 def _cost_gate(
-    snapshot: Snapshot,
+    offers: Offers,
     arrays: NodeArrays,
     ends: Floats,
     now: float,
     settings: PlacementSettings,
     placed: Sequence[tuple[list[int], Demand]],
 ) -> CostGate:
-    gate = CostGate(
-        arrays,
-        ends,
-        snapshot.instance_types,
-        snapshot.unavailable_types,
-        now,
-        settings.cost,
-        settings.queue.default_time_limit,
-    )
+    gate = CostGate(arrays, ends, offers, now, settings.cost, settings.queue.default_time_limit)
     for nodes, demand in placed:
         gate.placed(nodes, demand)
     return gate
