@@ -8,6 +8,10 @@ statistics of a parallel-machine log (corral.workload.synth) and an arrival rate
 fleet peaks around 500 instances. Each mode runs in a child process, so that its peak memory (max
 RSS) is its own. Prints a table, then, as the last line, one JSON object of the figures.
 
+A second table splits the wall clock of a pass: the simulator's own work (events, carrying
+decisions out), the core's pass without the placer, and the placer; next to it, the wall clock
+per pass that the target allows (jobs / target / passes).
+
 Elastic: AWS us-east-1 CPU instance types, the default policy (idle grace 1 min), room for 2,000
 instances. Fixed: 500 m5.12xlarge-sized nodes (24,000 vcpus), EASY backfilling (the placement settings' queue).
 Targets (issue 4), one core, <= 1 GiB: elastic >= 5,000 jobs/s, fixed with EASY >= 20,000 jobs/s.
@@ -112,10 +116,22 @@ def run_child(mode: str, workload: Path, limit: int | None, variant: str) -> dic
     else:
         cfg = config(mode)
     started = time.perf_counter()
-    sim = Simulation(jobs, cfg).run()
+    sim = Simulation(jobs, cfg, timed=True).run()
     wall = time.perf_counter() - started
     figures = measure(sim, wall).summary()
     figures.pop("utilisation_by_type")
+    # Where a pass's wall clock goes, and what the target leaves for one.
+    passes = max(1, sim.counters.passes)
+
+    def per_pass(seconds: float) -> float:
+        return round(seconds / passes * 1e6, 1)
+
+    figures["us_per_pass"] = per_pass(wall)
+    figures["simulator_us_per_pass"] = per_pass(wall - sim.times.passes)
+    figures["core_us_per_pass"] = per_pass(sim.times.passes - sim.times.placer)
+    figures["placer_us_per_pass"] = per_pass(sim.times.placer)
+    target = TARGETS.get("fixed" if variant.startswith("fixed:") else mode)
+    figures["target_us_per_pass"] = per_pass(len(jobs) / target) if target else None
     figures["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures["peak_vcpus"] = peak_vcpus(sim)
     # The placement engine explains its placements; the built-in first fit does not.
@@ -219,6 +235,16 @@ def bench(
             f"  {r['placer']}",
             flush=True,
         )
+    print()
+    print("where a pass goes, µs of wall clock a pass: the simulator's own work, the core's pass (plan_pass)")
+    print("without the placer, the placer; and what the target leaves for a whole pass")
+    print(f"{'mode':<8} {'all':>8} {'simulator':>10} {'core pass':>10} {'placer':>8} {'target':>8}")
+    for mode, r in runs.items():
+        budget = r["target_us_per_pass"]
+        print(
+            f"{mode:<8} {r['us_per_pass']:>8,.0f} {r['simulator_us_per_pass']:>10,.0f} {r['core_us_per_pass']:>10,.0f}"
+            f" {r['placer_us_per_pass']:>8,.0f} {'' if budget is None else f'{budget:,.0f}':>8}"
+        )
     placers = sorted({r["placer"] for r in runs.values()})
     figures: dict[str, Any] = {"placer": ", ".join(placers)}
     for mode, r in runs.items():
@@ -234,6 +260,11 @@ def bench(
                 "wait_mean_s",
                 "cost_usd",
                 "cost_over_packing_bound",
+                "us_per_pass",
+                "simulator_us_per_pass",
+                "core_us_per_pass",
+                "placer_us_per_pass",
+                "target_us_per_pass",
             )
         }
         figures[mode]["target_jobs_per_second"] = TARGETS.get(mode)

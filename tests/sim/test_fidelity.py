@@ -150,3 +150,14 @@ def test_pings_need_not_be_written() -> None:
         assert unwritten.counters.node_failures > 0
         assert summary(unwritten) == summary(written)
         assert unwritten.records == written.records
+
+
+def test_timing_the_passes_changes_nothing_and_splits_the_wall_clock() -> None:
+    """The benchmark times the core's passes and the placer within them (`timed=True`): the run is
+    the same, and the placer's time is part of the passes'."""
+    jobs, cfg = busy_world()
+    plain = Simulation(copy.deepcopy(jobs), cfg).run()
+    timed = Simulation(copy.deepcopy(jobs), cfg, timed=True).run()
+    assert timed.records == plain.records and summary(timed) == summary(plain)
+    assert plain.times.passes == plain.times.placer == 0.0
+    assert 0.0 < timed.times.placer < timed.times.passes

@@ -22,8 +22,9 @@ import dataclasses
 import heapq
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 from corral.cloud.base import InsufficientCapacity
@@ -31,10 +32,10 @@ from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core import capacity, retry
 from corral.core.index import SnapshotIndex
-from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState
-from corral.core.reconcile import idle_nodes_can_drain, plan_pass
+from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState, Resources
+from corral.core.reconcile import Placer, idle_nodes_can_drain, plan_pass
 from corral.core.settings import PolicySettings
-from corral.core.snapshot import Decisions, JobOutcome, NodeAction, Snapshot
+from corral.core.snapshot import Decisions, JobOutcome, NodeAction, PlacementResult, Snapshot
 from corral.placement import make_placer
 from corral.sim.settings import ScheduledFailure
 from corral.workload.model import SimJob, shape_gangs
@@ -73,6 +74,16 @@ class Trace:
 
 
 @dataclass(slots=True)
+class PassTimes:
+    """Wall-clock seconds spent in the core's passes (`plan_pass`) and, within them, in the placer:
+    kept by `Simulation(timed=True)` (the benchmark), so that the rest of a run's wall clock is
+    the simulator's own."""
+
+    passes: float = 0.0
+    placer: float = 0.0
+
+
+@dataclass(slots=True)
 class Counters:
     passes: int = 0
     boots: int = 0
@@ -99,6 +110,7 @@ class Simulation:
         check_index: bool = False,
         progress: Callable[[float], None] | None = None,
         on_pass: Callable[[Snapshot, float, Decisions], None] | None = None,
+        timed: bool = False,
     ) -> None:
         self.config = config
         self.label = label
@@ -124,6 +136,10 @@ class Simulation:
             self.types, self.fixed_nodes = list(all_types.values()), []
         self.types_by_name = {t.name: t for t in self.types}
         self.placer = make_placer(self.policy, explanations=sim.explanations)
+        self.timed = timed
+        self.times = PassTimes()
+        if timed:
+            self.placer = self._timed(self.placer)
         shape_gangs(jobs, self.types)
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
@@ -182,6 +198,24 @@ class Simulation:
             nodes += [itype] * group.count
         distinct = list({t.name: t for t in nodes}.values())
         return distinct, nodes
+
+    def _timed(self, placer: Placer) -> Placer:
+        times = self.times
+
+        def timed(
+            snapshot: Snapshot,
+            queue: Sequence[Job],
+            nodes: Sequence[Node],
+            free: dict[str, Resources] | None,
+            now: float,
+        ) -> PlacementResult:
+            started = perf_counter()
+            try:
+                return placer(snapshot, queue, nodes, free, now)
+            finally:
+                times.placer += perf_counter() - started
+
+        return timed
 
     def _push(self, time: float, kind: int, ref: object) -> None:
         self._seq += 1
@@ -325,7 +359,12 @@ class Simulation:
         )
         if self.check_index:
             self._check_index(snapshot, now)
-        decisions = plan_pass(snapshot, now, self.policy, self.placer)
+        if self.timed:
+            started = perf_counter()
+            decisions = plan_pass(snapshot, now, self.policy, self.placer)
+            self.times.passes += perf_counter() - started
+        else:
+            decisions = plan_pass(snapshot, now, self.policy, self.placer)
         if self.on_pass is not None:
             self.on_pass(snapshot, now, decisions)
         self._apply(decisions, now)
