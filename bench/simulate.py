@@ -116,7 +116,7 @@ def run_child(mode: str, workload: Path, limit: int | None, variant: str) -> dic
     else:
         cfg = config(mode)
     started = time.perf_counter()
-    sim = Simulation(jobs, cfg, timed=True).run()
+    sim = Simulation(jobs, cfg).run()
     wall = time.perf_counter() - started
     figures = measure(sim, wall).summary()
     figures.pop("utilisation_by_type")

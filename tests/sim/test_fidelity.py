@@ -152,12 +152,8 @@ def test_pings_need_not_be_written() -> None:
         assert unwritten.records == written.records
 
 
-def test_timing_the_passes_changes_nothing_and_splits_the_wall_clock() -> None:
-    """The benchmark times the core's passes and the placer within them (`timed=True`): the run is
-    the same, and the placer's time is part of the passes'."""
+def test_a_run_tells_the_time_in_the_passes_and_in_the_placer_within_them() -> None:
+    """What the benchmark splits a pass's wall clock by."""
     jobs, cfg = busy_world()
-    plain = Simulation(copy.deepcopy(jobs), cfg).run()
-    timed = Simulation(copy.deepcopy(jobs), cfg, timed=True).run()
-    assert timed.records == plain.records and summary(timed) == summary(plain)
-    assert plain.times.passes == plain.times.placer == 0.0
-    assert 0.0 < timed.times.placer < timed.times.passes
+    sim = Simulation(jobs, cfg).run()
+    assert 0.0 < sim.times.placer < sim.times.passes

@@ -75,9 +75,8 @@ class Trace:
 
 @dataclass(slots=True)
 class PassTimes:
-    """Wall-clock seconds spent in the core's passes (`plan_pass`) and, within them, in the placer:
-    kept by `Simulation(timed=True)` (the benchmark), so that the rest of a run's wall clock is
-    the simulator's own."""
+    """Wall-clock seconds spent in the core's passes (`plan_pass`) and, within them, in the placer,
+    so that the benchmark can tell them from the simulator's own work (the rest of a run)."""
 
     passes: float = 0.0
     placer: float = 0.0
@@ -110,7 +109,6 @@ class Simulation:
         check_index: bool = False,
         progress: Callable[[float], None] | None = None,
         on_pass: Callable[[Snapshot, float, Decisions], None] | None = None,
-        timed: bool = False,
     ) -> None:
         self.config = config
         self.label = label
@@ -135,11 +133,8 @@ class Simulation:
         else:
             self.types, self.fixed_nodes = list(all_types.values()), []
         self.types_by_name = {t.name: t for t in self.types}
-        self.placer = make_placer(self.policy, explanations=sim.explanations)
-        self.timed = timed
         self.times = PassTimes()
-        if timed:
-            self.placer = self._timed(self.placer)
+        self.placer = self._timed(make_placer(self.policy, explanations=sim.explanations))
         shape_gangs(jobs, self.types)
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
@@ -359,12 +354,9 @@ class Simulation:
         )
         if self.check_index:
             self._check_index(snapshot, now)
-        if self.timed:
-            started = perf_counter()
-            decisions = plan_pass(snapshot, now, self.policy, self.placer)
-            self.times.passes += perf_counter() - started
-        else:
-            decisions = plan_pass(snapshot, now, self.policy, self.placer)
+        started = perf_counter()
+        decisions = plan_pass(snapshot, now, self.policy, self.placer)
+        self.times.passes += perf_counter() - started
         if self.on_pass is not None:
             self.on_pass(snapshot, now, decisions)
         self._apply(decisions, now)
