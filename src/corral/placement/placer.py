@@ -374,13 +374,11 @@ def place(
     # Read once: the loop below runs for every queued job, pass after pass.
     backfill, max_job_test, default_limit = policy.backfill, policy.max_job_test, policy.default_time_limit
     reasons, details_of = result.reasons, result.details
-    kept_demands = demands.kept
     for position, job in enumerate(ordered):
-        kept_demand = kept_demands.get(job.id)  # demands.of, inlined: it runs for every queued job
-        demand = kept_demand[1] if kept_demand is not None and kept_demand[0] is job else demands.of(job)
+        demand = demands.of(job)
         bounded = False
         if blocker is not None and capacity is not None:
-            bounded = capacity.all_bounded or capacity.bounded_for(demand)
+            bounded = capacity.bounded_for(demand)
             if bounded:
                 # Competes with the blocked job for the same fixed capacity.
                 if backfill == "strict-fifo":
@@ -547,19 +545,19 @@ class DemandMemo:
     once it holds twice as many (a look-up in the queue loop costs no bookkeeping)."""
 
     def __init__(self) -> None:
-        self.kept: dict[int, tuple[Job, Demand]] = {}
+        self._kept: dict[int, tuple[Job, Demand]] = {}
 
     def of(self, job: Job) -> Demand:
-        kept = self.kept.get(job.id)
+        kept = self._kept.get(job.id)
         if kept is None or kept[0] is not job:
-            kept = self.kept[job.id] = (job, Demand.of(job))
+            kept = self._kept[job.id] = (job, Demand.of(job))
         return kept[1]
 
     def prune(self, queue: Sequence[Job]) -> None:
         """Keep only the jobs of this pass's `queue`, once many others are kept."""
-        kept = self.kept
+        kept = self._kept
         if len(kept) > 2 * len(queue) + 64:
-            self.kept = {job.id: kept[job.id] for job in queue if job.id in kept}
+            self._kept = {job.id: kept[job.id] for job in queue if job.id in kept}
 
 
 class LazyTimeline:
