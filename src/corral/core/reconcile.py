@@ -151,18 +151,15 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         idle_working, busy_unworked = index.idle_working.keys(), index.busy_unworked.keys()
 
     # 5. Placement, in queue order.
-    queue: list[Job] = []
-    not_yet: list[Job] = []  # queued, not eligible yet
-    if not ended and not index.deferred and now >= 0.0:
-        queue = list(index.queued.values())  # each eligible: Job.eligible_at() is 0 without deferral
+    # Queued, not eligible yet: only a job with a requested start or a back-off can be (the
+    # others' Job.eligible_at() is 0), so only those are asked.
+    maybe_not_yet = index.deferred if now >= 0.0 else index.queued
+    not_yet = [job for job in maybe_not_yet.values() if job.id not in ended and job.eligible_at() > now]
+    if ended or not_yet:
+        left_out = ended.union(job.id for job in not_yet)
+        queue = [job for job in index.queued.values() if job.id not in left_out]
     else:
-        for job in index.queued.values():
-            if ended and job.id in ended:
-                continue
-            if job.eligible_at() <= now:
-                queue.append(job)
-            else:
-                not_yet.append(job)
+        queue = list(index.queued.values())
     queue = queue_order(queue)
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
