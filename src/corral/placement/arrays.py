@@ -327,12 +327,13 @@ class NodeArrays:
                 self._refresh_room(resource, idx)
         self._take_facts(self.facts)
 
-    def refresh(self, load: Load, where: list[int], used: list[Resources]) -> None:
+    def refresh(self, load: Load, where: list[int], used: list[Resources]) -> bool:
         """Take the work at node positions `where` (in order) from `load` and their measured use
-        from `used` (every node's), as the build does for every node; the room follows."""
+        from `used` (every node's), as the build does for every node; the room follows. Whether
+        any of those nodes' figures changed."""
         if len(where) > FEW:
-            self._refresh_many(load, np.array(where, dtype=np.int64), used)
-            return
+            return self._refresh_many(load, np.array(where, dtype=np.int64), used)
+        changed = False
         capacity, dedicated_of, utilized_of, room_of = self.capacity, self.dedicated, self.utilized, self.room
         held, unmeasured = load.dedicated, load.unmeasured
         # Scalar arithmetic on each column: the same IEEE operations as `_refresh_many` (and the
@@ -351,15 +352,21 @@ class NodeArrays:
                     room_left = cap - utilized
                 else:
                     room_left = min(cap * self._ratios[r] - dedicated, cap - utilized)
+                changed = changed or (
+                    dedicated_of[r, i] != dedicated or utilized_of[r, i] != utilized or room_of[r, i] != room_left
+                )
                 dedicated_of[r, i] = dedicated
                 utilized_of[r, i] = utilized
                 room_of[r, i] = room_left
             jobs, capped = float(load.jobs[i]), int(load.capped[i])
             uncapped = int(jobs) - capped
+            changed = changed or self.jobs[i] != jobs or self.capped_jobs[i] != capped
             self.jobs[i], self.capped_jobs[i], self.uncapped_jobs[i] = jobs, capped, uncapped
         self.any_capped = self._pinned or bool(self.capped_jobs.any())
+        return changed
 
-    def _refresh_many(self, load: Load, where: Ints, used: list[Resources]) -> None:
+    def _refresh_many(self, load: Load, where: Ints, used: list[Resources]) -> bool:
+        was = [values[..., where] for values in (self.dedicated, self.utilized, self.room, self.jobs, self.capped_jobs)]
         self.dedicated[:, where] = load.dedicated[:, where]
         self.utilized[:, where] = _stack(used[i] for i in where.tolist()) + load.unmeasured[:, where]
         for resource in RESOURCES:
@@ -368,6 +375,8 @@ class NodeArrays:
         self.capped_jobs[where] = load.capped[where]
         self.uncapped_jobs[where] = load.jobs[where].astype(np.int64) - load.capped[where]
         self.any_capped = self._pinned or bool(self.capped_jobs.any())
+        now = (self.dedicated, self.utilized, self.room, self.jobs, self.capped_jobs)
+        return not all(np.array_equal(before, values[..., where]) for before, values in zip(was, now, strict=True))
 
     def _refresh_room(self, resource: Resource, where: slice | Ints | int) -> None:
         self.room[resource, where] = room(

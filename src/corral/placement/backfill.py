@@ -288,10 +288,13 @@ class Reservation:
         """One whose room placements may take from (`take`) without changing this one."""
         return Reservation(self.job_id, self.start, self.nodes, self.spare.copy(), self.held)
 
-    def same_as(self, other: Reservation | None) -> bool:
-        """The same start, nodes and room left on each (the nodes in any order: ties among nodes
-        that first fit at the same time come in another order once one of them took work)."""
-        if other is None or other.start != self.start or len(other.nodes) != len(self.nodes):
+    def same_as(self, other: Reservation | None, now: float = -math.inf) -> bool:
+        """The same start (or both started by `now`: every job still to be placed ends after
+        either), nodes and room left on each (the nodes in any order: ties among nodes that first
+        fit at the same time come in another order once one of them took work)."""
+        if other is None or len(other.nodes) != len(self.nodes):
+            return False
+        if other.start != self.start and not (other.start <= now and self.start <= now):
             return False
         mine, theirs = np.argsort(self.nodes), np.argsort(other.nodes)
         return bool(

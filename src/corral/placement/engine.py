@@ -139,6 +139,9 @@ class Engine:
         # Bumped by every change to the node arrays, so an explanation made at a version holds
         # while it is current; requests that found no node, kept until something makes room.
         self.version = 0
+        # Whether the last `renew` left every node's work figures and the instance types as the
+        # last pass left them (its placements were carried out, and nothing else changed).
+        self.as_left = False
         self.misfits: dict[tuple[object, ...], Misfit] = {}
         # Per change journal position, the most room of each resource on the nodes changed since
         # (as of `version`): what a kept misfit checks first (see `misfit`).
@@ -175,6 +178,7 @@ class Engine:
         # nothing that could make room happened.
         changes, self._changes = self._changes, 0
         self.version += 1
+        self.as_left = False
         self.misfits = {} if grew else {k: replace(m, seen=0) for k, m in self.misfits.items() if m.seen == changes}
 
     def _static_scores(self) -> None:
@@ -236,13 +240,15 @@ class Engine:
         misfits and shared work look at."""
         committed, self._committed = set(self._committed), []
         where = sorted(committed.union(refreshed))
-        if where or list(instance_types) != self.instance_types:
+        same_types = list(instance_types) == self.instance_types
+        if where or not same_types:
             self.version += 1
         self.now = now
         self.arrays.used = used
+        self.as_left = same_types
         # The nodes placed on last pass: their room comes back if a placement was not carried out.
-        if where:
-            self.arrays.refresh(load, where, used)
+        if where and self.arrays.refresh(load, where, used):
+            self.as_left = False
         if self.scores.renew(now):
             self._static_scores()
             self.base = self.base_scores(slice(None))

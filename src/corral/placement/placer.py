@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
@@ -164,6 +166,7 @@ class FactsMemo:
         self.running = RunningEnds(settings.queue.default_time_limit)
         self.reservation = LastReservation()
         self.demands = DemandMemo()
+        self.walk: QueueWalk | None = None  # the last pass's queue loop, if it placed nothing
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
         self.measured: tuple[tuple[object, int, FleetFacts], Measurements] | None = None
         self.roster: Roster | None = None
@@ -361,7 +364,10 @@ def place(
         else:
             any_node = True
 
-    def wait_for(reservation: Reservation, job: Job) -> None:
+    held_jobs: list[tuple[Job, Demand]] = []  # jobs held back by the reservation
+
+    def wait_for(reservation: Reservation, job: Job, demand: Demand) -> None:
+        held_jobs.append((job, demand))
         if explanations:
             reason = f"would delay job {reservation.job_id}, which has {reservation.describe(arrays, now)}"
             _wait(result, job, reason, reservation=_reservation_json(reservation, arrays, now))
@@ -371,10 +377,35 @@ def place(
     demands = memo.demands if memo is not None else DemandMemo()
     make = memo.reservation.reserve if memo is not None else reserve
     not_examined = ""
+    blocker_reason = ""  # the blocked job's reason before its reservation is described
     # Read once: the loop below runs for every queued job, pass after pass.
     backfill, max_job_test, default_limit = policy.backfill, policy.max_job_test, policy.default_time_limit
     reasons, details_of = result.reasons, result.details
-    for position, job in enumerate(ordered):
+    placed_after_block = 0
+    resume_at = 0  # the position of the first job not walked over last pass (see QueueWalk)
+    walk: QueueWalk | None = None
+    if memo is not None:
+        walk, memo.walk = memo.walk, None
+    if walk is not None and not explanations and free is None:
+        resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built)
+        if resumed is not False and walk.bounded:
+            capacity = Capacity(snapshot, settings, max_instances, now, memo)
+            if not capacity.all_bounded:
+                resumed, capacity = False, None
+        if resumed is not False:
+            resume_at = len(walk.waiting)
+            reasons.update(walk.reasons)
+            details_of.update(walk.details)
+            held_jobs = walk.held
+            no_room, never_fits, held_back = walk.no_room, walk.never_fits, walk.held_back
+            blocker, blocker_reason, reservation, reserved = walk.blocker, walk.blocker_reason, resumed, walk.reserved
+            examined_after_block, truncated, not_examined = walk.examined_after_block, walk.truncated, walk.not_examined
+            if blocker is not None and reservation is not None:
+                # The one verdict that reads the clock: how soon the reservation starts.
+                reason = f"{blocker_reason}; {reservation.describe(arrays, now, backfill)}"
+                reasons[blocker.id] = reason
+                details_of[blocker.id] = {**details_of[blocker.id], "reason": reason}
+    for position, job in enumerate(ordered[resume_at:] if resume_at else ordered, resume_at):
         demand = demands.of(job)
         bounded = False
         if blocker is not None and capacity is not None:
@@ -414,7 +445,7 @@ def place(
         # either (strict FIFO: it keeps off the reserved nodes altogether).
         if reservation is not None and not fits_nowhere:
             if bounded and end > reservation.start and held_back.get(demand.key) == engine.version:
-                wait_for(reservation, job)
+                wait_for(reservation, job, demand)
                 continue
             exclude = (
                 reservation.held if backfill == "strict-fifo" else reservation.holds_back(arrays, demand.vector, end)
@@ -456,6 +487,8 @@ def place(
             result.details[job.id] = placed
             if backfill != "none":
                 timeline.add_later(end, choice.nodes, demand.amounts)
+            if blocker is not None:
+                placed_after_block += 1
             if reservation is not None and backfill == "easy":
                 reservation.take(choice.nodes, demand.vector, end)
                 held = reservation.held
@@ -475,7 +508,7 @@ def place(
             assert reservation is not None
             if bounded and demand.hints is None:
                 held_back[demand.key] = engine.version
-            wait_for(reservation, job)
+            wait_for(reservation, job, demand)
             continue
         quick = not explanations or full_explanations >= FULL_EXPLANATIONS_PER_PASS
         if remembered is not None and remembered.version == engine.version and remembered.quick == quick:
@@ -510,6 +543,7 @@ def place(
                 if found is not None:
                     blocker, reservation = job, found
                     reserved = (demand, eligible)
+                    blocker_reason = reason
                     reason += f"; {found.describe(arrays, now, backfill)}"
                     if explanations:
                         details["reservation"] = _reservation_json(found, arrays, now)
@@ -534,8 +568,118 @@ def place(
         # on a node it may use.
         start = reservation.start
         result.revisit_from = start if start > now else timeline.built().next_end(now, eligible)
+    if (
+        memo is not None
+        and not explanations
+        and free is None
+        and not result.revisit
+        and not any_node
+        and (capacity is None or capacity.all_bounded)
+    ):
+        # No cost gate and no strict locality hints: a later pass over the engine as this one
+        # leaves it gives the jobs left waiting the same verdicts (see QueueWalk).
+        waiting, left_details = ordered, dict(details_of)
+        if result.placements:
+            placed_ids = {p.job_id for p in result.placements}
+            waiting = [job for job in ordered if job.id not in placed_ids]
+            for job_id in placed_ids:
+                del left_details[job_id]
+        memo.walk = QueueWalk(
+            engine,
+            bool(result.placements),
+            waiting,
+            dict(reasons),
+            left_details,
+            held_jobs,
+            capacity is not None,
+            no_room,
+            never_fits,
+            held_back,
+            blocker,
+            blocker_reason,
+            reservation,
+            reserved,
+            examined_after_block - placed_after_block,  # what the next pass counts of these jobs
+            truncated,
+            not_examined,
+        )
     demands.prune(ordered)
     return result
+
+
+@dataclass(slots=True)
+class QueueWalk:
+    """Where `place`'s queue loop stood at the end of a pass without explanations, a cost gate,
+    strict locality hints or a follow-up asked for (`PlacementResult.revisit`), with only bounded
+    requests or no capacity question at all. The next pass starts its loop at its first new job
+    with this state when the engine's node figures are as that pass left them (`Engine.as_left`:
+    nothing came, went or was measured but the placements it made, carried out) and its queue
+    begins with the jobs left waiting, in the same order. A fresh loop would give those jobs the
+    same verdicts: a job that fit nowhere still fits nowhere (room only shrank since, and the
+    filters read no clock), the reservation is the same (made again and compared when placements
+    were made or it has started), and a job it held back ends later still, so it is held back
+    again if it still fits somewhere without the reservation, and otherwise fits nowhere (looked
+    at again when placements were made). Only the blocked job's reason, which says how soon its
+    reservation starts, is written again."""
+
+    engine: Engine
+    placed: bool  # the pass placed jobs: the held-back ones need a look
+    waiting: list[Job]
+    reasons: dict[int, str]
+    details: dict[int, dict[str, Any]]
+    held: list[tuple[Job, Demand]]
+    bounded: bool  # a Capacity was made (every request bounded)
+    no_room: dict[tuple[object, ...], tuple[str, dict[str, Any]]]
+    never_fits: set[tuple[object, ...]]
+    held_back: dict[tuple[object, ...], int]
+    blocker: Job | None
+    blocker_reason: str
+    reservation: Reservation | None
+    reserved: tuple[Demand, Bools] | None
+    examined_after_block: int
+    truncated: bool
+    not_examined: str
+
+    def resume(
+        self,
+        engine: Engine,
+        ordered: Sequence[Job],
+        now: float,
+        snapshot: Snapshot,
+        make: Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None],
+        timeline: Callable[[], Timeline],
+    ) -> Reservation | None | Literal[False]:
+        """The reservation in force if the pass at `now` may start where this walk ended (held-back
+        jobs that now fit nowhere moved to the misfits); False if it may not."""
+        waiting = self.waiting
+        if not (
+            engine is self.engine
+            and engine.as_left
+            and not snapshot.ending
+            and len(ordered) >= len(waiting)
+            and all(map(operator.is_, ordered, waiting))
+        ):
+            return False
+        reservation = self.reservation
+        # Unstarted, with nothing changed, it stands (see LastReservation); a started one moves
+        # with the clock.
+        if reservation is not None and (self.placed or reservation.start <= now):
+            assert self.reserved is not None
+            demand, eligible = self.reserved
+            found = make(engine.arrays, demand, eligible, timeline(), now)
+            if found is None or not found.same_as(reservation, now):
+                return False
+            reservation = found
+        if self.placed:
+            still: list[tuple[Job, Demand]] = []
+            for job, demand in self.held:
+                if engine.evaluate(demand).count >= demand.node_count:
+                    still.append((job, demand))
+                else:
+                    self.reasons[job.id] = UNEXPLAINED["reason"] or "waiting for resources"
+                    self.details[job.id] = {**UNEXPLAINED, "job": job.id}
+            self.held = still
+        return reservation
 
 
 class DemandMemo:
