@@ -1,6 +1,6 @@
 """A placer kept between passes starts its queue loop where the last pass left it (QueueWalk) when
 only new jobs and the last pass's own placements came since: its decisions are a fresh placer's,
-exactly, pass after pass, on a busy bounded fleet with EASY backfill."""
+exactly, pass after pass, on a busy bounded fleet with EASY backfill or strict FIFO."""
 
 from __future__ import annotations
 
@@ -94,20 +94,26 @@ def test_a_walk_is_not_resumed_when_the_queue_before_the_new_jobs_changed() -> N
         index.put_job(j)
     memo = FactsMemo(settings)
 
-    def run(jobs: list[Job], now: float) -> PlacementResult:
+    def run(jobs: list[Job], now: float, kept: FactsMemo = memo) -> PlacementResult:
         snapshot = Snapshot(
             jobs=[big, *jobs], attempts=list(index.attempts.values()), nodes=nodes, instance_types=[], index=index
         )
         return placer_module.place(
-            snapshot, jobs, index.schedulable(), None, now, settings, memo=memo, explanations=False
+            snapshot, jobs, index.schedulable(), None, now, settings, memo=kept, explanations=False
         )
 
     first = run(queue, NOW + 1)
     assert "reserved n1" in first.reasons[2] and "would delay job 2" in first.reasons[3]
     assert memo.walk is not None and memo.walk.waiting == queue
-    # Job 2 is cancelled: nothing holds jobs 3 and 4 back any more.
-    second = run(queue[1:], NOW + 2)
-    assert {p.job_id for p in second.placements} == {3, 4}
+    # A retried job comes back ahead of the others (it keeps its submission time): it is the one
+    # reserved for now, as a fresh placer finds.
+    retried = job(5, 8, 4, time_limit=600, submitted_at=0.5)
+    index.put_job(retried)
+    ahead = run([retried, *queue], NOW + 2)
+    assert "reserved n1" in ahead.reasons[5] and "would delay job 5" in ahead.reasons[3]
+    assert ahead == run([retried, *queue], NOW + 2, FactsMemo(settings))
+    # Jobs 5 and 2 are cancelled: nothing holds jobs 3 and 4 back any more.
+    assert {p.job_id for p in run(queue[1:], NOW + 3).placements} == {3, 4}
 
 
 def test_a_job_held_back_whose_room_a_later_placement_took_fits_nowhere_next_pass() -> None:

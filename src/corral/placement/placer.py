@@ -7,9 +7,10 @@ idle them; a reservation is made only when no instance can be booted for the job
 types, `max_instances` reached, or every type that could hold it (by the same filters) in capacity
 back-off. `bounded` and `elastic` force one or the other.
 
-Build a placer once per configuration with `make_placer`. Between passes it keeps only what the
-nodes say about themselves (`FleetFacts`) and which instance types can take which request
-(`TypeFits`), each while what it was computed from is unchanged; every decision is the one a
+Build a placer once per configuration with `make_placer`. Between passes it keeps what the nodes
+say about themselves (`FleetFacts`), which instance types can take which request (`TypeFits`),
+the work on the nodes and the engine over it, and where the last pass's queue loop stood
+(`QueueWalk`), each while what it was worked out from is unchanged; every decision is the one a
 fresh placer would make.
 """
 
@@ -166,7 +167,7 @@ class FactsMemo:
         self.running = RunningEnds(settings.queue.default_time_limit)
         self.reservation = LastReservation()
         self.demands = DemandMemo()
-        self.walk: QueueWalk | None = None  # the last pass's queue loop, if it placed nothing
+        self.walk: QueueWalk | None = None  # where the last pass's queue loop stood, if it may go on
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
         self.measured: tuple[tuple[object, int, FleetFacts], Measurements] | None = None
         self.roster: Roster | None = None
