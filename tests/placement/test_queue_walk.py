@@ -1,6 +1,7 @@
 """A placer kept between passes starts its queue loop where the last pass left it (QueueWalk) when
-only new jobs and the last pass's own placements came since: its decisions are a fresh placer's,
-exactly, pass after pass, on a busy bounded fleet with EASY backfill or strict FIFO."""
+the jobs already waiting would get the same verdicts: its decisions are a fresh placer's, exactly,
+pass after pass, on a busy bounded fleet with EASY backfill or strict FIFO, with work that comes,
+ends and lacks a time limit, and nodes drained and put back."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from placement_helpers import NOW, job, node, running
 
 from corral.core.index import SnapshotIndex
-from corral.core.model import Attempt, Job
+from corral.core.model import Attempt, Job, NodeState
 from corral.core.snapshot import PlacementResult, Snapshot
 from corral.placement import PlacementSettings
 from corral.placement import placer as placer_module
@@ -44,8 +45,9 @@ def test_a_resumed_queue_walk_decides_as_a_fresh_placer(backfill: str, monkeypat
     for _ in range(1500):
         now += rng.choice([0.0, 1.0, 5.0, 60.0, 600.0])
         for _ in range(rng.choice([0, 1, 1, 2])):  # arrivals, at the queue's end
-            size = rng.choice([1, 2, 4, 6, 12, 16])
-            j = job(next_id, size, 4, time_limit=rng.choice([120, 900, 3600]), submitted_at=now + next_id * 1e-3)
+            size = rng.choice([1, 2, 4, 6, 12, 16, 16, 24])  # 24: more than any node has
+            limit = rng.choice([120, 900, 3600, 3600, None])  # None: runs until it ends
+            j = job(next_id, size, 4, time_limit=limit, submitted_at=now + next_id * 1e-3)
             jobs[j.id] = j
             index.put_job(j)
             next_id += 1
@@ -54,6 +56,10 @@ def test_a_resumed_queue_walk_decides_as_a_fresh_placer(backfill: str, monkeypat
             jobs.pop(ended.job_id)
             index.drop_attempt(ended.id)
             index.drop_job(ended.job_id)
+        if rng.random() < 0.03:  # an operator drains a node, or puts it back
+            drained = rng.choice(nodes)
+            drained.state = NodeState.DRAINING if drained.state is NodeState.IDLE else NodeState.IDLE
+            index.put_node(drained)
         running_jobs = {a.job_id for a in attempts.values()}
         queued = sorted((j for j in jobs.values() if j.id not in running_jobs), key=lambda j: (j.submitted_at, j.id))
         snapshot = Snapshot(
@@ -146,3 +152,45 @@ def test_a_job_held_back_whose_room_a_later_placement_took_fits_nowhere_next_pas
     after = run(queue[:2], NOW + 2, memo)
     assert after.reasons[3] == "waiting for resources"
     assert after == run(queue[:2], NOW + 2, FactsMemo(settings))
+    # Job 4 ends early: job 3 fits again, and is held back again.
+    index.drop_attempt(101)
+    again = run(queue[:2], NOW + 3, memo)
+    assert again.reasons[3] == "would delay job 2, which has a reservation"
+    assert again == run(queue[:2], NOW + 3, FactsMemo(settings))
+
+
+def test_a_request_that_could_not_be_reserved_for_gets_its_reservation_once_work_without_a_limit_ends() -> None:
+    """Job 3 fits nowhere, and no reservation can be made for it while job 1 (no time limit) runs.
+    Job 1 ends; job 3 still fits nowhere, but job 2 will end: job 3 is reserved for, and job 4,
+    new, is held back for it."""
+    settings = PlacementSettings.model_validate({"queue": {"capacity": "bounded", "backfill": "easy"}})
+    nodes = [node("n1", 8, 16)]
+    index = SnapshotIndex()
+    index.put_node(nodes[0])
+    endless, limited = job(1, 4, 2), job(2, 2, 2, time_limit=600)
+    for j, attempt_id in ((endless, 100), (limited, 101)):
+        index.put_job(j)
+        index.put_attempt(running(attempt_id, j.id, ["n1"], j.resources, started_at=NOW))
+    blocked, later = job(3, 8, 4, time_limit=600), job(4, 1, 1, time_limit=6000)
+    index.put_job(blocked)
+    memo = FactsMemo(settings)
+
+    def run(queue: list[Job], now: float, kept: FactsMemo = memo) -> PlacementResult:
+        snapshot = Snapshot(
+            jobs=list(index.jobs.values()),
+            attempts=list(index.attempts.values()),
+            nodes=nodes,
+            instance_types=[],
+            index=index,
+        )
+        return placer_module.place(
+            snapshot, queue, index.schedulable(), None, now, settings, memo=kept, explanations=False
+        )
+
+    assert run([blocked], NOW + 1).reasons[3] == "waiting for resources"  # no reservation
+    index.drop_attempt(100)
+    index.drop_job(1)
+    index.put_job(later)
+    after = run([blocked, later], NOW + 2)
+    assert "reserved n1" in after.reasons[3] and after.reasons[4] == "would delay job 3, which has a reservation"
+    assert after == run([blocked, later], NOW + 2, FactsMemo(settings))

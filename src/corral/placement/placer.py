@@ -334,14 +334,15 @@ def place(
     ordered = list(queue) if policy.order == "priority" else sorted(queue, key=lambda j: (j.submitted_at, j.id))
 
     # Demands that found no node this pass: the one-line reason and the details of their jobs.
-    no_room: dict[tuple[object, ...], tuple[str, dict[str, Any]]] = {}
+    no_room: dict[tuple[object, ...], tuple[str, dict[str, Any], Demand]] = {}
     full_explanations = 0
     blocker: Job | None = None
     reservation: Reservation | None = None
     reserved: tuple[Demand, Bools] | None = None  # the blocked job's demand and eligible nodes
     on_reserved = False  # work placed on a reserved node after the reservation was made
     examined_after_block = 0
-    never_fits: set[tuple[object, ...]] = set()
+    # Requests running work never makes room for (no reservation), with their eligible nodes.
+    never_fits: dict[tuple[object, ...], tuple[Demand, Bools]] = {}
     # Bounded requests the reservation held back, with the engine version then: a job of the same
     # request is held back too while nothing has been placed since (the room it would need, the
     # reservation's spare and the nodes are the same; a job that ends before the reservation
@@ -388,7 +389,7 @@ def place(
     if memo is not None:
         walk, memo.walk = memo.walk, None
     if walk is not None and not explanations and free is None:
-        resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built)
+        resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built, default_limit)
         if resumed is not False and walk.bounded:
             capacity = Capacity(snapshot, settings, max_instances, now, memo)
             if not capacity.all_bounded:
@@ -520,7 +521,7 @@ def place(
         if not (demand.hints is not None and demand.hints.strict):
             # Capacity only shrinks within a pass, so the same demand will not fit later in it;
             # strict hints are the exception (a target placed later may open a node).
-            no_room[demand.key] = (known_misfit["reason"] or "waiting for resources", known_misfit)
+            no_room[demand.key] = (known_misfit["reason"] or "waiting for resources", known_misfit, demand)
             engine.note_misfit(demand, known_misfit, quick)
         # Shared by every job of this demand; only top-level keys are set per job below.
         details = dict(known_misfit)
@@ -540,7 +541,7 @@ def place(
                 # (work placed later only adds load), so it is tried once.
                 found = None if demand.key in never_fits else make(arrays, demand, eligible, timeline.built(), now)
                 if found is None:
-                    never_fits.add(demand.key)
+                    never_fits[demand.key] = (demand, eligible)
                 if found is not None:
                     blocker, reservation = job, found
                     reserved = (demand, eligible)
@@ -587,6 +588,7 @@ def place(
                 del left_details[job_id]
         memo.walk = QueueWalk(
             engine,
+            engine.refleets,
             bool(result.placements),
             waiting,
             dict(reasons),
@@ -612,26 +614,33 @@ def place(
 class QueueWalk:
     """Where `place`'s queue loop stood at the end of a pass without explanations, a cost gate,
     strict locality hints or a follow-up asked for (`PlacementResult.revisit`), with only bounded
-    requests or no capacity question at all. The next pass starts its loop at its first new job
-    with this state when the engine's node figures are as that pass left them (`Engine.as_left`:
-    nothing came, went or was measured but the placements it made, carried out) and its queue
-    begins with the jobs left waiting, in the same order. A fresh loop would give those jobs the
-    same verdicts: a job that fit nowhere still fits nowhere (room only shrank since, and the
-    filters read no clock), the reservation is the same (made again and compared when placements
-    were made or it has started), and a job it held back ends later still, so it is held back
-    again if it still fits somewhere without the reservation, and otherwise fits nowhere (looked
-    at again when placements were made). Only the blocked job's reason, which says how soon its
-    reservation starts, is written again."""
+    requests or no capacity question at all. The next pass over the same engine and nodes, whose
+    queue begins with the jobs that pass left waiting, in the same order, starts its loop at the
+    first new job with this state, if a fresh loop would give those jobs the same verdicts:
+    - when the engine's work figures are as that pass left them (`Engine.as_left`: its placements
+      carried out, nothing else), a job that fit nowhere still fits nowhere (room only shrank, and
+      no filter reads the clock);
+    - when work ended, came or was measured since, every request that fit nowhere must still fit
+      nowhere (the engine's kept misfits look at the nodes changed since), and each one no
+      reservation could be made for must still have none;
+    - the reservation is made again and must be the same, when anything changed or it has started;
+    - a job it held back ends later still: held back again if it fits somewhere, but only on nodes
+      it would delay; fitting nowhere if it fits nowhere; and if it fits a node it would not
+      delay, the loop starts from the head (looked at when anything changed).
+    Only the blocked job's reason, which says how soon its reservation starts, is written again.
+    So a pass that only adds jobs at the queue's end, or follows an end of work that makes room
+    for none of the jobs already waiting, walks the new jobs only, not the whole queue."""
 
     engine: Engine
+    refleets: int  # the engine's, then: its nodes' facts are the same while it is
     placed: bool  # the pass placed jobs: the held-back ones need a look
     waiting: list[Job]
     reasons: dict[int, str]
     details: dict[int, dict[str, Any]]
     held: list[tuple[Job, Demand]]
     bounded: bool  # a Capacity was made (every request bounded)
-    no_room: dict[tuple[object, ...], tuple[str, dict[str, Any]]]
-    never_fits: set[tuple[object, ...]]
+    no_room: dict[tuple[object, ...], tuple[str, dict[str, Any], Demand]]  # misfits, with a demand of each
+    never_fits: dict[tuple[object, ...], tuple[Demand, Bools]]
     held_back: dict[tuple[object, ...], int]
     blocker: Job | None
     blocker_reason: str
@@ -649,36 +658,65 @@ class QueueWalk:
         snapshot: Snapshot,
         make: Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None],
         timeline: Callable[[], Timeline],
+        default_limit: float | None,
     ) -> Reservation | None | Literal[False]:
-        """The reservation in force if the pass at `now` may start where this walk ended (held-back
-        jobs that now fit nowhere moved to the misfits); False if it may not."""
+        """The reservation in force if the pass at `now` may start where this walk ended (the
+        verdicts of held-back jobs brought up to date); False if it may not."""
         waiting = self.waiting
         if not (
             engine is self.engine
-            and engine.as_left
+            and engine.refleets == self.refleets
             and not snapshot.ending
             and len(ordered) >= len(waiting)
             and all(map(operator.is_, ordered, waiting))
         ):
             return False
+        # Node figures moved since the verdicts: by this walk's own placements only (room only
+        # shrank), or by work that ended, came or was measured, after which every request that
+        # fit nowhere must still fit nowhere (the engine's kept misfits look at the nodes changed
+        # since), and one that had no reservation must have none still.
+        moved = self.placed or not engine.as_left
+        if not engine.as_left and (
+            any(engine.misfit(demand) is None for _, _, demand in self.no_room.values())
+            or any(
+                make(engine.arrays, demand, eligible, timeline(), now) is not None
+                for demand, eligible in self.never_fits.values()
+            )
+        ):
+            return False
         reservation = self.reservation
         # Unstarted, with nothing changed, it stands (see LastReservation); a started one moves
         # with the clock.
-        if reservation is not None and (self.placed or reservation.start <= now):
+        if reservation is not None and (moved or reservation.start <= now):
             assert self.reserved is not None
             demand, eligible = self.reserved
             found = make(engine.arrays, demand, eligible, timeline(), now)
             if found is None or not found.same_as(reservation, now):
                 return False
             reservation = found
-        if self.placed:
+        if moved and self.held:
+            # A job held back ends after the reservation's start still: held back again if it
+            # fits somewhere but on the nodes it would delay, fitting nowhere if not; if it fits
+            # on a node it would not delay, it is placed, and the walk must be made afresh.
+            assert reservation is not None
+            verdicts: dict[tuple[object, ...], bool] = {}
             still: list[tuple[Job, Demand]] = []
             for job, demand in self.held:
-                if engine.evaluate(demand).count >= demand.node_count:
+                held = verdicts.get(demand.key)
+                if held is None:
+                    end = end_time(now, demand.time_limit, default_limit, now)
+                    exclude = reservation.holds_back(engine.arrays, demand.vector, end)
+                    if engine.choose(demand, exclude, keep_top=False) is not None:
+                        return False
+                    held = verdicts[demand.key] = engine.evaluate(demand).count >= demand.node_count
+                if held:
                     still.append((job, demand))
-                else:
-                    self.reasons[job.id] = UNEXPLAINED["reason"] or "waiting for resources"
+                else:  # as the loop records a request that fits nowhere
+                    reason = UNEXPLAINED["reason"] or "waiting for resources"
+                    self.reasons[job.id] = reason
                     self.details[job.id] = {**UNEXPLAINED, "job": job.id}
+                    self.no_room[demand.key] = (reason, UNEXPLAINED, demand)
+                    engine.note_misfit(demand, UNEXPLAINED, quick=True)
             self.held = still
         return reservation
 
