@@ -389,12 +389,14 @@ def place(
     if memo is not None:
         walk, memo.walk = memo.walk, None
     if walk is not None and not explanations and free is None:
-        resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built, default_limit)
-        if resumed is not False and walk.bounded:
+        resumed: Reservation | None | Literal[False] = False
+        if walk.bounded:
             capacity = Capacity(snapshot, settings, max_instances, now, memo)
-            if not capacity.all_bounded:
-                resumed, capacity = False, None
-        if resumed is not False:
+        if capacity is None or capacity.all_bounded:
+            resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built, default_limit)
+        if resumed is False:
+            capacity = None  # made when a job first needs it, as in any pass
+        else:
             resume_at = len(walk.waiting)
             reasons.update(walk.reasons)
             details_of.update(walk.details)
@@ -521,8 +523,7 @@ def place(
         if not (demand.hints is not None and demand.hints.strict):
             # Capacity only shrinks within a pass, so the same demand will not fit later in it;
             # strict hints are the exception (a target placed later may open a node).
-            no_room[demand.key] = (known_misfit["reason"] or "waiting for resources", known_misfit, demand)
-            engine.note_misfit(demand, known_misfit, quick)
+            _file_misfit(no_room, engine, demand, known_misfit, quick)
         # Shared by every job of this demand; only top-level keys are set per job below.
         details = dict(known_misfit)
         details["job"] = job.id
@@ -709,16 +710,29 @@ class QueueWalk:
                     if engine.choose(demand, exclude, keep_top=False) is not None:
                         return False
                     held = verdicts[demand.key] = engine.evaluate(demand).count >= demand.node_count
+                    if not held:
+                        _file_misfit(self.no_room, engine, demand, UNEXPLAINED, quick=True)
                 if held:
                     still.append((job, demand))
-                else:  # as the loop records a request that fits nowhere
-                    reason = UNEXPLAINED["reason"] or "waiting for resources"
+                else:  # as the loop gives a job of a request filed as fitting nowhere
+                    reason, details, _ = self.no_room[demand.key]
                     self.reasons[job.id] = reason
-                    self.details[job.id] = {**UNEXPLAINED, "job": job.id}
-                    self.no_room[demand.key] = (reason, UNEXPLAINED, demand)
-                    engine.note_misfit(demand, UNEXPLAINED, quick=True)
+                    self.details[job.id] = {**details, "job": job.id}
             self.held = still
         return reservation
+
+
+def _file_misfit(
+    no_room: dict[tuple[object, ...], tuple[str, dict[str, Any], Demand]],
+    engine: Engine,
+    demand: Demand,
+    explanation: dict[str, Any],
+    quick: bool,
+) -> None:
+    """No node takes `demand` now: its one-line reason and explanation, for the jobs of the same
+    request after it, and the engine's kept misfit, for later passes."""
+    no_room[demand.key] = (explanation["reason"] or "waiting for resources", explanation, demand)
+    engine.note_misfit(demand, explanation, quick)
 
 
 class DemandMemo:
