@@ -190,6 +190,23 @@ def test_room_freed_by_a_cancellation_is_used_in_the_same_pass() -> None:
     assert decisions.boots == []
 
 
+def test_a_cancellation_frees_only_the_nodes_it_leaves_without_work() -> None:
+    # n1 runs jobs 1 and 2, n2 runs job 3; jobs 1 and 3 are cancelled. n2 is left without work
+    # and reads as idle; n1 still runs job 2, stays busy and takes no drain.
+    def running_on(job_id: int, node_id: str) -> tuple[Job, Attempt]:
+        j = job(job_id, state=JobState.RUNNING, claimed_by="local", cancel_requested=job_id != 2)
+        a = Attempt(job_id, job_id, [node_id], j.resources, AttemptState.RUNNING, "local", 900.0, started_at=900.0)
+        return j, a
+
+    (j1, a1), (j2, a2), (j3, a3) = running_on(1, "n1"), running_on(2, "n1"), running_on(3, "n2")
+    n1, n2 = idle_node("n1"), idle_node("n2")
+    n1.state = n2.state = NodeState.BUSY
+    decisions = plan_pass(Snapshot([j1, j2, j3], [a1, a2, a3], [n1, n2], TYPES), 1000.0, settings())
+    assert sorted(o.job_id for o in decisions.job_outcomes) == [1, 3]
+    assert [(m.node_id, m.state) for m in decisions.node_marks] == [("n2", NodeState.IDLE)]
+    assert decisions.node_decisions == []
+
+
 def test_claims_of_a_dispatcher_that_stopped_heartbeating_are_released() -> None:
     j, a = running(1, "n1")
     j.claimed_by = "other"

@@ -85,6 +85,41 @@ def test_capacity_back_off_ending_makes_the_fleet_elastic_again() -> None:
     assert "reserved" not in reason(kept, NOW + 101, {"big": NOW + 100})  # the back-off is over
 
 
+def test_capped_work_another_dispatcher_started_keeps_uncapped_jobs_off_its_node() -> None:
+    # No node is pinned either way, so only the work on a node says whether it runs capped jobs.
+    # A big job fills one node; between two passes of a kept placer, another dispatcher starts a
+    # CPU-capped job on the other: an uncapped job may not share that one, so it waits (as a fresh
+    # placer says).
+    settings = PlacementSettings()
+    nodes = [node("n1", 4, 16), node("n2", 4, 16)]
+    index = SnapshotIndex()
+    for n in nodes:
+        index.put_node(n)
+    memo = FactsMemo(settings)
+    jobs: list[Job] = []
+    attempts: list[Attempt] = []
+
+    def pass_at(now: float, queued: list[Job], fresh: bool = False) -> PlacementResult:
+        for j in queued:
+            index.put_job(j)
+        snapshot = Snapshot(jobs=[*jobs, *queued], attempts=list(attempts), nodes=nodes, instance_types=[], index=index)
+        kept = FactsMemo(settings) if fresh else memo
+        return placer_module.place(snapshot, queued, index.schedulable(), None, now, settings, memo=kept)
+
+    big = job(1, 4, 1)
+    ((full,),) = chosen(pass_at(NOW, [big])).values()
+    (other,) = {"n1", "n2"} - {full}
+    capped = job(2, 1, 1, cpu_capped=True)
+    for j, a in ((big, running(1, 1, [full], big.resources)), (capped, running(2, 2, [other], capped.resources))):
+        jobs.append(j)
+        attempts.append(a)
+        index.put_job(j)
+        index.put_attempt(a)
+    uncapped = job(3, 1, 1)
+    assert chosen(pass_at(NOW + 1, [uncapped])) == {}
+    assert chosen(pass_at(NOW + 1, [uncapped], fresh=True)) == {}
+
+
 @pytest.mark.parametrize("world", ["index", "no index"])
 @pytest.mark.parametrize(
     ("reboots", "vectorised", "gate"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from corral.placement.lifetime import gate_settings
 
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
+NOT_LIVE = tuple(state for state in NodeState if not state.live)
 
 # A placer takes the snapshot (whose attempts are those that hold room), the queue-ordered
 # eligible jobs, the schedulable nodes, their free room if the caller has it (None: capacity less
@@ -137,8 +139,11 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     freeing = any(job_id in index.job_attempts for job_id in ended)
     if freeing:
         holding = [a for a in active.values() if a.job_id not in ended]
-        working = {node_id for a in holding for node_id in a.node_ids}
-        freed = {node_id for a in active.values() if a.job_id in ended for node_id in a.node_ids} - working
+        ending = frozenset(i for job_id in ended for i in index.job_attempts.get(job_id, ()))
+        # A node the ending attempts leave is one they account for all the work of.
+        lost = Counter(node_id for i in ending for node_id in active[i].node_ids)
+        freed = {node_id for node_id, count in lost.items() if work[node_id] == count}
+        working = work.keys() - freed
         unworked = {
             n.id: n
             for n in (*index.unworked.values(), *(nodes[i] for i in freed if i in nodes))
@@ -167,11 +172,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         schedulable = index.schedulable()
         if down_now:
             schedulable = [n for n in schedulable if n.id not in down_now]
-        if freeing:
-            ending = frozenset(a.id for a in active.values() if a.job_id in ended)
-            seen = dataclasses.replace(snapshot, attempts=holding, ending=ending)
-        else:
-            seen = snapshot
+        seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()
@@ -189,7 +190,8 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         for n in index.in_node_order(by_state[NodeState.BOOTING].values())
         if lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
     ]
-    live = sum(len(by_state[state]) for state in LIVE) - len(down_now)  # down_now holds only live nodes
+    # Every filed node is in one state's group (down_now holds only live nodes).
+    live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now)
     plan = plan_boots(
         waiting,
         booting,

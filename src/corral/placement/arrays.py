@@ -333,7 +333,7 @@ class NodeArrays:
         any of those nodes' figures changed."""
         if len(where) > FEW:
             return self._refresh_many(load, np.array(where, dtype=np.int64), used)
-        changed = False
+        changed = lost_capped = False
         capacity, dedicated_of, utilized_of, room_of = self.capacity, self.dedicated, self.utilized, self.room
         held, unmeasured = load.dedicated, load.unmeasured
         # Scalar arithmetic on each column: the same IEEE operations as `_refresh_many` (and the
@@ -360,9 +360,15 @@ class NodeArrays:
                 room_of[r, i] = room_left
             jobs, capped = float(load.jobs[i]), int(load.capped[i])
             uncapped = int(jobs) - capped
-            changed = changed or self.jobs[i] != jobs or self.capped_jobs[i] != capped
+            was_capped = int(self.capped_jobs[i])
+            changed = changed or self.jobs[i] != jobs or was_capped != capped
             self.jobs[i], self.capped_jobs[i], self.uncapped_jobs[i] = jobs, capped, uncapped
-        self.any_capped = self._pinned or bool(self.capped_jobs.any())
+            if capped:
+                self.any_capped = True
+            elif was_capped:
+                lost_capped = True
+        if lost_capped:  # only then may no node hold capped work any more: look at them all
+            self.any_capped = self._pinned or bool(self.capped_jobs.any())
         return changed
 
     def _refresh_many(self, load: Load, where: Ints, used: list[Resources]) -> bool:
