@@ -29,8 +29,7 @@ from typing import Any
 from corral.core.snapshot import Decisions
 from corral.sim.engine import END, Simulation
 from corral.workload import read_workload
-from corral.workload.synth import generate, to_swf
-from simulate import TRACE, config
+from simulate import TRACE, variant_config, write_trace
 
 
 def kinds(sim: Simulation) -> dict[tuple[str, str, str], list[float]]:
@@ -92,14 +91,9 @@ def main() -> None:
         workload = args.workload
         if workload is None:
             workload = Path(tmp) / "trace.swf"
-            workload.write_text(to_swf(generate(TRACE), TRACE))
+            write_trace(workload, TRACE)
         jobs = read_workload(workload).jobs[: args.jobs]
-    if args.fixed:
-        name, count = args.fixed.split(":")
-        cfg = config("fixed", fixed_nodes=[(name, int(count))])
-    else:
-        cfg = config(args.mode)
-    sim = Simulation(jobs, cfg)
+    sim = Simulation(jobs, variant_config(args.mode, f"fixed:{args.fixed}" if args.fixed else ""))
     table = kinds(sim)
     started = time.perf_counter()
     sim.run()

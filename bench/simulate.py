@@ -101,20 +101,29 @@ def config(mode: str, *, hourly: bool = False, fixed_nodes: list[tuple[str, int]
     )
 
 
+def variant_config(mode: str, variant: str = "") -> Config:
+    """The config of a run: `variant` is "", "hourly", "no-cost-gate" or "fixed:TYPE:COUNT"."""
+    if variant == "hourly":
+        return config(mode, hourly=True)
+    if variant == "no-cost-gate":
+        cfg = config(mode)
+        cfg.policy.placement.cost.max_extension = 0.0
+        return cfg
+    if variant.startswith("fixed:"):
+        name, count = variant.split(":")[1:]
+        return config("fixed", fixed_nodes=[(name, int(count))])
+    return config(mode)
+
+
+def write_trace(path: Path, trace: SynthParams) -> None:
+    path.write_text(to_swf(generate(trace), trace))
+
+
 def run_child(mode: str, workload: Path, limit: int | None, variant: str) -> dict[str, Any]:
     jobs = read_workload(workload).jobs
     if limit is not None:
         jobs = jobs[:limit]
-    if variant == "hourly":
-        cfg = config(mode, hourly=True)
-    elif variant == "no-cost-gate":
-        cfg = config(mode)
-        cfg.policy.placement.cost.max_extension = 0.0
-    elif variant.startswith("fixed:"):
-        name, count = variant.split(":")[1:]
-        cfg = config("fixed", fixed_nodes=[(name, int(count))])
-    else:
-        cfg = config(mode)
+    cfg = variant_config(mode, variant)
     started = time.perf_counter()
     sim = Simulation(jobs, cfg).run()
     wall = time.perf_counter() - started
@@ -199,7 +208,7 @@ def main() -> None:
         if workload is None or args.write_trace:
             workload = args.write_trace or Path(tmp) / "trace.swf"
             started = time.perf_counter()
-            workload.write_text(to_swf(generate(trace), trace))
+            write_trace(workload, trace)
             print(f"generated {trace.jobs:,} jobs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             if args.write_trace:
                 print(f"wrote {workload}", file=sys.stderr)
