@@ -140,6 +140,33 @@ def test_a_kept_reservation_yields_to_a_changed_node_that_first_fits_at_its_star
     assert kept is not None and (kept.nodes, kept.start) == (fresh.nodes, fresh.start)
 
 
+@pytest.mark.parametrize("first_end", [NOW - 100, NOW + 100])
+def test_a_kept_started_reservation_counts_the_ends_the_clock_passed_on_its_node(first_end: float) -> None:
+    """Work past its time limit is taken to end now, so a blocked job's reservation starts while
+    that work runs on, and moves with the clock. Kept from pass to pass, it stands while nothing
+    changes, as a fresh one would be; but once the clock passes another end on its node (work
+    past its limit too), that end adds to the room it leaves, as in a fresh one. The reservation
+    had started when it was made (the first work overran already), or starts as the clock
+    passes that work's end."""
+    arrays = NodeArrays([node("n1", 16, 64), node("n2", 16, 64)], None, PlacementSettings(), NOW)
+    arrays.dedicated[0, :] = [14.0, 16.0]
+    demand = Demand.of(job(1, 12, priority=10))
+    eligible = np.ones(2, dtype=bool)
+    # n1: 12 cpu ending at `first_end`, 2 more at NOW + 150; n2: full until NOW + 5000.
+    ends = np.array([first_end, NOW + 150, NOW + 5000])
+    nodes = np.array([0, 0, 1], dtype=np.int64)
+    frees = np.array([[12.0, GiB, 0.0, 0.0], [2.0, GiB, 0.0, 0.0], [16.0, GiB, 0.0, 0.0]])
+    last = LastReservation()
+    for serial, now in enumerate([NOW, NOW + 100, NOW + 120, NOW + 200, NOW + 210], start=1):
+        changes = backfill_module.Changes(serial, None if serial == 1 else np.zeros(0, dtype=np.int64))
+        timeline = Timeline(np.maximum(ends, now), nodes, frees, changes)
+        kept = last.reserve(arrays, demand, eligible, timeline, now)
+        fresh = reserve(arrays, demand, eligible, Timeline(np.maximum(ends, now), nodes, frees), now)
+        assert kept is not None and fresh is not None
+        assert (kept.start, kept.nodes, kept.spare.tolist()) == (fresh.start, fresh.nodes, fresh.spare.tolist())
+    assert (kept.start, kept.nodes, kept.spare[0].tolist()) == (NOW + 210, [0], [4.0])  # both ends counted
+
+
 def test_backfill_on_a_reserved_node_within_what_the_reserved_job_leaves() -> None:
     small_big = job(1, 6, priority=10)  # leaves 2 cpu free on n1 at its start
     four_free = [running(1, 100, ["n1"], Resources(4, GiB), started_at=NOW - 100), ATTEMPTS[1]]
@@ -310,13 +337,14 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
         return answer
 
     monkeypatch.setattr(backfill_module, "_first_fits_few", few)
-    stood = 0
+    stood = stood_started = 0
     original_stands = backfill_module._stands
 
-    def stands(*args: Any) -> bool:
-        nonlocal stood
-        answer: bool = original_stands(*args)
+    def stands(made: Any, dirty: Any, first_fit: Any, now: float) -> bool:
+        nonlocal stood, stood_started
+        answer: bool = original_stands(made, dirty, first_fit, now)
         stood += answer
+        stood_started += answer and made.reservation.start <= now
         return answer
 
     monkeypatch.setattr(backfill_module, "_stands", stands)
@@ -392,6 +420,7 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
     assert partial > 100  # the kept first fits were used
     assert as_it_was > 10  # and the reservation as it was, nothing having changed
     assert stood > 10  # or no node that changed coming before its start
+    assert stood_started > 10  # or, started, no node before its last one fitting since
 
 
 def test_first_fits_of_a_few_refigured_nodes_on_python_floats_are_numpys_to_the_bit() -> None:

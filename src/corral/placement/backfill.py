@@ -296,6 +296,8 @@ class Reservation:
             return False
         if other.start != self.start and not (other.start <= now and self.start <= now):
             return False
+        if self.nodes == other.nodes:
+            return bool(np.array_equal(self.spare, other.spare))
         mine, theirs = np.argsort(self.nodes), np.argsort(other.nodes)
         return bool(
             np.array_equal(np.asarray(self.nodes)[mine], np.asarray(other.nodes)[theirs])
@@ -503,6 +505,9 @@ class _Made:
     now: float
     first_fit: Floats
     reservation: Reservation | None  # what they gave, before placements took from its room
+    # For a reservation that had started (its start held at `now`): the first end of work on its
+    # nodes after `now`. Until the clock reaches it, its room counts the same ends.
+    next_end: float = math.inf
 
 
 class LastReservation:
@@ -551,14 +556,20 @@ class LastReservation:
             first_fit = _first_fits_few(arrays, demand, eligible, now, at, timeline, made.first_fit)
             if first_fit is None:
                 first_fit = _Fits(arrays, demand, eligible, now, at).first_fits(timeline, made.first_fit)
-            stands = _stands(made.reservation, dirty, first_fit, now)
+            stands = _stands(made, dirty, first_fit, now)
         else:
             first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
         reservation: Reservation | None
+        next_end = math.inf
         if made is not None and stands:
-            reservation = made.reservation
+            last = reservation = made.reservation
+            if last is not None and last.start <= now:  # started: its start moves with the clock
+                reservation = Reservation(last.job_id, now, last.nodes, last.spare, last.held)
+                next_end = made.next_end
         else:
             reservation = _reservation(arrays, demand, timeline, first_fit)
+            if reservation is not None and reservation.start <= now:
+                next_end = timeline.next_end(now, reservation.held)
         if changes is not None:
             self._made = _Made(
                 key,
@@ -572,19 +583,34 @@ class LastReservation:
                 now,
                 first_fit,
                 reservation.copy() if reservation is not None else None,
+                next_end,
             )
         return reservation
 
 
-def _stands(last: Reservation | None, dirty: Bools, first_fit: Floats, now: float) -> bool:
+def _stands(made: _Made, dirty: Bools, first_fit: Floats, now: float) -> bool:
     """Whether the last reservation is the one `_reservation` would make from `first_fit`, in which
-    only the `dirty` nodes were refigured: it has not started, none of its nodes is dirty, and every
-    dirty node first fits after its start. The others' first fits are the last ones held at `now`,
-    before the start: the reserved nodes still come first (at the same start), the rest after, and
-    the reserved nodes' room and ends up to the start are unchanged."""
-    if last is None or last.start <= now or last.held[dirty].any():
+    only the `dirty` nodes were refigured (the others' are the last ones held at `now`), apart
+    from a started one's start, which is `now`. None of its nodes may be dirty: their room and
+    their ends are unchanged. Then
+    - before its start, it stands if every dirty node first fits after the start: the reserved
+      nodes still come first, at the same start, the rest after, and the ends they count are the
+      same;
+    - once started, when it was made (all its nodes fitting at that pass's `now`), every node
+      that fits now ties at `now`, ties going to the first nodes: it stands while no node before
+      its last one but its own fits now, and no end on its nodes came since (their room would
+      count it). Its nodes' ends are then all counted before and now, as ties, so in the same
+      order: the same sums."""
+    last = made.reservation
+    if last is None or last.held[dirty].any():
         return False
-    return bool((first_fit[dirty] > last.start).all())
+    if last.start > now:
+        return bool((first_fit[dirty] > last.start).all())
+    if last.start != made.now or made.next_end <= now:
+        return False
+    final = max(last.nodes)
+    others_before = first_fit[:final][~last.held[:final]]
+    return not len(others_before) or bool(others_before.min() > now)
 
 
 def _duration(seconds: float) -> str:
