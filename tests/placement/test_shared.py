@@ -171,3 +171,29 @@ def test_a_node_the_same_request_fills_drops_out() -> None:
         assert choice is not None, k
         engine.commit(half, choice.nodes)
     assert engine.choose(half) is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32))
+def test_placeable_counts_what_choose_finds_and_evaluate_counts(seed: int) -> None:
+    """A walk kept between passes asks whether each job it held back now fits where it would
+    delay no reservation: `placeable` counts the nodes passing the filters from the shared work,
+    and must answer as `choose` with those nodes excluded (whether it finds nodes) and `evaluate`
+    (how many pass), through commits that fill nodes, and for jobs with locality hints (no shared
+    work) too."""
+    w = world(seed, n_nodes=30, n_jobs=40)
+    rng = random.Random(seed)
+    snapshot = Snapshot(jobs=w.running_jobs + w.queue, attempts=w.attempts, nodes=w.nodes, instance_types=[])
+    engine = build_engine(
+        snapshot, w.nodes, w.free(), w.now, PlacementSettings.model_validate(shareable(w, rng).settings)
+    )
+    for j in w.queue:
+        demand = Demand.of(j)
+        exclude = None if rng.random() < 0.3 else np.array([rng.random() < 0.5 for _ in range(engine.arrays.n)])
+        placeable, fitting = engine.placeable(demand, exclude)
+        assert placeable == (engine.choose(demand, exclude, keep_top=False) is not None)
+        if not placeable:
+            assert fitting == engine.evaluate(demand).count
+        chosen = engine.choose(demand)
+        if chosen is not None and rng.random() < 0.7:
+            engine.commit(demand, chosen.nodes)

@@ -707,9 +707,10 @@ class QueueWalk:
                 if held is None:
                     end = end_time(now, demand.time_limit, default_limit, now)
                     exclude = reservation.holds_back(engine.arrays, demand.vector, end)
-                    if engine.choose(demand, exclude, keep_top=False) is not None:
+                    placeable, fitting = engine.placeable(demand, exclude)
+                    if placeable:
                         return False
-                    held = verdicts[demand.key] = engine.evaluate(demand).count >= demand.node_count
+                    held = verdicts[demand.key] = fitting >= demand.node_count
                     if not held:
                         _file_misfit(self.no_room, engine, demand, UNEXPLAINED, quick=True)
                 if held:
