@@ -517,7 +517,9 @@ class LastReservation:
     nodes whose ends, requests or capacity changed since, and work placed in either pass. The
     others' first fits stand, held at the later `now` (see _Fits.first_fits). When none changed
     and the last reservation has not started, it stands as it was: before its start the clock
-    moves no node past it, and the ends up to its start are the same. Busy fixed fleets reserve
+    moves no node past it, and the ends up to its start are the same. When some changed, it may
+    still stand (`_stands`), also once started: a blocked job whose reserved node runs work past
+    its time limit waits with its start held at `now`, pass after pass. Busy fixed fleets reserve
     for the same blocked job pass after pass while a few jobs end and start."""
 
     def __init__(self) -> None:
