@@ -461,7 +461,7 @@ class Engine:
     def choose(self, demand: Demand, exclude: Bools | None = None, *, keep_top: bool = True) -> Choice | None:
         need = demand.node_count
         k = max(need, self.settings.explain_top) if keep_top else need
-        if self._sharing and (demand.hints is None or self.locality is None):
+        if self.fitting_known(demand):
             evaluation = _SHARED
             masked = self.shared(demand)
             if exclude is not None:
