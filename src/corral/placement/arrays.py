@@ -327,13 +327,15 @@ class NodeArrays:
                 self._refresh_room(resource, idx)
         self._take_facts(self.facts)
 
-    def refresh(self, load: Load, where: list[int], used: list[Resources]) -> bool:
+    def refresh(self, load: Load, where: list[int], used: list[Resources]) -> list[int]:
         """Take the work at node positions `where` (in order) from `load` and their measured use
-        from `used` (every node's), as the build does for every node; the room follows. Whether
-        any of those nodes' figures changed."""
+        from `used` (every node's), as the build does for every node; the room follows. Returns
+        the positions (of `where`, in order) whose figures changed: often none of a node a pass
+        placed on, whose figures its commit already moved to what its work now gives."""
         if len(where) > FEW:
             return self._refresh_many(load, np.array(where, dtype=np.int64), used)
-        changed = lost_capped = False
+        changed_at: list[int] = []
+        lost_capped = False
         capacity, dedicated_of, utilized_of, room_of = self.capacity, self.dedicated, self.utilized, self.room
         held, unmeasured = load.dedicated, load.unmeasured
         # Scalar arithmetic on each column: the same IEEE operations as `_refresh_many` (and the
@@ -341,6 +343,7 @@ class NodeArrays:
         for i in where:
             u = used[i]
             measured = (u.vcpus, u.ram_mib, u.scratch_mib, u.gpus)
+            changed = False
             for r in range(len(RESOURCES)):
                 dedicated = float(held[r, i])
                 utilized = float(measured[r]) + float(unmeasured[r, i])
@@ -361,7 +364,8 @@ class NodeArrays:
             jobs, capped = float(load.jobs[i]), int(load.capped[i])
             uncapped = int(jobs) - capped
             was_capped = int(self.capped_jobs[i])
-            changed = changed or self.jobs[i] != jobs or was_capped != capped
+            if changed or self.jobs[i] != jobs or was_capped != capped:
+                changed_at.append(i)
             self.jobs[i], self.capped_jobs[i], self.uncapped_jobs[i] = jobs, capped, uncapped
             if capped:
                 self.any_capped = True
@@ -369,9 +373,9 @@ class NodeArrays:
                 lost_capped = True
         if lost_capped:  # only then may no node hold capped work any more: look at them all
             self.any_capped = self._pinned or bool(self.capped_jobs.any())
-        return changed
+        return changed_at
 
-    def _refresh_many(self, load: Load, where: Ints, used: list[Resources]) -> bool:
+    def _refresh_many(self, load: Load, where: Ints, used: list[Resources]) -> list[int]:
         was = [values[..., where] for values in (self.dedicated, self.utilized, self.room, self.jobs, self.capped_jobs)]
         self.dedicated[:, where] = load.dedicated[:, where]
         self.utilized[:, where] = _stack(used[i] for i in where.tolist()) + load.unmeasured[:, where]
@@ -382,7 +386,12 @@ class NodeArrays:
         self.uncapped_jobs[where] = load.jobs[where].astype(np.int64) - load.capped[where]
         self.any_capped = self._pinned or bool(self.capped_jobs.any())
         now = (self.dedicated, self.utilized, self.room, self.jobs, self.capped_jobs)
-        return not all(np.array_equal(before, values[..., where]) for before, values in zip(was, now, strict=True))
+        differs = np.zeros(len(where), dtype=bool)
+        for before, values in zip(was, now, strict=True):
+            after = values[..., where]
+            differs |= (before != after) if before.ndim == 1 else (before != after).any(axis=0)
+        changed: list[int] = where[differs].tolist()
+        return changed
 
     def _refresh_room(self, resource: Resource, where: slice | Ints | int) -> None:
         self.room[resource, where] = room(

@@ -249,7 +249,10 @@ class Engine:
         self.arrays.used = used
         self.as_left = same_types
         # The nodes placed on last pass: their room comes back if a placement was not carried out.
-        if where and self.arrays.refresh(load, where, used):
+        # A node whose figures are as this engine left them keeps its base sum and needs no
+        # catching up (its commit was noted in the change journal).
+        changed = self.arrays.refresh(load, where, used) if where else []
+        if changed:
             self.as_left = False
         if self.scores.renew(now):
             self._static_scores()
@@ -258,10 +261,10 @@ class Engine:
             self._refused.clear()
             if where:
                 self.misfits.clear()  # the nodes that changed are not in the change journal
-        elif where:
-            idx = np.array(where, dtype=np.int64)
+        elif changed:
+            idx = np.array(changed, dtype=np.int64)
             self.base[idx] = self.base_scores(idx)
-            self._note_changed(where)
+            self._note_changed(changed)
         self._renew_noise()
         self.locality = locality
         self.instance_types = list(instance_types)
