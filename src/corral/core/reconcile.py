@@ -43,6 +43,7 @@ from corral.placement.lifetime import gate_settings
 
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
+LIVE_BUT_BUSY_OR_IDLE = tuple(state for state in NodeState if state.live and state not in SCHEDULABLE)
 NOT_LIVE = tuple(state for state in NodeState if not state.live)
 
 # A placer takes the snapshot (whose attempts are those that hold room), the queue-ordered
@@ -91,21 +92,22 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     # 2. Nodes gone silent: down, and their work is lost.
     down_now: set[str] = set()
     ping_stale = lifecycle_settings.ping_stale
-    if now - observing > ping_stale:
+    silent = nodes.values() if index.silent is None else index.silent.values()
+    if silent and now - observing > ping_stale:
         # A cheap, generous pre-filter; lifecycle.ping_is_stale has the last word.
         horizon = now - ping_stale + 1.0
-        silent = nodes.values() if index.silent is None else index.silent.values()
         quiet_for_long = [n for n in silent if (n.last_ping_at or n.paired_at or n.created_at) < horizon]
         for node in quiet_for_long if index.silent is None else index.in_node_order(quiet_for_long):
             if node.state in STALEABLE and lifecycle.ping_is_stale(node, now, lifecycle_settings, observing):
                 down_now.add(node.id)
                 decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"no ping for more than {ping_stale:g}s"))
     lost_on = set(index.orphaned)  # work on nodes that are gone
-    lost_on.update(node_id for node_id in (*down_now, *by_state[NodeState.DOWN]) if node_id in work)
+    if down_now or by_state[NodeState.DOWN]:
+        lost_on.update(node_id for node_id in (*down_now, *by_state[NodeState.DOWN]) if node_id in work)
     start_timeout = settings.dispatch.start_timeout
     late = (
         [a for a in index.assigned.values() if now - max(a.assigned_at, observing) > start_timeout]
-        if now - observing > start_timeout
+        if index.assigned and now - observing > start_timeout
         else []
     )
     if lost_on or late:
@@ -121,7 +123,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                 end_attempts(jobs[attempt.job_id], f"not started on {attempt.node_ids[0]} within the start timeout")
 
     # 4. Cancellation: priority 0 or an explicit request.
-    for job in index.in_job_order(index.flagged.values()):
+    for job in index.in_job_order(index.flagged.values()) if index.flagged else ():
         if job.id in ended:
             continue
         reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
@@ -136,7 +138,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     busy_unworked: AbstractSet[str]
     idle_nodes = by_state[NodeState.IDLE]
     # Jobs ended while queued (the usual cancellation) held nothing: only the others free nodes.
-    freeing = any(job_id in index.job_attempts for job_id in ended)
+    freeing = bool(ended) and any(job_id in index.job_attempts for job_id in ended)
     if freeing:
         ending = frozenset(i for job_id in ended for i in index.job_attempts.get(job_id, ()))
         holding = _Holding(active, ending)
@@ -159,7 +161,11 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     # Queued, not eligible yet: only a job with a requested start or a back-off can be (the
     # others' Job.eligible_at() is 0), so only those are asked.
     maybe_not_yet = index.deferred if now >= 0.0 else index.queued
-    not_yet = [job for job in maybe_not_yet.values() if job.id not in ended and job.eligible_at() > now]
+    not_yet = (
+        [job for job in maybe_not_yet.values() if job.id not in ended and job.eligible_at() > now]
+        if maybe_not_yet
+        else []
+    )
     if ended or not_yet:
         left_out = ended.union(job.id for job in not_yet)
         queue = [job for job in index.queued.values() if job.id not in left_out]
@@ -185,11 +191,15 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     waiting = [job for job in queue if job.id not in placed_ids]
 
     # 6. Boots for what is left.
-    booting = [
-        (n, n.capacity)
-        for n in index.in_node_order(by_state[NodeState.BOOTING].values())
-        if lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
-    ]
+    booting = (
+        [
+            (n, n.capacity)
+            for n in index.in_node_order(by_state[NodeState.BOOTING].values())
+            if lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
+        ]
+        if by_state[NodeState.BOOTING]
+        else []
+    )
     # Every filed node is in one state's group (down_now holds only live nodes).
     live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now)
     plan = plan_boots(
@@ -214,7 +224,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                 decisions.annotations.append(Annotation(job.id, reason))
         elif note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
             decisions.annotations.append(note)
-    for job in index.in_job_order(not_yet):
+    for job in index.in_job_order(not_yet) if not_yet else ():
         why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
         if job.wait_reason != why:
             decisions.annotations.append(Annotation(job.id, why))
@@ -235,19 +245,20 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     if quiet.busy:
         # Busy nodes that keep their work need nothing: look at the others only. Idle nodes that
         # can only be drained, when no drain is possible, need a look only if they got work.
-        skip_idle = quiet.idle_unless_drain and no_drains
-        idle_with_work = idle_working | (idle_nodes.keys() & placed_on)
-        attention = {
-            n.id: n
-            for group in (
-                *(by_state[s].values() for s in LIVE if s not in (NodeState.BUSY, NodeState.IDLE)),
-                (nodes[i] for i in busy_unworked - placed_on),
-                (nodes[i] for i in down_now),
-                (idle_nodes[i] for i in idle_with_work) if skip_idle else idle_nodes.values(),
-            )
-            for n in group
-        }
-        looked_at = index.in_node_order(attention.values())
+        attention: dict[str, Node] = {}
+        for group in LIVE_BUT_BUSY_OR_IDLE:
+            if by_state[group]:
+                attention.update(by_state[group])
+        for i in busy_unworked - placed_on if busy_unworked else ():
+            attention[i] = nodes[i]
+        for i in down_now:
+            attention[i] = nodes[i]
+        if quiet.idle_unless_drain and no_drains:
+            for i in idle_working | (idle_nodes.keys() & placed_on):
+                attention[i] = idle_nodes[i]
+        else:
+            attention.update(idle_nodes)
+        looked_at = index.in_node_order(attention.values()) if attention else []
     else:
         looked_at = [n for n in nodes.values() if n.state in LIVE]
     for node in looked_at:
