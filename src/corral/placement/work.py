@@ -38,7 +38,6 @@ class _NodeWork:
     capped: int
     held: tuple[float, float, float, float]
     unmeasured: tuple[float, float, float, float] | None
-    ends: list[float]  # per run share: the latest start + share x limit of its work
     measured_at: float | None  # the node's measurement time these figures assume
     last_id: int  # the highest attempt id summed
 
@@ -61,6 +60,10 @@ class WorkLedger:
         self._used_at: list[float | None] = []
         self._load: Load | None = None
         self._ends: Floats = np.zeros((len(self.fractions), 0))
+        # Nodes whose ends `_ends` does not hold yet: only the cost gate reads them (`ends`), so
+        # they are figured when it asks, not every pass.
+        self._ends_stale: set[str] = set()
+        self._jobs: Mapping[int, Job] = {}
         self._journal: tuple[SnapshotIndex, int] | None = None  # the kept index read last, and how far
         self._ending: AbstractSet[int] = frozenset()  # the attempts left out last time
         # The node positions whose figures the last `update` changed; None: all of them (new nodes).
@@ -94,6 +97,7 @@ class WorkLedger:
             gone, new, unstarted = kept.keys() - active.keys(), active.keys() - kept.keys(), self._unstarted
         self._journal = (world, world.attempt_journal.end) if world is not None else None
         self._ending = ending
+        self._jobs = jobs
         changed: set[str] = set()
         loosened: set[str] = set()  # nodes whose figures may have gone down (work ended, started, measured)
         added: dict[str, list[Attempt]] = {}  # nodes whose only change may be attempts added
@@ -137,6 +141,7 @@ class WorkLedger:
             ]
             changed.update(measured)
             loosened.update(measured)
+        self._ends_stale.update(changed)
         for node_id in changed:
             i = index.get(node_id)
             measured_at = used_at[i] if i is not None else None
@@ -169,6 +174,7 @@ class WorkLedger:
             else:
                 was = {}
             fresh = changed.union(node_id for node_id in self._work if node_id not in was)
+            self._ends_stale.update(fresh)
             self._write([i for node_id in fresh if (i := index.get(node_id)) is not None], self._load, ids)
             self._ids = list(ids)
         self._positions = index
@@ -177,7 +183,23 @@ class WorkLedger:
 
     def ends(self, now: float) -> Floats:
         """(shares x nodes) when each node's work ends if every job on it runs that share of its
-        time limit (`now` at the earliest): see `lifetime.node_ends`."""
+        time limit (`now` at the earliest): see `lifetime.node_ends`. Figured here for the nodes
+        changed since the last call (by the jobs of the last `update`), not in every `update`:
+        only the cost gate asks, and passes over bounded capacity never do."""
+        stale, self._ends_stale = self._ends_stale, set()
+        for node_id in stale:
+            i = self._positions.get(node_id)
+            if i is None:
+                continue
+            listed = self._on_node.get(node_id)
+            ends = [-math.inf] * len(self.fractions)
+            for attempt in listed.values() if listed else ():
+                job = self._jobs.get(attempt.job_id)
+                limit = self.no_limit if job is None or job.time_limit is None else job.time_limit
+                start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
+                for k, share in enumerate(self.fractions):
+                    ends[k] = max(ends[k], start + limit * share)
+            self._ends[:, i] = ends
         result: Floats = np.maximum(self._ends, now)
         return result
 
@@ -187,10 +209,7 @@ class WorkLedger:
             self._work.pop(node_id, None)
             return
         ordered = [listed[i] for i in sorted(listed)]
-        capped = 0
-        ends = [-math.inf] * len(self.fractions)
-        for attempt in ordered:
-            capped += self._count_end(attempt, ends, jobs)
+        capped = sum([_capped(attempt, jobs) for attempt in ordered])
         held = _sum(ordered)
         if measured_at is None:
             unmeasured: tuple[float, float, float, float] | None = held
@@ -199,7 +218,7 @@ class WorkLedger:
             # started, or started after the last measurement) counts at its request.
             late = [a for a in ordered if a.started_at is None or a.started_at > measured_at]
             unmeasured = _sum(late) if late else None
-        self._work[node_id] = _NodeWork(len(ordered), capped, held, unmeasured, ends, measured_at, ordered[-1].id)
+        self._work[node_id] = _NodeWork(len(ordered), capped, held, unmeasured, measured_at, ordered[-1].id)
 
     def _add(self, node_id: str, attempts: list[Attempt], measured_at: float | None, jobs: Mapping[int, Job]) -> bool:
         """Add attempts new on a node whose figures are otherwise unchanged, if they come after
@@ -208,42 +227,30 @@ class WorkLedger:
         attempts = sorted(attempts, key=lambda a: a.id)
         if work is None or work.measured_at != measured_at or attempts[0].id <= work.last_id:
             return False
-        held, unmeasured, capped, ends = work.held, work.unmeasured, work.capped, list(work.ends)
+        held, unmeasured, capped = work.held, work.unmeasured, work.capped
         for attempt in attempts:
-            capped += self._count_end(attempt, ends, jobs)
+            capped += _capped(attempt, jobs)
             held = _plus(held, attempt)
             if measured_at is None or attempt.started_at is None or attempt.started_at > measured_at:
                 unmeasured = _plus(unmeasured, attempt)
         if measured_at is None:
             unmeasured = held
         self._work[node_id] = _NodeWork(
-            work.count + len(attempts), capped, held, unmeasured, ends, measured_at, attempts[-1].id
+            work.count + len(attempts), capped, held, unmeasured, measured_at, attempts[-1].id
         )
         return True
-
-    def _count_end(self, attempt: Attempt, ends: list[float], jobs: Mapping[int, Job]) -> bool:
-        """Move `ends` past the attempt's expected end at each run share; whether its job is capped."""
-        job = jobs.get(attempt.job_id)
-        limit = self.no_limit if job is None or job.time_limit is None else job.time_limit
-        start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
-        for k, share in enumerate(self.fractions):
-            ends[k] = max(ends[k], start + limit * share)
-        return job is not None and job.cpu_capped
 
     def _write(self, where: list[int], load: Load, ids: list[str]) -> None:
         if not where:
             return
-        empty = _NodeWork(0, 0, (0.0, 0.0, 0.0, 0.0), None, [-math.inf] * len(self.fractions), None, 0)
+        empty = _NodeWork(0, 0, (0.0, 0.0, 0.0, 0.0), None, None, 0)
         works = [self._work.get(ids[i], empty) for i in where]
         if len(where) <= FEW:  # element by element: cheaper than building arrays for a few nodes
-            ends = self._ends
             for i, w in zip(where, works, strict=True):
                 load.jobs[i], load.capped[i] = w.count, w.capped
                 unmeasured = w.unmeasured or (0.0, 0.0, 0.0, 0.0)
                 for r, (held, late) in enumerate(zip(w.held, unmeasured, strict=True)):
                     load.dedicated[r, i], load.unmeasured[r, i] = held, late
-                for k, end in enumerate(w.ends):
-                    ends[k, i] = end
             return
         # One assignment per array for all the nodes written, not one per node.
         load.jobs[where] = [w.count for w in works]
@@ -251,7 +258,6 @@ class WorkLedger:
         load.dedicated[:, where] = np.array([w.held for w in works], dtype=np.float64).T
         zero = (0.0, 0.0, 0.0, 0.0)
         load.unmeasured[:, where] = np.array([w.unmeasured or zero for w in works], dtype=np.float64).T
-        self._ends[:, where] = np.array([w.ends for w in works], dtype=np.float64).T
 
 
 class _Without(Mapping[int, Attempt]):
@@ -273,6 +279,11 @@ class _Without(Mapping[int, Attempt]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def _capped(attempt: Attempt, jobs: Mapping[int, Job]) -> bool:
+    job = jobs.get(attempt.job_id)
+    return job is not None and job.cpu_capped
 
 
 def _plus(total: tuple[float, float, float, float] | None, attempt: Attempt) -> tuple[float, float, float, float]:
