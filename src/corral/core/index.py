@@ -249,7 +249,8 @@ class SnapshotIndex:
         return self._schedulable
 
     def in_node_order(self, nodes: Iterable[Node]) -> list[Node]:
-        return sorted(nodes, key=lambda node: self.node_order[node.id])
+        order = self.node_order
+        return sorted(nodes, key=lambda node: order[node.id])
 
     def in_job_order(self, jobs: Iterable[Job]) -> list[Job]:
         return sorted(jobs, key=lambda job: self.job_order[job.id])

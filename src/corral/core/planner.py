@@ -196,6 +196,8 @@ def _take_bins(
 ) -> list[str] | None:
     """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
     refuse; None if there are not enough."""
+    if len(bins) < need:
+        return None
     fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
     if len(fitting) < need:
         return None

@@ -198,7 +198,9 @@ class WorkLedger:
                 limit = self.no_limit if job is None or job.time_limit is None else job.time_limit
                 start = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
                 for k, share in enumerate(self.fractions):
-                    ends[k] = max(ends[k], start + limit * share)
+                    end = start + limit * share
+                    if end > ends[k]:  # max(), without a call per share
+                        ends[k] = end
             self._ends[:, i] = ends
         result: Floats = np.maximum(self._ends, now)
         return result
