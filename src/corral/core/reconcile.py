@@ -45,6 +45,7 @@ STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
 LIVE_BUT_BUSY_OR_IDLE = tuple(state for state in NodeState if state.live and state not in SCHEDULABLE)
 NOT_LIVE = tuple(state for state in NodeState if not state.live)
+WAITING = "waiting for resources"  # a waiting job's reason when the placer gives none
 
 # A placer takes the snapshot (whose attempts are those that hold room), the queue-ordered
 # eligible jobs, the schedulable nodes, their free room if the caller has it (None: capacity less
@@ -188,7 +189,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     decisions.revisit, decisions.revisit_from = result.revisit, result.revisit_from
     placed_ids = {p.job_id for p in result.placements}
     placed_on = {node_id for p in result.placements for node_id in p.node_ids}  # they hold work now too
-    waiting = [job for job in queue if job.id not in placed_ids]
+    waiting = [job for job in queue if job.id not in placed_ids] if placed_ids else queue
 
     # 6. Boots for what is left.
     booting = (
@@ -215,11 +216,20 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     )
     decisions.boots.extend(plan.boots)
     planner_reason = {a.job_id: a for a in plan.annotations}
-    for job in waiting:
-        note = planner_reason.get(job.id) if planner_reason else None
+    if not planner_reason:
+        # The placer's reason; an Annotation only where it differs from what the job shows (as
+        # one comprehension: a long queue's jobs mostly keep theirs, pass after pass).
+        decisions.annotations.extend(
+            [
+                Annotation(job.id, reason)
+                for job in waiting
+                if (reason := reasons.get(job.id, WAITING)) != job.wait_reason or job.unplaceable
+            ]
+        )
+    for job in waiting if planner_reason else ():
+        note = planner_reason.get(job.id)
         if note is None:
-            # The placer's reason; an Annotation only where it differs from what the job shows.
-            reason = reasons.get(job.id, "waiting for resources")
+            reason = reasons.get(job.id, WAITING)
             if reason != job.wait_reason or job.unplaceable:
                 decisions.annotations.append(Annotation(job.id, reason))
         elif note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
