@@ -66,12 +66,15 @@ class Shared:
 @dataclass(slots=True)
 class Misfit:
     """A request no node took: the explanation made then (at engine version `version`), whether
-    it was a quick one, and the change journal's position it holds as of (see `misfit`)."""
+    it was a quick one, the change journal's position it holds as of (see `misfit`), and the
+    request's room tests (`Engine._room_tests`, kept: a long queue's misfits are looked at again
+    after every end of work)."""
 
     version: int
     explanation: dict[str, Any]
     quick: bool
     seen: int
+    tests: list[tuple[int, float]]
 
 
 @dataclass(slots=True)
@@ -285,7 +288,7 @@ class Engine:
         if entry is None or entry.seen == self._changes:
             return entry
         if not self._sharing or (
-            self._may_fit_changed(demand, entry.seen)
+            self._may_fit_changed(entry.tests, entry.seen)
             and self.fits_on(demand, self._changed[entry.seen : self._changes])
         ):
             del self.misfits[demand.key]
@@ -293,10 +296,10 @@ class Engine:
         entry.seen = self._changes
         return entry
 
-    def _may_fit_changed(self, demand: Demand, since: int) -> bool:
-        """False if no node changed since journal position `since` has the room `demand` needs of
-        some resource (the resource filters' test, against the most room any of them has): then
-        no filter work is needed to know it fits none of them. Many kept misfits of a pass ask
+    def _may_fit_changed(self, tests: list[tuple[int, float]], since: int) -> bool:
+        """False if no node changed since journal position `since` has the room a request needs
+        of some resource (its room `tests`, against the most room any of them has): then no
+        filter work is needed to know it fits none of them. Many kept misfits of a pass ask
         about the same nodes, so their peaks are worked out once."""
         if self._peaks_version != self.version:
             self._peaks.clear()
@@ -305,7 +308,7 @@ class Engine:
         if peak is None:
             changed = self._changed[since : self._changes]
             peak = self._peaks[since] = self.arrays.room[:, changed].max(axis=1).tolist()
-        return all(peak[resource] >= least for resource, least in self._room_tests(demand))
+        return all(peak[resource] >= least for resource, least in tests)
 
     def _room_tests(self, demand: Demand) -> list[tuple[int, float]]:
         """The resource filters' tests (`hard_mask`'s, inlined): (resource, least room that fits)
@@ -319,7 +322,7 @@ class Engine:
     def note_misfit(self, demand: Demand, explanation: dict[str, Any], quick: bool) -> None:
         """No node takes `demand` now, as `explanation` (made at this version) says."""
         if demand.hints is None:
-            self.misfits[demand.key] = Misfit(self.version, explanation, quick, self._changes)
+            self.misfits[demand.key] = Misfit(self.version, explanation, quick, self._changes, self._room_tests(demand))
 
     def _note_changed(self, nodes: Sequence[int]) -> None:
         """Nodes whose room, job counts or base sums changed: shared work catches up on them."""
