@@ -409,11 +409,15 @@ def place(
                 reason = f"{blocker_reason}; {reservation.describe(arrays, now, backfill)}"
                 reasons[blocker.id] = reason
                 details_of[blocker.id] = {**details_of[blocker.id], "reason": reason}
+    kept_demands = demands.kept
     for position, job in enumerate(ordered[resume_at:] if resume_at else ordered, resume_at):
-        demand = demands.of(job)
+        # DemandMemo.of and Capacity.bounded_for, inlined for the usual case: this loop runs for
+        # every job of a long queue whenever the walk starts from its head.
+        kept = kept_demands.get(job.id)
+        demand = kept[1] if kept is not None and kept[0] is job else demands.of(job)
         bounded = False
         if blocker is not None and capacity is not None:
-            bounded = capacity.bounded_for(demand)
+            bounded = capacity.all_bounded or capacity.bounded_for(demand)
             if bounded:
                 # Competes with the blocked job for the same fixed capacity.
                 if backfill == "strict-fifo":
@@ -743,19 +747,19 @@ class DemandMemo:
     once it holds twice as many (a look-up in the queue loop costs no bookkeeping)."""
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[Job, Demand]] = {}
+        self.kept: dict[int, tuple[Job, Demand]] = {}  # job id -> (the Job, its Demand); read only
 
     def of(self, job: Job) -> Demand:
-        kept = self._kept.get(job.id)
+        kept = self.kept.get(job.id)
         if kept is None or kept[0] is not job:
-            kept = self._kept[job.id] = (job, Demand.of(job))
+            kept = self.kept[job.id] = (job, Demand.of(job))
         return kept[1]
 
     def prune(self, queue: Sequence[Job]) -> None:
         """Keep only the jobs of this pass's `queue`, once many others are kept."""
-        kept = self._kept
+        kept = self.kept
         if len(kept) > 2 * len(queue) + 64:
-            self._kept = {job.id: kept[job.id] for job in queue if job.id in kept}
+            self.kept = {job.id: kept[job.id] for job in queue if job.id in kept}
 
 
 class LazyTimeline:
