@@ -446,18 +446,22 @@ def _first_fits_few(
     freed = frees[np.array(wanted)[:, None], later].T.tolist()
     running = [0.0] * len(wanted)
     before = running
-    group = -1
-    # By node, then end, ties in timeline order (np.lexsort's order: it is stable).
-    for k in sorted(range(len(later)), key=lambda k: (on[k], end_at[k])):
+    group = fitted = -1
+    # By node, then end, ties in timeline order (np.lexsort's order: it is stable; here the index
+    # breaks them).
+    for _, _, k in sorted(zip(on, end_at, range(len(later)), strict=True)):
         node = on[k]
         if node != group:
             group, before = node, list(running)
         running = [total + amount for total, amount in zip(running, freed[k], strict=True)]
+        if node == fitted:
+            continue  # its later ends fit no earlier; the sums still run on over them
         projected = projected_on[node]
         if all(
             p + (total - start) >= q for p, total, start, q in zip(projected, running, before, request, strict=True)
         ):
             first_fit[node] = min(float(first_fit[node]), max(end_at[k], now))
+            fitted = node
     return first_fit
 
 
