@@ -253,7 +253,8 @@ class SnapshotIndex:
         return sorted(nodes, key=lambda node: order[node.id])
 
     def in_job_order(self, jobs: Iterable[Job]) -> list[Job]:
-        return sorted(jobs, key=lambda job: self.job_order[job.id])
+        order = self.job_order
+        return sorted(jobs, key=lambda job: order[job.id])
 
     def describe(self) -> dict[str, Any]:
         """Every grouping as plain ids, in order (for checking a kept index against a fresh one)."""

@@ -241,8 +241,9 @@ class Engine:
         work or measurement changed since the last pass must be listed); the nodes this engine
         committed placements to since are refreshed too, whether or not those placements were
         carried out. Every array is refigured with the same operations as a fresh build, so the
-        values are the same. The refreshed nodes go into the change journal, which is what kept
-        misfits and shared work look at."""
+        values are the same. The refreshed nodes whose figures changed go into the change
+        journal, which is what kept misfits and shared work look at (a node whose placement was
+        carried out as committed is already there)."""
         committed, self._committed = set(self._committed), []
         where = sorted(committed.union(refreshed))
         same_types = list(instance_types) == self.instance_types
