@@ -226,14 +226,15 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
                 if (reason := reasons.get(job.id, WAITING)) != job.wait_reason or job.unplaceable
             ]
         )
-    for job in waiting if planner_reason else ():
-        note = planner_reason.get(job.id)
-        if note is None:
-            reason = reasons.get(job.id, WAITING)
-            if reason != job.wait_reason or job.unplaceable:
-                decisions.annotations.append(Annotation(job.id, reason))
-        elif note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
-            decisions.annotations.append(note)
+    else:
+        for job in waiting:
+            note = planner_reason.get(job.id)
+            if note is None:
+                reason = reasons.get(job.id, WAITING)
+                if reason != job.wait_reason or job.unplaceable:
+                    decisions.annotations.append(Annotation(job.id, reason))
+            elif note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
+                decisions.annotations.append(note)
     for job in index.in_job_order(not_yet) if not_yet else ():
         why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
         if job.wait_reason != why:
