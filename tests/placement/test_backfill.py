@@ -140,6 +140,31 @@ def test_a_kept_reservation_yields_to_a_changed_node_that_first_fits_at_its_star
     assert kept is not None and (kept.nodes, kept.start) == (fresh.nodes, fresh.start)
 
 
+def test_a_kept_reservation_lists_its_nodes_as_a_fresh_one_once_the_clock_ties_them() -> None:
+    """A gang of two reserves n2 (free at NOW + 100) and n1 (free at NOW + 200) until n3 frees at
+    NOW + 900. Once the clock passes both first fits they tie at `now`, and a fresh reservation
+    lists them in node order: the kept one, standing, does too, whether nothing changed or only
+    n4, which first fits after the start."""
+    nodes = [node("n1", 8, 64), node("n2", 8, 64), node("n3", 8, 64), node("n4", 8, 64)]
+    arrays = NodeArrays(nodes, None, PlacementSettings(), NOW)
+    arrays.dedicated[0, :] = 8.0
+    demand = Demand.of(job(1, 8, nodes=3, priority=10))
+    eligible = np.ones(4, dtype=bool)
+    ends = np.array([NOW + 200, NOW + 100, NOW + 900, NOW + 2000])
+    positions = np.array([0, 1, 2, 3], dtype=np.int64)
+    frees = np.array([[8.0, GiB, 0.0, 0.0]] * 4)
+    last = LastReservation()
+    for serial, now in enumerate([NOW, NOW + 150, NOW + 300, NOW + 400], start=1):
+        if now == NOW + 400:
+            arrays.dedicated[0, 3] = 7.5  # n4 changed: it still first fits at NOW + 2000
+        changes = backfill_module.Changes(serial, None if serial == 1 else np.zeros(0, dtype=np.int64))
+        kept = last.reserve(arrays, demand, eligible, Timeline(np.maximum(ends, now), positions, frees, changes), now)
+        fresh = reserve(arrays, demand, eligible, Timeline(np.maximum(ends, now), positions, frees), now)
+        assert kept is not None and fresh is not None
+        assert (kept.start, kept.nodes, kept.spare.tolist()) == (fresh.start, fresh.nodes, fresh.spare.tolist())
+    assert (kept.start, kept.nodes) == (NOW + 900, [0, 1, 2])
+
+
 @pytest.mark.parametrize("first_end", [NOW - 100, NOW + 100])
 def test_a_kept_started_reservation_counts_the_ends_the_clock_passed_on_its_node(first_end: float) -> None:
     """Work past its time limit is taken to end now, so a blocked job's reservation starts while
@@ -297,10 +322,10 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
 ) -> None:
     """A placer's LastReservation, over the timelines of kept running ends, reserves exactly as
     `reserve` does over a timeline read afresh, through work that comes, goes and starts (gangs
-    among it), requests changing on the nodes, work placed within a pass, eligible nodes and the
-    blocked job changing, and several reservations per pass; and it does refigure only part of
+    among it), requests changing on the nodes, work placed within a pass, eligible nodes, node sizes
+    and the blocked job changing, and several reservations per pass; and it does refigure only part of
     the nodes most of the time."""
-    rng = random.Random(5)
+    rng, sizes = random.Random(5), random.Random(6)
     settings = PlacementSettings()
     nodes = [node(f"n{i}", 16, 64) for i in range(6)]
     arrays = NodeArrays(nodes, None, settings, NOW)
@@ -383,6 +408,10 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
             for a in attempts.values():
                 for node_id in a.node_ids:
                     arrays.dedicated[0, arrays.index[node_id]] += a.resources.vcpus
+        if sizes.random() < 0.03:  # a node slot takes a node of another size (the roster refleets)
+            i = sizes.randrange(arrays.n)
+            arrays.capacity[0, i] = sizes.choice([12.0, 16.0, 24.0])
+            arrays.refleet([i])
         if rng.random() < 0.2:
             continue  # no reservation this pass: changes pile up
         listed = list(world.attempts.values())

@@ -234,7 +234,9 @@ class NodeArrays:
         n = f.n
         self.ids, self.index, self.n = f.ids, f.index, n
         self.policy: AvailabilityPolicy = settings.availability_policy()
+        # Fixed for these arrays, as is `capacity` until a `refleet` (counted in `refleets`).
         self.ratio = np.ones(len(RESOURCES))
+        self.refleets = 0
         self.ratio_set = np.zeros(len(RESOURCES), dtype=bool)
         for resource in RESOURCES:
             if resource.label in settings.overprovision:
@@ -321,6 +323,7 @@ class NodeArrays:
     def refleet(self, filled: list[int]) -> None:
         """The facts changed where nodes came (`filled`, slots that held none) or changed state:
         take them again; a new node holds no work, so its room is its capacity."""
+        self.refleets += 1
         if filled:
             idx = np.array(filled, dtype=np.int64)
             for resource in RESOURCES:

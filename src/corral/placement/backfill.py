@@ -500,9 +500,8 @@ class _Made:
 
     key: tuple[object, ...]
     arrays: NodeArrays
-    eligible: Bools
-    ratio: Floats
-    capacity: Floats
+    refleets: int  # the arrays' then: their capacity and ratio are the same while it is
+    eligible: Bools  # as handed over (read only, as every mask a pass hands the engine)
     dedicated: Floats
     serial: int  # of the kept ends' timeline they were made over
     added: Ints  # the nodes of the events that timeline held beyond the running work
@@ -540,14 +539,13 @@ class LastReservation:
             and changes is not None
             and made.key == key
             and made.arrays is arrays
+            and made.refleets == arrays.refleets
             and now >= made.now
             and made.dedicated.shape == arrays.dedicated.shape
             and (changes.serial == made.serial or (changes.serial == made.serial + 1 and changes.nodes is not None))
-            and np.array_equal(made.eligible, eligible)
-            and np.array_equal(made.ratio, arrays.ratio)
+            and (made.eligible is eligible or np.array_equal(made.eligible, eligible))
         ):
             dirty = np.any(made.dedicated != arrays.dedicated, axis=0)
-            dirty |= np.any(made.capacity != arrays.capacity, axis=0)
             dirty[made.added] = True
             dirty[added] = True
             if changes.serial != made.serial and changes.nodes is not None:
@@ -555,7 +553,7 @@ class LastReservation:
             last = made.reservation
             if last is not None and last.start > now and not dirty.any():
                 self._made = replace(made, serial=changes.serial, added=added, now=now)
-                return last.copy()
+                return _in_order(last, made.first_fit, now).copy()
         stands = False
         if made is not None and dirty is not None:
             at = np.flatnonzero(dirty)
@@ -572,6 +570,8 @@ class LastReservation:
             if last is not None and last.start <= now:  # started: its start moves with the clock
                 reservation = Reservation(last.job_id, now, last.nodes, last.spare, last.held)
                 next_end = made.next_end
+            elif last is not None:
+                reservation = _in_order(last, first_fit, now)
         else:
             reservation = _reservation(arrays, demand, timeline, first_fit)
             if reservation is not None and reservation.start <= now:
@@ -580,9 +580,8 @@ class LastReservation:
             self._made = _Made(
                 key,
                 arrays,
-                eligible.copy(),
-                arrays.ratio.copy(),
-                arrays.capacity.copy(),
+                arrays.refleets,
+                eligible,
                 arrays.dedicated.copy(),
                 changes.serial,
                 added,
@@ -592,6 +591,22 @@ class LastReservation:
                 next_end,
             )
         return reservation
+
+
+def _in_order(reservation: Reservation, first_fit: Floats, now: float) -> Reservation:
+    """An unstarted reservation that stands, with its nodes in the order `_reservation` would give
+    them now: by first fit held at `now`, ties to the lower position. The clock can bring nodes
+    that first fit before the start to a tie at `now`, which changes their order (only: the nodes
+    and their room are the same)."""
+    nodes = reservation.nodes
+    if len(nodes) < 2:
+        return reservation
+    order = sorted(range(len(nodes)), key=lambda k: (max(float(first_fit[nodes[k]]), now), nodes[k]))
+    if order == list(range(len(nodes))):
+        return reservation
+    return Reservation(
+        reservation.job_id, reservation.start, [nodes[k] for k in order], reservation.spare[:, order], reservation.held
+    )
 
 
 def _stands(made: _Made, dirty: Bools, first_fit: Floats, now: float) -> bool:
