@@ -145,7 +145,6 @@ class Engine:
         # Whether the last `renew` left every node's work figures and the instance types as the
         # last pass left them (its placements were carried out, and nothing else changed).
         self.as_left = False
-        self.refleets = 0  # calls of `refleet`: the nodes' facts changed
         self.misfits: dict[tuple[object, ...], Misfit] = {}
         # Per change journal position, the most room of each resource on the nodes changed since
         # (as of `version`): what a kept misfit checks first (see `misfit`).
@@ -182,9 +181,13 @@ class Engine:
         # nothing that could make room happened.
         changes, self._changes = self._changes, 0
         self.version += 1
-        self.refleets += 1
         self.as_left = False
         self.misfits = {} if grew else {k: replace(m, seen=0) for k, m in self.misfits.items() if m.seen == changes}
+
+    @property
+    def refleets(self) -> int:
+        """Calls of `refleet` (the nodes' facts changed): its arrays count them."""
+        return self.arrays.refleets
 
     def _static_scores(self) -> None:
         """The job-independent scores that do not follow the work on the nodes (platform, reboot,
