@@ -341,29 +341,28 @@ class NodeArrays:
         lost_capped = False
         capacity, dedicated_of, utilized_of, room_of = self.capacity, self.dedicated, self.utilized, self.room
         held, unmeasured = load.dedicated, load.unmeasured
-        # Scalar arithmetic on each column: the same IEEE operations as `_refresh_many` (and the
-        # build), without NumPy's per-call cost for the one or two nodes a pass usually changes.
+        # Scalar arithmetic on each column, read and written as Python floats one column at a
+        # time: the same IEEE operations as `_refresh_many` (and the build), without NumPy's
+        # per-call cost for the one or two nodes a pass usually changes.
         for i in where:
             u = used[i]
-            measured = (u.vcpus, u.ram_mib, u.scratch_mib, u.gpus)
-            changed = False
-            for r in range(len(RESOURCES)):
-                dedicated = float(held[r, i])
-                utilized = float(measured[r]) + float(unmeasured[r, i])
-                cap = float(capacity[r, i])
-                policy = self._policies[r]
-                if policy is Policy.DEDICATED:
-                    room_left = cap * self._ratios[r] - dedicated
-                elif policy is Policy.UTILIZED:
-                    room_left = cap - utilized
-                else:
-                    room_left = min(cap * self._ratios[r] - dedicated, cap - utilized)
-                changed = changed or (
-                    dedicated_of[r, i] != dedicated or utilized_of[r, i] != utilized or room_of[r, i] != room_left
-                )
-                dedicated_of[r, i] = dedicated
-                utilized_of[r, i] = utilized
-                room_of[r, i] = room_left
+            dedicated = held[:, i].tolist()
+            late = unmeasured[:, i].tolist()
+            utilized = [
+                float(u.vcpus) + late[0],
+                float(u.ram_mib) + late[1],
+                float(u.scratch_mib) + late[2],
+                float(u.gpus) + late[3],
+            ]
+            room_left = _room_left(self._policies, self._ratios, capacity[:, i].tolist(), dedicated, utilized)
+            changed = (
+                dedicated_of[:, i].tolist() != dedicated
+                or utilized_of[:, i].tolist() != utilized
+                or room_of[:, i].tolist() != room_left
+            )
+            dedicated_of[:, i] = dedicated
+            utilized_of[:, i] = utilized
+            room_of[:, i] = room_left
             jobs, capped = float(load.jobs[i]), int(load.capped[i])
             uncapped = int(jobs) - capped
             was_capped = int(self.capped_jobs[i])
@@ -445,21 +444,24 @@ class NodeArrays:
         Scalar arithmetic on the one column: the same IEEE operations as the vectorised build, so
         an updated node's room is exactly what a rebuild would give."""
         dedicated_of, utilized_of, room_of = self.dedicated, self.utilized, self.room
+        dedicated, utilized = dedicated_of[:, node].tolist(), utilized_of[:, node].tolist()
+        room_left = room_of[:, node].tolist()
+        capacity = self.capacity[:, node].tolist()
         for r, amount in enumerate(amounts):
             if not amount:
-                continue
-            dedicated = float(dedicated_of[r, node]) + amount
-            utilized = float(utilized_of[r, node]) + amount
-            dedicated_of[r, node] = dedicated
-            utilized_of[r, node] = utilized
-            capacity = float(self.capacity[r, node])
+                continue  # its figures stay as they are
+            dedicated[r] += amount
+            utilized[r] += amount
             policy = self._policies[r]
             if policy is Policy.DEDICATED:
-                room_of[r, node] = capacity * self._ratios[r] - dedicated
+                room_left[r] = capacity[r] * self._ratios[r] - dedicated[r]
             elif policy is Policy.UTILIZED:
-                room_of[r, node] = capacity - utilized
+                room_left[r] = capacity[r] - utilized[r]
             else:
-                room_of[r, node] = min(capacity * self._ratios[r] - dedicated, capacity - utilized)
+                room_left[r] = min(capacity[r] * self._ratios[r] - dedicated[r], capacity[r] - utilized[r])
+        dedicated_of[:, node] = dedicated
+        utilized_of[:, node] = utilized
+        room_of[:, node] = room_left
         self.jobs[node] += 1
         if capped:
             self.capped_jobs[node] += 1
@@ -496,3 +498,18 @@ def _stack(items: Iterable[Resources]) -> Floats:
         ],
         dtype=np.float64,
     )
+
+
+def _room_left(
+    policies: list[Policy], ratios: list[float], capacity: list[float], dedicated: list[float], utilized: list[float]
+) -> list[float]:
+    """`availability.room` for one node's column, resource by resource, on Python floats."""
+    result = []
+    for r, policy in enumerate(policies):
+        if policy is Policy.DEDICATED:
+            result.append(capacity[r] * ratios[r] - dedicated[r])
+        elif policy is Policy.UTILIZED:
+            result.append(capacity[r] - utilized[r])
+        else:
+            result.append(min(capacity[r] * ratios[r] - dedicated[r], capacity[r] - utilized[r]))
+    return result

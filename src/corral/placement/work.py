@@ -250,9 +250,8 @@ class WorkLedger:
         if len(where) <= FEW:  # element by element: cheaper than building arrays for a few nodes
             for i, w in zip(where, works, strict=True):
                 load.jobs[i], load.capped[i] = w.count, w.capped
-                unmeasured = w.unmeasured or (0.0, 0.0, 0.0, 0.0)
-                for r, (held, late) in enumerate(zip(w.held, unmeasured, strict=True)):
-                    load.dedicated[r, i], load.unmeasured[r, i] = held, late
+                load.dedicated[:, i] = w.held
+                load.unmeasured[:, i] = w.unmeasured or (0.0, 0.0, 0.0, 0.0)
             return
         # One assignment per array for all the nodes written, not one per node.
         load.jobs[where] = [w.count for w in works]
