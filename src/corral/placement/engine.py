@@ -599,7 +599,12 @@ class Engine:
             tests = self._room_tests(demand)
             masked = np.where(self.hard_mask(demand), self.base, self._minus_inf)
             entry = Shared(masked, self._changes, None if static is self._all else static, tests)
-        elif entry.seen != self._changes:
+        elif self._changes - entry.seen <= FEW_CHANGED:
+            # The usual catch-up (the node or two a pass changes): `hard_mask` at each node on
+            # NumPy scalars, cheaper than the calls of the array form below for so few.
+            if entry.seen != self._changes:
+                self._catch_up_few(demand, entry)
+        else:
             # `hard_mask` at the changed nodes only.
             changed = self._changed[entry.seen : self._changes]
             fits = None if entry.static is None else entry.static[changed]
@@ -616,6 +621,18 @@ class Engine:
             entry.seen = self._changes
         self._shared[key] = entry
         return entry.masked
+
+    def _catch_up_few(self, demand: Demand, entry: Shared) -> None:
+        room, base, masked, static = self.arrays.room, self.base, entry.masked, entry.static
+        others = [m for f in self._other_dynamic if (m := f.mask(self.arrays, demand, None)) is not None]
+        for i in self._changed[entry.seen : self._changes].tolist():
+            fits = (
+                (static is None or bool(static[i]))
+                and all(room[resource, i] >= least for resource, least in entry.tests)
+                and all(m[i] for m in others)
+            )
+            masked[i] = base[i] if fits else -np.inf
+        entry.seen = self._changes
 
     def commit(self, demand: Demand, nodes: Sequence[int], tags: Sequence[str] = ()) -> None:
         a = self.arrays
@@ -654,6 +671,7 @@ def _inert(name: str, arrays: NodeArrays) -> bool:
 
 
 FEW_NEAR = 8  # up to this many nodes near the best sum, their tie-break noise is added one by one
+FEW_CHANGED = 4  # up to this many nodes changed since shared work was last used, it catches up node by node
 
 
 def _best(masked: Floats, k: int) -> list[int]:
