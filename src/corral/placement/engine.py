@@ -269,8 +269,12 @@ class Engine:
             if where:
                 self.misfits.clear()  # the nodes that changed are not in the change journal
         elif changed:
-            idx = np.array(changed, dtype=np.int64)
-            self.base[idx] = self.base_scores(idx)
+            if len(changed) <= FEW_CHANGED:
+                for i in changed:
+                    self.base[i] = self._base_one(i)
+            else:
+                idx = np.array(changed, dtype=np.int64)
+                self.base[idx] = self.base_scores(idx)
             self._note_changed(changed)
         self._renew_noise()
         self.locality = locality
@@ -407,6 +411,17 @@ class Engine:
         for scorer, weight in self._room_based:
             assert scorer.base is not None
             total = total + weight * scorer.base(self.scores, idx)
+        return total
+
+    def _base_one(self, i: int) -> float:
+        """`base_scores` at node i: the same operations in the same order, on one node's scalars."""
+        total = float(self._static_base[i])
+        for scorer, weight in self._room_based:
+            if scorer.base_one is not None:
+                total = total + weight * scorer.base_one(self.scores, i)
+            else:
+                assert scorer.base is not None
+                total = total + weight * float(scorer.base(self.scores, i))
         return total
 
     def noise(self, demand: Demand) -> float:
@@ -642,15 +657,7 @@ class Engine:
             if free is not None:
                 node_id = a.ids[i]
                 free[node_id] = free[node_id] - demand.resources
-            # Same operations in the same order as `base_scores`, on one node's scalars.
-            total = float(self._static_base[i])
-            for scorer, weight in self._room_based:
-                if scorer.base_one is not None:
-                    total = total + weight * scorer.base_one(self.scores, i)
-                else:
-                    assert scorer.base is not None
-                    total = total + weight * float(scorer.base(self.scores, i))
-            self.base[i] = total
+            self.base[i] = self._base_one(i)
         self._note_changed(nodes)
         self._committed.extend(nodes)
         self.version += 1
