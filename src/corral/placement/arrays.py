@@ -324,11 +324,15 @@ class NodeArrays:
         """The facts changed where nodes came (`filled`, slots that held none) or changed state:
         take them again; a new node holds no work, so its room is its capacity."""
         self.refleets += 1
+        self.fill(filled)
+        self._take_facts(self.facts)
+
+    def fill(self, filled: list[int]) -> None:
+        """The room of nodes new in slots `filled` (which held none): their capacity."""
         if filled:
             idx = np.array(filled, dtype=np.int64)
             for resource in RESOURCES:
                 self._refresh_room(resource, idx)
-        self._take_facts(self.facts)
 
     def refresh(self, load: Load, where: list[int], used: list[Resources]) -> list[int]:
         """Take the work at node positions `where` (in order) from `load` and their measured use

@@ -201,7 +201,13 @@ class FactsMemo:
                 (roster.used_at, roster.used),
             )
             if engine is kept and change is not None and change.changed:
-                engine.refleet(change.filled, change.grew)
+                if change.relisted:
+                    engine.refleet(change.filled, change.grew)
+                else:
+                    # Only nodes that take no work came, went or changed: the state filter keeps
+                    # them out, and the fleet's scales are over the others, so nothing a placement
+                    # reads changed but the room of new slots (read when they take work).
+                    engine.arrays.fill(change.filled)
             self.engine = engine
             return engine
         self.roster = None

@@ -32,10 +32,12 @@ FREE = Node("", "", ZERO, 0.0, NodeState.GONE)  # a slot no node has taken yet
 @dataclass(slots=True)
 class RosterChange:
     """What changed in the slots since the last pass: slots that took a new node, whether any
-    node's facts changed, and whether some node takes work now that took none."""
+    node's facts changed, whether any of them is or was a node that takes work (`listed`), and
+    whether some node takes work now that took none."""
 
     filled: list[int] = field(default_factory=list)
     changed: bool = False
+    relisted: bool = False
     grew: bool = False
 
 
@@ -76,7 +78,7 @@ class Roster:
             node = index.nodes.get(node_id)
             slot = slot_of.get(node_id)
             if slot is not None and node is not None and index.node_order[node_id] != self.filing[slot]:
-                self._kill(slot, node_id)  # dropped and filed again: a new node
+                change.relisted |= self._kill(slot, node_id)  # dropped and filed again: a new node
                 change.changed = True
                 slot = None
             if slot is None:
@@ -88,7 +90,7 @@ class Roster:
                 self.filing[slot] = index.node_order[node_id]
                 change.filled.append(slot)
             elif node is None:
-                self._kill(slot, node_id)
+                change.relisted |= self._kill(slot, node_id)
                 change.changed = True
                 continue
             was, state = self.states[slot], node.state
@@ -103,6 +105,7 @@ class Roster:
                 self.states[slot] = state
                 listed = state in SCHEDULABLE
                 change.grew |= listed and not self.listed[slot]
+                change.relisted |= listed or bool(self.listed[slot])
                 self.listed[slot] = listed
                 change.changed = True
             elif state is not was:
@@ -113,11 +116,14 @@ class Roster:
             facts.derive(self.listed)
         return change
 
-    def _kill(self, slot: int, node_id: str) -> None:
+    def _kill(self, slot: int, node_id: str) -> bool:
         """The slot's node is gone: a dead slot, taking no work. Filed again, the node is a new
-        one (the index lists it last, as it does a new one) and takes a new slot."""
+        one (the index lists it last, as it does a new one) and takes a new slot. True if it took
+        work until now."""
+        was_listed = bool(self.listed[slot])
         del self.facts.index[node_id]
         self.listed[slot] = self.facts.schedulable[slot] = False
         self.facts.why_unschedulable[slot] = NodeState.GONE.value
         self.states[slot] = NodeState.GONE
         self.dead += 1
+        return was_listed
