@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -123,6 +124,24 @@ def offers(instance_types: Sequence[InstanceType], unavailable: Mapping[str, flo
     )
 
 
+@dataclass(slots=True)
+class GatePrices:
+    """Per request, the hourly price of a new instance and the most a node may cost the job: the
+    same for every pass while the offers (types and back-offs) and the gate's settings are."""
+
+    new_price: dict[tuple[float, float, float, float], float] = field(default_factory=dict)
+    allowed: dict[tuple[tuple[float, float, float, float], float | None], float] = field(default_factory=dict)
+    settings: tuple[object, ...] = ()  # what `allowed` was worked out with
+
+    def under(self, settings: CostSettings, default_limit: float | None) -> GatePrices:
+        """These prices, forgetting the allowed costs if the gate's settings changed."""
+        key = (settings.max_extension, tuple(settings.run_fractions), settings.boot_time, default_limit)
+        if key != self.settings:
+            self.allowed.clear()
+            self.settings = key
+        return self
+
+
 class CostGate:
     """Built once per pass (lazily, by the placer, when an elastic job first needs it). `offers`:
     see `offers` (a placer keeps them while the types and the back-offs in force are the same)."""
@@ -135,7 +154,9 @@ class CostGate:
         now: float,
         settings: CostSettings,
         default_limit: float | None = None,
+        prices: GatePrices | None = None,
     ) -> None:
+        """`prices`: what earlier gates of the same offers and settings worked out, to go on with."""
         self.arrays = arrays
         self.now = now
         self.settings = settings
@@ -144,8 +165,8 @@ class CostGate:
         self.mean_fraction = mean_fraction(settings)
         self.ends = ends  # node_ends of the nodes of `arrays`
         self._offers = offers
-        self._new_price: dict[tuple[float, float, float, float], float] = {}
-        self._allowed: dict[tuple[tuple[float, float, float, float], float | None], float] = {}
+        prices = (prices if prices is not None else GatePrices()).under(settings, default_limit)
+        self._new_price, self._allowed = prices.new_price, prices.allowed
         self._top_price = float(arrays.price.max()) if arrays.n else 0.0
 
     def limit(self, demand: Demand) -> float | None:

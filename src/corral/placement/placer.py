@@ -33,7 +33,7 @@ from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
 from corral.placement.explain import explain
-from corral.placement.lifetime import CostGate, Offers, gate_settings, offers
+from corral.placement.lifetime import CostGate, GatePrices, Offers, gate_settings, offers
 from corral.placement.locality import LocalityIndex
 from corral.placement.roster import Roster
 from corral.placement.settings import PlacementSettings, coerce
@@ -94,6 +94,7 @@ class TypeFits:
         self._now = now
         self._ranker: TypeRanker | None = None
         self._offers: Offers | None = None
+        self.prices = GatePrices()  # the cost gate's, of these offers
         reserved = [dict(t.attributes) for t in self.types if any(k == attr.RESERVATION for k, _ in t.attributes)]
         ends = [attr.number(a, attr.RESERVATION_UNTIL) for a in reserved]
         self._expires = min((end for end in ends if end > now), default=math.inf)
@@ -476,7 +477,7 @@ def place(
             capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
             if not capacity.bounded_for(demand):
                 if gate is None:
-                    gate = _cost_gate(capacity.fits.offers(), arrays, work.ends(now), now, settings, placed_before_gate)
+                    gate = _cost_gate(capacity.fits, arrays, work.ends(now), now, settings, placed_before_gate)
                 if exclude is None and demand.node_count == 1 and engine.still_refused(demand, gate):
                     kept_off(demand)
                     _wait(result, job, COSTLY_REASON)
@@ -800,14 +801,14 @@ UNEXPLAINED: dict[str, Any] = {"reason": ""}
 
 
 def _cost_gate(
-    offers: Offers,
+    fits: TypeFits,
     arrays: NodeArrays,
     ends: Floats,
     now: float,
     settings: PlacementSettings,
     placed: Sequence[tuple[list[int], Demand]],
 ) -> CostGate:
-    gate = CostGate(arrays, ends, offers, now, settings.cost, settings.queue.default_time_limit)
+    gate = CostGate(arrays, ends, fits.offers(), now, settings.cost, settings.queue.default_time_limit, fits.prices)
     for nodes, demand in placed:
         gate.placed(nodes, demand)
     return gate
