@@ -98,6 +98,31 @@ def test_max_instances_caps_boots() -> None:
     assert len(decisions.boots) == 3
 
 
+def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
+    """Pass after pass over the same jobs and settings objects (as the simulator hands them), a
+    plan follows each input that changed in place: a job's request, the settings, an instance
+    booting, a type's back-off running out."""
+    jobs = [job(i, vcpus=2, ram_gib=3) for i in range(1, 5)]
+    snap = Snapshot(jobs=jobs, attempts=[], nodes=[], instance_types=TYPES, unavailable_types={"small": 110.0})
+    policy = settings(max_instances=3)
+
+    def boots(now: float = 100.0) -> list[str]:
+        return [b.instance_type for b in plan_pass(snap, now, policy).boots]
+
+    assert boots() == boots() == ["large"]  # one holds all four
+    jobs[0].resources = Resources(8, 3 * GiB)
+    assert boots() == ["large", "large"]  # the first fills one alone
+    policy.boot.max_instances = 1
+    assert boots() == ["large"]
+    assert "max_instances (1) reached" in plan_pass(snap, 100.0, policy).annotations[-1].wait_reason
+    policy.boot.max_instances = 4
+    booting = idle_node("n1", LARGE)
+    booting.state, booting.created_at, booting.state_changed_at = NodeState.BOOTING, 90.0, 90.0
+    snap.nodes.append(booting)
+    assert boots() == ["large"]  # the first waits for the one booting
+    assert boots(now=120.0) == ["small"] * 3  # small instances are cheaper, and out of back-off now
+
+
 def test_a_fixed_fleet_says_why_a_job_waits_and_which_can_never_run() -> None:
     """With max_instances 0 nothing is booted: a job that does not fit now keeps the placer's
     reason; one that no type of the fleet holds is unplaceable."""

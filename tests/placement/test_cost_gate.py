@@ -99,6 +99,22 @@ def test_a_new_instance_rather_than_keeping_a_big_node_up() -> None:
     assert [b.instance_type for b in decisions.boots] == ["c5.large"]
 
 
+def test_a_kept_placer_follows_the_gate_settings_changed_between_passes() -> None:
+    """The gate's allowed costs are kept from pass to pass, but not past a change of its settings."""
+    nodes = [big("n-soon")]
+    j1, a1 = work(1, "n-soon", 40, 600)
+    for n in nodes:
+        n.last_ping_at = NOW
+    queue = [job(1, 1, 1, time_limit=10 * HOUR)]
+    snapshot = Snapshot(jobs=[j1, *queue], attempts=[a1], nodes=nodes, instance_types=TYPES, observing_since=0)
+    settings = PolicySettings(boot=BootSettings(max_instances=10))
+    placer = make_placer(settings)
+    assert plan_pass(snapshot, NOW, settings, placer=placer).placements == []
+    settings.placement.cost.max_extension = 100.0  # keeping the big node up is allowed now
+    (placement,) = plan_pass(snapshot, NOW + 1, settings, placer=placer).placements
+    assert placement.node_ids == ("n-soon",)
+
+
 def test_a_cheap_node_is_extended_rather_than_booting() -> None:
     # A node priced like the cheapest type: extending it costs no more than a new one (no boot).
     nodes = [node("n-small", 2, 4, price=SMALL.price_per_hour)]

@@ -82,6 +82,43 @@ def plan_boots(
         held = order.held
         unheld = [job for job in waiting if id(job.resources) not in held and not types_for(job.resources)]
         return BootPlan([], [_unplaceable(job, types) for job in unheld])
+    # The same jobs waiting on the same instances booting, under the same settings, get the same
+    # plan: the usual pass of an elastic fleet while its instances boot.
+    inputs = (
+        order,
+        [(job.id, job.resources, job.node_count, job.time_limit) for job in waiting],
+        [(node.id, free, node.price_per_hour) for node, free in booting],
+        live_instances,
+        [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
+        (settings.max_instances, settings.max_boots_per_pass),
+        None if cost is None else (cost.max_extension, tuple(cost.run_fractions), cost.boot_time),
+        default_limit,
+    )
+    last = _LAST_PLAN.get(0)
+    if last is not None and last[0] == inputs:
+        return BootPlan(list(last[1].boots), list(last[1].annotations))
+    plan = _plan_boots(waiting, booting, types, order, live_instances, unavailable, now, settings, cost, default_limit)
+    _LAST_PLAN[0] = (inputs, plan)
+    return BootPlan(list(plan.boots), list(plan.annotations))
+
+
+# The last plan and what it was made from (one entry): see plan_boots.
+_LAST_PLAN: dict[int, tuple[tuple[object, ...], BootPlan]] = {}
+
+
+def _plan_boots(
+    waiting: list[Job],
+    booting: list[tuple[Node, Resources]],
+    types: list[InstanceType],
+    order: _TypeOrder,
+    live_instances: int,
+    unavailable: dict[str, float],
+    now: float,
+    settings: BootSettings,
+    cost: CostSettings | None,
+    default_limit: float | None,
+) -> BootPlan:
+    types_for = order.holding
     pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
     planned: list[_Bin] = []
     boots: list[Boot] = []
