@@ -20,6 +20,7 @@ class World:
         self.jobs: dict[int, Job] = {}
         self.attempts: dict[int, Attempt] = {}
         self.nodes: dict[str, Node] = {}
+        self.dropped: list[str] = []  # ids of nodes gone, some of which come back
         self.index = SnapshotIndex()
 
     def snapshot(self) -> Snapshot:
@@ -45,7 +46,8 @@ class World:
             del self.jobs[job_id]
             index.drop_job(job_id)
         elif kind == 3:
-            node = Node(f"n{serial}", "t", Resources(4, 4096), 0.1, rng.choice(list(NodeState)))
+            name = self.dropped.pop() if self.dropped and rng.random() < 0.3 else f"n{serial}"
+            node = Node(name, "t", Resources(4, 4096), 0.1, rng.choice(list(NodeState)))
             self.nodes[node.id] = node
             index.put_node(node)
         elif kind == 4 and self.nodes:
@@ -53,8 +55,12 @@ class World:
             if rng.random() < 0.3:
                 del self.nodes[node.id]
                 index.drop_node(node.id)
+                self.dropped.append(node.id)
             else:
-                node.state = rng.choice(list(NodeState))
+                state = rng.choice(list(NodeState))
+                if rng.random() < 0.5:  # a shell may file a new object for the node
+                    node = self.nodes[node.id] = dataclasses.replace(node, state=state)
+                node.state = state
                 index.put_node(node)
         elif kind == 5 and self.nodes:
             # Some attempts name nodes that are gone (a lost node), gangs name several.
@@ -77,9 +83,12 @@ def test_a_kept_index_equals_a_fresh_one_after_every_change() -> None:
     world = World()
     deferred = 0
     for serial in range(1, 3000):
+        version = world.index.fleet_version
         world.step(rng, serial)
         deferred += bool(world.index.deferred)
         assert world.index.describe() == SnapshotIndex.of(world.snapshot()).describe(), f"after change {serial}"
+        if world.index.fleet_version != version:  # a list made afresh holds the nodes as filed last
+            assert all(node is world.nodes[node.id] for node in world.index.schedulable()), f"after change {serial}"
     fresh = SnapshotIndex.of(world.snapshot())
     assert fresh.unworked and fresh.work and fresh.queued and fresh.flagged and deferred  # the groups were exercised
 

@@ -15,6 +15,7 @@ whichever way the index was made.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
@@ -99,6 +100,10 @@ class SnapshotIndex:
         # Every attempt filed or dropped.
         self.attempt_journal: Journal[int] = Journal()
         self._schedulable: list[Node] | None = None
+        # The idle and busy nodes in filing order, kept as they are filed, and their filing numbers
+        # (ascending): `schedulable()` copies them, not the whole fleet's, when the list changed.
+        self._schedulable_nodes: list[Node] = []
+        self._schedulable_orders: list[int] = []
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> SnapshotIndex:
@@ -193,6 +198,8 @@ class SnapshotIndex:
         self.nodes[node_id] = node
         self.by_state[node.state][node_id] = node
         self._filed_state[node_id] = node.state
+        if schedulable or (filed is not None and filed in SCHEDULABLE):
+            self._file_schedulable(node_id, node if schedulable else None)
         self._classify(node_id)
         measured = (node.used, node.used_at)
         if self._measured.get(node_id) != measured:
@@ -207,6 +214,7 @@ class SnapshotIndex:
         del self.by_state[filed][node_id]
         if filed in SCHEDULABLE:
             self._fleet_changed()
+            self._file_schedulable(node_id, None)
         for group in (self.nodes, self.node_order, self.silent or {}, self._measured):
             group.pop(node_id, None)
         self._classify(node_id)
@@ -245,8 +253,23 @@ class SnapshotIndex:
     def schedulable(self) -> list[Node]:
         """The idle and busy nodes, in order (see the class docstring: do not change the list)."""
         if self._schedulable is None:
-            self._schedulable = [node for node in self.nodes.values() if node.state in SCHEDULABLE]
+            self._schedulable = list(self._schedulable_nodes)
         return self._schedulable
+
+    def _file_schedulable(self, node_id: str, node: Node | None) -> None:
+        """`node` is idle or busy now (None: the node of that id is not, or is gone)."""
+        orders, nodes = self._schedulable_orders, self._schedulable_nodes
+        order = self.node_order[node_id]
+        at = bisect.bisect_left(orders, order)
+        present = at < len(orders) and orders[at] == order
+        if node is None:
+            if present:
+                del orders[at], nodes[at]
+        elif present:
+            nodes[at] = node
+        else:
+            orders.insert(at, order)
+            nodes.insert(at, node)
 
     def in_node_order(self, nodes: Iterable[Node]) -> list[Node]:
         order = self.node_order
