@@ -518,7 +518,7 @@ class Engine:
         filtered). The noise lies between 0 and its weight (of either sign), so it is added (the
         same addition as in `totals`) only where it can matter: at the nodes within twice the
         weight (and rounding) of the best sum."""
-        best = float(sums.max()) if len(sums) else -np.inf
+        best = float(np.maximum.reduce(sums)) if len(sums) else -np.inf
         if best == -np.inf:
             return []
         reach = best - 2 * abs(self._noise_weight) - 4 * float(np.spacing(abs(best)))
@@ -554,7 +554,7 @@ class Engine:
         if since is None:
             return False
         masked = self.shared(demand)
-        if not len(masked) or not masked.max() > -np.inf:
+        if not len(masked) or not np.maximum.reduce(masked) > -np.inf:
             return False  # fits nowhere now: the full look says why
         changed = self._changed[since : self._changes]
         changed = changed[masked[changed] > -np.inf]  # those it fits (a node may be listed twice)

@@ -57,9 +57,14 @@ def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats
     # order (the same sums as one job share at a time).
     past = job_end[:, None, None] - ends[None, :, :]
     np.maximum(past, 0.0, out=past)
-    total: Floats = past.sum(axis=1).sum(axis=0)
+    total: Floats = _ADD(_ADD(past, axis=1), axis=0)
     result: Floats = total / (len(fractions) * len(fractions))
     return result
+
+
+# The ufuncs' reductions called directly: what ndarray.sum, .max and .any call, without their
+# Python-level wrappers (a few calls for every elastic job looked at, pass after pass).
+_ADD, _MAX, _ANY = np.add.reduce, np.maximum.reduce, np.logical_or.reduce
 
 
 def gate_settings(settings: PlacementSettings) -> CostSettings | None:
@@ -167,7 +172,7 @@ class CostGate:
         self._offers = offers
         prices = (prices if prices is not None else GatePrices()).under(settings, default_limit)
         self._new_price, self._allowed = prices.new_price, prices.allowed
-        self._top_price = float(arrays.price.max()) if arrays.n else 0.0
+        self._top_price = float(_MAX(arrays.price)) if arrays.n else 0.0
 
     def limit(self, demand: Demand) -> float | None:
         return demand.time_limit if demand.time_limit is not None else self.default_limit
@@ -229,10 +234,10 @@ class CostGate:
         if self._top_price * most <= allowed:
             return None
         among = fitting() if fitting is not None else None
-        if among is not None and (not len(among) or float(self.arrays.price[among].max()) * most <= allowed):
+        if among is not None and (not len(among) or float(_MAX(self.arrays.price[among])) * most <= allowed):
             return None
         over = self.extension_cost(demand, among) > allowed
-        if not over.any():
+        if not _ANY(over):
             return None
         if among is None:
             return over
