@@ -141,6 +141,7 @@ class WorkLedger:
             ]
             changed.update(measured)
             loosened.update(measured)
+            self._used_at = list(used_at)  # else the copy kept is equal
         self._ends_stale.update(changed)
         for node_id in changed:
             i = index.get(node_id)
@@ -178,7 +179,6 @@ class WorkLedger:
             self._write([i for node_id in fresh if (i := index.get(node_id)) is not None], self._load, ids)
             self._ids = list(ids)
         self._positions = index
-        self._used_at = list(used_at)
         return self._load
 
     def ends(self, now: float) -> Floats:
