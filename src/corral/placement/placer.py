@@ -31,7 +31,7 @@ from corral.placement.backfill import LastReservation, Reservation, RunningEnds,
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
-from corral.placement.engine import Engine
+from corral.placement.engine import Choice, Engine
 from corral.placement.explain import explain
 from corral.placement.lifetime import CostGate, GatePrices, Offers, gate_settings, offers
 from corral.placement.locality import LocalityIndex
@@ -467,6 +467,7 @@ def place(
             )
 
         costly = None
+        chosen_first: Choice | None | Literal[False] = False  # the choice, made before the gate's mask
         if (
             gated_by_cost
             and not fits_nowhere
@@ -482,9 +483,22 @@ def place(
                     kept_off(demand)
                     _wait(result, job, COSTLY_REASON)
                     continue
-                costly = gate.exclude(demand, functools.partial(_few_fitting, engine, demand))
+                fitting = functools.partial(_few_fitting, engine, demand)
+                if demand.node_count == 1 and not explanations and engine.fitting_known(demand):
+                    # The job's best node, the gate aside: if the gate lets the job onto it, it is
+                    # the best the gate leaves (and if no node fits, the gate has no say).
+                    chosen_first = engine.choose(demand, exclude, keep_top=False)
+                    if chosen_first is not None and not gate.clears(demand, chosen_first.nodes[0]):
+                        costly = gate.exclude(demand, fitting)  # `clears` was not sure: the mask is
+                        if costly is not None and costly[chosen_first.nodes[0]]:
+                            chosen_first = False  # the best of the nodes the gate leaves, below
+                else:
+                    costly = gate.exclude(demand, fitting)
         avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
-        choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
+        if chosen_first is not False:
+            choice = chosen_first
+        else:
+            choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
         if choice is not None:
             engine.commit(demand, choice.nodes, job.tags)
             if any_node or any(engine.fits_on(other, choice.nodes) for other in refused.values()):
