@@ -112,7 +112,7 @@ class Roster:
                 self.states[slot] = state  # between idle and busy: the facts read them alike
         if 2 * self.dead > len(self.nodes):
             return None
-        if change.changed:
+        if change.relisted:  # what depends on the whole fleet is over the nodes that take work
             facts.derive(self.listed)
         return change
 
