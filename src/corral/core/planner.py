@@ -94,16 +94,18 @@ def plan_boots(
         None if cost is None else (cost.max_extension, tuple(cost.run_fractions), cost.boot_time),
         default_limit,
     )
-    last = _LAST_PLAN.get(0)
-    if last is not None and last[0] == inputs:
-        return BootPlan(list(last[1].boots), list(last[1].annotations))
-    plan = _plan_boots(waiting, booting, types, order, live_instances, unavailable, now, settings, cost, default_limit)
-    _LAST_PLAN[0] = (inputs, plan)
+    global _last_plan
+    if _last_plan is None or _last_plan[0] != inputs:
+        made = _plan_boots(
+            waiting, booting, types, order, live_instances, unavailable, now, settings, cost, default_limit
+        )
+        _last_plan = (inputs, made)
+    plan = _last_plan[1]
     return BootPlan(list(plan.boots), list(plan.annotations))
 
 
-# The last plan and what it was made from (one entry): see plan_boots.
-_LAST_PLAN: dict[int, tuple[tuple[object, ...], BootPlan]] = {}
+# The last plan and what it was made from: see plan_boots.
+_last_plan: tuple[tuple[object, ...], BootPlan] | None = None
 
 
 def _plan_boots(

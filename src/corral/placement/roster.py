@@ -32,8 +32,8 @@ FREE = Node("", "", ZERO, 0.0, NodeState.GONE)  # a slot no node has taken yet
 @dataclass(slots=True)
 class RosterChange:
     """What changed in the slots since the last pass: slots that took a new node, whether any
-    node's facts changed, whether any of them is or was a node that takes work (`listed`), and
-    whether some node takes work now that took none."""
+    node's facts changed, whether any of those takes or took work (`relisted`: else nothing a
+    placement reads changed), and whether some node takes work now that took none."""
 
     filled: list[int] = field(default_factory=list)
     changed: bool = False
