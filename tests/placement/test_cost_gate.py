@@ -82,12 +82,17 @@ def test_a_long_small_job_goes_where_the_work_ends_later() -> None:
     assert placed(off) == {1: ("n-soon",)}
 
 
-def test_a_new_instance_rather_than_keeping_a_big_node_up() -> None:
+def _a_big_node_ending_soon() -> tuple[list[Node], Job, Attempt, list[Job]]:
+    """A big node whose work ends in ten minutes, and a queued ten-hour job of one vcpu."""
     nodes = [big("n-soon")]
     j1, a1 = work(1, "n-soon", 40, 600)
     for n in nodes:
         n.last_ping_at = NOW
-    queue = [job(1, 1, 1, time_limit=10 * HOUR)]
+    return nodes, j1, a1, [job(1, 1, 1, time_limit=10 * HOUR)]
+
+
+def test_a_new_instance_rather_than_keeping_a_big_node_up() -> None:
+    nodes, j1, a1, queue = _a_big_node_ending_soon()
     result = run_pass(nodes, queue, attempts=[a1], other_jobs=[j1], instance_types=TYPES)
     assert placed(result) == {}
     assert result.reasons[1] == COSTLY_REASON
@@ -101,11 +106,7 @@ def test_a_new_instance_rather_than_keeping_a_big_node_up() -> None:
 
 def test_a_kept_placer_follows_the_gate_settings_changed_between_passes() -> None:
     """The gate's allowed costs are kept from pass to pass, but not past a change of its settings."""
-    nodes = [big("n-soon")]
-    j1, a1 = work(1, "n-soon", 40, 600)
-    for n in nodes:
-        n.last_ping_at = NOW
-    queue = [job(1, 1, 1, time_limit=10 * HOUR)]
+    nodes, j1, a1, queue = _a_big_node_ending_soon()
     snapshot = Snapshot(jobs=[j1, *queue], attempts=[a1], nodes=nodes, instance_types=TYPES, observing_since=0)
     settings = PolicySettings(boot=BootSettings(max_instances=10))
     placer = make_placer(settings)
