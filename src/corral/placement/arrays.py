@@ -449,11 +449,20 @@ class NodeArrays:
         an updated node's room is exactly what a rebuild would give."""
         dedicated_of, utilized_of, room_of = self.dedicated, self.utilized, self.room
         dedicated, utilized = dedicated_of[:, node].tolist(), utilized_of[:, node].tolist()
+        room_left, capacity = room_of[:, node].tolist(), self.capacity[:, node].tolist()
         for r, amount in enumerate(amounts):
-            if amount:
-                dedicated[r] += amount
-                utilized[r] += amount
-        room_left = _room_left(self._policies, self._ratios, self.capacity[:, node].tolist(), dedicated, utilized)
+            if not amount:
+                continue  # its figures stay as they are (the usual scratch and GPUs)
+            dedicated[r] += amount
+            utilized[r] += amount
+            # `_room_left` for this resource alone.
+            policy = self._policies[r]
+            if policy is Policy.DEDICATED:
+                room_left[r] = capacity[r] * self._ratios[r] - dedicated[r]
+            elif policy is Policy.UTILIZED:
+                room_left[r] = capacity[r] - utilized[r]
+            else:
+                room_left[r] = min(capacity[r] * self._ratios[r] - dedicated[r], capacity[r] - utilized[r])
         dedicated_of[:, node] = dedicated
         utilized_of[:, node] = utilized
         room_of[:, node] = room_left
