@@ -521,7 +521,7 @@ class Engine:
         best = float(np.maximum.reduce(sums)) if len(sums) else -np.inf
         if best == -np.inf:
             return []
-        reach = best - 2 * abs(self._noise_weight) - 4 * float(np.spacing(abs(best)))
+        reach = best - 2 * abs(self._noise_weight) - 4 * math.ulp(best)
         near = np.flatnonzero(sums >= reach)
         if len(near) == 1:
             return [int(near[0])]  # no tie to break

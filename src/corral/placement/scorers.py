@@ -148,11 +148,18 @@ def pass_seed(now: float, extra: int) -> int:
 
 def _splitmix(x: U64) -> U64:
     with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        result: U64 = x ^ (x >> np.uint64(31))
-        return result
+        x = x + _GOLDEN  # a new array: the caller's is left as it was
+        x ^= x >> _SHIFT_30
+        x *= _MIX_1
+        x ^= x >> _SHIFT_27
+        x *= _MIX_2
+        x ^= x >> _SHIFT_31
+        return x
+
+
+# `_splitmix`'s constants as NumPy scalars, made once (it runs for a ranking's near nodes, pass after pass).
+_GOLDEN, _MIX_1, _MIX_2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_SHIFT_30, _SHIFT_27, _SHIFT_31, _SHIFT_11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 
 
 def _splitmix_int(x: int) -> int:
@@ -168,7 +175,7 @@ def _unit_interval_int(x: int) -> float:
 
 
 def _unit_interval(x: U64) -> Floats:
-    result: Floats = (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    result: Floats = (x >> _SHIFT_11).astype(np.float64) * (1.0 / (1 << 53))
     return result
 
 
