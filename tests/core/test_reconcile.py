@@ -100,8 +100,8 @@ def test_max_instances_caps_boots() -> None:
 
 def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     """Pass after pass over the same jobs and settings objects (as the simulator hands them), a
-    plan follows each input that changed in place: a job's request, the settings, an instance
-    booting, a type's back-off running out."""
+    plan follows each input that changed in place: a job's request, the settings, the instances
+    booting, the nodes live, a type's back-off running out."""
     jobs = [job(i, vcpus=2, ram_gib=3) for i in range(1, 5)]
     snap = Snapshot(jobs=jobs, attempts=[], nodes=[], instance_types=TYPES, unavailable_types={"small": 110.0})
     policy = settings(max_instances=3)
@@ -116,11 +116,25 @@ def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     assert boots() == ["large"]
     assert "max_instances (1) reached" in plan_pass(snap, 100.0, policy).annotations[-1].wait_reason
     policy.boot.max_instances = 4
-    booting = idle_node("n1", LARGE)
-    booting.state, booting.created_at, booting.state_changed_at = NodeState.BOOTING, 90.0, 90.0
-    snap.nodes.append(booting)
+
+    def booting(node_id: str) -> Node:
+        node = idle_node(node_id, LARGE)
+        node.state, node.created_at, node.state_changed_at = NodeState.BOOTING, 90.0, 90.0
+        return node
+
+    snap.nodes.append(booting("n1"))
     assert boots() == ["large"]  # the first waits for the one booting
-    assert boots(now=120.0) == ["small"] * 3  # small instances are cheaper, and out of back-off now
+    snap.nodes[0] = booting("n2")  # another instance on its way instead
+    assert "waiting for an instance to boot (n2)" in plan_pass(snap, 100.0, policy).annotations[0].wait_reason
+    policy.boot.max_instances = 2
+    assert boots() == ["large"]
+    tiny = idle_node("n3")
+    tiny.capacity = Resources(1, 1 * GiB)  # holds none of the jobs, but counts against max_instances
+    snap.nodes.append(tiny)
+    assert boots() == []
+    snap.nodes.pop()
+    assert boots() == ["large"]
+    assert boots(now=120.0) == ["small"]  # small instances are cheaper, and out of back-off now
 
 
 def test_a_fixed_fleet_says_why_a_job_waits_and_which_can_never_run() -> None:
