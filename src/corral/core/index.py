@@ -16,7 +16,8 @@ whichever way the index was made.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any, Generic, TypeVar
 
 from corral.core.model import Attempt, AttemptState, Job, JobState, Node, NodeState
@@ -26,6 +27,29 @@ SCHEDULABLE = frozenset((NodeState.IDLE, NodeState.BUSY))
 JOURNAL_KEPT = 1 << 16
 
 T = TypeVar("T")
+
+
+class AttemptsLeft(Mapping[int, Attempt]):
+    """Attempts by id without some of them (those a pass ended), read in place: a pass that ends
+    a job hands the placer these, and seldom has every attempt read."""
+
+    def __init__(self, attempts: Mapping[int, Attempt], left_out: AbstractSet[int]) -> None:
+        self._attempts, self._left_out = attempts, left_out
+
+    def __getitem__(self, attempt_id: int) -> Attempt:
+        if attempt_id in self._left_out:
+            raise KeyError(attempt_id)
+        return self._attempts[attempt_id]
+
+    def __contains__(self, attempt_id: object) -> bool:
+        return attempt_id not in self._left_out and attempt_id in self._attempts
+
+    def __iter__(self) -> Iterator[int]:
+        left_out = self._left_out
+        return (i for i in self._attempts if i not in left_out)
+
+    def __len__(self) -> int:
+        return len(self._attempts) - sum(1 for i in self._left_out if i in self._attempts)
 
 
 class Journal(Generic[T]):

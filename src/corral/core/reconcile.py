@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from corral.core import lifecycle, retry
-from corral.core.index import SCHEDULABLE, SnapshotIndex
-from corral.core.model import Attempt, Job, JobState, Node, NodeState, Resources
+from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
+from corral.core.model import Job, JobState, Node, NodeState, Resources
 from corral.core.planner import plan_boots
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import (
@@ -142,7 +142,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
     freeing = bool(ended) and any(job_id in index.job_attempts for job_id in ended)
     if freeing:
         ending = frozenset(i for job_id in ended for i in index.job_attempts.get(job_id, ()))
-        holding = _Holding(active, ending)
+        holding = AttemptsLeft(active, ending).values()
         # A node the ending attempts leave is one they account for all the work of.
         lost = Counter(node_id for i in ending for node_id in active[i].node_ids)
         freed = {node_id for node_id, count in lost.items() if work[node_id] == count}
@@ -302,24 +302,6 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         if action is not None:
             decisions.node_decisions.append(NodeDecision(node.id, action, lifecycle.describe(state)))
     return decisions
-
-
-class _Holding(Collection[Attempt]):
-    """The active attempts but `ending` (some of them), read in place: a pass that ends a job
-    seldom has the placer read every attempt (a kept index tells it what changed)."""
-
-    def __init__(self, active: Mapping[int, Attempt], ending: AbstractSet[int]) -> None:
-        self._active, self._ending = active, ending
-
-    def __iter__(self) -> Iterator[Attempt]:
-        ending = self._ending
-        return (a for i, a in self._active.items() if i not in ending)
-
-    def __len__(self) -> int:
-        return len(self._active) - len(self._ending)
-
-    def __contains__(self, attempt: object) -> bool:
-        return isinstance(attempt, Attempt) and attempt.id not in self._ending and attempt.id in self._active
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,14 @@ request never change (the store and the simulator create a new attempt for every
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from corral.core.index import AttemptsLeft
 from corral.core.model import Attempt, AttemptState, Job, Node
 from corral.placement.arrays import FEW, Floats, Load
 from corral.placement.availability import RESOURCES
@@ -87,7 +88,7 @@ class WorkLedger:
         kept = self._attempts
         since = world.attempt_journal.since(self._journal[1]) if self._journal and self._journal[0] is world else None
         if world is not None and since is not None:
-            active: Mapping[int, Attempt] = _Without(world.attempts, ending)
+            active: Mapping[int, Attempt] = AttemptsLeft(world.attempts, ending)
             touched = {*since, *self._ending, *ending}  # what was left out last time may be back
             gone: Iterable[int] = [i for i in touched if i in kept and i not in active]
             new: Iterable[int] = [i for i in touched if i in active and i not in kept]
@@ -259,27 +260,6 @@ class WorkLedger:
         load.dedicated[:, where] = np.array([w.held for w in works], dtype=np.float64).T
         zero = (0.0, 0.0, 0.0, 0.0)
         load.unmeasured[:, where] = np.array([w.unmeasured or zero for w in works], dtype=np.float64).T
-
-
-class _Without(Mapping[int, Attempt]):
-    """A mapping of attempts without some of them (those a pass ended), read in place."""
-
-    def __init__(self, attempts: Mapping[int, Attempt], left_out: AbstractSet[int]) -> None:
-        self._attempts, self._left_out = attempts, left_out
-
-    def __getitem__(self, attempt_id: int) -> Attempt:
-        if attempt_id in self._left_out:
-            raise KeyError(attempt_id)
-        return self._attempts[attempt_id]
-
-    def __contains__(self, attempt_id: object) -> bool:
-        return attempt_id not in self._left_out and attempt_id in self._attempts
-
-    def __iter__(self) -> Iterator[int]:
-        return (i for i in self._attempts if i not in self._left_out)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def _capped(attempt: Attempt, jobs: Mapping[int, Job]) -> bool:
