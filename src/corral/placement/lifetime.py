@@ -215,19 +215,32 @@ class CostGate:
         result: Floats = self.arrays.price[every] * hours
         return result
 
+    def _at_stake(self, demand: Demand) -> tuple[float, float, float] | None:
+        """The job's time limit, the most a node may cost it, and the hours of its expected run;
+        None when the gate keeps it off no node (off, no limit, no type to boot instead, or no
+        node priced high enough to cost more)."""
+        limit = self.limit(demand)
+        if self.settings.max_extension <= 0 or limit is None:
+            return None
+        allowed = self.allowed(demand)
+        if not math.isfinite(allowed):
+            return None
+        # A node can cost at most its price for the job's whole expected run: most nodes are
+        # ruled in by that alone, without the per-node expectation.
+        most = self.mean_fraction * limit / 3600.0
+        if self._top_price * most <= allowed:
+            return None
+        return limit, allowed, most
+
     def clears(self, demand: Demand, node: int) -> bool:
         """Whether `exclude` surely lets the job onto `node`: its expected extension there costs
         clearly less than the job may cost (False: ask `exclude`). Worked out for the one node in
         Python floats, with a margin for the order in which the array form sums; cheaper than
         `exclude` when the job's best node is the one asked about (the usual case)."""
-        limit = self.limit(demand)
-        if self.settings.max_extension <= 0 or limit is None:
+        at_stake = self._at_stake(demand)
+        if at_stake is None:
             return True
-        allowed = self.allowed(demand)
-        if not math.isfinite(allowed):
-            return True
-        if self._top_price * (self.mean_fraction * limit / 3600.0) <= allowed:
-            return True
+        limit, allowed, _ = at_stake
         now, ends = self.now, self.ends[:, node].tolist()
         total = 0.0
         for share in self.settings.run_fractions:
@@ -242,18 +255,10 @@ class CostGate:
         any (those the job fits: the others are out anyway; asked for only when the prices do
         not settle it). Whether an instance may be booted for the job at all (capacity mode,
         `max_instances`) is the placer's `Capacity.bounded_for`."""
-        ratio = self.settings.max_extension
-        limit = self.limit(demand)
-        if ratio <= 0 or limit is None:
+        at_stake = self._at_stake(demand)
+        if at_stake is None:
             return None
-        allowed = self.allowed(demand)
-        if not math.isfinite(allowed):
-            return None
-        # A node can cost at most its price for the job's whole expected run: most nodes are
-        # ruled in by that alone, without the per-node expectation.
-        most = self.mean_fraction * limit / 3600.0
-        if self._top_price * most <= allowed:
-            return None
+        _, allowed, most = at_stake
         among = fitting() if fitting is not None else None
         if among is not None and (not len(among) or float(_MAX(self.arrays.price[among])) * most <= allowed):
             return None
