@@ -250,7 +250,9 @@ class RunningEnds:
                 keep = ~np.isin(self._owner, gone)
             changed.append(self._nodes[~keep])
             self._owner, self._ends, self._nodes = self._owner[keep], self._ends[keep], self._nodes[keep]
-            self._frees = self._frees[keep]
+            # Rows by position: NumPy takes whole rows of a 2-D array by index several times
+            # faster than by a boolean mask.
+            self._frees = self._frees.take(np.flatnonzero(keep), axis=0)
         for i in moved:  # started since (or filed again): its end moves, its events stay where they are
             end = self._end(active[i], jobs)
             rows = np.flatnonzero(self._owner == i)
