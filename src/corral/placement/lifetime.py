@@ -233,13 +233,18 @@ class CostGate:
         return limit, allowed, most
 
     def clears(self, demand: Demand, node: int) -> bool:
-        """Whether `exclude` surely lets the job onto `node`: its expected extension there costs
-        clearly less than the job may cost (False: ask `exclude`). Worked out for the one node in
-        Python floats, with a margin for the order in which the array form sums; cheaper than
+        """Whether `exclude` surely lets the job onto `node` (False: ask `exclude`); cheaper than
         `exclude` when the job's best node is the one asked about (the usual case)."""
+        return self.verdict(demand, node) is False
+
+    def verdict(self, demand: Demand, node: int) -> bool | None:
+        """Whether `exclude` keeps the job off `node`: its expected extension there costs clearly
+        more (True) or clearly less (False) than the job may cost; None when too close to tell
+        (ask `exclude`). Worked out for the one node in Python floats, with a margin for the
+        order in which the array form sums."""
         at_stake = self._at_stake(demand)
         if at_stake is None:
-            return True
+            return False
         limit, allowed, _ = at_stake
         now, ends = self.now, self.ends[:, node].tolist()
         total = 0.0
@@ -247,7 +252,11 @@ class CostGate:
             job_end = now + share * limit
             total += sum([job_end - end if job_end > end else 0.0 for end in ends])
         cost = float(self.arrays.price[node]) * (total / len(ends) ** 2 / 3600.0)
-        return cost < allowed * (1.0 - 1e-9)
+        if cost < allowed * (1.0 - 1e-9):
+            return False
+        if cost > allowed * (1.0 + 1e-9):
+            return True
+        return None
 
     def exclude(self, demand: Demand, fitting: Callable[[], Ints | None] | None = None) -> Bools | None:
         """Nodes on which the job costs more than a new instance would (None: no such node, or no
