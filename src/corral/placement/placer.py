@@ -491,14 +491,17 @@ def place(
                     if chosen_first is not None and not gate.clears(demand, chosen_first.nodes[0]):
                         costly = gate.exclude(demand, fitting)  # `clears` was not sure: the mask is
                         if costly is not None and costly[chosen_first.nodes[0]]:
-                            chosen_first = False  # the best of the nodes the gate leaves, below
+                            # The best of the nodes the gate leaves, below; None if it leaves none
+                            # (counting costs less than ranking, and a job the gate keeps off its
+                            # best node it usually keeps off all).
+                            leaves_some = engine.placeable(demand, _either(exclude, costly))[0]
+                            chosen_first = False if leaves_some else None
                 else:
                     costly = gate.exclude(demand, fitting)
-        avoid = costly if exclude is None else (exclude if costly is None else exclude | costly)
         if chosen_first is not False:
             choice = chosen_first
         else:
-            choice = None if fits_nowhere else engine.choose(demand, avoid, keep_top=explanations)
+            choice = None if fits_nowhere else engine.choose(demand, _either(exclude, costly), keep_top=explanations)
         if choice is not None:
             engine.commit(demand, choice.nodes, job.tags)
             if any_node or any(engine.fits_on(other, choice.nodes) for other in refused.values()):
@@ -527,7 +530,8 @@ def place(
         # Not placed: kept off running nodes by cost, held back by the reservation, or no node fits now.
         if demand.hints is not None and demand.hints.strict:
             any_node = True  # a target placed later may open a node for it
-        if costly is not None and engine.evaluate(demand, exclude).count >= demand.node_count:
+        # (`chosen_first` is None with a mask: its best node fit outside the reservation's.)
+        if costly is not None and (chosen_first is None or engine.evaluate(demand, exclude).count >= demand.node_count):
             if exclude is None and gate is not None:
                 engine.note_refused(demand, gate)
             kept_off(demand)
@@ -826,6 +830,13 @@ def _cost_gate(
     for nodes, demand in placed:
         gate.placed(nodes, demand)
     return gate
+
+
+def _either(first: Bools | None, second: Bools | None) -> Bools | None:
+    """The nodes either mask holds (None: no mask)."""
+    if first is None:
+        return second
+    return first if second is None else first | second
 
 
 def _few_fitting(engine: Engine, demand: Demand) -> Ints | None:
