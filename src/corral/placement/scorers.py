@@ -49,7 +49,8 @@ class PassScores:
         self.platform: Floats = np.where(a.platform_rank >= 0, platform, 0.0)
 
         self._reboot_dates = bool(np.isfinite(a.next_reboot).any())
-        self.reboot: Floats = self._reboot(self.now)
+        # Without reboot dates every node scores 1, as `_reboot` works out at length.
+        self.reboot: Floats = self._reboot(self.now) if self._reboot_dates else np.ones(a.n)
         known = ~np.isnan(a.hardware)
         scaled = known if a.facts.listed is None else known & a.facts.listed
         if scaled.any():
