@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 from placement_helpers import NOW, job, node, placed, run_pass, running
 
-from corral.core.model import Attempt, GiB, InstanceType, Job, JobState, Node, NodeState
+from corral.core.model import Attempt, GiB, InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.reconcile import plan_pass
 from corral.core.settings import BootSettings, PolicySettings
 from corral.core.snapshot import Snapshot
 from corral.placement import PlacementSettings, make_placer
 from corral.placement.arrays import NodeArrays
-from corral.placement.lifetime import expected_extension, node_ends
+from corral.placement.demand import Demand
+from corral.placement.lifetime import CostGate, expected_extension, node_ends, offers
 from corral.placement.placer import COSTLY_REASON
 from corral.placement.work import measure_load
 
@@ -80,6 +81,37 @@ def test_a_long_small_job_goes_where_the_work_ends_later() -> None:
         settings={"cost": {"max_extension": 0}},
     )
     assert placed(off) == {1: ("n-soon",)}
+
+
+def test_the_gate_judged_node_by_node_agrees_with_its_mask() -> None:
+    """`CostGate.verdict` (one node, Python floats) says costly or not only where the gate's mask
+    over every node says the same; near the threshold it leaves the answer to the mask."""
+    rng = np.random.default_rng(5)
+    nodes = [big(f"n{i}", price=float(rng.choice([0.085, 1.53, 3.06]))) for i in range(60)]
+    pairs = [work(i, f"n{i}", 8, float(rng.choice([60, 900, 3 * HOUR, 20 * HOUR]))) for i in range(40)]
+    jobs, attempts = {j.id: j for j, _ in pairs}, [a for _, a in pairs]
+    arrays = NodeArrays(nodes, measure_load(nodes, attempts, jobs), PlacementSettings(), NOW)
+    cost = PlacementSettings().cost
+    fractions = np.array(cost.run_fractions)
+    gate = CostGate(arrays, node_ends(arrays, attempts, jobs, NOW, fractions), offers(TYPES, {}, NOW), NOW, cost)
+    seen = {True: 0, False: 0}
+    for k, limit in enumerate([120.0, 1800.0, 2 * HOUR, 10 * HOUR]):
+        demand = Demand(job_id=k, resources=Resources(1, 2 * GiB), time_limit=limit)
+        mask = gate.exclude(demand)
+        costly = np.zeros(arrays.n, dtype=bool) if mask is None else mask
+        for i in range(arrays.n):
+            said = gate.verdict(demand, i)
+            if said is not None:
+                assert said == bool(costly[i]), (limit, nodes[i].id)
+                seen[said] += 1
+        # Right at the threshold (the most the job may cost, give or take rounding) it cannot tell.
+        allowed = gate.allowed(demand)
+        hours = float(expected_extension(gate.ends[:, [0]], NOW, limit, fractions)[0]) / 3600.0
+        if hours > 0:
+            arrays.price[0], was = allowed / hours, arrays.price[0]
+            assert gate.verdict(demand, 0) is None
+            arrays.price[0] = was
+    assert seen[True] > 20 and seen[False] > 20
 
 
 def _a_big_node_ending_soon() -> tuple[list[Node], Job, Attempt, list[Job]]:

@@ -530,7 +530,7 @@ def place(
         # Not placed: kept off running nodes by cost, held back by the reservation, or no node fits now.
         if demand.hints is not None and demand.hints.strict:
             any_node = True  # a target placed later may open a node for it
-        # (`chosen_first` is None with a mask: its best node fit outside the reservation's.)
+        # (A mask and `chosen_first` None: the job's best node fit outside the reservation's, so it fits.)
         if costly is not None and (chosen_first is None or engine.evaluate(demand, exclude).count >= demand.node_count):
             if exclude is None and gate is not None:
                 engine.note_refused(demand, gate)
