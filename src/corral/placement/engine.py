@@ -620,30 +620,32 @@ class Engine:
             tests = self._room_tests(demand)
             masked = np.where(self.hard_mask(demand), self.base, self._minus_inf)
             entry = Shared(masked, self._changes, None if static is self._all else static, tests)
-        elif self._changes - entry.seen <= FEW_CHANGED:
-            # The usual catch-up (the node or two a pass changes): `hard_mask` at each node on
-            # NumPy scalars, cheaper than the calls of the array form below for so few.
-            if entry.seen != self._changes:
-                self._catch_up_few(demand, entry)
-        else:
-            # `hard_mask` at the changed nodes only.
-            changed = self._changed[entry.seen : self._changes]
-            fits = None if entry.static is None else entry.static[changed]
-            room = self.arrays.room
-            for resource, least in entry.tests:
-                m = room[resource][changed] >= least
-                fits = m if fits is None else fits & m
-            for f in self._other_dynamic:
-                full = f.mask(self.arrays, demand, None)
-                if full is not None:
-                    fits = full[changed] if fits is None else fits & full[changed]
-            sums = self.base[changed]
-            entry.masked[changed] = sums if fits is None else np.where(fits, sums, -np.inf)
-            entry.seen = self._changes
+        elif entry.seen != self._changes:
+            if self._changes - entry.seen <= FEW_CHANGED:
+                self._catch_up_few(demand, entry)  # the usual node or two a pass changes
+            else:
+                self._catch_up(demand, entry)
         self._shared[key] = entry
         return entry.masked
 
+    def _catch_up(self, demand: Demand, entry: Shared) -> None:
+        """`hard_mask` at the nodes changed since `entry` was last brought up to date, only."""
+        changed = self._changed[entry.seen : self._changes]
+        fits = None if entry.static is None else entry.static[changed]
+        room = self.arrays.room
+        for resource, least in entry.tests:
+            m = room[resource][changed] >= least
+            fits = m if fits is None else fits & m
+        for f in self._other_dynamic:
+            full = f.mask(self.arrays, demand, None)
+            if full is not None:
+                fits = full[changed] if fits is None else fits & full[changed]
+        sums = self.base[changed]
+        entry.masked[changed] = sums if fits is None else np.where(fits, sums, -np.inf)
+        entry.seen = self._changes
+
     def _catch_up_few(self, demand: Demand, entry: Shared) -> None:
+        """`_catch_up` node by node on NumPy scalars: cheaper than its array calls for so few."""
         room, base, masked, static = self.arrays.room, self.base, entry.masked, entry.static
         others = [m for f in self._other_dynamic if (m := f.mask(self.arrays, demand, None)) is not None]
         for i in self._changed[entry.seen : self._changes].tolist():

@@ -232,16 +232,12 @@ class CostGate:
             return None
         return limit, allowed, most
 
-    def clears(self, demand: Demand, node: int) -> bool:
-        """Whether `exclude` surely lets the job onto `node` (False: ask `exclude`); cheaper than
-        `exclude` when the job's best node is the one asked about (the usual case)."""
-        return self.verdict(demand, node) is False
-
     def verdict(self, demand: Demand, node: int) -> bool | None:
         """Whether `exclude` keeps the job off `node`: its expected extension there costs clearly
         more (True) or clearly less (False) than the job may cost; None when too close to tell
         (ask `exclude`). Worked out for the one node in Python floats, with a margin for the
-        order in which the array form sums."""
+        order in which the array form sums; cheaper than `exclude` for a node or two (the job's
+        best node, the nodes changed since a refusal)."""
         at_stake = self._at_stake(demand)
         if at_stake is None:
             return False

@@ -488,8 +488,8 @@ def place(
                     # The job's best node, the gate aside: if the gate lets the job onto it, it is
                     # the best the gate leaves (and if no node fits, the gate has no say).
                     chosen_first = engine.choose(demand, exclude, keep_top=False)
-                    if chosen_first is not None and not gate.clears(demand, chosen_first.nodes[0]):
-                        costly = gate.exclude(demand, fitting)  # `clears` was not sure: the mask is
+                    if chosen_first is not None and gate.verdict(demand, chosen_first.nodes[0]) is not False:
+                        costly = gate.exclude(demand, fitting)  # not clearly let on: the mask says
                         if costly is not None and costly[chosen_first.nodes[0]]:
                             # The best of the nodes the gate leaves, below; None if it leaves none
                             # (counting costs less than ranking, and a job the gate keeps off its
