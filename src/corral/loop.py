@@ -16,6 +16,7 @@ from corral.cloud.base import CloudDriver, CloudError, InsufficientCapacity, Quo
 from corral.config import Config
 from corral.core import capacity
 from corral.core.model import NodeState
+from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, plan_pass
 from corral.core.snapshot import Decisions, NodeAction, Snapshot
 from corral.placement import make_placer
@@ -24,10 +25,14 @@ from corral.store import Store
 log = logging.getLogger("corral.loop")
 
 
-def decide(snapshot: Snapshot, now: float, config: Config, placer: Placer | None = None) -> Decisions:
+def decide(
+    snapshot: Snapshot, now: float, config: Config, placer: Placer | None = None, planner: PlannerMemo | None = None
+) -> Decisions:
     """Every decision of a pass. The simulator calls the same core function. A placer kept between
-    passes (`make_placer(config.policy)`) saves rebuilding what the nodes say about themselves."""
-    return plan_pass(snapshot, now, config.policy, placer)
+    passes (`make_placer(config.policy)`) saves rebuilding what the nodes say about themselves; a
+    kept PlannerMemo, the boot planner's work when the queue and the instances on their way are
+    the same as the pass before."""
+    return plan_pass(snapshot, now, config.policy, placer, planner)
 
 
 def new_node_id() -> str:
@@ -58,6 +63,7 @@ class ControlLoop:
         self.observing_since = clock()
         self.instance_types = {t.name: t for t in config.core_instance_types()}
         self.placer = make_placer(config.policy)
+        self.planner = PlannerMemo()
 
     def run_pass(self) -> PassReport:
         started = self.clock()
@@ -67,7 +73,7 @@ class ControlLoop:
             self.dispatcher_id, list(self.instance_types.values()), self.observing_since
         )
         now = self.clock()
-        decisions = decide(snapshot, now, self.config, self.placer)
+        decisions = decide(snapshot, now, self.config, self.placer, self.planner)
         report = PassReport(decisions)
         self.execute(decisions, snapshot, now, report)
         report.duration = self.clock() - started

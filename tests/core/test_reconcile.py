@@ -14,6 +14,7 @@ from corral.core.model import (
     NodeState,
     Resources,
 )
+from corral.core.planner import PlannerMemo
 from corral.core.reconcile import idle_nodes_can_drain, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import NodeAction, Snapshot
@@ -100,21 +101,23 @@ def test_max_instances_caps_boots() -> None:
 
 def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     """Pass after pass over the same jobs and settings objects (as the simulator hands them), a
-    plan follows each input that changed in place: a job's request, the settings, the instances
-    booting, the nodes live, a type's back-off running out."""
+    plan kept between passes (a PlannerMemo, as the shells keep one) follows each input that
+    changed in place: a job's request, the settings, the instances booting, the nodes live, a
+    type's back-off running out."""
     jobs = [job(i, vcpus=2, ram_gib=3) for i in range(1, 5)]
     snap = Snapshot(jobs=jobs, attempts=[], nodes=[], instance_types=TYPES, unavailable_types={"small": 110.0})
     policy = settings(max_instances=3)
+    kept = PlannerMemo()
 
     def boots(now: float = 100.0) -> list[str]:
-        return [b.instance_type for b in plan_pass(snap, now, policy).boots]
+        return [b.instance_type for b in plan_pass(snap, now, policy, planner=kept).boots]
 
     assert boots() == boots() == ["large"]  # one holds all four
     jobs[0].resources = Resources(8, 3 * GiB)
     assert boots() == ["large", "large"]  # the first fills one alone
     policy.boot.max_instances = 1
     assert boots() == ["large"]
-    assert "max_instances (1) reached" in plan_pass(snap, 100.0, policy).annotations[-1].wait_reason
+    assert "max_instances (1) reached" in plan_pass(snap, 100.0, policy, planner=kept).annotations[-1].wait_reason
     policy.boot.max_instances = 4
 
     def booting(node_id: str) -> Node:
@@ -125,7 +128,10 @@ def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     snap.nodes.append(booting("n1"))
     assert boots() == ["large"]  # the first waits for the one booting
     snap.nodes[0] = booting("n2")  # another instance on its way instead
-    assert "waiting for an instance to boot (n2)" in plan_pass(snap, 100.0, policy).annotations[0].wait_reason
+    assert (
+        "waiting for an instance to boot (n2)"
+        in plan_pass(snap, 100.0, policy, planner=kept).annotations[0].wait_reason
+    )
     policy.boot.max_instances = 2
     assert boots() == ["large"]
     tiny = idle_node("n3")

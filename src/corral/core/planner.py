@@ -67,13 +67,16 @@ def plan_boots(
     settings: BootSettings,
     cost: CostSettings | None = None,
     default_limit: float | None = None,
+    memo: PlannerMemo | None = None,
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
     way with the room they will have. `cost` is the placer's cost gate when it applies to jobs
-    that can get a new instance (None: off); `default_limit` the time limit of jobs without one."""
+    that can get a new instance (None: off); `default_limit` the time limit of jobs without one;
+    `memo` what the caller keeps between its passes (None: nothing is kept)."""
     if not waiting:
         return BootPlan([], [])
-    order = _TypeOrder.of(types)
+    memo = memo if memo is not None else PlannerMemo()
+    order = memo.order_of(types)
     types_for = order.holding
     if settings.max_instances == 0 and not booting:
         # Nothing is ever booted (a fixed fleet): the placer's reason stands for each job, but
@@ -94,18 +97,33 @@ def plan_boots(
         None if cost is None else (cost.max_extension, tuple(cost.run_fractions), cost.boot_time),
         default_limit,
     )
-    global _last_plan
-    if _last_plan is None or _last_plan[0] != inputs:
+    last = memo.last
+    if last is None or last[0] != inputs:
         made = _plan_boots(
             waiting, booting, types, order, live_instances, unavailable, now, settings, cost, default_limit
         )
-        _last_plan = (inputs, made)
-    plan = _last_plan[1]
+        last = memo.last = (inputs, made)
+    plan = last[1]
     return BootPlan(list(plan.boots), list(plan.annotations))
 
 
-# The last plan and what it was made from: see plan_boots.
-_last_plan: tuple[tuple[object, ...], BootPlan] | None = None
+class PlannerMemo:
+    """What the boot planner keeps for one caller between passes: the instance types in price
+    order while the caller hands the same list, unchanged (the shells hand the same list pass after
+    pass), and the last plan with the inputs it was made from. Each shell keeps its own, beside its
+    placer, so that nothing a pass leaves behind is shared between callers."""
+
+    __slots__ = ("last", "order")
+
+    def __init__(self) -> None:
+        self.order: _TypeOrder | None = None
+        self.last: tuple[tuple[object, ...], BootPlan] | None = None
+
+    def order_of(self, types: list[InstanceType]) -> _TypeOrder:
+        order = self.order
+        if order is None or order.types is not types or order.seen != types:
+            order = self.order = _TypeOrder(types)
+        return order
 
 
 def _plan_boots(
@@ -174,11 +192,9 @@ def _unplaceable(job: Job, types: list[InstanceType]) -> Annotation:
 
 
 class _TypeOrder:
-    """The instance types cheapest first, and which of them hold each request seen so far: kept
-    while the planner is handed the same list, unchanged (the shells hand the same list pass after
-    pass), so that a pass does not sort the types and test every request against every type."""
-
-    _last: _TypeOrder | None = None
+    """The instance types cheapest first, and which of them hold each request seen so far (kept
+    by a PlannerMemo, so that a pass does not sort the types and test every request against every
+    type)."""
 
     def __init__(self, types: list[InstanceType]) -> None:
         self.types, self.seen = types, list(types)
@@ -187,13 +203,6 @@ class _TypeOrder:
         self._holding: dict[Resources, list[InstanceType]] = {}
         self._seen: dict[int, tuple[Resources, list[InstanceType]]] = {}
         self.held: set[int] = set()  # the ids of the requests in `_seen` that some type holds
-
-    @classmethod
-    def of(cls, types: list[InstanceType]) -> _TypeOrder:
-        last = cls._last
-        if last is None or last.types is not types or last.seen != types:
-            last = cls._last = cls(types)
-        return last
 
     def holding(self, request: Resources) -> list[InstanceType]:
         """The types that hold `request`, cheapest first (a list not to be changed)."""

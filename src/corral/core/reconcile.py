@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from corral.core import lifecycle, retry
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.model import Job, JobState, Node, NodeState, Resources
-from corral.core.planner import plan_boots
+from corral.core.planner import PlannerMemo, plan_boots
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import (
     Annotation,
@@ -54,7 +54,13 @@ WAITING = "waiting for resources"  # a waiting job's reason when the placer give
 Placer = Callable[[Snapshot, Sequence[Job], Sequence[Node], dict[str, Resources] | None, float], PlacementResult]
 
 
-def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: Placer | None = None) -> Decisions:
+def plan_pass(
+    snapshot: Snapshot,
+    now: float,
+    settings: PolicySettings,
+    placer: Placer | None = None,
+    planner: PlannerMemo | None = None,
+) -> Decisions:
     # Written for speed (the simulator runs it hundreds of thousands of times): the pass reads the
     # snapshot through its index (kept between passes by the simulator, built here for the live
     # loop), so it looks only at the groups a step concerns: queued and flagged jobs, nodes by
@@ -213,6 +219,7 @@ def plan_pass(snapshot: Snapshot, now: float, settings: PolicySettings, placer: 
         settings.boot,
         gate_settings(settings.placement),
         settings.placement.queue.default_time_limit,
+        planner,
     )
     decisions.boots.extend(plan.boots)
     planner_reason = {a.job_id: a for a in plan.annotations}

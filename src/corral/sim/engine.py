@@ -33,6 +33,7 @@ from corral.config import Config
 from corral.core import capacity, retry
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState, Resources
+from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, idle_nodes_can_drain, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Decisions, JobOutcome, NodeAction, PlacementResult, Snapshot
@@ -135,6 +136,7 @@ class Simulation:
         self.types_by_name = {t.name: t for t in self.types}
         self.times = PassTimes()
         self.placer = self._timed(make_placer(self.policy, explanations=sim.explanations))
+        self.planner = PlannerMemo()
         shape_gangs(jobs, self.types)
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
@@ -355,7 +357,7 @@ class Simulation:
         if self.check_index:
             self._check_index(snapshot, now)
         started = perf_counter()
-        decisions = plan_pass(snapshot, now, self.policy, self.placer)
+        decisions = plan_pass(snapshot, now, self.policy, self.placer, self.planner)
         self.times.passes += perf_counter() - started
         if self.on_pass is not None:
             self.on_pass(snapshot, now, decisions)
