@@ -10,6 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from corral.sim.command import register
+from corral.sim.run import load_runs, simulate
 from corral.workload.synth import SynthParams, generate, to_swf
 
 runner = CliRunner()
@@ -100,6 +101,35 @@ def test_compare_runs_each_config_and_the_report_overlays_them(
     for name in ("fleet.png", "cost.png", "waits.png", "utilisation.png"):
         assert (report / name).stat().st_size > 1000 and name in page
     assert "<th>quick</th><th>patient</th>" in page
+
+
+def test_compared_configs_run_at_once_give_the_results_of_one_after_the_other(
+    app: typer.Typer, workload: Path, tmp_path: Path
+) -> None:
+    """--workers 2 runs the configs in two processes: the same figures as in one, in the order
+    given, with every run's progress reaching the parent."""
+    configs = [str(write_config(tmp_path / f"{name}.toml", grace)) for name, grace in (("b", "5m"), ("a", "1m"))]
+
+    def figures(workers: str) -> list[dict[str, object]]:
+        args = ["simulate", str(workload), "--compare", *configs, "--json", "--no-progress", "--workers", workers]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        runs = json.loads(result.stdout)["runs"]
+        for run in runs:
+            del run["wall_seconds"], run["jobs_per_second"]
+        return runs
+
+    alone = figures("1")
+    assert [run["label"] for run in alone] == ["b", "a"] and alone[0]["cost_usd"] != alone[1]["cost_usd"]
+    assert figures("2") == alone
+
+    seen: dict[str, tuple[float, float]] = {}
+    runs = load_runs([Path(c) for c in configs])
+    outcome = simulate(
+        workload, runs, progress=lambda label, done, total: seen.update({label: (done, total)}), workers=2
+    )
+    assert [r.label for r in outcome.results] == ["b", "a"]
+    assert set(seen) == {"b", "a"} and all(done == total > 0 for done, total in seen.values())
 
 
 def test_a_bad_workload_line_is_reported_with_its_number(app: typer.Typer, tmp_path: Path) -> None:

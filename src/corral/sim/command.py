@@ -15,7 +15,7 @@ from corral.config import ConfigError
 from corral.core.units import parse_size
 from corral.sim.engine import SimulationError
 from corral.sim.report import ROWS, format_duration, format_value, write_report
-from corral.sim.run import Outcome, WorkloadOptions, load_runs, simulate
+from corral.sim.run import Outcome, WorkloadOptions, default_workers, load_runs, simulate
 from corral.workload import Format, WorkloadError
 
 CONFIG_SUFFIXES = (".toml", ".yaml", ".yml")
@@ -55,6 +55,14 @@ def simulate_command(
     seed: Annotated[int | None, typer.Option("--seed", help="Override sim.seed of every config.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Replay only the first N jobs.", min=1)] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            help="With --compare, run this many configs at once, each in its own process (default: one per CPU).",
+            min=1,
+        ),
+    ] = None,
 ) -> None:
     """Replay WORKLOAD through corral's reconcile pass on a simulated cloud: cost, waits, a report."""
     err = Console(stderr=True)
@@ -107,7 +115,7 @@ def simulate_command(
 
     try:
         with bar:
-            outcome = simulate(workloads[0], runs, options, step)
+            outcome = simulate(workloads[0], runs, options, step, workers or default_workers())
     except (WorkloadError, SimulationError) as exc:
         fail(str(exc))
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import queue
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,23 +100,37 @@ def simulate(
     runs: list[Run],
     options: WorkloadOptions | None = None,
     progress: Progress | None = None,
+    workers: int = 1,
 ) -> Outcome:
     """Replay the workload once per run. Runs whose configs map SWF jobs the same way share one
-    reading of the file."""
+    reading of the file. With `workers` over 1, runs go to that many processes at once (each run
+    is alone in its process and seeded by its config, so the results are those of one after the
+    other)."""
     options = options or WorkloadOptions()
     cache: dict[tuple[Any, ...], Workload] = {}
-    outcome: Outcome | None = None
+    jobs_of: list[list[SimJob]] = []
     for run in runs:
         mapping = run.config.sim.workload
         key = (mapping.scale, mapping.time_scale, mapping.default_memory)
         workload = cache.get(key)
         if workload is None:
             workload = cache[key] = read_for(workload_path, run.config, options)
-        if outcome is None:
-            outcome = Outcome(workload)
-        outcome.results.append(simulate_one(workload.jobs, run, progress))
-    assert outcome is not None, "no runs"
+        jobs_of.append(workload.jobs)
+    assert runs, "no runs"
+    outcome = Outcome(next(iter(cache.values())))
+    if workers > 1 and len(runs) > 1:
+        outcome.results.extend(_in_processes(runs, jobs_of, progress, min(workers, len(runs))))
+    else:
+        outcome.results.extend(simulate_one(jobs, run, progress) for run, jobs in zip(runs, jobs_of, strict=True))
     return outcome
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def simulate_one(jobs: list[SimJob], run: Run, progress: Progress | None = None) -> SimResult:
@@ -130,3 +148,53 @@ def simulate_one(jobs: list[SimJob], run: Run, progress: Progress | None = None)
     if progress is not None:
         progress(run.label, max(expected, sim.end_time - first), max(expected, sim.end_time - first))
     return measure(sim, wall)
+
+
+# A worker's progress goes to the parent through this queue (set by the pool's initializer).
+_progress_queue: multiprocessing.Queue[tuple[str, float, float]] | None = None
+
+
+def _worker_started(reports: multiprocessing.Queue[tuple[str, float, float]]) -> None:
+    global _progress_queue
+    _progress_queue = reports
+
+
+def _run_in_worker(jobs: list[SimJob], run: Run, with_progress: bool) -> SimResult:
+    reports = _progress_queue
+
+    def report(label: str, done: float, total: float) -> None:
+        assert reports is not None
+        reports.put((label, done, total))
+
+    return simulate_one(jobs, run, report if with_progress else None)
+
+
+def _in_processes(
+    runs: list[Run], jobs_of: list[list[SimJob]], progress: Progress | None, workers: int
+) -> list[SimResult]:
+    # Spawned, not forked: the parent may run threads (the progress bar's), which a fork copies
+    # mid-flight.
+    context = multiprocessing.get_context("spawn")
+    reports: multiprocessing.Queue[tuple[str, float, float]] = context.Queue()
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_started, initargs=(reports,)) as pool:
+        futures: list[Future[SimResult]] = [
+            pool.submit(_run_in_worker, jobs, run, progress is not None)
+            for run, jobs in zip(runs, jobs_of, strict=True)
+        ]
+        # Until every run is done, then what is still on its way (a worker's last reports may
+        # arrive after its result).
+        while not all(f.done() for f in futures):
+            _relay(reports, progress, wait=0.1)
+        _relay(reports, progress, wait=0.05)
+        return [f.result() for f in futures]
+
+
+def _relay(reports: multiprocessing.Queue[tuple[str, float, float]], progress: Progress | None, wait: float) -> None:
+    """Hand every report that comes within `wait` seconds of the last to `progress`."""
+    try:
+        while True:
+            label, at, total = reports.get(timeout=wait)
+            if progress is not None:
+                progress(label, at, total)
+    except queue.Empty:
+        pass
