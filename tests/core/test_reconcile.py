@@ -143,6 +143,41 @@ def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     assert boots(now=120.0) == ["small"]  # small instances are cheaper, and out of back-off now
 
 
+def test_a_request_capped_early_in_a_pass_may_still_go_on_instances_booted_later_in_it() -> None:
+    """Jobs asking the same as one held back by max_instances are held back too, but only until
+    the pass plans another boot: room on those instances can take them."""
+    queue = [
+        job(1),  # boots a small instance, with a vcpu to spare
+        job(2, node_count=3),  # three nodes: only two more may boot
+        job(3, node_count=2),  # boots the last two, each with a vcpu to spare
+        job(4, node_count=3),  # asks what job 2 asked: the three spare vcpus hold it
+        job(5, node_count=3),  # and now nothing is left
+    ]
+    snap = Snapshot(jobs=queue, attempts=[], nodes=[], instance_types=TYPES)
+    decisions = plan_pass(snap, 100.0, settings(max_instances=3))
+    assert [b.instance_type for b in decisions.boots] == ["small"] * 3
+    reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+    assert reasons[4] == "waiting for an instance to boot"
+    assert reasons[2] == reasons[5] == "waiting for resources: max_instances (3) reached"
+
+
+def test_a_request_held_back_for_its_long_limit_does_not_hold_back_a_short_one() -> None:
+    """The cost gate keeps a job with a long time limit off a dear instance on its way, where one
+    asking the same with a short limit may go: one held back (here by max_boots_per_pass) says
+    nothing of the other."""
+    first = job(1, vcpus=2, time_limit=10 * 3600.0)  # boots the one small instance this pass may, and fills it
+    long_one = job(2, time_limit=10 * 3600.0)
+    short_one = job(3, time_limit=60.0)
+    booting = idle_node("n1", LARGE)
+    booting.state, booting.created_at, booting.state_changed_at = NodeState.BOOTING, 90.0, 90.0
+    snap = Snapshot(jobs=[first, long_one, short_one], attempts=[], nodes=[booting], instance_types=TYPES)
+    decisions = plan_pass(snap, 100.0, settings(max_instances=10, max_boots_per_pass=1))
+    reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+    assert reasons[3] == "waiting for an instance to boot (n1)"
+    assert reasons[1] == "waiting for an instance to boot (small)"
+    assert reasons[2] == "waiting for resources: max_instances (10) reached"
+
+
 def test_a_fixed_fleet_says_why_a_job_waits_and_which_can_never_run() -> None:
     """With max_instances 0 nothing is booted: a job that does not fit now keeps the placer's
     reason; one that no type of the fleet holds is unplaceable."""

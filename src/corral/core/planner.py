@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
-from corral.core.snapshot import Annotation, Boot
+from corral.core.snapshot import Boot
 from corral.placement.lifetime import costly_before_start
 from corral.placement.settings import CostSettings
 
@@ -33,10 +33,16 @@ class _Bin:
     longest: float = 0.0  # the longest time limit of the jobs put on it (inf: one without a limit)
 
 
+Note = tuple[str, bool]  # a wait reason, and whether the job is unplaceable
+
+
 @dataclass(slots=True)
 class BootPlan:
+    """The boots, and per waiting job the planner has a word on, its wait reason and whether no
+    instance type can ever hold it (a plan given again is the same object: not to be changed)."""
+
     boots: list[Boot]
-    annotations: list[Annotation]
+    notes: dict[int, Note]
 
 
 def why_no_type_fits(request: Resources, types: list[InstanceType]) -> str | None:
@@ -74,7 +80,7 @@ def plan_boots(
     that can get a new instance (None: off); `default_limit` the time limit of jobs without one;
     `memo` what the caller keeps between its passes (None: nothing is kept)."""
     if not waiting:
-        return BootPlan([], [])
+        return BootPlan([], {})
     memo = memo if memo is not None else PlannerMemo()
     order = memo.order_of(types)
     types_for = order.holding
@@ -84,7 +90,7 @@ def plan_boots(
         # before needs no call: this runs for every waiting job of a long queue, pass after pass.)
         held = order.held
         unheld = [job for job in waiting if id(job.resources) not in held and not types_for(job.resources)]
-        return BootPlan([], [_unplaceable(job, types) for job in unheld])
+        return BootPlan([], {job.id: _unplaceable(job, types) for job in unheld})
     # The same jobs waiting on the same instances booting, under the same settings, get the same
     # plan: the usual pass of an elastic fleet while its instances boot.
     inputs = (
@@ -103,8 +109,7 @@ def plan_boots(
             waiting, booting, types, order, live_instances, unavailable, now, settings, cost, default_limit
         )
         last = memo.last = (inputs, made)
-    plan = last[1]
-    return BootPlan(list(plan.boots), list(plan.annotations))
+    return last[1]
 
 
 class PlannerMemo:
@@ -142,53 +147,73 @@ def _plan_boots(
     pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
     planned: list[_Bin] = []
     boots: list[Boot] = []
-    annotations: list[Annotation] = []
+    notes: dict[int, Note] = {}
     budget = max(0, settings.max_instances - live_instances)
     verdicts: dict[tuple[float, float, float, float], bool] = {}
+    # Per list of types that hold a request, those not in back-off (a long queue of a capped
+    # fleet asks again and again in one pass).
+    fitting_of: dict[int, list[InstanceType]] = {}
+    capped = (f"waiting for resources: max_instances ({settings.max_instances}) reached", False)
+    # The reason of each (request, nodes, time limit) that found no bin and no new instance since
+    # the last boot planned: a job asking the same finds none either, for bins only fill up, and
+    # the budget, the boots and the gate stay as they were until the next boot.
+    settled: dict[tuple[float, int, int, int, int, float | None], Note] = {}
 
     for job in waiting:
         request = job.resources
+        need = job.node_count
+        limit = job.time_limit if job.time_limit is not None else default_limit
+        # (Plain numbers: a tuple of them hashes faster than the request.)
+        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit)
+        note = settled.get(key)
+        if note is not None:
+            notes[job.id] = note
+            continue
         holding = types_for(request)
         if not holding:
-            annotations.append(_unplaceable(job, types))
+            notes[job.id] = _unplaceable(job, types)
             continue
-        need = job.node_count
-        fitting = [t for t in holding if unavailable.get(t.name, 0.0) <= now] if unavailable else holding
-        limit = job.time_limit if job.time_limit is not None else default_limit
+        if unavailable:
+            fitting = fitting_of.get(id(holding))
+            if fitting is None:
+                fitting = fitting_of[id(holding)] = [t for t in holding if unavailable.get(t.name, 0.0) <= now]
+        else:
+            fitting = holding
         refuses: Callable[[_Bin], bool] | None = None
         if cost is not None and limit is not None and fitting and need <= budget:
             refuses = _gate(cost, limit, fitting[0].price_per_hour, verdicts)
         promise = math.inf if limit is None else limit
-        chosen = _take_bins(pending, request, need, promise, refuses)
+        # (Enough bins to try, first: once the fleet is capped, no new ones come in a pass.)
+        chosen = _take_bins(pending, request, need, promise, refuses) if len(pending) >= need else None
         if chosen is not None:
-            annotations.append(Annotation(job.id, f"waiting for an instance to boot ({', '.join(chosen)})"))
+            notes[job.id] = (f"waiting for an instance to boot ({', '.join(chosen)})", False)
             continue
-        chosen = _take_bins(planned, request, need, promise, refuses)
+        chosen = _take_bins(planned, request, need, promise, refuses) if len(planned) >= need else None
         if chosen is not None:
-            annotations.append(Annotation(job.id, "waiting for an instance to boot"))
+            notes[job.id] = ("waiting for an instance to boot", False)
             continue
         if not fitting:
             blocked = sorted(t.name for t in holding)
-            annotations.append(
-                Annotation(job.id, f"instance types that fit are out of capacity for now: {', '.join(blocked)}")
+            notes[job.id] = settled[key] = (
+                f"instance types that fit are out of capacity for now: {', '.join(blocked)}",
+                False,
             )
             continue
         if need > budget or len(boots) + need > settings.max_boots_per_pass:
-            annotations.append(
-                Annotation(job.id, f"waiting for resources: max_instances ({settings.max_instances}) reached")
-            )
+            notes[job.id] = settled[key] = capped
             continue
+        settled.clear()
         cheapest = fitting[0]
         for _ in range(need):
             boots.append(Boot(cheapest.name, f"job {job.id} needs {request.describe()}"))
             planned.append(_Bin(f"new {cheapest.name}", cheapest.capacity - request, cheapest.price_per_hour, promise))
         budget -= need
-        annotations.append(Annotation(job.id, f"waiting for an instance to boot ({cheapest.name})"))
-    return BootPlan(boots, annotations)
+        notes[job.id] = (f"waiting for an instance to boot ({cheapest.name})", False)
+    return BootPlan(boots, notes)
 
 
-def _unplaceable(job: Job, types: list[InstanceType]) -> Annotation:
-    return Annotation(job.id, why_no_type_fits(job.resources, types) or "", unplaceable=True)
+def _unplaceable(job: Job, types: list[InstanceType]) -> Note:
+    return (why_no_type_fits(job.resources, types) or "", True)
 
 
 class _TypeOrder:
@@ -244,8 +269,6 @@ def _take_bins(
 ) -> list[str] | None:
     """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
     refuse; None if there are not enough."""
-    if len(bins) < need:
-        return None
     fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
     if len(fitting) < need:
         return None

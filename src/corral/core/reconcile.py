@@ -222,8 +222,8 @@ def plan_pass(
         planner,
     )
     decisions.boots.extend(plan.boots)
-    planner_reason = {a.job_id: a for a in plan.annotations}
-    if not planner_reason:
+    notes = plan.notes
+    if not notes:
         # The placer's reason; an Annotation only where it differs from what the job shows (as
         # one comprehension: a long queue's jobs mostly keep theirs, pass after pass).
         decisions.annotations.extend(
@@ -235,13 +235,13 @@ def plan_pass(
         )
     else:
         for job in waiting:
-            note = planner_reason.get(job.id)
+            note = notes.get(job.id)
             if note is None:
                 reason = reasons.get(job.id, WAITING)
                 if reason != job.wait_reason or job.unplaceable:
                     decisions.annotations.append(Annotation(job.id, reason))
-            elif note.wait_reason != job.wait_reason or note.unplaceable != job.unplaceable:
-                decisions.annotations.append(note)
+            elif note[0] != job.wait_reason or note[1] != job.unplaceable:
+                decisions.annotations.append(Annotation(job.id, *note))
     for job in index.in_job_order(not_yet) if not_yet else ():
         why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
         if job.wait_reason != why:
