@@ -175,7 +175,7 @@ def test_a_request_held_back_for_its_long_limit_does_not_hold_back_a_short_one()
     reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
     assert reasons[3] == "waiting for an instance to boot (n1)"
     assert reasons[1] == "waiting for an instance to boot (small)"
-    assert reasons[2] == "waiting for resources: max_instances (10) reached"
+    assert reasons[2] == "waiting for resources: max_boots_per_pass (1) reached"
 
 
 def test_a_fixed_fleet_says_why_a_job_waits_and_which_can_never_run() -> None:

@@ -154,6 +154,7 @@ def _plan_boots(
     # fleet asks again and again in one pass).
     fitting_of: dict[int, list[InstanceType]] = {}
     capped = (f"waiting for resources: max_instances ({settings.max_instances}) reached", False)
+    paced = (f"waiting for resources: max_boots_per_pass ({settings.max_boots_per_pass}) reached", False)
     # The reason of each (request, nodes, time limit) that found no bin and no new instance since
     # the last boot planned: a job asking the same finds none either, for bins only fill up, and
     # the budget, the boots and the gate stay as they were until the next boot.
@@ -199,8 +200,11 @@ def _plan_boots(
                 False,
             )
             continue
-        if need > budget or len(boots) + need > settings.max_boots_per_pass:
+        if need > budget:
             notes[job.id] = settled[key] = capped
+            continue
+        if len(boots) + need > settings.max_boots_per_pass:
+            notes[job.id] = settled[key] = paced
             continue
         settled.clear()
         cheapest = fitting[0]
