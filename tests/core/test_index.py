@@ -30,13 +30,17 @@ class World:
         index = self.index
         kind = rng.randrange(7)
         if kind == 0 or not self.jobs:
-            job = Job(serial, ["true"], Resources(1, 512), priority=rng.choice([1, 1, 1, 0]))
+            # Mostly in submission order, as jobs arrive; some come late, out of it.
+            submitted = serial - rng.choice([0, 0, 0, 50])
+            job = Job(serial, ["true"], Resources(1, 512), priority=rng.choice([1, 1, 1, 2, 0]), submitted_at=submitted)
             self.jobs[job.id] = job
             index.put_job(job)
         elif kind == 1:
             job = self.jobs[rng.choice(list(self.jobs))]
             job.state = rng.choice([JobState.QUEUED, JobState.CLAIMED, JobState.RUNNING])
             job.cancel_requested = rng.random() < 0.2
+            if rng.random() < 0.2:
+                job.priority = rng.choice([0, 1, 2, 3])
             # A requested start or a back-off, either past or still ahead for the passes below.
             job.not_before = rng.choice([None, None, None, 900.0, 1300.0])
             job.retry_at = rng.choice([None, None, None, 1000.0 + serial, 1100.0 + serial])
@@ -81,16 +85,22 @@ class World:
 def test_a_kept_index_equals_a_fresh_one_after_every_change() -> None:
     rng = random.Random(7)
     world = World()
-    deferred = 0
+    deferred = reordered = 0
     for serial in range(1, 3000):
         version = world.index.fleet_version
         world.step(rng, serial)
         deferred += bool(world.index.deferred)
         assert world.index.describe() == SnapshotIndex.of(world.snapshot()).describe(), f"after change {serial}"
+        if rng.random() < 0.3:  # (the index sorts when asked: changes pile up in between)
+            queued = [job for job in world.jobs.values() if job.state is JobState.QUEUED]
+            in_order = sorted(queued, key=lambda job: (-job.priority, job.submitted_at, job.id))
+            reordered += list(world.index.queued.values()) != in_order
+            assert world.index.in_queue_order() == in_order, f"after change {serial}"
         if world.index.fleet_version != version:  # a list made afresh holds the nodes as filed last
             assert all(node is world.nodes[node.id] for node in world.index.schedulable()), f"after change {serial}"
     fresh = SnapshotIndex.of(world.snapshot())
-    assert fresh.unworked and fresh.work and fresh.queued and fresh.flagged and deferred  # the groups were exercised
+    # The groups were exercised, and jobs came to the queue out of order.
+    assert fresh.unworked and fresh.work and fresh.queued and fresh.flagged and deferred and reordered
 
 
 def test_a_pass_decides_the_same_through_a_kept_index() -> None:

@@ -94,6 +94,11 @@ class SnapshotIndex:
     def __init__(self, *, track_pings: bool = False) -> None:
         self.jobs: dict[int, Job] = {}
         self.queued: dict[int, Job] = {}
+        # Each queued job's place in queue order as filed (see `in_queue_order`), and whether
+        # `queued` holds them in that order: jobs mostly join the queue in it, at the end.
+        self._queue_keys: dict[int, tuple[int, float, int]] = {}
+        self._queue_end: tuple[int, float, int] | None = None
+        self._queue_in_order = True
         self.flagged: dict[int, Job] = {}  # priority 0 or a cancel request: the pass cancels them
         # Queued jobs with a requested start or a retry back-off: the only ones that may not be
         # eligible yet (the others are from time 0 on).
@@ -154,13 +159,43 @@ class SnapshotIndex:
             self.job_order[job_id] = self._next()
         self.jobs[job_id] = job
         queued = job.state is JobState.QUEUED
-        _place(self.queued, job_id, job, queued)
+        if queued:
+            self._file_queued(job)
+        elif job_id in self.queued:
+            del self.queued[job_id]
+            del self._queue_keys[job_id]
         _place(self.deferred, job_id, job, queued and (job.not_before is not None or job.retry_at is not None))
         _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested)
 
+    def _file_queued(self, job: Job) -> None:
+        key = (-job.priority, job.submitted_at, job.id)
+        filed = self._queue_keys.get(job.id)
+        if filed is None:
+            # A newcomer goes at the end of `queued`: in order if it comes after every job there.
+            end = self._queue_end
+            if end is not None and key < end:
+                self._queue_in_order = False
+            else:
+                self._queue_end = key
+        elif filed != key:
+            self._queue_in_order = False  # its priority (or submission) changed where it stands
+        self._queue_keys[job.id] = key
+        self.queued[job.id] = job
+
     def drop_job(self, job_id: int) -> None:
-        for group in (self.jobs, self.queued, self.deferred, self.flagged, self.job_order):
+        for group in (self.jobs, self.queued, self._queue_keys, self.deferred, self.flagged, self.job_order):
             group.pop(job_id, None)
+
+    def in_queue_order(self) -> list[Job]:
+        """The queued jobs in queue order: highest priority first, then oldest submission, then
+        lowest id. Sorted only when a job came in out of order or changed
+        its place; `queued` is then filed again in that order."""
+        if not self._queue_in_order:
+            keys = self._queue_keys
+            self.queued = {job_id: self.queued[job_id] for job_id in sorted(self.queued, key=keys.__getitem__)}
+            self._queue_end = keys[next(reversed(self.queued))] if self.queued else None
+            self._queue_in_order = True
+        return list(self.queued.values())
 
     def put_attempt(self, attempt: Attempt) -> None:
         """File an attempt that is new or has changed state (one no longer active is dropped)."""

@@ -17,7 +17,6 @@ Order of a pass:
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -173,12 +172,10 @@ def plan_pass(
         if maybe_not_yet
         else []
     )
+    queue = index.in_queue_order()
     if ended or not_yet:
         left_out = ended.union(job.id for job in not_yet)
-        queue = [job for job in index.queued.values() if job.id not in left_out]
-    else:
-        queue = list(index.queued.values())
-    queue = queue_order(queue)
+        queue = [job for job in queue if job.id not in left_out]
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).
@@ -343,16 +340,3 @@ def idle_nodes_can_drain(settings: PolicySettings, most_live: int) -> bool:
     `most_live` nodes live: the matrix only ever drains an idle node, and a pass drains none while
     no more than `lifecycle.min_instances` are live (a fixed fleet, for one)."""
     return not _QUIET.idle_unless_drain or most_live > settings.lifecycle.min_instances
-
-
-def queue_order(jobs: list[Job]) -> list[Job]:
-    """Highest priority first, then oldest submission, then lowest id."""
-    # Two stable sorts with C-level keys (the second keeps the first's order among equal
-    # priorities): cheaper than a tuple built per job, for the same order.
-    ordered = sorted(jobs, key=_BY_SUBMISSION)
-    ordered.sort(key=_BY_PRIORITY, reverse=True)
-    return ordered
-
-
-_BY_SUBMISSION = operator.attrgetter("submitted_at", "id")
-_BY_PRIORITY = operator.attrgetter("priority")
