@@ -14,7 +14,7 @@ from corral.core.model import (
     NodeState,
     Resources,
 )
-from corral.core.planner import PlannerMemo
+from corral.core.planner import BootPlan, PlannerMemo, plan_boots
 from corral.core.reconcile import idle_nodes_can_drain, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import NodeAction, Snapshot
@@ -141,6 +141,21 @@ def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     snap.nodes.pop()
     assert boots() == ["large"]
     assert boots(now=120.0) == ["small"]  # small instances are cheaper, and out of back-off now
+
+
+def test_a_kept_plan_is_given_again_for_a_new_list_of_the_same_types() -> None:
+    """The live loop hands a new list of the same instance types each pass: its kept plan still
+    serves while nothing else changed; a list with another type gets a plan of its own."""
+    waiting = [job(1, vcpus=6)]
+    kept = PlannerMemo()
+
+    def plan(types: list[InstanceType]) -> BootPlan:
+        return plan_boots(waiting, [], types, 0, {}, 100.0, settings(max_instances=3).boot, memo=kept)
+
+    first = plan(list(TYPES))
+    assert [b.instance_type for b in first.boots] == ["large"]
+    assert plan(list(TYPES)) is first
+    assert [b.instance_type for b in plan([SMALL, CHEAP_BIG]).boots] == ["cheap-big"]
 
 
 def test_a_request_capped_early_in_a_pass_may_still_go_on_instances_booted_later_in_it() -> None:

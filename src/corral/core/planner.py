@@ -114,9 +114,10 @@ def plan_boots(
 
 class PlannerMemo:
     """What the boot planner keeps for one caller between passes: the instance types in price
-    order while the caller hands the same list, unchanged (the shells hand the same list pass after
-    pass), and the last plan with the inputs it was made from. Each shell keeps its own, beside its
-    placer, so that nothing a pass leaves behind is shared between callers."""
+    order while the caller hands the same types (the simulator hands the same list pass after pass,
+    the live loop an equal one), and the last plan with the inputs it was made from. Each shell
+    keeps its own, beside its placer, so that nothing a pass leaves behind is shared between
+    callers."""
 
     __slots__ = ("last", "order")
 
@@ -126,7 +127,7 @@ class PlannerMemo:
 
     def order_of(self, types: list[InstanceType]) -> _TypeOrder:
         order = self.order
-        if order is None or order.types is not types or order.seen != types:
+        if order is None or order.seen != types:
             order = self.order = _TypeOrder(types)
         return order
 
@@ -226,7 +227,7 @@ class _TypeOrder:
     type)."""
 
     def __init__(self, types: list[InstanceType]) -> None:
-        self.types, self.seen = types, list(types)
+        self.seen = list(types)
         by_price = sorted(types, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib))
         self._capacities = [(t, t.capacity) for t in by_price]
         self._holding: dict[Resources, list[InstanceType]] = {}
