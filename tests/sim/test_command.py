@@ -132,6 +132,18 @@ def test_compared_configs_run_at_once_give_the_results_of_one_after_the_other(
     assert set(seen) == {"b", "a"} and all(done == total > 0 for done, total in seen.values())
 
 
+def test_a_run_that_fails_in_its_worker_fails_the_command_with_its_reason(
+    app: typer.Typer, workload: Path, tmp_path: Path
+) -> None:
+    good = write_config(tmp_path / "good.toml", "1m")
+    bad = write_config(tmp_path / "bad.toml", "1m")
+    bad.write_text(bad.read_text() + '\n[sim.fleet]\nmode = "fixed"\nnodes = [{instance_type = "huge", count = 2}]\n')
+    args = ["simulate", str(workload), "--compare", str(good), str(bad), "--no-progress", "--workers", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0
+    assert "sim.fleet.nodes.0.instance_type: 'huge' is not in instance_types" in result.output
+
+
 def test_a_bad_workload_line_is_reported_with_its_number(app: typer.Typer, tmp_path: Path) -> None:
     path = tmp_path / "bad.swf"
     path.write_text("; header\n1 0 -1 10 1 -1 -1 1 60 -1 1 1 1 -1 1 1 -1 -1\n2 5 -1 x\n")

@@ -150,23 +150,28 @@ def simulate_one(jobs: list[SimJob], run: Run, progress: Progress | None = None)
     return measure(sim, wall)
 
 
-# A worker's progress goes to the parent through this queue (set by the pool's initializer).
-_progress_queue: multiprocessing.Queue[tuple[str, float, float]] | None = None
+# A worker's progress goes to the parent through this queue (set by the pool's initializer), and
+# then None when its run is over.
+Report = tuple[str, float, float] | None
+_progress_queue: multiprocessing.Queue[Report] | None = None
 
 
-def _worker_started(reports: multiprocessing.Queue[tuple[str, float, float]]) -> None:
+def _worker_started(reports: multiprocessing.Queue[Report]) -> None:
     global _progress_queue
     _progress_queue = reports
 
 
 def _run_in_worker(jobs: list[SimJob], run: Run, with_progress: bool) -> SimResult:
     reports = _progress_queue
+    assert reports is not None
 
     def report(label: str, done: float, total: float) -> None:
-        assert reports is not None
         reports.put((label, done, total))
 
-    return simulate_one(jobs, run, report if with_progress else None)
+    try:
+        return simulate_one(jobs, run, report if with_progress else None)
+    finally:
+        reports.put(None)
 
 
 def _in_processes(
@@ -175,26 +180,24 @@ def _in_processes(
     # Spawned, not forked: the parent may run threads (the progress bar's), which a fork copies
     # mid-flight.
     context = multiprocessing.get_context("spawn")
-    reports: multiprocessing.Queue[tuple[str, float, float]] = context.Queue()
+    reports: multiprocessing.Queue[Report] = context.Queue()
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_started, initargs=(reports,)) as pool:
         futures: list[Future[SimResult]] = [
             pool.submit(_run_in_worker, jobs, run, progress is not None)
             for run, jobs in zip(runs, jobs_of, strict=True)
         ]
-        # Until every run is done, then what is still on its way (a worker's last reports may
-        # arrive after its result).
-        while not all(f.done() for f in futures):
-            _relay(reports, progress, wait=0.1)
-        _relay(reports, progress, wait=0.05)
+        # A worker's reports reach the queue in the order it made them: once every run's None has
+        # come, every report has. A worker that died sends none: its future says so.
+        over = 0
+        while over < len(futures):
+            try:
+                report = reports.get(timeout=0.1)
+            except queue.Empty:
+                if any(f.done() and f.exception() is not None for f in futures):
+                    break
+                continue
+            if report is None:
+                over += 1
+            elif progress is not None:
+                progress(*report)
         return [f.result() for f in futures]
-
-
-def _relay(reports: multiprocessing.Queue[tuple[str, float, float]], progress: Progress | None, wait: float) -> None:
-    """Hand every report that comes within `wait` seconds of the last to `progress`."""
-    try:
-        while True:
-            label, at, total = reports.get(timeout=wait)
-            if progress is not None:
-                progress(label, at, total)
-    except queue.Empty:
-        pass
