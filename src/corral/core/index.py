@@ -188,8 +188,8 @@ class SnapshotIndex:
 
     def in_queue_order(self) -> list[Job]:
         """The queued jobs in queue order: highest priority first, then oldest submission, then
-        lowest id. Sorted only when a job came in out of order or changed
-        its place; `queued` is then filed again in that order."""
+        lowest id. Sorted only when a job came in out of order or changed its place; `queued` is
+        then filed again in that order."""
         if not self._queue_in_order:
             keys = self._queue_keys
             self.queued = {job_id: self.queued[job_id] for job_id in sorted(self.queued, key=keys.__getitem__)}
