@@ -487,9 +487,11 @@ def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_f
     column = np.empty(arrays.n, dtype=np.intp)
     column[chosen] = np.arange(need)
     on = column[nodes[counted]]
-    freed = np.zeros((len(frees), need))
-    for resource in range(len(frees)):
-        freed[resource] = np.bincount(on, weights=frees[resource, counted], minlength=need)
+    # Every resource's sums in one bincount: resource r of reserved node c is bin r * need + c
+    # (each bin still adds its ends in time order).
+    resources = len(frees)
+    bins = (np.arange(resources)[:, None] * need + on).ravel()
+    freed = np.bincount(bins, weights=frees[:, counted].ravel(), minlength=resources * need).reshape(resources, need)
     ceiling = arrays.capacity[:, chosen] * arrays.ratio[:, None]
     projected = np.minimum(ceiling - arrays.dedicated[:, chosen], ceiling)
     spare = np.minimum(projected + freed, ceiling) - demand.vector[:, None]
