@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from corral.sim.command import register
+from corral.sim.engine import SimulationError
 from corral.sim.run import load_runs, simulate
 from corral.workload.synth import SynthParams, generate, to_swf
 
@@ -142,6 +147,31 @@ def test_a_run_that_fails_in_its_worker_fails_the_command_with_its_reason(
     result = runner.invoke(app, args)
     assert result.exit_code != 0
     assert "sim.fleet.nodes.0.instance_type: 'huge' is not in instance_types" in result.output
+
+
+def test_a_worker_killed_mid_run_fails_the_simulation_with_a_reason(tmp_path: Path) -> None:
+    """A worker the system kills (the OOM killer, say) ends the whole simulation with a reason to
+    act on, not a traceback of the process pool's."""
+    params = SynthParams(jobs=30_000, seed=5, mean_interarrival=60, max_procs=16)
+    long_workload = tmp_path / "long.swf"
+    long_workload.write_text(to_swf(generate(params), params))
+    runs = load_runs([write_config(tmp_path / f"{name}.toml", grace) for name, grace in (("b", "5m"), ("a", "1m"))])
+    running = threading.Event()
+
+    def kill_the_workers() -> None:
+        running.wait(timeout=120)  # a run has reported progress: it is well under way
+        for child in multiprocessing.active_children():
+            if child.pid is not None:
+                os.kill(child.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_workers)
+    killer.start()
+    try:
+        with pytest.raises(SimulationError, match="worker process died before its run ended"):
+            simulate(long_workload, runs, progress=lambda label, done, total: running.set(), workers=2)
+    finally:
+        running.set()
+        killer.join()
 
 
 def test_a_bad_workload_line_is_reported_with_its_number(app: typer.Typer, tmp_path: Path) -> None:

@@ -8,12 +8,13 @@ import queue
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from corral.config import Config, load_config
-from corral.sim.engine import Simulation
+from corral.sim.engine import Simulation, SimulationError
 from corral.sim.metrics import SimResult, measure
 from corral.workload import Format, Workload, read_workload
 from corral.workload.model import SimJob
@@ -200,4 +201,11 @@ def _in_processes(
                 over += 1
             elif progress is not None:
                 progress(*report)
-        return [f.result() for f in futures]
+        try:
+            return [f.result() for f in futures]
+        except BrokenProcessPool as exc:
+            raise SimulationError(
+                "a simulation worker process died before its run ended (killed, perhaps for want of"
+                " memory: each worker holds its own copy of the workload and of its run's state);"
+                " try fewer --workers"
+            ) from exc
