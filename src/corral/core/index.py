@@ -97,7 +97,6 @@ class SnapshotIndex:
         # Each queued job's place in queue order as filed (see `in_queue_order`), and whether
         # `queued` holds them in that order: jobs mostly join the queue in it, at the end.
         self._queue_keys: dict[int, tuple[int, float, int]] = {}
-        self._queue_end: tuple[int, float, int] | None = None
         self._queue_in_order = True
         self.flagged: dict[int, Job] = {}  # priority 0 or a cancel request: the pass cancels them
         # Queued jobs with a requested start or a retry back-off: the only ones that may not be
@@ -171,12 +170,9 @@ class SnapshotIndex:
         key = (-job.priority, job.submitted_at, job.id)
         filed = self._queue_keys.get(job.id)
         if filed is None:
-            # A newcomer goes at the end of `queued`: in order if it comes after every job there.
-            end = self._queue_end
-            if end is not None and key < end:
+            # A newcomer goes at the end of `queued`: in order if it comes after the last job there.
+            if self.queued and key < self._queue_keys[next(reversed(self.queued))]:
                 self._queue_in_order = False
-            else:
-                self._queue_end = key
         elif filed != key:
             self._queue_in_order = False  # its priority (or submission) changed where it stands
         self._queue_keys[job.id] = key
@@ -193,7 +189,6 @@ class SnapshotIndex:
         if not self._queue_in_order:
             keys = self._queue_keys
             self.queued = {job_id: self.queued[job_id] for job_id in sorted(self.queued, key=keys.__getitem__)}
-            self._queue_end = keys[next(reversed(self.queued))] if self.queued else None
             self._queue_in_order = True
         return list(self.queued.values())
 
