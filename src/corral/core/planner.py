@@ -81,6 +81,7 @@ def plan_boots(
     `memo` what the caller keeps between its passes (None: nothing is kept)."""
     if not waiting:
         return BootPlan([], {})
+    kept = memo is not None
     memo = memo if memo is not None else PlannerMemo()
     order = memo.order_of(types)
     types_for = order.holding
@@ -92,19 +93,24 @@ def plan_boots(
         unheld = [job for job in waiting if id(job.resources) not in held and not types_for(job.resources)]
         return BootPlan([], {job.id: _unplaceable(job, types) for job in unheld})
     # The same jobs waiting on the same instances booting, under the same settings, get the same
-    # plan: the usual pass of an elastic fleet while its instances boot.
+    # plan: the usual pass of an elastic fleet while its instances boot. (Compared only when the
+    # memo is kept: a memo of this call alone has no plan to give again.)
     inputs = (
-        order,
-        [(job.id, job.resources, job.node_count, job.time_limit) for job in waiting],
-        [(node.id, free, node.price_per_hour) for node, free in booting],
-        live_instances,
-        [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
-        (settings.max_instances, settings.max_boots_per_pass),
-        None if cost is None else (cost.max_extension, tuple(cost.run_fractions), cost.boot_time),
-        default_limit,
+        (
+            order,
+            [(job.id, job.resources, job.node_count, job.time_limit) for job in waiting],
+            [(node.id, free, node.price_per_hour) for node, free in booting],
+            live_instances,
+            [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
+            (settings.max_instances, settings.max_boots_per_pass),
+            None if cost is None else (cost.max_extension, tuple(cost.run_fractions), cost.boot_time),
+            default_limit,
+        )
+        if kept
+        else None
     )
     last = memo.last
-    if last is None or last[0] != inputs:
+    if inputs is None or last is None or last[0] != inputs:
         made = _plan_boots(
             waiting, booting, types, order, live_instances, unavailable, now, settings, cost, default_limit
         )
@@ -123,7 +129,7 @@ class PlannerMemo:
 
     def __init__(self) -> None:
         self.order: _TypeOrder | None = None
-        self.last: tuple[tuple[object, ...], BootPlan] | None = None
+        self.last: tuple[tuple[object, ...] | None, BootPlan] | None = None
 
     def order_of(self, types: list[InstanceType]) -> _TypeOrder:
         order = self.order
@@ -185,12 +191,11 @@ def _plan_boots(
         if cost is not None and limit is not None and fitting and need <= budget:
             refuses = _gate(cost, limit, fitting[0].price_per_hour, verdicts)
         promise = math.inf if limit is None else limit
-        # (Enough bins to try, first: once the fleet is capped, no new ones come in a pass.)
-        chosen = _take_bins(pending, request, need, promise, refuses) if len(pending) >= need else None
+        chosen = _take_bins(pending, request, need, promise, refuses)
         if chosen is not None:
             notes[job.id] = (f"waiting for an instance to boot ({', '.join(chosen)})", False)
             continue
-        chosen = _take_bins(planned, request, need, promise, refuses) if len(planned) >= need else None
+        chosen = _take_bins(planned, request, need, promise, refuses)
         if chosen is not None:
             notes[job.id] = ("waiting for an instance to boot", False)
             continue
@@ -274,6 +279,8 @@ def _take_bins(
 ) -> list[str] | None:
     """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
     refuse; None if there are not enough."""
+    if len(bins) < need:  # (once the fleet is capped, no new bins come in a pass)
+        return None
     fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
     if len(fitting) < need:
         return None
