@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 from corral.placement.arrays import EPSILON, Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
 
+# What np.all and np.any call along an axis, without their Python-level wrappers (several calls
+# a pass, pass after pass).
+_ALL, _ANY = np.logical_and.reduce, np.logical_or.reduce
+
 
 def end_time(start: float, limit: float | None, default_limit: float | None, now: float) -> float:
     chosen = limit if limit is not None else default_limit
@@ -252,10 +256,10 @@ class RunningEnds:
             self._owner, self._ends, self._nodes = self._owner[keep], self._ends[keep], self._nodes[keep]
             # Rows by position: NumPy takes whole rows of a 2-D array by index several times
             # faster than by a boolean mask.
-            self._frees = self._frees.take(np.flatnonzero(keep), axis=0)
+            self._frees = self._frees.take(keep.nonzero()[0], axis=0)
         for i in moved:  # started since (or filed again): its end moves, its events stay where they are
             end = self._end(active[i], jobs)
-            rows = np.flatnonzero(self._owner == i)
+            rows = (self._owner == i).nonzero()[0]
             if len(rows):
                 self._ends[rows] = end
                 changed.append(self._nodes[rows])
@@ -315,7 +319,7 @@ class Reservation:
         if key in self._held_for:
             return self._held_for[key]  # read only, as every mask a pass hands the engine
         # A gang's reservation holds many nodes: one comparison over all of them, not one per node.
-        fits = np.all(vector[:, None] <= self.spare + EPSILON, axis=0)
+        fits = _ALL(vector[:, None] <= self.spare + EPSILON, axis=0)
         mask: Bools | None = None
         if not fits.all():
             mask = np.zeros(arrays.n, dtype=bool)
@@ -357,7 +361,7 @@ class _Fits:
     def __init__(self, arrays: NodeArrays, demand: Demand, eligible: Bools, now: float, at: Ints | None = None) -> None:
         self.now = now
         self.at = at
-        wanted = self.wanted = np.flatnonzero(demand.vector > 0)  # only these resources decide where it fits
+        wanted = self.wanted = (demand.vector > 0).nonzero()[0]  # only these resources decide where it fits
         if at is None:
             capacity, dedicated, eligible_here = arrays.capacity[wanted], arrays.dedicated[wanted], eligible
         else:
@@ -371,8 +375,8 @@ class _Fits:
         self.request = demand.vector[wanted] - EPSILON
         # Room is capped at the ceiling, so a node fits at a time when its room then holds the
         # request and it is big enough at all (min(room, ceiling) >= request is both).
-        self.big_enough = eligible_here & np.all(ceiling >= self.request[:, None], axis=0)
-        self.fits_now = self.big_enough & np.all(self.projected_wanted >= self.request[:, None], axis=0)
+        self.big_enough = eligible_here & _ALL(ceiling >= self.request[:, None], axis=0)
+        self.fits_now = self.big_enough & _ALL(self.projected_wanted >= self.request[:, None], axis=0)
 
     def first_fits(self, timeline: Timeline, kept: Floats | None = None) -> Floats:
         """Every node's first fit; or, given `kept` (first fits over the same nodes at an earlier
@@ -394,18 +398,18 @@ class _Fits:
         if at is not None and not waiting.any():
             return first_fit
         ends, nodes, frees = timeline.arrays()
-        later = np.flatnonzero(waiting[nodes])
+        later = waiting[nodes].nonzero()[0]
         if len(later):
             order = later[np.lexsort((ends[later], nodes[later]))]  # grouped by node, each group in time order
             on = nodes[order]
             running = np.cumsum(frees[self.wanted[:, None], order], axis=1)
-            starts = np.flatnonzero(on[1:] != on[:-1]) + 1
+            starts = (on[1:] != on[:-1]).nonzero()[0] + 1
             starts = np.concatenate((_FIRST, starts))
             before = np.zeros((len(self.wanted), len(starts)))
             before[:, 1:] = running[:, starts[1:] - 1]
             freed_so_far = running - np.repeat(before, np.diff(starts, append=len(on)), axis=1)
             projected = self.projected_wanted[:, on if at is None else self.column[on]]
-            fits = np.all(projected + freed_so_far >= self.request[:, None], axis=0)
+            fits = _ALL(projected + freed_so_far >= self.request[:, None], axis=0)
             first_fit[on[starts]] = np.minimum.reduceat(np.where(fits, np.maximum(ends[order], now), np.inf), starts)
         return first_fit
 
@@ -441,7 +445,7 @@ def _first_fits_few(
     ends, nodes, frees = timeline.arrays()
     waiting = np.zeros(arrays.n, dtype=bool)
     waiting[list(projected_on)] = True
-    later = np.flatnonzero(waiting[nodes])
+    later = waiting[nodes].nonzero()[0]
     if len(later) > FEW_EVENTS:
         return None
     on, end_at = nodes[later].tolist(), ends[later].tolist()
@@ -482,7 +486,7 @@ def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_f
     held[chosen] = True
     # What the ends up to the start free on each reserved node, summed in time order.
     ends, nodes, frees = timeline.arrays()
-    counted = np.flatnonzero(held[nodes] & (ends <= start))
+    counted = (held[nodes] & (ends <= start)).nonzero()[0]
     counted = counted[np.lexsort((ends[counted], nodes[counted]))]
     column = np.empty(arrays.n, dtype=np.intp)
     column[chosen] = np.arange(need)
@@ -549,7 +553,7 @@ class LastReservation:
             and (changes.serial == made.serial or (changes.serial == made.serial + 1 and changes.nodes is not None))
             and (made.eligible is eligible or np.array_equal(made.eligible, eligible))
         ):
-            dirty = np.any(made.dedicated != arrays.dedicated, axis=0)
+            dirty = _ANY(made.dedicated != arrays.dedicated, axis=0)
             dirty[made.added] = True
             dirty[added] = True
             if changes.serial != made.serial and changes.nodes is not None:
@@ -560,7 +564,7 @@ class LastReservation:
                 return _in_order(last, made.first_fit, now).copy()
         stands = False
         if made is not None and dirty is not None:
-            at = np.flatnonzero(dirty)
+            at = dirty.nonzero()[0]
             first_fit = _first_fits_few(arrays, demand, eligible, now, at, timeline, made.first_fit)
             if first_fit is None:
                 first_fit = _Fits(arrays, demand, eligible, now, at).first_fits(timeline, made.first_fit)

@@ -522,7 +522,7 @@ class Engine:
         if best == -np.inf:
             return []
         reach = best - 2 * abs(self._noise_weight) - 4 * math.ulp(best)
-        near = np.flatnonzero(sums >= reach)
+        near = (sums >= reach).nonzero()[0]
         if len(near) == 1:
             return [int(near[0])]  # no tie to break
         if 4 * len(near) > len(sums):  # many equal sums (identical idle nodes): the pass's whole row
@@ -584,7 +584,7 @@ class Engine:
         """The nodes that pass every filter for `demand`, from its shared work (None: it has none)."""
         if not self.fitting_known(demand):
             return None
-        return np.flatnonzero(self.shared(demand) > -np.inf)
+        return (self.shared(demand) > -np.inf).nonzero()[0]
 
     def placeable(self, demand: Demand, exclude: Bools | None) -> tuple[bool, int]:
         """Whether `choose(demand, exclude)` would find nodes; if not, how many nodes pass every
@@ -703,7 +703,7 @@ def _best(masked: Floats, k: int) -> list[int]:
             found.append(i)
             masked[i] = -np.inf
         return found
-    candidates = np.flatnonzero(masked > -np.inf)
+    candidates = (masked > -np.inf).nonzero()[0]
     k = min(k, len(candidates))
     values = masked[candidates]
     if len(candidates) > 4 * k:
