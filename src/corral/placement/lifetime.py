@@ -168,7 +168,11 @@ class CostGate:
         self.default_limit = default_limit
         self.fractions = np.array(settings.run_fractions, dtype=np.float64)
         self.mean_fraction = mean_fraction(settings)
-        self.ends = ends  # node_ends of the nodes of `arrays`
+        # When the work on each node of `arrays` ends (WorkLedger.latest_ends: not yet held at
+        # `now`, which costs a pass over every node; the gate reads the few it looks at), copied
+        # before a placement changes them.
+        self.ends = ends
+        self._own_ends = False
         self._offers = offers
         prices = (prices if prices is not None else GatePrices()).under(settings, default_limit)
         self._new_price, self._allowed = prices.new_price, prices.allowed
@@ -211,7 +215,8 @@ class CostGate:
         every = slice(None) if among is None else among
         if limit is None:
             return np.zeros(self.arrays.n if among is None else len(among))
-        hours: Floats = expected_extension(self.ends[:, every], self.now, limit, self.fractions) / 3600.0
+        ends = np.maximum(self.ends[:, every], self.now)
+        hours: Floats = expected_extension(ends, self.now, limit, self.fractions) / 3600.0
         result: Floats = self.arrays.price[every] * hours
         return result
 
@@ -242,7 +247,8 @@ class CostGate:
         if at_stake is None:
             return False
         limit, allowed, _ = at_stake
-        now, ends = self.now, self.ends[:, node].tolist()
+        now = self.now
+        ends = [end if end > now else now for end in self.ends[:, node].tolist()]
         total = 0.0
         for share in self.settings.run_fractions:
             job_end = now + share * limit
@@ -280,5 +286,8 @@ class CostGate:
         """A job placed this pass now holds its nodes up to its own end."""
         limit = self.limit(demand)
         end = np.full(len(self.fractions), math.inf) if limit is None else self.now + self.fractions * limit
+        if not self._own_ends:
+            self.ends, self._own_ends = self.ends.copy(), True
+        # Not before `now` (limits are positive): a node's end as held at `now` is raised alike.
         for i in nodes:
             np.maximum(self.ends[:, i], end, out=self.ends[:, i])

@@ -478,7 +478,7 @@ def place(
             capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
             if not capacity.bounded_for(demand):
                 if gate is None:
-                    gate = _cost_gate(capacity.fits, arrays, work.ends(now), now, settings, placed_before_gate)
+                    gate = _cost_gate(capacity.fits, arrays, work.latest_ends(), now, settings, placed_before_gate)
                 if exclude is None and demand.node_count == 1 and engine.still_refused(demand, gate):
                     kept_off(demand)
                     _wait(result, job, COSTLY_REASON)

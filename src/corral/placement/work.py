@@ -184,9 +184,15 @@ class WorkLedger:
 
     def ends(self, now: float) -> Floats:
         """(shares x nodes) when each node's work ends if every job on it runs that share of its
-        time limit (`now` at the earliest): see `lifetime.node_ends`. Figured here for the nodes
-        changed since the last call (by the jobs of the last `update`), not in every `update`:
-        only the cost gate asks, and passes over bounded capacity never do."""
+        time limit (`now` at the earliest): see `lifetime.node_ends`."""
+        result: Floats = np.maximum(self.latest_ends(), now)
+        return result
+
+    def latest_ends(self) -> Floats:
+        """`ends` before the clock: -inf where a node has no work, and ends already past as they
+        are (the ledger's own array: read only). Figured here for the nodes changed since the last
+        call (by the jobs of the last `update`), not in every `update`: only the cost gate asks,
+        and passes over bounded capacity never do."""
         stale, self._ends_stale = self._ends_stale, set()
         for node_id in stale:
             i = self._positions.get(node_id)
@@ -203,8 +209,7 @@ class WorkLedger:
                     if end > ends[k]:  # max(), without a call per share
                         ends[k] = end
             self._ends[:, i] = ends
-        result: Floats = np.maximum(self._ends, now)
-        return result
+        return self._ends
 
     def _refigure(self, node_id: str, measured_at: float | None, jobs: Mapping[int, Job]) -> None:
         listed = self._on_node.get(node_id)
