@@ -1,7 +1,8 @@
 """A placer kept between passes starts its queue loop where the last pass left it (QueueWalk) when
 the jobs already waiting would get the same verdicts: its decisions are a fresh placer's, exactly,
 pass after pass, on a busy bounded fleet with EASY backfill or strict FIFO, with work that comes,
-ends and lacks a time limit, and nodes drained and put back."""
+starts when placed or later (an agent's start latency), ends and lacks a time limit, and nodes
+drained and put back."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ import pytest
 from placement_helpers import NOW, job, node, running
 
 from corral.core.index import SnapshotIndex
-from corral.core.model import Attempt, Job, NodeState
+from corral.core.model import Attempt, AttemptState, Job, NodeState
 from corral.core.snapshot import PlacementResult, Snapshot
 from corral.placement import PlacementSettings
 from corral.placement import placer as placer_module
 from corral.placement.placer import FactsMemo, QueueWalk
 
 
+@pytest.mark.parametrize("starts", ["when placed", "passes later"])
 @pytest.mark.parametrize("backfill", ["easy", "strict-fifo"])
-def test_a_resumed_queue_walk_decides_as_a_fresh_placer(backfill: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resumed_queue_walk_decides_as_a_fresh_placer(
+    backfill: str, starts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = PlacementSettings.model_validate(
         {"queue": {"capacity": "bounded", "backfill": backfill, "max_job_test": 40}}
     )
@@ -75,10 +79,23 @@ def test_a_resumed_queue_walk_decides_as_a_fresh_placer(backfill: str, monkeypat
             snapshot, queued, schedulable, None, now, settings, memo=FactsMemo(settings), explanations=False
         )
         assert kept == fresh, f"at {now - NOW:g}s"
+        # An agent starts work it was assigned: the work's end moves from its assignment's time
+        # limit to its start's, which reservations count (its node's room stays as it was).
+        for a in attempts.values():
+            if a.started_at is None and rng.random() < 0.5:
+                a.state, a.started_at = AttemptState.RUNNING, now
+                index.put_attempt(a)
         # The shell carries most placements out; now and then one is lost on the way.
         for p in kept.placements:
             if rng.random() < 0.95:
-                a = running(next_id, p.job_id, list(p.node_ids), jobs[p.job_id].resources, started_at=now)
+                a = running(
+                    next_id,
+                    p.job_id,
+                    list(p.node_ids),
+                    jobs[p.job_id].resources,
+                    started_at=now if starts == "when placed" else None,
+                )
+                a.assigned_at = now
                 attempts[a.id] = a
                 index.put_attempt(a)
                 next_id += 1

@@ -400,7 +400,7 @@ def place(
         if walk.bounded:
             capacity = Capacity(snapshot, settings, max_instances, now, memo)
         if capacity is None or capacity.all_bounded:
-            resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built, default_limit)
+            resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built, default_limit, work.started)
         if resumed is False:
             capacity = None  # made when a job first needs it, as in any pass
         else:
@@ -689,9 +689,11 @@ class QueueWalk:
         make: Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None],
         timeline: Callable[[], Timeline],
         default_limit: float | None,
+        started: bool = False,
     ) -> Reservation | None | Literal[False]:
         """The reservation in force if the pass at `now` may start where this walk ended (the
-        verdicts of held-back jobs brought up to date); False if it may not."""
+        verdicts of held-back jobs brought up to date); False if it may not. `started`: work
+        started since that pass (its end moved from its assignment's time limit to its start's)."""
         waiting = self.waiting
         if not (
             engine is self.engine
@@ -704,8 +706,9 @@ class QueueWalk:
         # Node figures moved since the verdicts: by this walk's own placements only (room only
         # shrank), or by work that ended, came or was measured, after which every request that
         # fit nowhere must still fit nowhere (the engine's kept misfits look at the nodes changed
-        # since), and one that had no reservation must have none still.
-        moved = self.placed or not engine.as_left
+        # since), and one that had no reservation must have none still. Work that started moved
+        # its end, which the reservation counts, though not the room.
+        moved = self.placed or not engine.as_left or started
         if not engine.as_left and (
             any(engine.misfit(demand) is None for _, _, demand in self.no_room.values())
             or any(

@@ -69,6 +69,9 @@ class WorkLedger:
         self._ending: AbstractSet[int] = frozenset()  # the attempts left out last time
         # The node positions whose figures the last `update` changed; None: all of them (new nodes).
         self.written: list[int] | None = None
+        # Whether an attempt started since the update before the last: its expected end moved,
+        # though its node's figures may not have (see QueueWalk).
+        self.started = False
 
     def update(
         self,
@@ -120,7 +123,9 @@ class WorkLedger:
                 self._on_node.setdefault(node_id, {})[attempt_id] = attempt
                 added.setdefault(node_id, []).append(attempt)
             changed.update(attempt.node_ids)
-        for attempt_id in [i for i in unstarted if active[i].started_at is not None]:
+        started = [i for i in unstarted if active[i].started_at is not None]
+        self.started = bool(started)
+        for attempt_id in started:
             # Started since: its start time moves its end, and its measurement from now on.
             attempt = kept[attempt_id] = active[attempt_id]
             self._unstarted.discard(attempt_id)
