@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.config import Config
+from corral.core.reconcile import plan_pass
 from corral.core.snapshot import Decisions, Snapshot
 from corral.loop import decide
+from corral.placement import make_placer
 from corral.sim.engine import Simulation
 from corral.sim.metrics import measure
 from corral.workload.model import SimJob
@@ -70,11 +72,9 @@ def test_a_fixed_fleet_too() -> None:
     assert skipping.records == ticking.records
 
 
-def test_a_fixed_fleet_backfilling_jobs_with_time_limits_too() -> None:
-    # EASY backfill reserves for blocked gangs and fills in around them. After a placement a
-    # reservation may move; and one job in five runs past its time limit (half its run): backfill
-    # takes such work to end at the pass's time, so from the reservation's start on (here often
-    # between two ticks) the clock alone moves it. The simulator must not skip those ticks.
+def backfilling_world(**sim: Any) -> tuple[list[SimJob], Config]:
+    """A fixed fleet with EASY backfilling, blocked gangs, and jobs with time limits, one in five
+    running past its limit."""
     jobs = [
         job(i, submit=(i * 37) % 3000, run=60 + (i * 311) % 2400, vcpus=1 + i % 4, nodes=1 + (i % 7 == 0))
         for i in range(1, 100)
@@ -83,8 +83,18 @@ def test_a_fixed_fleet_backfilling_jobs_with_time_limits_too() -> None:
         spec.time_limit = spec.run * (0.5 if spec.id % 5 == 0 else 1.5)
     jobs.sort(key=lambda j: (j.submit, j.id))
     cfg = config(
-        instance_types=[SMALL, BIG], sim={"fleet": {"mode": "fixed", "nodes": [{"instance_type": "big", "count": 3}]}}
+        instance_types=[SMALL, BIG],
+        sim={"fleet": {"mode": "fixed", "nodes": [{"instance_type": "big", "count": 3}]}, **sim},
     )
+    return jobs, cfg
+
+
+def test_a_fixed_fleet_backfilling_jobs_with_time_limits_too() -> None:
+    # EASY backfill reserves for blocked gangs and fills in around them. After a placement a
+    # reservation may move; and one job in five runs past its time limit (half its run): backfill
+    # takes such work to end at the pass's time, so from the reservation's start on (here often
+    # between two ticks) the clock alone moves it. The simulator must not skip those ticks.
+    jobs, cfg = backfilling_world()
     skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True).run()
     ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
     assert ticking.counters.passes > 2 * skipping.counters.passes
@@ -116,6 +126,21 @@ def test_the_simulator_decides_exactly_what_the_live_loop_decides() -> None:
         assert any(d.node_decisions for _, _, d in seen) and any(d.job_outcomes for _, _, d in seen)
         for snapshot, now, decisions in seen:
             assert decide(snapshot, now, live_config) == decisions, f"at {now}"
+
+
+def test_a_replay_without_explanations_decides_what_a_fresh_placer_decides() -> None:
+    """Without explanations the simulator's placer goes on from where its last pass left the queue
+    (QueueWalk). With agents that start work a while after it is placed, that work's expected end
+    moves when it starts, and so may a reservation: every pass must still decide what a placer
+    that keeps nothing between passes decides, wait reasons included."""
+    jobs, cfg = backfilling_world(start_latency=45, explanations=False)
+    seen: list[tuple[Snapshot, float, Decisions]] = []
+    sim = Simulation(jobs, cfg, on_pass=recorder(seen))
+    sim.run()
+    policy = sim.live_config().policy
+    assert any(d.placements for _, _, d in seen) and any("reserved" in str(d.annotations) for _, _, d in seen)
+    for snapshot, now, decisions in seen:
+        assert plan_pass(snapshot, now, policy, make_placer(policy, explanations=False)) == decisions, f"at {now}"
 
 
 def core(decisions: Decisions) -> tuple[object, ...]:
