@@ -653,7 +653,8 @@ class QueueWalk:
     - when work ended, came or was measured since, every request that fit nowhere must still fit
       nowhere (the engine's kept misfits look at the nodes changed since), and each one no
       reservation could be made for must still have none;
-    - the reservation is made again and must be the same, when anything changed or it has started;
+    - the reservation is made again and must be the same, when anything changed (work that
+      started since moved its expected end, though not its node's room) or it has started;
     - a job it held back ends later still: held back again if it fits somewhere, but only on nodes
       it would delay; fitting nowhere if it fits nowhere; and if it fits a node it would not
       delay, the loop starts from the head (looked at when anything changed).
