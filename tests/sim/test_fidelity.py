@@ -130,17 +130,27 @@ def test_the_simulator_decides_exactly_what_the_live_loop_decides() -> None:
 
 def test_a_replay_without_explanations_decides_what_a_fresh_placer_decides() -> None:
     """Without explanations the simulator's placer goes on from where its last pass left the queue
-    (QueueWalk). With agents that start work a while after it is placed, that work's expected end
-    moves when it starts, and so may a reservation: every pass must still decide what a placer
-    that keeps nothing between passes decides, wait reasons included."""
-    jobs, cfg = backfilling_world(start_latency=45, explanations=False)
-    seen: list[tuple[Snapshot, float, Decisions]] = []
-    sim = Simulation(jobs, cfg, on_pass=recorder(seen))
-    sim.run()
-    policy = sim.live_config().policy
-    assert any(d.placements for _, _, d in seen) and any("reserved" in str(d.annotations) for _, _, d in seen)
-    for snapshot, now, decisions in seen:
-        assert plan_pass(snapshot, now, policy, make_placer(policy, explanations=False)) == decisions, f"at {now}"
+    (QueueWalk), besides what it keeps of the nodes and their work. With agents that start work a
+    while after it is placed, that work's expected end moves when it starts, and so may a
+    reservation: every pass must still decide what a placer that keeps nothing between passes
+    decides, wait reasons included (in the busy worlds too: failures, outages, gangs, a budget)."""
+    fixed = {"fleet": {"mode": "fixed", "nodes": [{"instance_type": "big", "count": 3}]}}
+    worlds = [
+        backfilling_world(start_latency=45, explanations=False),
+        busy_world(start_latency=20, explanations=False),
+        busy_world(start_latency=20, explanations=False, **fixed),
+    ]
+    for number, (jobs, cfg) in enumerate(worlds):
+        seen: list[tuple[Snapshot, float, Decisions]] = []
+        sim = Simulation(jobs, cfg, on_pass=recorder(seen))
+        sim.run()
+        policy = sim.live_config().policy
+        assert any(d.placements for _, _, d in seen)
+        if number == 0:
+            assert any("reserved" in str(d.annotations) for _, _, d in seen)
+        for snapshot, now, decisions in seen:
+            fresh = plan_pass(snapshot, now, policy, make_placer(policy, explanations=False))
+            assert fresh == decisions, f"world {number}, at {now}"
 
 
 def core(decisions: Decisions) -> tuple[object, ...]:
