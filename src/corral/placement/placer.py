@@ -690,7 +690,7 @@ class QueueWalk:
         make: Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None],
         timeline: Callable[[], Timeline],
         default_limit: float | None,
-        started: bool = False,
+        started: bool,
     ) -> Reservation | None | Literal[False]:
         """The reservation in force if the pass at `now` may start where this walk ended (the
         verdicts of held-back jobs brought up to date); False if it may not. `started`: work

@@ -69,8 +69,8 @@ class WorkLedger:
         self._ending: AbstractSet[int] = frozenset()  # the attempts left out last time
         # The node positions whose figures the last `update` changed; None: all of them (new nodes).
         self.written: list[int] | None = None
-        # Whether an attempt started since the update before the last: its expected end moved,
-        # though its node's figures may not have (see QueueWalk).
+        # Whether the last `update` found work started since the one before: its expected end
+        # moved, though its node's figures may not have (see QueueWalk).
         self.started = False
 
     def update(
