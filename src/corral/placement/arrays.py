@@ -27,6 +27,10 @@ Bools = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
 
 EPSILON = 1e-9  # vcpus are fractional; a request equal to the room fits
+# NumPy's reductions called directly: what ndarray.sum/.max and np.all/np.any call, without their
+# Python-level wrappers (which cost as much as the work on a pass's small arrays, pass after pass).
+SUM_OF, MAX_OF = np.add.reduce, np.maximum.reduce
+ALL_OF, ANY_OF = np.logical_and.reduce, np.logical_or.reduce
 FEW = 8  # refreshing this many nodes or fewer goes one scalar at a time
 
 
@@ -439,7 +443,7 @@ class NodeArrays:
             return np.zeros(self.n, dtype=bool)
         if len(masks) == 1:
             return masks[0]
-        return np.logical_or.reduce(masks)
+        return ANY_OF(masks)
 
     def commit(self, node: int, amounts: tuple[float, float, float, float], capped: bool) -> None:
         """Account one placed job on one node: its request is dedicated at once, and counts as

@@ -27,12 +27,8 @@ from corral.core.model import Attempt, Job
 
 if TYPE_CHECKING:
     from corral.core.index import SnapshotIndex
-from corral.placement.arrays import EPSILON, Bools, Floats, Ints, NodeArrays
+from corral.placement.arrays import ALL_OF, ANY_OF, EPSILON, Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
-
-# What np.all and np.any call along an axis, without their Python-level wrappers (several calls
-# a pass, pass after pass).
-_ALL, _ANY = np.logical_and.reduce, np.logical_or.reduce
 
 
 def end_time(start: float, limit: float | None, default_limit: float | None, now: float) -> float:
@@ -319,7 +315,7 @@ class Reservation:
         if key in self._held_for:
             return self._held_for[key]  # read only, as every mask a pass hands the engine
         # A gang's reservation holds many nodes: one comparison over all of them, not one per node.
-        fits = _ALL(vector[:, None] <= self.spare + EPSILON, axis=0)
+        fits = ALL_OF(vector[:, None] <= self.spare + EPSILON, axis=0)
         mask: Bools | None = None
         if not fits.all():
             mask = np.zeros(arrays.n, dtype=bool)
@@ -375,8 +371,8 @@ class _Fits:
         self.request = demand.vector[wanted] - EPSILON
         # Room is capped at the ceiling, so a node fits at a time when its room then holds the
         # request and it is big enough at all (min(room, ceiling) >= request is both).
-        self.big_enough = eligible_here & _ALL(ceiling >= self.request[:, None], axis=0)
-        self.fits_now = self.big_enough & _ALL(self.projected_wanted >= self.request[:, None], axis=0)
+        self.big_enough = eligible_here & ALL_OF(ceiling >= self.request[:, None], axis=0)
+        self.fits_now = self.big_enough & ALL_OF(self.projected_wanted >= self.request[:, None], axis=0)
 
     def first_fits(self, timeline: Timeline, kept: Floats | None = None) -> Floats:
         """Every node's first fit; or, given `kept` (first fits over the same nodes at an earlier
@@ -409,7 +405,7 @@ class _Fits:
             before[:, 1:] = running[:, starts[1:] - 1]
             freed_so_far = running - np.repeat(before, np.diff(starts, append=len(on)), axis=1)
             projected = self.projected_wanted[:, on if at is None else self.column[on]]
-            fits = _ALL(projected + freed_so_far >= self.request[:, None], axis=0)
+            fits = ALL_OF(projected + freed_so_far >= self.request[:, None], axis=0)
             first_fit[on[starts]] = np.minimum.reduceat(np.where(fits, np.maximum(ends[order], now), np.inf), starts)
         return first_fit
 
@@ -553,7 +549,7 @@ class LastReservation:
             and (changes.serial == made.serial or (changes.serial == made.serial + 1 and changes.nodes is not None))
             and (made.eligible is eligible or np.array_equal(made.eligible, eligible))
         ):
-            dirty = _ANY(made.dedicated != arrays.dedicated, axis=0)
+            dirty = ANY_OF(made.dedicated != arrays.dedicated, axis=0)
             dirty[made.added] = True
             dirty[added] = True
             if changes.serial != made.serial and changes.nodes is not None:

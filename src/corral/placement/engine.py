@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from corral.core.model import InstanceType, Resources
-from corral.placement.arrays import EPSILON, Bools, Floats, Ints, Load, NodeArrays
+from corral.placement.arrays import EPSILON, MAX_OF, Bools, Floats, Ints, Load, NodeArrays
 from corral.placement.availability import RESOURCES, Policy
 from corral.placement.demand import Demand
 from corral.placement.filters import FILTERS, RESOURCE_FILTERS, Filter
@@ -518,7 +518,7 @@ class Engine:
         filtered). The noise lies between 0 and its weight (of either sign), so it is added (the
         same addition as in `totals`) only where it can matter: at the nodes within twice the
         weight (and rounding) of the best sum."""
-        best = float(np.maximum.reduce(sums)) if len(sums) else -np.inf
+        best = float(MAX_OF(sums)) if len(sums) else -np.inf
         if best == -np.inf:
             return []
         reach = best - 2 * abs(self._noise_weight) - 4 * math.ulp(best)
@@ -556,7 +556,7 @@ class Engine:
         if since == self._changes:
             return True  # no node changed since it was found so, when some node fit it
         masked = self.shared(demand)
-        if not len(masked) or not np.maximum.reduce(masked) > -np.inf:
+        if not len(masked) or not MAX_OF(masked) > -np.inf:
             return False  # fits nowhere now: the full look says why
         changed = self._changed[since : self._changes]
         changed = changed[masked[changed] > -np.inf]  # those it fits (a node may be listed twice)

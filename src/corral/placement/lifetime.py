@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corral.core.model import Attempt, InstanceType, Job, Resources
-from corral.placement.arrays import Bools, Floats, Ints, NodeArrays
+from corral.placement.arrays import ANY_OF, MAX_OF, SUM_OF, Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.settings import CostSettings, PlacementSettings
 from corral.placement.work import WorkLedger
@@ -57,14 +57,9 @@ def expected_extension(ends: Floats, now: float, limit: float, fractions: Floats
     # order (the same sums as one job share at a time).
     past = job_end[:, None, None] - ends[None, :, :]
     np.maximum(past, 0.0, out=past)
-    total: Floats = _ADD(_ADD(past, axis=1), axis=0)
+    total: Floats = SUM_OF(SUM_OF(past, axis=1), axis=0)
     result: Floats = total / (len(fractions) * len(fractions))
     return result
-
-
-# The ufuncs' reductions called directly: what ndarray.sum, .max and .any call, without their
-# Python-level wrappers (a few calls for every elastic job looked at, pass after pass).
-_ADD, _MAX, _ANY = np.add.reduce, np.maximum.reduce, np.logical_or.reduce
 
 
 def gate_settings(settings: PlacementSettings) -> CostSettings | None:
@@ -176,7 +171,7 @@ class CostGate:
         self._offers = offers
         prices = (prices if prices is not None else GatePrices()).under(settings, default_limit)
         self._new_price, self._allowed = prices.new_price, prices.allowed
-        self._top_price = float(_MAX(arrays.price)) if arrays.n else 0.0
+        self._top_price = float(MAX_OF(arrays.price)) if arrays.n else 0.0
 
     def limit(self, demand: Demand) -> float | None:
         return demand.time_limit if demand.time_limit is not None else self.default_limit
@@ -271,10 +266,10 @@ class CostGate:
             return None
         _, allowed, most = at_stake
         among = fitting() if fitting is not None else None
-        if among is not None and (not len(among) or float(_MAX(self.arrays.price[among])) * most <= allowed):
+        if among is not None and (not len(among) or float(MAX_OF(self.arrays.price[among])) * most <= allowed):
             return None
         over = self.extension_cost(demand, among) > allowed
-        if not _ANY(over):
+        if not ANY_OF(over):
             return None
         if among is None:
             return over
