@@ -82,6 +82,19 @@ def test_json_results(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
     assert data["workload"]["quirks"]["never ran (run time -1 or 0): cancelled on arrival"] > 0
 
 
+def test_json_results_are_strict_json_when_a_job_runs_no_time(app: typer.Typer, tmp_path: Path) -> None:
+    # A JSON Lines job may run for 0 s; its plain slowdown has no value, and the output must stay
+    # JSON that any parser reads (no Infinity or NaN), with no warning on the terminal.
+    workload = tmp_path / "zero.jsonl"
+    workload.write_text('{"run_time": 0, "vcpus": 1, "ram": "1GiB"}\n{"run_time": 100, "vcpus": 1, "ram": "1GiB"}\n')
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    result = runner.invoke(app, ["simulate", str(workload), "--config", str(cfg), "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"not JSON: {name}"))["runs"]
+    assert run["completed"] == 2 and run["slowdown_mean"] == pytest.approx(160 / 100)
+    assert "Warning" not in result.output
+
+
 def test_table_by_default(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "a.toml", "1m")
     result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--no-progress"])

@@ -40,6 +40,17 @@ def test_bounded_slowdown_has_a_ten_second_floor() -> None:
     assert r.bounded_slowdown == pytest.approx(62 / 10) and r.slowdown == pytest.approx(62 / 2)
 
 
+def test_a_job_that_runs_no_time_counts_in_the_bounded_slowdown_but_has_no_plain_one() -> None:
+    # (wait + run) / run has no value for a run of 0 s: the plain mean is over the jobs that ran
+    # some time; the bounded slowdown's 10 s floor takes them all.
+    _, r = simulate([job(1, run=0), job(2, run=100)], config())
+    assert r.completed == 2 and r.wait_mean == 60
+    assert r.slowdown == pytest.approx(160 / 100)
+    assert r.bounded_slowdown == pytest.approx((60 / 10 + 160 / 100) / 2)
+    _, only = simulate([job(1, run=0)], config())
+    assert only.completed == 1 and only.summary()["slowdown_mean"] is None
+
+
 def test_a_job_fitting_on_a_running_node_is_placed_there_without_a_boot() -> None:
     _, r = simulate([job(1, run=600), job(2, submit=100, run=100)], config())
     assert r.boots == 1 and r.completed == 2

@@ -124,9 +124,12 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
     runs = np.array([r.run for r in ran], dtype=float)
     if len(waits):
         bounded = np.maximum(1.0, (waits + runs) / np.maximum(runs, BOUNDED_SLOWDOWN_FLOOR))
-        plain = (waits + runs) / runs
+        # (wait + run) / run has no value for a job that ran no time (a JSON Lines run_time of 0):
+        # the plain mean is over the others, NaN (null in JSON) if there are none.
+        timed = runs > 0
+        plain = (waits[timed] + runs[timed]) / runs[timed]
         wait_stats = (float(waits.mean()), float(np.median(waits)), float(np.percentile(waits, 95)))
-        slowdowns = (float(bounded.mean()), float(plain.mean()))
+        slowdowns = (float(bounded.mean()), float(plain.mean()) if len(plain) else float("nan"))
     else:
         wait_stats = (float("nan"),) * 3
         slowdowns = (float("nan"),) * 2
