@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from corral.core.model import (
     Attempt,
     AttemptState,
@@ -158,22 +160,23 @@ def test_a_kept_plan_is_given_again_for_a_new_list_of_the_same_types() -> None:
     assert [b.instance_type for b in plan([SMALL, CHEAP_BIG]).boots] == ["cheap-big"]
 
 
-def test_a_request_capped_early_in_a_pass_may_still_go_on_instances_booted_later_in_it() -> None:
-    """Jobs asking the same as one held back by max_instances are held back too, but only until
-    the pass plans another boot: room on those instances can take them."""
+def test_a_gang_takes_room_on_its_way_for_some_of_its_nodes_and_boots_only_the_rest() -> None:
+    """In queue order: a gang goes on room already on its way for as many of its nodes as it can,
+    and boots the rest within max_instances; a later gang asking the same finds nothing left."""
     queue = [
         job(1),  # boots a small instance, with a vcpu to spare
-        job(2, node_count=3),  # three nodes: only two more may boot
-        job(3, node_count=2),  # boots the last two, each with a vcpu to spare
-        job(4, node_count=3),  # asks what job 2 asked: the three spare vcpus hold it
-        job(5, node_count=3),  # and now nothing is left
+        job(2, node_count=3),  # that spare vcpu and two more instances: the last two max_instances allows
+        job(3, node_count=2),  # the two spare vcpus those two leave
+        job(4, node_count=3),  # asks what job 2 asked: nothing left
+        job(5, node_count=3),
     ]
     snap = Snapshot(jobs=queue, attempts=[], nodes=[], instance_types=TYPES)
     decisions = plan_pass(snap, 100.0, settings(max_instances=3))
     assert [b.instance_type for b in decisions.boots] == ["small"] * 3
     reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
-    assert reasons[4] == "waiting for an instance to boot"
-    assert reasons[2] == reasons[5] == "waiting for resources: max_instances (3) reached"
+    assert reasons[2] == "waiting for instances to boot (new small, new small, new small)"
+    assert reasons[3] == "waiting for instances to boot (new small, new small)"
+    assert reasons[4] == reasons[5] == "waiting for resources: max_instances (3) reached"
 
 
 def test_a_request_held_back_for_its_long_limit_does_not_hold_back_a_short_one() -> None:
@@ -217,10 +220,78 @@ def test_a_gang_needs_distinct_nodes() -> None:
     snap = Snapshot(jobs=[job(1, node_count=2)], attempts=[], nodes=[idle_node("n1")], instance_types=TYPES)
     decisions = plan_pass(snap, 1000.0, settings())
     assert decisions.placements == []
-    assert len(decisions.boots) == 2
+    # n1 holds both, but a gang's nodes are distinct: it waits on n1 for one and boots the other.
+    assert [b.instance_type for b in decisions.boots] == ["small"]
+    assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, new small)"
     snap.nodes.append(idle_node("n2"))
     (placement,) = plan_pass(snap, 1000.0, settings()).placements
     assert sorted(placement.node_ids) == ["n1", "n2"]
+
+
+def booting_node(node_id: str, itype: InstanceType = SMALL, since: float = 900.0) -> Node:
+    node = idle_node(node_id, itype)
+    node.state, node.created_at, node.state_changed_at, node.paired_at = NodeState.BOOTING, since, since, None
+    return node
+
+
+def test_a_gang_waits_on_its_first_nodes_up_and_keeps_them_from_draining() -> None:
+    """The first of a gang's instances to pair wait idle for the others: the gang counts them, boots
+    no second set, and they are not drained though their idle grace ran out, until they have been
+    idle as long as the boot grace (the time an instance may take to pair)."""
+    up = idle_node("n1")
+    up.state_changed_at = 700.0  # idle since 700: the idle grace (60 s) ran out long ago
+    snap = Snapshot(
+        jobs=[job(1, vcpus=2, node_count=3)],
+        attempts=[],
+        nodes=[up, booting_node("n2"), booting_node("n3")],
+        instance_types=TYPES,
+    )
+    policy = settings()
+    decisions = plan_pass(snap, 1000.0, policy)
+    assert decisions.boots == [] and decisions.node_decisions == []
+    assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, n2, n3)"
+    # Idle for the whole boot grace (600 s): no longer held; drained, and the gang boots another.
+    up.last_ping_at = 700.0 + policy.lifecycle.boot_grace
+    later = plan_pass(snap, up.last_ping_at, policy)
+    assert [b.instance_type for b in later.boots] == ["small"]
+    assert [(d.node_id, d.action) for d in later.node_decisions] == [("n1", NodeAction.START_DRAIN)]
+
+
+def test_a_gang_that_pins_nodes_holds_no_idle_node() -> None:
+    """The planner knows only room: a gang asking for node traits might not be placed on an idle
+    node that has the room, so it does not count on one (or keep it up)."""
+    snap = Snapshot(
+        jobs=[job(1, vcpus=2, node_count=3, traits={"zone": "a"})],
+        attempts=[],
+        nodes=[dataclasses.replace(idle_node("n1"), state_changed_at=700.0), booting_node("n2"), booting_node("n3")],
+        instance_types=TYPES,
+    )
+    decisions = plan_pass(snap, 1000.0, settings())
+    assert [b.instance_type for b in decisions.boots] == ["small"]  # beside the two booting
+    assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("n1", NodeAction.START_DRAIN)]
+
+
+def test_a_gang_larger_than_a_pass_may_boot_boots_over_several_passes() -> None:
+    snap = Snapshot(jobs=[job(1, vcpus=2, node_count=3)], attempts=[], nodes=[], instance_types=TYPES)
+    policy = settings(max_boots_per_pass=2)
+    first = plan_pass(snap, 100.0, policy)
+    assert [b.instance_type for b in first.boots] == ["small", "small"]
+    assert first.annotations[0].wait_reason == (
+        "waiting for instances to boot (new small, new small); 1 more to boot in later passes"
+    )
+    snap.nodes.extend([booting_node("n1", since=100.0), booting_node("n2", since=100.0)])
+    second = plan_pass(snap, 101.0, policy)
+    assert [b.instance_type for b in second.boots] == ["small"]
+    snap.nodes.append(booting_node("n3", since=101.0))
+    assert plan_pass(snap, 102.0, policy).boots == []
+
+
+def test_a_gang_of_more_nodes_than_max_instances_says_so() -> None:
+    snap = Snapshot(jobs=[job(1, node_count=4)], attempts=[], nodes=[], instance_types=TYPES)
+    decisions = plan_pass(snap, 100.0, settings(max_instances=3))
+    assert decisions.boots == []
+    (note,) = decisions.annotations
+    assert note.wait_reason == "waiting for resources: needs 4 nodes, max_instances is 3" and not note.unplaceable
 
 
 def test_not_before_and_back_off_hold_a_job() -> None:

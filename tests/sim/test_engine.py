@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from corral.core.model import JobState
@@ -61,6 +63,24 @@ def test_a_gang_starts_when_all_its_nodes_are_up() -> None:
     sim, r = simulate([job(1, run=100, vcpus=2, nodes=3)], config())
     assert r.boots == 3 and r.completed == 1 and r.wait_mean == 60
     assert r.per_job_bound == pytest.approx(3 * 100 * 0.10 / 3600)
+
+
+def test_a_gang_whose_instances_pair_far_apart_boots_each_once() -> None:
+    """Boots of 20 to 300 s and an idle grace of 30 s: the first instances up wait idle for the
+    last, held for the gang, instead of being drained and booted again."""
+    for max_boots_per_pass in (16, 1):  # 1: the gang's three boot over three passes
+        cfg = config(
+            policy={
+                "boot": {"max_instances": 10, "max_boots_per_pass": max_boots_per_pass},
+                "lifecycle": {"idle_grace": 30},
+            },
+            sim={"seed": 3, "boot_delay": {"distribution": "uniform", "low": 20, "high": 300}},
+        )
+        sim, r = simulate([job(1, run=100, vcpus=2, nodes=3)], cfg)
+        assert r.completed == 1 and r.boots == 3, max_boots_per_pass
+        pairs = sorted(i.ready_at for i in sim.cloud.instances.values() if i.ready_at is not None)
+        assert pairs[-1] - pairs[0] > 30  # they did pair further apart than the idle grace
+        assert r.wait_mean == math.ceil(pairs[-1])  # placed at the first pass after the last pairs
 
 
 def test_coarse_billing_keeps_an_idle_node_until_the_end_of_its_paid_hour() -> None:

@@ -10,6 +10,16 @@ placer's reason for the other jobs stands.
 A job that could have a new instance goes on room on its way only where the placer's cost gate
 (`placement.cost`) will let it run once the instance is up; otherwise it would wait for that
 instance, be refused by the gate, and only then get its own.
+
+A gang (several nodes, started together) takes what room on its way it can, for as many of its
+nodes as it can, and boots only the rest; when the rest are more than a pass may boot
+(`max_boots_per_pass`), they boot over several passes (those booted earlier are on their way by
+then), so no gang waits forever for a pass that could boot it whole. A gang that pins no nodes
+(no traits, platform or reservation asked for, no strict locality) also counts nodes up and
+without work: the first of its instances to pair wait there for the others, and are no reason to
+boot the gang again. The plan holds those nodes (`BootPlan.held`): the lifecycle does not drain
+them, for as long as the caller offers them (the reconcile pass: while they have been idle for
+less than the boot grace, the time an instance may take to pair).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ class _Bin:
     free: Resources
     price: float
     longest: float = 0.0  # the longest time limit of the jobs put on it (inf: one without a limit)
+    up: bool = False  # a node up and idle (only gangs count on one)
 
 
 Note = tuple[str, bool]  # a wait reason, and whether the job is unplaceable
@@ -43,6 +54,7 @@ class BootPlan:
 
     boots: list[Boot]
     notes: dict[int, Note]
+    held: frozenset[str] = frozenset()  # idle nodes gangs wait on: not to be drained
 
 
 def why_no_type_fits(request: Resources, types: list[InstanceType]) -> str | None:
@@ -74,11 +86,14 @@ def plan_boots(
     cost: CostSettings | None = None,
     default_limit: float | None = None,
     memo: PlannerMemo | None = None,
+    idle: list[Node] | None = None,
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
     way with the room they will have. `cost` is the placer's cost gate when it applies to jobs
     that can get a new instance (None: off); `default_limit` the time limit of jobs without one;
-    `memo` what the caller keeps between its passes (None: nothing is kept)."""
+    `memo` what the caller keeps between its passes (None: nothing is kept); `idle` the nodes up
+    and without work that gangs may count on (see the module docstring)."""
+    idle = idle or []
     if not waiting:
         return BootPlan([], {})
     kept = memo is not None
@@ -100,6 +115,7 @@ def plan_boots(
             order,
             [(job.id, job.resources, job.node_count, job.time_limit) for job in waiting],
             [(node.id, free, node.price_per_hour) for node, free in booting],
+            [(node.id, node.capacity, node.price_per_hour) for node in idle],
             live_instances,
             [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
             (settings.max_instances, settings.max_boots_per_pass),
@@ -112,7 +128,7 @@ def plan_boots(
     last = memo.last
     if inputs is None or last is None or last[0] != inputs:
         made = _plan_boots(
-            waiting, booting, types, order, live_instances, unavailable, now, settings, cost, default_limit
+            waiting, booting, idle, types, order, live_instances, unavailable, now, settings, cost, default_limit
         )
         last = memo.last = (inputs, made)
     return last[1]
@@ -141,6 +157,7 @@ class PlannerMemo:
 def _plan_boots(
     waiting: list[Job],
     booting: list[tuple[Node, Resources]],
+    idle: list[Node],
     types: list[InstanceType],
     order: _TypeOrder,
     live_instances: int,
@@ -152,6 +169,8 @@ def _plan_boots(
 ) -> BootPlan:
     types_for = order.holding
     pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
+    up = [_Bin(node.id, node.capacity, node.price_per_hour, up=True) for node in idle]
+    held: set[str] = set()
     planned: list[_Bin] = []
     boots: list[Boot] = []
     notes: dict[int, Note] = {}
@@ -191,14 +210,26 @@ def _plan_boots(
         if cost is not None and limit is not None and fitting and need <= budget:
             refuses = _gate(cost, limit, fitting[0].price_per_hour, verdicts)
         promise = math.inf if limit is None else limit
-        chosen = _take_bins(pending, request, need, promise, refuses)
-        if chosen is not None:
-            notes[job.id] = (f"waiting for an instance to boot ({', '.join(chosen)})", False)
-            continue
-        chosen = _take_bins(planned, request, need, promise, refuses)
-        if chosen is not None:
-            notes[job.id] = ("waiting for an instance to boot", False)
-            continue
+        if need == 1:
+            chosen = _take_bins(pending, request, need, promise, refuses)
+            if chosen is not None:
+                notes[job.id] = (f"waiting for an instance to boot ({', '.join(chosen)})", False)
+                continue
+            chosen = _take_bins(planned, request, need, promise, refuses)
+            if chosen is not None:
+                notes[job.id] = ("waiting for an instance to boot", False)
+                continue
+            on_the_way: list[_Bin] = []
+        else:
+            # As many of its nodes as room on its way holds (up, booting, or planned this pass).
+            bins = (up if up and not _pins_nodes(job) else []) + pending + planned
+            on_the_way = _fitting_bins(bins, request, need, refuses)
+            if len(on_the_way) == need:
+                _take(on_the_way, request, promise)
+                held.update(b.label for b in on_the_way if b.up)
+                notes[job.id] = (f"waiting for instances to boot ({', '.join(b.label for b in on_the_way)})", False)
+                continue
+        missing = need - len(on_the_way)
         if not fitting:
             blocked = sorted(t.name for t in holding)
             notes[job.id] = settled[key] = (
@@ -206,20 +237,42 @@ def _plan_boots(
                 False,
             )
             continue
-        if need > budget:
+        if need > settings.max_instances and need > 1:
+            # Never, under this config, on instances alone: said plainly (not unplaceable: nodes
+            # that are not instances may hold it once they have room).
+            reason = f"waiting for resources: needs {need} nodes, max_instances is {settings.max_instances}"
+            notes[job.id] = settled[key] = (reason, False)
+            continue
+        if missing > budget:
             notes[job.id] = settled[key] = capped
             continue
-        if len(boots) + need > settings.max_boots_per_pass:
+        # A gang boots what this pass still may; the rest in later passes. Others boot whole or wait.
+        now_booted = min(missing, settings.max_boots_per_pass - len(boots))
+        if now_booted <= 0:
             notes[job.id] = settled[key] = paced
             continue
         settled.clear()
         cheapest = fitting[0]
-        for _ in range(need):
+        _take(on_the_way, request, promise)
+        held.update(b.label for b in on_the_way if b.up)
+        for _ in range(now_booted):
             boots.append(Boot(cheapest.name, f"job {job.id} needs {request.describe()}"))
             planned.append(_Bin(f"new {cheapest.name}", cheapest.capacity - request, cheapest.price_per_hour, promise))
-        budget -= need
-        notes[job.id] = (f"waiting for an instance to boot ({cheapest.name})", False)
-    return BootPlan(boots, notes)
+        budget -= now_booted
+        if need == 1:
+            notes[job.id] = (f"waiting for an instance to boot ({cheapest.name})", False)
+        else:
+            labels = [b.label for b in on_the_way] + [f"new {cheapest.name}"] * now_booted
+            later = "" if now_booted == missing else f"; {missing - now_booted} more to boot in later passes"
+            notes[job.id] = (f"waiting for instances to boot ({', '.join(labels)}){later}", False)
+    return BootPlan(boots, notes, frozenset(held))
+
+
+def _pins_nodes(job: Job) -> bool:
+    """Whether the job asks for more of a node than room: the planner, which knows only room, must
+    not hold a node up for it."""
+    strict = job.locality is not None and job.locality.strict
+    return bool(job.traits or job.forbidden_traits or job.min_platform or job.reservation or strict)
 
 
 def _unplaceable(job: Job, types: list[InstanceType]) -> Note:
@@ -281,12 +334,24 @@ def _take_bins(
     refuse; None if there are not enough."""
     if len(bins) < need:  # (once the fleet is capped, no new bins come in a pass)
         return None
-    fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
-    if len(fitting) < need:
+    chosen = _fitting_bins(bins, request, need, refuses)
+    if len(chosen) < need:
         return None
+    _take(chosen, request, limit)
+    return [b.label for b in chosen]
+
+
+def _fitting_bins(
+    bins: list[_Bin], request: Resources, most: int, refuses: Callable[[_Bin], bool] | None
+) -> list[_Bin]:
+    """Up to `most` distinct bins that hold `request` and that the cost gate does not refuse, best
+    fit (least RAM left) first."""
+    fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
     fitting.sort(key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))
-    chosen = fitting[:need]
-    for b in chosen:
+    return fitting[:most]
+
+
+def _take(bins: list[_Bin], request: Resources, limit: float) -> None:
+    for b in bins:
         b.free = b.free - request
         b.longest = max(b.longest, limit)
-    return [b.label for b in chosen]

@@ -204,6 +204,20 @@ def plan_pass(
         if by_state[NodeState.BOOTING]
         else []
     )
+    # Gangs may count on nodes up and without work (idle, or busy until this pass marks them
+    # idle), idle for less than the boot grace (the time an instance may take to pair: the gang's
+    # others should be up by then); see corral.core.planner.
+    up_idle = (
+        [
+            n
+            for n in index.in_node_order(unworked.values())
+            if n.id not in placed_on
+            and n.id not in down_now
+            and (n.state is NodeState.BUSY or now - n.state_changed_at < lifecycle_settings.boot_grace)
+        ]
+        if unworked and settings.boot.max_instances > 0 and waiting
+        else []
+    )
     # Every filed node is in one state's group (down_now holds only live nodes).
     live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now)
     plan = plan_boots(
@@ -217,6 +231,7 @@ def plan_pass(
         gate_settings(settings.placement),
         settings.placement.queue.default_time_limit,
         planner,
+        up_idle,
     )
     decisions.boots.extend(plan.boots)
     notes = plan.notes
@@ -299,7 +314,7 @@ def plan_pass(
         state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard)
         action = lifecycle.decide(state)
         if action is NodeAction.START_DRAIN:
-            if live_after <= lifecycle_settings.min_instances or idle_count <= 0:
+            if live_after <= lifecycle_settings.min_instances or idle_count <= 0 or node.id in plan.held:
                 continue
             idle_count -= 1
             live_after -= 1

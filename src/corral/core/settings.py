@@ -52,7 +52,9 @@ class LifecycleSettings(_Strict):
 
 class BootSettings(_Strict):
     max_instances: int = Field(8, ge=0, description="instances (booting or running) at most")
-    max_boots_per_pass: int = Field(16, ge=1)
+    max_boots_per_pass: int = Field(
+        16, ge=1, description="instances booted in one pass at most; a larger gang boots over several passes"
+    )
     capacity_backoff: Duration = Field(
         300.0, description="after an insufficient-capacity error, how long that instance type is not tried"
     )

@@ -592,6 +592,9 @@ class Simulation:
         lifecycle = self.policy.lifecycle
         due = now + lifecycle.idle_grace
         self._wake(due, W_IDLE, (node.id, now))
+        if not self.fixed:
+            # A gang waiting for its other nodes holds this one only so long (corral.core.planner).
+            self._wake(now + lifecycle.boot_grace, W_IDLE, (node.id, now))
         period = node.billing_granularity
         if period > lifecycle.shutdown_window:
             # With coarse billing an idle node is drained only in the last part of a paid period.
