@@ -171,3 +171,23 @@ def test_an_attempt_not_active_counts_for_nothing() -> None:
     load = ledger.update(["n1"], {"n1": 0}, [None], [a], {j.id: j})
     assert load.jobs.tolist() == [0.0] and load.dedicated.sum() == 0
     assert ledger.ends(NOW).tolist() == [[NOW]] * len(FRACTIONS)
+
+
+def test_slots_started_over_alike_do_not_keep_the_old_slots_work() -> None:
+    """A caller keeping node slots (a Roster) fills its list in place and starts over with a new
+    list when it runs out of slots. When the new list reads as the old one first did (every slot
+    free: an elastic fleet that shrank to nothing), the work of the old slots' nodes, which died
+    with work on them, must not stay at the same positions for the nodes that take them next."""
+    ledger = WorkLedger(FRACTIONS, 7200.0)
+    slots = [""] * 4
+    ledger.update(slots, {}, [None] * 4, [], {})
+    slots[0] = "a"  # the first node takes the first slot, and work
+    work = running(1, 1, ["a"], Resources(4, 2048))
+    jobs = {1: job(1, vcpus=4, ram_gib=2)}
+    load = ledger.update(slots, {"a": 0}, [None] * 4, [work], jobs)
+    assert list(load.dedicated[:2, 0]) == [4, 2048]
+    again = [""] * 4  # "a" died with its work; the caller starts over, every slot free
+    ledger.update(again, {}, [None] * 4, [], jobs)
+    again[0] = "b"  # a new node, without work, takes the first slot
+    load = ledger.update(again, {"b": 0}, [None] * 4, [], jobs)
+    assert not load.dedicated.any() and not load.jobs.any()

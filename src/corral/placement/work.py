@@ -55,7 +55,6 @@ class WorkLedger:
         self._unstarted: set[int] = set()
         self._on_node: dict[str, dict[int, Attempt]] = {}
         self._work: dict[str, _NodeWork] = {}
-        self._ids: list[str] = []
         self._ids_seen: list[str] | None = None  # the list object last handed over
         self._positions: Mapping[str, int] = {}  # node id -> position, in the last update
         self._used_at: list[float | None] = []
@@ -135,8 +134,10 @@ class WorkLedger:
             loosened.update(attempt.node_ids)
 
         # The same list object means the same positions: a caller keeping node slots changes it
-        # only where a slot that held no node takes one (and no work).
-        same_nodes = ids is self._ids_seen or ids == self._ids
+        # only where a slot that held no node takes one (and no work). Another list is another
+        # layout, even one that reads the same: a caller starting its slots over may hand one
+        # that reads as its first did, while the positions hold the work of nodes gone since.
+        same_nodes = ids is self._ids_seen
         self._ids_seen = ids
         if not same_nodes or used_at != self._used_at:
             # A new measurement changes which attempts it already includes.
@@ -183,7 +184,6 @@ class WorkLedger:
             fresh = changed.union(node_id for node_id in self._work if node_id not in was)
             self._ends_stale.update(fresh)
             self._write([i for node_id in fresh if (i := index.get(node_id)) is not None], self._load, ids)
-            self._ids = list(ids)
         self._positions = index
         return self._load
 
