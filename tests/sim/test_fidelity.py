@@ -92,6 +92,22 @@ def test_gangs_holding_their_first_nodes_up_too() -> None:
     assert measure(skipping).completed == len(jobs)  # every gang ran in the end
 
 
+def test_a_type_back_from_capacity_back_off_after_the_queue_emptied_and_filled_again() -> None:
+    # Job 1 meets an outage and waits out the back-off (to 300); it is cancelled at 50, and job 2
+    # comes at 100, for the same type: the pass when the type comes back must run, although the
+    # queue was empty for a while before (a timer judged on the queue then would be dropped).
+    jobs = [job(1, run=100), job(2, submit=100, run=100)]
+    jobs[0].cancel_at = 50
+    cfg = config(
+        instance_types=[SMALL], sim={"capacity": {"outages": [{"instance_type": "small", "start": 0, "end": 60}]}}
+    )
+    skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True).run()
+    ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
+    assert summary(skipping) == summary(ticking)
+    assert skipping.records == ticking.records
+    assert skipping.records[2].wait == 300 + 60 - 100  # booted when the back-off ends, paired 60 s later
+
+
 def backfilling_world(**sim: Any) -> tuple[list[SimJob], Config]:
     """A fixed fleet with EASY backfilling, blocked gangs, and jobs with time limits, one in five
     running past its limit."""

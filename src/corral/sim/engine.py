@@ -239,7 +239,10 @@ class Simulation:
         if kind == W_START:
             attempt = self.attempts.get(ref)
             return attempt is not None and attempt.state is AttemptState.ASSIGNED
-        return self.queued > 0  # W_CAPACITY: a type comes back; only queued work can want it
+        # W_CAPACITY: a type comes back. Only queued work can want it, but this is asked of the
+        # earliest timer on every turn of the loop, long before it is due, and the queue may fill
+        # by then: judged on the queue now, it would be dropped for good.
+        return True
 
     def _next_timer(self) -> float:
         wakes = self.wakes
