@@ -237,6 +237,7 @@ class Engine:
         used: list[Resources],
         locality: LocalityIndex | None,
         instance_types: Sequence[InstanceType],
+        started: bool = False,
     ) -> None:
         """Make this engine, kept from the last pass over the same nodes (the same FleetFacts),
         the one a fresh build would give for the pass at `now`: the nodes at `refreshed` take
@@ -246,7 +247,11 @@ class Engine:
         carried out. Every array is refigured with the same operations as a fresh build, so the
         values are the same. The refreshed nodes whose figures changed go into the change
         journal, which is what kept misfits and shared work look at (a node whose placement was
-        carried out as committed is already there)."""
+        carried out as committed is already there). `started`: work started since the last pass
+        (`WorkLedger.started`): its expected end moved from its assignment's time limit to its
+        start's, which the cost gate's refusals count, though no figure here changed."""
+        if started:
+            self._refused.clear()
         committed, self._committed = set(self._committed), []
         where = sorted(committed.union(refreshed))
         same_types = list(instance_types) == self.instance_types
@@ -548,7 +553,8 @@ class Engine:
         """Whether the cost gate still keeps a one-node request without hints off every node it
         fits, as it did when `note_refused` was last called for it, and some node fits: only the
         nodes changed since need a look. A node's expected extension only grows with time while
-        its work is unchanged, and a node it did not fit must have changed to fit now."""
+        its work is unchanged (work that starts moves its end later: `renew` forgets refusals
+        then), and a node it did not fit must have changed to fit now."""
         key = (demand.key, gate.limit(demand), gate.allowed(demand))
         since = self._refused.get(key)
         if since is None:

@@ -293,7 +293,7 @@ def build_engine(
         if written is not None:
             was = kept.arrays.used
             remeasured = [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w] if used != was else []
-            kept.renew(now, load, written + remeasured, used, index, snapshot.instance_types)
+            kept.renew(now, load, written + remeasured, used, index, snapshot.instance_types, work.started)
             return kept
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
     return Engine(arrays, settings, now=now, locality=index, instance_types=snapshot.instance_types, free=free)
