@@ -1,6 +1,7 @@
 """Random small worlds, each replayed three ways that must agree: skipping quiet ticks against a
 pass every tick, the simulator's placer and planner (which keep what they worked out between
-passes) against fresh ones at every pass, and every pass against the live loop's `decide`.
+passes) against fresh ones at every pass, and every pass against the live loop's `decide`, with
+fresh ones and with ones kept from pass to pass as the live loop keeps them.
 
 A differential fuzz of such worlds found the bugs these seeds replay: a work ledger that kept the
 work of nodes gone since for the nodes of new slots (seed 161), a capacity back-off's end skipped
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from corral.config import Config
+from corral.core.planner import PlannerMemo
 from corral.core.reconcile import plan_pass
 from corral.core.snapshot import Decisions, Snapshot
 from corral.loop import decide
@@ -140,5 +142,9 @@ def test_a_random_world_replays_the_same_three_ways(seed: int) -> None:
     cfg.sim.explanations = True
     sim, seen = replay(jobs, cfg)
     live = sim.live_config()
+    # The live loop keeps its placer and planner between passes too (with explanations).
+    kept_placer, kept_planner = make_placer(live.policy), PlannerMemo()
     for snapshot, now, decisions in seen:
         assert decide(snapshot, now, live) == decisions, f"simulator against live loop, at {now}"
+        kept = decide(snapshot, now, live, kept_placer, kept_planner)
+        assert kept == decisions, f"simulator against live loop keeping its placer, at {now}"
