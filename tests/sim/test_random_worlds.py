@@ -3,9 +3,10 @@ pass every tick, the simulator's placer and planner (which keep what they worked
 passes) against fresh ones at every pass, and every pass against the live loop's `decide`, with
 fresh ones and with ones kept from pass to pass as the live loop keeps them.
 
-A differential fuzz of such worlds found the bugs these seeds replay: a work ledger that kept the
-work of nodes gone since for the nodes of new slots (seed 161), a capacity back-off's end skipped
-after the queue had been empty (235, 292), a gang of more nodes than a pass may boot (2)."""
+A differential fuzz of such worlds found two of the bugs these seeds replay (each fails before its
+fix): a work ledger that kept the work of nodes gone since for the nodes of new slots (seed 291),
+and a cost-gate refusal kept after work started (292). The others are further worlds; the fuzz's
+other finds have tests of their own (test_fidelity.py, test_engine.py, tests/core)."""
 
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def replay(jobs: list[SimJob], cfg: Config) -> tuple[Simulation, Seen]:
     return sim, seen
 
 
-@pytest.mark.parametrize("seed", [2, 161, 235, 292, 1000])
+@pytest.mark.parametrize("seed", [2, 235, 291, 292, 1000])
 def test_a_random_world_replays_the_same_three_ways(seed: int) -> None:
     jobs, cfg = random_world(seed)
     skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True).run()
