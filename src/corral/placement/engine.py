@@ -237,7 +237,7 @@ class Engine:
         used: list[Resources],
         locality: LocalityIndex | None,
         instance_types: Sequence[InstanceType],
-        started: bool = False,
+        started: bool,
     ) -> None:
         """Make this engine, kept from the last pass over the same nodes (the same FleetFacts),
         the one a fresh build would give for the pass at `now`: the nodes at `refreshed` take
