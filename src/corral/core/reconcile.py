@@ -206,7 +206,8 @@ def plan_pass(
     )
     # Gangs may count on nodes up and without work (idle, or busy until this pass marks them
     # idle), idle for less than the boot grace (the time an instance may take to pair: the gang's
-    # others should be up by then); see corral.core.planner.
+    # others should be up by then); see corral.core.planner. Listed only when a gang waits: the
+    # planner's kept plan compares them.
     up_idle = (
         [
             n
@@ -215,7 +216,7 @@ def plan_pass(
             and n.id not in down_now
             and (n.state is NodeState.BUSY or now - n.state_changed_at < lifecycle_settings.boot_grace)
         ]
-        if unworked and settings.boot.max_instances > 0 and waiting
+        if unworked and settings.boot.max_instances > 0 and any(job.node_count > 1 for job in waiting)
         else []
     )
     # Every filed node is in one state's group (down_now holds only live nodes).
