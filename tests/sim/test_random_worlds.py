@@ -3,10 +3,12 @@ pass every tick, the simulator's placer and planner (which keep what they worked
 passes) against fresh ones at every pass, and every pass against the live loop's `decide`, with
 fresh ones and with ones kept from pass to pass as the live loop keeps them.
 
-A differential fuzz of such worlds found two of the bugs these seeds replay (each fails before its
+A differential fuzz of such worlds found three of the bugs these seeds replay (each fails before its
 fix): a work ledger that kept the work of nodes gone since for the nodes of new slots (seed 291),
-and a cost-gate refusal kept after work started (292). The others are further worlds; the fuzz's
-other finds have tests of their own (test_fidelity.py, test_engine.py, tests/core)."""
+a cost-gate refusal kept after work started (292), and a node a gang held through its paid hour's
+shutdown window, drained in a later one whose opening the simulator skipped (2305). The others are
+further worlds; the fuzz's other finds have tests of their own (test_fidelity.py, test_engine.py,
+tests/core)."""
 
 from __future__ import annotations
 
@@ -29,9 +31,11 @@ from corral.workload.model import SimJob
 from tests.sim.helpers import config, job
 
 
-def random_world(seed: int) -> tuple[list[SimJob], Config]:
+def random_world(seed: int, vary_queue: bool = False) -> tuple[list[SimJob], Config]:
     """15 to 60 jobs (gangs, time limits run past, cancellations, failures, priorities) on two to
-    four instance types, elastic or fixed, with random boots, failures, outages and policy."""
+    four instance types, elastic or fixed, with random boots, failures, outages and policy;
+    `vary_queue`: in half the worlds, also the queue's order, its backfill depth and capacity
+    mode (drawn apart, so that the rest of each world stays as it is)."""
     r = random.Random(seed)
     types: list[dict[str, Any]] = [
         {"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.10},
@@ -99,7 +103,14 @@ def random_world(seed: int) -> tuple[list[SimJob], Config]:
             "cost": {"max_extension": r.choice([0.0, 1.0, 1.5, 3.0])},
         },
     }
-    return jobs, config(instance_types=types, policy=policy, sim=sim)
+    cfg = config(instance_types=types, policy=policy, sim=sim)
+    other = random.Random(seed * 7919)
+    if vary_queue and other.random() < 0.5:
+        queue = cfg.policy.placement.queue
+        queue.order = other.choice(["priority", "submit"])
+        queue.max_job_test = other.choice([500, 3, 10])
+        queue.capacity = other.choice(["auto", "bounded", "elastic"])
+    return jobs, cfg
 
 
 def summary(sim: Simulation) -> dict[str, object]:
@@ -123,9 +134,9 @@ def replay(jobs: list[SimJob], cfg: Config) -> tuple[Simulation, Seen]:
     return sim, seen
 
 
-@pytest.mark.parametrize("seed", [2, 235, 291, 292, 1000])
-def test_a_random_world_replays_the_same_three_ways(seed: int) -> None:
-    jobs, cfg = random_world(seed)
+@pytest.mark.parametrize(("seed", "vary_queue"), [(2, False), (235, False), (291, False), (292, False), (2305, True)])
+def test_a_random_world_replays_the_same_three_ways(seed: int, vary_queue: bool) -> None:
+    jobs, cfg = random_world(seed, vary_queue)
     skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True).run()
     ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
     assert skipping.records == ticking.records

@@ -594,16 +594,20 @@ class Simulation:
             return  # its idle grace running out changes no decision
         lifecycle = self.policy.lifecycle
         due = now + lifecycle.idle_grace
-        self._wake(due, W_IDLE, (node.id, now))
+        drainable = [due]
         if not self.fixed:
-            # A gang waiting for its other nodes holds this one only so long (corral.core.planner).
-            self._wake(now + lifecycle.boot_grace, W_IDLE, (node.id, now))
+            # A gang waiting for its other nodes holds this one only so long (corral.core.planner),
+            # keeping it from a drain until then.
+            drainable.append(now + lifecycle.boot_grace)
         period = node.billing_granularity
-        if period > lifecycle.shutdown_window:
-            # With coarse billing an idle node is drained only in the last part of a paid period.
-            into = (due - node.created_at) % period
-            if period - into > lifecycle.shutdown_window:
-                self._wake(due + (period - into - lifecycle.shutdown_window), W_IDLE, (node.id, now))
+        for since in drainable:
+            self._wake(since, W_IDLE, (node.id, now))
+            if period > lifecycle.shutdown_window:
+                # With coarse billing an idle node is drained only in the last part of a paid
+                # period: the first such part from then on.
+                into = (since - node.created_at) % period
+                if period - into > lifecycle.shutdown_window:
+                    self._wake(since + (period - into - lifecycle.shutdown_window), W_IDLE, (node.id, now))
 
     # ---- the simulated users, agents and cloud -------------------------------------------------
 
