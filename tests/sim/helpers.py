@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from corral.config import Config
+from corral.core.snapshot import Decisions, Snapshot
 from corral.sim.engine import Simulation
 from corral.sim.metrics import SimResult, measure
 from corral.workload.model import SimJob
@@ -37,3 +41,21 @@ def simulate(jobs: list[SimJob], cfg: Config, **kw: Any) -> tuple[Simulation, Si
     """Runs with the kept index checked against a fresh one at every pass."""
     sim = Simulation(jobs, cfg, **{"check_index": True, **kw}).run()
     return sim, measure(sim)
+
+
+def summary(sim: Simulation) -> dict[str, object]:
+    """A run's results without its wall-clock figures (what two replays of one world must share)."""
+    result = measure(sim).summary()
+    for key in ("passes", "wall_seconds", "jobs_per_second"):
+        result.pop(key)
+    return result
+
+
+def recorder(seen: list[tuple[Snapshot, float, Decisions]]) -> Callable[[Snapshot, float, Decisions], None]:
+    """An `on_pass` hook keeping a copy of every pass's snapshot, time and decisions."""
+
+    def record(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
+        # The live loop has no kept index: it groups the snapshot itself.
+        seen.append((copy.deepcopy(dataclasses.replace(snapshot, index=None)), now, copy.deepcopy(decisions)))
+
+    return record

@@ -4,8 +4,6 @@ skipping quiet ticks changes nothing."""
 from __future__ import annotations
 
 import copy
-import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ from corral.placement import make_placer
 from corral.sim.engine import Simulation
 from corral.sim.metrics import measure
 from corral.workload.model import SimJob
-from tests.sim.helpers import BIG, SMALL, config, job
+from tests.sim.helpers import BIG, SMALL, config, job, recorder, summary
 
 HOURLY = {"name": "hourly", "vcpus": 4, "ram": "16GiB", "price_per_hour": 0.15, "billing_granularity": "1h"}
 
@@ -46,13 +44,6 @@ def busy_world(jobs_count: int = 90, **sim: Any) -> tuple[list[SimJob], Config]:
         },
     )
     return jobs, cfg
-
-
-def summary(sim: Simulation) -> dict[str, object]:
-    result = measure(sim).summary()
-    for key in ("passes", "wall_seconds", "jobs_per_second"):
-        result.pop(key)
-    return result
 
 
 def test_skipping_quiet_ticks_gives_exactly_what_a_pass_every_tick_gives() -> None:
@@ -144,14 +135,6 @@ def test_a_fixed_fleet_backfilling_jobs_with_time_limits_too() -> None:
     starts = [(r.submit, r.submit + (r.wait or 0.0)) for r in skipping.records.values()]
     backfilled = [later for later in starts for earlier in starts if later[0] > earlier[0] and later[1] < earlier[1]]
     assert backfilled  # some jobs started before jobs submitted earlier
-
-
-def recorder(seen: list[tuple[Snapshot, float, Decisions]]) -> Callable[[Snapshot, float, Decisions], None]:
-    def record(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
-        # The live loop has no kept index: it groups the snapshot itself.
-        seen.append((copy.deepcopy(dataclasses.replace(snapshot, index=None)), now, copy.deepcopy(decisions)))
-
-    return record
 
 
 def test_the_simulator_decides_exactly_what_the_live_loop_decides() -> None:

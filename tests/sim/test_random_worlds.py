@@ -13,7 +13,6 @@ tests/core)."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import random
 from typing import Any
 
@@ -26,9 +25,8 @@ from corral.core.snapshot import Decisions, Snapshot
 from corral.loop import decide
 from corral.placement import make_placer
 from corral.sim.engine import Simulation
-from corral.sim.metrics import measure
 from corral.workload.model import SimJob
-from tests.sim.helpers import config, job
+from tests.sim.helpers import config, job, recorder, summary
 
 
 def random_world(seed: int, vary_queue: bool = False) -> tuple[list[SimJob], Config]:
@@ -113,24 +111,12 @@ def random_world(seed: int, vary_queue: bool = False) -> tuple[list[SimJob], Con
     return jobs, cfg
 
 
-def summary(sim: Simulation) -> dict[str, object]:
-    result = measure(sim).summary()
-    for key in ("passes", "wall_seconds", "jobs_per_second"):
-        result.pop(key)
-    return result
-
-
 Seen = list[tuple[Snapshot, float, Decisions]]
 
 
 def replay(jobs: list[SimJob], cfg: Config) -> tuple[Simulation, Seen]:
     seen: Seen = []
-
-    def record(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
-        # The live loop has no kept index: it groups the snapshot itself.
-        seen.append((copy.deepcopy(dataclasses.replace(snapshot, index=None)), now, copy.deepcopy(decisions)))
-
-    sim = Simulation(copy.deepcopy(jobs), cfg, on_pass=record).run()
+    sim = Simulation(copy.deepcopy(jobs), cfg, on_pass=recorder(seen)).run()
     return sim, seen
 
 

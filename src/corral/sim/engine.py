@@ -223,7 +223,9 @@ class Simulation:
         heapq.heappush(self.wakes, (time, kind, self._seq, ref))
 
     def _timer_holds(self, kind: int, ref: Any) -> bool:
-        """Whether what set a timer still holds, so that a pass at its time could decide something."""
+        """Whether what set a timer still holds, so that a pass at its time could decide something.
+        Asked of the earliest timer long before it is due, and a timer it drops is gone for good:
+        only a condition that cannot hold again once it fails belongs here."""
         if kind == W_IDLE:
             node_id, since = ref
             node = self.nodes.get(node_id)
@@ -594,20 +596,20 @@ class Simulation:
             return  # its idle grace running out changes no decision
         lifecycle = self.policy.lifecycle
         due = now + lifecycle.idle_grace
-        drainable = [due]
+        may_drain = [due]  # the times from which a drain may come
         if not self.fixed:
             # A gang waiting for its other nodes holds this one only so long (corral.core.planner),
             # keeping it from a drain until then.
-            drainable.append(now + lifecycle.boot_grace)
+            may_drain.append(now + lifecycle.boot_grace)
         period = node.billing_granularity
-        for since in drainable:
-            self._wake(since, W_IDLE, (node.id, now))
+        for start in may_drain:
+            self._wake(start, W_IDLE, (node.id, now))
             if period > lifecycle.shutdown_window:
                 # With coarse billing an idle node is drained only in the last part of a paid
                 # period: the first such part from then on.
-                into = (since - node.created_at) % period
+                into = (start - node.created_at) % period
                 if period - into > lifecycle.shutdown_window:
-                    self._wake(since + (period - into - lifecycle.shutdown_window), W_IDLE, (node.id, now))
+                    self._wake(start + (period - into - lifecycle.shutdown_window), W_IDLE, (node.id, now))
 
     # ---- the simulated users, agents and cloud -------------------------------------------------
 
