@@ -369,6 +369,9 @@ def explain(job_id: int, as_json: JsonFlag = False) -> None:
     if data["wait_reason"]:
         console.print(f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{data['wait_reason']}", highlight=False)
     detail = data["explanation"] or {}
+    if detail.get("at"):
+        # Rewritten whenever a pass finds it changed: this is when the fleet last looked like this.
+        console.print(f"  as of {when(detail['at'])}", style="dim", highlight=False)
     if detail.get("filters"):
         print_filter_explanation(detail)
     elif detail.get("top"):

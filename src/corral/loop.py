@@ -11,6 +11,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.cloud.base import CloudDriver, CloudError, InsufficientCapacity, QuotaExceeded
 from corral.config import Config
@@ -23,6 +24,9 @@ from corral.placement import make_placer
 from corral.store import Store
 
 log = logging.getLogger("corral.loop")
+
+# Explanations rewritten in one pass because the fleet changed under them (see refresh_explanations).
+EXPLANATIONS_PER_PASS = 200
 
 
 def decide(
@@ -64,6 +68,7 @@ class ControlLoop:
         self.instance_types = {t.name: t for t in config.core_instance_types()}
         self.placer = make_placer(config.policy)
         self.planner = PlannerMemo()
+        self._explained: dict[int, dict[str, Any]] = {}  # a waiting job's explanation as last written
 
     def run_pass(self) -> PassReport:
         started = self.clock()
@@ -117,8 +122,9 @@ class ControlLoop:
             if attempt_id is not None:
                 report.started_nodes.add(placement.node_ids[0])
                 if placement.job_id in decisions.explanations:
-                    self.store.set_explanation(job.id, decisions.explanations[job.id])
+                    self.store.set_explanation(job.id, decisions.explanations[job.id], now)
         self.store.annotate_many(decisions.annotations, decisions.explanations, now)
+        self.refresh_explanations(decisions, now)
         for boot in decisions.boots:
             self._boot(boot.instance_type, boot.reason, now)
         nodes = {node.id: node for node in snapshot.nodes}
@@ -133,6 +139,29 @@ class ControlLoop:
                 self.store.mark_node(
                     decision.node_id, NodeState.GONE, f"shut down ({nodes[decision.node_id].state})", self.clock()
                 )
+
+    def refresh_explanations(self, decisions: Decisions, now: float) -> None:
+        """Keep `corral explain` current. A waiting job's explanation changes with the fleet (its
+        figures, sample nodes, node counts) while its one-line reason often does not, and only a
+        changed reason is annotated (with its explanation). So the explanations that changed since
+        they were last written are written too: at most EXPLANATIONS_PER_PASS a pass, in queue
+        order, so that a long queue's refresh does not stall the loop; the rest follow."""
+        placed = {p.job_id for p in decisions.placements}
+        annotated = {note.job_id for note in decisions.annotations}
+        last = self._explained
+        kept: dict[int, dict[str, Any]] = {}
+        changed: dict[int, dict[str, Any]] = {}
+        for job_id, explanation in decisions.explanations.items():
+            if job_id in placed:
+                continue
+            if job_id in annotated or last.get(job_id) == explanation:
+                kept[job_id] = explanation
+            elif len(changed) < EXPLANATIONS_PER_PASS:
+                changed[job_id] = kept[job_id] = explanation
+            elif job_id in last:
+                kept[job_id] = last[job_id]
+        self.store.refresh_explanations(changed, now)
+        self._explained = kept
 
     def _boot(self, type_name: str, reason: str, now: float) -> None:
         itype = self.instance_types[type_name]

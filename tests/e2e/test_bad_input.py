@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +96,31 @@ def test_a_job_no_instance_type_can_hold_is_marked_unplaceable_not_left_silently
     assert job["wait_reason"] == "no instance type has 40 GiB RAM (the largest has 8 GiB RAM)"
     assert "UNPLACEABLE: no instance type has 40 GiB RAM" in running.cli("explain", job_id).stdout
     assert [e["kind"] for e in running.cli_json("events", "--job", job_id)] == ["job.queued", "job.unplaceable"]
+
+
+def test_explain_follows_the_fleet_while_the_reason_stays_the_same(running: Corral) -> None:
+    from tests.e2e.conftest import wait_until
+
+    waiting = running.cli("submit", "--ram", "40GiB", "--", "true").stdout.strip()
+
+    def explanation() -> dict[str, Any]:
+        data: dict[str, Any] = running.cli_json("explain", waiting)["explanation"] or {}
+        return data
+
+    # The fixture's job booted a node; once it is shut down, the explanation counts no node.
+    first = wait_until(
+        lambda: not running.cli_json("nodes") and (e := explanation()).get("nodes") == 0 and e,
+        60,
+        "the first node to go, and the explanation to say so",
+    )
+    sleeper = running.cli("submit", "--", "sleep", "3").stdout.strip()
+    # A node boots for the other job: the waiting job's one-line reason stays the same, but what
+    # it says about the nodes must follow (it used to keep the first pass's "0 of 0 nodes").
+    seen = wait_until(lambda: (e := explanation())["nodes"] == 1 and e, 60, "the explanation to see the new node")
+    (ram,) = [f for f in seen["filters"] if f["code"] == "INSUFFICIENT_RAM"]
+    assert ram["sample"] == [running.cli_json("job", sleeper)["node"]] and seen["at"] > first["at"]
+    assert "as of" in running.cli("explain", waiting).stdout
+    # The node idles out and is shut down: the explanation says so too.
+    wait_until(lambda: explanation()["nodes"] == 0, 60, "the explanation to lose the node")
+    reason = running.cli_json("job", waiting)["wait_reason"]
+    assert reason == "no instance type has 40 GiB RAM (the largest has 8 GiB RAM)"

@@ -21,7 +21,7 @@ def test_annotations_are_stored_for_queued_jobs_only_and_unplaceable_is_an_event
     rows = {r["id"]: r for r in store.list_job_rows(limit=2000)}
     assert rows[claimed]["wait_reason"] == ""  # it is claimed: nothing to explain
     assert rows[ids[1]]["wait_reason"] == "waiting for an instance to boot" and not rows[ids[1]]["unplaceable"]
-    assert rows[ids[1100]]["unplaceable"] and rows[ids[1100]]["explanation"] == explanation
+    assert rows[ids[1100]]["unplaceable"] and rows[ids[1100]]["explanation"] == {**explanation, "at": 3.0}
     events = store.list_events(kind="job.unplaceable", limit=1000)
     assert sorted(e["job_id"] for e in events) == ids[1000:]
 
@@ -31,3 +31,21 @@ def test_the_snapshot_reflects_priority_changes_of_cached_jobs(store: Store) -> 
     assert store.load_snapshot("d", [], 0.0).jobs[0].priority == 3
     store.set_priority(job_id, 0, 2.0)
     assert store.load_snapshot("d", [], 0.0).jobs[0].priority == 0
+
+
+def test_refreshed_explanations_replace_those_of_queued_jobs_only(store: Store) -> None:
+    waiting, claimed = store.submit([JobRequest(command=["x"]) for _ in range(2)], 1.0)
+    first = {"nodes": 0, "filters": []}
+    store.annotate_many(
+        [Annotation(waiting, "no node has room"), Annotation(claimed, "no node has room")],
+        {waiting: first, claimed: first},
+        2.0,
+    )
+    assert store.claim(claimed, "d", ["n1"], Resources(), 3.0) is not None
+    later = {"nodes": 1, "filters": [{"code": "INSUFFICIENT_RAM", "sample": ["n1"]}]}
+    store.refresh_explanations({waiting: later, claimed: later}, 4.0)
+
+    rows = {r["id"]: r for r in store.list_job_rows(limit=10)}
+    assert rows[waiting]["explanation"] == {**later, "at": 4.0}
+    assert rows[waiting]["wait_reason"] == "no node has room"  # only the explanation is replaced
+    assert rows[claimed]["explanation"] == {**first, "at": 2.0}  # no longer waiting: left as it was

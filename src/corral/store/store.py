@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, and_, create_engine, event, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Row, and_, bindparam, create_engine, event, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
@@ -287,7 +287,7 @@ class Store:
                     .values(
                         wait_reason=note.wait_reason,
                         unplaceable=note.unplaceable,
-                        explanation=explanations[note.job_id],
+                        explanation=_dated(explanations[note.job_id], now),
                         updated_at=now,
                     )
                 )
@@ -307,9 +307,23 @@ class Store:
                     ],
                 )
 
-    def set_explanation(self, job_id: int, explanation: dict[str, Any]) -> None:
+    def set_explanation(self, job_id: int, explanation: dict[str, Any], now: float) -> None:
         with self.write() as conn:
-            conn.execute(update(J).where(J.c.id == job_id).values(explanation=explanation))
+            conn.execute(update(J).where(J.c.id == job_id).values(explanation=_dated(explanation, now)))
+
+    def refresh_explanations(self, explanations: Mapping[int, dict[str, Any]], now: float) -> None:
+        """Replace the stored explanations of queued jobs whose reason line did not change but
+        whose explanation did (the fleet moved under them), in one transaction."""
+        if not explanations:
+            return
+        rows = [{"job_id": job_id, "dated": _dated(e, now)} for job_id, e in explanations.items()]
+        with self.write() as conn:
+            conn.execute(
+                update(J)
+                .where(J.c.id == bindparam("job_id"), J.c.state == JobState.QUEUED.value)
+                .values(explanation=bindparam("dated")),
+                rows,
+            )
 
     # ---- the claim ----------------------------------------------------------------------------
 
@@ -708,6 +722,11 @@ class Store:
                 )
             ).all()
         return [r[0] for r in rows]
+
+
+def _dated(explanation: dict[str, Any], now: float) -> dict[str, Any]:
+    """An explanation as stored: with the time of the pass that made it (`at`)."""
+    return {**explanation, "at": now}
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
