@@ -26,7 +26,7 @@ from corral.store import Store
 log = logging.getLogger("corral.loop")
 
 # Explanations rewritten in one pass because the fleet changed under them (see refresh_explanations).
-EXPLANATIONS_PER_PASS = 200
+EXPLANATIONS_PER_PASS = 100
 
 
 def decide(
