@@ -219,3 +219,94 @@ def test_scale_limit_and_seed(app: typer.Typer, workload: Path, tmp_path: Path) 
     two = json.loads(runner.invoke(app, [*base, "--seed", "7", "--scale", "0.25"]).stdout)["runs"][0]
     assert one["jobs"] == 40
     assert two["cost_usd"] < one["cost_usd"]  # a quarter of the vcpus per processor
+
+
+def test_jobs_that_never_run_are_counted_with_the_cores_reason(app: typer.Typer, tmp_path: Path) -> None:
+    # Left out of the waits, such jobs would make a config that starves them look better: the
+    # results must say how many there are and why.
+    workload = tmp_path / "big.jsonl"
+    lines = ['{"submit_time": 0, "run_time": 100, "vcpus": 2, "ram": "1GiB"}']
+    lines += ['{"submit_time": 10, "run_time": 100, "vcpus": 32, "ram": "1GiB"}'] * 2
+    lines += ['{"submit_time": 20, "run_time": 100, "vcpus": 2, "ram": "100GiB"}']
+    workload.write_text("\n".join(lines) + "\n")
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["completed"] == 1 and run["unfinished"] == 3
+    assert run["unfinished_reasons"] == {
+        "no instance type has 32 vcpus (the largest has 16 vcpus)": 2,
+        "no instance type has 100 GiB RAM (the largest has 64 GiB RAM)": 1,
+    }
+    table = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--no-progress"])
+    assert "3 jobs never finished (not in the waits, slowdowns or bounds): 2 no instance type has 32 vcpus" in (
+        " ".join(table.stdout.split())
+    )
+
+
+def test_swf_jobs_larger_than_any_type_are_counted_as_gangs(app: typer.Typer, tmp_path: Path) -> None:
+    fields = ["-1"] * 18
+    jobs = []
+    for number, procs in ((1, 4), (2, 40)):  # 40 processors: three 16-vcpu nodes
+        job = list(fields)
+        job[0], job[1], job[3], job[4], job[7], job[10] = (
+            str(number),
+            str(number * 10),
+            "100",
+            str(procs),
+            str(procs),
+            "1",
+        )
+        jobs.append(" ".join(job))
+    workload = tmp_path / "gang.swf"
+    workload.write_text("\n".join(jobs) + "\n")
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["gangs"] == 1 and run["completed"] == 2
+
+
+def test_a_run_stopped_at_the_horizon_says_so_in_the_table_and_report(app: typer.Typer, tmp_path: Path) -> None:
+    workload = tmp_path / "long.jsonl"
+    workload.write_text('{"submit_time": 0, "run_time": 7200, "vcpus": 1, "ram": "1GiB"}\n')
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    cfg.write_text(cfg.read_text() + '\n[sim]\nhorizon = "10m"\n')
+    report = tmp_path / "report"
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--report", str(report), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "stopped at the horizon │ yes" in text and "stopped at sim.horizon with work left" in text
+    assert "1 running at the end" in text
+    assert "stopped at sim.horizon with work left" in (report / "index.html").read_text()
+
+
+def test_a_report_directory_that_cannot_be_made_fails_before_the_run(
+    app: typer.Typer, workload: Path, tmp_path: Path
+) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    result = runner.invoke(app, ["simulate", str(workload), "--report", str(taken), "--no-progress"])
+    assert result.exit_code == 2
+    assert f"--report {taken}: exists and is not a directory" in " ".join(result.output.split())
+    assert "Traceback" not in result.output and "jobs" not in result.stdout  # nothing was simulated
+
+
+@pytest.mark.parametrize("option", ["--scale", "--time-scale"])
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_scales_must_be_finite_and_positive(app: typer.Typer, workload: Path, option: str, value: str) -> None:
+    result = runner.invoke(app, ["simulate", str(workload), option, value, "--no-progress"])
+    assert result.exit_code == 2
+    assert f"{option} must be a finite number more than 0" in result.output
+
+
+def test_compared_labels_are_not_cut_in_a_narrow_terminal(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    one = write_config(tmp_path / "fixed-partition.toml", "1m")
+    two = write_config(tmp_path / "fixed-peak.toml", "1m")
+    three = write_config(tmp_path / "one-per-job.toml", "1m")
+    args = ["simulate", str(workload), "--compare", str(one), str(two), str(three), "--no-progress", "--workers", "1"]
+    result = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    words = result.stdout.split("jobs │")[0].split()
+    assert {"fixed-partition", "fixed-peak", "one-per-job"} <= set(words)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 from typing import Annotated, NoReturn, cast
 
@@ -31,10 +33,12 @@ def simulate_command(
         typer.Argument(
             help="The workload (.swf, .swf.gz or JSON Lines); with --compare, also the config files to compare.",
             show_default=False,
+            metavar="WORKLOAD",
         ),
     ],
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="corral config file (instance types, policy, [sim]).")
+        Path | None,
+        typer.Option("--config", "-c", help="corral config file (instance types, policy, \\[sim] section)."),
     ] = None,
     compare: Annotated[
         bool, typer.Option("--compare", help="Run every config file given (.toml/.yaml) on the workload, side by side.")
@@ -85,8 +89,20 @@ def simulate_command(
         fmt=cast(Format, fmt), scale=scale, time_scale=time_scale, skip_bad_lines=skip_bad_lines, limit=limit
     )
     for name, value in (("--scale", scale), ("--time-scale", time_scale)):
-        if value is not None and value <= 0:
-            fail(f"{name} must be more than 0")
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{name} must be a finite number more than 0 (got {value})")
+    if workloads[0].is_dir():
+        fail(f"{workloads[0]} is a directory, not a workload file")
+    if report is not None:
+        # Checked before the run, which may take minutes: its figures would be lost.
+        if report.exists() and not report.is_dir():
+            fail(f"--report {report}: exists and is not a directory")
+        try:
+            report.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail(f"--report {report}: cannot create it ({exc.strerror or exc})")
+        if not os.access(report, os.W_OK):
+            fail(f"--report {report}: not writable")
     if default_memory is not None:
         try:
             options.default_memory = float(parse_size(default_memory))
@@ -125,7 +141,11 @@ def simulate_command(
     if as_json:
         typer.echo(json.dumps(outcome.to_json(), indent=2))
     else:
-        Console().print(results_table(outcome))
+        out = Console()
+        out.print(results_table(outcome))
+        for result in outcome.results:
+            for warning in result.warnings():
+                out.print(f"[yellow]note:[/yellow] {result.label}: {warning}", highlight=False)
         skipped = outcome.workload.stats.skipped
         if skipped:
             err.print(f"{skipped:,} bad lines skipped, e.g. {outcome.workload.stats.errors[0]}", highlight=False)
@@ -135,9 +155,10 @@ def results_table(outcome: Outcome) -> Table:
     runs = outcome.to_json()["runs"]
     workload = outcome.workload
     table = Table(title=f"{workload.source}: {len(workload.jobs):,} jobs", title_justify="left")
-    table.add_column("")
+    # Labels fold rather than end in an ellipsis: two configs cut to "fixed-p…" could not be told apart.
+    table.add_column("", overflow="fold")
     for run in runs:
-        table.add_column(f"{run['label']} ({run['mode']})", justify="right")
+        table.add_column(f"{run['label']} ({run['mode']})", justify="right", overflow="fold")
     for label, key, fmt in ROWS:
         table.add_row(label, *(format_value(run.get(key), fmt) for run in runs))
     return table

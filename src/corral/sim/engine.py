@@ -137,7 +137,7 @@ class Simulation:
         self.times = PassTimes()
         self.placer = self._timed(make_placer(self.policy, explanations=sim.explanations))
         self.planner = PlannerMemo()
-        shape_gangs(jobs, self.types)
+        self.gangs = shape_gangs(jobs, self.types)  # jobs larger than any one node: run as gangs
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
 

@@ -55,6 +55,10 @@ class SimResult:
     packing_bound: float
     wall_seconds: float = 0.0
     horizon_reached: bool = False  # stopped at sim.horizon with work left
+    gangs: int = 0  # jobs no one node of the run's types holds, run as gangs of several
+    # Why the jobs that never finished did not: the core's wait reason of each still queued
+    # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts.
+    unfinished_reasons: dict[str, int] = field(default_factory=dict)
     # For the report; not part of the JSON summary.
     waits: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     trace: Trace = field(default_factory=Trace, repr=False)
@@ -74,6 +78,21 @@ class SimResult:
     def jobs_per_second(self) -> float:
         return self.jobs / self.wall_seconds if self.wall_seconds > 0 else float("nan")
 
+    def warnings(self) -> list[str]:
+        """What a reader of the figures must know: work the figures leave out."""
+        notes = []
+        if self.horizon_reached:
+            notes.append("stopped at sim.horizon with work left: the figures cover only what ended before it")
+        if self.unfinished:
+            reasons = sorted(self.unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))
+            shown = "; ".join(f"{count:,} {reason}" for reason, count in reasons[:3])
+            more = f"; {len(reasons) - 3:,} other reasons" if len(reasons) > 3 else ""
+            notes.append(
+                f"{self.unfinished:,} {'job' if self.unfinished == 1 else 'jobs'} never finished"
+                f" (not in the waits, slowdowns or bounds): {shown}{more}"
+            )
+        return notes
+
     def summary(self) -> dict[str, Any]:
         """The JSON-able figures (what `--json` prints)."""
 
@@ -88,6 +107,8 @@ class SimResult:
             "failed": self.failed,
             "cancelled": self.cancelled,
             "unfinished": self.unfinished,
+            "unfinished_reasons": self.unfinished_reasons,
+            "gangs": self.gangs,
             "wait_mean_s": num(self.wait_mean),
             "wait_median_s": num(self.wait_median),
             "wait_p95_s": num(self.wait_p95),
@@ -164,6 +185,13 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
     total_billed = sum(billed_vcpu.values())
     per_job, packing = cost_bounds(sim)
     counters = sim.counters
+    unfinished_reasons: dict[str, int] = {}
+    for job in sim.jobs.values():  # the jobs still open when the run ended
+        reason = (job.wait_reason or "waiting") if job.state is JobState.QUEUED else f"{job.state.value} at the end"
+        unfinished_reasons[reason] = unfinished_reasons.get(reason, 0) + 1
+    not_arrived = len(sim.specs) - len(states) - len(sim.jobs)
+    if not_arrived > 0:
+        unfinished_reasons["not submitted before the run ended"] = not_arrived
     return SimResult(
         label=sim.label,
         mode="fixed" if sim.fixed else "elastic",
@@ -193,6 +221,8 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         packing_bound=packing,
         wall_seconds=wall_seconds,
         horizon_reached=sim.stopped_early,
+        gangs=sim.gangs,
+        unfinished_reasons=dict(sorted(unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))),
         waits=waits,
         trace=sim.trace,
         cost_curve=curve,

@@ -27,6 +27,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("failed", "failed", "{:,}"),
     ("cancelled", "cancelled", "{:,}"),
     ("never finished", "unfinished", "{:,}"),
+    ("stopped at the horizon", "horizon_reached", "yes/no"),
+    ("run as gangs", "gangs", "{:,}"),
     ("mean wait", "wait_mean_s", "duration"),
     ("median wait", "wait_median_s", "duration"),
     ("p95 wait", "wait_p95_s", "duration"),
@@ -55,6 +57,8 @@ ROWS: list[tuple[str, str, str]] = [
 def format_value(value: Any, fmt: str) -> str:
     if value is None:
         return "-"
+    if fmt == "yes/no":
+        return "yes" if value else "no"
     if fmt == "duration":
         return format_duration(float(value))
     return fmt.format(value)
@@ -87,8 +91,17 @@ def write_report(directory: Path, outcome: Outcome) -> Path:
     return page
 
 
-def _days(result: SimResult, times: np.ndarray) -> np.ndarray:
-    return (times - result.start_time) / 86400.0
+# The time axis's unit, by the longest run's span: (span up to, seconds per unit, name).
+TIME_UNITS = [(2 * 3600.0, 60.0, "minutes"), (2 * 86400.0, 3600.0, "hours"), (float("inf"), 86400.0, "days")]
+
+
+def _time_unit(results: list[SimResult]) -> tuple[float, str]:
+    span = max((float(r.cost_curve[0][-1]) - r.start_time for r in results if len(r.cost_curve[0])), default=0.0)
+    return next((seconds, name) for limit, seconds, name in TIME_UNITS if span <= limit)
+
+
+def _since_start(result: SimResult, times: np.ndarray, unit: float) -> np.ndarray:
+    return (times - result.start_time) / unit
 
 
 def _thin(x: np.ndarray, ys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -102,18 +115,20 @@ def _thin(x: np.ndarray, ys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndar
 
 def _plot_fleet(results: list[SimResult]) -> Any:
     figure, (fleet_ax, queue_ax) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    unit, unit_name = _time_unit(results)
     for result in results:
         trace = result.trace
         times = np.frombuffer(trace.time, dtype=float)
         x, (fleet, queued) = _thin(
-            _days(result, times), [np.frombuffer(trace.fleet, dtype=float), np.frombuffer(trace.queued, dtype=float)]
+            _since_start(result, times, unit),
+            [np.frombuffer(trace.fleet, dtype=float), np.frombuffer(trace.queued, dtype=float)],
         )
         fleet_ax.step(x, fleet, where="post", label=result.label, linewidth=1)
         queue_ax.step(x, queued, where="post", label=result.label, linewidth=1)
     fleet_ax.set_ylabel("instances (booting or running)")
     queue_ax.set_ylabel("jobs queued")
-    queue_ax.set_xlabel("days since the first submission")
-    fleet_ax.legend(loc="upper right")
+    queue_ax.set_xlabel(f"{unit_name} since the first submission")
+    fleet_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fleet_ax.grid(alpha=0.3)
     queue_ax.grid(alpha=0.3)
     figure.tight_layout()
@@ -122,10 +137,11 @@ def _plot_fleet(results: list[SimResult]) -> Any:
 
 def _plot_cost(results: list[SimResult]) -> Any:
     figure, ax = plt.subplots(figsize=(10, 4))
+    unit, unit_name = _time_unit(results)
     for result in results:
         times, cost = result.cost_curve
-        ax.plot(_days(result, times), cost, label=f"{result.label} (${result.cost:,.0f})")
-    ax.set_xlabel("days since the first submission")
+        ax.plot(_since_start(result, times, unit), cost, label=f"{result.label} (${result.cost:,.0f})")
+    ax.set_xlabel(f"{unit_name} since the first submission")
     ax.set_ylabel("cost so far (USD)")
     ax.legend(loc="upper left")
     ax.grid(alpha=0.3)
@@ -145,7 +161,10 @@ def _plot_waits(results: list[SimResult]) -> Any:
     ax.set_xlabel("wait (s, log scale; waits under 1 s drawn at 1 s)")
     ax.set_ylabel("fraction of jobs waiting at most this long")
     ax.set_ylim(0, 1.01)
-    ax.legend(loc="lower right")
+    if any(len(r.waits) for r in results):
+        ax.legend(loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no job ran to the end of its run", transform=ax.transAxes, ha="center", va="center")
     ax.grid(alpha=0.3, which="both")
     figure.tight_layout()
     return figure
@@ -158,11 +177,16 @@ def _plot_utilisation(results: list[SimResult]) -> Any:
     positions = np.arange(len(names))
     for i, result in enumerate(results):
         values = [result.utilisation_by_type.get(name, 0.0) * 100 for name in names]
-        ax.bar(positions + i * width, values, width, label=result.label)
+        bars = ax.bar(positions + i * width, values, width, label=result.label)
+        # A type billed and never used draws no bar: say 0 so that it is not read as "not billed".
+        for bar, name in zip(bars, names, strict=True):
+            if name in result.utilisation_by_type and result.utilisation_by_type[name] == 0:
+                ax.text(bar.get_x() + bar.get_width() / 2, 1, "0", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(positions + width * (len(results) - 1) / 2, names, rotation=30, ha="right")
     ax.set_ylabel("vcpu-seconds used / billed (%)")
     ax.set_ylim(0, 100)
-    ax.legend(loc="upper right")
+    # Outside the axes: bars near 100% run under a legend drawn inside.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     return figure
@@ -183,6 +207,12 @@ def _html(outcome: Outcome, plots: list[tuple[str, str]]) -> str:
         "".join(f"<li>{html.escape(name)}: {count:,}</li>" for name, count in workload["quirks"].items())
         or "<li>none</li>"
     )
+    warnings = [f"{r.label}: {w}" for r in outcome.results for w in r.warnings()]
+    notes = (
+        "<p><strong>Note:</strong></p><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul>"
+        if warnings
+        else ""
+    )
     figures = "\n".join(
         f'<h2>{html.escape(title)}</h2>\n<img src="{name}" alt="{html.escape(title)}">' for name, title in plots
     )
@@ -197,6 +227,7 @@ td:first-child {{ text-align: left; }} img {{ max-width: 100%; }}
 <p>Workload <code>{html.escape(workload["source"])}</code> ({html.escape(workload["format"])}):
 {workload["replayed"]:,} jobs replayed, {workload["skipped_lines"]:,} bad lines skipped.</p>
 <p>What the mapping filled in or fixed:</p><ul>{quirks}</ul>
+{notes}
 <h2>Summary</h2>
 <table><tr><th></th>{head}</tr>
 {rows}
