@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,8 +70,19 @@ class ControlLoop:
         self.placer = make_placer(config.policy)
         self.planner = PlannerMemo()
         self._explained: dict[int, dict[str, Any]] = {}  # a waiting job's explanation as last written
+        self._serial = threading.Lock()  # a pass and the fleet's shutdown never overlap
+        self.stopped = False
 
     def run_pass(self) -> PassReport:
+        # One at a time with shutdown_fleet: a stop that ran beside a pass would miss the instances
+        # the pass boots (or a node it created before its instance id was known), and leave them
+        # running; a pass asked for after the stop does nothing.
+        with self._serial:
+            if self.stopped:
+                return PassReport(Decisions())
+            return self._run_pass()
+
+    def _run_pass(self) -> PassReport:
         started = self.clock()
         self.store.heartbeat(self.dispatcher_id, started)
         self.sync_cloud(started)
@@ -187,7 +199,13 @@ class ControlLoop:
             log.warning("destroy %s failed: %s", instance_id, exc)
 
     def shutdown_fleet(self, reason: str) -> None:
-        """Clean stop: requeue running work as a temporary failure, destroy every instance, record it."""
+        """Clean stop: requeue running work as a temporary failure, destroy every instance, record it.
+        Waits for a pass in flight to end; no pass runs after it."""
+        with self._serial:
+            self.stopped = True
+            self._shutdown_fleet(reason)
+
+    def _shutdown_fleet(self, reason: str) -> None:
         from corral.core import retry
 
         now = self.clock()

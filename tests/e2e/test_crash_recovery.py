@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 
 from corral.cloud.loopback import LoopbackCloud
 from corral.core.model import GiB, InstanceType
@@ -13,6 +14,7 @@ def test_sigkill_mid_run_then_restart_loses_nothing(corral: Corral) -> None:
     corral.start()
     running = int(corral.cli("submit", "--", "sh", "-c", "echo started; sleep 4; echo finished; exit 4").stdout)
     wait_until(lambda: corral.jobs()[running]["state"] == "running", 60, "the job to run")
+    started_at = corral.cli_json("job", str(running))["started_at"]
     assert corral.stop(signal.SIGKILL) == -signal.SIGKILL
 
     # While corral is down: an instance that carries this cluster's tags but that corral never
@@ -21,11 +23,16 @@ def test_sigkill_mid_run_then_restart_loses_nothing(corral: Corral) -> None:
     orphan = cloud.create(InstanceType("small", 2, 2 * GiB, 0.085), "n-orphan", "no-such-token", {})
     assert orphan.id in {i.id for i in cloud.list()}
 
+    # The command ends while corral is down; its agent keeps the exit until it can report it.
+    time.sleep(max(0.0, started_at + 6 - time.time()))
+    restarted = time.time()
     corral.start()
     queued_after = int(corral.cli("submit", "--", "echo", "after restart").stdout)
     wait_until(lambda: corral.jobs()[running]["state"] == "failed", 60, "the re-adopted job to finish")
     job = corral.cli_json("job", str(running))
     assert job["exit_code"] == 4 and job["attempts"] == 1, job
+    # Recorded when it ended, not when the report arrived after the restart (a 4 s run is not 6+ s).
+    assert job["finished_at"] < restarted and job["finished_at"] - job["started_at"] < 5.5, job
     assert corral.cli("logs", str(running)).stdout == "started\nfinished\n"
 
     wait_until(lambda: corral.jobs()[queued_after]["state"] == "complete", 60, "a new job to run after restart")

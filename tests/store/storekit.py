@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from corral.core.model import GiB, InstanceType, Resources
+from corral.core import retry
+from corral.core.model import GiB, InstanceType, Job, Resources
+from corral.core.snapshot import JobOutcome
 from corral.jobspec import JobRequest
 from corral.store import Store, schema
 
 NOW = 1_700_000_000.0  # explicit clock values everywhere; the store never reads a clock
 SMALL = InstanceType("small", vcpus=4.0, ram_mib=8 * GiB, price_per_hour=0.10)
 ONE_CPU = Resources(1.0, 1 * GiB, 0, 0)
+
+
+def after_exit(exit_code: int, attempt_id: int) -> Callable[[Job], JobOutcome]:
+    """What the agent API asks the core when an attempt exits (Store.finish_attempt's outcome_of)."""
+    return lambda job: retry.after_exit(job, exit_code, (attempt_id,))
 
 
 def request(name: str = "", **fields: Any) -> JobRequest:

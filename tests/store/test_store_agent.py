@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from corral.core import retry
-from corral.core.model import AttemptState, JobState, NodeState, Resources
+from corral.core.model import AttemptState, Job, JobState, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.store import Store
 
-from .storekit import NOW, ONE_CPU, SMALL, claim, event_kinds, snapshot_of_tables, submit
+from .storekit import NOW, ONE_CPU, SMALL, after_exit, claim, event_kinds, snapshot_of_tables, submit
 
 MEASURED = Resources(3.5, 7000, 50_000, 0)  # what the agent reports: a little less than the type's nominal
 
@@ -94,36 +94,60 @@ def test_attempt_started_after_a_requeue_is_refused(store: Store) -> None:
     assert store.attempt_row(newer)["state"] == AttemptState.ASSIGNED.value  # type: ignore[index]
 
 
-def test_record_exit_is_idempotent(store: Store) -> None:
+def test_an_exit_is_recorded_once_with_its_outcome(store: Store) -> None:
     [job_id] = submit(store)
     attempt_id = claim(store, job_id, nodes=["n1"])
     assert store.attempt_started(attempt_id, "n1", 7, NOW + 1)
 
-    assert store.record_exit(attempt_id, "n2", 0, NOW + 5) is None  # another node cannot report it
-    first = store.record_exit(attempt_id, "n1", 0, NOW + 5)
-    assert first is not None
-    job, reported = first
-    assert reported == attempt_id and job.id == job_id and job.state is JobState.RUNNING
+    assert not store.finish_attempt(attempt_id, "n2", 0, NOW + 5, after_exit(0, attempt_id))  # not its node
+    seen: list[Job] = []
+
+    def outcome_of(job: Job) -> JobOutcome:
+        seen.append(job)
+        return retry.after_exit(job, 0, (attempt_id,))
+
+    assert store.finish_attempt(attempt_id, "n1", 0, NOW + 5, outcome_of)
+    assert [(job.id, job.state) for job in seen] == [(job_id, JobState.RUNNING)]  # the core saw it running
     attempt = store.attempt_row(attempt_id)
     assert attempt is not None
     assert attempt["state"] == AttemptState.EXITED.value and attempt["exit_code"] == 0
     assert attempt["finished_at"] == NOW + 5
-    assert store.apply_outcome(retry.after_exit(job, 0, (attempt_id,)), NOW + 5)
+    assert store.job_row(job_id)["state"] == JobState.COMPLETE.value  # in the same transaction
     before = snapshot_of_tables(store)
 
-    assert store.record_exit(attempt_id, "n1", 0, NOW + 6) is None  # the agent re-sends its report
-    assert store.record_exit(attempt_id, "n1", 1, NOW + 6) is None  # even with another exit code
-    assert snapshot_of_tables(store) == before
-    assert store.job_row(job_id)["state"] == JobState.COMPLETE.value
-    assert store.record_exit(987654, "n1", 0, NOW) is None  # unknown attempt
+    assert not store.finish_attempt(attempt_id, "n1", 0, NOW + 6, outcome_of)  # the agent re-sends its report
+    assert not store.finish_attempt(attempt_id, "n1", 1, NOW + 6, after_exit(1, attempt_id))  # another exit code
+    assert snapshot_of_tables(store) == before and len(seen) == 1
+    assert not store.finish_attempt(987654, "n1", 0, NOW, after_exit(0, 987654))  # unknown attempt
 
 
-def test_record_exit_without_a_start_report_still_counts_as_run(store: Store) -> None:
+def test_an_exit_reported_late_is_recorded_when_the_agent_saw_it(store: Store) -> None:
+    # The agent keeps an exit while the server is down and reports it when it is back: the run
+    # ended then, not when the report arrives (run times and costs would grow by the outage).
+    early, skewed = submit(store, 2)
+    a_early = claim(store, early, nodes=["n1"])
+    assert store.attempt_started(a_early, "n1", 7, NOW + 1)
+    assert store.finish_attempt(a_early, "n1", 0, NOW + 40, after_exit(0, a_early), ended_at=NOW + 13)
+    assert store.attempt_row(a_early)["finished_at"] == NOW + 13  # type: ignore[index]
+    assert store.job_row(early)["finished_at"] == NOW + 13
+    # A clock that disagrees with the server's is kept within the attempt's start and the report.
+    a_skewed = claim(store, skewed, nodes=["n1"])
+    assert store.attempt_started(a_skewed, "n1", 8, NOW + 2)
+    assert store.finish_attempt(a_skewed, "n1", 0, NOW + 40, after_exit(0, a_skewed), ended_at=NOW - 500)
+    assert store.job_row(skewed)["finished_at"] == NOW + 2
+
+
+def test_an_exit_without_a_start_report_still_counts_as_run(store: Store) -> None:
     [job_id] = submit(store)
     attempt_id = claim(store, job_id, nodes=["n1"])
-    exited = store.record_exit(attempt_id, "n1", 2, NOW + 9)  # the start report was lost
-    assert exited is not None
-    assert exited[0].state is JobState.RUNNING and exited[0].started_at == NOW + 9
+    seen: list[Job] = []
+
+    def outcome_of(job: Job) -> JobOutcome:
+        seen.append(job)
+        return retry.after_exit(job, 2, (attempt_id,))
+
+    assert store.finish_attempt(attempt_id, "n1", 2, NOW + 9, outcome_of)  # the start report was lost
+    assert seen[0].state is JobState.RUNNING and seen[0].started_at == NOW + 9
 
 
 def test_attempts_to_kill_lists_only_attempts_no_longer_wanted(store: Store) -> None:
@@ -134,7 +158,7 @@ def test_attempts_to_kill_lists_only_attempts_no_longer_wanted(store: Store) -> 
     a_cancelled = claim(store, cancelled, nodes=["n1"])
     assert store.apply_outcome(JobOutcome(cancelled, JobState.CANCELLED, "cancel", (a_cancelled,)), NOW)
     a_exited = claim(store, exited, nodes=["n1"])
-    assert store.record_exit(a_exited, "n1", 0, NOW) is not None
+    assert store.finish_attempt(a_exited, "n1", 0, NOW, after_exit(0, a_exited))
     a_elsewhere = claim(store, elsewhere, nodes=["n2"], resources=ONE_CPU)
     unknown = max(a_assigned, a_running, a_cancelled, a_exited, a_elsewhere) + 100
 

@@ -20,7 +20,17 @@ from corral.core.model import AttemptState, JobState
 from corral.core.settings import RetrySettings
 from corral.store import Store
 
-from .storekit import NOW, SideTransaction, all_rows, claim, event_kinds, lock_waiters, submit, wait_for_lock_waiters
+from .storekit import (
+    NOW,
+    SideTransaction,
+    after_exit,
+    all_rows,
+    claim,
+    event_kinds,
+    lock_waiters,
+    submit,
+    wait_for_lock_waiters,
+)
 
 T = TypeVar("T")
 RESULT_TIMEOUT = 60.0
@@ -71,12 +81,22 @@ def test_duplicate_exit_reports_racing_each_other_count_once(store: Store, pool:
 
     with SideTransaction(store) as side:
         side.execute(f"UPDATE attempts SET reason = reason WHERE id = {attempt_id}")  # holds the attempt row
-        first = run_blocked(pool, store, lambda: store.record_exit(attempt_id, "n1", 0, NOW + 5), waiting=1)
-        second = run_blocked(pool, store, lambda: store.record_exit(attempt_id, "n1", 0, NOW + 6), waiting=2)
+        first = run_blocked(
+            pool,
+            store,
+            lambda: store.finish_attempt(attempt_id, "n1", 0, NOW + 5, after_exit(0, attempt_id)),
+            waiting=1,
+        )
+        second = run_blocked(
+            pool,
+            store,
+            lambda: store.finish_attempt(attempt_id, "n1", 0, NOW + 6, after_exit(0, attempt_id)),
+            waiting=2,
+        )
         side.commit()
 
     results = [first.result(RESULT_TIMEOUT), second.result(RESULT_TIMEOUT)]
-    assert sum(r is not None for r in results) == 1, results  # exactly one caller goes on to apply the exit
+    assert sum(results) == 1, results  # exactly one report is recorded, with its outcome
     attempt = store.attempt_row(attempt_id)
     assert attempt is not None and attempt["state"] == AttemptState.EXITED.value and attempt["exit_code"] == 0
 
@@ -97,14 +117,19 @@ def test_an_exit_report_racing_a_requeue_never_revives_the_ended_attempt(
     with SideTransaction(store) as side:
         side.execute(f"UPDATE attempts SET reason = reason WHERE id = {attempt_id}")  # holds the attempt row
         requeued = run_blocked(pool, store, lambda: store.apply_outcome(requeue, NOW + 200), waiting=1)
-        exited = run_blocked(pool, store, lambda: store.record_exit(attempt_id, "n1", 1, NOW + 200), waiting=2)
+        exited = run_blocked(
+            pool,
+            store,
+            lambda: store.finish_attempt(attempt_id, "n1", 1, NOW + 200, after_exit(1, attempt_id)),
+            waiting=2,
+        )
         side.commit()
 
     requeue_applied, exit_result = requeued.result(RESULT_TIMEOUT), exited.result(RESULT_TIMEOUT)
     attempt = store.attempt_row(attempt_id)
     row = store.job_row(job_id)
     assert attempt is not None
-    if exit_result is None:  # the requeue came first (always so on PostgreSQL, where the order is forced)
+    if not exit_result:  # the requeue came first (always so on PostgreSQL, where the order is forced)
         assert requeue_applied is True
         assert attempt["state"] == AttemptState.TEMPFAIL.value and attempt["exit_code"] is None
         assert row["state"] == JobState.QUEUED.value and row["temp_failures"] == 1

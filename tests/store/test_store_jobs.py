@@ -14,7 +14,18 @@ from corral.core.snapshot import JobOutcome
 from corral.jobspec import JobRequest
 from corral.store import Store
 
-from .storekit import NOW, ONE_CPU, all_rows, claim, count_rows, event_kinds, request, snapshot_of_tables, submit
+from .storekit import (
+    NOW,
+    ONE_CPU,
+    after_exit,
+    all_rows,
+    claim,
+    count_rows,
+    event_kinds,
+    request,
+    snapshot_of_tables,
+    submit,
+)
 
 RETRY = RetrySettings()  # 5 TempFails, back-off 5 s doubling
 
@@ -226,10 +237,7 @@ def test_nonzero_exit_with_retries_left_requeues_as_a_permfail(store: Store) -> 
     [job_id] = submit(store, max_retries=1)
     attempt_id = claim(store, job_id)
     assert store.attempt_started(attempt_id, "n1", 1, NOW)
-    exited = store.record_exit(attempt_id, "n1", 3, NOW + 5)
-    assert exited is not None
-    job, _ = exited
-    assert store.apply_outcome(retry.after_exit(job, 3, (attempt_id,)), NOW + 5)
+    assert store.finish_attempt(attempt_id, "n1", 3, NOW + 5, after_exit(3, attempt_id))
     row = store.job_row(job_id)
     assert row["state"] == JobState.QUEUED.value and row["perm_failures"] == 1 and row["temp_failures"] == 0
     assert row["exit_code"] == 3 and row["retry_at"] is None

@@ -10,7 +10,8 @@ import time
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from corral.core import retry
-from corral.core.model import NodeState, Resources
+from corral.core.model import Job, NodeState, Resources
+from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.models import (
@@ -38,13 +39,14 @@ def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
     return PairResult(node_id=body.node_id, secret=secret, ping_interval=runtime.config.cloud.ping_interval)
 
 
-def finish_attempt(runtime: Runtime, node_id: str, attempt_id: int, exit_code: int) -> None:
-    """Record an exit and let the core say what it means for the job (complete, retry, failed)."""
-    now = time.time()
-    ended = runtime.store.record_exit(attempt_id, node_id, exit_code, now)
-    if ended is not None:
-        job, _ = ended
-        runtime.store.apply_outcome(retry.after_exit(job, exit_code, (attempt_id,)), now)
+def finish_attempt(runtime: Runtime, node_id: str, attempt_id: int, exit_code: int, finished_at: float | None) -> None:
+    """Record an exit, at the time the agent saw it, and let the core say what it means for the
+    job (complete, retry, failed)."""
+
+    def outcome_of(job: Job) -> JobOutcome:
+        return retry.after_exit(job, exit_code, (attempt_id,))
+
+    if runtime.store.finish_attempt(attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at):
         runtime.wake()
 
 
@@ -57,7 +59,7 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
     runtime.store.record_ping(node_id, Resources(body.used.vcpus, body.used.ram_mib, 0, 0), now)
     acked = []
     for finished in body.finished:
-        finish_attempt(runtime, node_id, finished.attempt_id, finished.exit_code)
+        finish_attempt(runtime, node_id, finished.attempt_id, finished.exit_code, finished.finished_at)
         acked.append(finished.attempt_id)
     for attempt_id in body.running:
         # A start report lost to a server restart: the agent's word that it runs is enough.
@@ -124,5 +126,5 @@ async def log_chunk(
 
 @router.post("/attempts/{attempt_id}/finished")
 def finished(attempt_id: int, body: FinishedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
-    finish_attempt(runtime, node["id"], attempt_id, body.exit_code)
+    finish_attempt(runtime, node["id"], attempt_id, body.exit_code, body.finished_at)
     return {"ok": True}

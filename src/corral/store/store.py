@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -372,42 +372,45 @@ class Store:
     def apply_outcome(self, outcome: JobOutcome, now: float) -> bool:
         """Carry out a core JobOutcome: end its attempts and move the job. False if the job had
         already moved on (e.g. finished meanwhile): the outcome is then dropped, nothing lost."""
+        with self.write() as conn:
+            return self._apply_outcome(conn, outcome, now)
+
+    def _apply_outcome(self, conn: Connection, outcome: JobOutcome, now: float) -> bool:
         attempt_state = {
             JobState.QUEUED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.EXITED,
             JobState.FAILED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.EXITED,
             JobState.CANCELLED: AttemptState.CANCELLED,
             JobState.COMPLETE: AttemptState.EXITED,
         }[outcome.state]
-        with self.write() as conn:
-            row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id).with_for_update()).first()
-            if row is None:
-                return False
-            old = JobState(row.state)
-            if old.terminal or (old is JobState.QUEUED and outcome.state is JobState.QUEUED):
-                return False
-            check_job_transition(old, outcome.state)
-            values: dict[str, Any] = {"state": outcome.state.value, "updated_at": now, "wait_reason": ""}
-            if outcome.temp_failure:
-                values["temp_failures"] = J.c.temp_failures + 1
-            if outcome.perm_failure:
-                values["perm_failures"] = J.c.perm_failures + 1
-            if outcome.exit_code is not None:
-                values["exit_code"] = outcome.exit_code
-            if outcome.state is JobState.QUEUED:
-                values.update(claimed_by=None, retry_at=outcome.retry_at, wait_reason=outcome.reason)
-            else:
-                values["finished_at"] = now
-            moved = conn.execute(update(J).where(J.c.id == outcome.job_id, J.c.state == old.value).values(**values))
-            if moved.rowcount != 1:
-                return False
-            if outcome.attempt_ids:
-                conn.execute(
-                    update(A)
-                    .where(A.c.id.in_(outcome.attempt_ids), A.c.state.in_(ACTIVE_ATTEMPT_STATES))
-                    .values(state=attempt_state.value, finished_at=now, reason=outcome.reason)
-                )
-            kind = "job.requeued" if outcome.state is JobState.QUEUED else f"job.{outcome.state.value}"
-            self._event(conn, now, kind, outcome.reason, job_id=outcome.job_id)
+        row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id).with_for_update()).first()
+        if row is None:
+            return False
+        old = JobState(row.state)
+        if old.terminal or (old is JobState.QUEUED and outcome.state is JobState.QUEUED):
+            return False
+        check_job_transition(old, outcome.state)
+        values: dict[str, Any] = {"state": outcome.state.value, "updated_at": now, "wait_reason": ""}
+        if outcome.temp_failure:
+            values["temp_failures"] = J.c.temp_failures + 1
+        if outcome.perm_failure:
+            values["perm_failures"] = J.c.perm_failures + 1
+        if outcome.exit_code is not None:
+            values["exit_code"] = outcome.exit_code
+        if outcome.state is JobState.QUEUED:
+            values.update(claimed_by=None, retry_at=outcome.retry_at, wait_reason=outcome.reason)
+        else:
+            values["finished_at"] = now
+        moved = conn.execute(update(J).where(J.c.id == outcome.job_id, J.c.state == old.value).values(**values))
+        if moved.rowcount != 1:
+            return False
+        if outcome.attempt_ids:
+            conn.execute(
+                update(A)
+                .where(A.c.id.in_(outcome.attempt_ids), A.c.state.in_(ACTIVE_ATTEMPT_STATES))
+                .values(state=attempt_state.value, finished_at=now, reason=outcome.reason)
+            )
+        kind = "job.requeued" if outcome.state is JobState.QUEUED else f"job.{outcome.state.value}"
+        self._event(conn, now, kind, outcome.reason, job_id=outcome.job_id)
         return True
 
     # ---- attempts as the agent reports them --------------------------------------------------
@@ -472,31 +475,52 @@ class Store:
             row = conn.execute(select(A).where(A.c.id == attempt_id)).first()
         return dict(row._mapping) if row else None
 
-    def record_exit(self, attempt_id: int, node_id: str, exit_code: int, now: float) -> tuple[Job, int] | None:
-        """Mark the attempt exited. Returns (job, attempt_id) for the caller to ask the core what
-        the exit means; None if this attempt was already ended (a repeated report)."""
+    def finish_attempt(
+        self,
+        attempt_id: int,
+        node_id: str,
+        exit_code: int,
+        now: float,
+        outcome_of: Callable[[Job], JobOutcome],
+        ended_at: float | None = None,
+    ) -> bool:
+        """Record an attempt's exit and carry out what the core says it means for the job
+        (`outcome_of`, e.g. core.retry.after_exit), in one transaction: a crash between the two
+        would leave the job running with no attempt, which nothing would ever end. `ended_at` is
+        when the agent saw it end (an exit reported after a server outage ended earlier than it
+        arrives), kept between the attempt's start and `now`. False for a repeated report."""
         with self.write() as conn:
-            attempt = self._lock_attempt(conn, attempt_id, node_id)
-            if attempt is None:
-                return None
-            if attempt.state not in ACTIVE_ATTEMPT_STATES:
-                return None
-            ended = conn.execute(
-                update(A)
-                .where(A.c.id == attempt_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
-                .values(state=AttemptState.EXITED.value, exit_code=exit_code, finished_at=now)
+            exited = self._record_exit(conn, attempt_id, node_id, exit_code, now, ended_at)
+            if exited is None:
+                return False
+            job, at = exited
+            self._apply_outcome(conn, outcome_of(job), at)
+        return True
+
+    def _record_exit(
+        self, conn: Connection, attempt_id: int, node_id: str, exit_code: int, now: float, ended_at: float | None = None
+    ) -> tuple[Job, float] | None:
+        """The exit recorded: the job as it stands, and the time the exit was recorded at."""
+        attempt = self._lock_attempt(conn, attempt_id, node_id)
+        if attempt is None or attempt.state not in ACTIVE_ATTEMPT_STATES:
+            return None
+        at = now if ended_at is None else min(now, max(ended_at, attempt.started_at or attempt.assigned_at))
+        ended = conn.execute(
+            update(A)
+            .where(A.c.id == attempt_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
+            .values(state=AttemptState.EXITED.value, exit_code=exit_code, finished_at=at)
+        )
+        if ended.rowcount != 1:
+            return None
+        if attempt.state == AttemptState.ASSIGNED.value:
+            # The start report was lost (e.g. a server restart): the job did run.
+            conn.execute(
+                update(J)
+                .where(J.c.id == attempt.job_id, J.c.state == JobState.CLAIMED.value)
+                .values(state=JobState.RUNNING.value, started_at=at)
             )
-            if ended.rowcount != 1:
-                return None
-            if attempt.state == AttemptState.ASSIGNED.value:
-                # The start report was lost (e.g. a server restart): the job did run.
-                conn.execute(
-                    update(J)
-                    .where(J.c.id == attempt.job_id, J.c.state == JobState.CLAIMED.value)
-                    .values(state=JobState.RUNNING.value, started_at=now)
-                )
-            row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
-        return job_from_row(dict(row._mapping)), attempt_id
+        row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
+        return job_from_row(dict(row._mapping)), at
 
     def attempts_to_kill(self, node_id: str, running: Sequence[int]) -> list[int]:
         """Of the attempts an agent says it runs, those corral no longer wants running there."""

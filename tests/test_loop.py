@@ -1,0 +1,64 @@
+"""The live control loop against a real SQLite store and the `sim` cloud driver."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from corral.cloud.base import CloudInstance
+from corral.cloud.sim import SimCloud
+from corral.config import Config
+from corral.core.model import InstanceType
+from corral.jobspec import JobRequest
+from corral.loop import ControlLoop
+from corral.sim.settings import SimSettings
+from corral.store import Store
+
+CONFIG = Config.model_validate(
+    {
+        "instance_types": [{"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1}],
+        "policy": {"boot": {"max_instances": 4}},
+    }
+)
+
+
+class SlowCreate(SimCloud):
+    """A cloud whose `create` takes until the test lets it go: a pass caught mid-boot."""
+
+    def __init__(self) -> None:
+        super().__init__(CONFIG.core_instance_types(), SimSettings(), time.time)
+        self.creating = threading.Event()
+        self.go_on = threading.Event()
+
+    def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
+        self.creating.set()
+        assert self.go_on.wait(30)
+        return super().create(instance_type, node_id, boot_token, tags)
+
+
+def test_a_stop_during_a_pass_waits_for_it_and_leaves_no_instance_running(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    store.submit([JobRequest(command=["true"])], time.time())
+    cloud = SlowCreate()
+    loop = ControlLoop(store, cloud, CONFIG, "d-test")
+
+    in_flight = threading.Thread(target=loop.run_pass)
+    in_flight.start()
+    assert cloud.creating.wait(30), "the pass never booted"
+    # Ctrl-C now: the stop must not run beside the pass (it would see a node without an instance,
+    # mark it gone, and the instance the pass then creates would run on, billed, with no record).
+    stop = threading.Thread(target=loop.shutdown_fleet, args=("corral stopped",))
+    stop.start()
+    stop.join(0.5)
+    assert stop.is_alive(), "the stop did not wait for the pass in flight"
+    cloud.go_on.set()
+    in_flight.join(30)
+    stop.join(30)
+
+    assert cloud.stats.creates == 1 and cloud.list() == []
+    assert [row["state"] for row in store.node_rows(include_gone=True)] == ["gone"]
+    # A pass asked for after the stop (the loop's task was already waiting to run one) boots nothing.
+    report = loop.run_pass()
+    assert report.decisions.empty() and cloud.stats.creates == 1
