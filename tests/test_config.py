@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import types
+import typing
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from corral.config import ConfigError, load_config, reference_markdown
+from corral.config import Config, ConfigError, load_config, reference_markdown
+from corral.core.units import parse_duration, parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,3 +71,104 @@ def test_the_shipped_examples_are_valid() -> None:
 def test_the_config_reference_in_docs_is_current() -> None:
     """Regenerate with `corral config reference > docs/config-reference.md`."""
     assert (ROOT / "docs" / "config-reference.md").read_text() == reference_markdown()
+
+
+def _numeric_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """The dotted key of every int or float setting in `model`'s sections (not in list entries)."""
+
+    def leaves(annotation: Any) -> set[Any]:
+        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+        if origin is typing.Annotated:
+            return leaves(args[0])
+        if origin in (typing.Union, types.UnionType):
+            return set().union(*(leaves(a) for a in args))
+        return {annotation}
+
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _numeric_keys(annotation, f"{prefix}{name}.")
+        elif leaves(annotation) & {int, float}:
+            yield f"{prefix}{name}"
+
+
+NUMERIC_KEYS = sorted(_numeric_keys(Config))
+
+
+def test_the_numeric_keys_are_found() -> None:
+    assert {"sim.tick", "policy.lifecycle.idle_grace", "policy.placement.cost.max_extension"} < set(NUMERIC_KEYS)
+    assert {"sim.boot_delay.sigma", "sim.capacity.outages_per_day", "sim.failures.per_instance_day"} < set(NUMERIC_KEYS)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", '"nan"', '"inf"'])
+@pytest.mark.parametrize("key", NUMERIC_KEYS)
+def test_no_number_in_a_config_may_be_nan_or_infinite(tmp_path: Path, key: str, value: str) -> None:
+    """A TOML nan or inf, or the string "nan" or "inf", is an error naming the key, in every
+    section: `sim.tick = inf` crashed a replay, `idle_grace = nan` never drained a node."""
+    section, name = key.rsplit(".", 1)
+    path = tmp_path / "c.toml"
+    path.write_text(f"[{section}]\n{name} = {value}\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    lines = [line for line in str(error.value).splitlines() if line.startswith(f"  {key}: ")]
+    assert len(lines) == 1 and value.strip('"-') in lines[0], str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[policy.placement.weights]\npack = nan\n", "policy.placement.weights.pack: Input should be a finite number"),
+        ("[policy.placement.boot_weights]\nprice = inf\n", "policy.placement.boot_weights.price: Input should be a"),
+        ("[policy.placement.overprovision]\ncpu = inf\n", "policy.placement.overprovision.cpu: Input should be a"),
+        (
+            "[policy.placement.cost]\nrun_fractions = [0.5, nan]\n",
+            "policy.placement.cost.run_fractions.1: Input should be a finite number",
+        ),
+        (
+            '[[instance_types]]\nname = "a"\nvcpus = 2\nram = "4GiB"\nprice_per_hour = nan\n',
+            "instance_types.0.price_per_hour: Input should be a finite number (got nan)",
+        ),
+        (
+            '[[instance_types]]\nname = "a"\nvcpus = inf\nram = "4GiB"\nprice_per_hour = 1\n',
+            "instance_types.0.vcpus: Input should be a finite number (got inf)",
+        ),
+        (
+            '[[instance_types]]\nname = "a"\nvcpus = 2\nram = inf\nprice_per_hour = 1\n',
+            "instance_types.0.ram: inf is not a finite size",
+        ),
+        (
+            '[[instance_types]]\nname = "a"\nvcpus = 2\nram = "4GiB"\nprice_per_hour = 1\n'
+            'billing_granularity = "inf"\n',
+            "instance_types.0.billing_granularity: 'inf' is not a finite duration",
+        ),
+        ("[[sim.capacity.outages]]\nstart = 0\nend = inf\n", "sim.capacity.outages.0.end: inf is not a finite"),
+        ("[[sim.failures.schedule]]\nat = nan\n", "sim.failures.schedule.0.at: nan is not a finite duration"),
+        ('[policy.lifecycle]\nidle_grace = "1e999"\n', "policy.lifecycle.idle_grace: '1e999' is not a finite"),
+        (f'[policy.lifecycle]\nidle_grace = "{"9" * 400}d"\n', "9d' is not a finite duration"),
+    ],
+)
+def test_nan_and_inf_in_lists_and_tables_are_named_by_their_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert message in str(error.value)
+
+
+def test_nan_and_inf_in_yaml_are_errors_too(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("policy:\n  lifecycle: {idle_grace: .nan}\n  placement: {cost: {max_extension: .inf}}\n")
+    with pytest.raises(ConfigError, match=r"policy\.lifecycle\.idle_grace: nan is not a finite duration"):
+        load_config(path)
+    path.write_text("policy:\n  placement: {cost: {max_extension: .inf}}\n")
+    with pytest.raises(ConfigError, match=r"policy\.placement\.cost\.max_extension: Input should be a finite number"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nan", "inf", "Infinity", "1e999", 10**400])
+def test_durations_and_sizes_are_finite(value: object) -> None:
+    with pytest.raises(ValueError, match="not a finite duration"):
+        parse_duration(value)
+    if not isinstance(value, str):  # a size string must have the shape of one ("nan" is just not a size)
+        with pytest.raises(ValueError, match="not a finite size"):
+            parse_size(value)

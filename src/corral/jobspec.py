@@ -41,7 +41,7 @@ class LocalitySpec(BaseModel):
 
 
 class JobRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     command: list[str] = Field(description="argv; run without a shell")
     name: str = ""
@@ -69,7 +69,8 @@ class JobRequest(BaseModel):
     @field_validator("command")
     @classmethod
     def _command_not_empty(cls, value: list[str]) -> list[str]:
-        if not value or not value[0]:
+        if not value or not value[0].strip():
+            # A program name of spaces is no program: it would only fail on the node (exit 127).
             raise ValueError("the command is empty")
         return value
 

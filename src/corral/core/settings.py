@@ -18,7 +18,9 @@ SizeMiB = Annotated[int, BeforeValidator(parse_size)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # No nan or inf: a non-finite number in a config is a mistake, never a "never" (which a large
+    # finite value says, where it makes sense).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class RetrySettings(_Strict):

@@ -1,7 +1,12 @@
-"""Parsing of durations and sizes as people write them in configs and on the command line."""
+"""Parsing of durations and sizes as people write them in configs and on the command line.
+
+Both take only finite numbers: `nan` and `inf` (a TOML float, or a string such as "inf" or "1e999")
+are errors, as is a number of digits too large to be one.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -16,15 +21,15 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '5m'")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(value)
+        return _finite_duration(_as_float(value), value)
     if isinstance(value, str):
         text = value.strip().lower()
         try:
-            return parse_duration(float(text))
+            number = float(text)
         except ValueError:
             pass
+        else:
+            return _finite_duration(number, value)
         pos, total = 0, 0.0
         for match in _DURATION_PART.finditer(text):
             if text[pos : match.start()].strip():
@@ -32,8 +37,23 @@ def parse_duration(value: Any) -> float:
             total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
             pos = match.end()
         if pos == len(text) and pos > 0:
-            return total
+            return _finite_duration(total, value)
     raise ValueError(f"not a duration: {value!r} (write seconds, or e.g. '90s', '5m', '1h30m')")
+
+
+def _as_float(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float
+        return math.inf
+
+
+def _finite_duration(seconds: float, value: Any) -> float:
+    if not math.isfinite(seconds):
+        raise ValueError(f"{value!r} is not a finite duration (write a number of seconds, or e.g. '90s', '5m')")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
 
 
 def parse_size(value: Any) -> int:
@@ -41,16 +61,21 @@ def parse_size(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("a size is a number of MiB or a string like '4GiB'")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a size cannot be negative")
-        return int(round(value))
+        return _finite_size(_as_float(value), value)
     if isinstance(value, str):
         if value.strip().startswith("-"):
             raise ValueError("a size cannot be negative")
         match = _SIZE.match(value)
         if match:
             unit = (match.group(2) or "m")[0].lower()
-            if unit == "b":
-                return int(round(float(match.group(1)) / (1024 * 1024)))
-            return int(round(float(match.group(1)) * _SIZE_MIB[unit]))
+            number = float(match.group(1))
+            return _finite_size(number / (1024 * 1024) if unit == "b" else number * _SIZE_MIB[unit], value)
     raise ValueError(f"not a size: {value!r} (write MiB, or e.g. '512MiB', '4GiB')")
+
+
+def _finite_size(mib: float, value: Any) -> int:
+    if not math.isfinite(mib):
+        raise ValueError(f"{value!r} is not a finite size (write a number of MiB, or e.g. '512MiB', '4GiB')")
+    if mib < 0:
+        raise ValueError("a size cannot be negative")
+    return int(round(mib))

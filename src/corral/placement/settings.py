@@ -83,7 +83,7 @@ DEFAULT_BLOCKING_CATEGORIES: tuple[str, ...] = (
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class QueueSettings(_Strict):

@@ -185,14 +185,8 @@ class Simulation:
 
     def _fixed_fleet(self, all_types: dict[str, InstanceType]) -> tuple[list[InstanceType], list[InstanceType]]:
         nodes: list[InstanceType] = []
-        for index, group in enumerate(self.config.sim.fleet.nodes):
-            itype = all_types.get(group.instance_type)
-            if itype is None:
-                raise SimulationError(
-                    f"sim.fleet.nodes.{index}.instance_type: {group.instance_type!r} is not in instance_types"
-                    f" ({', '.join(sorted(all_types)) or 'none configured'})"
-                )
-            nodes += [itype] * group.count
+        for group in self.config.sim.fleet.nodes:
+            nodes += [all_types[group.instance_type]] * group.count  # the config checked the names
         distinct = list({t.name: t for t in nodes}.values())
         return distinct, nodes
 

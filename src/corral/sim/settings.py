@@ -16,7 +16,7 @@ from corral.core.settings import Duration, SizeMiB
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no nan or inf
 
 
 class BootDelaySettings(_Strict):
@@ -38,7 +38,8 @@ class BootDelaySettings(_Strict):
 
 
 class Outage(_Strict):
-    """An insufficient-capacity period: `create` of the type fails from `start` until `end`."""
+    """An insufficient-capacity period: `create` of the type fails from `start` until `end`, times on
+    the workload's own clock (its submit times, not from its first submission)."""
 
     instance_type: str = Field("*", description="an instance type name, or '*' for every type")
     start: Duration
@@ -54,13 +55,21 @@ class Outage(_Strict):
 class CapacitySettings(_Strict):
     """Injected insufficient-capacity errors, by schedule or at random per instance type."""
 
-    outages: list[Outage] = Field(default_factory=list)
+    outages: list[Outage] = Field(
+        default_factory=list,
+        description=(
+            "{instance_type = a name from instance_types or '*', start, end}: create fails in [start, end); the times "
+            "are on the workload's own clock, that of its submit times, not from its first submission (an SWF log's "
+            "first submission may be days after 0: see docs/simulator.md)"
+        ),
+    )
     outages_per_day: float = Field(0.0, ge=0, description="random outages per instance type per simulated day")
     outage_duration: Duration = Field(1800.0, description="mean length of a random outage (exponential)")
 
 
 class ScheduledFailure(_Strict):
-    """At `at`, `count` running instances (of `instance_type`, or any) fail: their agents stop pinging."""
+    """At `at`, `count` running instances (of `instance_type`, or any) fail: their agents stop pinging.
+    `at` is on the workload's own clock, like outages."""
 
     at: Duration
     count: int = Field(1, ge=1)
@@ -69,7 +78,13 @@ class ScheduledFailure(_Strict):
 
 class FailureSettings(_Strict):
     per_instance_day: float = Field(0.0, ge=0, description="random failures per instance per simulated day")
-    schedule: list[ScheduledFailure] = Field(default_factory=list)
+    schedule: list[ScheduledFailure] = Field(
+        default_factory=list,
+        description=(
+            "{at, count = 1, instance_type = '*' or a name from instance_types}: that many running instances fail "
+            "at `at`, on the workload's own clock (as for capacity.outages)"
+        ),
+    )
 
 
 class FixedNodes(_Strict):
@@ -82,14 +97,26 @@ class FleetSettings(_Strict):
     and never boot or stop (an on-premises cluster or a Slurm partition); a failed one is repaired
     and back after `repair_time`."""
 
-    mode: Literal["elastic", "fixed"] = "elastic"
-    nodes: list[FixedNodes] = Field(default_factory=list)
-    repair_time: Duration = 3600.0
+    mode: Literal["elastic", "fixed"] = Field(
+        "elastic",
+        description="elastic: the policy boots and stops instances; fixed: `nodes` only, never booted or stopped",
+    )
+    nodes: list[FixedNodes] = Field(
+        default_factory=list,
+        description="fixed fleet only (an error otherwise): {instance_type = a name from instance_types, count = 1}",
+    )
+    repair_time: Duration = Field(3600.0, description="fixed fleet: how long a failed node is away")
 
     @model_validator(mode="after")
     def _nodes_for_fixed(self) -> FleetSettings:
         if self.mode == "fixed" and not self.nodes:
             raise ValueError("a fixed fleet needs nodes (e.g. nodes = [{instance_type = 'm5.xlarge', count = 10}])")
+        if self.mode != "fixed" and self.nodes:
+            # Listed nodes would be silently unused: an elastic fleet boots what the policy decides.
+            raise ValueError(
+                f"nodes are used only by a fixed fleet: set mode = 'fixed' to run on them (mode is {self.mode!r};"
+                " an elastic fleet boots instance_types as the policy decides)"
+            )
         return self
 
 
