@@ -310,3 +310,21 @@ def test_compared_labels_are_not_cut_in_a_narrow_terminal(app: typer.Typer, work
     assert "…" not in result.stdout
     words = result.stdout.split("jobs │")[0].split()
     assert {"fixed-partition", "fixed-peak", "one-per-job"} <= set(words)
+
+
+def test_a_schedule_outside_the_runs_clock_is_named_as_having_done_nothing(app: typer.Typer, tmp_path: Path) -> None:
+    # A real log's clock starts where its first submission is, often days after 0.
+    workload = tmp_path / "late.jsonl"
+    workload.write_text('{"submit_time": 600000, "run_time": 100, "vcpus": 1, "ram": "1GiB"}\n')
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    schedule = (
+        '[[sim.capacity.outages]]\nstart = 0\nend = "1d"\n[[sim.capacity.outages]]\nstart = 599000\nend = 601000\n'
+    )
+    cfg.write_text(cfg.read_text() + schedule + '[[sim.failures.schedule]]\nat = "2h"\n')
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["outside_run"] == ["sim.capacity.outages.0 (0 s to 86400 s)", "sim.failures.schedule.0 (at 7200 s)"]
+    assert run["capacity_errors"] > 0  # the second outage was in the run
+    table = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--no-progress"])
+    assert "outside the run (from 600000 s to" in " ".join(table.stdout.split())

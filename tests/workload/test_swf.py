@@ -116,8 +116,8 @@ def test_scale_and_time_scale(tmp_path: Path) -> None:
     ("line", "message"),
     [
         ("1 0 -1 100 4 -1 -1 4 3600 -1 1 7 1 -1 1 1 -1", "expected 18 fields, found 17"),
-        ("1 0 -1 1OO 4 -1 -1 4 3600 -1 1 7 1 -1 1 1 -1 -1", "field 4 is not a number: '1OO'"),
-        ("1 -1 -1 100 4 -1 -1 4 3600 -1 1 7 1 -1 1 1 -1 -1", "submit time"),
+        ("1 0 -1 1OO 4 -1 -1 4 3600 -1 1 7 1 -1 1 1 -1 -1", "field 4 (run time) is not a number: '1OO'"),
+        ("1 -1 -1 100 4 -1 -1 4 3600 -1 1 7 1 -1 1 1 -1 -1", "field 2 (submit time) is unknown or negative: '-1'"),
     ],
 )
 def test_a_malformed_line_is_an_error_naming_file_and_line(tmp_path: Path, line: str, message: str) -> None:
@@ -131,6 +131,139 @@ def test_a_malformed_line_is_an_error_naming_file_and_line(tmp_path: Path, line:
 def test_skip_bad_lines_skips_and_counts(tmp_path: Path) -> None:
     w = read_swf(swf(tmp_path, row(number=1), "garbage", row(number=2), "1 2 3"), skip_bad_lines=True)
     assert len(w.jobs) == 2 and w.stats.skipped == 2 and ":5:" in w.stats.errors[0]
+
+
+def edited(field: int, text: str, **kw: int) -> str:
+    """row(**kw) with its field `field` (1-based, as the format numbers them) written as `text`."""
+    parts = row(**kw).split()
+    parts[field - 1] = text
+    return " ".join(parts)
+
+
+def error_for(tmp_path: Path, line: str) -> str:
+    path = swf(tmp_path, row(number=1), line)  # the line is line 5 of the file
+    with pytest.raises(WorkloadError) as error:
+        read_swf(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}:5: ") and message.endswith("(use --skip-bad-lines to skip such lines)")
+    return message
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "message"),
+    [
+        (4, "nan", "field 4 (run time) is not a finite number: 'nan'"),
+        (4, "inf", "field 4 (run time) is not a finite number: 'inf'"),
+        (2, "-Infinity", "field 2 (submit time) is not a finite number: '-Infinity'"),
+        (8, "NaN", "field 8 (requested processors) is not a finite number: 'NaN'"),
+        (10, "1e999", "field 10 (requested memory) is not a finite number: '1e999'"),
+        (18, "nan", "field 18 (think time) is not a finite number: 'nan'"),  # even a field the mapping ignores
+    ],
+)
+def test_nan_and_infinity_are_errors_naming_line_field_and_value(
+    tmp_path: Path, field: int, text: str, message: str
+) -> None:
+    assert message in error_for(tmp_path, edited(field, text, number=2))
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "message"),
+    [
+        (4, "1e308", "field 4 (run time) is more than 100 years: '1e308'"),
+        (2, "1e300", "field 2 (submit time) is more than 100 years: '1e300'"),
+        (9, "4e9", "field 9 (requested time) is more than 100 years: '4e9'"),
+        (8, "1e308", "field 8 (requested processors) is more than 2,147,483,647: '1e308'"),
+        (10, "1e300", "field 10 (requested memory) is more than 1 PiB (2^40 KB) per processor: '1e300'"),
+    ],
+)
+def test_values_too_large_to_replay_are_errors(tmp_path: Path, field: int, text: str, message: str) -> None:
+    assert message in error_for(tmp_path, edited(field, text, number=2))
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "name"),
+    [
+        (4, "-100", "run time"),
+        (4, "-0.5", "run time"),
+        (5, "-4", "allocated processors"),
+        (7, "-2", "used memory"),
+        (8, "-3", "requested processors"),
+        (9, "-3600", "requested time"),
+        (10, "-5000", "requested memory"),
+        (12, "-7", "user id"),
+        (1, "-2", "job number"),
+    ],
+)
+def test_a_negative_value_other_than_minus_one_is_an_error_not_unknown(
+    tmp_path: Path, field: int, text: str, name: str
+) -> None:
+    message = error_for(tmp_path, edited(field, text, number=2))
+    assert f"field {field} ({name}) is negative: '{text}' (only -1 means unknown)" in message
+
+
+@pytest.mark.parametrize(("field", "name"), [(8, "requested processors"), (5, "allocated processors")])
+def test_a_fractional_processor_count_is_an_error(tmp_path: Path, field: int, name: str) -> None:
+    message = error_for(tmp_path, edited(field, "2.5", number=2))
+    assert f"field {field} ({name}) is not a whole number: '2.5'" in message
+
+
+@pytest.mark.parametrize("status", ["7", "6", "-2", "1.5"])
+def test_a_status_the_format_does_not_define_is_an_error(tmp_path: Path, status: str) -> None:
+    message = error_for(tmp_path, edited(11, status, number=2))
+    assert f"field 11 (status) is not an SWF status (-1, or 0 to 5): '{status}'" in message
+
+
+def test_what_the_format_allows_still_reads(tmp_path: Path) -> None:
+    # Fractional times and memory, whole numbers written as floats, -1 everywhere it may be, and
+    # negative values in fields the mapping ignores (wait time, think time).
+    path = swf(
+        tmp_path,
+        "1 0.5 -3 99.5 4.0 -1 1536.5 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1",
+        row(number=2, run=-1, req_time=-1, status=-1, user=-1),
+        row(number=3, status=5),
+    )
+    jobs = read_swf(path).jobs
+    assert [(j.submit, j.run, j.procs, j.time_limit) for j in jobs] == [
+        (0, -1, 4, None),
+        (0, 100, 4, 3600),
+        (0.5, 99.5, 4, 99.5),
+    ]
+
+
+def test_bad_values_are_skipped_and_counted_with_skip_bad_lines(tmp_path: Path) -> None:
+    path = swf(tmp_path, row(number=1), edited(4, "nan", number=2), edited(8, "-3", number=3), row(number=4))
+    w = read_swf(path, skip_bad_lines=True)
+    assert [j.name for j in w.jobs] == ["swf:1", "swf:4"] and w.stats.skipped == 2
+    assert "field 4 (run time) is not a finite number: 'nan'" in w.stats.errors[0]
+    assert "field 8 (requested processors) is negative: '-3'" in w.stats.errors[1]
+
+
+def test_with_a_limit_the_quirks_are_those_of_the_jobs_replayed(tmp_path: Path) -> None:
+    path = swf(
+        tmp_path,
+        row(number=1, submit=0),
+        row(number=2, submit=10, req_procs=-1),  # requested processors missing
+        row(number=2, submit=10, status=2),  # job 2's partial executions
+        row(number=2, submit=20, status=3),
+        row(number=3, submit=30, run=0),  # never ran
+        row(number=4, submit=40, req_procs=-1),
+        row(number=9, submit=50, status=2),  # a partial execution of a job with no summary line
+    )
+    whole = read_workload(path)
+    assert len(whole.jobs) == 4 and whole.stats.quirks == {
+        "no memory: default used": 4,
+        "requested processors missing: used allocated": 2,
+        "partial-execution records skipped": 3,
+        "never ran (run time -1 or 0): cancelled on arrival": 1,
+    }
+    limited = read_workload(path, limit=2)
+    assert [j.name for j in limited.jobs] == ["swf:1", "swf:2"]
+    assert limited.stats.jobs == 4  # read
+    assert limited.stats.quirks == {
+        "no memory: default used": 2,
+        "requested processors missing: used allocated": 1,
+        "partial-execution records skipped": 2,
+    }
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:

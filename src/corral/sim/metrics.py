@@ -59,12 +59,16 @@ class SimResult:
     # Why the jobs that never finished did not: the core's wait reason of each still queued
     # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts.
     unfinished_reasons: dict[str, int] = field(default_factory=dict)
+    # Scheduled outages and failures wholly outside the run (its clock is the workload's: a log's
+    # first submission may be days after 0), which therefore did nothing.
+    outside_run: list[str] = field(default_factory=list)
     # For the report; not part of the JSON summary.
     waits: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     trace: Trace = field(default_factory=Trace, repr=False)
     cost_curve: tuple[np.ndarray, np.ndarray] = field(default_factory=lambda: (np.zeros(0), np.zeros(0)), repr=False)
     utilisation_by_type: dict[str, float] = field(default_factory=dict)
     start_time: float = 0.0
+    end_time: float = 0.0
 
     @property
     def cost_over_per_job_bound(self) -> float:
@@ -91,6 +95,11 @@ class SimResult:
                 f"{self.unfinished:,} {'job' if self.unfinished == 1 else 'jobs'} never finished"
                 f" (not in the waits, slowdowns or bounds): {shown}{more}"
             )
+        if self.outside_run:
+            notes.append(
+                f"{', '.join(self.outside_run)}: outside the run (from {self.start_time:g} s to {self.end_time:g} s"
+                " on the workload's clock), so nothing happened"
+            )
         return notes
 
     def summary(self) -> dict[str, Any]:
@@ -109,6 +118,7 @@ class SimResult:
             "unfinished": self.unfinished,
             "unfinished_reasons": self.unfinished_reasons,
             "gangs": self.gangs,
+            "outside_run": self.outside_run,
             "wait_mean_s": num(self.wait_mean),
             "wait_median_s": num(self.wait_median),
             "wait_p95_s": num(self.wait_p95),
@@ -223,6 +233,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         horizon_reached=sim.stopped_early,
         gangs=sim.gangs,
         unfinished_reasons=dict(sorted(unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))),
+        outside_run=outside_run(sim),
         waits=waits,
         trace=sim.trace,
         cost_curve=curve,
@@ -230,7 +241,22 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
             name: busy.get(name, 0.0) / seconds for name, seconds in billed_vcpu.items() if seconds > 0
         },
         start_time=start,
+        end_time=end,
     )
+
+
+def outside_run(sim: Simulation) -> list[str]:
+    """The scheduled outages and failures that fall wholly before the first submission or after
+    the run's end."""
+    start, end = sim.start_time, sim.end_time
+    found = []
+    for i, outage in enumerate(sim.config.sim.capacity.outages):
+        if outage.end <= start or outage.start >= end:
+            found.append(f"sim.capacity.outages.{i} ({outage.start:g} s to {outage.end:g} s)")
+    for i, failure in enumerate(sim.config.sim.failures.schedule):
+        if not start <= failure.at <= end:
+            found.append(f"sim.failures.schedule.{i} (at {failure.at:g} s)")
+    return found
 
 
 def cost_bounds(sim: Simulation) -> tuple[float, float]:

@@ -83,17 +83,15 @@ def load_runs(configs: list[Path], seed: int | None = None) -> list[Run]:
 
 def read_for(path: Path, config: Config, options: WorkloadOptions) -> Workload:
     mapping = config.sim.workload
-    workload = read_workload(
+    return read_workload(
         path,
         options.fmt,
         scale=options.scale if options.scale is not None else mapping.scale,
         time_scale=options.time_scale if options.time_scale is not None else mapping.time_scale,
         default_memory=options.default_memory if options.default_memory is not None else mapping.default_memory,
         skip_bad_lines=options.skip_bad_lines,
+        limit=options.limit,
     )
-    if options.limit is not None:
-        workload.jobs = workload.jobs[: options.limit]
-    return workload
 
 
 def simulate(

@@ -24,18 +24,23 @@ __all__ = [
 
 
 def detect_format(path: Path) -> Literal["swf", "jsonl"]:
-    """By name (.swf, .jsonl/.ndjson/.json, optionally .gz), else by the first meaningful line."""
+    """By name (.swf, .jsonl/.ndjson/.json, optionally .gz), else by the first line that is neither
+    blank nor a JSON Lines `#` comment: JSON Lines if it starts with `{`, else SWF (whose `;`
+    header lines count). A file of only `#` comments is JSON Lines; an empty one, SWF."""
     suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
     if suffixes and suffixes[-1] == ".swf":
         return "swf"
     if suffixes and suffixes[-1] in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
+    commented = False
     with open_text(path) as text:
         for line in text:
             stripped = line.strip()
-            if stripped:
+            if stripped.startswith("#"):
+                commented = True
+            elif stripped:
                 return "jsonl" if stripped.startswith("{") else "swf"
-    return "swf"
+    return "jsonl" if commented else "swf"
 
 
 def read_workload(
@@ -46,12 +51,18 @@ def read_workload(
     time_scale: float = 1.0,
     default_memory: float = 1024.0,
     skip_bad_lines: bool = False,
+    limit: int | None = None,
 ) -> Workload:
+    """`limit`: replay only the first N jobs by submit time (the quirk counts are theirs)."""
     if not path.is_file():
         raise WorkloadError(f"{path}: no such file")
     kind = detect_format(path) if fmt == "auto" else fmt
     if kind == "jsonl":
-        return read_jsonl(path, time_scale=time_scale, skip_bad_lines=skip_bad_lines)
-    return read_swf(
-        path, scale=scale, time_scale=time_scale, default_memory=default_memory, skip_bad_lines=skip_bad_lines
-    )
+        workload = read_jsonl(path, time_scale=time_scale, skip_bad_lines=skip_bad_lines)
+    else:
+        workload = read_swf(
+            path, scale=scale, time_scale=time_scale, default_memory=default_memory, skip_bad_lines=skip_bad_lines
+        )
+    if limit is not None:
+        workload.keep_first(limit)
+    return workload

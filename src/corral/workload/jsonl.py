@@ -6,19 +6,25 @@ left out) with:
   run_time     seconds the job runs once started (required; a duration such as "90s" or "2h" works)
   exit_code    what the command exits with at the end (default 0)
   cancel_after seconds after submission when the user cancels it, whatever it is doing (optional)
-Blank lines and lines starting with `#` are ignored.
+Blank lines and lines starting with `#` are ignored. Numbers must be finite, and times (submit_time,
+not_before) and durations at most 100 years. `time_scale` multiplies the times on the workload's
+clock (submit_time, not_before), not the durations (run_time, time_limit, cancel_after).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from corral.core.settings import Duration
 from corral.jobspec import JobRequest
-from corral.workload.model import ReadStats, SimJob, Workload, WorkloadError, numbered_lines
+from corral.workload.model import MAX_SECONDS, ReadStats, SimJob, Workload, WorkloadError, numbered_lines
+
+TIMES = ("submit_time", "run_time", "cancel_after", "time_limit", "not_before")
 
 
 class SimJobRequest(JobRequest):
@@ -27,6 +33,33 @@ class SimJobRequest(JobRequest):
     run_time: Duration
     exit_code: int = 0
     cancel_after: Duration | None = None
+
+    # Before the fields' own parsing: JSON's NaN and Infinity (or 1e999), and strings such as "nan"
+    # or "inf", are not numbers a workload can use.
+    @field_validator(*TIMES, "vcpus", "ram", "scratch", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                return value  # a duration, size or date: parsed by the field
+        if isinstance(number, int | float):
+            try:
+                finite = math.isfinite(number)
+            except OverflowError:  # an int too large for a float
+                finite = False
+            if not finite:
+                raise ValueError(f"not a finite number: {value!r}")
+        return value
+
+    @field_validator(*TIMES)
+    @classmethod
+    def _at_most_100_years(cls, value: float | None) -> float | None:
+        if value is not None and value > MAX_SECONDS:
+            raise ValueError(f"more than 100 years: {value:g} s")
+        return value
 
 
 def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = False) -> Workload:
@@ -66,8 +99,11 @@ def _describe(item: object) -> str:
 
 
 def _to_sim_job(job_id: int, spec: SimJobRequest, time_scale: float) -> SimJob:
+    # Times on the workload's clock scale alike; durations (run_time, time_limit, cancel_after) not.
     submit = spec.submit_time * time_scale
     request = JobRequest.model_validate(spec.model_dump(include=set(JobRequest.model_fields)))
+    if request.not_before is not None:
+        request.not_before *= time_scale
     return SimJob(
         id=job_id,
         submit=submit,

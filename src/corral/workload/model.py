@@ -14,6 +14,10 @@ from corral.core.model import InstanceType, Job, Resources
 from corral.jobspec import JobRequest
 
 SWF_COMMAND = ["swf-job"]  # shared by every SWF job: the simulator never runs it
+# The longest time a workload may give (a submit time, a run time, a time limit...): 100 years in
+# seconds. Beyond it a value is a mistake, and one near the float range would overflow to infinity
+# in the simulation's sums.
+MAX_SECONDS = 100 * 365.25 * 86400
 
 
 class WorkloadError(ValueError):
@@ -45,6 +49,7 @@ class SimJob:
     vcpus_per_proc: float = 1.0
     ram_per_proc: float = 0.0  # MiB
     request: JobRequest | None = None
+    quirks: tuple[str, ...] = ()  # what the mapping filled in or fixed for this job (see ReadStats.quirks)
 
     @property
     def resources(self) -> Resources:
@@ -76,7 +81,9 @@ class ReadStats:
     jobs: int = 0
     skipped: int = 0  # bad lines skipped under --skip-bad-lines
     errors: list[str] = field(default_factory=list)  # the first few skipped lines' messages
-    quirks: Counter[str] = field(default_factory=Counter)  # what the mapping had to fill in or fix
+    # What the mapping had to fill in or fix: the jobs' `quirks` counted (over the jobs replayed,
+    # with a limit), and SWF partial-execution records that belong to no job read.
+    quirks: Counter[str] = field(default_factory=Counter)
 
     def skip(self, message: str) -> None:
         self.skipped += 1
@@ -90,6 +97,16 @@ class Workload:
     source: str
     format: str
     stats: ReadStats
+
+    def keep_first(self, limit: int) -> None:
+        """Replay only the first `limit` jobs (by submit time): the quirk counts become theirs."""
+        if limit < len(self.jobs):
+            self.jobs = self.jobs[:limit]
+            self.stats.quirks = count_quirks(self.jobs)
+
+
+def count_quirks(jobs: list[SimJob]) -> Counter[str]:
+    return Counter(quirk for job in jobs for quirk in job.quirks)
 
 
 def open_text(path: Path) -> io.TextIOBase:
