@@ -132,6 +132,14 @@ def run(
     home: Annotated[Path | None, typer.Option(help="Data directory (default: CORRAL_HOME).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (0 = any free port).")] = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    keep_fleet: Annotated[
+        bool,
+        typer.Option(
+            "--keep-fleet",
+            help="On Ctrl-C or SIGTERM, leave the instances and their work running: a corral started again"
+            " with the same data directory and port takes them back (a restart to change the config).",
+        ),
+    ] = False,
 ) -> None:
     """Run corral: the server, the control loop and the cloud driver (default: loopback + SQLite)."""
     from corral.serve import serve, setup_logging
@@ -143,7 +151,7 @@ def run(
     if port is not None:
         config.server.port = port
     setup_logging(log_level.upper())
-    serve(config)
+    serve(config, keep_fleet=keep_fleet)
 
 
 def _parse_env(values: list[str]) -> dict[str, str]:

@@ -80,7 +80,9 @@ class CorralServer(uvicorn.Server):
         super().handle_exit(sig, frame)  # type: ignore[arg-type]
 
 
-def serve(config: Config) -> None:
+def serve(config: Config, keep_fleet: bool = False) -> None:
+    """Until a signal stops it. Then the fleet is shut down and running work requeued, unless
+    `keep_fleet`: the instances and their work are left for the next corral to take back."""
     home = config.home
     home.mkdir(parents=True, exist_ok=True)
     store = Store(config.store_url)
@@ -97,6 +99,7 @@ def serve(config: Config) -> None:
     cloud = make_cloud(config, url)
     loop = ControlLoop(store, cloud, config, dispatcher_id)
     runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)
+    runtime.stop_fleet_on_exit = not keep_fleet
     app = create_app(runtime)
     (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
     log.info("corral listening on %s (data in %s, store %s)", url, home, store.url.split("@")[-1])

@@ -74,11 +74,11 @@ class Corral:
         env.pop("CORRAL_TOKEN", None)
         return env
 
-    def start(self) -> None:
+    def start(self, *options: str) -> None:
         log = self.home / f"server-{len(self.log_files)}.log"
         self.log_files.append(log)
         self.process = subprocess.Popen(
-            [CORRAL, "run", "--config", str(self.config), "--port", str(self.port)],
+            [CORRAL, "run", "--config", str(self.config), "--port", str(self.port), *options],
             env=self.env,
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,

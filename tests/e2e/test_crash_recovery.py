@@ -52,3 +52,21 @@ def test_an_agent_that_dies_with_its_instance_gets_its_job_requeued(corral: Corr
     first, second = job["attempt_list"]
     assert first["state"] == "tempfail" and second["state"] == "exited" and job["temp_failures"] == 1
     assert corral.cli("logs", str(job_id)).stdout == f"second-try-{second['id']}\n"
+
+
+def test_a_stop_with_keep_fleet_leaves_the_work_running_for_the_next_corral(corral: Corral) -> None:
+    # A restart to change the config: a clean stop would requeue the job (a temporary failure) and
+    # run it again from the start on a new instance.
+    corral.start("--keep-fleet")
+    job_id = int(corral.cli("submit", "--", "sh", "-c", "echo started; sleep 5; echo finished").stdout)
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "running", 60, "the job to run")
+    corral.stop(signal.SIGTERM)
+    cloud = LoopbackCloud(corral.home, "", "corral", 0.5)
+    assert len(cloud.list()) == 1  # its instance is still up
+
+    corral.start()
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "complete", 60, "the job to finish")
+    job = corral.cli_json("job", str(job_id))
+    assert job["attempts"] == 1 and job["temp_failures"] == 0, job
+    assert corral.cli("logs", str(job_id)).stdout == "started\nfinished\n"
+    assert "job.requeued" not in [e["kind"] for e in corral.cli_json("events", "--job", str(job_id))]

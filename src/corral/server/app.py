@@ -133,6 +133,8 @@ def create_app(runtime: Runtime) -> FastAPI:
                 if runtime.stop_fleet_on_exit:
                     log.info("stopping: requeueing running work and shutting the fleet down")
                     await asyncio.to_thread(runtime.loop.shutdown_fleet, "corral stopped")  # type: ignore[union-attr]
+                else:
+                    log.info("stopping: the fleet and its work keep running for the next corral (--keep-fleet)")
 
     app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
