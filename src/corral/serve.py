@@ -11,6 +11,7 @@ Files under the data directory (CORRAL_HOME):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -85,6 +86,14 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     `keep_fleet`: the instances and their work are left for the next corral to take back."""
     home = config.home
     home.mkdir(parents=True, exist_ok=True)
+    # One corral per data directory: a second would share the first's dispatcher id, and its stop
+    # would requeue the first's work and destroy its fleet. Held until the process ends (the
+    # descriptor is not inherited: agents started by the loopback cloud do not hold it).
+    lock = (home / "corral.lock").open("a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"error: another corral is running with the data directory {home}{_whose(home)}") from None
     store = Store(config.store_url)
     store.migrate()
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
@@ -92,7 +101,13 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.server.host, config.server.port))
+    try:
+        sock.bind((config.server.host, config.server.port))
+    except OSError as exc:
+        raise SystemExit(
+            f"error: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror or exc}"
+            " (server.port, or --port; 0 takes any free port)"
+        ) from None
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}"
 
@@ -101,14 +116,27 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)
     runtime.stop_fleet_on_exit = not keep_fleet
     app = create_app(runtime)
-    (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+    info = home / "server.json"
+    info.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+
+    def forget_address() -> None:
+        if info.exists() and json.loads(info.read_text()).get("pid") == os.getpid():
+            info.unlink()
+
+    runtime.on_stop.append(forget_address)
     log.info("corral listening on %s (data in %s, store %s)", url, home, store.url.split("@")[-1])
     server = CorralServer(uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=5))
     server.runtime = runtime
     try:
         server.run(sockets=[sock])
     finally:
-        info = home / "server.json"
-        if info.exists() and json.loads(info.read_text()).get("pid") == os.getpid():
-            info.unlink()
+        forget_address()  # also when the server fails before it stops
         store.close()
+        lock.close()
+
+
+def _whose(home: Path) -> str:
+    try:
+        return f" (pid {json.loads((home / 'server.json').read_text())['pid']})"
+    except (OSError, ValueError, KeyError):
+        return ""

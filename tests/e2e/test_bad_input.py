@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,19 @@ def test_explain_follows_the_fleet_while_the_reason_stays_the_same(running: Corr
     wait_until(lambda: explanation()["nodes"] == 0, 60, "the explanation to lose the node")
     reason = running.cli_json("job", waiting)["wait_reason"]
     assert reason == "no instance type has 40 GiB RAM (the largest has 8 GiB RAM)"
+
+
+def test_a_second_corral_on_the_same_data_directory_or_port_is_refused(running: Corral, tmp_path: Path) -> None:
+    # A second corral on the same data directory would share the first's dispatcher id, and its
+    # stop would requeue the first's work and destroy its fleet.
+    command = [CORRAL, "run", "--config", str(running.config), "--port", "0"]
+    second = subprocess.run(command, env=running.env, capture_output=True, text=True, timeout=60)
+    assert second.returncode != 0
+    assert f"another corral is running with the data directory {running.home}" in second.stderr
+    assert running.cli_json("nodes") is not None  # the first one still answers, its fleet untouched
+
+    other_home = dict(running.env, CORRAL_HOME=str(tmp_path / "other"))
+    command = [CORRAL, "run", "--config", str(running.config), "--port", str(running.port)]
+    taken = subprocess.run(command, env=other_home, capture_output=True, text=True, timeout=60)
+    assert taken.returncode != 0 and "Traceback" not in taken.stderr
+    assert f"cannot listen on 127.0.0.1:{running.port}" in taken.stderr

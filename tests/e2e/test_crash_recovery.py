@@ -61,6 +61,7 @@ def test_a_stop_with_keep_fleet_leaves_the_work_running_for_the_next_corral(corr
     job_id = int(corral.cli("submit", "--", "sh", "-c", "echo started; sleep 5; echo finished").stdout)
     wait_until(lambda: corral.jobs()[job_id]["state"] == "running", 60, "the job to run")
     corral.stop(signal.SIGTERM)
+    assert not (corral.home / "server.json").exists()  # the CLI would look for a dead server
     cloud = LoopbackCloud(corral.home, "", "corral", 0.5)
     assert len(cloud.list()) == 1  # its instance is still up
 

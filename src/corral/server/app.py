@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +56,9 @@ class Runtime:
     aio: asyncio.AbstractEventLoop | None = None
     wake_event: asyncio.Event | None = None
     attempt_jobs: dict[int, int] = field(default_factory=dict)  # attempt id -> job id, for log chunks
+    # Run as the server stops, after the fleet's shutdown: before uvicorn re-raises a SIGTERM,
+    # which ends the process before any code after the server's run.
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
     stopping: bool = False
 
     def wake(self) -> None:
@@ -135,6 +138,8 @@ def create_app(runtime: Runtime) -> FastAPI:
                     await asyncio.to_thread(runtime.loop.shutdown_fleet, "corral stopped")  # type: ignore[union-attr]
                 else:
                     log.info("stopping: the fleet and its work keep running for the next corral (--keep-fleet)")
+            for stop in runtime.on_stop:
+                stop()
 
     app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
