@@ -52,6 +52,21 @@ def test_durations_and_sizes_are_read_as_people_write_them(tmp_path: Path) -> No
         ("[loop]\ninterval = [1]\n", "loop.interval: not a duration: [1]"),
         ("policy = 3\n", "policy: Input should be a valid dictionary"),
         ("[server\n", "not valid TOML"),
+        # Settings that each pass alone but make no sense together, or at zero (found running them:
+        # a ping_stale under the ping interval declared every node down between its pings, and
+        # requeued its work and replaced its instance, over and over).
+        (
+            '[cloud]\nping_interval = "20s"\n[policy.lifecycle]\nping_stale = "8s"\n',
+            "policy.lifecycle.ping_stale: 8 s is less than two of cloud.ping_interval (20 s)",
+        ),
+        (
+            "[policy.lifecycle]\nmin_instances = 5\n[policy.boot]\nmax_instances = 2\n",
+            "policy.lifecycle.min_instances: 5 is more than policy.boot.max_instances (2)",
+        ),
+        ("[policy.lifecycle]\nboot_grace = 0\n", "policy.lifecycle.boot_grace: Input should be greater than 0"),
+        ("[policy.dispatch]\nstart_timeout = 0\n", "policy.dispatch.start_timeout: Input should be greater than 0"),
+        ("[loop]\ninterval = 0\n", "loop.interval: Input should be greater than 0"),
+        ("[cloud]\nping_interval = 0\n", "cloud.ping_interval: Input should be greater than 0"),
     ],
 )
 def test_a_bad_value_is_named_by_its_key(tmp_path: Path, text: str, message: str) -> None:

@@ -81,11 +81,11 @@ class InstanceTypeConfig(_Strict):
 class CloudConfig(_Strict):
     driver: Literal["loopback"] = Field("loopback", description="the cloud driver; EC2 is a later issue")
     cluster: str = Field("corral", description="tag value that marks this cluster's instances")
-    ping_interval: Duration = Field(2.0, description="how often agents ping the server")
+    ping_interval: Duration = Field(2.0, gt=0, description="how often agents ping the server")
 
 
 class LoopConfig(_Strict):
-    interval: Duration = Field(1.0, description="seconds between reconcile passes (a submission wakes it early)")
+    interval: Duration = Field(1.0, gt=0, description="seconds between reconcile passes (a submission wakes it early)")
 
 
 def _default_instance_types() -> list[InstanceTypeConfig]:
@@ -118,9 +118,10 @@ class Config(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _known_sim_types(self) -> Config:
-        """Every instance type the [sim] section names is one of `instance_types` (outages and
-        scheduled failures may also say '*'): a misspelt name would silently never match."""
+    def _consistent(self) -> Config:
+        """What no one key says alone: the instance types the [sim] section names exist (outages
+        and scheduled failures may also say '*': a misspelt name would silently never match), and
+        the timings and bounds of the fleet agree with each other."""
         names = {t.name for t in self.instance_types}
         known = ", ".join(sorted(names)) or "none configured"
         sim = self.sim
@@ -131,16 +132,22 @@ class Config(_Strict):
         named += [(("failures", "schedule", i), f.instance_type, True) for i, f in enumerate(sim.failures.schedule)]
         errors: list[InitErrorDetails] = []
         for path, name, star in named:
-            if name in names or (star and name == "*"):
-                continue
-            message = f"{name!r} is not in instance_types ({known}{_STAR_NOTE if star else ''})"
+            if name not in names and not (star and name == "*"):
+                message = f"{name!r} is not in instance_types ({known}{_STAR_NOTE if star else ''})"
+                errors.append(_error("unknown_instance_type", ("sim", *path, "instance_type"), name, message))
+        lifecycle, boot = self.policy.lifecycle, self.policy.boot
+        if lifecycle.ping_stale < 2 * self.cloud.ping_interval:
+            # Seed 000's "down" is an agent gone silent: one missed or late ping must not be it, or
+            # every node is declared down, its work requeued and its instance replaced, over and over.
+            message = (
+                f"{lifecycle.ping_stale:g} s is less than two of cloud.ping_interval ({self.cloud.ping_interval:g} s):"
+                " every node would be declared down between its pings"
+            )
+            errors.append(_error("ping_stale", ("policy", "lifecycle", "ping_stale"), lifecycle.ping_stale, message))
+        if lifecycle.min_instances > boot.max_instances:
+            message = f"{lifecycle.min_instances} is more than policy.boot.max_instances ({boot.max_instances})"
             errors.append(
-                InitErrorDetails(
-                    # One placeholder for the whole message: a name with braces in it is no template.
-                    type=PydanticCustomError("unknown_instance_type", "{message}", {"message": message}),
-                    loc=("sim", *path, "instance_type"),
-                    input=name,
-                )
+                _error("min_instances", ("policy", "lifecycle", "min_instances"), lifecycle.min_instances, message)
             )
         if errors:
             # A ValidationError raised here keeps each error's own key path (a ValueError would be
@@ -154,6 +161,11 @@ class Config(_Strict):
 
     def core_instance_types(self) -> list[InstanceType]:
         return [t.to_core() for t in self.instance_types]
+
+
+def _error(kind: str, loc: tuple[str | int, ...], value: Any, message: str) -> InitErrorDetails:
+    # One placeholder for the whole message: a name with braces in it is no template.
+    return InitErrorDetails(type=PydanticCustomError(kind, "{message}", {"message": message}), loc=loc, input=value)
 
 
 class ConfigError(ValueError):

@@ -41,15 +41,17 @@ class RetrySettings(_Strict):
 class LifecycleSettings(_Strict):
     """Seed 000 node manager policy inputs."""
 
-    boot_grace: Duration = Field(600.0, description="time an instance may take to pair before it is shut down")
+    boot_grace: Duration = Field(600.0, gt=0, description="time an instance may take to pair before it is shut down")
     idle_grace: Duration = Field(60.0, description="idle time before an idle node is drained")
-    ping_stale: Duration = Field(60.0, description="a node whose last ping is older is down")
+    ping_stale: Duration = Field(
+        60.0, gt=0, description="a node whose last ping is older is down; at least two of cloud.ping_interval"
+    )
     # Billing window (seed 000): with per-hour billing, shut down only in the last `shutdown_window`
     # of a paid period (the rest is already paid for). Per-second billing keeps the window open.
     shutdown_window: Duration = Field(
         300.0, description="with coarse billing, the part at the end of each paid period when shutdown is allowed"
     )
-    min_instances: int = Field(0, ge=0)
+    min_instances: int = Field(0, ge=0, description="nodes kept up however idle; at most policy.boot.max_instances")
 
 
 class BootSettings(_Strict):
@@ -63,8 +65,8 @@ class BootSettings(_Strict):
 
 
 class DispatchSettings(_Strict):
-    dispatcher_stale: Duration = Field(60.0, description="claims of a dispatcher silent this long are released")
-    start_timeout: Duration = Field(120.0, description="an assigned attempt that has not started is lost")
+    dispatcher_stale: Duration = Field(60.0, gt=0, description="claims of a dispatcher silent this long are released")
+    start_timeout: Duration = Field(120.0, gt=0, description="an assigned attempt that has not started is lost")
 
 
 class PolicySettings(_Strict):
