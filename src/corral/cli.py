@@ -362,7 +362,10 @@ def cancel(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> No
 def priority(job_id: int, value: int) -> None:
     """Set a job's priority; 0 cancels it (seed 001)."""
     j = call("PATCH", f"/api/jobs/{job_id}", json={"priority": value})
-    sys.stdout.write(f"{job_id}: priority {j['priority']}\n")
+    if j["priority"] != value:  # a finished job keeps its own
+        sys.stdout.write(f"{job_id}: already {j['state']}\n")
+    else:
+        sys.stdout.write(f"{job_id}: priority {j['priority']}\n")
 
 
 @app.command()
@@ -463,7 +466,7 @@ def nodes(
 def events(
     job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
     node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
-    kind: Annotated[str | None, typer.Option(help="Kind or prefix, e.g. job.requeued or node.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Kind or its start, e.g. job.requeued, job.cancel or node.")] = None,
     limit: Annotated[int, typer.Option(help="The newest this many.")] = 200,
     as_json: JsonFlag = False,
 ) -> None:

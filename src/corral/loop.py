@@ -7,7 +7,9 @@ here is I/O: reading the store and the cloud, carrying decisions out, recording 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -84,7 +86,7 @@ class ControlLoop:
 
     def _run_pass(self) -> PassReport:
         started = self.clock()
-        self.store.heartbeat(self.dispatcher_id, started)
+        self.store.heartbeat(self.dispatcher_id, started, socket.gethostname(), os.getpid())
         self.sync_cloud(started)
         snapshot = self.store.load_snapshot(
             self.dispatcher_id, list(self.instance_types.values()), self.observing_since
@@ -140,6 +142,10 @@ class ControlLoop:
         for boot in decisions.boots:
             self._boot(boot.instance_type, boot.reason, now)
         nodes = {node.id: node for node in snapshot.nodes}
+        # The state a node is shut down in is the one this pass left it in (a silent node was
+        # just marked down: "shut down (busy)" would read as a busy node killed).
+        state_now = {node_id: node.state for node_id, node in nodes.items()}
+        state_now.update((mark.node_id, mark.state) for mark in decisions.node_marks)
         for decision in decisions.node_decisions:
             if decision.action is NodeAction.START_DRAIN:
                 self.store.mark_node(decision.node_id, NodeState.DRAINING, decision.reason, now)
@@ -149,7 +155,7 @@ class ControlLoop:
                 if row and row["instance_id"]:
                     self._destroy(row["instance_id"])
                 self.store.mark_node(
-                    decision.node_id, NodeState.GONE, f"shut down ({nodes[decision.node_id].state})", self.clock()
+                    decision.node_id, NodeState.GONE, f"shut down ({state_now[decision.node_id]})", self.clock()
                 )
 
     def refresh_explanations(self, decisions: Decisions, now: float) -> None:

@@ -57,8 +57,9 @@ def setup_logging(level: str = "INFO") -> None:
 def read_or_create(path: Path, make: str) -> str:
     if path.exists():
         return path.read_text().strip()
-    path.write_text(make + "\n")
-    path.chmod(0o600)
+    # Created 0600, never readable by others even for an instant (it may be the API token).
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(make + "\n")
     return make
 
 

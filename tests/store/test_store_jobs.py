@@ -12,7 +12,7 @@ from corral.core.model import AttemptState, IllegalTransition, JobState, Resourc
 from corral.core.settings import RetrySettings
 from corral.core.snapshot import JobOutcome
 from corral.jobspec import JobRequest
-from corral.store import Store
+from corral.store import NotFound, Store
 
 from .storekit import (
     NOW,
@@ -204,6 +204,9 @@ def test_tempfail_requeues_with_backoff_and_ends_the_attempt(store: Store) -> No
     assert row["temp_failures"] == 1 and row["perm_failures"] == 0
     assert row["claimed_by"] is None
     assert row["wait_reason"] == outcome.reason
+    # Back in the queue, not on a node and not running (its listing showed the old node, and a
+    # run time that grew while it waited); the attempt keeps where and when it ran.
+    assert row["node_id"] is None and row["started_at"] is None
     [attempt] = store.attempts_of(job_id)
     assert attempt["state"] == AttemptState.TEMPFAIL.value
     assert attempt["finished_at"] == NOW + 10 and attempt["reason"] == outcome.reason
@@ -287,6 +290,18 @@ def test_an_illegal_transition_is_refused_and_changes_nothing(store: Store) -> N
         store.apply_outcome(JobOutcome(job_id, JobState.COMPLETE, "exit 0", exit_code=0), NOW + 1)
     assert snapshot_of_tables(store) == before
     assert all_rows(store, "jobs")[0]["state"] == JobState.QUEUED.value
+
+
+def test_a_finished_jobs_priority_is_left_alone(store: Store) -> None:
+    [job_id] = submit(store)
+    attempt_id = claim(store, job_id, nodes=["n1"])
+    assert store.finish_attempt(attempt_id, "n1", 0, NOW + 5, after_exit(0, attempt_id))
+    assert store.set_priority(job_id, 0, NOW + 6) is False  # 0 would read as a cancel that never was
+    row = store.job_row(job_id)
+    assert row["state"] == JobState.COMPLETE.value and row["priority"] == 1
+    assert "job.priority" not in event_kinds(store, job_id)
+    with pytest.raises(NotFound):
+        store.set_priority(987654, 3, NOW)
 
 
 def test_cancelling_a_queued_job(store: Store) -> None:

@@ -28,7 +28,7 @@ def test_list_events_filters_by_job_node_and_kind_prefix(store: Store) -> None:
     assert [e["kind"] for e in jobs_only] == ["job.queued", "job.queued", "job.claimed"]
     assert [e["kind"] for e in store.list_events(kind="node")] == ["node.booting", "node.orphan"]
     assert [e["kind"] for e in store.list_events(kind="job.claimed")] == ["job.claimed"]
-    assert store.list_events(kind="job.claim") == []  # a dotted kind without a trailing dot is exact
+    assert [e["kind"] for e in store.list_events(kind="job.claim")] == ["job.claimed"]  # the start of a kind
     assert [e["job_id"] for e in store.list_events(job_id=first, kind="job.queued")] == [first]
     assert store.list_events(job_id=second, node_id="n1") == []
 
@@ -99,3 +99,10 @@ def test_a_second_capacity_error_never_shortens_a_back_off(store: Store) -> None
         f"big until {NOW + 300:.0f}: second (the back-off until {NOW + 600:.0f} stays)",
         f"big until {NOW + 900:.0f}: third",
     ]
+
+
+def test_a_gangs_attempt_counts_on_each_of_its_nodes(store: Store) -> None:
+    gang, alone = submit(store, 2)
+    claim(store, gang, nodes=["n1", "n2"])
+    claim(store, alone, nodes=["n2"])
+    assert store.running_counts() == {"n1": 1, "n2": 2}

@@ -154,8 +154,8 @@ class Store:
         if node_id is not None:
             query = query.where(schema.events.c.node_id == node_id)
         if kind:
-            like = kind if "%" in kind else (kind + "%" if kind.endswith(".") or "." not in kind else kind)
-            query = query.where(schema.events.c.kind.like(like))
+            # A kind or its start: node., job.requeued, job.cancel (cancel_requested and cancelled).
+            query = query.where(schema.events.c.kind.like(kind if "%" in kind else kind + "%"))
         query = query.order_by(schema.events.c.id.desc()).limit(limit)
         with self.read() as conn:
             rows = [dict(r._mapping) for r in conn.execute(query)]
@@ -244,12 +244,21 @@ class Store:
                 self._event(conn, now, "job.cancel_requested", "cancel requested", job_id=job_id)
         return {"id": job_id, "state": state, "changed": changed}
 
-    def set_priority(self, job_id: int, priority: int, now: float) -> None:
+    def set_priority(self, job_id: int, priority: int, now: float) -> bool:
+        """False, changing nothing, for a finished job (whose priority means nothing any more:
+        a 0 would read as a cancel that never happened)."""
         with self.write() as conn:
-            result = conn.execute(update(J).where(J.c.id == job_id).values(priority=priority, updated_at=now))
+            result = conn.execute(
+                update(J)
+                .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
+                .values(priority=priority, updated_at=now)
+            )
             if result.rowcount == 0:
-                raise NotFound(f"no job {job_id}")
+                if conn.execute(select(J.c.id).where(J.c.id == job_id)).first() is None:
+                    raise NotFound(f"no job {job_id}")
+                return False
             self._event(conn, now, "job.priority", f"priority set to {priority}", job_id=job_id)
+        return True
 
     def annotate_many(self, notes: Sequence[Annotation], explanations: dict[int, dict[str, Any]], now: float) -> None:
         """Record why queued jobs wait, in one transaction: the first pass over a long queue
@@ -397,7 +406,10 @@ class Store:
         if outcome.exit_code is not None:
             values["exit_code"] = outcome.exit_code
         if outcome.state is JobState.QUEUED:
-            values.update(claimed_by=None, retry_at=outcome.retry_at, wait_reason=outcome.reason)
+            # Back in the queue: no node, no run under way (the last attempt keeps its own).
+            values.update(
+                claimed_by=None, retry_at=outcome.retry_at, wait_reason=outcome.reason, node_id=None, started_at=None
+            )
         else:
             values["finished_at"] = now
         moved = conn.execute(update(J).where(J.c.id == outcome.job_id, J.c.state == old.value).values(**values))
@@ -641,11 +653,14 @@ class Store:
         return dict(row._mapping) if row else None
 
     def running_counts(self) -> dict[str, int]:
+        """Active attempts per node, a gang's counted on each of its nodes."""
         with self.read() as conn:
-            rows = conn.execute(
-                select(A.c.node_id, func.count()).where(A.c.state.in_(ACTIVE_ATTEMPT_STATES)).group_by(A.c.node_id)
-            ).all()
-        return {r[0]: int(r[1]) for r in rows}
+            rows = conn.execute(select(A.c.node_ids).where(A.c.state.in_(ACTIVE_ATTEMPT_STATES))).all()
+        counts: dict[str, int] = {}
+        for (node_ids,) in rows:
+            for node_id in node_ids:
+                counts[node_id] = counts.get(node_id, 0) + 1
+        return counts
 
     # ---- dispatchers and capacity -------------------------------------------------------------
 
