@@ -14,6 +14,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from corral.config import ConfigError, default_home, load_config
@@ -31,7 +32,8 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable J
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    # The message is text, never markup: a config value like [nan] must show as it is.
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 

@@ -75,15 +75,15 @@ def test_the_api_wants_the_token(running: Corral) -> None:
 
 
 def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:
-    import subprocess
-
     bad = tmp_path / "bad.toml"
     bad.write_text(
         '[policy.lifecycle]\nidle_grace = "soon"\n[server]\nprot = 1\n[[instance_types]]\nname = "x"\nvcpus = 2\n'
+        '[loop]\ninterval = "[red]"\n'
     )
     result = subprocess.run([CORRAL, "config", "check", str(bad)], capture_output=True, text=True)
     assert result.returncode == 2
     assert "policy.lifecycle.idle_grace: not a duration: 'soon'" in result.stderr
+    assert "loop.interval: not a duration: '[red]'" in result.stderr  # shown as written, not taken for markup
     assert "server.prot: unknown key" in result.stderr
     assert "instance_types.0.ram: Field required" in result.stderr
     good = tmp_path / "good.yaml"

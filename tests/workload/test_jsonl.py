@@ -135,3 +135,12 @@ def test_a_file_of_comments_only_is_json_lines_and_an_swf_header_is_swf(tmp_path
     swf = tmp_path / "b.txt"
     swf.write_text("\n; header\n# not a comment in SWF\n")
     assert detect_format(swf) == "swf"
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_line(tmp_path: Path) -> None:
+    # Some editors write one at the start of a UTF-8 file: it broke both the format's detection
+    # and the first line's JSON.
+    path = tmp_path / "jobs.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"submit_time": 5, "run_time": 60}\n')
+    workload = read_workload(path)
+    assert workload.format == "jsonl" and [job.submit for job in workload.jobs] == [5.0]

@@ -116,9 +116,10 @@ def open_text(path: Path) -> io.TextIOBase:
             magic = raw.read(2)
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read: {exc.strerror}") from exc
+    # utf-8-sig: a byte-order mark (some Windows editors write one) is no part of the first line.
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return io.TextIOWrapper(path.open("rb"), encoding="utf-8", errors="replace")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="replace")
+    return io.TextIOWrapper(path.open("rb"), encoding="utf-8-sig", errors="replace")
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
