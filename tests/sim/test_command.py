@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import typer
@@ -68,6 +69,14 @@ seconds = 60
 """
     )
     return path
+
+
+def one_run(app: typer.Typer, workload: Path, cfg: Path) -> dict[str, Any]:
+    """`corral simulate WORKLOAD -c CFG --json`'s one run."""
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)["runs"]
+    return cast(dict[str, Any], run)
 
 
 def test_json_results(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
@@ -230,9 +239,7 @@ def test_jobs_that_never_run_are_counted_with_the_cores_reason(app: typer.Typer,
     lines += ['{"submit_time": 20, "run_time": 100, "vcpus": 2, "ram": "100GiB"}']
     workload.write_text("\n".join(lines) + "\n")
     cfg = write_config(tmp_path / "a.toml", "1m")
-    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"])
-    assert result.exit_code == 0, result.output
-    (run,) = json.loads(result.stdout)["runs"]
+    run = one_run(app, workload, cfg)
     assert run["completed"] == 1 and run["unfinished"] == 3
     assert run["unfinished_reasons"] == {
         "no instance type has 32 vcpus (the largest has 16 vcpus)": 2,
@@ -245,25 +252,15 @@ def test_jobs_that_never_run_are_counted_with_the_cores_reason(app: typer.Typer,
 
 
 def test_swf_jobs_larger_than_any_type_are_counted_as_gangs(app: typer.Typer, tmp_path: Path) -> None:
-    fields = ["-1"] * 18
-    jobs = []
-    for number, procs in ((1, 4), (2, 40)):  # 40 processors: three 16-vcpu nodes
-        job = list(fields)
-        job[0], job[1], job[3], job[4], job[7], job[10] = (
-            str(number),
-            str(number * 10),
-            "100",
-            str(procs),
-            str(procs),
-            "1",
-        )
-        jobs.append(" ".join(job))
+    # Fields: job, submit, wait, run, allocated processors, ..., requested processors (8), ..., status (11).
+    jobs = [
+        "1 10 -1 100 4 -1 -1 4 -1 -1 1 -1 -1 -1 -1 -1 -1 -1",
+        "2 20 -1 100 40 -1 -1 40 -1 -1 1 -1 -1 -1 -1 -1 -1 -1",
+    ]
     workload = tmp_path / "gang.swf"
     workload.write_text("\n".join(jobs) + "\n")
     cfg = write_config(tmp_path / "a.toml", "1m")
-    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"])
-    assert result.exit_code == 0, result.output
-    (run,) = json.loads(result.stdout)["runs"]
+    run = one_run(app, workload, cfg)
     assert run["gangs"] == 1 and run["completed"] == 2
 
 
@@ -321,9 +318,7 @@ def test_a_schedule_outside_the_runs_clock_is_named_as_having_done_nothing(app: 
         '[[sim.capacity.outages]]\nstart = 0\nend = "1d"\n[[sim.capacity.outages]]\nstart = 599000\nend = 601000\n'
     )
     cfg.write_text(cfg.read_text() + schedule + '[[sim.failures.schedule]]\nat = "2h"\n')
-    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"])
-    assert result.exit_code == 0, result.output
-    (run,) = json.loads(result.stdout)["runs"]
+    run = one_run(app, workload, cfg)
     assert run["outside_run"] == ["sim.capacity.outages.0 (0 s to 86400 s)", "sim.failures.schedule.0 (at 7200 s)"]
     assert run["capacity_errors"] > 0  # the second outage was in the run
     table = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--no-progress"])
