@@ -57,16 +57,23 @@ def test_cancel_and_priority_zero_stop_running_jobs(corral: Corral) -> None:
     corral.cli("priority", str(second), "0")
     wait_until(lambda: all(corral.jobs()[i]["state"] == "cancelled" for i in (first, second)), 30, "cancellation")
 
-    # The agents killed the commands: no `sleep 300` is left.
-    def sleepers() -> list[str]:
+    # The agents killed the commands: neither process (the pid each agent reported) is left. Only
+    # these two are looked at: a `sleep 300` of anything else on the machine is none of this test's.
+    pids = [
+        int(e["message"].rsplit("pid ", 1)[1])
+        for i in (first, second)
+        for e in corral.cli_json("events", "--job", str(i), "--kind", "job.running")
+    ]
+    assert len(pids) == 2
+
+    def sleepers() -> list[int]:
         found = []
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    if (proc / "cmdline").read_bytes() == b"sleep\x00300\x00":
-                        found.append(proc.name)
-                except OSError:
-                    pass
+        for pid in pids:
+            try:
+                if (Path("/proc") / str(pid) / "cmdline").read_bytes() == b"sleep\x00300\x00":
+                    found.append(pid)
+            except OSError:
+                pass  # gone
         return found
 
     wait_until(lambda: sleepers() == [], 30, "the cancelled commands to be killed")
