@@ -57,7 +57,8 @@ class SimResult:
     horizon_reached: bool = False  # stopped at sim.horizon with work left
     gangs: int = 0  # jobs no one node of the run's types holds, run as gangs of several
     # Why the jobs that never finished did not: the core's wait reason of each still queued
-    # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts.
+    # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts, the
+    # most common first.
     unfinished_reasons: dict[str, int] = field(default_factory=dict)
     # Scheduled outages and failures wholly outside the run (its clock is the workload's: a log's
     # first submission may be days after 0), which therefore did nothing.
@@ -88,7 +89,7 @@ class SimResult:
         if self.horizon_reached:
             notes.append("stopped at sim.horizon with work left: the figures cover only what ended before it")
         if self.unfinished:
-            reasons = sorted(self.unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))
+            reasons = list(self.unfinished_reasons.items())  # the most common first
             shown = "; ".join(f"{count:,} {reason}" for reason, count in reasons[:3])
             more = f"; {len(reasons) - 3:,} other reasons" if len(reasons) > 3 else ""
             notes.append(
