@@ -323,3 +323,12 @@ def test_a_schedule_outside_the_runs_clock_is_named_as_having_done_nothing(app: 
     assert run["capacity_errors"] > 0  # the second outage was in the run
     table = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--no-progress"])
     assert "outside the run (from 600000 s to" in " ".join(table.stdout.split())
+
+
+def test_an_error_shows_the_bad_value_as_written(app: typer.Typer, tmp_path: Path) -> None:
+    # Printed through Rich: a value like "[red]" was taken for markup and vanished.
+    workload = tmp_path / "tagged.jsonl"
+    workload.write_text('{"run_time": 10, "ram": "[red]"}\n')
+    result = runner.invoke(app, ["simulate", str(workload), "--no-progress"])
+    assert result.exit_code == 2
+    assert "ram: not a size: '[red]'" in " ".join(result.output.split())

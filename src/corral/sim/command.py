@@ -10,6 +10,7 @@ from typing import Annotated, NoReturn, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -72,7 +73,8 @@ def simulate_command(
     err = Console(stderr=True)
 
     def fail(message: str) -> NoReturn:
-        err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        # Text, never markup (as corral.cli.fail): a workload line or config value may hold "[...]".
+        err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
     configs = [p for p in paths if p.suffix.lower() in CONFIG_SUFFIXES]
@@ -145,7 +147,7 @@ def simulate_command(
         out.print(results_table(outcome))
         for result in outcome.results:
             for warning in result.warnings():
-                out.print(f"[yellow]note:[/yellow] {result.label}: {warning}", highlight=False)
+                out.print(f"[yellow]note:[/yellow] {escape(f'{result.label}: {warning}')}", highlight=False)
         skipped = outcome.workload.stats.skipped
         if skipped:
             err.print(f"{skipped:,} bad lines skipped, e.g. {outcome.workload.stats.errors[0]}", highlight=False)
