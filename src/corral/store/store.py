@@ -510,7 +510,7 @@ class Store:
         return True
 
     def _record_exit(
-        self, conn: Connection, attempt_id: int, node_id: str, exit_code: int, now: float, ended_at: float | None = None
+        self, conn: Connection, attempt_id: int, node_id: str, exit_code: int, now: float, ended_at: float | None
     ) -> tuple[Job, float] | None:
         """The exit recorded: the job as it stands, and the time the exit was recorded at."""
         attempt = self._lock_attempt(conn, attempt_id, node_id)
