@@ -258,17 +258,60 @@ def test_a_gang_waits_on_its_first_nodes_up_and_keeps_them_from_draining() -> No
 
 
 def test_a_gang_that_pins_nodes_holds_no_idle_node() -> None:
-    """The planner knows only room: a gang asking for node traits might not be placed on an idle
-    node that has the room, so it does not count on one (or keep it up)."""
+    """The planner knows room and the types' attributes, not a node's own: a gang asking for node
+    traits might not be placed on an idle node that has the room, so it does not count on one (or
+    keep it up)."""
+    zoned = dataclasses.replace(SMALL, attributes=(("zone", "a"),))
     snap = Snapshot(
         jobs=[job(1, vcpus=2, node_count=3, traits={"zone": "a"})],
         attempts=[],
         nodes=[dataclasses.replace(idle_node("n1"), state_changed_at=700.0), booting_node("n2"), booting_node("n3")],
-        instance_types=TYPES,
+        instance_types=[zoned, LARGE],
     )
     decisions = plan_pass(snap, 1000.0, settings())
     assert [b.instance_type for b in decisions.boots] == ["small"]  # beside the two booting
     assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("n1", NodeAction.START_DRAIN)]
+
+
+SPOT = dataclasses.replace(SMALL, name="small-spot", price_per_hour=0.03, attributes=(("capacity", "spot"),))
+
+
+def test_a_job_that_forbids_a_trait_gets_the_cheapest_type_without_it() -> None:
+    """Before, the planner chose by room alone: it booted the cheaper spot type, the placer never
+    put the job on it, and it was shut down idle and booted again, pass after pass."""
+    no_spot = {"capacity": "spot"}
+    snap = Snapshot(
+        jobs=[job(1, forbidden_traits=no_spot), job(2, forbidden_traits=no_spot), job(3)],
+        attempts=[],
+        nodes=[],
+        instance_types=[SPOT, SMALL, LARGE],
+    )
+    decisions = plan_pass(snap, 0.0, settings())
+    # Jobs 1 and 2 share one small; job 3 takes no room on it: it may run on spot, which is cheaper.
+    assert sorted(b.instance_type for b in decisions.boots) == ["small", "small-spot"]
+
+
+def test_a_job_waits_on_a_booting_node_only_of_a_type_it_accepts() -> None:
+    on_its_way = dataclasses.replace(booting_node("n1", SPOT), attributes={"capacity": "spot"})
+    snap = Snapshot(
+        jobs=[job(1, forbidden_traits={"capacity": "spot"})],
+        attempts=[],
+        nodes=[on_its_way],
+        instance_types=[SPOT, SMALL],
+    )
+    decisions = plan_pass(snap, 1000.0, settings())
+    assert [b.instance_type for b in decisions.boots] == ["small"]
+
+
+def test_a_job_no_instance_type_accepts_boots_nothing_and_says_why() -> None:
+    snap = Snapshot(jobs=[job(1, traits={"gpu_model": "a100"})], attempts=[], nodes=[], instance_types=[SPOT, SMALL])
+    decisions = plan_pass(snap, 0.0, settings())
+    assert decisions.boots == []
+    (note,) = decisions.annotations
+    # Not unplaceable: a node that is no instance (a standalone agent) may have the trait.
+    assert not note.unplaceable
+    assert note.wait_reason.startswith("waiting for a node: no instance type with room for it meets its constraints")
+    assert "TRAITS_MISMATCH" in note.wait_reason
 
 
 def test_a_gang_larger_than_a_pass_may_boot_boots_over_several_passes() -> None:

@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
 from corral.core.snapshot import Boot
+from corral.placement.boot import TypeRanker
+from corral.placement.demand import Demand
 from corral.placement.lifetime import costly_before_start
-from corral.placement.settings import CostSettings
+from corral.placement.settings import CostSettings, PlacementSettings
 
 
 @dataclass(slots=True)
@@ -42,6 +44,7 @@ class _Bin:
     price: float
     longest: float = 0.0  # the longest time limit of the jobs put on it (inf: one without a limit)
     up: bool = False  # a node up and idle (only gangs count on one)
+    instance_type: str = ""
 
 
 Note = tuple[str, bool]  # a wait reason, and whether the job is unplaceable
@@ -87,12 +90,15 @@ def plan_boots(
     default_limit: float | None = None,
     memo: PlannerMemo | None = None,
     idle: list[Node] | None = None,
+    placement: PlacementSettings | None = None,
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
     way with the room they will have. `cost` is the placer's cost gate when it applies to jobs
     that can get a new instance (None: off); `default_limit` the time limit of jobs without one;
     `memo` what the caller keeps between its passes (None: nothing is kept); `idle` the nodes up
-    and without work that gangs may count on (see the module docstring)."""
+    and without work that gangs may count on (see the module docstring); `placement` the
+    placer's settings, whose filters say which types a job that asks for more than room (traits,
+    platform, reservation) may run on (None: room alone)."""
     idle = idle or []
     if not waiting:
         return BootPlan([], {})
@@ -128,7 +134,18 @@ def plan_boots(
     last = memo.last
     if inputs is None or last is None or last[0] != inputs:
         made = _plan_boots(
-            waiting, booting, idle, types, order, live_instances, unavailable, now, settings, cost, default_limit
+            waiting,
+            booting,
+            idle,
+            types,
+            order,
+            live_instances,
+            unavailable,
+            now,
+            settings,
+            cost,
+            default_limit,
+            None if placement is None else _Constraints(types, placement, now),
         )
         last = memo.last = (inputs, made)
     return last[1]
@@ -166,9 +183,10 @@ def _plan_boots(
     settings: BootSettings,
     cost: CostSettings | None,
     default_limit: float | None,
+    constraints: _Constraints | None,
 ) -> BootPlan:
     types_for = order.holding
-    pending = [_Bin(node.id, free, node.price_per_hour) for node, free in booting]
+    pending = [_Bin(node.id, free, node.price_per_hour, instance_type=node.instance_type) for node, free in booting]
     up = [_Bin(node.id, node.capacity, node.price_per_hour, up=True) for node in idle]
     held: set[str] = set()
     planned: list[_Bin] = []
@@ -184,14 +202,16 @@ def _plan_boots(
     # The reason of each (request, nodes, time limit) that found no bin and no new instance since
     # the last boot planned: a job asking the same finds none either, for bins only fill up, and
     # the budget, the boots and the gate stay as they were until the next boot.
-    settled: dict[tuple[float, int, int, int, int, float | None], Note] = {}
+    settled: dict[tuple[float, int, int, int, int, float | None, frozenset[str] | None], Note] = {}
 
     for job in waiting:
         request = job.resources
         need = job.node_count
         limit = job.time_limit if job.time_limit is not None else default_limit
+        # The types a job that asks for more than room accepts (None: any that has the room).
+        accepted = constraints.accepting(job) if constraints is not None and _pins_nodes(job) else None
         # (Plain numbers: a tuple of them hashes faster than the request.)
-        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit)
+        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit, accepted)
         note = settled.get(key)
         if note is not None:
             notes[job.id] = note
@@ -200,10 +220,25 @@ def _plan_boots(
         if not holding:
             notes[job.id] = _unplaceable(job, types)
             continue
-        if unavailable:
-            fitting = fitting_of.get(id(holding))
-            if fitting is None:
-                fitting = fitting_of[id(holding)] = [t for t in holding if unavailable.get(t.name, 0.0) <= now]
+        pending_for, planned_for = pending, planned
+        if accepted is not None:
+            allowed = [t for t in holding if t.name in accepted]
+            if not allowed:
+                # Booting one would never run it (a job that must not run on spot, and only spot
+                # types have the room): it waits for a node that is no instance, if any comes.
+                assert constraints is not None
+                notes[job.id] = settled[key] = (constraints.none_accepted(job, holding), False)
+                continue
+            # (A list of this job's own: not kept in fitting_of, whose keys are the ids of lists.)
+            holding = allowed
+            fitting = [t for t in holding if unavailable.get(t.name, 0.0) <= now]
+            pending_for = [b for b in pending if b.instance_type in accepted]
+            planned_for = [b for b in planned if b.instance_type in accepted]
+        elif unavailable:
+            kept_fitting = fitting_of.get(id(holding))
+            if kept_fitting is None:
+                kept_fitting = fitting_of[id(holding)] = [t for t in holding if unavailable.get(t.name, 0.0) <= now]
+            fitting = kept_fitting
         else:
             fitting = holding
         refuses: Callable[[_Bin], bool] | None = None
@@ -211,18 +246,18 @@ def _plan_boots(
             refuses = _gate(cost, limit, fitting[0].price_per_hour, verdicts)
         promise = math.inf if limit is None else limit
         if need == 1:
-            chosen = _take_bins(pending, request, need, promise, refuses)
+            chosen = _take_bins(pending_for, request, need, promise, refuses)
             if chosen is not None:
                 notes[job.id] = (f"waiting for an instance to boot ({', '.join(chosen)})", False)
                 continue
-            chosen = _take_bins(planned, request, need, promise, refuses)
+            chosen = _take_bins(planned_for, request, need, promise, refuses)
             if chosen is not None:
                 notes[job.id] = ("waiting for an instance to boot", False)
                 continue
             on_the_way: list[_Bin] = []
         else:
             # As many of its nodes as room on its way holds (up, booting, or planned this pass).
-            bins = (up if up and not _pins_nodes(job) else []) + pending + planned
+            bins = (up if up and accepted is None and not _pins_nodes(job) else []) + pending_for + planned_for
             on_the_way = _fitting_bins(bins, request, need, refuses)
             if len(on_the_way) == need:
                 _take(on_the_way, request, promise)
@@ -257,7 +292,15 @@ def _plan_boots(
         held.update(b.label for b in on_the_way if b.up)
         for _ in range(now_booted):
             boots.append(Boot(cheapest.name, f"job {job.id} needs {request.describe()}"))
-            planned.append(_Bin(f"new {cheapest.name}", cheapest.capacity - request, cheapest.price_per_hour, promise))
+            planned.append(
+                _Bin(
+                    f"new {cheapest.name}",
+                    cheapest.capacity - request,
+                    cheapest.price_per_hour,
+                    promise,
+                    instance_type=cheapest.name,
+                )
+            )
         budget -= now_booted
         if need == 1:
             notes[job.id] = (f"waiting for an instance to boot ({cheapest.name})", False)
@@ -273,6 +316,28 @@ def _pins_nodes(job: Job) -> bool:
     not hold a node up for it."""
     strict = job.locality is not None and job.locality.strict
     return bool(job.traits or job.forbidden_traits or job.min_platform or job.reservation or strict)
+
+
+class _Constraints:
+    """Which instance types the placement filters accept for a job that asks for more than room,
+    as a new, empty node: the filters' ranker is built when a pass first meets such a job."""
+
+    def __init__(self, types: list[InstanceType], placement: PlacementSettings, now: float) -> None:
+        self._args = (types, placement, now)
+        self._ranker: TypeRanker | None = None
+
+    def ranker(self) -> TypeRanker:
+        if self._ranker is None:
+            types, placement, now = self._args
+            self._ranker = TypeRanker(types, placement, now=now)
+        return self._ranker
+
+    def accepting(self, job: Job) -> frozenset[str]:
+        return self.ranker().accepting(Demand.of(job))
+
+    def none_accepted(self, job: Job, holding: list[InstanceType]) -> str:
+        why = self.ranker().why_not(Demand.of(job), holding[0].name)
+        return f"waiting for a node: no instance type with room for it meets its constraints ({holding[0].name}: {why})"
 
 
 def _unplaceable(job: Job, types: list[InstanceType]) -> Note:

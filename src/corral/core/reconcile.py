@@ -233,6 +233,7 @@ def plan_pass(
         settings.placement.queue.default_time_limit,
         planner,
         up_idle,
+        settings.placement,
     )
     decisions.boots.extend(plan.boots)
     notes = plan.notes

@@ -68,6 +68,7 @@ class TypeRanker:
         )
         self._cache: dict[tuple[object, ...], list[TypeRank]] = {}
         self._fits: dict[tuple[object, ...], bool] = {}
+        self._accepting: dict[tuple[object, ...], frozenset[str]] = {}
 
     def rank(self, demand: Demand) -> list[TypeRank]:
         key = demand.key[:4]
@@ -104,6 +105,22 @@ class TypeRanker:
             cached = any(bool(mask[i]) and t.name not in self.unavailable for i, t in enumerate(self.types))
             self._fits[key] = cached
         return cached
+
+    def accepting(self, demand: Demand) -> frozenset[str]:
+        """The types whose new, empty node the filters let the demand run on, capacity back-off
+        aside (the boot planner, which weighs room and back-offs itself, asks this of a job
+        that wants more of a node than room: traits, platform, reservation)."""
+        key = demand.key[:4]
+        cached = self._accepting.get(key)
+        if cached is None:
+            mask = self.engine.hard_mask(demand)
+            cached = self._accepting[key] = frozenset(t.name for i, t in enumerate(self.types) if mask[i])
+        return cached
+
+    def why_not(self, demand: Demand, instance_type: str) -> str:
+        """Why the filters rule a new node of the type out for the demand ("TRAITS_MISMATCH: ...")."""
+        names = [t.name for t in self.types]
+        return self._why_not(demand, names.index(instance_type))
 
     def _why_not(self, demand: Demand, i: int) -> str:
         """The first filter, in the configured order, that rules type i out, described on it alone."""
