@@ -126,15 +126,23 @@ class Config(_Strict):
         known = ", ".join(sorted(names)) or "none configured"
         sim = self.sim
         # (key path under sim, the name given, whether '*' is allowed there)
+        type_key = "instance_type"
         named: list[tuple[tuple[str | int, ...], str, bool]] = []
-        named += [(("fleet", "nodes", i), n.instance_type, False) for i, n in enumerate(sim.fleet.nodes)]
-        named += [(("capacity", "outages", i), o.instance_type, True) for i, o in enumerate(sim.capacity.outages)]
-        named += [(("failures", "schedule", i), f.instance_type, True) for i, f in enumerate(sim.failures.schedule)]
+        named += [(("fleet", "nodes", i, type_key), n.instance_type, False) for i, n in enumerate(sim.fleet.nodes)]
+        named += [
+            (("capacity", "outages", i, type_key), o.instance_type, True) for i, o in enumerate(sim.capacity.outages)
+        ]
+        named += [
+            (("failures", "schedule", i, type_key), f.instance_type, True) for i, f in enumerate(sim.failures.schedule)
+        ]
+        named += [
+            (("failures", "per_instance_day_by_type", n), n, False) for n in sim.failures.per_instance_day_by_type
+        ]
         errors: list[InitErrorDetails] = []
         for path, name, star in named:
             if name not in names and not (star and name == "*"):
                 message = f"{name!r} is not in instance_types ({known}{_STAR_NOTE if star else ''})"
-                errors.append(_error("unknown_instance_type", ("sim", *path, "instance_type"), name, message))
+                errors.append(_error("unknown_instance_type", ("sim", *path), name, message))
         lifecycle, boot = self.policy.lifecycle, self.policy.boot
         if lifecycle.ping_stale < 2 * self.cloud.ping_interval:
             # Seed 000's "down" is an agent gone silent: one missed or late ping must not be it, or

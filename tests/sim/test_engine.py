@@ -8,7 +8,7 @@ import pytest
 
 from corral.core.model import JobState
 from corral.jobspec import JobRequest
-from tests.sim.helpers import config, job, simulate
+from tests.sim.helpers import BIG, SMALL, config, job, simulate
 
 
 def test_one_job_boots_the_cheapest_fitting_type_runs_and_the_idle_node_is_shut_down() -> None:
@@ -118,6 +118,7 @@ def test_a_failed_node_is_noticed_by_its_silence_and_its_job_retried_elsewhere()
     # 5 s back-off and the node shut down; at 566 a new node boots, pairs at 626, the job runs again.
     assert (r.node_failures, r.requeues, r.boots, r.completed) == (1, 1, 2, 1)
     assert r.wait_mean == 626
+    assert r.work_lost_vcpu_hours == pytest.approx((500 - 60) * 1 / 3600)  # 1 vcpu, from 60 to 500
 
 
 def test_instances_that_never_pair_are_shut_down_after_the_boot_grace_until_the_horizon() -> None:
@@ -179,6 +180,38 @@ def test_fixed_fleet_repairs_a_failed_node() -> None:
     # Fails at 50, down at 111, back at 1111; the job runs again from 1111 to 1211.
     assert (r.node_failures, r.requeues, r.completed, r.boots) == (1, 1, 1, 0)
     assert r.wait_mean == 1111
+    assert r.work_lost_vcpu_hours == pytest.approx(50 * 2 / 3600)
+
+
+def test_a_gang_that_loses_a_node_loses_the_work_of_all_its_nodes_once() -> None:
+    cfg = config(sim={"failures": {"schedule": [{"at": 500, "count": 2}]}})
+    _, r = simulate([job(1, run=1000, vcpus=8, ram_gib=4, nodes=2)], cfg)
+    # Two big nodes pair at 60; both fail at 500: 440 s of 2 x 8 vcpus, counted once.
+    assert r.node_failures == 2 and r.requeues == 1 and r.completed == 1
+    assert r.work_lost_vcpu_hours == pytest.approx(440 * 16 / 3600)
+
+
+def test_spot_instances_one_type_that_fails_often_beside_others_that_do_not() -> None:
+    """The what-if "with spot instances": the cheap type is taken back often; jobs on it run again."""
+    spot = {"failures": {"per_instance_day_by_type": {"small": 86400 / 900}}, "horizon": 86400}
+    _, r = simulate([job(i, submit=i * 60.0, run=1200, vcpus=2) for i in range(20)], config(sim=spot))
+    _, calm = simulate([job(i, submit=i * 60.0, run=1200, vcpus=2) for i in range(20)], config())
+    assert calm.node_failures == 0 and calm.work_lost_vcpu_hours == 0
+    assert r.node_failures > 5 and r.requeues > 5 and r.work_lost_vcpu_hours > 0
+    # A 20-minute job on an instance that lives 15 minutes on average: most run again, and some
+    # use up their retries (policy.retry) and fail, as they would on a real spot fleet.
+    assert r.completed + r.failed == 20 and r.completed > 10 and r.failed > 0
+    assert r.wait_mean > calm.wait_mean
+
+
+def test_a_job_that_must_not_run_on_spot_gets_an_on_demand_instance_once() -> None:
+    """Before, the planner booted the cheaper spot type for it, by room alone: the job never ran and
+    10,082 instances were booted and shut down idle before the horizon."""
+    cfg = config(instance_types=[{**SMALL, "attributes": {"capacity": "spot"}}, BIG])
+    request = JobRequest(command=["x"], forbidden_traits={"capacity": "spot"})
+    sim, r = simulate([job(1, run=100, request=request)], cfg)
+    assert (r.completed, r.boots) == (1, 1)
+    assert [i.itype.name for i in sim.cloud.instances.values()] == ["big"]
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:

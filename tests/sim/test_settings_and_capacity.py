@@ -86,6 +86,10 @@ OR_STAR = "; or '*' for every type)"
             '[sim.fleet]\nmode = "fixed"\nnodes = [{instance_type = "*"}]\n',
             f"  sim.fleet.nodes.0.instance_type: '*' is not in instance_types {KNOWN})",
         ),
+        (
+            '[sim.failures.per_instance_day_by_type]\n"m5.large" = 1\n"m5.lage" = 2\n',
+            f"  sim.failures.per_instance_day_by_type.m5.lage: 'm5.lage' is not in instance_types {KNOWN})",
+        ),
     ],
 )
 def test_an_unknown_instance_type_in_sim_is_named_when_the_config_is_read(

@@ -96,3 +96,26 @@ def test_instances_that_break_before_pairing_never_pair() -> None:
     readies = [driver.ready_at(driver.create(SMALL, f"n-{i}", "t", {}).id) for i in range(200)]
     # A failure every 10 s on average: almost all break within their 60 s boot.
     assert sum(r is None for r in readies) > 180
+
+
+def test_a_type_with_its_own_failure_rate_fails_at_that_rate_and_the_others_at_theirs() -> None:
+    """Spot instances: the cloud takes one type back often, the others keep the global rate (0)."""
+    driver, _ = cloud(failures={"per_instance_day_by_type": {"small": 86400 / 10}})
+    small = [driver.fails_at(driver.create(SMALL, f"s-{i}", "t", {}).id) for i in range(200)]
+    hourly = [driver.fails_at(driver.create(HOURLY, f"h-{i}", "t", {}).id) for i in range(200)]
+    assert statistics.mean(small) == pytest.approx(10, rel=0.25)
+    assert all(f == float("inf") for f in hourly)
+    assert driver.failure_delay("hourly") == float("inf") and driver.failure_delay("small") < float("inf")
+
+
+def test_a_rate_for_one_type_leaves_the_failure_times_of_the_others_as_they_were() -> None:
+    """Each type has its own stream: a what-if that makes one type spot compares like with like."""
+
+    def hourly_lifetimes(**failures: object) -> list[float]:
+        driver, _ = cloud(failures=failures)
+        created = [driver.create(t, f"n-{i}", "t", {}) for i in range(20) for t in (SMALL, HOURLY)]
+        return [driver.fails_at(c.id) for c in created if c.instance_type == "hourly"]
+
+    base = hourly_lifetimes(per_instance_day=2)
+    assert base == hourly_lifetimes(per_instance_day=2, per_instance_day_by_type={"small": 50})
+    assert base != hourly_lifetimes(per_instance_day=3)

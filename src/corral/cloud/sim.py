@@ -103,7 +103,12 @@ class SimCloud:
             )
             for name in self.types
         }
-        self._fail_rate = settings.failures.per_instance_day / DAY
+        # A stream per type, as for outages: giving one type a rate of its own (spot instances)
+        # leaves the other types' failure times as they were.
+        self._lifetimes = {
+            name: (random.Random(f"{seed}:failure:{name}"), settings.failures.rate_per_day(name) / DAY)
+            for name in self.types
+        }
         self._next_id = 0
 
     # ---- the CloudDriver protocol --------------------------------------------------------------
@@ -120,7 +125,7 @@ class SimCloud:
         all_tags = {**tags, TAG_CLUSTER: self.cluster, TAG_NODE_ID: node_id, TAG_INSTANCE_TYPE: name}
         instance = CloudInstance(instance_id, name, all_tags, created_at=now, state="pending")
         ready_at: float | None = now + self._boot_delay()
-        fails_at = now + self._fail_rng.expovariate(self._fail_rate) if self._fail_rate > 0 else math.inf
+        fails_at = now + self.failure_delay(name)
         never = self.settings.boot_delay.never_pairs
         if never > 0 and self._boot_rng.random() < never:
             ready_at = None
@@ -162,9 +167,11 @@ class SimCloud:
         sim.instance.state = "broken"
         self.stats.failures += 1
 
-    def failure_delay(self) -> float:
-        """Time to the next random failure of a node that is not a cloud instance (a fixed fleet's)."""
-        return self._fail_rng.expovariate(self._fail_rate) if self._fail_rate > 0 else math.inf
+    def failure_delay(self, instance_type: str) -> float:
+        """Time until an instance of the type, up from now, fails at random (exponential lifetimes;
+        also for a fixed fleet's nodes, which are not cloud instances)."""
+        rng, rate = self._lifetimes[instance_type]
+        return rng.expovariate(rate) if rate > 0 else math.inf
 
     def choose(self, candidates: builtins.list[str], count: int) -> builtins.list[str]:
         """`count` of the given instance ids, drawn from the failure stream (for scheduled failures)."""

@@ -93,6 +93,8 @@ class Counters:
     boots_skipped_in_backoff: int = 0
     node_failures: int = 0
     requeues: int = 0
+    # vcpu-seconds that running attempts had done when their node failed: work to do again
+    lost_vcpu_seconds: float = 0.0
     placements: int = 0
     peak_fleet: int = 0
     peak_queue: int = 0
@@ -570,9 +572,9 @@ class Simulation:
         )
         self.index.put_node(node)
         self._set_pinging(node, True)
-        rate = self.config.sim.failures.per_instance_day
-        if rate > 0:
-            self._push(now + self.cloud.failure_delay(), FAIL, node_id)
+        delay = self.cloud.failure_delay(itype.name)
+        if delay < math.inf:
+            self._push(now + delay, FAIL, node_id)
 
     def _set_pinging(self, node: Node, pinging: bool) -> None:
         """The node's agent pings from now on, or went silent: in the simulator's own list (in the
@@ -693,8 +695,11 @@ class Simulation:
         if instance_id is not None:
             self.cloud.fail(instance_id)
         for attempt in self.attempts.values():
-            if node_id in attempt.node_ids:
+            if node_id in attempt.node_ids and attempt.id not in self.doomed:
                 self.doomed.add(attempt.id)
+                if attempt.state is AttemptState.RUNNING and attempt.started_at is not None:
+                    done = (now - attempt.started_at) * attempt.resources.vcpus * len(attempt.node_ids)
+                    self.counters.lost_vcpu_seconds += done
         self._wake(now + self.policy.lifecycle.ping_stale + EPS, W_STALE, node_id)
 
     def _scheduled_failure(self, failure: ScheduledFailure, now: float) -> None:

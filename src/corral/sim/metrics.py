@@ -7,6 +7,8 @@ Definitions (docs/simulator.md):
 - cost: every instance billed from creation to shutdown, rounded up to its type's billing
   granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan.
 - utilisation: vcpu-seconds held by attempts / vcpu-seconds billed.
+- work lost: vcpu-hours that running attempts had done when a node of theirs failed (they run
+  again from the start, if their retries allow).
 - per-job bound: sum of run x nodes x price of the cheapest type that holds one node's request.
 - packing bound: sum of run x nodes x min over types of price x the share of the type one node's
   request occupies (max of the vcpu, RAM and GPU fractions). No policy can pay less.
@@ -50,6 +52,7 @@ class SimResult:
     capacity_errors: int
     node_failures: int
     requeues: int
+    work_lost_vcpu_hours: float  # what running attempts had done when their node failed
     passes: int
     per_job_bound: float
     packing_bound: float
@@ -137,6 +140,7 @@ class SimResult:
             "capacity_errors": self.capacity_errors,
             "node_failures": self.node_failures,
             "requeues": self.requeues,
+            "work_lost_vcpu_hours": num(self.work_lost_vcpu_hours),
             "passes": self.passes,
             "per_job_bound_usd": num(self.per_job_bound),
             "packing_bound_usd": num(self.packing_bound),
@@ -227,6 +231,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         capacity_errors=counters.capacity_errors,
         node_failures=counters.node_failures,
         requeues=counters.requeues,
+        work_lost_vcpu_hours=counters.lost_vcpu_seconds / 3600.0,
         passes=counters.passes,
         per_job_bound=per_job,
         packing_bound=packing,

@@ -45,6 +45,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("capacity errors", "capacity_errors", "{:,}"),
     ("node failures", "node_failures", "{:,}"),
     ("requeues", "requeues", "{:,}"),
+    ("work lost to failures (vcpu-h)", "work_lost_vcpu_hours", "{:,.1f}"),
     ("per-job bound (USD)", "per_job_bound_usd", "{:,.2f}"),
     ("cost / per-job bound", "cost_over_per_job_bound", "{:.3f}"),
     ("packing bound (USD)", "packing_bound_usd", "{:,.2f}"),

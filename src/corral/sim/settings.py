@@ -8,7 +8,7 @@ fleet is elastic or a fixed set of nodes. Every key has a default (docs/simulato
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -78,6 +78,17 @@ class ScheduledFailure(_Strict):
 
 class FailureSettings(_Strict):
     per_instance_day: float = Field(0.0, ge=0, description="random failures per instance per simulated day")
+    per_instance_day_by_type: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description=(
+            "{name from instance_types = failures per instance per day}: that type's rate instead of "
+            "per_instance_day (spot instances, which the cloud takes back, or a flaky hardware class)"
+        ),
+    )
+
+    def rate_per_day(self, instance_type: str) -> float:
+        return self.per_instance_day_by_type.get(instance_type, self.per_instance_day)
+
     schedule: list[ScheduledFailure] = Field(
         default_factory=list,
         description=(
