@@ -429,3 +429,12 @@ def test_a_node_that_gets_work_is_marked_busy_and_not_drained() -> None:
     decisions = plan_pass(Snapshot([job(1)], [], [n], TYPES), 1000.0, settings())
     assert decisions.placements and decisions.node_decisions == []
     assert [(m.node_id, m.state) for m in decisions.node_marks] == [("n1", NodeState.BUSY)]
+
+
+def test_an_idle_node_in_maintenance_is_not_drained() -> None:
+    held, free = idle_node("held"), idle_node("free")
+    held.attributes = {"held": "true"}
+    for n in (held, free):
+        n.state_changed_at = 100.0
+    decisions = plan_pass(Snapshot([], [], [held, free], TYPES), 1000.0, settings())
+    assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("free", NodeAction.START_DRAIN)]
