@@ -464,6 +464,38 @@ def nodes(
     console.print(f"{sum(1 for n in rows if n['state'] != 'gone')} live nodes, ${hourly:.3f}/hour")
 
 
+@app.command("node")
+def show_node(
+    node_id: str,
+    changes: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="KEY=VALUE attributes to set (KEY=A,B sets a list), e.g. held=true next_reboot=2026-12-01."
+        ),
+    ] = None,
+    unset: Annotated[list[str] | None, typer.Option("--unset", help="Remove this attribute; repeatable.")] = None,
+    rack: Annotated[str | None, typer.Option(help="The rack the node is in (rack-level locality).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show a live node's attributes and rack, or change them: an operator hold (held=true), a
+    seed-002 category, an admin reservation, a planned reboot (next_reboot), a hardware class
+    (hardware_priority), any trait. Placement and the lifecycle read them from the next pass."""
+    attributes: dict[str, str | list[str]] = {}
+    for change in changes or []:
+        key, sep, value = change.partition("=")
+        if not sep or not key:
+            fail(f"not KEY=VALUE: {change!r}")
+        attributes[key] = value.split(",") if "," in value else value
+    body = {"set": attributes, "unset": unset or [], "rack": rack}
+    row = call("PATCH", f"/api/nodes/{node_id}", json=body)
+    if as_json:
+        print_json(row)
+        return
+    sys.stdout.write(f"node {row['id']} {row['state']} ({row['instance_type']}), rack {row['rack'] or '-'}\n")
+    for key, value in sorted(row["attributes"].items()):
+        sys.stdout.write(f"  {key} = {value if isinstance(value, str) else ','.join(value)}\n")
+
+
 @app.command()
 def events(
     job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,

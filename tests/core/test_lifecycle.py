@@ -131,3 +131,28 @@ def test_idle_node_in_a_closed_billing_window_is_kept() -> None:
     assert lifecycle.decide(lifecycle.state_tuple(n, 1000, SETTINGS, 0, False)) is None
     n.last_ping_at = 3400
     assert lifecycle.decide(lifecycle.state_tuple(n, 3400, SETTINGS, 0, False)) is NodeAction.START_DRAIN
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [{"held": "true"}, {"category": "hardware-maintenance"}, {"category": ["active", "software-maintenance"]}],
+)
+def test_a_node_in_maintenance_reads_busy_and_is_not_drained_however_long_it_idles(
+    attributes: dict[str, str | list[str]],
+) -> None:
+    """Seed 000: Slurm's maint state maps to busy (no action); corral's maintenance is an operator
+    hold or a seed-002 maintenance category."""
+    n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=0, attributes=attributes)
+    state = lifecycle.state_tuple(n, 5000, SETTINGS, 0, False)
+    assert state[0] is WorkerState.BUSY and lifecycle.decide(state) is None
+    # A drained node put in maintenance is kept too; silence still reads down.
+    assert lifecycle.worker_state(node(NodeState.DRAINING, attributes=attributes), 50, SETTINGS, 0, False) is (
+        WorkerState.BUSY
+    )
+    assert lifecycle.worker_state(n, 5100, SETTINGS, 0, False) is WorkerState.DOWN
+
+
+def test_a_failure_category_or_a_released_hold_is_not_maintenance() -> None:
+    for attributes in ({"held": "false"}, {"category": "hardware-failure"}):
+        n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=0, attributes=attributes)
+        assert lifecycle.decide(lifecycle.state_tuple(n, 5000, SETTINGS, 0, False)) is NodeAction.START_DRAIN

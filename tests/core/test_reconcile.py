@@ -12,6 +12,7 @@ from corral.core.model import (
     InstanceType,
     Job,
     JobState,
+    LocalityHints,
     Node,
     NodeState,
     Resources,
@@ -472,3 +473,36 @@ def test_a_node_that_gets_work_is_marked_busy_and_not_drained() -> None:
     decisions = plan_pass(Snapshot([job(1)], [], [n], TYPES), 1000.0, settings())
     assert decisions.placements and decisions.node_decisions == []
     assert [(m.node_id, m.state) for m in decisions.node_marks] == [("n1", NodeState.BUSY)]
+
+
+def test_an_idle_node_in_maintenance_is_not_drained() -> None:
+    held, free = idle_node("held"), idle_node("free")
+    held.attributes = {"held": "true"}
+    for n in (held, free):
+        n.state_changed_at = 100.0
+    decisions = plan_pass(Snapshot([], [], [held, free], TYPES), 1000.0, settings())
+    assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("free", NodeAction.START_DRAIN)]
+
+
+def test_no_instance_is_booted_for_a_job_held_near_running_work_by_strict_locality() -> None:
+    """A new instance never hosts a job, nor shares a rack with one: for a strict `near` whose
+    targets run, booting it only paid for a node the job could not use, drained after its idle
+    grace and booted again, pass after pass. The job waits with the placer's reason instead."""
+    web = job(1, 2, 1, tags=("web",), state=JobState.RUNNING)
+    full = idle_node("n1")
+    full.state = NodeState.BUSY
+    on_full = Attempt(1, 1, ["n1"], Resources(2, GiB), AttemptState.RUNNING, assigned_at=900, started_at=900)
+    near = job(2, locality=LocalityHints(near=("tag:web",), strict=True))
+    near_by_id = job(3, locality=LocalityHints(near=("1",), strict=True, level="rack"))
+    decisions = plan_pass(Snapshot([web, near, near_by_id], [on_full], [full], TYPES), 1000.0, settings())
+    assert decisions.boots == []
+    reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+    # The placer's reason: the target's node is full (the filter that removed it comes first).
+    full_reason = "INSUFFICIENT_CPU: needs 1 vcpu, the largest free is 0 vcpu on n1"
+    assert reasons == {2: full_reason, 3: full_reason}
+    # Strict `far`, or `near` a target that runs nowhere, a new instance does satisfy.
+    far = job(4, locality=LocalityHints(far=("tag:web",), strict=True))
+    nowhere = job(5, locality=LocalityHints(near=("tag:db",), strict=True))
+    for waiting in (far, nowhere):
+        decisions = plan_pass(Snapshot([web, waiting], [on_full], [full], TYPES), 1000.0, settings())
+        assert [b.instance_type for b in decisions.boots] == ["small"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from corral.core.model import AttemptState, JobState, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.store import Store
+from corral.store.store import NotFound
 
 from .storekit import NOW, SMALL, add_node, claim, submit
 
@@ -106,3 +109,23 @@ def test_a_gangs_attempt_counts_on_each_of_its_nodes(store: Store) -> None:
     claim(store, gang, nodes=["n1", "n2"])
     claim(store, alone, nodes=["n2"])
     assert store.running_counts() == {"n1": 1, "n2": 2}
+
+
+def test_an_operator_sets_a_live_nodes_attributes_and_rack_and_the_snapshot_reads_them(store: Store) -> None:
+    """Seeds 002 and 003 put memos on a node (a hold, a category, a planned reboot, a rack): the
+    next pass must see them, and `corral events` says who changed what."""
+    add_node(store, "n1")
+    row = store.set_node_attributes("n1", {"held": "true", "zone": ["a", "b"]}, [], "r7", NOW + 1)
+    assert row["attributes"] == {"held": "true", "zone": ["a", "b"]} and row["rack"] == "r7"
+    store.set_node_attributes("n1", {"next_reboot": "2000000000"}, ["held", "nothing-there"], None, NOW + 2)
+    [node] = store.load_snapshot("d", [SMALL], 0.0).nodes
+    assert node.attributes == {"zone": ["a", "b"], "next_reboot": "2000000000"} and node.rack == "r7"
+    assert [e["message"] for e in store.list_events(node_id="n1", kind="node.attributes")] == [
+        "held=true zone=a,b rack=r7",
+        "next_reboot=2000000000 -held",
+    ]
+    store.mark_node("n1", NodeState.GONE, "terminated", NOW + 3)
+    with pytest.raises(NotFound):
+        store.set_node_attributes("n1", {"held": "false"}, [], None, NOW + 4)
+    with pytest.raises(NotFound):
+        store.set_node_attributes("n9", {}, [], None, NOW + 4)

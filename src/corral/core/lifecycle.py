@@ -6,7 +6,8 @@ operator can read it, and a test checks it against the seed's 48 entries.
 
 Worker states (seed 000's mapping, corral's words on the right):
   unpaired - the cloud has it, no agent has paired (NodeState.BOOTING)
-  busy     - running work, or draining with work still on it
+  busy     - running work, draining with work still on it, or in maintenance (an operator
+             `held` hold or a seed-002 `*-maintenance` category: the seed's Slurm "maint")
   idle     - paired, no work
   down     - stale ping, drained and empty, or failed (NodeState.DOWN)
 The cloud's own "broken" state is deliberately not consulted: a node that does no useful work is
@@ -21,6 +22,7 @@ from itertools import product
 from corral.core.model import Node, NodeState
 from corral.core.settings import LifecycleSettings
 from corral.core.snapshot import NodeAction
+from corral.placement import attributes as attr
 
 
 class WorkerState(StrEnum):
@@ -76,11 +78,26 @@ def worker_state(
         return WorkerState.DOWN
     if not heard and ping_is_stale(node, now, settings, observing_since):
         return WorkerState.DOWN
+    if node.attributes and in_maintenance(node):
+        return WorkerState.BUSY
     if node.state is NodeState.DRAINING:
         return WorkerState.BUSY if has_work else WorkerState.DOWN
     if has_work or node.state is NodeState.BUSY:
         return WorkerState.BUSY
     return WorkerState.IDLE
+
+
+def in_maintenance(node: Node) -> bool:
+    """Seed 000 maps Slurm's "maint" to busy: left alone, never drained. corral's maintenance is an
+    operator hold (`held: true`) or a seed-002 maintenance category (`hardware-maintenance`,
+    `software-maintenance`, `emergency-maintenance`, any `*-maintenance`)."""
+    attributes = node.attributes
+    if attr.truthy(attributes, attr.HELD) is True:
+        return True
+    return any(c.endswith(MAINTENANCE_SUFFIX) for c in attr.values(attributes.get(attr.CATEGORY)))
+
+
+MAINTENANCE_SUFFIX = "-maintenance"
 
 
 def ping_is_stale(node: Node, now: float, settings: LifecycleSettings, observing_since: float) -> bool:

@@ -39,6 +39,7 @@ from corral.core.snapshot import (
 )
 from corral.placement import make_placer
 from corral.placement.lifetime import gate_settings
+from corral.placement.locality import pinned_to_running
 
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
@@ -194,7 +195,14 @@ def plan_pass(
     placed_on = {node_id for p in result.placements for node_id in p.node_ids}  # they hold work now too
     waiting = [job for job in queue if job.id not in placed_ids] if placed_ids else queue
 
-    # 6. Boots for what is left.
+    # 6. Boots for what is left, but not for a job that strict locality pins near running work: no
+    # new instance can take it (it would idle, be drained, and be booted again); the placer's
+    # reason stands for it.
+    for_boot = waiting
+    if any(job.locality is not None and job.locality.strict and job.locality.near for job in waiting):
+        running_ids = {job_id for job_id in index.job_attempts if job_id not in ended} | placed_ids
+        running_tags = {tag for job_id in running_ids if (j := index.jobs.get(job_id)) for tag in j.tags}
+        for_boot = [job for job in waiting if not pinned_to_running(job.locality, running_ids, running_tags)]
     booting = (
         [
             (n, n.capacity)
@@ -216,13 +224,13 @@ def plan_pass(
             and n.id not in down_now
             and (n.state is NodeState.BUSY or now - n.state_changed_at < lifecycle_settings.boot_grace)
         ]
-        if unworked and settings.boot.max_instances > 0 and any(job.node_count > 1 for job in waiting)
+        if unworked and settings.boot.max_instances > 0 and any(job.node_count > 1 for job in for_boot)
         else []
     )
     # Every filed node is in one state's group (down_now holds only live nodes).
     live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now)
     plan = plan_boots(
-        waiting,
+        for_boot,
         booting,
         snapshot.instance_types,
         live,

@@ -24,7 +24,7 @@ RESERVATION = "reservation"  # admin reservation name: only jobs with that `rese
 RESERVATION_UNTIL = "reservation_until"  # epoch seconds when the reservation ends (absent: open-ended)
 MAX_JOBS = "max_jobs"  # jobs the node may run at once (hard-filter-vm-count)
 CAPPED = "capped"  # true/false pins the node's capness; absent: follows the jobs running on it
-RECENT_FAILURES = "recent_failures"  # failures the shell counted on this node recently
+RECENT_FAILURES = "recent_failures"  # recent failures on this node, as an operator counts them (corral node)
 HELD = "held"  # true: an operator hold; the node takes no new work
 
 ENGINE_KEYS = frozenset(

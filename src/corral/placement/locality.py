@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from corral.core.model import Attempt, Job, Node
+from corral.core.model import Attempt, Job, LocalityHints, Node
 from corral.placement.arrays import Bools, Floats, Ints, NodeArrays, rack_key
 from corral.placement.demand import Hints
 
@@ -251,3 +252,25 @@ class LocalityIndex:
             return {int(entry)}
         except ValueError:
             return None
+
+
+def pinned_to_running(
+    hints: LocalityHints | None, running_ids: AbstractSet[int], running_tags: AbstractSet[str]
+) -> bool:
+    """Strict `near` hints with a target running (`running_ids`: jobs with work on nodes;
+    `running_tags`: their tags): only nodes that host a target, or share its rack, may take the
+    job, and a new instance does neither (it runs nothing yet, and has no rack), so booting one
+    cannot help it."""
+    if hints is None or not hints.strict or not hints.near:
+        return False
+    for name in hints.near:
+        if name.startswith(TAG_PREFIX):
+            if name[len(TAG_PREFIX) :] in running_tags:
+                return True
+        else:
+            try:
+                if int(name) in running_ids:
+                    return True
+            except ValueError:
+                continue
+    return False

@@ -13,6 +13,7 @@ from corral.server.models import (
     AttemptOut,
     EventOut,
     JobOut,
+    NodeAttributesBody,
     NodeOut,
     PriorityBody,
     ResourcesOut,
@@ -136,30 +137,38 @@ def explain_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
 def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")) -> list[NodeOut]:
     now = time.time()
     running = runtime.store.running_counts()
-    out = []
-    for row in runtime.store.node_rows(include_gone=all_nodes):
-        end = row["gone_at"] or now
-        out.append(
-            NodeOut(
-                id=row["id"],
-                instance_id=row["instance_id"],
-                instance_type=row["instance_type"],
-                state=row["state"],
-                created_at=row["created_at"],
-                age=end - row["created_at"],
-                idle_for=(now - row["state_changed_at"]) if row["state"] == NodeState.IDLE.value else None,
-                running=running.get(row["id"], 0),
-                price_per_hour=row["price_per_hour"],
-                resources=ResourcesOut(
-                    vcpus=row["vcpus"], ram_mib=row["ram_mib"], scratch_mib=row["scratch_mib"], gpus=row["gpus"]
-                ),
-                used_vcpus=row["used_vcpus"],
-                used_ram_mib=row["used_ram_mib"],
-                last_ping_at=row["last_ping_at"],
-                reason=row["reason"],
-            )
-        )
-    return out
+    return [node_out(row, running, now) for row in runtime.store.node_rows(include_gone=all_nodes)]
+
+
+@router.patch("/nodes/{node_id}")
+def set_node_attributes(node_id: str, body: NodeAttributesBody, runtime: UserRuntime) -> NodeOut:
+    row = runtime.store.set_node_attributes(node_id, body.set, body.unset, body.rack, time.time())
+    runtime.wake()
+    return node_out(row, runtime.store.running_counts(), time.time())
+
+
+def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOut:
+    end = row["gone_at"] or now
+    return NodeOut(
+        id=row["id"],
+        instance_id=row["instance_id"],
+        instance_type=row["instance_type"],
+        state=row["state"],
+        created_at=row["created_at"],
+        age=end - row["created_at"],
+        idle_for=(now - row["state_changed_at"]) if row["state"] == NodeState.IDLE.value else None,
+        running=running.get(row["id"], 0),
+        price_per_hour=row["price_per_hour"],
+        resources=ResourcesOut(
+            vcpus=row["vcpus"], ram_mib=row["ram_mib"], scratch_mib=row["scratch_mib"], gpus=row["gpus"]
+        ),
+        used_vcpus=row["used_vcpus"],
+        used_ram_mib=row["used_ram_mib"],
+        last_ping_at=row["last_ping_at"],
+        reason=row["reason"],
+        attributes=dict(row["attributes"] or {}),
+        rack=row["rack"] or "",
+    )
 
 
 @router.get("/events")

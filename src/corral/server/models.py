@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.jobspec import JobRequest
+from corral.placement import attributes as attr
 
 
 class SubmitBody(BaseModel):
@@ -19,6 +22,53 @@ class SubmitResult(BaseModel):
 
 class PriorityBody(BaseModel):
     priority: int = Field(ge=0)
+
+
+_TIMES = (attr.NEXT_REBOOT, attr.RESERVATION_UNTIL)  # epoch seconds; ISO 8601 is turned into them
+_NUMBERS = (attr.HARDWARE_PRIORITY, attr.RECENT_FAILURES, attr.MAX_JOBS)
+_FLAGS = (attr.HELD, attr.RESERVED, attr.CAPPED)
+
+
+class NodeAttributesBody(BaseModel):
+    """An operator's change to a live node's attributes (docs/placement.md, Node attributes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    set: dict[str, str | list[str]] = Field(default_factory=dict)
+    unset: list[str] = Field(default_factory=list)
+    rack: str | None = Field(None, max_length=64)
+
+    @field_validator("set")
+    @classmethod
+    def _readable(cls, values: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        """The keys the engine reads must hold what it can read: an unreadable number would
+        otherwise count as absent without a word."""
+        out: dict[str, str | list[str]] = {}
+        for key, value in values.items():
+            if not key.strip():
+                raise ValueError("an attribute name is empty")
+            text = value if isinstance(value, str) else None
+            if key in _TIMES and text is not None:
+                try:
+                    number = float(text)
+                except ValueError:
+                    try:
+                        number = datetime.fromisoformat(text).timestamp()
+                    except ValueError:
+                        raise ValueError(f"{key}: not a time: {text!r} (epoch seconds or ISO 8601)") from None
+                if not math.isfinite(number):
+                    raise ValueError(f"{key}: not a time: {text!r}")
+                value = f"{number:g}" if number != int(number) else str(int(number))
+            elif key in _NUMBERS and text is not None:
+                try:
+                    number = float(text)
+                except ValueError:
+                    raise ValueError(f"{key}: not a number: {text!r}") from None
+                if not math.isfinite(number) or (key == attr.MAX_JOBS and (number < 0 or number != int(number))):
+                    raise ValueError(f"{key}: {text!r} is not a usable value")
+            elif key in _FLAGS and text is not None and attr.truthy({key: text}, key) is None:
+                raise ValueError(f"{key}: {text!r} is not true or false")
+            out[key] = value
+        return out
 
 
 class ResourcesOut(BaseModel):
@@ -77,6 +127,8 @@ class NodeOut(BaseModel):
     used_ram_mib: int
     last_ping_at: float | None
     reason: str
+    attributes: dict[str, str | list[str]] = Field(default_factory=dict)
+    rack: str = ""
 
 
 class EventOut(BaseModel):

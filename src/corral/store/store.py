@@ -579,6 +579,37 @@ class Store:
         with self.write() as conn:
             conn.execute(update(N).where(N.c.id == node_id).values(instance_id=instance_id))
 
+    def set_node_attributes(
+        self,
+        node_id: str,
+        attributes: dict[str, str | list[str]],
+        unset: list[str],
+        rack: str | None,
+        now: float,
+    ) -> dict[str, Any]:
+        """An operator's memo on a live node (seeds 002 and 003: a hold, a category, an admin
+        reservation, a planned reboot, a hardware class, its rack): set `attributes`, remove the
+        keys in `unset`, and set the rack unless `rack` is None. The next pass places by them.
+        Returns the node's row; NotFound for a node that is unknown or gone."""
+        with self.write() as conn:
+            row = conn.execute(select(N.c.state, N.c.attributes, N.c.rack).where(N.c.id == node_id)).first()
+            if row is None or row.state == NodeState.GONE.value:
+                raise NotFound(f"no live node {node_id}")
+            merged = {k: v for k, v in dict(row.attributes or {}).items() if k not in unset}
+            merged.update(attributes)
+            values: dict[str, Any] = {"attributes": merged}
+            changes = [f"{k}={v if isinstance(v, str) else ','.join(v)}" for k, v in attributes.items()]
+            changes += [f"-{k}" for k in unset if k in (row.attributes or {})]
+            if rack is not None and rack != row.rack:
+                values["rack"] = rack
+                changes.append(f"rack={rack}")
+            conn.execute(update(N).where(N.c.id == node_id).values(**values))
+            if changes:
+                self._event(conn, now, "node.attributes", " ".join(changes), node_id=node_id)
+            updated = conn.execute(select(N).where(N.c.id == node_id)).first()
+        assert updated is not None
+        return dict(updated._mapping)
+
     def mark_node(self, node_id: str, state: NodeState, reason: str, now: float) -> bool:
         with self.write() as conn:
             row = conn.execute(select(N.c.state).where(N.c.id == node_id)).first()
