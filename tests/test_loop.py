@@ -62,3 +62,37 @@ def test_a_stop_during_a_pass_waits_for_it_and_leaves_no_instance_running(tmp_pa
     # A pass asked for after the stop (the loop's task was already waiting to run one) boots nothing.
     report = loop.run_pass()
     assert report.decisions.empty() and cloud.stats.creates == 1
+
+
+def test_an_insufficient_capacity_error_stops_the_other_boots_of_that_type_in_the_same_pass(tmp_path: Path) -> None:
+    """Seed 004: after one ICE, the pass's other boots of that type are not tried (each would only
+    collect the same error, as the seed's nodes did one by one); the next pass boots another type."""
+    config = Config.model_validate(
+        {
+            "instance_types": [
+                {"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1},
+                {"name": "medium", "vcpus": 4, "ram": "8GiB", "price_per_hour": 0.3},
+            ],
+            "policy": {"boot": {"max_instances": 4}},
+        }
+    )
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    store.submit([JobRequest(command=["true"], vcpus=2) for _ in range(3)], time.time())
+    never_small = SimSettings.model_validate(
+        {"capacity": {"outages": [{"instance_type": "small", "start": 0, "end": 1e12}]}}
+    )
+    cloud = SimCloud(config.core_instance_types(), never_small, time.time)
+    loop = ControlLoop(store, cloud, config, "d-test")
+
+    first = loop.run_pass()
+    assert [b.instance_type for b in first.decisions.boots] == ["small"] * 3
+    assert cloud.stats.capacity_errors == 1 and cloud.stats.creates == 0
+    assert len(store.list_events(kind="capacity.unavailable")) == 1
+    # No node record for the boots that were not tried; the one that was is gone with the reason.
+    [failed] = store.node_rows(include_gone=True)
+    assert failed["state"] == "gone" and "insufficient capacity" in failed["reason"]
+
+    second = loop.run_pass()
+    assert {b.instance_type for b in second.decisions.boots} == {"medium"}
+    assert cloud.stats.capacity_errors == 1 and cloud.stats.creates == len(second.decisions.boots)

@@ -139,8 +139,11 @@ class ControlLoop:
                     self.store.set_explanation(job.id, decisions.explanations[job.id], now)
         self.store.annotate_many(decisions.annotations, decisions.explanations, now)
         self.refresh_explanations(decisions, now)
+        # The back-off table as this pass learns it: after an insufficient-capacity error the pass's
+        # other boots of that type are not tried (seed 004), as in the simulator.
+        unavailable = dict(snapshot.unavailable_types)
         for boot in decisions.boots:
-            self._boot(boot.instance_type, boot.reason, now)
+            self._boot(boot.instance_type, boot.reason, now, unavailable)
         nodes = {node.id: node for node in snapshot.nodes}
         # The state a node is shut down in is the one this pass left it in (a silent node was
         # just marked down: "shut down (busy)" would read as a busy node killed).
@@ -181,7 +184,9 @@ class ControlLoop:
         self.store.refresh_explanations(changed, now)
         self._explained = kept
 
-    def _boot(self, type_name: str, reason: str, now: float) -> None:
+    def _boot(self, type_name: str, reason: str, now: float, unavailable: dict[str, float]) -> None:
+        if not capacity.is_available(type_name, unavailable, now):
+            return  # this pass already learnt the type has no capacity; the next pass plans around it
         itype = self.instance_types[type_name]
         node_id = new_node_id()
         boot_token = secrets.token_urlsafe(24)
@@ -189,7 +194,7 @@ class ControlLoop:
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {})
         except InsufficientCapacity as exc:
-            until = capacity.unavailable_until(now, self.config.policy.boot)
+            until = capacity.record_insufficient_capacity(unavailable, type_name, now, self.config.policy.boot)
             self.store.set_unavailable(type_name, until, str(exc), now)
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
             return
