@@ -397,6 +397,15 @@ class Store:
         old = JobState(row.state)
         if old.terminal or (old is JobState.QUEUED and outcome.state is JobState.QUEUED):
             return False
+        if old is not JobState.QUEUED:
+            # The outcome is about the attempts its pass saw. A run the job started since (another
+            # dispatcher released the claim and claimed the job again while this pass was planned)
+            # is not this outcome's to end: the job would be requeued under a live attempt and run twice.
+            newer = select(A.c.id).where(A.c.job_id == outcome.job_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
+            if outcome.attempt_ids:
+                newer = newer.where(A.c.id.not_in(outcome.attempt_ids))
+            if conn.execute(newer.limit(1)).first() is not None:
+                return False
         check_job_transition(old, outcome.state)
         values: dict[str, Any] = {"state": outcome.state.value, "updated_at": now, "wait_reason": ""}
         if outcome.temp_failure:
