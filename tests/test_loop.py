@@ -96,3 +96,27 @@ def test_an_insufficient_capacity_error_stops_the_other_boots_of_that_type_in_th
     second = loop.run_pass()
     assert {b.instance_type for b in second.decisions.boots} == {"medium"}
     assert cloud.stats.capacity_errors == 1 and cloud.stats.creates == len(second.decisions.boots)
+
+
+def test_two_dispatchers_with_clouds_of_their_own_leave_each_others_nodes_alone(tmp_path: Path) -> None:
+    """Several dispatchers share a store; each loopback cloud lists only its own instances. A node
+    another dispatcher booted is not "gone" because this dispatcher's cloud does not list it (the
+    other would then destroy its own live instance as an orphan, and both would boot forever)."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    store.submit([JobRequest(command=["true"])], time.time())
+    cloud_a = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    cloud_b = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    loop_a = ControlLoop(store, cloud_a, CONFIG, "d-a")
+    loop_b = ControlLoop(store, cloud_b, CONFIG, "d-b")
+
+    assert len(loop_a.run_pass().decisions.boots) == 1
+    [node] = store.node_rows()
+    loop_b.run_pass()
+    loop_a.run_pass()
+
+    assert [row["id"] for row in store.node_rows()] == [node["id"]]
+    assert store.node_row(node["id"])["state"] == "booting"
+    assert [i.id for i in cloud_a.list()] == [node["instance_id"]] and cloud_b.list() == []
+    assert cloud_a.stats.destroys == 0 and cloud_b.stats.creates == 0
+    assert store.list_events(kind="node.orphan") == []

@@ -103,7 +103,10 @@ class ControlLoop:
     def sync_cloud(self, now: float) -> None:
         """Reconcile the store's nodes with what the cloud has: a node whose instance vanished is
         gone (its work is lost and requeued by the next pass); a tagged instance corral has no
-        live node for is an orphan and is destroyed."""
+        live node for is an orphan and is destroyed. Only nodes this dispatcher booted are judged
+        by this cloud's listing: another dispatcher's (sharing the store) may live in a cloud of
+        its own (each loopback cloud is its own machine); if that one stops, its nodes fall silent
+        and are marked down."""
         try:
             instances = self.cloud.list()
         except CloudError as exc:
@@ -112,7 +115,8 @@ class ControlLoop:
         by_node = {inst.node_id: inst for inst in instances if inst.node_id}
         live_nodes = {row["id"]: row for row in self.store.node_rows()}
         for node_id, row in live_nodes.items():
-            if row["instance_id"] and node_id not in by_node:
+            mine = row["dispatcher_id"] in (None, self.dispatcher_id)
+            if mine and row["instance_id"] and node_id not in by_node:
                 self.store.mark_node(node_id, NodeState.GONE, "instance disappeared from the cloud", now)
         for inst in instances:
             if inst.node_id not in live_nodes:
@@ -190,7 +194,7 @@ class ControlLoop:
         itype = self.instance_types[type_name]
         node_id = new_node_id()
         boot_token = secrets.token_urlsafe(24)
-        self.store.create_node(node_id, itype, boot_token, now, reason)
+        self.store.create_node(node_id, itype, boot_token, now, reason, self.dispatcher_id)
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {})
         except InsufficientCapacity as exc:

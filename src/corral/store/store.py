@@ -560,7 +560,16 @@ class Store:
 
     # ---- nodes --------------------------------------------------------------------------------
 
-    def create_node(self, node_id: str, itype: InstanceType, boot_token: str, now: float, reason: str) -> None:
+    def create_node(
+        self,
+        node_id: str,
+        itype: InstanceType,
+        boot_token: str,
+        now: float,
+        reason: str,
+        dispatcher_id: str | None = None,
+    ) -> None:
+        """A node about to be booted by `dispatcher_id` (whose cloud holds its instance)."""
         with self.write() as conn:
             conn.execute(
                 insert(N).values(
@@ -580,6 +589,7 @@ class Store:
                     rack="",
                     reason=reason,
                     boot_token_hash=token_hash(boot_token),
+                    dispatcher_id=dispatcher_id,
                 )
             )
             self._event(conn, now, "node.booting", f"{itype.name}: {reason}", node_id=node_id)
