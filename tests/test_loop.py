@@ -9,7 +9,7 @@ from pathlib import Path
 from corral.cloud.base import CloudInstance
 from corral.cloud.sim import SimCloud
 from corral.config import Config
-from corral.core.model import InstanceType
+from corral.core.model import InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.sim.settings import SimSettings
@@ -120,3 +120,28 @@ def test_two_dispatchers_with_clouds_of_their_own_leave_each_others_nodes_alone(
     assert [i.id for i in cloud_a.list()] == [node["instance_id"]] and cloud_b.list() == []
     assert cloud_a.stats.destroys == 0 and cloud_b.stats.creates == 0
     assert store.list_events(kind="node.orphan") == []
+
+
+def test_a_dispatchers_clean_stop_leaves_the_other_dispatchers_nodes_and_work_alone(tmp_path: Path) -> None:
+    """Ctrl-C of one of several dispatchers stops its own fleet and requeues its own work, not the
+    nodes another dispatcher booted nor the jobs that one claimed."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    cloud_a = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    cloud_b = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    loop_a = ControlLoop(store, cloud_a, CONFIG, "d-a")
+    loop_b = ControlLoop(store, cloud_b, CONFIG, "d-b")
+    [job_a] = store.submit([JobRequest(command=["true"], vcpus=2)], time.time())
+    loop_a.run_pass()
+    [job_b] = store.submit([JobRequest(command=["true"], vcpus=2)], time.time())
+    loop_b.run_pass()
+    node_a, node_b = (row["id"] for row in store.node_rows())
+    for job_id, dispatcher, node_id in ((job_a, "d-a", node_a), (job_b, "d-b", node_b)):
+        assert store.claim(job_id, dispatcher, [node_id], Resources(2.0, 1024, 0, 0), time.time()) is not None
+
+    loop_a.shutdown_fleet("corral stopped")
+
+    assert store.node_row(node_a)["state"] == "gone" and cloud_a.list() == []
+    assert store.node_row(node_b)["state"] == "booting" and len(cloud_b.list()) == 1
+    assert store.job_row(job_a)["state"] == "queued"
+    assert store.job_row(job_b)["state"] == "claimed" and store.job_row(job_b)["temp_failures"] == 0

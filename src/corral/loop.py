@@ -226,13 +226,17 @@ class ControlLoop:
         now = self.clock()
         snapshot = self.store.load_snapshot(self.dispatcher_id, list(self.instance_types.values()), 0.0)
         jobs = {job.id: job for job in snapshot.jobs}
+        # This dispatcher's fleet (another sharing the store keeps its own), and the work that stops
+        # with it: what runs on it, and what this dispatcher claimed.
+        fleet = [row for row in self.store.node_rows() if row["dispatcher_id"] in (None, self.dispatcher_id)]
+        stopping = {row["id"] for row in fleet}
         for attempt in snapshot.attempts:
             job = jobs.get(attempt.job_id)
-            if job is not None:
+            if job is not None and (job.claimed_by == self.dispatcher_id or stopping.intersection(attempt.node_ids)):
                 self.store.apply_outcome(
                     retry.after_temp_failure(job, now, self.config.policy.retry, reason, (attempt.id,)), now
                 )
-        for row in self.store.node_rows():
+        for row in fleet:
             self.store.mark_node(row["id"], NodeState.SHUTTING_DOWN, reason, now)
             if row["instance_id"]:
                 self._destroy(row["instance_id"])
