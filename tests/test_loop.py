@@ -9,7 +9,7 @@ from pathlib import Path
 from corral.cloud.base import CloudInstance
 from corral.cloud.sim import SimCloud
 from corral.config import Config
-from corral.core.model import InstanceType
+from corral.core.model import InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.sim.settings import SimSettings
@@ -62,3 +62,86 @@ def test_a_stop_during_a_pass_waits_for_it_and_leaves_no_instance_running(tmp_pa
     # A pass asked for after the stop (the loop's task was already waiting to run one) boots nothing.
     report = loop.run_pass()
     assert report.decisions.empty() and cloud.stats.creates == 1
+
+
+def test_an_insufficient_capacity_error_stops_the_other_boots_of_that_type_in_the_same_pass(tmp_path: Path) -> None:
+    """Seed 004: after one ICE, the pass's other boots of that type are not tried (each would only
+    collect the same error, as the seed's nodes did one by one); the next pass boots another type."""
+    config = Config.model_validate(
+        {
+            "instance_types": [
+                {"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1},
+                {"name": "medium", "vcpus": 4, "ram": "8GiB", "price_per_hour": 0.3},
+            ],
+            "policy": {"boot": {"max_instances": 4}},
+        }
+    )
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    store.submit([JobRequest(command=["true"], vcpus=2) for _ in range(3)], time.time())
+    never_small = SimSettings.model_validate(
+        {"capacity": {"outages": [{"instance_type": "small", "start": 0, "end": 1e12}]}}
+    )
+    cloud = SimCloud(config.core_instance_types(), never_small, time.time)
+    loop = ControlLoop(store, cloud, config, "d-test")
+
+    first = loop.run_pass()
+    assert [b.instance_type for b in first.decisions.boots] == ["small"] * 3
+    assert cloud.stats.capacity_errors == 1 and cloud.stats.creates == 0
+    assert len(store.list_events(kind="capacity.unavailable")) == 1
+    # No node record for the boots that were not tried; the one that was is gone with the reason.
+    [failed] = store.node_rows(include_gone=True)
+    assert failed["state"] == "gone" and "insufficient capacity" in failed["reason"]
+
+    second = loop.run_pass()
+    assert {b.instance_type for b in second.decisions.boots} == {"medium"}
+    assert cloud.stats.capacity_errors == 1 and cloud.stats.creates == len(second.decisions.boots)
+
+
+def test_two_dispatchers_with_clouds_of_their_own_leave_each_others_nodes_alone(tmp_path: Path) -> None:
+    """Several dispatchers share a store; each loopback cloud lists only its own instances. A node
+    another dispatcher booted is not "gone" because this dispatcher's cloud does not list it (the
+    other would then destroy its own live instance as an orphan, and both would boot forever)."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    store.submit([JobRequest(command=["true"])], time.time())
+    cloud_a = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    cloud_b = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    loop_a = ControlLoop(store, cloud_a, CONFIG, "d-a")
+    loop_b = ControlLoop(store, cloud_b, CONFIG, "d-b")
+
+    assert len(loop_a.run_pass().decisions.boots) == 1
+    [node] = store.node_rows()
+    loop_b.run_pass()
+    loop_a.run_pass()
+
+    assert [row["id"] for row in store.node_rows()] == [node["id"]]
+    assert store.node_row(node["id"])["state"] == "booting"
+    assert [i.id for i in cloud_a.list()] == [node["instance_id"]] and cloud_b.list() == []
+    assert cloud_a.stats.destroys == 0 and cloud_b.stats.creates == 0
+    assert store.list_events(kind="node.orphan") == []
+
+
+def test_a_dispatchers_clean_stop_leaves_the_other_dispatchers_nodes_and_work_alone(tmp_path: Path) -> None:
+    """Ctrl-C of one of several dispatchers stops its own fleet and requeues its own work, not the
+    nodes another dispatcher booted nor the jobs that one claimed."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    cloud_a = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    cloud_b = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    loop_a = ControlLoop(store, cloud_a, CONFIG, "d-a")
+    loop_b = ControlLoop(store, cloud_b, CONFIG, "d-b")
+    [job_a] = store.submit([JobRequest(command=["true"], vcpus=2)], time.time())
+    loop_a.run_pass()
+    [job_b] = store.submit([JobRequest(command=["true"], vcpus=2)], time.time())
+    loop_b.run_pass()
+    node_a, node_b = (row["id"] for row in store.node_rows())
+    for job_id, dispatcher, node_id in ((job_a, "d-a", node_a), (job_b, "d-b", node_b)):
+        assert store.claim(job_id, dispatcher, [node_id], Resources(2.0, 1024, 0, 0), time.time()) is not None
+
+    loop_a.shutdown_fleet("corral stopped")
+
+    assert store.node_row(node_a)["state"] == "gone" and cloud_a.list() == []
+    assert store.node_row(node_b)["state"] == "booting" and len(cloud_b.list()) == 1
+    assert store.job_row(job_a)["state"] == "queued"
+    assert store.job_row(job_b)["state"] == "claimed" and store.job_row(job_b)["temp_failures"] == 0

@@ -103,7 +103,10 @@ class ControlLoop:
     def sync_cloud(self, now: float) -> None:
         """Reconcile the store's nodes with what the cloud has: a node whose instance vanished is
         gone (its work is lost and requeued by the next pass); a tagged instance corral has no
-        live node for is an orphan and is destroyed."""
+        live node for is an orphan and is destroyed. Only nodes this dispatcher booted are judged
+        by this cloud's listing: another dispatcher's (sharing the store) may live in a cloud of
+        its own (each loopback cloud is its own machine); if that one stops, its nodes fall silent
+        and are marked down."""
         try:
             instances = self.cloud.list()
         except CloudError as exc:
@@ -112,7 +115,8 @@ class ControlLoop:
         by_node = {inst.node_id: inst for inst in instances if inst.node_id}
         live_nodes = {row["id"]: row for row in self.store.node_rows()}
         for node_id, row in live_nodes.items():
-            if row["instance_id"] and node_id not in by_node:
+            mine = row["dispatcher_id"] in (None, self.dispatcher_id)
+            if mine and row["instance_id"] and node_id not in by_node:
                 self.store.mark_node(node_id, NodeState.GONE, "instance disappeared from the cloud", now)
         for inst in instances:
             if inst.node_id not in live_nodes:
@@ -139,8 +143,11 @@ class ControlLoop:
                     self.store.set_explanation(job.id, decisions.explanations[job.id], now)
         self.store.annotate_many(decisions.annotations, decisions.explanations, now)
         self.refresh_explanations(decisions, now)
+        # The back-off table as this pass learns it: after an insufficient-capacity error the pass's
+        # other boots of that type are not tried (seed 004), as in the simulator.
+        unavailable = dict(snapshot.unavailable_types)
         for boot in decisions.boots:
-            self._boot(boot.instance_type, boot.reason, now)
+            self._boot(boot.instance_type, boot.reason, now, unavailable)
         nodes = {node.id: node for node in snapshot.nodes}
         # The state a node is shut down in is the one this pass left it in (a silent node was
         # just marked down: "shut down (busy)" would read as a busy node killed).
@@ -181,15 +188,17 @@ class ControlLoop:
         self.store.refresh_explanations(changed, now)
         self._explained = kept
 
-    def _boot(self, type_name: str, reason: str, now: float) -> None:
+    def _boot(self, type_name: str, reason: str, now: float, unavailable: dict[str, float]) -> None:
+        if not capacity.is_available(type_name, unavailable, now):
+            return  # this pass already learnt the type has no capacity; the next pass plans around it
         itype = self.instance_types[type_name]
         node_id = new_node_id()
         boot_token = secrets.token_urlsafe(24)
-        self.store.create_node(node_id, itype, boot_token, now, reason)
+        self.store.create_node(node_id, itype, boot_token, now, reason, self.dispatcher_id)
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {})
         except InsufficientCapacity as exc:
-            until = capacity.unavailable_until(now, self.config.policy.boot)
+            until = capacity.record_insufficient_capacity(unavailable, type_name, now, self.config.policy.boot)
             self.store.set_unavailable(type_name, until, str(exc), now)
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
             return
@@ -217,13 +226,17 @@ class ControlLoop:
         now = self.clock()
         snapshot = self.store.load_snapshot(self.dispatcher_id, list(self.instance_types.values()), 0.0)
         jobs = {job.id: job for job in snapshot.jobs}
+        # This dispatcher's fleet (another sharing the store keeps its own), and the work that stops
+        # with it: what runs on it, and what this dispatcher claimed.
+        fleet = [row for row in self.store.node_rows() if row["dispatcher_id"] in (None, self.dispatcher_id)]
+        stopping = {row["id"] for row in fleet}
         for attempt in snapshot.attempts:
             job = jobs.get(attempt.job_id)
-            if job is not None:
+            if job is not None and (job.claimed_by == self.dispatcher_id or stopping.intersection(attempt.node_ids)):
                 self.store.apply_outcome(
                     retry.after_temp_failure(job, now, self.config.policy.retry, reason, (attempt.id,)), now
                 )
-        for row in self.store.node_rows():
+        for row in fleet:
             self.store.mark_node(row["id"], NodeState.SHUTTING_DOWN, reason, now)
             if row["instance_id"]:
                 self._destroy(row["instance_id"])

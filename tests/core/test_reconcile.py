@@ -375,6 +375,8 @@ def test_temp_failures_past_the_budget_fail_the_job() -> None:
     j.temp_failures = 5
     (outcome,) = plan_pass(Snapshot([j], [a], [], TYPES), 1000.0, settings()).job_outcomes
     assert outcome.state is JobState.FAILED
+    # The reason counts this failure too, as the job's record does (temporary failures 6).
+    assert outcome.reason == "node gone-node lost; gave up after 6 temporary failures"
 
 
 def test_priority_zero_cancels_a_running_job() -> None:

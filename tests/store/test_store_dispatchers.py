@@ -106,3 +106,35 @@ def test_a_restarted_observer_gives_dispatchers_time_before_releasing(store: Sto
 
     decisions = plan_pass(store.load_snapshot("disp-b", [SMALL], observing_since=STALE - 1), STALE, POLICY)
     assert decisions.job_outcomes == []
+
+
+def test_a_late_release_of_a_stale_claim_leaves_the_new_claim_alone(store: Store) -> None:
+    """B and C both see A stop heartbeating. B releases A's claim and, after the back-off, claims
+    the job again on its own node; C's pass, planned before all that, then carries out its own
+    release of A's claim. That outcome is about A's attempt, which is over: it must not requeue
+    B's run (the job would be queued with B's attempt still running, and claimed and run twice)."""
+    for node in ("n1", "n2"):
+        add_node(store, node, NOW)
+    for dispatcher in ("disp-a", "disp-b", "disp-c"):
+        store.heartbeat(dispatcher, NOW)
+    [job_id] = submit(store)
+    a_attempt = claim(store, job_id, "disp-a", ["n1"], now=NOW)
+    assert store.attempt_started(a_attempt, "n1", 100, NOW + 1)
+    for node in ("n1", "n2"):
+        store.record_ping(node, Resources(0.0, 0, 0, 0), STALE)
+    store.heartbeat("disp-b", STALE)
+    store.heartbeat("disp-c", STALE)
+
+    [b_release] = plan_pass(store.load_snapshot("disp-b", [SMALL], NOW - 1000), STALE, POLICY).job_outcomes
+    [c_release] = plan_pass(store.load_snapshot("disp-c", [SMALL], NOW - 1000), STALE, POLICY).job_outcomes
+    assert b_release.attempt_ids == c_release.attempt_ids == (a_attempt,)
+    assert store.apply_outcome(b_release, STALE) is True
+    later = STALE + POLICY.retry.backoff(1) + 1
+    b_attempt = claim(store, job_id, "disp-b", ["n2"], now=later)
+    assert store.attempt_started(b_attempt, "n2", 200, later)
+
+    assert store.apply_outcome(c_release, later) is False
+    row = store.job_row(job_id)
+    assert row["state"] == JobState.RUNNING.value and row["claimed_by"] == "disp-b" and row["temp_failures"] == 1
+    assert [a["state"] for a in store.attempts_of(job_id)] == [AttemptState.TEMPFAIL.value, AttemptState.RUNNING.value]
+    assert event_kinds(store, job_id).count("job.requeued") == 1

@@ -22,7 +22,7 @@ def after_temp_failure(
         return JobOutcome(
             job.id,
             JobState.FAILED,
-            f"{reason}; gave up after {job.temp_failures} temporary failures",
+            f"{reason}; gave up after {failures} temporary failures",
             attempt_ids,
             temp_failure=True,
         )

@@ -100,6 +100,7 @@ nodes = Table(
     Column("secret_hash", String(64)),
     Column("hostname", String(255)),
     Column("gone_at", Float),
+    Column("dispatcher_id", String(64)),  # the dispatcher that booted it (None: booted before 0002)
     Index("ix_nodes_state", "state"),
     Index("ix_nodes_secret", "secret_hash"),
 )

@@ -397,6 +397,15 @@ class Store:
         old = JobState(row.state)
         if old.terminal or (old is JobState.QUEUED and outcome.state is JobState.QUEUED):
             return False
+        if old is not JobState.QUEUED:
+            # The outcome is about the attempts its pass saw. A run the job started since (another
+            # dispatcher released the claim and claimed the job again while this pass was planned)
+            # is not this outcome's to end: the job would be requeued under a live attempt and run twice.
+            newer = select(A.c.id).where(A.c.job_id == outcome.job_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
+            if outcome.attempt_ids:
+                newer = newer.where(A.c.id.not_in(outcome.attempt_ids))
+            if conn.execute(newer.limit(1)).first() is not None:
+                return False
         check_job_transition(old, outcome.state)
         values: dict[str, Any] = {"state": outcome.state.value, "updated_at": now, "wait_reason": ""}
         if outcome.temp_failure:
@@ -551,7 +560,16 @@ class Store:
 
     # ---- nodes --------------------------------------------------------------------------------
 
-    def create_node(self, node_id: str, itype: InstanceType, boot_token: str, now: float, reason: str) -> None:
+    def create_node(
+        self,
+        node_id: str,
+        itype: InstanceType,
+        boot_token: str,
+        now: float,
+        reason: str,
+        dispatcher_id: str | None = None,
+    ) -> None:
+        """A node about to be booted by `dispatcher_id` (whose cloud holds its instance)."""
         with self.write() as conn:
             conn.execute(
                 insert(N).values(
@@ -571,6 +589,7 @@ class Store:
                     rack="",
                     reason=reason,
                     boot_token_hash=token_hash(boot_token),
+                    dispatcher_id=dispatcher_id,
                 )
             )
             self._event(conn, now, "node.booting", f"{itype.name}: {reason}", node_id=node_id)
