@@ -7,6 +7,7 @@ is reported with its key path and the reason: `policy.lifecycle.idle_grace: not 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 import types
 import typing
@@ -17,12 +18,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
 from corral.core.model import GiB, InstanceType
 from corral.core.settings import Duration, PolicySettings, SizeMiB
 from corral.sim.settings import SimSettings
 
 DEFAULT_PORT = 8642
 _STAR_NOTE = "; or '*' for every type"
+CORRAL_TAGS = (TAG_CLUSTER, TAG_NODE_ID, TAG_INSTANCE_TYPE)
 
 
 def default_home() -> Path:
@@ -78,10 +81,83 @@ class InstanceTypeConfig(_Strict):
         )
 
 
+_AWS_ID = r"[0-9a-f]{8}(?:[0-9a-f]{9})?"
+
+
+class Ec2Config(_Strict):
+    """The `ec2` driver's settings (read only with `cloud.driver = "ec2"`). Credentials are not here:
+    boto3 finds them as every AWS tool does (environment, `~/.aws`, the instance's own role)."""
+
+    region: str | None = Field(None, description="AWS region, e.g. 'us-east-1'; default: the AWS SDK's (AWS_REGION)")
+    endpoint_url: str | None = Field(None, description="EC2 endpoint URL: a VPC endpoint, or a moto server in tests")
+    profile: str | None = Field(None, description="a named profile in ~/.aws/config; default: the SDK's credentials")
+    image_id: str | None = Field(
+        None, pattern=rf"^ami-{_AWS_ID}$", description="the AMI every instance boots (required); see the operator guide"
+    )
+    subnet_ids: list[str] = Field(
+        default_factory=list,
+        description="subnets to boot in; on insufficient capacity the next is tried (spread them over zones);"
+        " empty: the default VPC's choice",
+    )
+    security_group_ids: list[str] = Field(default_factory=list, description="security groups of every instance")
+    key_name: str | None = Field(None, description="EC2 key pair name, for SSH to the instances")
+    iam_instance_profile: str | None = Field(None, description="IAM instance profile: a name, or an ARN")
+    tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every instance and its volumes")
+    market: dict[str, Literal["on-demand", "spot"]] = Field(
+        default_factory=dict, description="per instance type name: 'spot' boots it as a spot instance, else on-demand"
+    )
+    server_url: str | None = Field(
+        None, description="the URL the instances reach this server at (required; server.host must accept them)"
+    )
+    agent_command: list[str] = Field(
+        default_factory=lambda: ["python3", "-m", "corral.agent"],
+        min_length=1,
+        description="how the AMI runs the corral agent (an argument list)",
+    )
+    agent_work_dir: str = Field("/var/lib/corral/agent", description="the agent's work dir on the instance")
+    retry_mode: Literal["standard", "adaptive"] = Field(
+        "standard", description="botocore's retry mode for throttled and failed calls"
+    )
+    max_attempts: int = Field(5, ge=1, le=20, description="tries of one call (botocore's back-off between)")
+
+    @field_validator("subnet_ids", "security_group_ids")
+    @classmethod
+    def _aws_ids(cls, value: list[str], info: Any) -> list[str]:
+        prefix = "subnet-" if info.field_name == "subnet_ids" else "sg-"
+        bad = [v for v in value if not re.fullmatch(prefix + _AWS_ID, v)]
+        if bad:
+            raise ValueError(f"not {prefix}<hex id>: {', '.join(bad)}")
+        return value
+
+    @field_validator("endpoint_url", "server_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise ValueError(f"not an http:// or https:// URL: {value!r}")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, tag_value in value.items():
+            if key in CORRAL_TAGS:
+                raise ValueError(f"{key!r} is corral's own tag")
+            if not key or len(key) > 128 or key.lower().startswith("aws:"):
+                raise ValueError(f"{key!r}: a tag key has 1 to 128 characters and does not start with 'aws:'")
+            if len(tag_value) > 256:
+                raise ValueError(f"{key!r}: a tag value has at most 256 characters")
+        if len(value) > 40:
+            raise ValueError("at most 40 tags (EC2 allows 50, corral sets some of its own)")
+        return value
+
+
 class CloudConfig(_Strict):
-    driver: Literal["loopback"] = Field("loopback", description="the cloud driver; EC2 is a later issue")
+    driver: Literal["loopback", "ec2"] = Field(
+        "loopback", description="'loopback' (local agent processes) or 'ec2' (see cloud.ec2)"
+    )
     cluster: str = Field("corral", description="tag value that marks this cluster's instances")
     ping_interval: Duration = Field(2.0, gt=0, description="how often agents ping the server")
+    ec2: Ec2Config = Field(default_factory=Ec2Config)
 
 
 class LoopConfig(_Strict):
@@ -157,11 +233,30 @@ class Config(_Strict):
             errors.append(
                 _error("min_instances", ("policy", "lifecycle", "min_instances"), lifecycle.min_instances, message)
             )
+        errors += self._ec2_errors(names, known)
         if errors:
             # A ValidationError raised here keeps each error's own key path (a ValueError would be
             # reported at the top level).
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
+
+    def _ec2_errors(self, names: set[str], known: str) -> list[InitErrorDetails]:
+        """What the ec2 driver cannot boot without, said at load time rather than at the first boot."""
+        if self.cloud.driver != "ec2":
+            return []
+        ec2 = self.cloud.ec2
+        errors = []
+        where = ("cloud", "ec2")
+        if ec2.image_id is None:
+            errors.append(_error("missing", (*where, "image_id"), None, "required with cloud.driver = 'ec2'"))
+        if ec2.server_url is None:
+            message = "required with cloud.driver = 'ec2': the URL the instances' agents reach this server at"
+            errors.append(_error("missing", (*where, "server_url"), None, message))
+        for name in ec2.market:
+            if name not in names:
+                message = f"{name!r} is not in instance_types ({known})"
+                errors.append(_error("unknown_instance_type", (*where, "market", name), name, message))
+        return errors
 
     @property
     def store_url(self) -> str:

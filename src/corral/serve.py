@@ -6,7 +6,7 @@ Files under the data directory (CORRAL_HOME):
   dispatcher-id   this dispatcher's stable id, so a restart keeps its own claims
   server.json     where the running server listens (the CLI reads it)
   logs/           job output, one file per attempt
-  loopback/       the loopback cloud's instance records and agent logs
+  loopback/       the loopback cloud's instance records and agent logs (ec2 keeps none: its tags are its record)
 """
 
 from __future__ import annotations
@@ -68,6 +68,15 @@ def make_cloud(config: Config, server_url: str) -> CloudDriver:
         from corral.cloud.loopback import LoopbackCloud
 
         return LoopbackCloud(config.home, server_url, config.cloud.cluster, config.cloud.ping_interval)
+    if config.cloud.driver == "ec2":
+        from corral.cloud.base import CloudError
+        from corral.cloud.ec2 import Ec2Cloud
+
+        try:
+            # The address the instances reach the server at; the config requires it for ec2.
+            return Ec2Cloud(config.cloud.ec2, config.cloud.cluster, config.cloud.ec2.server_url or server_url)
+        except CloudError as exc:
+            raise SystemExit(f"error: cloud.ec2: {exc}") from None
     raise SystemExit(f"cloud.driver {config.cloud.driver!r} is not supported")
 
 

@@ -1,0 +1,283 @@
+"""The `ec2` cloud: every instance is an EC2 instance, reached through boto3.
+
+- `create` is one RunInstances (MinCount = MaxCount = 1) with corral's tags on the instance and its
+  volumes. The instance learns where the server is and its one-time boot token from its user data:
+  a cloud-init document built as data (YAML), never by pasting values into a shell script. The
+  token goes to a root-only file that the agent's systemd unit reads as its environment, so it is
+  in no process's argument list.
+- `list` is DescribeInstances, filtered by the cluster tag and the live states, page by page.
+- `destroy` is TerminateInstances; an instance that is already gone is no error.
+
+botocore's errors are mapped to corral's typed ones (`error_from`). Throttled calls are retried by
+botocore itself (its standard or adaptive retry mode), never by hand here. Capacity errors are not
+retried: EC2 answers them with HTTP 500, which botocore would retry four times with back-off, each
+retry spending the account's RunInstances rate, for an error that lasts minutes; corral answers them
+by trying the next subnet, then by backing the type off (seed 004).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+import yaml
+
+from corral.cloud.base import (
+    TAG_CLUSTER,
+    TAG_INSTANCE_TYPE,
+    TAG_NODE_ID,
+    CloudError,
+    CloudInstance,
+    InsufficientCapacity,
+    QuotaExceeded,
+    Throttled,
+)
+from corral.config import Ec2Config
+from corral.core.model import InstanceType
+
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+# The capacity of this type is not to be had here now: the next subnet may have it, else back off.
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "Unsupported",  # the type is not offered in this subnet's zone
+    }
+)
+# The next subnet may do, but no back-off of the type: the subnet, not the type, is short.
+SUBNET_CODES = frozenset({"InsufficientFreeAddressesInSubnet"})
+QUOTA_CODES = frozenset({"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
+THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled"})
+NOT_FOUND = "InvalidInstanceID.NotFound"
+
+AGENT_ENV_FILE = "/etc/corral/agent.env"
+AGENT_UNIT = "corral-agent"
+# The token is written to a systemd environment file: only characters that need no quoting there.
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,256}")
+# DescribeInstances may not show an instance for a few seconds after RunInstances returned it (EC2's
+# eventual consistency). Until then `list` reports it from memory, or the control loop would take
+# it for vanished, forget its node, and then destroy it as an orphan once it shows.
+LIST_GRACE = 120.0
+
+
+def error_from(exc: Exception, instance_type: str = "") -> CloudError:
+    """corral's typed error for a botocore error (ClientError by its code, the rest as CloudError)."""
+    if not isinstance(exc, botocore.exceptions.ClientError):
+        return CloudError(f"ec2: {exc}")
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    message = str(error.get("Message", "")) or str(exc)
+    operation = exc.operation_name
+    if code in CAPACITY_CODES and instance_type:
+        return InsufficientCapacity(instance_type, f"insufficient capacity for {instance_type}: {code}: {message}")
+    if code in QUOTA_CODES:
+        return QuotaExceeded(f"ec2 {operation}: {code}: {message}")
+    if code in THROTTLE_CODES:
+        return Throttled(f"ec2 {operation}: {code}: {message}")
+    return CloudError(f"ec2 {operation}: {code}: {message}")
+
+
+def agent_user_data(
+    settings: Ec2Config, server_url: str, node_id: str, boot_token: str, instance_type: InstanceType
+) -> str:
+    """The instance's cloud-init user data: write the boot token to a root-only environment file,
+    then start the agent as a transient systemd unit that reads it. Built as a YAML document; the
+    agent's command is an argument list, which cloud-init quotes itself."""
+    if not _TOKEN.fullmatch(boot_token):
+        raise CloudError("ec2: the boot token must be 16 to 256 URL-safe characters")
+    argv = [
+        *settings.agent_command,
+        "--server",
+        server_url,
+        "--node-id",
+        node_id,
+        # The capacity the planner planned with, not what the machine reads (MemTotal is less than
+        # the type's nominal RAM, and a job sized to the type would then fit nowhere).
+        "--vcpus",
+        f"{instance_type.vcpus:g}",
+        "--ram-mib",
+        str(instance_type.ram_mib),
+        "--scratch-mib",
+        str(instance_type.scratch_mib),
+        "--gpus",
+        str(instance_type.gpus),
+        "--work-dir",
+        settings.agent_work_dir,
+    ]
+    document = {
+        "write_files": [
+            {
+                "path": AGENT_ENV_FILE,
+                "owner": "root:root",
+                "permissions": "0600",
+                "content": f"CORRAL_BOOT_TOKEN={boot_token}\n",
+            }
+        ],
+        # No restart: the token pairs once, so a restarted agent could not pair again. An agent that
+        # dies falls silent, and its node is declared down and shut down.
+        "runcmd": [
+            [
+                "systemd-run",
+                f"--unit={AGENT_UNIT}",
+                f"--property=EnvironmentFile={AGENT_ENV_FILE}",
+                "--",
+                *argv,
+            ]
+        ],
+    }
+    return "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1 << 20)
+
+
+class Ec2Cloud:
+    def __init__(self, settings: Ec2Config, cluster: str, server_url: str, page_size: int = 500) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        self.server_url = server_url
+        self.page_size = page_size
+        config = botocore.config.Config(
+            retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
+            connect_timeout=10,
+            read_timeout=30,
+            user_agent_extra="corral",
+        )
+        try:
+            session = boto3.session.Session(profile_name=settings.profile, region_name=settings.region)
+            self.client: Any = session.client("ec2", endpoint_url=settings.endpoint_url, config=config)
+        except botocore.exceptions.BotoCoreError as exc:
+            raise CloudError(f"ec2: cannot make a client: {exc}") from exc
+        self.client.meta.events.register_first("needs-retry.ec2.RunInstances", _no_retry_on_capacity)
+        self._recent: dict[str, tuple[CloudInstance, float]] = {}
+        self._lock = threading.Lock()
+
+    def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
+        all_tags = {"Name": f"corral-{self.cluster}-{node_id}", **self.settings.tags, **tags}
+        all_tags.update({TAG_CLUSTER: self.cluster, TAG_NODE_ID: node_id, TAG_INSTANCE_TYPE: instance_type.name})
+        tag_list = [{"Key": k, "Value": v} for k, v in all_tags.items()]
+        params: dict[str, Any] = {
+            "ImageId": self.settings.image_id,
+            "InstanceType": instance_type.name,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "UserData": agent_user_data(self.settings, self.server_url, node_id, boot_token, instance_type),
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tag_list},
+                {"ResourceType": "volume", "Tags": tag_list},
+            ],
+            # An instance that powers itself off is gone, not stopped (a stopped one still pays for its disks).
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "MetadataOptions": {"HttpTokens": "required"},
+        }
+        if self.settings.security_group_ids:
+            params["SecurityGroupIds"] = list(self.settings.security_group_ids)
+        if self.settings.key_name:
+            params["KeyName"] = self.settings.key_name
+        if self.settings.iam_instance_profile:
+            profile = self.settings.iam_instance_profile
+            params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+        if self.settings.market.get(instance_type.name) == "spot":
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+            }
+        # One token per call and subnet: botocore's retries of this call (a timeout, say) are then
+        # answered with the instance already started instead of a second one.
+        token = secrets.token_hex(8)
+        last: CloudError | None = None
+        for index, subnet in enumerate(self.settings.subnet_ids or [None]):
+            if subnet is not None:
+                params["SubnetId"] = subnet
+            params["ClientToken"] = f"corral-{node_id}-{index}-{token}"
+            try:
+                response = self.client.run_instances(**params)
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+                last = error_from(exc, instance_type.name)
+                if isinstance(last, InsufficientCapacity) or _code(exc) in SUBNET_CODES:
+                    continue  # the next subnet (another zone) may have it
+                raise last from exc
+            raw = response["Instances"][0]
+            instance = CloudInstance(
+                id=raw["InstanceId"],
+                instance_type=instance_type.name,
+                tags=all_tags,
+                created_at=raw["LaunchTime"].timestamp() if "LaunchTime" in raw else time.time(),
+                state=raw.get("State", {}).get("Name", "pending"),
+            )
+            with self._lock:
+                self._recent[instance.id] = (instance, time.monotonic())
+            return instance
+        assert last is not None
+        raise last
+
+    def list(self) -> list[CloudInstance]:
+        filters = [
+            {"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]},
+            {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+        ]
+        out: list[CloudInstance] = []
+        try:
+            pages = self.client.get_paginator("describe_instances").paginate(
+                Filters=filters, PaginationConfig={"PageSize": self.page_size}
+            )
+            for page in pages:
+                for reservation in page.get("Reservations", []):
+                    out.extend(_instance(raw) for raw in reservation.get("Instances", []))
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise error_from(exc) from exc
+        seen = {instance.id for instance in out}
+        now = time.monotonic()
+        with self._lock:
+            for instance_id, (instance, created) in list(self._recent.items()):
+                if instance_id in seen or now - created > LIST_GRACE:
+                    del self._recent[instance_id]
+                else:
+                    out.append(instance)
+        return out
+
+    def destroy(self, instance_id: str) -> None:
+        with self._lock:
+            self._recent.pop(instance_id, None)
+        try:
+            self.client.terminate_instances(InstanceIds=[instance_id])
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) == NOT_FOUND:
+                return
+            raise error_from(exc) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise error_from(exc) from exc
+
+
+def _code(exc: Exception) -> str:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _instance(raw: dict[str, Any]) -> CloudInstance:
+    tags = {str(tag["Key"]): str(tag.get("Value", "")) for tag in raw.get("Tags", [])}
+    launched = raw.get("LaunchTime")
+    return CloudInstance(
+        id=str(raw["InstanceId"]),
+        instance_type=tags.get(TAG_INSTANCE_TYPE) or str(raw.get("InstanceType", "")),
+        tags=tags,
+        created_at=launched.timestamp() if launched is not None else 0.0,
+        state=str(raw.get("State", {}).get("Name", "")),
+    )
+
+
+def _no_retry_on_capacity(response: Any = None, **_: Any) -> None:
+    """A `needs-retry` hook, run before botocore's retry handler: a capacity error is EC2's HTTP 500,
+    which that handler takes for a passing server fault. Shown as the client error it is, it is not
+    retried. Other errors, throttling above all, keep botocore's retries."""
+    if not response:
+        return
+    http_response, parsed = response
+    code = (parsed or {}).get("Error", {}).get("Code")
+    if http_response is not None and (code in CAPACITY_CODES or code in SUBNET_CODES):
+        http_response.status_code = 400

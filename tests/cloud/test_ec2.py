@@ -1,0 +1,273 @@
+"""The ec2 driver through boto3 against a real moto server; capacity, quota and throttling errors,
+which moto cannot produce, injected at botocore's HTTP boundary."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from corral.cloud import ec2 as ec2_module
+from corral.cloud.base import (
+    TAG_CLUSTER,
+    TAG_INSTANCE_TYPE,
+    TAG_NODE_ID,
+    CloudDriver,
+    CloudError,
+    InsufficientCapacity,
+    QuotaExceeded,
+    Throttled,
+)
+from corral.cloud.ec2 import AGENT_ENV_FILE, Ec2Cloud, agent_user_data
+from corral.config import Config, ConfigError, Ec2Config, load_config
+from corral.core.model import InstanceType
+from tests.cloud.ec2_support import free_port, inject
+
+C5 = InstanceType(name="c5.large", vcpus=2, ram_mib=4096, price_per_hour=0.085, scratch_mib=8192)
+M5 = InstanceType(name="m5.large", vcpus=2, ram_mib=8192, price_per_hour=0.096)
+TOKEN = "AbCdEfGhIjKlMnOpQrStUvWx-_0123456789"
+
+
+def described(ec2: Any, instance_id: str) -> dict[str, Any]:
+    raw: dict[str, Any] = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return raw
+
+
+def state(ec2: Any, instance_id: str) -> str:
+    return str(described(ec2, instance_id)["State"]["Name"])
+
+
+def user_data(ec2: Any, instance_id: str) -> str:
+    attribute = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+    return base64.b64decode(attribute["UserData"]["Value"]).decode()
+
+
+def test_create_tags_the_instance_and_gives_the_agent_its_server_and_token(
+    settings: Ec2Config, cluster: str, ec2: Any, image_id: str
+) -> None:
+    cloud: CloudDriver = Ec2Cloud(settings, cluster, settings.server_url or "")
+    instance = cloud.create(C5, "n-0001", TOKEN, {"owner": "me"})
+
+    assert instance.id.startswith("i-") and instance.node_id == "n-0001" and instance.instance_type == "c5.large"
+    expected = {
+        "Name": f"corral-{cluster}-n-0001",
+        "team": "research",
+        "owner": "me",
+        TAG_CLUSTER: cluster,
+        TAG_NODE_ID: "n-0001",
+        TAG_INSTANCE_TYPE: "c5.large",
+    }
+    assert instance.tags == expected
+    raw = described(ec2, instance.id)
+    assert {t["Key"]: t["Value"] for t in raw["Tags"]} == expected
+    assert (raw["InstanceType"], raw["ImageId"]) == ("c5.large", image_id)
+    assert abs(instance.created_at - time.time()) < 300
+
+    document = user_data(ec2, instance.id)
+    assert document.startswith("#cloud-config\n")
+    parsed = yaml.safe_load(document)
+    [env_file] = parsed["write_files"]
+    assert env_file == {
+        "path": AGENT_ENV_FILE,
+        "owner": "root:root",
+        "permissions": "0600",
+        "content": f"CORRAL_BOOT_TOKEN={TOKEN}\n",
+    }
+    [argv] = parsed["runcmd"]
+    assert TOKEN not in " ".join(argv)  # never in a process's argument list
+    agent = argv[argv.index("--") + 1 :]
+    assert agent[:3] == ["python3", "-m", "corral.agent"]
+    flags = dict(zip(agent[3::2], agent[4::2], strict=True))
+    assert flags == {
+        "--server": "http://10.0.0.5:8642",
+        "--node-id": "n-0001",
+        "--vcpus": "2",
+        "--ram-mib": "4096",
+        "--scratch-mib": "8192",
+        "--gpus": "0",
+        "--work-dir": "/var/lib/corral/agent",
+    }
+
+    [listed] = cloud.list()
+    assert (listed.id, listed.instance_type, listed.tags) == (instance.id, "c5.large", expected)
+    assert listed.state in ("pending", "running")
+
+
+def test_user_data_is_built_as_data_whatever_the_values() -> None:
+    settings = Ec2Config(image_id="ami-12345678", agent_command=["/opt/corral venv/bin/python", "-m", "corral.agent"])
+    hostile = "http://h/$(reboot);'\"`id`\n#"
+    document = yaml.safe_load(agent_user_data(settings, hostile, "n-x; rm -rf /", TOKEN, C5))
+    [argv] = document["runcmd"]
+    assert argv[argv.index("--server") + 1] == hostile
+    assert argv[argv.index("--node-id") + 1] == "n-x; rm -rf /"
+    assert argv[argv.index("--") + 1] == "/opt/corral venv/bin/python"
+    # The token is written to a systemd environment file: only characters that need no quoting there.
+    for bad in ("tok en-0123456789abcdef", "x\nCORRAL_SERVER=http://evil-0123456789", "short"):
+        with pytest.raises(CloudError, match="boot token"):
+            agent_user_data(settings, "http://h", "n-1", bad, C5)
+
+
+def test_list_sees_only_this_clusters_live_instances_and_destroy_is_idempotent(
+    settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    mine = Ec2Cloud(settings, cluster, "http://10.0.0.5:8642")
+    other = Ec2Cloud(settings, cluster + "-other", "http://10.0.0.5:8642")
+    a = mine.create(C5, "n-a", TOKEN, {})
+    b = mine.create(M5, "n-b", TOKEN, {})
+    theirs = other.create(C5, "n-c", TOKEN, {})
+    # An instance with no cluster tag at all, started by hand.
+    untagged = ec2.run_instances(ImageId=settings.image_id, MinCount=1, MaxCount=1, InstanceType="t3.micro")
+
+    assert {i.id for i in mine.list()} == {a.id, b.id}
+    assert [i.id for i in other.list()] == [theirs.id]
+
+    mine.destroy(a.id)
+    assert state(ec2, a.id) in ("shutting-down", "terminated")
+    assert [i.id for i in mine.list()] == [b.id]
+    mine.destroy(a.id)  # already terminated: no error
+    mine.destroy("i-0123456789abcdef0")  # never existed: no error (InvalidInstanceID.NotFound)
+    # A stopped instance still costs (its volumes): it is listed, so corral can destroy it.
+    ec2.stop_instances(InstanceIds=[b.id])
+    assert [i.id for i in Ec2Cloud(settings, cluster, "").list()] == [b.id]
+    assert state(ec2, untagged["Instances"][0]["InstanceId"]) in ("pending", "running")
+    for instance in (b, theirs):
+        mine.destroy(instance.id)
+
+
+def test_list_reads_every_page_and_needs_nothing_but_the_tags(settings: Ec2Config, cluster: str) -> None:
+    """After a restart, corral finds its instances from the cloud alone."""
+    booted = Ec2Cloud(settings, cluster, "http://10.0.0.5:8642")
+    created = {booted.create(C5, f"n-{i}", TOKEN, {}).id: f"n-{i}" for i in range(7)}
+
+    restarted = Ec2Cloud(settings, cluster, "http://10.0.0.5:8642", page_size=5)
+    pages = inject(restarted.client, "DescribeInstances", "never", when=lambda params: False)
+    listed = restarted.list()
+    assert {i.id: i.node_id for i in listed} == created
+    assert len(pages.seen) == 2 and "NextToken" in pages.seen[1]
+    for instance_id in created:
+        restarted.destroy(instance_id)
+
+
+def test_an_instance_describe_does_not_show_yet_is_listed_from_memory(
+    settings: Ec2Config, cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EC2 is eventually consistent: right after RunInstances, DescribeInstances may not show the
+    instance. The loop would take it for vanished (and its node for gone), then destroy it as an
+    orphan once it shows."""
+    cloud = Ec2Cloud(settings, cluster, "http://10.0.0.5:8642")
+    instance = cloud.create(C5, "n-1", TOKEN, {})
+
+    def not_yet(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["Reservations"] = []
+
+    cloud.client.meta.events.register("after-call.ec2.DescribeInstances", not_yet)
+    assert [i.id for i in cloud.list()] == [instance.id]
+    monkeypatch.setattr(ec2_module, "LIST_GRACE", 0.0)
+    assert cloud.list() == []  # past the grace, what EC2 says goes
+    cloud.client.meta.events.unregister("after-call.ec2.DescribeInstances", not_yet)
+    cloud.destroy(instance.id)
+
+
+def test_spot_market_per_instance_type(settings: Ec2Config, cluster: str, ec2: Any) -> None:
+    cloud = Ec2Cloud(settings.model_copy(update={"market": {"c5.large": "spot"}}), cluster, "http://h:1")
+    spot = cloud.create(C5, "n-1", TOKEN, {})
+    on_demand = cloud.create(M5, "n-2", TOKEN, {})
+    assert described(ec2, spot.id).get("InstanceLifecycle") == "spot"
+    assert "InstanceLifecycle" not in described(ec2, on_demand.id)
+    for instance in (spot, on_demand):
+        cloud.destroy(instance.id)
+
+
+def test_insufficient_capacity_tries_the_next_subnet_then_raises_for_the_type(
+    settings: Ec2Config, cluster: str, ec2: Any, subnet_ids: list[str]
+) -> None:
+    first, second = subnet_ids
+    cloud = Ec2Cloud(settings.model_copy(update={"subnet_ids": subnet_ids}), cluster, "http://h:1")
+    ice = inject(
+        cloud.client,
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        when=lambda p: p["InstanceType"] == "c5.large" and p.get("SubnetId") == first,
+    )
+    instance = cloud.create(C5, "n-1", TOKEN, {})
+    assert described(ec2, instance.id)["SubnetId"] == second
+    # One call in the short subnet: botocore does not retry EC2's HTTP 500 for a capacity error.
+    assert [p["SubnetId"] for p in ice.calls] == [first]
+
+    everywhere = inject(cloud.client, "RunInstances", "InsufficientInstanceCapacity", when=lambda p: True)
+    with pytest.raises(InsufficientCapacity) as raised:
+        cloud.create(M5, "n-2", TOKEN, {})
+    assert raised.value.instance_type == "m5.large"
+    assert "We currently do not have sufficient m5.large capacity" in str(raised.value)
+    assert [p["SubnetId"] for p in everywhere.calls] == [first, second]
+    assert {i.node_id for i in cloud.list()} == {"n-1"}
+    cloud.destroy(instance.id)
+
+
+def test_quota_throttling_and_other_errors_map_to_corrals_types(settings: Ec2Config, cluster: str) -> None:
+    cloud = Ec2Cloud(settings.model_copy(update={"max_attempts": 3}), cluster, "http://h:1")
+    quota = inject(cloud.client, "RunInstances", "VcpuLimitExceeded", times=1)
+    with pytest.raises(QuotaExceeded, match="VcpuLimitExceeded: You have requested more vCPU capacity"):
+        cloud.create(C5, "n-1", TOKEN, {})
+    assert len(quota.calls) == 1
+
+    # Throttling is retried by botocore (standard mode, up to max_attempts), then raised as Throttled.
+    throttled = inject(cloud.client, "DescribeInstances", "RequestLimitExceeded", times=3)
+    with pytest.raises(Throttled, match="RequestLimitExceeded"):
+        cloud.list()
+    assert len(throttled.calls) == 3
+    # Once, then through: the caller never sees it.
+    once = inject(cloud.client, "TerminateInstances", "RequestLimitExceeded", times=1)
+    cloud.destroy("i-0123456789abcdef0")
+    assert len(once.calls) == 1 and len(once.seen) == 2
+
+    inject(cloud.client, "RunInstances", "InvalidParameterValue", when=lambda p: p["InstanceType"] == "m5.large")
+    with pytest.raises(CloudError, match="RunInstances: InvalidParameterValue: Value") as raised:
+        cloud.create(M5, "n-2", TOKEN, {})
+    assert type(raised.value) is CloudError
+    assert cloud.list() == []
+
+
+def test_an_unreachable_endpoint_is_a_cloud_error(settings: Ec2Config) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    cloud = Ec2Cloud(settings.model_copy(update={"endpoint_url": dead, "max_attempts": 1}), "c", "http://h:1")
+    with pytest.raises(CloudError, match="ec2: Could not connect"):
+        cloud.list()
+    with pytest.raises(CloudError, match="ec2: Could not connect"):
+        cloud.create(C5, "n-1", TOKEN, {})
+
+
+def test_the_config_asks_for_what_ec2_cannot_boot_without(tmp_path: Path) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text(
+        '[cloud]\ndriver = "ec2"\n[cloud.ec2]\nsubnet_ids = ["subnet-1234", "subnet-0123456789abcdef0"]\n'
+        'market = { "p5.48xlarge" = "spot" }\ntags = { "corral-cluster" = "x" }\nserver_url = "ftp://x"\n'
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    message = str(raised.value)
+    assert "cloud.ec2.subnet_ids: not subnet-<hex id>: subnet-1234" in message
+    assert "cloud.ec2.tags: 'corral-cluster' is corral's own tag" in message
+    assert "cloud.ec2.server_url: not an http:// or https:// URL" in message
+
+    path.write_text('[cloud]\ndriver = "ec2"\n[cloud.ec2]\nmarket = { "p5.48xlarge" = "spot" }\n')
+    message = str(pytest.raises(ConfigError, load_config, path).value)
+    assert "cloud.ec2.image_id: required with cloud.driver = 'ec2'" in message
+    assert "cloud.ec2.server_url: required with cloud.driver = 'ec2'" in message
+    assert "cloud.ec2.market.p5.48xlarge: 'p5.48xlarge' is not in instance_types" in message
+    # Not read unless the driver is ec2.
+    assert Config.model_validate({"cloud": {"ec2": {"region": "eu-west-1"}}}).cloud.driver == "loopback"
+
+
+def test_the_example_config_is_valid_and_builds_the_driver() -> None:
+    from corral.serve import make_cloud
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "ec2.toml"
+    config = load_config(example)
+    assert config.cloud.driver == "ec2" and config.cloud.ec2.image_id
+    cloud = make_cloud(config, "http://127.0.0.1:8642")
+    assert isinstance(cloud, Ec2Cloud) and cloud.server_url == config.cloud.ec2.server_url
