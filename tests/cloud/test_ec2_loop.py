@@ -1,0 +1,123 @@
+"""corral's control loop (`corral.loop`) with the ec2 driver against a real moto server. The agent
+never pairs on moto (its instances run nothing): the loop boots, tags and lists the instance, and
+terminates it when its boot grace runs out, so that a broken node stops costing (seed 004)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
+from corral.cloud.ec2 import Ec2Cloud
+from corral.config import Config, Ec2Config
+from corral.jobspec import JobRequest
+from corral.loop import ControlLoop
+from corral.store import Store
+from tests.cloud.ec2_support import inject
+
+TYPES = [
+    {"name": "c5.large", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.085},
+    {"name": "m5.large", "vcpus": 2, "ram": "8GiB", "price_per_hour": 0.096},
+]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_loop(tmp_path: Path, settings: Ec2Config, cluster: str) -> tuple[ControlLoop, Ec2Cloud, Store, Clock]:
+    config = Config.model_validate(
+        {
+            "home": tmp_path,
+            "cloud": {"driver": "ec2", "cluster": cluster, "ec2": settings.model_dump()},
+            "instance_types": TYPES,
+            "policy": {"lifecycle": {"boot_grace": "5m"}, "boot": {"max_instances": 2}},
+        }
+    )
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    cloud = Ec2Cloud(config.cloud.ec2, cluster, config.cloud.ec2.server_url or "")
+    clock = Clock()
+    return ControlLoop(store, cloud, config, "d-test", clock=clock), cloud, store, clock
+
+
+def tags_of(ec2: Any, instance_id: str) -> dict[str, str]:
+    raw = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return {t["Key"]: t["Value"] for t in raw["Tags"]}
+
+
+def state(ec2: Any, instance_id: str) -> str:
+    raw = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return str(raw["State"]["Name"])
+
+
+def test_a_pass_boots_an_instance_for_a_queued_job_and_a_never_pairing_one_is_terminated(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    [job_id] = store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+
+    report = loop.run_pass()
+    assert [b.instance_type for b in report.decisions.boots] == ["c5.large"]
+    [node] = store.node_rows()
+    assert node["state"] == "booting" and node["instance_id"].startswith("i-")
+    first = node["instance_id"]
+    tags = tags_of(ec2, first)
+    assert (tags[TAG_CLUSTER], tags[TAG_NODE_ID], tags[TAG_INSTANCE_TYPE]) == (cluster, node["id"], "c5.large")
+    assert tags["team"] == "research"
+
+    # The next passes find it in the cloud's listing: the node lives on, nothing more is booted.
+    clock.now += 60
+    loop.run_pass()
+    assert [i.id for i in cloud.list()] == [first]
+    assert store.node_row(node["id"])["state"] == "booting"
+
+    # Its agent never pairs (moto runs nothing): past boot_grace the instance is terminated.
+    clock.now += 5 * 60
+    loop.run_pass()
+    assert state(ec2, first) in ("shutting-down", "terminated")
+    assert store.node_row(node["id"])["state"] == "gone"
+    assert first not in {i.id for i in cloud.list()}
+    assert store.job_row(job_id)["state"] == "queued"  # waits for the instance booted in its place
+
+    loop.shutdown_fleet("corral stopped")
+    assert cloud.list() == []
+    assert all(row["state"] == "gone" for row in store.node_rows(include_gone=True))
+
+
+def test_an_insufficient_capacity_error_backs_the_type_off_and_another_type_is_booted(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """Seed 004: EC2 has no c5.large; corral stops asking for it for capacity_backoff and boots the
+    next cheapest type that fits, instead of failing node after node of the same type."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    ice = inject(
+        cloud.client, "RunInstances", "InsufficientInstanceCapacity", when=lambda p: p["InstanceType"] == "c5.large"
+    )
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB") for _ in range(2)], clock())
+
+    first = loop.run_pass()
+    assert [b.instance_type for b in first.decisions.boots] == ["c5.large", "c5.large"]
+    assert len(ice.calls) == 1  # the pass's second boot of the type is not tried
+    [event] = store.list_events(kind="capacity.unavailable")
+    assert "c5.large" in event["message"]
+    [failed] = store.node_rows(include_gone=True)
+    assert failed["state"] == "gone" and "insufficient capacity for c5.large" in failed["reason"]
+    assert cloud.list() == []
+
+    clock.now += 1
+    second = loop.run_pass()
+    assert {b.instance_type for b in second.decisions.boots} == {"m5.large"}
+    assert len(ice.calls) == 1
+    listed = cloud.list()
+    assert len(listed) == len(second.decisions.boots) >= 1
+    assert {tags_of(ec2, i.id)[TAG_INSTANCE_TYPE] for i in listed} == {"m5.large"}
+
+    loop.shutdown_fleet("corral stopped")
+    assert cloud.list() == []
+    assert all(state(ec2, i.id) in ("shutting-down", "terminated") for i in listed)
