@@ -7,6 +7,7 @@ here is I/O: reading the store and the cloud, carrying decisions out, recording 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
@@ -73,6 +74,12 @@ class ControlLoop:
         self.planner = PlannerMemo()
         self._explained: dict[int, dict[str, Any]] = {}  # a waiting job's explanation as last written
         self._serial = threading.Lock()  # a pass and the fleet's shutdown never overlap
+        # After a boot failed for a reason that is not the type's (an API error, throttling past
+        # botocore's retries, a bad image), no boot is tried before this time; the pause doubles
+        # with each such failure in a row, up to capacity_backoff, so that a broken cloud account
+        # does not leave a failed node record and its events every pass.
+        self._boots_paused_until = -math.inf
+        self._boot_errors_in_a_row = 0
         self.stopped = False
 
     def run_pass(self) -> PassReport:
@@ -147,6 +154,8 @@ class ControlLoop:
         # other boots of that type are not tried (seed 004), as in the simulator.
         unavailable = dict(snapshot.unavailable_types)
         for boot in decisions.boots:
+            if now < self._boots_paused_until:
+                break
             self._boot(boot.instance_type, boot.reason, now, unavailable)
         nodes = {node.id: node for node in snapshot.nodes}
         # The state a node is shut down in is the one this pass left it in (a silent node was
@@ -197,14 +206,24 @@ class ControlLoop:
         self.store.create_node(node_id, itype, boot_token, now, reason, self.dispatcher_id)
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {})
-        except InsufficientCapacity as exc:
+        except (InsufficientCapacity, QuotaExceeded) as exc:
+            # An account limit (EC2's vCPU quota is per group of types) is, to the planner, a type
+            # that cannot be had for now, as a capacity error is: it boots another type that fits.
             until = capacity.record_insufficient_capacity(unavailable, type_name, now, self.config.policy.boot)
             self.store.set_unavailable(type_name, until, str(exc), now)
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
             return
-        except (QuotaExceeded, CloudError) as exc:
-            self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
+        except CloudError as exc:
+            self._boot_errors_in_a_row += 1
+            pause = min(
+                self.config.loop.interval * 2 ** (self._boot_errors_in_a_row - 1),
+                self.config.policy.boot.capacity_backoff,
+            )
+            self._boots_paused_until = now + pause
+            self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}; no boot for {pause:g} s", now)
+            log.warning("boot of %s failed: %s; no boot for %g s", type_name, exc, pause)
             return
+        self._boot_errors_in_a_row = 0
         self.store.set_instance_id(node_id, instance.id)
 
     def _destroy(self, instance_id: str) -> None:

@@ -121,3 +121,47 @@ def test_an_insufficient_capacity_error_backs_the_type_off_and_another_type_is_b
     loop.shutdown_fleet("corral stopped")
     assert cloud.list() == []
     assert all(state(ec2, i.id) in ("shutting-down", "terminated") for i in listed)
+
+
+def test_a_quota_error_backs_the_type_off_like_a_capacity_error(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """Before, a vCPU quota error was tried again every pass, each time a failed node and its events."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    quota = inject(cloud.client, "RunInstances", "VcpuLimitExceeded", when=lambda p: p["InstanceType"] == "c5.large")
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+
+    loop.run_pass()
+    assert len(quota.calls) == 1
+    [event] = store.list_events(kind="capacity.unavailable")
+    assert "VcpuLimitExceeded" in event["message"]
+    clock.now += 1
+    second = loop.run_pass()
+    assert [b.instance_type for b in second.decisions.boots] == ["m5.large"] and len(quota.calls) == 1
+    loop.shutdown_fleet("corral stopped")
+
+
+def test_a_cloud_error_pauses_boots_and_the_pause_doubles_until_a_boot_succeeds(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """An error that is no type's (a bad parameter, an image that is gone, throttling past botocore's
+    retries) would fail every boot: one is tried, then none for loop.interval (1 s), then 2 s..."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    broken = inject(cloud.client, "RunInstances", "InvalidParameterValue", times=2)
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB") for _ in range(2)], clock())
+
+    loop.run_pass()
+    assert len(broken.calls) == 1  # the pass's second boot is not tried
+    [failed] = store.node_rows(include_gone=True)
+    assert "InvalidParameterValue" in failed["reason"] and "no boot for 1 s" in failed["reason"]
+    clock.now += 0.5
+    loop.run_pass()
+    assert len(broken.calls) == 1 and len(store.node_rows(include_gone=True)) == 1
+    clock.now += 1
+    loop.run_pass()
+    assert len(broken.calls) == 2
+    assert "no boot for 2 s" in max(store.node_rows(include_gone=True), key=lambda r: r["created_at"])["reason"]
+    clock.now += 2.5
+    loop.run_pass()  # the fault is over: boots go on
+    assert len(cloud.list()) == 2
+    loop.shutdown_fleet("corral stopped")
