@@ -303,7 +303,7 @@ def jobs(
             resources_text(j["resources"], j["nodes"]),
             ago(now - j["submitted_at"]),
             ago(run_time),
-            j["wait_reason"] if j["state"] == "queued" else "",
+            escape(j["wait_reason"]) if j["state"] == "queued" else "",  # an operator's hold reason is text
         )
     console.print(table)
 
@@ -328,7 +328,9 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     )
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j["wait_reason"]:
-        console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
+        console.print(
+            f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{escape(j['wait_reason'])}", highlight=False
+        )
     if j["attempt_list"]:
         table = Table(show_edge=False, header_style="bold")
         for column in ("attempt", "state", "nodes", "exit", "started", "finished", "reason"):
@@ -410,7 +412,9 @@ def explain(job_id: int, as_json: JsonFlag = False) -> None:
         return
     console.print(f"[bold]job {job_id}[/bold] {styled(data['state'])}")
     if data["wait_reason"]:
-        console.print(f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{data['wait_reason']}", highlight=False)
+        console.print(
+            f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{escape(data['wait_reason'])}", highlight=False
+        )
     detail = data["explanation"] or {}
     if detail.get("at"):
         # Rewritten whenever a pass finds it changed: this is when the fleet last looked like this.

@@ -18,6 +18,11 @@ def test_an_operator_holds_a_queued_job_nothing_boots_for_it_until_it_is_release
     job_id = int(corral.cli("submit", "--not-before", start, "--", "echo", "released").stdout)
     assert corral.cli("hold", str(job_id), "--reason", "input not ready").stdout == f"{job_id}: held\n"
     assert corral.cli("hold", str(job_id)).stdout == f"{job_id}: already held\n"
+    later = datetime.fromtimestamp(time.time() + 3600, UTC).isoformat()
+    markup = int(corral.cli("submit", "--not-before", later, "--", "true").stdout)
+    corral.cli("hold", str(markup), "--reason", "[red]not markup[/red]")
+    assert "held by an operator: [red]not markup[/red]" in corral.cli("job", str(markup)).stdout
+    corral.cli("cancel", str(markup))
     shown = corral.cli_json("job", str(job_id))
     assert shown["held"] and shown["state"] == "queued"
     assert shown["wait_reason"] == "held by an operator: input not ready"
