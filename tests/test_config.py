@@ -66,6 +66,11 @@ def test_durations_and_sizes_are_read_as_people_write_them(tmp_path: Path) -> No
         ("[policy.lifecycle]\nboot_grace = 0\n", "policy.lifecycle.boot_grace: Input should be greater than 0"),
         ("[policy.dispatch]\nstart_timeout = 0\n", "policy.dispatch.start_timeout: Input should be greater than 0"),
         ("[loop]\ninterval = 0\n", "loop.interval: Input should be greater than 0"),
+        (
+            '[policy.retry]\non_node_failure = "notify"\n',
+            "policy.retry.on_node_failure: 'notify' is not offered: a lost node is shut down",
+        ),
+        ('[policy.retry]\non_node_failure = "park"\n', "policy.retry.on_node_failure: unknown action 'park'"),
         ("[cloud]\nping_interval = 0\n", "cloud.ping_interval: Input should be greater than 0"),
         # nan and inf, in lists and tables too
         ("[policy.placement.weights]\npack = nan\n", "policy.placement.weights.pack: Input should be a finite number"),

@@ -225,6 +225,12 @@ def submit(
     time_limit: Annotated[str | None, typer.Option(help="Expected maximum run time, e.g. 2h.")] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
+    on_node_failure: Annotated[
+        str | None,
+        typer.Option(
+            help="If a node it runs on is lost: requeue, cancel or hold (default: policy.retry.on_node_failure)."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`) or a file of jobs; prints the ids."""
@@ -252,6 +258,8 @@ def submit(
             fields["not_before"] = not_before
         if time_limit:
             fields["time_limit"] = time_limit
+        if on_node_failure is not None:
+            fields["on_node_failure"] = on_node_failure
         try:
             requests = [JobRequest.model_validate(fields)]
         except ValidationError as exc:
@@ -288,14 +296,14 @@ def jobs(
         table.add_row(
             str(j["id"]),
             j["name"] or " ".join(j["command"])[:30],
-            styled(j["state"]),
+            styled(j["state"]) + (" [yellow]held[/]" if j["held"] else ""),
             j["node"] or "-",
             str(j["attempts"]),
             "-" if j["exit_code"] is None else str(j["exit_code"]),
             resources_text(j["resources"], j["nodes"]),
             ago(now - j["submitted_at"]),
             ago(run_time),
-            j["wait_reason"] if j["state"] == "queued" else "",
+            escape(j["wait_reason"]) if j["state"] == "queued" else "",  # an operator's hold reason is text
         )
     console.print(table)
 
@@ -307,7 +315,8 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(j)
         return
-    console.print(f"[bold]job {j['id']}[/bold] {j['name']}  {styled(j['state'])}  priority {j['priority']}")
+    held = "  [yellow]held[/]" if j["held"] else ""
+    console.print(f"[bold]job {j['id']}[/bold] {j['name']}  {styled(j['state'])}{held}  priority {j['priority']}")
     console.print(f"  command    {' '.join(j['command'])}", highlight=False)
     console.print(f"  resources  {resources_text(j['resources'], j['nodes'])}")
     console.print(
@@ -317,8 +326,11 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
         f"  exit code  {'-' if j['exit_code'] is None else j['exit_code']}   node {j['node'] or '-'}   "
         f"attempts {j['attempts']} (temporary failures {j['temp_failures']})"
     )
+    console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j["wait_reason"]:
-        console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
+        console.print(
+            f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{escape(j['wait_reason'])}", highlight=False
+        )
     if j["attempt_list"]:
         table = Table(show_edge=False, header_style="bold")
         for column in ("attempt", "state", "nodes", "exit", "started", "finished", "reason"):
@@ -361,6 +373,26 @@ def cancel(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> No
 
 
 @app.command()
+def hold(
+    job_ids: Annotated[list[int], typer.Argument(help="Job ids.")],
+    reason: Annotated[str, typer.Option(help="Why; shown as the job's wait reason.")] = "",
+) -> None:
+    """Hold queued jobs (Slurm's `scontrol hold`): they stay queued, but are not run, and no
+    instance is booted for them, until `corral release`."""
+    for job_id in job_ids:
+        result = call("POST", f"/api/jobs/{job_id}/hold", json={"reason": reason})
+        sys.stdout.write(f"{job_id}: {'held' if result['changed'] else 'already held'}\n")
+
+
+@app.command()
+def release(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+    """Release held jobs (Slurm's `scontrol release`): they run as any queued job."""
+    for job_id in job_ids:
+        result = call("POST", f"/api/jobs/{job_id}/release")
+        sys.stdout.write(f"{job_id}: {'released' if result['changed'] else 'not held (' + result['state'] + ')'}\n")
+
+
+@app.command()
 def priority(job_id: int, value: int) -> None:
     """Set a job's priority; 0 cancels it (seed 001)."""
     j = call("PATCH", f"/api/jobs/{job_id}", json={"priority": value})
@@ -380,7 +412,9 @@ def explain(job_id: int, as_json: JsonFlag = False) -> None:
         return
     console.print(f"[bold]job {job_id}[/bold] {styled(data['state'])}")
     if data["wait_reason"]:
-        console.print(f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{data['wait_reason']}", highlight=False)
+        console.print(
+            f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{escape(data['wait_reason'])}", highlight=False
+        )
     detail = data["explanation"] or {}
     if detail.get("at"):
         # Rewritten whenever a pass finds it changed: this is when the fleet last looked like this.

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from corral.core.model import GiB, Job, LocalityHints, Resources
-from corral.core.settings import Duration, SizeMiB
+from corral.core.settings import Duration, OnNodeFailure, SizeMiB
 
 MAX_PRIORITY = 1_000_000
 
@@ -65,6 +65,11 @@ class JobRequest(BaseModel):
     min_platform: str | None = Field(None, description="lowest node platform version accepted")
     cpu_capped: bool = Field(False, description="capped and uncapped jobs do not share a node")
     reservation: str = Field("", description="admin reservation whose nodes the job may use")
+    on_node_failure: OnNodeFailure | None = Field(
+        None,
+        description="what the loss of a node it runs on does to the job: requeue, cancel or hold"
+        " (seed 002 §5.4.6); unset: policy.retry.on_node_failure",
+    )
 
     @field_validator("command")
     @classmethod
@@ -108,4 +113,5 @@ class JobRequest(BaseModel):
             min_platform=self.min_platform,
             cpu_capped=self.cpu_capped,
             reservation=self.reservation,
+            on_node_failure=self.on_node_failure,
         )

@@ -31,6 +31,8 @@ def running(corral: Corral) -> Corral:
         (["--vcpus", "nan", "--", "x"], "--vcpus: Input should be a finite number"),
         ([], "no command"),
         (["--not-before", "tomorrow", "--", "x"], "--not-before: not a time: 'tomorrow'"),
+        (["--on-node-failure", "requeue-later", "--", "x"], "--on-node-failure: unknown action 'requeue-later'"),
+        (["--on-node-failure", "migrate", "--", "x"], "--on-node-failure: 'migrate' is not offered: corral cannot"),
     ],
 )
 def test_malformed_submissions_are_refused_by_field(running: Corral, args: list[str], message: str) -> None:
@@ -52,18 +54,32 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
 
 def test_yaml_job_files_are_read_too(running: Corral, tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.yaml"
-    jobs.write_text("jobs:\n  - command: [echo, a]\n    ram: 512MiB\n  - command: [echo, b]\n    nodes: 2\n")
+    jobs.write_text(
+        "jobs:\n  - command: [echo, a]\n    ram: 512MiB\n  - command: [echo, b]\n    nodes: 2\n"
+        "    on_node_failure: cancel\n"
+    )
     ids = running.cli("submit", "-f", str(jobs)).stdout.split()
     assert len(ids) == 2
-    assert running.cli_json("job", ids[1])["nodes"] == 2
+    second = running.cli_json("job", ids[1])
+    assert second["nodes"] == 2 and second["on_node_failure"] == "cancel"
+    assert running.cli_json("job", ids[0])["on_node_failure"] is None
 
 
 def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral) -> None:
-    body = {"jobs": [{"command": ["ok"]}, {"command": ["bad"], "ram": "-5", "colour": "red"}]}
+    body = {
+        "jobs": [
+            {"command": ["ok"]},
+            {"command": ["bad"], "ram": "-5", "colour": "red"},
+            {"command": ["bad"], "on_node_failure": "ignore"},
+        ]
+    }
     response = running.api("POST", "/api/jobs", json=body)
     assert response.status_code == 422
     detail = response.json()["detail"]
     assert "jobs.1.ram: a size cannot be negative" in detail and "jobs.1.colour: unknown field" in detail
+    assert any(
+        line.startswith("jobs.2.on_node_failure: 'ignore' is not offered: a lost node is shut down") for line in detail
+    )
     assert len(running.jobs()) == 1
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
+from corral.jobspec import JobRequest
 from corral.store import Store
-from corral.store.migrate import alembic_config
+from corral.store.migrate import alembic_config, upgrade
 from corral.store.schema import metadata
 
 from .storekit import NOW, count_rows, submit
@@ -79,3 +82,26 @@ def test_alembic_config_survives_percent_encoded_urls() -> None:
         assert config.get_main_option("sqlalchemy.url") == engine.url.render_as_string(hide_password=False)
     finally:
         engine.dispose()
+
+
+def test_upgrade_from_0002_keeps_the_jobs_there_and_none_is_held(empty_store: Store) -> None:
+    """0003 adds jobs.held to a database that already holds jobs (both backends)."""
+    upgrade(empty_store.engine, "0002")
+    assert current_revision(empty_store) == "0002" and "held" not in table_columns(empty_store)["jobs"]
+    spec = JobRequest(command=["echo", "old"]).model_dump(mode="json")
+    with empty_store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (name, state, priority, spec, submitted_at, temp_failures, perm_failures,"
+                " attempt_count, wait_reason, unplaceable, cancel_requested, updated_at)"
+                " VALUES ('old', 'queued', 1, :spec, :now, 0, 0, 0, '', false, false, :now)"
+            ),
+            {"spec": json.dumps(spec), "now": NOW},
+        )
+    empty_store.migrate()
+    assert current_revision(empty_store) == "0003"
+    [row] = empty_store.list_job_rows()
+    assert row["name"] == "old" and row["held"] is False
+    [job] = empty_store.load_snapshot("d1", [], NOW).jobs
+    assert not job.held and job.on_node_failure is None
+    assert empty_store.hold(row["id"], NOW)["changed"] and empty_store.job_row(row["id"])["held"] is True

@@ -93,12 +93,15 @@ class SnapshotIndex:
 
     def __init__(self, *, track_pings: bool = False) -> None:
         self.jobs: dict[int, Job] = {}
-        self.queued: dict[int, Job] = {}
+        self.queued: dict[int, Job] = {}  # not held
         # Each queued job's place in queue order as filed (see `in_queue_order`), and whether
         # `queued` holds them in that order: jobs mostly join the queue in it, at the end.
         self._queue_keys: dict[int, tuple[int, float, int]] = {}
         self._queue_in_order = True
         self.flagged: dict[int, Job] = {}  # priority 0 or a cancel request: the pass cancels them
+        # Queued but held (until an operator releases them): out of `queued` and `deferred`, so
+        # that no pass places them, boots for them or makes them a backfill reservation.
+        self.held: dict[int, Job] = {}
         # Queued jobs with a requested start or a retry back-off: the only ones that may not be
         # eligible yet (the others are from time 0 on).
         self.deferred: dict[int, Job] = {}
@@ -152,12 +155,14 @@ class SnapshotIndex:
 
     def put_job(self, job: Job) -> None:
         """File a job that is new or has changed (its state, priority, cancel request, requested
-        start or back-off)."""
+        start, back-off or hold)."""
         job_id = job.id
         if job_id not in self.jobs:
             self.job_order[job_id] = self._next()
         self.jobs[job_id] = job
-        queued = job.state is JobState.QUEUED
+        held = job.held and job.state is JobState.QUEUED
+        _place(self.held, job_id, job, held)
+        queued = job.state is JobState.QUEUED and not held
         if queued:
             self._file_queued(job)
         elif job_id in self.queued:
@@ -179,7 +184,7 @@ class SnapshotIndex:
         self.queued[job.id] = job
 
     def drop_job(self, job_id: int) -> None:
-        for group in (self.jobs, self.queued, self._queue_keys, self.deferred, self.flagged, self.job_order):
+        for group in (self.jobs, self.queued, self._queue_keys, self.deferred, self.flagged, self.held, self.job_order):
             group.pop(job_id, None)
 
     def in_queue_order(self) -> list[Job]:
@@ -344,6 +349,7 @@ class SnapshotIndex:
             "queued": ids(self.queued, self.job_order),
             "flagged": ids(self.flagged, self.job_order),
             "deferred": ids(self.deferred, self.job_order),
+            "held": ids(self.held, self.job_order),
             "attempts": list(self.attempts),
             "assigned": sorted(self.assigned),
             "work": sorted(self.work.items()),

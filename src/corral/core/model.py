@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, Literal
 
 MiB = 1
 GiB = 1024 * MiB
@@ -57,6 +58,38 @@ class NodeState(StrEnum):
     @property
     def live(self) -> bool:
         return self not in (NodeState.SHUTTING_DOWN, NodeState.GONE)
+
+
+# Seed 002 §5.4.6 (Moab's JOBACTIONONNODEFAILURE / RESFAILPOLICY): what the loss of a node does to
+# the job whose attempt ran on it. `requeue` is a temporary failure retried with back-off (seed 001,
+# corral's default); `cancel` ends the job cancelled; `hold` requeues it held, for an operator to
+# release. Moab's `ignore`, `notify` and `migrate` are not offered (NOT_OFFERED says why).
+NodeFailureAction = Literal["requeue", "cancel", "hold"]
+NODE_FAILURE_ACTIONS: tuple[NodeFailureAction, ...] = ("requeue", "cancel", "hold")
+NOT_OFFERED = {
+    "ignore": "a lost node is shut down, so its job cannot go on running there",
+    "notify": "a lost node is shut down, so its job cannot go on running there (every loss is an event)",
+    "migrate": "corral cannot move a running job to another node: that needs checkpointing",
+}
+
+
+def node_failure_action(value: Any) -> Any:
+    """A node-failure action as written by a user (any case, Moab writes CANCEL), or an error that
+    names the value and what is offered."""
+    if not isinstance(value, str):
+        return value
+    action = value.strip().lower()
+    if action in NODE_FAILURE_ACTIONS:
+        return action
+    offered = ", ".join(NODE_FAILURE_ACTIONS)
+    if action.rstrip("*") in NODE_FAILURE_ACTIONS:
+        raise ValueError(
+            f"{value!r}: a trailing '*' (act only when the first node fails) is not offered: a gang's attempt"
+            f" is lost with any of its nodes; use {offered}"
+        )
+    if action in NOT_OFFERED:
+        raise ValueError(f"{value!r} is not offered: {NOT_OFFERED[action]}; use {offered}")
+    raise ValueError(f"unknown action {value!r}; use {offered}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +198,10 @@ class Job:
     min_platform: str | None = None  # the node's `platform` attribute must be at least this version
     cpu_capped: bool = False  # capness: capped and uncapped jobs do not share a node
     reservation: str = ""  # may use nodes held by this admin reservation
+    # Seed 002 §5.4.6 at the job level (None: the system's, policy.retry.on_node_failure).
+    on_node_failure: NodeFailureAction | None = None
+    # Held (Slurm's `scontrol hold`): queued, but neither placed nor booted for until released.
+    held: bool = False
 
     def eligible_at(self) -> float:
         return max(self.not_before or 0.0, self.retry_at or 0.0)

@@ -5,10 +5,11 @@ both call `plan_pass`; neither holds any decision logic of its own.
 
 Order of a pass:
 1. claims of dispatchers that stopped heartbeating are released (TempFail);
-2. nodes whose agent went silent are marked down; their attempts are lost (TempFail);
+2. nodes whose agent went silent are marked down; their attempts are lost, and the node-failure
+   policy (seed 002 §5.4.6: requeue as a TempFail, cancel, or hold) decides their jobs' fate;
 3. attempts assigned but never started within `start_timeout` are lost (TempFail);
 4. jobs with priority 0 or a cancel request are cancelled;
-5. queued jobs are placed on running nodes;
+5. queued jobs are placed on running nodes (held jobs are not: they are left out of the queue);
 6. the boot planner boots instances for what is left, or says why a job waits;
 7. the lifecycle matrix (seed 000) drains and shuts down nodes;
 8. idle / busy marks follow from the work on each node.
@@ -77,10 +78,15 @@ def plan_pass(
     def attempt_ids(job_id: int) -> tuple[int, ...]:
         return tuple(index.job_attempts.get(job_id, ()))
 
-    def end_attempts(job: Job, reason: str) -> None:
+    def end_attempts(job: Job, reason: str, lost_node: str | None = None) -> None:
         if job.id in ended:
             return
-        decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, reason, attempt_ids(job.id)))
+        ids = attempt_ids(job.id)
+        decisions.job_outcomes.append(
+            retry.after_temp_failure(job, now, settings.retry, reason, ids)
+            if lost_node is None
+            else retry.after_node_failure(job, now, settings.retry, lost_node, ids)
+        )
         ended.add(job.id)
 
     # 1. Dispatchers that stopped pinging: their claims are released as temporary failures.
@@ -125,7 +131,7 @@ def plan_pass(
                 continue
             lost_node = next((n for n in attempt.node_ids if n in lost_on), None)
             if lost_node is not None:
-                end_attempts(jobs[attempt.job_id], f"node {lost_node} lost")
+                end_attempts(jobs[attempt.job_id], "", lost_node)
             elif attempt.id in late_ids:
                 end_attempts(jobs[attempt.job_id], f"not started on {attempt.node_ids[0]} within the start timeout")
 

@@ -3,11 +3,16 @@
 TempFail (the infrastructure failed: node lost, instance never booted, dispatcher died) requeues
 the job with exponential back-off, up to `max_temp_failures`. PermFail (the command exited
 non-zero) is final unless the job asked for `max_retries`, which requeue it at once.
+
+A lost node is a temporary failure with a policy of its own (seed 002 §5.4.6, Moab's
+JOBACTIONONNODEFAILURE): `after_node_failure` requeues (as any TempFail), cancels, or requeues held,
+as the job says, else as `policy.retry.on_node_failure` says (precedence job > system; corral has
+no class or partition level).
 """
 
 from __future__ import annotations
 
-from corral.core.model import Job, JobState
+from corral.core.model import Job, JobState, NodeFailureAction
 from corral.core.settings import RetrySettings
 from corral.core.snapshot import JobOutcome
 
@@ -52,3 +57,33 @@ def after_exit(job: Job, exit_code: int, attempt_ids: tuple[int, ...] = ()) -> J
             exit_code=exit_code,
         )
     return JobOutcome(job.id, JobState.FAILED, f"exit {exit_code}", attempt_ids, perm_failure=True, exit_code=exit_code)
+
+
+def node_failure_policy(job: Job, settings: RetrySettings) -> tuple[NodeFailureAction, str]:
+    """The action for `job` when a node of its attempt is lost, and which level decided it: the
+    job's own setting wins over the system's (seed 002's job > class > partition > system)."""
+    if job.on_node_failure is not None:
+        return job.on_node_failure, "the job's setting"
+    return settings.on_node_failure, "policy.retry.on_node_failure"
+
+
+def after_node_failure(
+    job: Job, now: float, settings: RetrySettings, node_id: str, attempt_ids: tuple[int, ...] = ()
+) -> JobOutcome:
+    lost = f"node {node_id} lost"
+    action, source = node_failure_policy(job, settings)
+    if action == "requeue" or job.cancel_requested or job.priority == 0:
+        return after_temp_failure(job, now, settings, lost, attempt_ids)
+    decided = f"on_node_failure={action}: {source}"
+    if action == "cancel":
+        return JobOutcome(job.id, JobState.CANCELLED, f"{lost}; cancelled ({decided})", attempt_ids, temp_failure=True)
+    # Hold: an operator decides when it runs again, so no back-off and no budget (the failure is
+    # counted all the same, and the budget applies again to the failures after a release).
+    return JobOutcome(
+        job.id,
+        JobState.QUEUED,
+        f"{lost}; requeued and held ({decided})",
+        attempt_ids,
+        temp_failure=True,
+        hold=f"held after a node failure ({decided}) until released",
+    )

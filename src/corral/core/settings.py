@@ -10,11 +10,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from corral.core.model import NodeFailureAction, node_failure_action
 from corral.core.units import parse_duration, parse_size
 from corral.placement.settings import PlacementSettings
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 SizeMiB = Annotated[int, BeforeValidator(parse_size)]
+OnNodeFailure = Annotated[NodeFailureAction, BeforeValidator(node_failure_action)]
 
 
 class _Strict(BaseModel):
@@ -31,6 +33,12 @@ class RetrySettings(_Strict):
     backoff_initial: Duration = 5.0
     backoff_factor: float = Field(2.0, ge=1.0)
     backoff_max: Duration = 600.0
+    on_node_failure: OnNodeFailure = Field(
+        "requeue",
+        description="what a lost node does to its jobs (seed 002 §5.4.6, the system level): requeue (a"
+        " temporary failure, retried), cancel, or hold (requeued, held until `corral release`); a job's"
+        " own on_node_failure wins",
+    )
 
     def backoff(self, temp_failures: int) -> float:
         """Delay before the next try after the n-th temporary failure (n >= 1)."""

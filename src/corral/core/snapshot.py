@@ -85,6 +85,8 @@ class JobOutcome:
     temp_failure: bool = False  # counts against the TempFail budget
     perm_failure: bool = False  # counts against the job's own max_retries
     exit_code: int | None = None
+    # Requeued held (seed 002 §5.4.6 `hold`): why, as the job's wait reason; "" = not held.
+    hold: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The user API: submit, list, show, cancel, logs, explain, nodes, events."""
+"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from corral.server.deps import UserRuntime
 from corral.server.models import (
     AttemptOut,
     EventOut,
+    HoldBody,
     JobOut,
     NodeAttributesBody,
     NodeOut,
@@ -20,6 +21,7 @@ from corral.server.models import (
     SubmitBody,
     SubmitResult,
 )
+from corral.store import NotQueued
 
 router = APIRouter(prefix="/api")
 
@@ -46,6 +48,8 @@ def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, d
         wait_reason=row["wait_reason"],
         unplaceable=row["unplaceable"],
         cancel_requested=row["cancel_requested"],
+        held=row["held"],
+        on_node_failure=spec.get("on_node_failure"),
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
     )
@@ -90,6 +94,23 @@ def show_job(job_id: int, runtime: UserRuntime) -> JobOut:
 @router.post("/jobs/{job_id}/cancel")
 def cancel_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
     result = runtime.store.request_cancel(job_id, time.time())
+    runtime.wake()
+    return result
+
+
+@router.post("/jobs/{job_id}/hold")
+def hold_job(job_id: int, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any]:
+    """Slurm's `scontrol hold`: a queued job stays queued and is not placed (nor booted for) until
+    released. 409 for a job that is not queued."""
+    try:
+        return runtime.store.hold(job_id, time.time(), body.reason if body else "")
+    except NotQueued as exc:
+        raise HTTPException(409, str(exc)) from None
+
+
+@router.post("/jobs/{job_id}/release")
+def release_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
+    result = runtime.store.release(job_id, time.time())
     runtime.wake()
     return result
 

@@ -24,6 +24,11 @@ class PriorityBody(BaseModel):
     priority: int = Field(ge=0)
 
 
+class HoldBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("", max_length=500, description="why, shown as the job's wait reason")
+
+
 _TIMES = (attr.NEXT_REBOOT, attr.RESERVATION_UNTIL)  # epoch seconds; ISO 8601 is turned into them
 _NUMBERS = (attr.HARDWARE_PRIORITY, attr.RECENT_FAILURES, attr.MAX_JOBS)
 _FLAGS = (attr.HELD, attr.RESERVED, attr.CAPPED)
@@ -108,6 +113,8 @@ class JobOut(BaseModel):
     wait_reason: str
     unplaceable: bool
     cancel_requested: bool
+    held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
+    on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
 

@@ -272,7 +272,7 @@ class Simulation:
         progress_every = 2000
         while True:
             arrival = specs[self._next_arrival].submit if self._next_arrival < len(specs) else math.inf
-            if self.fixed and arrival == math.inf and not self.jobs:
+            if self.fixed and arrival == math.inf and self._nothing_left_to_run():
                 break  # a fixed fleet has nothing left to do; its failures and repairs would go on forever
             # Backfill's reservation may move with the clock alone then.
             sliding = self.revisit_from if self.queued else math.inf
@@ -283,7 +283,7 @@ class Simulation:
             if at <= last_pass:
                 at = last_pass + tick
             if at > self.stop_at:
-                self.stopped_early = bool(self.jobs)
+                self.stopped_early = not self._nothing_left_to_run()
                 break
             self._advance(at)
             while wakes and wakes[0][0] <= at:
@@ -298,6 +298,14 @@ class Simulation:
                 self.progress(at)
         self.end_time = max(self.now, self.last_finish)
         return self
+
+    def _nothing_left_to_run(self) -> bool:
+        """No open job can run any more: there are none, or every one is held (nobody releases a
+        job in a simulation) with no cancellation on its way."""
+        held = self.index.held
+        if len(held) < len(self.jobs):
+            return False
+        return not held or not (self.index.flagged or any(kind == CANCEL for _, kind, _, _ in self.events))
 
     def _follow_up(self, decisions: Decisions) -> bool:
         """Whether the next tick's pass could decide something new although no event comes: after
@@ -433,7 +441,7 @@ class Simulation:
             attempt = self.attempts.get(attempt_id)
             if attempt is None:
                 continue
-            if outcome.state is JobState.CANCELLED:
+            if outcome.state is JobState.CANCELLED and not outcome.temp_failure:
                 attempt.state = AttemptState.CANCELLED
             elif outcome.temp_failure:
                 attempt.state = AttemptState.TEMPFAIL
@@ -449,8 +457,13 @@ class Simulation:
         job.claimed_by = None
         was_queued = job.state is JobState.QUEUED
         job.state = outcome.state
+        job.held = bool(outcome.hold)
         if outcome.state is JobState.QUEUED:
             self.counters.requeues += 1
+            if outcome.hold:
+                # Nobody releases it in a simulation: it stays queued, held, and is counted among
+                # the jobs that never finished, with this reason.
+                job.wait_reason = outcome.hold
             job.retry_at = outcome.retry_at
             if outcome.retry_at is not None:
                 self._wake(outcome.retry_at, W_JOB, job.id)

@@ -1,5 +1,5 @@
 """Persistence through SQLAlchemy: SQLite by default, PostgreSQL by URL; Alembic migrations."""
 
-from corral.store.store import NotFound, Store
+from corral.store.store import NotFound, NotQueued, Store
 
-__all__ = ["NotFound", "Store"]
+__all__ = ["NotFound", "NotQueued", "Store"]

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 metadata = MetaData()
@@ -40,6 +41,8 @@ jobs = Table(
     Column("wait_reason", Text, nullable=False, default=""),
     Column("unplaceable", Boolean, nullable=False, default=False),
     Column("cancel_requested", Boolean, nullable=False, default=False),
+    # Held (corral hold, or the node-failure policy `hold`): queued, not placed until released (0003).
+    Column("held", Boolean, nullable=False, default=False, server_default=false()),
     Column("explanation", JSON),
     Column("node_id", String(64)),
     Column("started_at", Float),

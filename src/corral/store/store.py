@@ -58,6 +58,10 @@ class NotFound(LookupError):
     pass
 
 
+class NotQueued(ValueError):
+    """A change that only a queued job takes (a hold), asked of a job in another state."""
+
+
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -179,6 +183,7 @@ class Store:
                 "wait_reason": "",
                 "unplaceable": False,
                 "cancel_requested": False,
+                "held": False,
                 "updated_at": now,
             }
             for r in requests
@@ -260,6 +265,43 @@ class Store:
             self._event(conn, now, "job.priority", f"priority set to {priority}", job_id=job_id)
         return True
 
+    def hold(self, job_id: int, now: float, reason: str = "") -> dict[str, Any]:
+        """Hold a queued job (Slurm's `scontrol hold`): it stays queued, and no pass places it or
+        boots for it until `release`. `changed` is False for a job already held; NotQueued for a
+        job that is not queued (claimed or running: cancel it, or hold it once it is requeued)."""
+        why = f"held by an operator: {reason}" if reason else "held by an operator"
+        with self.write() as conn:
+            # The state check is in the UPDATE itself, as in request_cancel.
+            result = conn.execute(
+                update(J)
+                .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
+                .values(held=True, wait_reason=why, unplaceable=False, updated_at=now)
+            )
+            row = conn.execute(select(J.c.state, J.c.held).where(J.c.id == job_id)).first()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            changed = result.rowcount == 1
+            if changed:
+                self._event(conn, now, "job.held", why, job_id=job_id)
+            elif row.state != JobState.QUEUED.value:
+                raise NotQueued(f"job {job_id} is {row.state}: only a queued job can be held")
+        return {"id": job_id, "state": row.state, "held": True, "changed": changed}
+
+    def release(self, job_id: int, now: float) -> dict[str, Any]:
+        """Release a held job (Slurm's `scontrol release`): the next pass places it, or boots for
+        it, as any queued job. `changed` is False for a job that is not held."""
+        with self.write() as conn:
+            result = conn.execute(
+                update(J).where(J.c.id == job_id, J.c.held.is_(True)).values(held=False, wait_reason="", updated_at=now)
+            )
+            row = conn.execute(select(J.c.state).where(J.c.id == job_id)).first()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            changed = result.rowcount == 1
+            if changed:
+                self._event(conn, now, "job.released", "released by an operator", job_id=job_id)
+        return {"id": job_id, "state": row.state, "held": False, "changed": changed}
+
     def annotate_many(self, notes: Sequence[Annotation], explanations: dict[int, dict[str, Any]], now: float) -> None:
         """Record why queued jobs wait, in one transaction: the first pass over a long queue
         annotates every job, and one transaction per job would stall the loop for seconds."""
@@ -281,7 +323,8 @@ class Store:
                     explained.append(note)
                 else:
                     groups.setdefault((note.wait_reason, note.unplaceable), []).append(note.job_id)
-            queued = J.c.state == JobState.QUEUED.value
+            # Not a job held since the pass read it: its reason says it is held.
+            queued = and_(J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
             for (reason, unplaceable), ids in groups.items():
                 for chunk in _chunks(ids):
                     conn.execute(
@@ -329,7 +372,7 @@ class Store:
         with self.write() as conn:
             conn.execute(
                 update(J)
-                .where(J.c.id == bindparam("job_id"), J.c.state == JobState.QUEUED.value)
+                .where(J.c.id == bindparam("job_id"), J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
                 .values(explanation=bindparam("dated")),
                 rows,
             )
@@ -342,11 +385,17 @@ class Store:
         """Atomically take a queued job and create its attempt on `node_ids`.
 
         One conditional UPDATE: of two dispatchers racing for the same job, exactly one sees a row
-        changed. Returns the attempt id, or None when the job was no longer queued."""
+        changed. Returns the attempt id, or None when the job was no longer queued (or was held
+        since the pass that placed it read it)."""
         with self.write() as conn:
             result = conn.execute(
                 update(J)
-                .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.cancel_requested.is_(False))
+                .where(
+                    J.c.id == job_id,
+                    J.c.state == JobState.QUEUED.value,
+                    J.c.cancel_requested.is_(False),
+                    J.c.held.is_(False),
+                )
                 .values(
                     state=JobState.CLAIMED.value,
                     claimed_by=dispatcher_id,
@@ -388,7 +437,8 @@ class Store:
         attempt_state = {
             JobState.QUEUED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.EXITED,
             JobState.FAILED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.EXITED,
-            JobState.CANCELLED: AttemptState.CANCELLED,
+            # A job the node-failure policy cancels lost its attempt with the node.
+            JobState.CANCELLED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.CANCELLED,
             JobState.COMPLETE: AttemptState.EXITED,
         }[outcome.state]
         row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id).with_for_update()).first()
@@ -407,7 +457,12 @@ class Store:
             if conn.execute(newer.limit(1)).first() is not None:
                 return False
         check_job_transition(old, outcome.state)
-        values: dict[str, Any] = {"state": outcome.state.value, "updated_at": now, "wait_reason": ""}
+        values: dict[str, Any] = {
+            "state": outcome.state.value,
+            "updated_at": now,
+            "wait_reason": "",
+            "held": bool(outcome.hold),
+        }
         if outcome.temp_failure:
             values["temp_failures"] = J.c.temp_failures + 1
         if outcome.perm_failure:
@@ -417,7 +472,11 @@ class Store:
         if outcome.state is JobState.QUEUED:
             # Back in the queue: no node, no run under way (the last attempt keeps its own).
             values.update(
-                claimed_by=None, retry_at=outcome.retry_at, wait_reason=outcome.reason, node_id=None, started_at=None
+                claimed_by=None,
+                retry_at=outcome.retry_at,
+                wait_reason=outcome.hold or outcome.reason,
+                node_id=None,
+                started_at=None,
             )
         else:
             values["finished_at"] = now
@@ -432,6 +491,8 @@ class Store:
             )
         kind = "job.requeued" if outcome.state is JobState.QUEUED else f"job.{outcome.state.value}"
         self._event(conn, now, kind, outcome.reason, job_id=outcome.job_id)
+        if outcome.hold:
+            self._event(conn, now, "job.held", outcome.hold, job_id=outcome.job_id)
         return True
 
     # ---- attempts as the agent reports them --------------------------------------------------
@@ -849,6 +910,7 @@ def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
     job.wait_reason = row["wait_reason"]
     job.unplaceable = bool(row["unplaceable"])
     job.cancel_requested = bool(row["cancel_requested"])
+    job.held = bool(row["held"])
     job.started_at = row["started_at"]
     job.finished_at = row["finished_at"]
 
