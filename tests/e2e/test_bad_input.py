@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,66 @@ def test_a_second_corral_on_the_same_data_directory_or_port_is_refused(running: 
     taken = subprocess.run(command, env=other_home, capture_output=True, text=True, timeout=60)
     assert taken.returncode != 0 and "Traceback" not in taken.stderr
     assert f"cannot listen on 127.0.0.1:{running.port}" in taken.stderr
+
+
+BIG = 2**64  # past any integer column of the store (SQLite: 64 bits, PostgreSQL: 32)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "message"),
+    [
+        ("GET", f"/api/jobs/{BIG}", None, "path.job_id: Input should be less than or equal to 2147483647"),
+        ("POST", f"/api/jobs/{BIG}/cancel", None, "path.job_id: Input should be less than"),
+        ("PATCH", f"/api/jobs/{BIG}", {"priority": 1}, "path.job_id: Input should be less than"),
+        ("PATCH", "/api/jobs/1", {"priority": BIG}, "priority: Input should be less than or equal to 1000000"),
+        ("GET", f"/api/jobs/{BIG}/logs", None, "path.job_id: Input should be less than"),
+        ("GET", f"/api/jobs/1/logs?attempt={BIG}", None, "query.attempt: Input should be less than"),
+        ("GET", f"/api/jobs/{BIG}/explain", None, "path.job_id: Input should be less than"),
+        ("GET", f"/api/events?job={BIG}", None, "query.job: Input should be less than"),
+        (
+            "POST",
+            "/api/agent/pair",
+            {"node_id": "n-x", "boot_token": "t", "capacity": {"vcpus": 1, "ram_mib": 1024, "gpus": BIG}},
+            "capacity.gpus: Input should be less than",
+        ),
+    ],
+)
+def test_numbers_too_large_to_store_are_refused_by_field_not_a_server_error(
+    running: Corral, method: str, path: str, body: Any, message: str
+) -> None:
+    response = running.api(method, path, json=body)
+    assert response.status_code == 422, response.text
+    assert any(line.startswith(message) for line in response.json()["detail"]), response.json()
+    assert [j["priority"] for j in running.jobs().values()] == [1]
+
+
+def test_an_agent_sending_numbers_too_large_to_store_gets_them_named(running: Corral) -> None:
+    import httpx
+
+    from corral.core.model import InstanceType
+    from corral.store import Store
+
+    store = Store(f"sqlite:///{running.home / 'corral.db'}")
+    try:
+        store.create_node("n-fake", InstanceType("small", 2, 2048, 0.085), "boot-fake", time.time(), "test")
+    finally:
+        store.close()
+    url = f"http://127.0.0.1:{running.port}/api/agent"
+    capacity = {"vcpus": 2, "ram_mib": 2048}
+    paired = httpx.post(f"{url}/pair", json={"node_id": "n-fake", "boot_token": "boot-fake", "capacity": capacity})
+    assert paired.status_code == 200, paired.text
+    headers = {"Authorization": f"Bearer {paired.json()['secret']}"}
+    for path, body, message in [
+        ("/ping", {"running": [BIG]}, "running.0: Input should be less than"),
+        ("/ping", {"finished": [{"attempt_id": 1, "exit_code": BIG}]}, "finished.0.exit_code: Input should be"),
+        (f"/attempts/{BIG}/started", {"pid": 1}, "path.attempt_id: Input should be less than"),
+        ("/attempts/1/started", {"pid": BIG}, "pid: Input should be less than"),
+        (f"/attempts/{BIG}/finished", {"exit_code": 0}, "path.attempt_id: Input should be less than"),
+    ]:
+        response = httpx.post(f"{url}{path}", json=body, headers=headers)
+        assert response.status_code == 422, (path, response.text)
+        assert any(line.startswith(message) for line in response.json()["detail"]), response.json()
+    # A nan would be stored as NULL (SQLite), in a column that must not be: named too.
+    nan = '{"used": {"vcpus": NaN}}'
+    response = httpx.post(f"{url}/ping", content=nan, headers={**headers, "Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"] == ["used.vcpus: Input should be a finite number"]
