@@ -73,6 +73,10 @@ def test_the_api_wants_the_token(running: Corral) -> None:
 
     response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
+    # A token that is not ASCII (a pasted typographic quote, say) is as wrong, not a server error.
+    for token in (b"Bearer \xe9t\xe9", "Bearer ‘x’".encode()):
+        response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={"Authorization": token})
+        assert response.status_code == 401 and response.json()["detail"] == "wrong API token (see CORRAL_HOME/token)"
 
 
 def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:
