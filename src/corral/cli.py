@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from corral.config import ConfigError, default_home, load_config
 from corral.jobspec import JobRequest
@@ -24,8 +25,10 @@ from corral.sim.command import register as register_simulate
 app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
 config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
-# Piped output (scripts, CI logs) is not cut to 80 columns.
-console = Console() if sys.stdout.isatty() else Console(width=160)
+# Piped output (scripts, CI logs) is not cut to 80 columns. No markup: what is printed holds what
+# users wrote (job names, commands, events), which must show as written, and a name like '[/b]'
+# would be an error in markup; styles are given as Text.
+console = Console(markup=False) if sys.stdout.isatty() else Console(width=160, markup=False)
 err = Console(stderr=True, soft_wrap=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -121,8 +124,8 @@ STATE_STYLE = {
 }
 
 
-def styled(state: str) -> str:
-    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+def styled(state: str) -> Text:
+    return Text(state, style=STATE_STYLE.get(state, "white"))
 
 
 # ---- commands ---------------------------------------------------------------------------------
@@ -307,7 +310,9 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(j)
         return
-    console.print(f"[bold]job {j['id']}[/bold] {j['name']}  {styled(j['state'])}  priority {j['priority']}")
+    console.print(
+        Text.assemble((f"job {j['id']}", "bold"), f" {j['name']}  ", styled(j["state"]), f"  priority {j['priority']}")
+    )
     console.print(f"  command    {' '.join(j['command'])}", highlight=False)
     console.print(f"  resources  {resources_text(j['resources'], j['nodes'])}")
     console.print(
@@ -378,7 +383,7 @@ def explain(job_id: int, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(data)
         return
-    console.print(f"[bold]job {job_id}[/bold] {styled(data['state'])}")
+    console.print(Text.assemble((f"job {job_id}", "bold"), " ", styled(data["state"])))
     if data["wait_reason"]:
         console.print(f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{data['wait_reason']}", highlight=False)
     detail = data["explanation"] or {}

@@ -212,3 +212,19 @@ def test_an_agent_sending_numbers_too_large_to_store_gets_them_named(running: Co
     nan = '{"used": {"vcpus": NaN}}'
     response = httpx.post(f"{url}/ping", content=nan, headers={**headers, "Content-Type": "application/json"})
     assert response.status_code == 422 and response.json()["detail"] == ["used.vcpus: Input should be a finite number"]
+
+
+def test_what_users_wrote_is_listed_as_written_not_taken_for_markup(running: Corral) -> None:
+    # A job name or argument in square brackets vanished from the listings, and one that closed a
+    # tag it had not opened ('[/bold]') made corral jobs, job and events end in a traceback, for
+    # every user of the corral.
+    job_id = running.cli("submit", "--name", "[/bold]", "--", "echo", "[red]x[/red]").stdout.strip()
+    listings = [
+        running.cli("jobs").stdout,
+        running.cli("job", job_id).stdout,
+        running.cli("events", "--job", job_id).stdout,
+    ]
+    for listing in listings:
+        assert "[/bold]" in listing
+    assert "[red]x[/red]" in listings[1] and "[red]x[/red]" in listings[2]
+    assert running.cli("explain", job_id).returncode == 0
