@@ -172,20 +172,26 @@ def _parse_env(values: list[str]) -> dict[str, str]:
 def read_job_file(path: Path) -> list[JobRequest]:
     """Jobs from a JSON Lines or YAML file; every error names its line or item and field."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror}")
+    try:
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is no part of the first job.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bad_line = data[: exc.start].count(b"\n") + 1
+        fail(f"{path}: line {bad_line}: not UTF-8 text ({exc.reason})")
     entries: list[tuple[str, Any]] = []
     if path.suffix in (".yaml", ".yml"):
         try:
-            data = yaml.safe_load(text)
+            document = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             fail(f"{path}: not valid YAML: {exc}")
-        if isinstance(data, dict) and "jobs" in data:
-            data = data["jobs"]
-        if not isinstance(data, list):
+        if isinstance(document, dict) and "jobs" in document:
+            document = document["jobs"]
+        if not isinstance(document, list):
             fail(f"{path}: expected a list of jobs (or a mapping with a 'jobs' list)")
-        entries = [(f"item {i + 1}", item) for i, item in enumerate(data)]
+        entries = [(f"item {i + 1}", item) for i, item in enumerate(document)]
     else:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip() or line.lstrip().startswith("#"):

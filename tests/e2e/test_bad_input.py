@@ -228,3 +228,20 @@ def test_what_users_wrote_is_listed_as_written_not_taken_for_markup(running: Cor
         assert "[/bold]" in listing
     assert "[red]x[/red]" in listings[1] and "[red]x[/red]" in listings[2]
     assert running.cli("explain", job_id).returncode == 0
+
+
+def test_a_job_file_that_is_not_utf8_names_the_line_and_a_byte_order_mark_is_no_part_of_it(
+    running: Corral, tmp_path: Path
+) -> None:
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"command": ["echo", "1"]}\n{"command": ["echo", "caf\xe9"]}\n')
+    result = running.cli("submit", "-f", str(latin), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{latin}: line 2: not UTF-8 text" in result.stderr
+    assert len(running.jobs()) == 1
+    for name in ("bom.jsonl", "bom.yaml"):
+        marked = tmp_path / name
+        marked.write_bytes(
+            b"\xef\xbb\xbf" + (b'{"command": ["echo", "1"]}\n' if name.endswith(".jsonl") else b"- command: [x]\n")
+        )
+        assert len(running.cli("submit", "-f", str(marked)).stdout.split()) == 1
