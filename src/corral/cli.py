@@ -46,16 +46,29 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def client() -> httpx.Client:
     home = default_home()
     url = os.environ.get("CORRAL_URL")
+    url_from = "CORRAL_URL"
     if not url:
         info = home / "server.json"
-        if not info.exists():
+        url_from = str(info)
+        try:
+            url = json.loads(info.read_text())["url"]
+        except FileNotFoundError:
             fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
-        url = json.loads(info.read_text())["url"]
+        except (OSError, ValueError, KeyError, TypeError):
+            fail(f"{info} is damaged (no server URL in it): set CORRAL_URL, or start corral again")
     token = os.environ.get("CORRAL_TOKEN")
+    token_from = "CORRAL_TOKEN"
     if not token:
         token_file = home / "token"
+        token_from = str(token_file)
         token = token_file.read_text().strip() if token_file.exists() else ""
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60.0)
+    if not (token.isascii() and token.isprintable()):
+        # A pasted typographic quote or a line break: no HTTP header can carry it.
+        fail(f"{token_from}: the API token has a character no token has (not ASCII, or a control character)")
+    try:
+        return httpx.Client(base_url=str(url), headers={"Authorization": f"Bearer {token}"}, timeout=60.0)
+    except httpx.InvalidURL as exc:
+        fail(f"{url_from}: not a valid URL: {url!r} ({exc})")
 
 
 def call(method: str, path: str, **kwargs: Any) -> Any:

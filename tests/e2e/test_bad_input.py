@@ -245,3 +245,19 @@ def test_a_job_file_that_is_not_utf8_names_the_line_and_a_byte_order_mark_is_no_
             b"\xef\xbb\xbf" + (b'{"command": ["echo", "1"]}\n' if name.endswith(".jsonl") else b"- command: [x]\n")
         )
         assert len(running.cli("submit", "-f", str(marked)).stdout.split()) == 1
+
+
+def test_a_bad_url_token_or_server_file_is_an_error_that_names_it(running: Corral) -> None:
+    def jobs(**env: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([CORRAL, "jobs"], env={**running.env, **env}, capture_output=True, text=True)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        return result
+
+    assert "CORRAL_URL: not a valid URL: 'http://[::1'" in jobs(CORRAL_URL="http://[::1").stderr
+    for token in ("‘pasted’", "two\nlines"):
+        assert "CORRAL_TOKEN: the API token has a character no token has" in jobs(CORRAL_TOKEN=token).stderr
+    info = running.home / "server.json"
+    written = info.read_text()
+    info.write_text('{"url": ')  # cut short (a full disk)
+    assert f"{info} is damaged" in jobs().stderr
+    info.write_text(written)
