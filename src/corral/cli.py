@@ -34,9 +34,13 @@ err = Console(stderr=True, soft_wrap=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def error(message: str) -> None:
     # The message is text, never markup: a config value like [nan] must show as it is.
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    error(message)
     raise typer.Exit(code)
 
 
@@ -71,7 +75,13 @@ def client() -> httpx.Client:
         fail(f"{url_from}: not a valid URL: {url!r} ({exc})")
 
 
-def call(method: str, path: str, **kwargs: Any) -> Any:
+class Refused(Exception):
+    """The server refused a request (4xx/5xx); the message is its detail."""
+
+
+def request(method: str, path: str, **kwargs: Any) -> Any:
+    """The response's JSON or bytes; Refused if the server refuses the request (an unreachable
+    server ends the command: no later request would reach it either)."""
     try:
         with client() as http:
             response = http.request(method, path, **kwargs)
@@ -79,15 +89,23 @@ def call(method: str, path: str, **kwargs: Any) -> Any:
         fail(f"cannot reach corral: {exc}")
     if response.status_code >= 400:
         try:
-            detail = response.json().get("detail")
+            body = response.json()
+            detail = body.get("detail", body) if isinstance(body, dict) else body
         except ValueError:
             detail = response.text
         if isinstance(detail, list):
             detail = "\n  " + "\n  ".join(str(d) for d in detail)
-        fail(f"{detail}")
+        raise Refused(f"{detail}")
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()
     return response.content
+
+
+def call(method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        return request(method, path, **kwargs)
+    except Refused as exc:
+        fail(str(exc))
 
 
 def print_json(data: Any) -> None:
@@ -378,10 +396,19 @@ def logs(
 @app.command()
 def cancel(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
     """Cancel jobs, also while they run."""
+    refused = 0
     for job_id in job_ids:
-        result = call("POST", f"/api/jobs/{job_id}/cancel")
+        # One id that is wrong (a typo, a job of another corral) must not spare the ones after it.
+        try:
+            result = request("POST", f"/api/jobs/{job_id}/cancel")
+        except Refused as exc:
+            error(f"{job_id}: {exc}")
+            refused += 1
+            continue
         note = "cancel requested" if result["changed"] else f"already {result['state']}"
         sys.stdout.write(f"{job_id}: {note}\n")
+    if refused:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -261,3 +261,12 @@ def test_a_bad_url_token_or_server_file_is_an_error_that_names_it(running: Corra
     info.write_text('{"url": ')  # cut short (a full disk)
     assert f"{info} is damaged" in jobs().stderr
     info.write_text(written)
+
+
+def test_cancel_goes_on_past_an_id_that_is_wrong(running: Corral) -> None:
+    first, second = (running.cli("submit", "--", "sleep", "60").stdout.strip() for _ in range(2))
+    result = running.cli("cancel", first, "999", second, check=False)
+    assert result.returncode == 1
+    assert "999: no job 999" in result.stderr
+    assert result.stdout.splitlines() == [f"{first}: cancel requested", f"{second}: cancel requested"]
+    assert all(running.cli_json("job", j)["cancel_requested"] for j in (first, second))
