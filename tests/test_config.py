@@ -107,6 +107,19 @@ def test_a_bad_value_is_named_by_its_key(tmp_path: Path, text: str, message: str
     assert str(path) in str(error.value)
 
 
+def test_a_config_that_is_not_utf8_names_its_line_and_a_byte_order_mark_is_no_part_of_it(tmp_path: Path) -> None:
+    path = tmp_path / "latin.toml"
+    path.write_bytes(b'[cloud]\ncluster = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"latin\.toml: line 2: not UTF-8 text"):
+        load_config(path)
+    for name in ("bom.toml", "bom.yaml"):
+        marked = tmp_path / name
+        marked.write_bytes(
+            b"\xef\xbb\xbf" + (b'[cloud]\ncluster = "x"\n' if name.endswith(".toml") else b"cloud:\n  cluster: x\n")
+        )
+        assert load_config(marked).cloud.cluster == "x"
+
+
 def test_the_shipped_examples_are_valid() -> None:
     for path in sorted((ROOT / "examples").glob("*.toml")):
         load_config(path)

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from corral.config import ConfigError, default_home, load_config
+from corral.config import ConfigError, UnreadableFile, default_home, load_config, read_text
 from corral.jobspec import JobRequest
 from corral.sim.command import register as register_simulate
 
@@ -203,15 +203,9 @@ def _parse_env(values: list[str]) -> dict[str, str]:
 def read_job_file(path: Path) -> list[JobRequest]:
     """Jobs from a JSON Lines or YAML file; every error names its line or item and field."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        fail(f"{path}: cannot read: {exc.strerror}")
-    try:
-        # utf-8-sig: a byte-order mark (some Windows editors write one) is no part of the first job.
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        bad_line = data[: exc.start].count(b"\n") + 1
-        fail(f"{path}: line {bad_line}: not UTF-8 text ({exc.reason})")
+        text = read_text(path)
+    except UnreadableFile as exc:
+        fail(str(exc))
     entries: list[tuple[str, Any]] = []
     if path.suffix in (".yaml", ".yml"):
         try:

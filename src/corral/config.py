@@ -187,11 +187,29 @@ def format_validation_error(error: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+class UnreadableFile(ValueError):
+    """A file that cannot be read as text; the message names the file (and the line)."""
+
+
+def read_text(path: Path) -> str:
+    """A UTF-8 text file that users write (a config, a job file), its byte-order mark dropped (some
+    Windows editors write one; it is no part of the first line)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UnreadableFile(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UnreadableFile(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from exc
+
+
 def read_config_data(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+        text = read_text(path)
+    except UnreadableFile as exc:
+        raise ConfigError(str(exc)) from exc
     try:
         data = yaml.safe_load(text) or {} if path.suffix in (".yaml", ".yml") else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
