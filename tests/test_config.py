@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -118,6 +119,21 @@ def test_a_config_that_is_not_utf8_names_its_line_and_a_byte_order_mark_is_no_pa
             b"\xef\xbb\xbf" + (b'[cloud]\ncluster = "x"\n' if name.endswith(".toml") else b"cloud:\n  cluster: x\n")
         )
         assert load_config(marked).cloud.cluster == "x"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nope://x", "store.url: no database driver for it is installed"),
+        ("mysql://u@h/db", "store.url: no database driver for it is installed (No module named 'MySQLdb')"),
+        ("not a url", "store.url: not a database URL"),
+    ],
+)
+def test_a_store_url_corral_cannot_use_is_named(tmp_path: Path, url: str, message: str) -> None:
+    path = tmp_path / "store.toml"
+    path.write_text(f'[store]\nurl = "{url}"\n')
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)
 
 
 def test_the_shipped_examples_are_valid() -> None:

@@ -45,6 +45,24 @@ class ServerConfig(_Strict):
 class StoreConfig(_Strict):
     url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///CORRAL_HOME/corral.db")
 
+    @field_validator("url")
+    @classmethod
+    def _url_has_a_driver(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy cannot parse, or whose database or driver is not installed, would be a
+        traceback at `corral run`; a config check names it."""
+        if value is None:
+            return value
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            make_url(value).get_dialect().import_dbapi()
+        except (NoSuchModuleError, ImportError) as exc:  # NoSuchModuleError is an ArgumentError
+            raise ValueError(f"no database driver for it is installed ({exc})") from None
+        except ArgumentError:
+            raise ValueError("not a database URL (e.g. postgresql+psycopg://user@host/db)") from None
+        return value
+
 
 class InstanceTypeConfig(_Strict):
     name: str = Field(min_length=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -270,3 +271,13 @@ def test_cancel_goes_on_past_an_id_that_is_wrong(running: Corral) -> None:
     assert "999: no job 999" in result.stderr
     assert result.stdout.splitlines() == [f"{first}: cancel requested", f"{second}: cancel requested"]
     assert all(running.cli_json("job", j)["cancel_requested"] for j in (first, second))
+
+
+def test_corral_run_with_a_store_it_cannot_open_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "corral.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/no/such/dir/corral.db"\n')
+    env = {**os.environ, "CORRAL_HOME": str(tmp_path / "home")}
+    command = [CORRAL, "run", "--config", str(config), "--port", "0"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"cannot open the store sqlite:///{tmp_path}/no/such/dir/corral.db (store.url)" in result.stderr
