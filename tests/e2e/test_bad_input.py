@@ -281,3 +281,23 @@ def test_corral_run_with_a_store_it_cannot_open_says_so(tmp_path: Path) -> None:
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     assert f"cannot open the store sqlite:///{tmp_path}/no/such/dir/corral.db (store.url)" in result.stderr
+
+
+def test_the_openapi_spec_describes_the_errors_the_api_returns(running: Corral) -> None:
+    # A client generated from the spec parsed a 422's detail as FastAPI's default objects (loc,
+    # msg, type), where corral returns one line per bad value; 401 and 404 were not in it at all.
+    spec = running.api("GET", "/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+
+    def detail_of(operation: dict[str, Any], status: str) -> Any:
+        ref = operation["responses"][status]["content"]["application/json"]["schema"]["$ref"]
+        return schemas[ref.rsplit("/", 1)[1]]["properties"]["detail"]
+
+    submit = spec["paths"]["/api/jobs"]["post"]
+    assert detail_of(submit, "422") == {"items": {"type": "string"}, "title": "Detail", "type": "array"}
+    refused = running.api("POST", "/api/jobs", json={"jobs": [{"command": ["x"], "ram": "-1"}]}).json()
+    assert all(isinstance(line, str) for line in refused["detail"])
+    show = spec["paths"]["/api/jobs/{job_id}"]["get"]
+    assert detail_of(show, "401")["type"] == detail_of(show, "404")["type"] == "string"
+    assert "application/octet-stream" in spec["paths"]["/api/jobs/{job_id}/logs"]["get"]["responses"]["200"]["content"]
+    assert detail_of(spec["paths"]["/api/agent/attempts/{attempt_id}/started"]["post"], "409")["type"] == "string"

@@ -18,7 +18,9 @@ from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
+    ErrorOut,
     FinishedBody,
+    InvalidOut,
     PairBody,
     PairResult,
     PingBody,
@@ -29,7 +31,17 @@ from corral.server.models import (
     WorkOut,
 )
 
-router = APIRouter(prefix="/api/agent")
+router = APIRouter(
+    prefix="/api/agent",
+    responses={
+        400: {"model": ErrorOut},
+        401: {"model": ErrorOut},
+        403: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        409: {"model": ErrorOut},
+        422: {"model": InvalidOut},
+    },
+)
 
 AttemptId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
 

@@ -13,7 +13,9 @@ from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
     AttemptOut,
+    ErrorOut,
     EventOut,
+    InvalidOut,
     JobOut,
     NodeOut,
     PriorityBody,
@@ -22,7 +24,15 @@ from corral.server.models import (
     SubmitResult,
 )
 
-router = APIRouter(prefix="/api")
+router = APIRouter(
+    prefix="/api",
+    responses={
+        400: {"model": ErrorOut},
+        401: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        422: {"model": InvalidOut},
+    },
+)
 
 JobId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
 IdFilter = Annotated[int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
@@ -105,7 +115,7 @@ def set_priority(job_id: JobId, body: PriorityBody, runtime: UserRuntime) -> Job
     return job_out(runtime.store.job_row(job_id))
 
 
-@router.get("/jobs/{job_id}/logs")
+@router.get("/jobs/{job_id}/logs", responses={200: {"content": {"application/octet-stream": {}}}})
 def job_logs(job_id: JobId, runtime: UserRuntime, attempt: IdFilter = None, all_attempts: bool = False) -> Any:
     from fastapi.responses import Response
 

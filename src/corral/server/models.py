@@ -21,6 +21,18 @@ class Inbound(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
+class ErrorOut(BaseModel):
+    """A refusal: 400 (a body that is not JSON), 401 (token), 403, 404 (no such job), 409."""
+
+    detail: str
+
+
+class InvalidOut(BaseModel):
+    """A 422: one line per bad value, each naming its field ("jobs.0.ram: a size cannot be negative")."""
+
+    detail: list[str]
+
+
 class SubmitBody(BaseModel):
     jobs: list[JobRequest] = Field(min_length=1, max_length=100_000)
 
