@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -110,6 +111,34 @@ def test_a_bad_value_is_named_by_its_key(tmp_path: Path, text: str, message: str
         load_config(path)
     assert message in str(error.value)
     assert str(path) in str(error.value)
+
+
+def test_a_config_that_is_not_utf8_names_its_line_and_a_byte_order_mark_is_no_part_of_it(tmp_path: Path) -> None:
+    path = tmp_path / "latin.toml"
+    path.write_bytes(b'[cloud]\ncluster = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"latin\.toml: line 2: not UTF-8 text"):
+        load_config(path)
+    for name in ("bom.toml", "bom.yaml"):
+        marked = tmp_path / name
+        marked.write_bytes(
+            b"\xef\xbb\xbf" + (b'[cloud]\ncluster = "x"\n' if name.endswith(".toml") else b"cloud:\n  cluster: x\n")
+        )
+        assert load_config(marked).cloud.cluster == "x"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nope://x", "store.url: no database driver for it is installed"),
+        ("mysql://u@h/db", "store.url: no database driver for it is installed (No module named 'MySQLdb')"),
+        ("not a url", "store.url: not a database URL"),
+    ],
+)
+def test_a_store_url_corral_cannot_use_is_named(tmp_path: Path, url: str, message: str) -> None:
+    path = tmp_path / "store.toml"
+    path.write_text(f'[store]\nurl = "{url}"\n')
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)
 
 
 def test_the_shipped_examples_are_valid() -> None:

@@ -16,24 +16,31 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from corral.config import ConfigError, default_home, load_config
+from corral.config import ConfigError, UnreadableFile, default_home, load_config, read_text
 from corral.jobspec import JobRequest
 from corral.sim.command import register as register_simulate
 
 app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
 config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
-# Piped output (scripts, CI logs) is not cut to 80 columns.
-console = Console() if sys.stdout.isatty() else Console(width=160)
+# Piped output (scripts, CI logs) is not cut to 80 columns. No markup: what is printed holds what
+# users wrote (job names, commands, events), which must show as written, and a name like '[/b]'
+# would be an error in markup; styles are given as Text.
+console = Console(markup=False) if sys.stdout.isatty() else Console(width=160, markup=False)
 err = Console(stderr=True, soft_wrap=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def error(message: str) -> None:
     # The message is text, never markup: a config value like [nan] must show as it is.
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    error(message)
     raise typer.Exit(code)
 
 
@@ -43,19 +50,38 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def client() -> httpx.Client:
     home = default_home()
     url = os.environ.get("CORRAL_URL")
+    url_from = "CORRAL_URL"
     if not url:
         info = home / "server.json"
-        if not info.exists():
+        url_from = str(info)
+        try:
+            url = json.loads(info.read_text())["url"]
+        except FileNotFoundError:
             fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
-        url = json.loads(info.read_text())["url"]
+        except (OSError, ValueError, KeyError, TypeError):
+            fail(f"{info} is damaged (no server URL in it): set CORRAL_URL, or start corral again")
     token = os.environ.get("CORRAL_TOKEN")
+    token_from = "CORRAL_TOKEN"
     if not token:
         token_file = home / "token"
+        token_from = str(token_file)
         token = token_file.read_text().strip() if token_file.exists() else ""
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60.0)
+    if not (token.isascii() and token.isprintable()):
+        # A pasted typographic quote or a line break: no HTTP header can carry it.
+        fail(f"{token_from}: the API token has a character no token has (not ASCII, or a control character)")
+    try:
+        return httpx.Client(base_url=str(url), headers={"Authorization": f"Bearer {token}"}, timeout=60.0)
+    except httpx.InvalidURL as exc:
+        fail(f"{url_from}: not a valid URL: {url!r} ({exc})")
 
 
-def call(method: str, path: str, **kwargs: Any) -> Any:
+class Refused(Exception):
+    """The server refused a request (4xx/5xx); the message is its detail."""
+
+
+def request(method: str, path: str, **kwargs: Any) -> Any:
+    """The response's JSON or bytes; Refused if the server refuses the request (an unreachable
+    server ends the command: no later request would reach it either)."""
     try:
         with client() as http:
             response = http.request(method, path, **kwargs)
@@ -63,15 +89,23 @@ def call(method: str, path: str, **kwargs: Any) -> Any:
         fail(f"cannot reach corral: {exc}")
     if response.status_code >= 400:
         try:
-            detail = response.json().get("detail")
+            body = response.json()
+            detail = body.get("detail", body) if isinstance(body, dict) else body
         except ValueError:
             detail = response.text
         if isinstance(detail, list):
             detail = "\n  " + "\n  ".join(str(d) for d in detail)
-        fail(f"{detail}")
+        raise Refused(f"{detail}")
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()
     return response.content
+
+
+def call(method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        return request(method, path, **kwargs)
+    except Refused as exc:
+        fail(str(exc))
 
 
 def print_json(data: Any) -> None:
@@ -121,8 +155,8 @@ STATE_STYLE = {
 }
 
 
-def styled(state: str) -> str:
-    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+def styled(state: str) -> Text:
+    return Text(state, style=STATE_STYLE.get(state, "white"))
 
 
 # ---- commands ---------------------------------------------------------------------------------
@@ -169,20 +203,20 @@ def _parse_env(values: list[str]) -> dict[str, str]:
 def read_job_file(path: Path) -> list[JobRequest]:
     """Jobs from a JSON Lines or YAML file; every error names its line or item and field."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        fail(f"{path}: cannot read: {exc.strerror}")
+        text = read_text(path)
+    except UnreadableFile as exc:
+        fail(str(exc))
     entries: list[tuple[str, Any]] = []
     if path.suffix in (".yaml", ".yml"):
         try:
-            data = yaml.safe_load(text)
+            document = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             fail(f"{path}: not valid YAML: {exc}")
-        if isinstance(data, dict) and "jobs" in data:
-            data = data["jobs"]
-        if not isinstance(data, list):
+        if isinstance(document, dict) and "jobs" in document:
+            document = document["jobs"]
+        if not isinstance(document, list):
             fail(f"{path}: expected a list of jobs (or a mapping with a 'jobs' list)")
-        entries = [(f"item {i + 1}", item) for i, item in enumerate(data)]
+        entries = [(f"item {i + 1}", item) for i, item in enumerate(document)]
     else:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip() or line.lstrip().startswith("#"):
@@ -296,14 +330,14 @@ def jobs(
         table.add_row(
             str(j["id"]),
             j["name"] or " ".join(j["command"])[:30],
-            styled(j["state"]) + (" [yellow]held[/]" if j["held"] else ""),
+            Text.assemble(styled(j["state"]), (" held", "yellow") if j["held"] else ""),
             j["node"] or "-",
             str(j["attempts"]),
             "-" if j["exit_code"] is None else str(j["exit_code"]),
             resources_text(j["resources"], j["nodes"]),
             ago(now - j["submitted_at"]),
             ago(run_time),
-            escape(j["wait_reason"]) if j["state"] == "queued" else "",  # an operator's hold reason is text
+            j["wait_reason"] if j["state"] == "queued" else "",
         )
     console.print(table)
 
@@ -315,8 +349,15 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(j)
         return
-    held = "  [yellow]held[/]" if j["held"] else ""
-    console.print(f"[bold]job {j['id']}[/bold] {j['name']}  {styled(j['state'])}{held}  priority {j['priority']}")
+    console.print(
+        Text.assemble(
+            (f"job {j['id']}", "bold"),
+            f" {j['name']}  ",
+            styled(j["state"]),
+            ("  held", "yellow") if j["held"] else "",
+            f"  priority {j['priority']}",
+        )
+    )
     console.print(f"  command    {' '.join(j['command'])}", highlight=False)
     console.print(f"  resources  {resources_text(j['resources'], j['nodes'])}")
     console.print(
@@ -328,9 +369,7 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     )
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j["wait_reason"]:
-        console.print(
-            f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{escape(j['wait_reason'])}", highlight=False
-        )
+        console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     if j["attempt_list"]:
         table = Table(show_edge=False, header_style="bold")
         for column in ("attempt", "state", "nodes", "exit", "started", "finished", "reason"):
@@ -366,10 +405,19 @@ def logs(
 @app.command()
 def cancel(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
     """Cancel jobs, also while they run."""
+    refused = 0
     for job_id in job_ids:
-        result = call("POST", f"/api/jobs/{job_id}/cancel")
+        # One id that is wrong (a typo, a job of another corral) must not spare the ones after it.
+        try:
+            result = request("POST", f"/api/jobs/{job_id}/cancel")
+        except Refused as exc:
+            error(f"{job_id}: {exc}")
+            refused += 1
+            continue
         note = "cancel requested" if result["changed"] else f"already {result['state']}"
         sys.stdout.write(f"{job_id}: {note}\n")
+    if refused:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -410,11 +458,9 @@ def explain(job_id: int, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(data)
         return
-    console.print(f"[bold]job {job_id}[/bold] {styled(data['state'])}")
+    console.print(Text.assemble((f"job {job_id}", "bold"), " ", styled(data["state"])))
     if data["wait_reason"]:
-        console.print(
-            f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{escape(data['wait_reason'])}", highlight=False
-        )
+        console.print(f"  {'UNPLACEABLE: ' if data['unplaceable'] else ''}{data['wait_reason']}", highlight=False)
     detail = data["explanation"] or {}
     if detail.get("at"):
         # Rewritten whenever a pass finds it changed: this is when the fleet last looked like this.

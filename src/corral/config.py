@@ -48,6 +48,24 @@ class ServerConfig(_Strict):
 class StoreConfig(_Strict):
     url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///CORRAL_HOME/corral.db")
 
+    @field_validator("url")
+    @classmethod
+    def _url_has_a_driver(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy cannot parse, or whose database or driver is not installed, would be a
+        traceback at `corral run`; a config check names it."""
+        if value is None:
+            return value
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            make_url(value).get_dialect().import_dbapi()
+        except (NoSuchModuleError, ImportError) as exc:  # NoSuchModuleError is an ArgumentError
+            raise ValueError(f"no database driver for it is installed ({exc})") from None
+        except ArgumentError:
+            raise ValueError("not a database URL (e.g. postgresql+psycopg://user@host/db)") from None
+        return value
+
 
 class InstanceTypeConfig(_Strict):
     name: str = Field(min_length=1)
@@ -290,11 +308,29 @@ def format_validation_error(error: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+class UnreadableFile(ValueError):
+    """A file that cannot be read as text; the message names the file (and the line)."""
+
+
+def read_text(path: Path) -> str:
+    """A UTF-8 text file that users write (a config, a job file), its byte-order mark dropped (some
+    Windows editors write one; it is no part of the first line)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UnreadableFile(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UnreadableFile(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from exc
+
+
 def read_config_data(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+        text = read_text(path)
+    except UnreadableFile as exc:
+        raise ConfigError(str(exc)) from exc
     try:
         data = yaml.safe_load(text) or {} if path.suffix in (".yaml", ".yml") else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:

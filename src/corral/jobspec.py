@@ -43,7 +43,7 @@ class LocalitySpec(BaseModel):
 class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    command: list[str] = Field(description="argv; run without a shell")
+    command: list[str] = Field(description="argv; run without a shell", json_schema_extra={"minItems": 1})
     name: str = ""
     env: dict[str, str] = Field(default_factory=dict)
     vcpus: float = Field(1.0, gt=0)

@@ -21,6 +21,7 @@ import socket as socketlib
 from pathlib import Path
 
 import uvicorn
+from sqlalchemy.exc import SQLAlchemyError
 
 from corral.cloud.base import CloudDriver
 from corral.config import Config
@@ -105,7 +106,14 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     except BlockingIOError:
         raise SystemExit(f"error: another corral is running with the data directory {home}{_whose(home)}") from None
     store = Store(config.store_url)
-    store.migrate()
+    try:
+        store.migrate()
+    except SQLAlchemyError as exc:
+        store.close()
+        where = config.store_url.split("@")[-1]  # not the password
+        raise SystemExit(
+            f"error: cannot open the store {where} (store.url): {getattr(exc, 'orig', None) or exc}"
+        ) from None
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
     dispatcher_id = read_or_create(home / "dispatcher-id", f"d-{socketlib.gethostname()}-{secrets.token_hex(3)}")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,10 @@ def test_the_api_wants_the_token(running: Corral) -> None:
 
     response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
+    # A token that is not ASCII (a pasted typographic quote, say) is as wrong, not a server error.
+    for token in (b"Bearer \xe9t\xe9", "Bearer ‘x’".encode()):
+        response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={"Authorization": token})
+        assert response.status_code == 401 and response.json()["detail"] == "wrong API token (see CORRAL_HOME/token)"
 
 
 def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:
@@ -160,3 +166,154 @@ def test_a_second_corral_on_the_same_data_directory_or_port_is_refused(running: 
     taken = subprocess.run(command, env=other_home, capture_output=True, text=True, timeout=60)
     assert taken.returncode != 0 and "Traceback" not in taken.stderr
     assert f"cannot listen on 127.0.0.1:{running.port}" in taken.stderr
+
+
+BIG = 2**64  # past any integer column of the store (SQLite: 64 bits, PostgreSQL: 32)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "message"),
+    [
+        ("GET", f"/api/jobs/{BIG}", None, "path.job_id: Input should be less than or equal to 2147483647"),
+        ("POST", f"/api/jobs/{BIG}/cancel", None, "path.job_id: Input should be less than"),
+        ("PATCH", f"/api/jobs/{BIG}", {"priority": 1}, "path.job_id: Input should be less than"),
+        ("PATCH", "/api/jobs/1", {"priority": BIG}, "priority: Input should be less than or equal to 1000000"),
+        ("GET", f"/api/jobs/{BIG}/logs", None, "path.job_id: Input should be less than"),
+        ("GET", f"/api/jobs/1/logs?attempt={BIG}", None, "query.attempt: Input should be less than"),
+        ("GET", f"/api/jobs/{BIG}/explain", None, "path.job_id: Input should be less than"),
+        ("GET", f"/api/events?job={BIG}", None, "query.job: Input should be less than"),
+        (
+            "POST",
+            "/api/agent/pair",
+            {"node_id": "n-x", "boot_token": "t", "capacity": {"vcpus": 1, "ram_mib": 1024, "gpus": BIG}},
+            "capacity.gpus: Input should be less than",
+        ),
+    ],
+)
+def test_numbers_too_large_to_store_are_refused_by_field_not_a_server_error(
+    running: Corral, method: str, path: str, body: Any, message: str
+) -> None:
+    response = running.api(method, path, json=body)
+    assert response.status_code == 422, response.text
+    assert any(line.startswith(message) for line in response.json()["detail"]), response.json()
+    assert [j["priority"] for j in running.jobs().values()] == [1]
+
+
+def test_an_agent_sending_numbers_too_large_to_store_gets_them_named(running: Corral) -> None:
+    import httpx
+
+    from corral.core.model import InstanceType
+    from corral.store import Store
+
+    store = Store(f"sqlite:///{running.home / 'corral.db'}")
+    try:
+        store.create_node("n-fake", InstanceType("small", 2, 2048, 0.085), "boot-fake", time.time(), "test")
+    finally:
+        store.close()
+    url = f"http://127.0.0.1:{running.port}/api/agent"
+    capacity = {"vcpus": 2, "ram_mib": 2048}
+    paired = httpx.post(f"{url}/pair", json={"node_id": "n-fake", "boot_token": "boot-fake", "capacity": capacity})
+    assert paired.status_code == 200, paired.text
+    headers = {"Authorization": f"Bearer {paired.json()['secret']}"}
+    for path, body, message in [
+        ("/ping", {"running": [BIG]}, "running.0: Input should be less than"),
+        ("/ping", {"finished": [{"attempt_id": 1, "exit_code": BIG}]}, "finished.0.exit_code: Input should be"),
+        (f"/attempts/{BIG}/started", {"pid": 1}, "path.attempt_id: Input should be less than"),
+        ("/attempts/1/started", {"pid": BIG}, "pid: Input should be less than"),
+        (f"/attempts/{BIG}/finished", {"exit_code": 0}, "path.attempt_id: Input should be less than"),
+    ]:
+        response = httpx.post(f"{url}{path}", json=body, headers=headers)
+        assert response.status_code == 422, (path, response.text)
+        assert any(line.startswith(message) for line in response.json()["detail"]), response.json()
+    # A nan would be stored as NULL (SQLite), in a column that must not be: named too.
+    nan = '{"used": {"vcpus": NaN}}'
+    response = httpx.post(f"{url}/ping", content=nan, headers={**headers, "Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"] == ["used.vcpus: Input should be a finite number"]
+
+
+def test_what_users_wrote_is_listed_as_written_not_taken_for_markup(running: Corral) -> None:
+    # A job name or argument in square brackets vanished from the listings, and one that closed a
+    # tag it had not opened ('[/bold]') made corral jobs, job and events end in a traceback, for
+    # every user of the corral.
+    job_id = running.cli("submit", "--name", "[/bold]", "--", "echo", "[red]x[/red]").stdout.strip()
+    listings = [
+        running.cli("jobs").stdout,
+        running.cli("job", job_id).stdout,
+        running.cli("events", "--job", job_id).stdout,
+    ]
+    for listing in listings:
+        assert "[/bold]" in listing
+    assert "[red]x[/red]" in listings[1] and "[red]x[/red]" in listings[2]
+    assert running.cli("explain", job_id).returncode == 0
+
+
+def test_a_job_file_that_is_not_utf8_names_the_line_and_a_byte_order_mark_is_no_part_of_it(
+    running: Corral, tmp_path: Path
+) -> None:
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"command": ["echo", "1"]}\n{"command": ["echo", "caf\xe9"]}\n')
+    result = running.cli("submit", "-f", str(latin), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{latin}: line 2: not UTF-8 text" in result.stderr
+    assert len(running.jobs()) == 1
+    for name in ("bom.jsonl", "bom.yaml"):
+        marked = tmp_path / name
+        marked.write_bytes(
+            b"\xef\xbb\xbf" + (b'{"command": ["echo", "1"]}\n' if name.endswith(".jsonl") else b"- command: [x]\n")
+        )
+        assert len(running.cli("submit", "-f", str(marked)).stdout.split()) == 1
+
+
+def test_a_bad_url_token_or_server_file_is_an_error_that_names_it(running: Corral) -> None:
+    def jobs(**env: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([CORRAL, "jobs"], env={**running.env, **env}, capture_output=True, text=True)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        return result
+
+    assert "CORRAL_URL: not a valid URL: 'http://[::1'" in jobs(CORRAL_URL="http://[::1").stderr
+    for token in ("‘pasted’", "two\nlines"):
+        assert "CORRAL_TOKEN: the API token has a character no token has" in jobs(CORRAL_TOKEN=token).stderr
+    info = running.home / "server.json"
+    written = info.read_text()
+    info.write_text('{"url": ')  # cut short (a full disk)
+    assert f"{info} is damaged" in jobs().stderr
+    info.write_text(written)
+
+
+def test_cancel_goes_on_past_an_id_that_is_wrong(running: Corral) -> None:
+    first, second = (running.cli("submit", "--", "sleep", "60").stdout.strip() for _ in range(2))
+    result = running.cli("cancel", first, "999", second, check=False)
+    assert result.returncode == 1
+    assert "999: no job 999" in result.stderr
+    assert result.stdout.splitlines() == [f"{first}: cancel requested", f"{second}: cancel requested"]
+    assert all(running.cli_json("job", j)["cancel_requested"] for j in (first, second))
+
+
+def test_corral_run_with_a_store_it_cannot_open_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "corral.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/no/such/dir/corral.db"\n')
+    env = {**os.environ, "CORRAL_HOME": str(tmp_path / "home")}
+    command = [CORRAL, "run", "--config", str(config), "--port", "0"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"cannot open the store sqlite:///{tmp_path}/no/such/dir/corral.db (store.url)" in result.stderr
+
+
+def test_the_openapi_spec_describes_the_errors_the_api_returns(running: Corral) -> None:
+    # A client generated from the spec parsed a 422's detail as FastAPI's default objects (loc,
+    # msg, type), where corral returns one line per bad value; 401 and 404 were not in it at all.
+    spec = running.api("GET", "/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+
+    def detail_of(operation: dict[str, Any], status: str) -> Any:
+        ref = operation["responses"][status]["content"]["application/json"]["schema"]["$ref"]
+        return schemas[ref.rsplit("/", 1)[1]]["properties"]["detail"]
+
+    submit = spec["paths"]["/api/jobs"]["post"]
+    assert detail_of(submit, "422") == {"items": {"type": "string"}, "title": "Detail", "type": "array"}
+    refused = running.api("POST", "/api/jobs", json={"jobs": [{"command": ["x"], "ram": "-1"}]}).json()
+    assert all(isinstance(line, str) for line in refused["detail"])
+    show = spec["paths"]["/api/jobs/{job_id}"]["get"]
+    assert detail_of(show, "401")["type"] == detail_of(show, "404")["type"] == "string"
+    assert "application/octet-stream" in spec["paths"]["/api/jobs/{job_id}/logs"]["get"]["responses"]["200"]["content"]
+    assert detail_of(spec["paths"]["/api/agent/attempts/{attempt_id}/started"]["post"], "409")["type"] == "string"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 
 from corral.core import retry
 from corral.core.model import Job, NodeState, Resources
@@ -15,7 +16,11 @@ from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.models import (
+    DB_INT_MAX,
+    DB_INT_MIN,
+    ErrorOut,
     FinishedBody,
+    InvalidOut,
     PairBody,
     PairResult,
     PingBody,
@@ -26,7 +31,19 @@ from corral.server.models import (
     WorkOut,
 )
 
-router = APIRouter(prefix="/api/agent")
+router = APIRouter(
+    prefix="/api/agent",
+    responses={
+        400: {"model": ErrorOut},
+        401: {"model": ErrorOut},
+        403: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        409: {"model": ErrorOut},
+        422: {"model": InvalidOut},
+    },
+)
+
+AttemptId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
 @router.post("/pair")
@@ -103,7 +120,7 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
 
 
 @router.post("/attempts/{attempt_id}/started")
-def started(attempt_id: int, body: StartedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
+def started(attempt_id: AttemptId, body: StartedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
     if not runtime.store.attempt_started(attempt_id, node["id"], body.pid, time.time()):
         raise HTTPException(409, "attempt no longer wanted")
     return {"ok": True}
@@ -111,7 +128,7 @@ def started(attempt_id: int, body: StartedBody, node: AgentNode, runtime: AnyRun
 
 @router.post("/attempts/{attempt_id}/log")
 async def log_chunk(
-    attempt_id: int, request: Request, node: AgentNode, runtime: AnyRuntime, offset: int = Query(0, ge=0)
+    attempt_id: AttemptId, request: Request, node: AgentNode, runtime: AnyRuntime, offset: int = Query(0, ge=0)
 ) -> dict[str, bool]:
     data = await request.body()
     job_id = runtime.attempt_jobs.get(attempt_id)
@@ -125,6 +142,6 @@ async def log_chunk(
 
 
 @router.post("/attempts/{attempt_id}/finished")
-def finished(attempt_id: int, body: FinishedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
+def finished(attempt_id: AttemptId, body: FinishedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
     finish_attempt(runtime, node["id"], attempt_id, body.exit_code, body.finished_at)
     return {"ok": True}

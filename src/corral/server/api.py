@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
 from corral.core.model import JobState, NodeState
 from corral.server.deps import UserRuntime
 from corral.server.models import (
+    DB_INT_MAX,
+    DB_INT_MIN,
     AttemptOut,
+    ErrorOut,
     EventOut,
     HoldBody,
+    InvalidOut,
     JobOut,
     NodeAttributesBody,
     NodeOut,
@@ -23,7 +27,18 @@ from corral.server.models import (
 )
 from corral.store import NotQueued
 
-router = APIRouter(prefix="/api")
+router = APIRouter(
+    prefix="/api",
+    responses={
+        400: {"model": ErrorOut},
+        401: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        422: {"model": InvalidOut},
+    },
+)
+
+JobId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
+IdFilter = Annotated[int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
 def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, detail: bool = False) -> JobOut:
@@ -87,12 +102,12 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}")
-def show_job(job_id: int, runtime: UserRuntime) -> JobOut:
+def show_job(job_id: JobId, runtime: UserRuntime) -> JobOut:
     return job_out(runtime.store.job_row(job_id), runtime.store.attempts_of(job_id), detail=True)
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
+def cancel_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
     result = runtime.store.request_cancel(job_id, time.time())
     runtime.wake()
     return result
@@ -116,14 +131,14 @@ def release_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
 
 
 @router.patch("/jobs/{job_id}")
-def set_priority(job_id: int, body: PriorityBody, runtime: UserRuntime) -> JobOut:
+def set_priority(job_id: JobId, body: PriorityBody, runtime: UserRuntime) -> JobOut:
     runtime.store.set_priority(job_id, body.priority, time.time())
     runtime.wake()
     return job_out(runtime.store.job_row(job_id))
 
 
-@router.get("/jobs/{job_id}/logs")
-def job_logs(job_id: int, runtime: UserRuntime, attempt: int | None = None, all_attempts: bool = False) -> Any:
+@router.get("/jobs/{job_id}/logs", responses={200: {"content": {"application/octet-stream": {}}}})
+def job_logs(job_id: JobId, runtime: UserRuntime, attempt: IdFilter = None, all_attempts: bool = False) -> Any:
     from fastapi.responses import Response
 
     attempts = runtime.store.attempts_of(job_id)
@@ -143,7 +158,7 @@ def job_logs(job_id: int, runtime: UserRuntime, attempt: int | None = None, all_
 
 
 @router.get("/jobs/{job_id}/explain")
-def explain_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
+def explain_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
     row = runtime.store.job_row(job_id)
     return {
         "id": job_id,
@@ -195,7 +210,7 @@ def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOu
 @router.get("/events")
 def list_events(
     runtime: UserRuntime,
-    job: int | None = None,
+    job: IdFilter = None,
     node: str | None = None,
     kind: str | None = None,
     limit: int = Query(200, ge=1, le=100_000),

@@ -25,7 +25,8 @@ def _bearer(authorization: str | None) -> str:
 def require_user(
     runtime: Annotated[Runtime, Depends(get_runtime)], authorization: Annotated[str | None, Header()] = None
 ) -> Runtime:
-    if not hmac.compare_digest(_bearer(authorization), runtime.api_token):
+    # As bytes: compare_digest raises TypeError (a 500) on a str that is not ASCII, and a header may be any latin-1.
+    if not hmac.compare_digest(_bearer(authorization).encode(), runtime.api_token.encode()):
         raise HTTPException(401, "wrong API token (see CORRAL_HOME/token)")
     return runtime
 

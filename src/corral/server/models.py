@@ -4,12 +4,36 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from corral.jobspec import JobRequest
+from corral.jobspec import MAX_PRIORITY, JobRequest
 from corral.placement import attributes as attr
+
+# The store's integer columns (ids, exit codes, pids, MiB) are 32 bits on PostgreSQL and 64 on
+# SQLite: a number past either would reach the driver and come back as a 500, so the API refuses
+# it as it refuses any bad value, naming the field.
+DB_INT_MIN, DB_INT_MAX = -(2**31), 2**31 - 1
+DbInt = Annotated[int, Field(ge=DB_INT_MIN, le=DB_INT_MAX)]
+
+
+class Inbound(BaseModel):
+    """A body the API accepts: no nan or inf (SQLite would store a nan as NULL)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class ErrorOut(BaseModel):
+    """A refusal: 400 (a body that is not JSON), 401 (token), 403, 404 (no such job), 409."""
+
+    detail: str
+
+
+class InvalidOut(BaseModel):
+    """A 422: one line per bad value, each naming its field ("jobs.0.ram: a size cannot be negative")."""
+
+    detail: list[str]
 
 
 class SubmitBody(BaseModel):
@@ -20,8 +44,8 @@ class SubmitResult(BaseModel):
     ids: list[int]
 
 
-class PriorityBody(BaseModel):
-    priority: int = Field(ge=0)
+class PriorityBody(Inbound):
+    priority: int = Field(ge=0, le=MAX_PRIORITY)
 
 
 class HoldBody(BaseModel):
@@ -150,19 +174,19 @@ class EventOut(BaseModel):
 # ---- agent protocol ---------------------------------------------------------------------------
 
 
-class CapacityIn(BaseModel):
+class CapacityIn(Inbound):
     vcpus: float = Field(gt=0)
-    ram_mib: int = Field(gt=0)
-    scratch_mib: int = Field(0, ge=0)
-    gpus: int = Field(0, ge=0)
+    ram_mib: int = Field(gt=0, le=DB_INT_MAX)
+    scratch_mib: int = Field(0, ge=0, le=DB_INT_MAX)
+    gpus: int = Field(0, ge=0, le=DB_INT_MAX)
 
 
-class PairBody(BaseModel):
+class PairBody(Inbound):
     node_id: str
     boot_token: str
     capacity: CapacityIn
     hostname: str = ""
-    pid: int | None = None
+    pid: DbInt | None = None
 
 
 class PairResult(BaseModel):
@@ -171,19 +195,19 @@ class PairResult(BaseModel):
     ping_interval: float
 
 
-class UsedIn(BaseModel):
+class UsedIn(Inbound):
     vcpus: float = 0.0
-    ram_mib: int = 0
+    ram_mib: DbInt = 0
 
 
-class FinishedIn(BaseModel):
-    attempt_id: int
-    exit_code: int
+class FinishedIn(Inbound):
+    attempt_id: DbInt
+    exit_code: DbInt
     finished_at: float | None = None
 
 
-class PingBody(BaseModel):
-    running: list[int] = Field(default_factory=list)
+class PingBody(Inbound):
+    running: list[DbInt] = Field(default_factory=list)
     finished: list[FinishedIn] = Field(default_factory=list)
     used: UsedIn = Field(default_factory=UsedIn)
 
@@ -194,12 +218,12 @@ class PingResult(BaseModel):
     shutdown: bool
 
 
-class StartedBody(BaseModel):
-    pid: int
+class StartedBody(Inbound):
+    pid: DbInt
 
 
-class FinishedBody(BaseModel):
-    exit_code: int
+class FinishedBody(Inbound):
+    exit_code: DbInt
     finished_at: float | None = None
 
 
