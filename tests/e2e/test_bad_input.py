@@ -317,3 +317,41 @@ def test_the_openapi_spec_describes_the_errors_the_api_returns(running: Corral) 
     assert detail_of(show, "401")["type"] == detail_of(show, "404")["type"] == "string"
     assert "application/octet-stream" in spec["paths"]["/api/jobs/{job_id}/logs"]["get"]["responses"]["200"]["content"]
     assert detail_of(spec["paths"]["/api/agent/attempts/{attempt_id}/started"]["post"], "409")["type"] == "string"
+
+
+def test_a_node_writes_only_its_own_attempts_output_and_leaves_no_hole(running: Corral) -> None:
+    """An agent's output chunks: another paired node's were taken once the attempt was known to the
+    server, and an offset far past the end made a sparse file of that size."""
+    import httpx
+
+    from corral.core.model import InstanceType, Resources
+    from corral.jobspec import JobRequest
+    from corral.store import Store
+
+    url = f"http://127.0.0.1:{running.port}/api/agent"
+    store = Store(f"sqlite:///{running.home / 'corral.db'}")
+    try:
+        for node_id in ("n-own", "n-other"):
+            store.create_node(node_id, InstanceType("small", 2, 2048, 0.085), f"boot-{node_id}", time.time(), "test")
+        # Not before next year: the loop leaves it queued, and the test claims it for n-own.
+        [job_id] = store.submit([JobRequest(command=["true"], not_before=time.time() + 365 * 86400)], time.time())
+        attempt_id = store.claim(job_id, "d-test", ["n-own"], Resources(1, 1024), time.time())
+    finally:
+        store.close()
+    headers = {}
+    for node_id in ("n-own", "n-other"):
+        body = {"node_id": node_id, "boot_token": f"boot-{node_id}", "capacity": {"vcpus": 2, "ram_mib": 2048}}
+        paired = httpx.post(f"{url}/pair", json=body)
+        assert paired.status_code == 200, paired.text
+        headers[node_id] = {"Authorization": f"Bearer {paired.json()['secret']}"}
+    log = f"{url}/attempts/{attempt_id}/log"
+
+    assert httpx.post(log, params={"offset": 0}, content=b"hello ", headers=headers["n-own"]).status_code == 200
+    for _ in range(2):  # whether the server knows the attempt already or not
+        other = httpx.post(log, params={"offset": 6}, content=b"forged", headers=headers["n-other"])
+        assert other.status_code == 404, other.text
+    gap = httpx.post(log, params={"offset": 10**12}, content=b"x", headers=headers["n-own"])
+    assert gap.status_code == 409 and "past the end of the output stored (6 bytes)" in gap.text
+    assert httpx.post(log, params={"offset": 6}, content=b"world", headers=headers["n-own"]).status_code == 200
+    assert running.cli("logs", str(job_id)).stdout == "hello world"
+    assert max(p.stat().st_size for p in (running.home / "logs").rglob("*.log")) == len("hello world")

@@ -15,6 +15,7 @@ from corral.core.model import Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
+from corral.server.logstore import LogGap
 from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
@@ -98,7 +99,7 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout=remaining)
     for item in items:
-        runtime.attempt_jobs[item.attempt_id] = item.job_id
+        runtime.attempt_jobs[item.attempt_id] = (item.job_id, frozenset(item.node_ids))
     return WorkOut(
         attempts=[
             WorkItemOut(
@@ -131,13 +132,19 @@ async def log_chunk(
     attempt_id: AttemptId, request: Request, node: AgentNode, runtime: AnyRuntime, offset: int = Query(0, ge=0)
 ) -> dict[str, bool]:
     data = await request.body()
-    job_id = runtime.attempt_jobs.get(attempt_id)
-    if job_id is None:
+    known = runtime.attempt_jobs.get(attempt_id)
+    if known is None:
         row = await asyncio.to_thread(runtime.store.attempt_row, attempt_id)
-        if row is None or node["id"] not in row["node_ids"]:
+        if row is None:
             raise HTTPException(404, f"no attempt {attempt_id} on this node")
-        job_id = runtime.attempt_jobs[attempt_id] = row["job_id"]
-    await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data)
+        known = runtime.attempt_jobs[attempt_id] = (row["job_id"], frozenset(row["node_ids"]))
+    job_id, node_ids = known
+    if node["id"] not in node_ids:  # a node writes the output of its own attempts only
+        raise HTTPException(404, f"no attempt {attempt_id} on this node")
+    try:
+        await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data)
+    except LogGap as exc:
+        raise HTTPException(409, str(exc)) from None
     return {"ok": True}
 
 

@@ -55,7 +55,8 @@ class Runtime:
     node_events: dict[str, asyncio.Event] = field(default_factory=dict)
     aio: asyncio.AbstractEventLoop | None = None
     wake_event: asyncio.Event | None = None
-    attempt_jobs: dict[int, int] = field(default_factory=dict)  # attempt id -> job id, for log chunks
+    # attempt id -> its job id and nodes, for log chunks (which only those nodes may send)
+    attempt_jobs: dict[int, tuple[int, frozenset[str]]] = field(default_factory=dict)
     # Run as the server stops, after the fleet's shutdown: before uvicorn re-raises a SIGTERM,
     # which ends the process before any code after the server's run.
     on_stop: list[Callable[[], None]] = field(default_factory=list)

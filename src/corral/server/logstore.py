@@ -7,6 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
+class LogGap(ValueError):
+    """A chunk that starts past the end of what is stored: it would leave a hole (and a sparse file
+    as large as any offset asked for)."""
+
+
 class LogStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -17,6 +22,9 @@ class LogStore:
     def write(self, job_id: int, attempt_id: int, offset: int, data: bytes) -> None:
         path = self.path(job_id, attempt_id)
         path.parent.mkdir(parents=True, exist_ok=True)
+        size = path.stat().st_size if path.exists() else 0
+        if offset > size:
+            raise LogGap(f"offset {offset} is past the end of the output stored ({size} bytes)")
         with open(path, "r+b" if path.exists() else "wb") as handle:
             handle.seek(offset)
             handle.write(data)
