@@ -141,6 +141,15 @@ def test_a_store_url_corral_cannot_use_is_named(tmp_path: Path, url: str, messag
         load_config(path)
 
 
+def test_a_config_error_shows_no_password_of_a_url(tmp_path: Path) -> None:
+    path = tmp_path / "store.toml"
+    path.write_text('[store]\nurl = "mysqlx://corral:s3cret@db.example/corral"\n')
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert "s3cret" not in str(error.value)
+    assert "'mysqlx://corral:***@db.example/corral'" in str(error.value)
+
+
 def test_the_shipped_examples_are_valid() -> None:
     for path in sorted((ROOT / "examples").glob("*.toml")):
         load_config(path)
