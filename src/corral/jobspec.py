@@ -51,7 +51,8 @@ class JobRequest(BaseModel):
     scratch: SizeMiB = 0
     gpus: int = Field(0, ge=0)
     nodes: int = Field(1, ge=1, le=10_000, description="a gang of this many nodes")
-    priority: int = Field(1, ge=0, le=MAX_PRIORITY, description="0 cancels")
+    # Strict: a file's false (YAML's no) would be taken for 0, which cancels.
+    priority: int = Field(1, ge=0, le=MAX_PRIORITY, strict=True, description="0 cancels")
     not_before: EpochSeconds | None = None
     time_limit: Duration | None = None
     max_retries: int = Field(0, ge=0, le=100)

@@ -46,11 +46,15 @@ def test_malformed_submissions_are_refused_by_field(running: Corral, args: list[
 
 def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running: Corral, tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.jsonl"
-    jobs.write_text('{"command": ["echo", "1"]}\n\n{"command": ["echo", "2"], "rma": "1GiB"}\n{"command": []}\n')
+    jobs.write_text(
+        '{"command": ["echo", "1"]}\n\n{"command": ["echo", "2"], "rma": "1GiB"}\n{"command": []}\n'
+        '{"command": ["echo", "3"], "priority": false}\n'  # not 0 (which would cancel it)
+    )
     result = running.cli("submit", "-f", str(jobs), check=False)
     assert result.returncode != 0
     assert "line 3: rma: unknown field" in result.stderr
     assert "line 4: command: the command is empty" in result.stderr
+    assert "line 5: priority: Input should be a valid integer" in result.stderr
     assert len(running.jobs()) == 1
 
 
@@ -178,6 +182,8 @@ BIG = 2**64  # past any integer column of the store (SQLite: 64 bits, PostgreSQL
         ("POST", f"/api/jobs/{BIG}/cancel", None, "path.job_id: Input should be less than"),
         ("PATCH", f"/api/jobs/{BIG}", {"priority": 1}, "path.job_id: Input should be less than"),
         ("PATCH", "/api/jobs/1", {"priority": BIG}, "priority: Input should be less than or equal to 1000000"),
+        # false is no priority (pydantic took it for 0, which cancelled the job)
+        ("PATCH", "/api/jobs/1", {"priority": False}, "priority: Input should be a valid integer"),
         ("GET", f"/api/jobs/{BIG}/logs", None, "path.job_id: Input should be less than"),
         ("GET", f"/api/jobs/1/logs?attempt={BIG}", None, "query.attempt: Input should be less than"),
         ("GET", f"/api/jobs/{BIG}/explain", None, "path.job_id: Input should be less than"),

@@ -45,7 +45,8 @@ class SubmitResult(BaseModel):
 
 
 class PriorityBody(Inbound):
-    priority: int = Field(ge=0, le=MAX_PRIORITY)
+    # Strict: JSON's false would be taken for 0, which cancels the job.
+    priority: int = Field(ge=0, le=MAX_PRIORITY, strict=True)
 
 
 class HoldBody(BaseModel):
