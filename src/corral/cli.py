@@ -207,7 +207,7 @@ def read_job_file(path: Path) -> list[JobRequest]:
     except UnreadableFile as exc:
         fail(str(exc))
     entries: list[tuple[str, Any]] = []
-    if path.suffix in (".yaml", ".yml"):
+    if path.suffix.lower() in (".yaml", ".yml"):
         try:
             document = yaml.safe_load(text)
         except yaml.YAMLError as exc:

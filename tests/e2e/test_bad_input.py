@@ -59,7 +59,7 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
 
 
 def test_yaml_job_files_are_read_too(running: Corral, tmp_path: Path) -> None:
-    jobs = tmp_path / "jobs.yaml"
+    jobs = tmp_path / "jobs.YAML"  # a suffix in capitals (it was read as JSON Lines)
     jobs.write_text(
         "jobs:\n  - command: [echo, a]\n    ram: 512MiB\n  - command: [echo, b]\n    nodes: 2\n"
         "    on_node_failure: cancel\n"
