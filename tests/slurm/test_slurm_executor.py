@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from corral.config import Config, load_config
+from corral.core.model import JobState
+from corral.core.snapshot import JobOutcome
 from corral.executor.slurm_loop import SlurmLoop
 from corral.jobspec import JobRequest
 from corral.store import Store
@@ -207,3 +209,19 @@ def test_a_restarted_dispatcher_re_adopts_its_slurm_jobs_without_submitting_twic
     assert len(ours) == 2
     assert corral.output(lost_record) == "done too\n"
     assert any("re-adopted as slurm job" in e for e in corral.events(lost_record))
+
+
+def test_a_slurm_job_whose_attempt_corral_ended_is_scancelled_as_an_orphan(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    """A stale dispatcher's released claim, or a cancel whose scancel failed: the Slurm job of an
+    attempt corral no longer runs is scancelled by the next pass."""
+    job_id = corral.submit("sleep", "300", ram=128)
+    corral.until_state(job_id, "running")
+    attempt = corral.attempts(job_id)[0]
+    outcome = JobOutcome(job_id, JobState.QUEUED, "claim released", (attempt["id"],), temp_failure=True)
+    assert corral.store.apply_outcome(outcome, time.time())
+    corral.store.request_cancel(job_id, time.time())  # so that it is not claimed and run again
+    corral.loop.run_pass()
+    wait_until(lambda: slurm.state(attempt["executor_ref"]) == "CANCELLED", 20, "the orphan to be scancelled")
+    assert any("slurm.orphan" in e["kind"] for e in corral.store.list_events(kind="slurm."))
