@@ -41,6 +41,7 @@ FORBIDDEN_IN_PURE = {
     "corral.cli",
     "corral.agent",
     "corral.cloud",
+    "corral.executor",
     "corral.sim",
     "corral.config",
 }

@@ -182,6 +182,22 @@ class LoopConfig(_Strict):
     interval: Duration = Field(1.0, gt=0, description="seconds between reconcile passes (a submission wakes it early)")
 
 
+class SlurmConfig(_Strict):
+    """`executor = "slurm"`: corral dispatches to an existing Slurm cluster (docs/operator-guide.md)."""
+
+    partition: str = Field("", description="sbatch --partition; empty: Slurm's default partition")
+    account: str = Field("", description="sbatch --account; empty: none")
+    extra_args: list[str] = Field(default_factory=list, description="more sbatch options, e.g. ['--qos=normal']")
+    conf: str | None = Field(None, description="SLURM_CONF for the Slurm commands; default: Slurm's own")
+    bin_dir: str = Field("", description="directory of sbatch, squeue, scontrol, scancel; empty: PATH")
+    command_timeout: Duration = Field(30.0, gt=0, description="a Slurm command that takes longer has failed")
+    max_pending: int = Field(100, ge=1, description="this dispatcher's jobs waiting in Slurm's queue at most")
+    output_dir: Path | None = Field(
+        None, description="where jobs write output (nodes must see it); default CORRAL_HOME/logs, read live"
+    )
+    work_dir: Path | None = Field(None, description="the jobs' working directory; default CORRAL_HOME/slurm/work")
+
+
 def _default_instance_types() -> list[InstanceTypeConfig]:
     # Sizes and on-demand list prices of a few AWS us-east-1 types (USD/hour, about 2024).
     return [
@@ -199,6 +215,10 @@ class Config(_Strict):
     cloud: CloudConfig = Field(default_factory=CloudConfig)
     loop: LoopConfig = Field(default_factory=LoopConfig)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=_default_instance_types)
+    executor: Literal["agent", "slurm"] = Field(
+        "agent", description="how jobs run: 'agent' on the nodes corral boots, 'slurm' through sbatch (no cloud)"
+    )
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     sim: SimSettings = Field(default_factory=SimSettings)
 

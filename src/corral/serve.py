@@ -129,8 +129,13 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}"
 
-    cloud = make_cloud(config, url)
-    loop = ControlLoop(store, cloud, config, dispatcher_id)
+    loop: ControlLoop
+    if config.executor == "slurm":  # Slurm owns the nodes: no cloud, no agents
+        from corral.executor.slurm_loop import SlurmLoop
+
+        loop = SlurmLoop(store, config, dispatcher_id, home / "logs")
+    else:
+        loop = ControlLoop(store, make_cloud(config, url), config, dispatcher_id)
     runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)
     runtime.stop_fleet_on_exit = not keep_fleet
     app = create_app(runtime)

@@ -24,6 +24,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from corral.core import lifecycle, retry
+from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.model import Job, JobState, Node, NodeState, Resources
 from corral.core.planner import PlannerMemo, plan_boots
@@ -91,15 +92,10 @@ def plan_pass(
 
     # 1. Dispatchers that stopped pinging: their claims are released as temporary failures.
     if snapshot.dispatchers:
-        stale_dispatchers = {
-            d.id
-            for d in snapshot.dispatchers
-            if d.id != snapshot.dispatcher_id
-            and now - max(d.last_heartbeat, observing) > settings.dispatch.dispatcher_stale
-        }
-        if stale_dispatchers:
+        stale = stale_dispatchers(snapshot, now, settings)
+        if stale:
             for job in index.jobs.values():
-                if job.claimed_by in stale_dispatchers and job.state in (JobState.CLAIMED, JobState.RUNNING):
+                if job.claimed_by in stale and job.state in (JobState.CLAIMED, JobState.RUNNING):
                     end_attempts(job, f"dispatcher {job.claimed_by} stopped heartbeating")
 
     # 2. Nodes gone silent: down, and their work is lost.

@@ -70,6 +70,7 @@ attempts = Table(
     Column("exit_code", Integer),
     Column("pid", Integer),
     Column("reason", Text, nullable=False, default=""),
+    Column("executor_ref", String(64)),  # the executor's id of it: the Slurm job id (None: the agent)
     Index("ix_attempts_job", "job_id"),
     Index("ix_attempts_state", "state"),
     Index("ix_attempts_node", "node_id"),

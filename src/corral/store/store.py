@@ -619,6 +619,63 @@ class Store:
             }
         return [a for a in running if a not in wanted]
 
+    # ---- attempts run by an executor (Slurm) ------------------------------------------------
+
+    def set_executor_ref(self, attempt_id: int, ref: str, message: str, now: float) -> None:
+        """Record the executor's id of a submitted attempt (the Slurm job id)."""
+        with self.write() as conn:
+            job_id = conn.execute(select(A.c.job_id).where(A.c.id == attempt_id)).scalar()
+            conn.execute(update(A).where(A.c.id == attempt_id).values(executor_ref=ref))
+            self._event(conn, now, "job.submitted", message, job_id=job_id)
+
+    def executor_refs(self, dispatcher_id: str) -> dict[int, str]:
+        """The executor ids of a dispatcher's active attempts that have one, by attempt id."""
+        with self.read() as conn:
+            rows = conn.execute(
+                select(A.c.id, A.c.executor_ref).where(
+                    A.c.dispatcher_id == dispatcher_id,
+                    A.c.state.in_(ACTIVE_ATTEMPT_STATES),
+                    A.c.executor_ref.is_not(None),
+                )
+            ).all()
+        return {row.id: row.executor_ref for row in rows}
+
+    def executor_started(self, attempt_id: int, where: str, message: str, now: float) -> bool:
+        """The executor runs the attempt (on `where`, e.g. Slurm's node list). False if the attempt
+        is no longer wanted or already running."""
+        with self.write() as conn:
+            job_id = conn.execute(select(A.c.job_id).where(A.c.id == attempt_id)).scalar()
+            if job_id is None:
+                return False
+            conn.execute(select(J.c.id).where(J.c.id == job_id).with_for_update())
+            attempt = conn.execute(select(A.c.state).where(A.c.id == attempt_id)).first()
+            if attempt is None or attempt.state != AttemptState.ASSIGNED.value:
+                return False
+            job = conn.execute(
+                update(J)
+                .where(J.c.id == job_id, J.c.state == JobState.CLAIMED.value)
+                .values(
+                    state=JobState.RUNNING.value, started_at=now, updated_at=now, wait_reason="", node_id=where[:64]
+                )
+            )
+            if job.rowcount != 1:
+                return False
+            conn.execute(update(A).where(A.c.id == attempt_id).values(state=AttemptState.RUNNING.value, started_at=now))
+            self._event(conn, now, "job.running", message, job_id)
+        return True
+
+    def set_claimed_wait_reasons(self, reasons: Mapping[int, str], now: float) -> None:
+        """Why claimed jobs wait in the executor's own queue ("slurm: Resources"), in one transaction."""
+        if not reasons:
+            return
+        with self.write() as conn:
+            conn.execute(
+                update(J)
+                .where(J.c.id == bindparam("job_id"), J.c.state == JobState.CLAIMED.value)
+                .values(wait_reason=bindparam("reason"), updated_at=now),
+                [{"job_id": job_id, "reason": reason} for job_id, reason in reasons.items()],
+            )
+
     # ---- nodes --------------------------------------------------------------------------------
 
     def create_node(

@@ -1,0 +1,233 @@
+"""The pass of a dispatcher in front of a batch scheduler (Slurm): seed 001's crunch-dispatch-slurm.
+
+With the Slurm executor, Slurm owns the nodes and places the work; corral keeps the queue, claims
+jobs atomically, and decides what each end of a Slurm job means for its corral job. This module
+holds those decisions; `corral.executor.slurm` is the shell that calls `sbatch`, `squeue`,
+`scontrol` and `scancel` and carries them out.
+
+A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's Slurm jobs:
+1. claims of dispatchers that stopped heartbeating are released (TempFail), as in `plan_pass`;
+2. jobs with priority 0 or a cancel request are cancelled (their Slurm jobs are scancelled);
+3. each of this dispatcher's attempts is judged by its Slurm job's state (`SLURM_STATES`): still
+   pending (annotated with Slurm's reason), running, ended with an exit code (complete, or failed
+   unless the job asks for retries: `retry.after_exit`), lost to the infrastructure (NODE_FAIL,
+   BOOT_FAIL, vanished from Slurm's listing: `retry.after_temp_failure`), or cancelled in Slurm by
+   someone other than corral;
+4. an attempt claimed but never submitted (the dispatcher stopped between the claim and `sbatch`)
+   is submitted;
+5. eligible queued jobs are claimed and submitted in queue order, up to `max_pending` of this
+   dispatcher's jobs waiting in Slurm; the others, and the jobs not eligible yet, are annotated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from corral.core import retry
+from corral.core.dispatchers import stale_dispatchers
+from corral.core.index import SnapshotIndex
+from corral.core.model import AttemptState, Job, JobState
+from corral.core.settings import PolicySettings
+from corral.core.snapshot import Annotation, JobOutcome, Snapshot
+
+
+class Phase(StrEnum):
+    """What a Slurm job state means to corral."""
+
+    PENDING = "pending"  # queued in Slurm: the attempt stays assigned
+    RUNNING = "running"  # the command runs (or is being set up, or is finishing)
+    EXITED = "exited"  # ended with the command's exit code
+    LOST = "lost"  # the infrastructure failed: a temporary failure
+    CANCELLED = "cancelled"  # scancel
+
+
+# Slurm's job states (squeue %T, scontrol JobState) by what they mean. A state not listed (a newer
+# Slurm's) reads as running while Slurm lists the job: corral waits for one it knows.
+SLURM_STATES: dict[str, Phase] = {
+    "PENDING": Phase.PENDING,
+    "REQUEUED": Phase.PENDING,
+    "REQUEUE_HOLD": Phase.PENDING,
+    "REQUEUE_FED": Phase.PENDING,
+    "RESV_DEL_HOLD": Phase.PENDING,
+    "CONFIGURING": Phase.RUNNING,
+    "RUNNING": Phase.RUNNING,
+    "COMPLETING": Phase.RUNNING,
+    "SUSPENDED": Phase.RUNNING,
+    "STOPPED": Phase.RUNNING,
+    "SIGNALING": Phase.RUNNING,
+    "STAGE_OUT": Phase.RUNNING,
+    "RESIZING": Phase.RUNNING,
+    "COMPLETED": Phase.EXITED,
+    "FAILED": Phase.EXITED,
+    "TIMEOUT": Phase.EXITED,  # the job's own time limit: the command's failure, not the cluster's
+    "OUT_OF_MEMORY": Phase.EXITED,
+    "DEADLINE": Phase.EXITED,
+    "SPECIAL_EXIT": Phase.EXITED,
+    "NODE_FAIL": Phase.LOST,
+    "BOOT_FAIL": Phase.LOST,
+    "PREEMPTED": Phase.LOST,
+    "REVOKED": Phase.LOST,
+    "CANCELLED": Phase.CANCELLED,
+}
+ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
+# Pending reasons not worth a job's wait reason (they say nothing the state does not).
+QUIET_REASONS = frozenset({"", "None", "(null)"})
+
+
+def phase_of(state: str) -> Phase:
+    """The phase of a Slurm job state; "" (not in Slurm's listing) is LOST: the job vanished."""
+    if not state:
+        return Phase.LOST
+    return SLURM_STATES.get(state.split()[0].rstrip("+"), Phase.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One of this dispatcher's attempts as the shell saw its Slurm job this pass."""
+
+    attempt_id: int
+    ref: str  # the Slurm job id
+    state: str  # Slurm's JobState ("RUNNING"); "" when Slurm no longer lists the job
+    exit_code: int | None = None  # for an ended job: its exit code, 128+N for signal N
+    reason: str = ""  # Slurm's reason: why it pends, or why it ended
+    nodes: str = ""  # Slurm's node list
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """An attempt whose Slurm job ended with an exit code; the shell records it with
+    `exit_outcome` as the store's outcome function (on the job as it stands then)."""
+
+    attempt_id: int
+    job_id: int
+    exit_code: int
+    detail: str  # e.g. "slurm job 17 TIMEOUT"
+
+
+@dataclass(slots=True)
+class BatchDecisions:
+    job_outcomes: list[JobOutcome] = field(default_factory=list)  # cancellations, temp failures
+    exits: list[Exit] = field(default_factory=list)
+    started: list[Seen] = field(default_factory=list)  # attempts whose Slurm job now runs
+    cancel: list[str] = field(default_factory=list)  # Slurm job ids to scancel
+    submit: list[int] = field(default_factory=list)  # this dispatcher's attempts not yet submitted
+    claims: list[int] = field(default_factory=list)  # queued jobs to claim and submit, in order
+    annotations: list[Annotation] = field(default_factory=list)  # queued jobs: why they wait
+    pending_reasons: dict[int, str] = field(default_factory=dict)  # claimed jobs pending in Slurm
+
+
+def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "") -> JobOutcome:
+    """What an exit means for the job: `retry.after_exit`, with Slurm's word on it where it says
+    more than the code (TIMEOUT, OUT_OF_MEMORY)."""
+    outcome = retry.after_exit(job, exit_code, (attempt_id,))
+    return dataclasses.replace(outcome, reason=f"{outcome.reason} ({detail})") if detail else outcome
+
+
+def plan_batch_pass(
+    snapshot: Snapshot,
+    now: float,
+    settings: PolicySettings,
+    seen: Mapping[int, Seen],
+    max_pending: int,
+) -> BatchDecisions:
+    """Every decision of a pass in front of Slurm. `seen` has an entry for each of this
+    dispatcher's active attempts that was submitted (state "" if Slurm no longer lists it); one of
+    its attempts without an entry was claimed but never submitted."""
+    index = snapshot.index if snapshot.index is not None else SnapshotIndex.of(snapshot)
+    decisions = BatchDecisions()
+    me = snapshot.dispatcher_id
+    ended: set[int] = set()
+
+    def attempt_ids(job_id: int) -> tuple[int, ...]:
+        return tuple(index.job_attempts.get(job_id, ()))
+
+    def refs_of(job_id: int) -> list[str]:
+        return [seen[i].ref for i in attempt_ids(job_id) if i in seen and phase_of(seen[i].state) in ACTIVE]
+
+    # 1. Claims of dispatchers that stopped heartbeating: released as temporary failures. Their
+    # Slurm jobs, if any still run, are scancelled by the dispatcher that sees them as orphans.
+    stale = stale_dispatchers(snapshot, now, settings)
+    if stale:
+        for job in index.jobs.values():
+            if job.claimed_by in stale and job.state in (JobState.CLAIMED, JobState.RUNNING):
+                decisions.job_outcomes.append(
+                    retry.after_temp_failure(
+                        job,
+                        now,
+                        settings.retry,
+                        f"dispatcher {job.claimed_by} stopped heartbeating",
+                        attempt_ids(job.id),
+                    )
+                )
+                ended.add(job.id)
+
+    # 2. Cancellation: priority 0 or an explicit request; this dispatcher's Slurm jobs are scancelled.
+    for job in index.in_job_order(index.flagged.values()) if index.flagged else ():
+        if job.id in ended or (job.claimed_by not in (None, me) and job.state is not JobState.QUEUED):
+            continue  # another dispatcher's run: that one cancels it
+        reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
+        decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids(job.id)))
+        decisions.cancel.extend(refs_of(job.id))
+        ended.add(job.id)
+
+    # 3 and 4. This dispatcher's attempts, by their Slurm jobs.
+    pending = 0
+    for attempt in index.attempts.values():
+        owner = index.jobs.get(attempt.job_id)
+        if attempt.dispatcher_id != me or owner is None or owner.id in ended:
+            continue
+        job = owner
+        observed = seen.get(attempt.id)
+        if observed is None:
+            decisions.submit.append(attempt.id)
+            pending += 1
+            continue
+        phase = phase_of(observed.state)
+        slurm_job = f"slurm job {observed.ref}"
+        if phase is Phase.PENDING:
+            pending += 1
+            reason = observed.reason if observed.reason not in QUIET_REASONS else "pending"
+            note = f"slurm: {reason}"
+            if note != job.wait_reason:
+                decisions.pending_reasons[job.id] = note
+        elif phase is Phase.RUNNING:
+            if attempt.state is AttemptState.ASSIGNED:
+                decisions.started.append(observed)
+        elif phase is Phase.EXITED:
+            code = observed.exit_code
+            if code is None:  # ended without an exit code known: say what Slurm says
+                code = 0 if observed.state == "COMPLETED" else 1
+            detail = "" if observed.state in ("COMPLETED", "FAILED") else f"{slurm_job} {observed.state}"
+            decisions.exits.append(Exit(attempt.id, job.id, code, detail))
+        elif phase is Phase.LOST:
+            why = f"{slurm_job} {observed.state}" if observed.state else f"{slurm_job} vanished from squeue"
+            if observed.reason not in QUIET_REASONS:
+                why += f" ({observed.reason})"
+            decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, why, attempt_ids(job.id)))
+        else:  # cancelled in Slurm, and not by corral (corral's own cancel ended the attempt)
+            decisions.job_outcomes.append(
+                JobOutcome(job.id, JobState.CANCELLED, f"{slurm_job} was cancelled outside corral", attempt_ids(job.id))
+            )
+        if phase is not Phase.PENDING and phase is not Phase.RUNNING:
+            ended.add(job.id)
+
+    # 5. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm.
+    for job in index.in_queue_order():
+        if job.id in ended:
+            continue
+        eligible = job.eligible_at()
+        if eligible > now:
+            why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
+            if job.wait_reason != why:
+                decisions.annotations.append(Annotation(job.id, why))
+        elif pending < max_pending:
+            decisions.claims.append(job.id)
+            pending += 1
+        else:
+            why = f"waiting: {max_pending} jobs pending in Slurm already (slurm.max_pending)"
+            if job.wait_reason != why:
+                decisions.annotations.append(Annotation(job.id, why))
+    return decisions

@@ -1,0 +1,145 @@
+"""Slurm's commands, as corral calls them: `sbatch`, `squeue`, `scontrol show job`, `scancel`.
+
+Argument lists, never a shell string; every call has a timeout. A command that fails, times out
+or cannot be found raises SlurmError with Slurm's own message. No decisions here: what a state or
+an exit means is `corral.core.batch`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# squeue's fields, '|'-separated; the comment last (it is corral's, but a user's may hold a '|').
+SQUEUE_FORMAT = "%i|%T|%r|%N|%k"
+COMMENT = re.compile(
+    r"^corral cluster=(?P<cluster>\S+) job=(?P<job>\d+) attempt=(?P<attempt>\d+) dispatcher=(?P<dispatcher>\S+)$"
+)
+JOB_ID = re.compile(r"(?:^|\s)JobId=(\d+)\s")
+JOB_STATE = re.compile(r"\sJobState=(\S+)")
+EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
+
+# The batch script: it runs the job's argv, passed as the script's arguments, as is (no shell
+# string is ever built from it), on the first node of the allocation, as the corral agent runs a
+# gang's command; CORRAL_NODELIST and CORRAL_NNODES say what the gang holds.
+BATCH_SCRIPT = """#!/bin/sh
+# corral's Slurm batch script: runs "$@" (the job's argv) as is.
+CORRAL_NNODES="${SLURM_JOB_NUM_NODES:-1}"
+CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)"
+export CORRAL_NNODES CORRAL_NODELIST
+exec "$@"
+"""
+
+
+class SlurmError(Exception):
+    """A Slurm command failed; the message is Slurm's (or why the command could not run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """A Slurm job as squeue lists it."""
+
+    id: str
+    state: str
+    reason: str
+    nodes: str
+    comment: str
+
+    def corral_ids(self, cluster: str) -> tuple[int, int, str] | None:
+        """(job id, attempt id, dispatcher id) if a dispatcher of corral's cluster `cluster`
+        submitted it."""
+        match = COMMENT.match(self.comment)
+        if match is None or match["cluster"] != cluster:
+            return None
+        return int(match["job"]), int(match["attempt"]), match["dispatcher"]
+
+
+def comment_for(cluster: str, job_id: int, attempt_id: int, dispatcher_id: str) -> str:
+    return f"corral cluster={cluster} job={job_id} attempt={attempt_id} dispatcher={dispatcher_id}"
+
+
+def exit_code_of(code: int, signal: int) -> int:
+    """Slurm's ExitCode=CODE:SIGNAL as corral's exit code: the code, or 128+N for signal N."""
+    return 128 + signal if signal else code
+
+
+def parse_squeue(text: str) -> list[SlurmJob]:
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split("|", 4)
+        if len(parts) == 5 and parts[0].strip():
+            job_id, state, reason, nodes = (p.strip() for p in parts[:4])
+            jobs.append(SlurmJob(job_id, state, reason, nodes, parts[4].strip()))
+    return jobs
+
+
+def parse_show_job(text: str) -> dict[str, tuple[str, int]]:
+    """`scontrol show job --oneliner`: job id -> (state, exit code). The fields before the
+    command line are read (its text is the user's), so each pattern's first match counts."""
+    found = {}
+    for line in text.splitlines():
+        job_id, state, code = JOB_ID.search(line), JOB_STATE.search(line), EXIT_CODE.search(line)
+        if job_id and state and code:
+            found[job_id[1]] = (state[1], exit_code_of(int(code[1]), int(code[2])))
+    return found
+
+
+class Slurm:
+    """Runs Slurm's commands. `bin_dir` holds them (else PATH); `conf` is SLURM_CONF."""
+
+    def __init__(self, bin_dir: str = "", conf: str | None = None, timeout: float = 30.0) -> None:
+        self.bin_dir = bin_dir
+        self.conf = conf
+        self.timeout = timeout
+
+    def _command(self, name: str) -> str:
+        return str(Path(self.bin_dir) / name) if self.bin_dir else name
+
+    def run(self, args: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+        command = [self._command(args[0]), *args[1:]]
+        full_env = dict(os.environ if env is None else env)
+        if self.conf:
+            full_env["SLURM_CONF"] = self.conf
+        try:
+            done = subprocess.run(
+                command,
+                env=full_env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{args[0]} did not answer within {self.timeout:g}s") from None
+        except OSError as exc:
+            raise SlurmError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+        if done.returncode != 0:
+            message = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
+            raise SlurmError(message or f"{args[0]} exited {done.returncode}")
+        return done.stdout
+
+    def sbatch(self, options: Sequence[str], script: Path, argv: Sequence[str], env: Mapping[str, str]) -> str:
+        """Submit; the Slurm job id."""
+        out = self.run(["sbatch", "--parsable", *options, str(script), *argv], env=env).strip()
+        job_id = out.split(";")[0].strip()  # "ID" or "ID;cluster"
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch printed no job id: {out!r}")
+        return job_id
+
+    def squeue(self) -> list[SlurmJob]:
+        """Every job Slurm lists, also those ended within MinJobAge (`--states=all`)."""
+        return parse_squeue(self.run(["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"]))
+
+    def show_jobs(self) -> dict[str, tuple[str, int]]:
+        """Job id -> (state, exit code) of every job slurmctld still holds (accounting may be off,
+        so `sacct` is not asked)."""
+        return parse_show_job(self.run(["scontrol", "show", "job", "--oneliner"]))
+
+    def scancel(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self.run(["scancel", *job_ids])

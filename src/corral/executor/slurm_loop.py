@@ -1,0 +1,306 @@
+"""The control loop in front of Slurm (`executor = "slurm"`): corral as crunch-dispatch-slurm.
+
+Slurm owns the nodes; corral boots nothing and runs no agents. A pass: heartbeat; list Slurm's
+jobs (`squeue`), and read the exit codes of corral's ended ones (`scontrol show job`); load the
+snapshot; ask the core (`corral.core.batch.plan_batch_pass`); carry its decisions out: record
+outcomes, exits and starts, `scancel`, claim queued jobs through the store's atomic claim and
+`sbatch` them. Each Slurm job carries corral's ids in its comment, so a restarted dispatcher finds
+its jobs again instead of submitting them twice, and a Slurm job of this cluster whose attempt
+corral no longer runs (a cancel that failed, a stale dispatcher's released claim) is scancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from corral.config import Config
+from corral.core import batch, retry
+from corral.core.batch import Phase, Seen, phase_of
+from corral.core.model import Attempt, Job
+from corral.core.snapshot import Decisions, Snapshot
+from corral.executor.slurm import BATCH_SCRIPT, Slurm, SlurmError, SlurmJob, comment_for
+from corral.loop import ControlLoop, PassReport
+from corral.store import Store
+
+log = logging.getLogger("corral.slurm")
+
+# The node an attempt is recorded on: Slurm places it (the job's node column then shows Slurm's
+# node list, "slurm:c[1-2]").
+SLURM_NODE = "slurm"
+# Not handed on to a job's environment: corral's own credentials and addresses.
+PRIVATE_ENV = ("CORRAL_TOKEN", "CORRAL_URL", "CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET")
+
+
+class SlurmLoop(ControlLoop):
+    """The ControlLoop's interface (run_pass, shutdown_fleet) over Slurm instead of a cloud."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        dispatcher_id: str,
+        log_root: Path,
+        clock: Callable[[], float] = time.time,
+        slurm: Slurm | None = None,
+    ) -> None:
+        # No cloud, placer or boot planner: none of ControlLoop's own state is used.
+        self.store = store
+        self.config = config
+        self.dispatcher_id = dispatcher_id
+        self.clock = clock
+        self.observing_since = clock()
+        self._serial = threading.Lock()
+        self.stopped = False
+        settings = config.slurm
+        self.slurm = slurm or Slurm(settings.bin_dir, settings.conf, settings.command_timeout)
+        self.cluster = config.cloud.cluster
+        self.log_root = log_root
+        self.output_dir = settings.output_dir or log_root
+        self.work_dir = settings.work_dir or config.home / "slurm" / "work"
+        self.script = config.home / "slurm" / "corral-batch.sh"
+        self.script.parent.mkdir(parents=True, exist_ok=True)
+        self.script.write_text(BATCH_SCRIPT)
+        self._unreachable = ""  # Slurm's last error while it cannot be asked, to record it once
+
+    # ---- a pass -------------------------------------------------------------------------------
+
+    def _run_pass(self) -> PassReport:
+        started = self.clock()
+        self.store.heartbeat(self.dispatcher_id, started, socket.gethostname(), os.getpid())
+        try:
+            listing = self.slurm.squeue()
+        except SlurmError as exc:
+            self._slurm_unreachable(str(exc), started)
+            return PassReport(Decisions(), duration=self.clock() - started)
+        if self._unreachable:
+            self.store.add_event(started, "slurm.reachable", "squeue answers again")
+            self._unreachable = ""
+        ours: dict[int, SlurmJob] = {}  # this cluster's Slurm jobs, by attempt id
+        mine: dict[int, SlurmJob] = {}  # this dispatcher's, by attempt id
+        by_ref = {slurm_job.id: slurm_job for slurm_job in listing}
+        for slurm_job in listing:
+            ids = slurm_job.corral_ids(self.cluster)
+            if ids is not None:
+                ours[ids[1]] = slurm_job
+                if ids[2] == self.dispatcher_id:
+                    mine[ids[1]] = slurm_job
+        snapshot = self.store.load_snapshot(self.dispatcher_id, [], self.observing_since)
+        now = self.clock()
+        seen = self._observe(snapshot, mine, by_ref, now)
+        decisions = batch.plan_batch_pass(snapshot, now, self.config.policy, seen, self.config.slurm.max_pending)
+        self._orphans(snapshot, ours, now)
+        self._execute(decisions, snapshot, seen, now)
+        report = PassReport(Decisions(job_outcomes=decisions.job_outcomes))
+        report.duration = self.clock() - started
+        return report
+
+    def _slurm_unreachable(self, message: str, now: float) -> None:
+        if message != self._unreachable:
+            log.warning("squeue failed: %s", message)
+            self.store.add_event(now, "slurm.unreachable", f"squeue failed: {message}")
+        self._unreachable = message
+
+    def _observe(
+        self, snapshot: Snapshot, mine: dict[int, SlurmJob], by_ref: dict[str, SlurmJob], now: float
+    ) -> dict[int, Seen]:
+        """What Slurm says of each of this dispatcher's active attempts that was submitted, found
+        by the Slurm job id recorded on it. An attempt whose Slurm id was never recorded (a stop
+        between sbatch and the record) is re-adopted by the ids in its Slurm job's comment."""
+        refs = self.store.executor_refs(self.dispatcher_id)
+        seen: dict[int, Seen] = {}
+        for attempt in snapshot.attempts:
+            if attempt.dispatcher_id != self.dispatcher_id:
+                continue
+            ref = refs.get(attempt.id)
+            if ref is None:
+                slurm_job = mine.get(attempt.id)
+                if slurm_job is None:
+                    continue  # never submitted
+                ref = slurm_job.id
+                self.store.set_executor_ref(attempt.id, ref, f"attempt {attempt.id} re-adopted as slurm job {ref}", now)
+            else:
+                slurm_job = by_ref.get(ref)
+            if slurm_job is None:
+                seen[attempt.id] = Seen(attempt.id, ref, "")
+            else:
+                seen[attempt.id] = Seen(attempt.id, ref, slurm_job.state, None, slurm_job.reason, slurm_job.nodes)
+        ended = [s for s in seen.values() if phase_of(s.state) is Phase.EXITED]
+        if ended:
+            try:
+                codes = self.slurm.show_jobs()
+            except SlurmError as exc:
+                log.warning("scontrol show job failed: %s", exc)
+                codes = {}
+            for s in ended:
+                if s.ref in codes:
+                    seen[s.attempt_id] = Seen(s.attempt_id, s.ref, s.state, codes[s.ref][1], s.reason, s.nodes)
+                else:  # no exit code this pass: wait for one (Slurm keeps the job for MinJobAge)
+                    seen[s.attempt_id] = Seen(s.attempt_id, s.ref, "COMPLETING", None, s.reason, s.nodes)
+        return seen
+
+    def _orphans(self, snapshot: Snapshot, ours: dict[int, SlurmJob], now: float) -> None:
+        """scancel this cluster's Slurm jobs that still run or wait although corral no longer runs
+        their attempt (its cancel's scancel failed, or a stale dispatcher's claim was released).
+        squeue ran before the snapshot was read, and an attempt is created before its sbatch, so a
+        listed job whose attempt is not active has ended in corral."""
+        active = {a.id for a in snapshot.attempts}
+        orphans = [
+            (attempt_id, j)
+            for attempt_id, j in ours.items()
+            if attempt_id not in active and phase_of(j.state) in batch.ACTIVE
+        ]
+        if not orphans:
+            return
+        refs = [j.id for _, j in orphans]
+        try:
+            self.slurm.scancel(refs)
+        except SlurmError as exc:
+            log.warning("scancel of orphan slurm jobs %s failed: %s", ", ".join(refs), exc)
+            return
+        for attempt_id, j in orphans:
+            self.store.add_event(
+                now, "slurm.orphan", f"slurm job {j.id} runs attempt {attempt_id}, which corral ended; scancelled"
+            )
+
+    def _execute(self, decisions: batch.BatchDecisions, snapshot: Snapshot, seen: dict[int, Seen], now: float) -> None:
+        for outcome in decisions.job_outcomes:
+            self.store.apply_outcome(outcome, now)
+        if decisions.cancel:
+            try:
+                self.slurm.scancel(decisions.cancel)
+            except SlurmError as exc:  # the next pass scancels them as orphans
+                log.warning("scancel %s failed: %s", ", ".join(decisions.cancel), exc)
+        for ended in decisions.exits:
+            self._collect_output(ended.job_id, ended.attempt_id)
+
+            def outcome_of(job: Job, ended: batch.Exit = ended) -> batch.JobOutcome:
+                return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, ended.detail)
+
+            self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of)
+        for running in decisions.started:
+            where = f"slurm:{running.nodes}" if running.nodes else SLURM_NODE
+            message = f"attempt {running.attempt_id} runs as slurm job {running.ref} on {running.nodes or '?'}"
+            self.store.executor_started(running.attempt_id, where, message, now)
+        self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
+        self.store.annotate_many(decisions.annotations, {}, now)
+        jobs = {job.id: job for job in snapshot.jobs}
+        attempts = {a.id: a for a in snapshot.attempts}
+        for attempt_id in decisions.submit:
+            attempt = attempts[attempt_id]
+            self._submit(jobs[attempt.job_id], attempt.id, now)
+        for job_id in decisions.claims:
+            job = jobs[job_id]
+            claimed = self.store.claim(job.id, self.dispatcher_id, (SLURM_NODE,), job.resources, now)
+            if claimed is not None:
+                self._submit(job, claimed, now)
+
+    # ---- sbatch -------------------------------------------------------------------------------
+
+    def output_path(self, job_id: int, attempt_id: int) -> Path:
+        return self.output_dir / str(job_id) / f"{attempt_id}.log"
+
+    def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
+        """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
+        gang, --time from its time limit; its ids in --job-name and --comment."""
+        settings = self.config.slurm
+        res = job.resources
+        options = [
+            f"--job-name=corral-{job.id}" + (f"-{job.name}" if job.name else ""),
+            f"--comment={comment_for(self.cluster, job.id, attempt_id, self.dispatcher_id)}",
+            f"--output={self.output_path(job.id, attempt_id)}",
+            f"--chdir={self.work_dir}",
+            "--export=ALL",
+            f"--nodes={job.node_count}",
+            "--ntasks-per-node=1",
+            f"--cpus-per-task={max(1, math.ceil(res.vcpus - 1e-9))}",
+            f"--mem={res.ram_mib}M",
+        ]
+        if res.gpus:
+            options.append(f"--gres=gpu:{res.gpus}")
+        if res.scratch_mib:
+            options.append(f"--tmp={res.scratch_mib}M")
+        if job.time_limit is not None:
+            options.append(f"--time={slurm_time(job.time_limit)}")
+        if settings.partition:
+            options.append(f"--partition={settings.partition}")
+        if settings.account:
+            options.append(f"--account={settings.account}")
+        return [*options, *settings.extra_args]
+
+    def job_env(self, job: Job, attempt_id: int) -> dict[str, str]:
+        """sbatch's environment, which --export=ALL hands to the job: this process's, less corral's
+        credentials, plus the job's env and its ids."""
+        env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+        env.update(job.env)
+        env.update(CORRAL_JOB_ID=str(job.id), CORRAL_ATTEMPT_ID=str(attempt_id))
+        return env
+
+    def _submit(self, job: Job, attempt_id: int, now: float) -> None:
+        try:
+            self.output_path(job.id, attempt_id).parent.mkdir(parents=True, exist_ok=True)
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            ref = self.slurm.sbatch(
+                self.sbatch_options(job, attempt_id), self.script, job.command, self.job_env(job, attempt_id)
+            )
+        except (SlurmError, OSError) as exc:
+            # slurmctld down, a refused request: a temporary failure, with Slurm's message. A
+            # submission that did happen (sbatch timed out after it) is scancelled as an orphan.
+            log.warning("sbatch of job %s failed: %s", job.id, exc)
+            outcome = retry.after_temp_failure(
+                job, now, self.config.policy.retry, f"sbatch failed: {exc}", (attempt_id,)
+            )
+            self.store.apply_outcome(outcome, now)
+            return
+        self.store.set_executor_ref(attempt_id, ref, f"attempt {attempt_id} submitted as slurm job {ref}", now)
+
+    def _collect_output(self, job_id: int, attempt_id: int) -> None:
+        """Copy an ended attempt's output into the log store when it was written elsewhere."""
+        source = self.output_path(job_id, attempt_id)
+        target = self.log_root / str(job_id) / f"{attempt_id}.log"
+        if source == target or not source.exists():
+            return
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+        except OSError as exc:
+            log.warning("copying the output of job %s from %s failed: %s", job_id, source, exc)
+
+    # ---- a clean stop -------------------------------------------------------------------------
+
+    def _shutdown_fleet(self, reason: str) -> None:
+        """scancel this dispatcher's Slurm jobs and requeue their jobs as temporary failures
+        (with --keep-fleet this is not called: the Slurm jobs run on, for the next corral)."""
+        now = self.clock()
+        snapshot = self.store.load_snapshot(self.dispatcher_id, [], 0.0)
+        jobs = {job.id: job for job in snapshot.jobs}
+        refs = self.store.executor_refs(self.dispatcher_id)
+        mine: list[Attempt] = [a for a in snapshot.attempts if a.dispatcher_id == self.dispatcher_id]
+        cancel = [refs[a.id] for a in mine if a.id in refs]
+        if cancel:
+            try:
+                self.slurm.scancel(cancel)
+            except SlurmError as exc:
+                log.warning("scancel %s failed: %s", ", ".join(cancel), exc)
+        for attempt in mine:
+            job = jobs.get(attempt.job_id)
+            if job is not None:
+                self.store.apply_outcome(
+                    retry.after_temp_failure(job, now, self.config.policy.retry, reason, (attempt.id,)), now
+                )
+
+
+def slurm_time(seconds: float) -> str:
+    """A time limit as sbatch's --time (D-HH:MM:SS), rounded up to whole seconds, at least 1 s."""
+    total = max(1, math.ceil(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"

@@ -1,0 +1,157 @@
+"""The pass in front of Slurm (corral.core.batch): what each Slurm state means for a corral job."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.core import batch
+from corral.core.batch import Phase, Seen
+from corral.core.model import Attempt, AttemptState, Dispatcher, Job, JobState
+from corral.core.settings import PolicySettings
+from corral.core.snapshot import Snapshot
+
+NOW = 1000.0
+ME = "d-me"
+
+
+def world(*jobs: Job, attempts: tuple[Attempt, ...] = (), dispatchers: tuple[Dispatcher, ...] = ()) -> Snapshot:
+    return Snapshot(
+        jobs=list(jobs),
+        attempts=list(attempts),
+        nodes=[],
+        instance_types=[],
+        dispatcher_id=ME,
+        dispatchers=[Dispatcher(ME, NOW), *dispatchers],
+        observing_since=0.0,
+    )
+
+
+def claimed(
+    job_id: int, attempt_id: int, owner: str = ME, running: bool = False, **fields: object
+) -> tuple[Job, Attempt]:
+    job = Job(job_id, ["x"], state=JobState.RUNNING if running else JobState.CLAIMED, claimed_by=owner, **fields)  # type: ignore[arg-type]
+    state = AttemptState.RUNNING if running else AttemptState.ASSIGNED
+    return job, Attempt(attempt_id, job_id, ["slurm"], job.resources, state=state, dispatcher_id=owner)
+
+
+def plan(snapshot: Snapshot, seen: dict[int, Seen] | None = None, max_pending: int = 100) -> batch.BatchDecisions:
+    return batch.plan_batch_pass(snapshot, NOW, PolicySettings(), seen or {}, max_pending)
+
+
+@pytest.mark.parametrize(
+    ("state", "phase"),
+    [
+        ("PENDING", Phase.PENDING),
+        ("RUNNING", Phase.RUNNING),
+        ("COMPLETING", Phase.RUNNING),
+        ("COMPLETED", Phase.EXITED),
+        ("FAILED", Phase.EXITED),
+        ("TIMEOUT", Phase.EXITED),
+        ("OUT_OF_MEMORY", Phase.EXITED),
+        ("NODE_FAIL", Phase.LOST),
+        ("BOOT_FAIL", Phase.LOST),
+        ("PREEMPTED", Phase.LOST),
+        ("", Phase.LOST),  # vanished from squeue
+        ("CANCELLED", Phase.CANCELLED),
+        ("CANCELLED+", Phase.CANCELLED),
+        ("SOME_NEW_STATE", Phase.RUNNING),
+    ],
+)
+def test_slurm_states_by_what_they_mean(state: str, phase: Phase) -> None:
+    assert batch.phase_of(state) is phase
+
+
+def test_queued_jobs_are_claimed_in_queue_order_up_to_max_pending() -> None:
+    low, high, third = Job(1, ["x"], priority=1), Job(2, ["x"], priority=5), Job(3, ["x"], priority=1)
+    decisions = plan(world(low, high, third), max_pending=2)
+    assert decisions.claims == [2, 1]
+    assert [(n.job_id, n.wait_reason) for n in decisions.annotations] == [
+        (3, "waiting: 2 jobs pending in Slurm already (slurm.max_pending)")
+    ]
+
+
+def test_jobs_pending_in_slurm_count_against_max_pending_and_show_slurms_reason() -> None:
+    job, attempt = claimed(1, 10)
+    decisions = plan(
+        world(job, Job(2, ["x"]), attempts=(attempt,)), {10: Seen(10, "77", "PENDING", None, "Resources")}, 1
+    )
+    assert decisions.claims == []
+    assert decisions.pending_reasons == {1: "slurm: Resources"}
+
+
+def test_a_job_in_back_off_or_before_its_start_waits_with_the_reason() -> None:
+    decisions = plan(world(Job(1, ["x"], retry_at=NOW + 5), Job(2, ["x"], not_before=NOW + 60)))
+    assert decisions.claims == []
+    assert {n.job_id: n.wait_reason for n in decisions.annotations} == {
+        1: "back-off",
+        2: "not before a requested start time",
+    }
+
+
+def test_a_claimed_attempt_never_submitted_is_submitted() -> None:
+    job, attempt = claimed(1, 10)
+    assert plan(world(job, attempts=(attempt,))).submit == [10]
+
+
+def test_running_in_slurm_starts_the_attempt_once() -> None:
+    job, attempt = claimed(1, 10)
+    seen = {10: Seen(10, "77", "RUNNING", nodes="c1")}
+    assert plan(world(job, attempts=(attempt,)), seen).started == [seen[10]]
+    job, attempt = claimed(1, 10, running=True)
+    assert plan(world(job, attempts=(attempt,)), seen).started == []
+
+
+def test_an_exit_is_the_jobs_exit_and_a_timeout_says_so() -> None:
+    job, attempt = claimed(1, 10, running=True)
+    decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "FAILED", 3)})
+    assert decisions.exits == [batch.Exit(10, 1, 3, "")]
+    outcome = batch.exit_outcome(job, 3, 10)
+    assert outcome.state is JobState.FAILED and outcome.exit_code == 3 and outcome.attempt_ids == (10,)
+
+    decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "TIMEOUT", 143)})
+    (ended,) = decisions.exits
+    outcome = batch.exit_outcome(job, ended.exit_code, 10, ended.detail)
+    assert outcome.state is JobState.FAILED and outcome.reason == "exit 143 (slurm job 77 TIMEOUT)"
+    retried = Job(1, ["x"], state=JobState.RUNNING, max_retries=1)
+    assert batch.exit_outcome(retried, 3, 10).state is JobState.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "says"),
+    [
+        ("NODE_FAIL", "NodeDown", "slurm job 77 NODE_FAIL (NodeDown)"),
+        ("BOOT_FAIL", "", "slurm job 77 BOOT_FAIL"),
+        ("", "", "slurm job 77 vanished from squeue"),
+    ],
+)
+def test_infrastructure_failures_requeue_with_back_off(state: str, reason: str, says: str) -> None:
+    job, attempt = claimed(1, 10, running=True)
+    (outcome,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", state, None, reason)}).job_outcomes
+    assert outcome.state is JobState.QUEUED and outcome.temp_failure and outcome.retry_at == NOW + 5
+    assert outcome.reason.startswith(says + "; retry 1/5")
+
+
+def test_a_slurm_job_cancelled_outside_corral_cancels_the_job_and_says_so() -> None:
+    job, attempt = claimed(1, 10, running=True)
+    (outcome,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "CANCELLED")}).job_outcomes
+    assert outcome.state is JobState.CANCELLED and outcome.reason == "slurm job 77 was cancelled outside corral"
+
+
+def test_cancel_and_priority_zero_scancel_this_dispatchers_slurm_jobs_only() -> None:
+    mine, my_attempt = claimed(1, 10, running=True, cancel_requested=True)
+    theirs, their_attempt = claimed(2, 20, owner="d-other", running=True, priority=0)
+    queued = Job(3, ["x"], priority=0)
+    seen = {10: Seen(10, "77", "RUNNING")}
+    decisions = plan(world(mine, theirs, queued, attempts=(my_attempt, their_attempt)), seen)
+    assert [(o.job_id, o.state, o.reason) for o in decisions.job_outcomes] == [
+        (1, JobState.CANCELLED, "cancelled by request"),
+        (3, JobState.CANCELLED, "priority set to 0"),
+    ]
+    assert decisions.cancel == ["77"] and decisions.exits == [] and decisions.claims == []
+
+
+def test_a_stale_dispatchers_claims_are_released_as_temporary_failures() -> None:
+    job, attempt = claimed(1, 10, owner="d-gone", running=True)
+    snapshot = world(job, attempts=(attempt,), dispatchers=(Dispatcher("d-gone", NOW - 600),))
+    (outcome,) = plan(snapshot).job_outcomes
+    assert outcome.state is JobState.QUEUED and outcome.reason.startswith("dispatcher d-gone stopped heartbeating")

@@ -1,0 +1,234 @@
+"""A real Slurm on this machine for the Slurm executor's tests: munged, slurmctld and two slurmd.
+
+Installed from Debian's packages when missing (root and apt-get needed; otherwise the tests skip
+with the reason, unless `CI=true`, where that is a failure: CI never goes green without them).
+Everything lives in a temporary directory: its own munge socket, state, spool and logs, ports
+picked free, so it collides with no other Slurm on the machine. The settings are those found to
+work here (shared/notes/slurm-on-one-machine.md): proctrack/linuxproc and no cgroups, cons_tres
+with DefMemPerCPU, no accounting (exit codes come from `scontrol show job`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import wait_until
+
+PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
+PROGRAMS = ["sbatch", "squeue", "scontrol", "scancel", "sinfo", "slurmctld", "slurmd", "munge"]
+MUNGED = "/usr/sbin/munged"
+NODES = ("c1", "c2")
+
+
+def _missing() -> list[str]:
+    return [p for p in PROGRAMS if shutil.which(p) is None] + ([] if Path(MUNGED).exists() else ["munged"])
+
+
+@functools.cache
+def slurm_unavailable() -> str | None:
+    """Why a real Slurm cannot be started here (installing it first if need be), or None."""
+    if not _missing():
+        return None
+    if os.geteuid() != 0:
+        return f"Slurm is not installed ({', '.join(_missing())} missing) and the tests do not run as root"
+    if shutil.which("apt-get") is None:
+        return f"Slurm is not installed ({', '.join(_missing())} missing) and there is no apt-get"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    command = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        # The package lists may be missing (a fresh container): update once and try again.
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=600, check=False)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0 or _missing():
+        return f"installing Slurm failed ({' '.join(command)}): {done.stderr.strip()[-500:]}"
+    return None
+
+
+def require_slurm() -> None:
+    reason = slurm_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: the Slurm tests must run, but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class SlurmCluster:
+    root: Path
+    conf: Path
+    nodes: tuple[str, ...]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=30, check=True).stdout
+
+    def show_job(self, job_id: str) -> str:
+        return self.run("scontrol", "show", "job", "--oneliner", job_id)
+
+    def state(self, job_id: str) -> str:
+        return self.run("squeue", "--noheader", "--states=all", "--format=%T", "--jobs", job_id).strip()
+
+    def jobs(self) -> list[str]:
+        return self.run("squeue", "--noheader", "--states=all", "--format=%i|%T|%k").splitlines()
+
+    def cancel_all(self) -> None:
+        active = [line.split("|")[0] for line in self.jobs() if line.split("|")[1] in ("PENDING", "RUNNING")]
+        if active:
+            subprocess.run(["scancel", *active], env=self.env, capture_output=True, timeout=30, check=False)
+
+
+def _write_conf(root: Path, ports: list[int]) -> Path:
+    first, last = ports[1], ports[1] + len(NODES) - 1
+    conf = root / "slurm.conf"
+    conf.write_text(
+        f"""ClusterName=corraltest
+SlurmctldHost=localhost
+SlurmctldPort={ports[0]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge/munge.sock
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd-%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
+SchedulerParameters=batch_sched_delay=0
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+SlurmdParameters=config_overrides
+MpiDefault=none
+ReturnToService=2
+NodeName=c[1-{len(NODES)}] NodeHostname=localhost NodeAddr=127.0.0.1 Port={first}-{last} CPUs=2 RealMemory=4000
+PartitionName=debug Nodes=c[1-{len(NODES)}] Default=YES MaxTime=INFINITE State=UP
+"""
+    )
+    return conf
+
+
+def _consecutive_ports(count: int) -> list[int]:
+    """A free port for slurmctld and `count` consecutive free ones for the slurmd (a node range
+    takes a port range)."""
+    for _ in range(50):
+        ctld = free_ports(1)[0]
+        base = free_ports(1)[0]
+        wanted = list(range(base, base + count))
+        if ctld in wanted or wanted[-1] > 65535:
+            continue
+        try:
+            held = []
+            for port in wanted:
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+        return [ctld, *wanted]
+    raise RuntimeError("no free consecutive ports")
+
+
+def _kill_pidfile(path: Path) -> None:
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    require_slurm()
+    # Not under pytest's 0700 tmp dir: munged wants every directory above its socket searchable by all.
+    root = Path(tempfile.mkdtemp(prefix="corral-slurm-"))
+    root.chmod(0o755)
+    for sub in ("state", "log", *(f"spool/{n}" for n in NODES)):
+        (root / sub).mkdir(parents=True)
+    munge_dir = root / "munge"
+    munge_dir.mkdir()
+    munge_dir.chmod(0o755)
+    shutil.chown(munge_dir, "munge", "munge")
+    conf = _write_conf(root, _consecutive_ports(len(NODES)))
+    cluster = SlurmCluster(root, conf, NODES)
+    pidfiles = [munge_dir / "munged.pid", root / "slurmctld.pid", *(root / f"slurmd-{n}.pid" for n in NODES)]
+    try:
+        subprocess.run(
+            ["runuser", "-u", "munge", "--", MUNGED, f"--socket={munge_dir}/munge.sock",
+             f"--pid-file={munge_dir}/munged.pid", f"--seed-file={munge_dir}/munged.seed",
+             f"--log-file={munge_dir}/munged.log"],
+            check=True, capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        subprocess.run(["slurmctld", "-f", str(conf)], check=True, timeout=30, stdin=subprocess.DEVNULL)
+        for node in NODES:
+            subprocess.run(["slurmd", "-f", str(conf), "-N", node], check=True, timeout=30, stdin=subprocess.DEVNULL)
+
+        def idle() -> bool:
+            out = subprocess.run(
+                ["sinfo", "--noheader", "--format=%T %D"], env=cluster.env, capture_output=True, text=True, timeout=10
+            ).stdout
+            return out.strip() == f"idle {len(NODES)}"
+
+        wait_until(idle, 30, "the Slurm nodes to be idle", interval=0.1)
+        yield cluster
+    finally:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            cluster.cancel_all()
+        for pidfile in reversed(pidfiles):
+            _kill_pidfile(pidfile)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The session's Slurm, with no job of an earlier test still running on it."""
+    yield slurm_cluster
+    slurm_cluster.cancel_all()

@@ -1,0 +1,83 @@
+"""`corral run` with `executor = "slurm"`, driven through the real CLI against a real Slurm."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Corral, free_port
+from tests.slurm.conftest import SlurmCluster
+from tests.support import wait_until
+
+
+@pytest.fixture
+def corral(tmp_path: Path, slurm: SlurmCluster) -> Iterator[Corral]:
+    home = tmp_path / "home"
+    home.mkdir()
+    config = tmp_path / "corral.toml"
+    config.write_text(
+        f"""
+executor = "slurm"
+
+[slurm]
+conf = "{slurm.conf}"
+
+[cloud]
+cluster = "e2e-{uuid.uuid4().hex[:8]}"
+
+[loop]
+interval = "0.3s"
+"""
+    )
+    instance = Corral(home=home, port=free_port(), config=config)
+    yield instance
+    if instance.process is not None:
+        instance.stop()
+
+
+def test_corral_run_dispatches_to_slurm(corral: Corral, slurm: SlurmCluster) -> None:
+    corral.start("--keep-fleet")
+    ok = int(corral.cli("submit", "--", "sh", "-c", "echo hello from $CORRAL_NODELIST").stdout.strip())
+    long = int(corral.cli("submit", "--ram", "128MiB", "--", "sleep", "300").stdout.strip())
+    wait_until(lambda: corral.jobs()[ok]["state"] == "complete", 30, "the job to complete")
+    assert corral.cli("logs", str(ok)).stdout.startswith("hello from c")
+
+    wait_until(lambda: corral.jobs()[long]["state"] == "running", 30, "the long job to run")
+    assert str(corral.jobs()[long]["node"]).startswith("slurm:c")
+    # A stop for a restart leaves the Slurm job running; the next corral takes it back.
+    corral.stop()
+    corral.start()
+    time.sleep(1.0)  # a few passes (0.3 s apart) of the new corral: none may submit the job again
+    attempts = corral.api("GET", f"/api/jobs/{long}").json()["attempt_list"]
+    assert [a["state"] for a in attempts] == ["running"]
+    events = corral.cli_json("events", "--job", str(long))
+    assert [e["kind"] for e in events].count("job.submitted") == 1
+
+    corral.cli("cancel", str(long))
+    wait_until(lambda: corral.jobs()[long]["state"] == "cancelled", 30, "the cancel")
+    cluster = corral.config.read_text().split('cluster = "')[1].split('"')[0]
+    wait_until(
+        lambda: all("CANCELLED" in line for line in slurm.jobs() if f"job={long} " in line and cluster in line),
+        20,
+        "slurm to cancel it",
+    )
+
+
+def test_a_clean_stop_scancels_and_requeues_this_dispatchers_slurm_jobs(corral: Corral, slurm: SlurmCluster) -> None:
+    corral.start()
+    long = int(corral.cli("submit", "--ram", "128MiB", "--", "sleep", "300").stdout.strip())
+    wait_until(lambda: corral.jobs()[long]["state"] == "running", 30, "the job to run")
+    corral.stop()
+    cluster = corral.config.read_text().split('cluster = "')[1].split('"')[0]
+    wait_until(
+        lambda: all("CANCELLED" in line for line in slurm.jobs() if f"job={long} " in line and cluster in line),
+        20,
+        "slurm to cancel it",
+    )
+    corral.start()
+    row = corral.jobs()[long]
+    assert row["state"] in ("queued", "claimed", "running")

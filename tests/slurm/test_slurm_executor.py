@@ -1,0 +1,227 @@
+"""The Slurm executor against a real Slurm (tests/slurm/conftest.py): corral claims, sbatches,
+watches with squeue and scontrol, scancels, and re-adopts its Slurm jobs after a restart."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.config import Config, load_config
+from corral.core.model import JobState
+from corral.core.snapshot import JobOutcome
+from corral.executor.slurm_loop import SlurmLoop
+from corral.jobspec import JobRequest
+from corral.store import Store
+from tests.slurm.conftest import SlurmCluster
+from tests.support import wait_until
+
+
+class Dispatcher:
+    """A store and the Slurm control loop over it, driven pass by pass as `corral run` would."""
+
+    def __init__(self, home: Path, config: Config, dispatcher_id: str = "d-test") -> None:
+        self.home = home
+        self.config = config
+        self.store = Store(config.store_url)
+        self.store.migrate()
+        self.dispatcher_id = dispatcher_id
+        self.loop = self.restart()
+
+    def restart(self) -> SlurmLoop:
+        """A new loop on the same store and dispatcher id: corral started again."""
+        self.loop = SlurmLoop(self.store, self.config, self.dispatcher_id, self.home / "logs")
+        return self.loop
+
+    def submit(self, *argv: str, **fields: Any) -> int:
+        return self.store.submit([JobRequest(command=list(argv), **fields)], time.time())[0]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.store.job_row(job_id)
+
+    def until(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.loop.run_pass()
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(0.2)
+
+    def until_state(self, job_id: int, *states: str, timeout: float = 30) -> dict[str, Any]:
+        return self.until(
+            lambda: (row := self.job(job_id))["state"] in states and row, timeout, f"job {job_id} to be {states}"
+        )
+
+    def attempts(self, job_id: int) -> list[dict[str, Any]]:
+        return self.store.attempts_of(job_id)
+
+    def output(self, job_id: int) -> str:
+        attempt = self.attempts(job_id)[-1]
+        path = self.home / "logs" / str(job_id) / f"{attempt['id']}.log"
+        return path.read_text() if path.exists() else ""
+
+    def events(self, job_id: int) -> list[str]:
+        return [f"{e['kind']}: {e['message']}" for e in self.store.list_events(job_id=job_id)]
+
+
+def make_config(home: Path, slurm: SlurmCluster, **slurm_keys: Any) -> Config:
+    # Each test is a corral of its own on the shared Slurm: its own cluster tag, or its jobs (whose
+    # ids start at 1 again) would be taken for another test's.
+    return load_config(
+        None,
+        home=home,
+        cloud={"cluster": f"t-{uuid.uuid4().hex[:8]}"},
+        executor="slurm",
+        slurm={"conf": str(slurm.conf), **slurm_keys},
+        policy={"retry": {"backoff_initial": 0.5}},
+    )
+
+
+@pytest.fixture
+def corral(tmp_path: Path, slurm: SlurmCluster) -> Iterator[Dispatcher]:
+    dispatcher = Dispatcher(tmp_path, make_config(tmp_path, slurm))
+    yield dispatcher
+    dispatcher.store.close()
+
+
+def test_jobs_run_through_slurm_with_their_exit_codes_output_and_resources(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    ok = corral.submit("sh", "-c", 'echo "hello $GREETING"; echo "job $CORRAL_JOB_ID"', env={"GREETING": "a b"})
+    failing = corral.submit("sh", "-c", "echo to stderr >&2; exit 7")
+    missing = corral.submit("no-such-command-anywhere")
+    sized = corral.submit("echo", "two words", "$HOME", vcpus=2, ram=256, time_limit=300)
+    for job_id in (ok, failing, missing, sized):
+        corral.until_state(job_id, "complete", "failed")
+
+    assert corral.job(ok)["state"] == "complete" and corral.job(ok)["exit_code"] == 0
+    assert corral.output(ok) == f"hello a b\njob {ok}\n"
+    assert corral.job(failing)["state"] == "failed" and corral.job(failing)["exit_code"] == 7
+    assert "to stderr" in corral.output(failing)
+    assert corral.job(missing)["exit_code"] == 127
+    assert "no-such-command-anywhere" in corral.output(missing)
+    # The argv reaches the command as is: no shell ever read it.
+    assert corral.output(sized) == "two words $HOME\n"
+
+    attempt = corral.attempts(sized)[0]
+    assert attempt["state"] == "exited" and attempt["exit_code"] == 0 and attempt["executor_ref"]
+    shown = slurm.show_job(attempt["executor_ref"])
+    assert "NumCPUs=2 " in shown and "MinMemoryNode=256M" in shown and "TimeLimit=00:05:00" in shown
+    assert f"JobName=corral-{sized} " in shown
+    assert (
+        f"Comment=corral cluster={corral.config.cloud.cluster} job={sized} attempt={attempt['id']} dispatcher=d-test"
+        in shown
+    )
+    assert any(f"submitted as slurm job {attempt['executor_ref']}" in e for e in corral.events(sized))
+
+
+def test_a_failing_command_is_retried_when_the_job_asks(corral: Dispatcher, tmp_path: Path) -> None:
+    marker = tmp_path / "tried-once"
+    script = f"if [ -e {marker} ]; then echo second; else touch {marker}; echo first; exit 5; fi"
+    retried = corral.submit("sh", "-c", script, max_retries=1)
+    row = corral.until_state(retried, "complete", "failed")
+    assert row["state"] == "complete" and row["perm_failures"] == 1
+    attempts = corral.attempts(retried)
+    assert [a["exit_code"] for a in attempts] == [5, 0], corral.events(retried)
+    assert corral.output(retried) == "second\n"
+
+
+def test_a_gang_gets_two_slurm_nodes(corral: Dispatcher) -> None:
+    gang = corral.submit("sh", "-c", 'echo "$CORRAL_NODELIST $CORRAL_NNODES"', nodes=2, ram=128)
+    row = corral.until_state(gang, "complete", "failed")
+    assert row["state"] == "complete"
+    assert corral.output(gang) == "c1,c2 2\n"
+
+
+def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    # Two jobs of 2 vCPUs fill both nodes; a third waits in Slurm's queue for resources.
+    running = [corral.submit("sleep", "300", vcpus=2, ram=128) for _ in range(2)]
+    waiting = corral.submit("sleep", "300", vcpus=2, ram=128)
+    for job_id in running:
+        corral.until_state(job_id, "running")
+    row = corral.until(
+        lambda: (r := corral.job(waiting))["wait_reason"].startswith("slurm:") and r, 20, "a pending reason"
+    )
+    assert row["state"] == "claimed" and row["wait_reason"] == "slurm: Resources"
+
+    ref = corral.attempts(running[0])[0]["executor_ref"]
+    assert slurm.state(ref) == "RUNNING"
+    corral.store.request_cancel(running[0], time.time())
+    corral.store.set_priority(waiting, 0, time.time())
+    assert corral.until_state(running[0], "cancelled")["wait_reason"] == ""
+    assert corral.until_state(waiting, "cancelled")
+    wait_until(lambda: slurm.state(ref) == "CANCELLED", 20, f"slurm job {ref} to be cancelled")
+    assert corral.attempts(running[0])[0]["state"] == "cancelled"
+
+
+def test_a_slurm_job_cancelled_outside_corral_is_reported(corral: Dispatcher, slurm: SlurmCluster) -> None:
+    job_id = corral.submit("sleep", "300", ram=128)
+    corral.until_state(job_id, "running")
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    slurm.run("scancel", ref)
+    row = corral.until_state(job_id, "cancelled", "failed", "queued")
+    assert row["state"] == "cancelled"
+    assert any(f"slurm job {ref} was cancelled outside corral" in e for e in corral.events(job_id))
+
+
+def test_sbatch_refusing_a_job_is_a_temporary_failure_with_slurms_message(tmp_path: Path, slurm: SlurmCluster) -> None:
+    corral = Dispatcher(tmp_path, make_config(tmp_path, slurm, partition="no-such-partition"))
+    job_id = corral.submit("true")
+    corral.loop.run_pass()
+    row = corral.job(job_id)
+    assert row["state"] == "queued" and row["temp_failures"] == 1
+    assert "sbatch failed" in row["wait_reason"] and "invalid partition" in row["wait_reason"].lower()
+    assert corral.attempts(job_id)[0]["state"] == "tempfail"
+    corral.store.close()
+
+
+def test_a_restarted_dispatcher_re_adopts_its_slurm_jobs_without_submitting_twice(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    adopted = corral.submit("sh", "-c", "sleep 2; echo done", ram=128)
+    lost_record = corral.submit("sh", "-c", "sleep 2; echo done too", ram=128)
+    corral.until(
+        lambda: all(corral.attempts(j) and corral.attempts(j)[0]["executor_ref"] for j in (adopted, lost_record)),
+        10,
+        "both submitted",
+    )
+    # corral stops; the record of one submission was never written (a stop between sbatch and it).
+    with corral.store.write() as conn:
+        from sqlalchemy import update
+
+        from corral.store.schema import attempts
+
+        conn.execute(update(attempts).where(attempts.c.job_id == lost_record).values(executor_ref=None))
+    corral.restart()
+    for job_id in (adopted, lost_record):
+        assert corral.until_state(job_id, "complete", "failed")["state"] == "complete"
+        assert len(corral.attempts(job_id)) == 1
+    ours = [line for line in slurm.jobs() if f"cluster={corral.config.cloud.cluster} " in line]
+    assert len(ours) == 2
+    assert corral.output(lost_record) == "done too\n"
+    assert any("re-adopted as slurm job" in e for e in corral.events(lost_record))
+
+
+def test_a_slurm_job_whose_attempt_corral_ended_is_scancelled_as_an_orphan(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    """A stale dispatcher's released claim, or a cancel whose scancel failed: the Slurm job of an
+    attempt corral no longer runs is scancelled by the next pass."""
+    job_id = corral.submit("sleep", "300", ram=128)
+    corral.until_state(job_id, "running")
+    attempt = corral.attempts(job_id)[0]
+    outcome = JobOutcome(job_id, JobState.QUEUED, "claim released", (attempt["id"],), temp_failure=True)
+    assert corral.store.apply_outcome(outcome, time.time())
+    corral.store.request_cancel(job_id, time.time())  # so that it is not claimed and run again
+    corral.loop.run_pass()
+    wait_until(lambda: slurm.state(attempt["executor_ref"]) == "CANCELLED", 20, "the orphan to be scancelled")
+    assert any("slurm.orphan" in e["kind"] for e in corral.store.list_events(kind="slurm."))
