@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from corral.core import batch
@@ -129,6 +131,20 @@ def test_infrastructure_failures_requeue_with_back_off(state: str, reason: str, 
     (outcome,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", state, None, reason)}).job_outcomes
     assert outcome.state is JobState.QUEUED and outcome.temp_failure and outcome.retry_at == NOW + 5
     assert outcome.reason.startswith(says + "; retry 1/5")
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "BOOT_FAIL"])
+def test_a_slurm_node_failure_is_judged_by_the_node_failure_policy(state: str) -> None:
+    """Seed 002 §5.4.6 in front of Slurm too: the job's on_node_failure (here hold) decides."""
+    job, attempt = claimed(1, 10, running=True)
+    job = dataclasses.replace(job, on_node_failure="hold")
+    seen = {10: Seen(10, "77", state, None, "NodeDown", "c1")}
+    (outcome,) = plan(world(job, attempts=(attempt,)), seen).job_outcomes
+    assert outcome.state is JobState.QUEUED and outcome.hold and outcome.retry_at is None
+    assert outcome.reason.startswith(f"slurm job 77 {state} (NodeDown); requeued and held")
+    preempted = {10: Seen(10, "77", "PREEMPTED", None, "", "c1")}
+    (requeued,) = plan(world(job, attempts=(attempt,)), preempted).job_outcomes
+    assert not requeued.hold and requeued.retry_at == NOW + 5  # not a node failure: retried
 
 
 def test_a_slurm_job_cancelled_outside_corral_cancels_the_job_and_says_so() -> None:

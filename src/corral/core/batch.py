@@ -10,9 +10,9 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
 2. jobs with priority 0 or a cancel request are cancelled (their Slurm jobs are scancelled);
 3. each of this dispatcher's attempts is judged by its Slurm job's state (`SLURM_STATES`): still
    pending (annotated with Slurm's reason), running, ended with an exit code (complete, or failed
-   unless the job asks for retries: `retry.after_exit`), lost to the infrastructure (NODE_FAIL,
-   BOOT_FAIL, vanished from Slurm's listing: `retry.after_temp_failure`), or cancelled in Slurm by
-   someone other than corral;
+   unless the job asks for retries: `retry.after_exit`), lost with a node (NODE_FAIL, BOOT_FAIL:
+   the node-failure policy, `retry.after_node_failure`), lost otherwise (PREEMPTED, vanished from
+   Slurm's listing: `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral;
 4. an attempt claimed but never submitted (the dispatcher stopped between the claim and `sbatch`)
    is submitted;
 5. eligible queued jobs are claimed and submitted in queue order, up to `max_pending` of this
@@ -73,6 +73,9 @@ SLURM_STATES: dict[str, Phase] = {
     "CANCELLED": Phase.CANCELLED,
 }
 ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
+# The states in which a node of the job failed: the node-failure policy (on_node_failure) decides
+# what that does to the job, as for a lost node of corral's own.
+NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # Pending reasons not worth a job's wait reason (they say nothing the state does not).
 QUIET_REASONS = frozenset({"", "None", "(null)"})
 
@@ -206,7 +209,12 @@ def plan_batch_pass(
             why = f"{slurm_job} {observed.state}" if observed.state else f"{slurm_job} vanished from squeue"
             if observed.reason not in QUIET_REASONS:
                 why += f" ({observed.reason})"
-            decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, why, attempt_ids(job.id)))
+            ids = attempt_ids(job.id)
+            if observed.state and observed.state.split()[0].rstrip("+") in NODE_FAILURES:  # seed 002 §5.4.6
+                node = observed.nodes or slurm_job
+                decisions.job_outcomes.append(retry.after_node_failure(job, now, settings.retry, node, ids, why))
+            else:
+                decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, why, ids))
         else:  # cancelled in Slurm, and not by corral (corral's own cancel ended the attempt)
             decisions.job_outcomes.append(
                 JobOutcome(job.id, JobState.CANCELLED, f"{slurm_job} was cancelled outside corral", attempt_ids(job.id))

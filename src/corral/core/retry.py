@@ -68,9 +68,10 @@ def node_failure_policy(job: Job, settings: RetrySettings) -> tuple[NodeFailureA
 
 
 def after_node_failure(
-    job: Job, now: float, settings: RetrySettings, node_id: str, attempt_ids: tuple[int, ...] = ()
+    job: Job, now: float, settings: RetrySettings, node_id: str, attempt_ids: tuple[int, ...] = (), lost: str = ""
 ) -> JobOutcome:
-    lost = f"node {node_id} lost"
+    """`lost`: how the loss was seen, for the reason (default "node N lost")."""
+    lost = lost or f"node {node_id} lost"
     action, source = node_failure_policy(job, settings)
     if action == "requeue" or job.cancel_requested or job.priority == 0:
         return after_temp_failure(job, now, settings, lost, attempt_ids)
