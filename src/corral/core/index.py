@@ -160,9 +160,12 @@ class SnapshotIndex:
         if job_id not in self.jobs:
             self.job_order[job_id] = self._next()
         self.jobs[job_id] = job
-        held = job.held and job.state is JobState.QUEUED
-        _place(self.held, job_id, job, held)
-        queued = job.state is JobState.QUEUED and not held
+        queued = job.state is JobState.QUEUED
+        if queued and job.held:
+            self.held[job_id] = job
+            queued = False
+        elif self.held:  # (seldom any: no call for the many puts of a pass)
+            self.held.pop(job_id, None)
         if queued:
             self._file_queued(job)
         elif job_id in self.queued:

@@ -201,7 +201,9 @@ def plan_pass(
     # new instance can take it (it would idle, be drained, and be booted again); the placer's
     # reason stands for it.
     for_boot = waiting
-    if any(job.locality is not None and job.locality.strict and job.locality.near for job in waiting):
+    if settings.boot.max_instances > 0 and any(
+        job.locality is not None and job.locality.strict and job.locality.near for job in waiting
+    ):
         running_ids = {job_id for job_id in index.job_attempts if job_id not in ended} | placed_ids
         running_tags = {tag for job_id in running_ids if (j := index.jobs.get(job_id)) for tag in j.tags}
         for_boot = [job for job in waiting if not pinned_to_running(job.locality, running_ids, running_tags)]
