@@ -49,6 +49,29 @@ class CloudInstance:
         return self.tags.get(TAG_NODE_ID)
 
 
+def agent_options(server_url: str, node_id: str, instance_type: InstanceType, work_dir: str) -> list[str]:
+    """The options of the agent an instance runs: where to pair, as which node, and the capacity
+    of its instance type. That capacity is the one the planner planned with, not what the machine
+    reads (MemTotal is less than the type's nominal RAM, and a job sized to the type would then fit
+    nowhere)."""
+    return [
+        "--server",
+        server_url,
+        "--node-id",
+        node_id,
+        "--vcpus",
+        f"{instance_type.vcpus:g}",
+        "--ram-mib",
+        str(instance_type.ram_mib),
+        "--scratch-mib",
+        str(instance_type.scratch_mib),
+        "--gpus",
+        str(instance_type.gpus),
+        "--work-dir",
+        work_dir,
+    ]
+
+
 class CloudDriver(Protocol):
     def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
         """Start an instance that will run an agent which pairs using `boot_token`."""

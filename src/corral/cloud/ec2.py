@@ -37,6 +37,7 @@ from corral.cloud.base import (
     InsufficientCapacity,
     QuotaExceeded,
     Throttled,
+    agent_options,
 )
 from corral.config import Ec2Config
 from corral.core.model import InstanceType
@@ -92,25 +93,7 @@ def agent_user_data(
     agent's command is an argument list, which cloud-init quotes itself."""
     if not _TOKEN.fullmatch(boot_token):
         raise CloudError("ec2: the boot token must be 16 to 256 URL-safe characters")
-    argv = [
-        *settings.agent_command,
-        "--server",
-        server_url,
-        "--node-id",
-        node_id,
-        # The capacity the planner planned with, not what the machine reads (MemTotal is less than
-        # the type's nominal RAM, and a job sized to the type would then fit nowhere).
-        "--vcpus",
-        f"{instance_type.vcpus:g}",
-        "--ram-mib",
-        str(instance_type.ram_mib),
-        "--scratch-mib",
-        str(instance_type.scratch_mib),
-        "--gpus",
-        str(instance_type.gpus),
-        "--work-dir",
-        settings.agent_work_dir,
-    ]
+    argv = [*settings.agent_command, *agent_options(server_url, node_id, instance_type, settings.agent_work_dir)]
     document = {
         "write_files": [
             {

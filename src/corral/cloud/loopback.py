@@ -24,7 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, CloudError, CloudInstance
+from corral.cloud.base import (
+    TAG_CLUSTER,
+    TAG_INSTANCE_TYPE,
+    TAG_NODE_ID,
+    CloudError,
+    CloudInstance,
+    agent_options,
+)
 from corral.core.model import InstanceType
 
 INSTANCE_MARK = "CORRAL_LOOPBACK_INSTANCE"
@@ -60,20 +67,7 @@ class LoopbackCloud:
             sys.executable,
             "-m",
             "corral.agent",
-            "--server",
-            self.server_url,
-            "--node-id",
-            node_id,
-            "--vcpus",
-            f"{instance_type.vcpus:g}",
-            "--ram-mib",
-            str(instance_type.ram_mib),
-            "--scratch-mib",
-            str(instance_type.scratch_mib),
-            "--gpus",
-            str(instance_type.gpus),
-            "--work-dir",
-            str(directory / "work"),
+            *agent_options(self.server_url, node_id, instance_type, str(directory / "work")),
             "--ping-interval",
             f"{self.ping_interval:g}",
         ]
