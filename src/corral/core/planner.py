@@ -3,7 +3,11 @@
 Jobs are taken in queue order. A job first goes on capacity already on its way (instances still
 booting), then on room left in an instance this pass already decided to boot, and only then asks
 for a new instance: the cheapest type that fits it, within `max_instances` and skipping types in
-capacity back-off. A job no instance type can hold is unplaceable, with the reason. With
+capacity back-off. A job no instance type can hold is unplaceable, with the reason. For a job that
+asks for more of a node than room (traits, a platform, a reservation), "fits" is also the placement
+filters' word on a new node of the type, and it counts only on instances of such types on their
+way: otherwise it would get an instance it can never run on (the cheaper spot type, for a job that
+forbids spot), and another once that one idled out. With
 `max_instances` 0 (a fixed fleet: nothing is ever booted) that is all the planner says; the
 placer's reason for the other jobs stands.
 
@@ -257,7 +261,7 @@ def _plan_boots(
             on_the_way: list[_Bin] = []
         else:
             # As many of its nodes as room on its way holds (up, booting, or planned this pass).
-            bins = (up if up and accepted is None and not _pins_nodes(job) else []) + pending_for + planned_for
+            bins = (up if up and not _pins_nodes(job) else []) + pending_for + planned_for
             on_the_way = _fitting_bins(bins, request, need, refuses)
             if len(on_the_way) == need:
                 _take(on_the_way, request, promise)
