@@ -211,6 +211,17 @@ def test_nan_and_inf_in_yaml_are_errors_too(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_a_key_given_twice_in_a_yaml_config_is_an_error_naming_both_lines(tmp_path: Path) -> None:
+    """PyYAML keeps the last of two: the first idle_grace was silently not the one in force."""
+    path = tmp_path / "c.YAML"  # a suffix in capitals is YAML too
+    path.write_text("policy:\n  lifecycle:\n    idle_grace: 5m\n    min_instances: 1\n    idle_grace: 1h\n")
+    with pytest.raises(ConfigError, match=r"(?s)key 'idle_grace' is given twice \(first on line 3\).*line 5"):
+        load_config(path)
+    path.write_text("base: &base {idle_grace: 5m}\npolicy:\n  lifecycle:\n    <<: *base\n    idle_grace: 1h\n")
+    with pytest.raises(ConfigError, match="base: unknown key"):  # a merge key may be overridden
+        load_config(path)
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nan", "inf", "Infinity", "1e999", 10**400])
 def test_durations_and_sizes_are_finite(value: object) -> None:
     with pytest.raises(ValueError, match="not a finite duration"):

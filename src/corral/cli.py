@@ -18,7 +18,17 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from corral.config import ConfigError, UnreadableFile, default_home, load_config, read_text
+from corral.config import (
+    ConfigError,
+    RepeatedKey,
+    UnreadableFile,
+    default_home,
+    is_yaml,
+    load_config,
+    load_yaml,
+    read_text,
+    unique_keys,
+)
 from corral.jobspec import JobRequest
 from corral.sim.command import register as register_simulate
 
@@ -207,9 +217,10 @@ def read_job_file(path: Path) -> list[JobRequest]:
     except UnreadableFile as exc:
         fail(str(exc))
     entries: list[tuple[str, Any]] = []
-    if path.suffix.lower() in (".yaml", ".yml"):
+    repeated: list[str] = []  # JSON objects that give a key twice, listed with the other problems
+    if is_yaml(path):
         try:
-            document = yaml.safe_load(text)
+            document = load_yaml(text)
         except yaml.YAMLError as exc:
             fail(f"{path}: not valid YAML: {exc}")
         if isinstance(document, dict) and "jobs" in document:
@@ -222,10 +233,12 @@ def read_job_file(path: Path) -> list[JobRequest]:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
-                entries.append((f"line {number}", json.loads(line)))
+                entries.append((f"line {number}", json.loads(line, object_pairs_hook=unique_keys)))
             except json.JSONDecodeError as exc:
                 fail(f"{path}: line {number}: not valid JSON: {exc.msg}")
-    requests, problems = [], []
+            except RepeatedKey as exc:
+                repeated.append(f"{path}: line {number}: {exc}")
+    requests, problems = [], repeated
     for where, entry in entries:
         try:
             requests.append(JobRequest.model_validate(entry))

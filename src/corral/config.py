@@ -352,15 +352,64 @@ def read_text(path: Path) -> str:
         raise UnreadableFile(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from exc
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML as users write it: a key given twice in one mapping is an error (PyYAML's own loader
+    keeps the last one, so the first setting would silently not count)."""
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    first_line: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # what a merge key (<<) brings in may be overridden
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            seen = first_line.get(key)
+        except TypeError:
+            continue  # an unhashable key: construct_mapping says so
+        if seen is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (first on line {seen + 1})", key_node.start_mark
+            )
+        first_line[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def load_yaml(text: str) -> Any:
+    """A YAML document that users write (a config, a job file); a repeated key is an error."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+
+
+class RepeatedKey(ValueError):
+    """A JSON object that gives a key twice (json keeps the last one, silently)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(..., object_pairs_hook=unique_keys)`: a key given twice is a RepeatedKey."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise RepeatedKey(f"key {key!r} is given twice")
+        found[key] = value
+    return found
+
+
+def is_yaml(path: Path) -> bool:
+    return path.suffix.lower() in (".yaml", ".yml")
+
+
 def read_config_data(path: Path) -> dict[str, Any]:
     try:
         text = read_text(path)
     except UnreadableFile as exc:
         raise ConfigError(str(exc)) from exc
     try:
-        data = yaml.safe_load(text) or {} if path.suffix in (".yaml", ".yml") else tomllib.loads(text)
+        data = load_yaml(text) or {} if is_yaml(path) else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'TOML'}: {exc}") from exc
+        raise ConfigError(f"{path}: not valid {'YAML' if is_yaml(path) else 'TOML'}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a table of keys")
     return data

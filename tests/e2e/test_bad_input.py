@@ -49,12 +49,14 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
     jobs.write_text(
         '{"command": ["echo", "1"]}\n\n{"command": ["echo", "2"], "rma": "1GiB"}\n{"command": []}\n'
         '{"command": ["echo", "3"], "priority": false}\n'  # not 0 (which would cancel it)
+        '{"command": ["echo", "4"], "ram": "1GiB", "ram": "64GiB"}\n'  # json would keep the last
     )
     result = running.cli("submit", "-f", str(jobs), check=False)
     assert result.returncode != 0
     assert "line 3: rma: unknown field" in result.stderr
     assert "line 4: command: the command is empty" in result.stderr
     assert "line 5: priority: Input should be a valid integer" in result.stderr
+    assert "line 6: key 'ram' is given twice" in result.stderr
     assert len(running.jobs()) == 1
 
 

@@ -55,6 +55,7 @@ def test_time_scale_scales_every_time_on_the_workloads_clock_but_no_duration(tmp
         ('{"vcpus": 2}', "run_time: required"),
         ('{"run_time": 10, "ram": "lots"}', "ram: not a size"),
         ('{"run_time": 10,', "not valid JSON"),
+        ('{"run_time": 10, "vcpus": 2, "vcpus": 64}', "key 'vcpus' is given twice"),
     ],
 )
 def test_a_bad_line_names_its_line_and_field(tmp_path: Path, line: str, message: str) -> None:

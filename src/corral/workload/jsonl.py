@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
+from corral.config import RepeatedKey, unique_keys
 from corral.core.settings import Duration
 from corral.jobspec import JobRequest
 from corral.workload.model import MAX_SECONDS, ReadStats, SimJob, Workload, WorkloadError, numbered_lines
@@ -71,9 +72,11 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
         if not text or text.startswith("#"):
             continue
         try:
-            spec = SimJobRequest.model_validate(json.loads(text))
+            spec = SimJobRequest.model_validate(json.loads(text, object_pairs_hook=unique_keys))
         except json.JSONDecodeError as exc:
             message = f"{path}:{number}: not valid JSON: {exc.msg} (column {exc.colno})"
+        except RepeatedKey as exc:
+            message = f"{path}:{number}: {exc}"
         except ValidationError as exc:
             message = f"{path}:{number}: " + "; ".join(_describe(item) for item in exc.errors())
         else:
