@@ -141,6 +141,15 @@ def test_a_store_url_corral_cannot_use_is_named(tmp_path: Path, url: str, messag
         load_config(path)
 
 
+def test_no_instance_types_is_an_error_unless_slurm_runs_the_work(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("instance_types = []\n")
+    with pytest.raises(ConfigError, match="instance_types: none are configured"):
+        load_config(path)
+    path.write_text('executor = "slurm"\ninstance_types = []\n')
+    assert load_config(path).instance_types == []
+
+
 def test_a_config_error_shows_no_password_of_a_url(tmp_path: Path) -> None:
     path = tmp_path / "store.toml"
     path.write_text('[store]\nurl = "mysqlx://corral:s3cret@db.example/corral"\n')

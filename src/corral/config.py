@@ -271,6 +271,9 @@ class Config(_Strict):
             errors.append(
                 _error("min_instances", ("policy", "lifecycle", "min_instances"), lifecycle.min_instances, message)
             )
+        if self.executor == "agent" and not self.instance_types:
+            message = "none are configured: corral runs work on instances of these types, so no job could ever run"
+            errors.append(_error("no_instance_types", ("instance_types",), [], message))
         errors += self._ec2_errors(names, known)
         if errors:
             # A ValidationError raised here keeps each error's own key path (a ValueError would be
