@@ -20,6 +20,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
 from corral.core.model import GiB, InstanceType
+from corral.core.notify import NotifyRule, rule_names
 from corral.core.settings import Duration, PolicySettings, SizeMiB
 from corral.sim.settings import SimSettings
 
@@ -221,6 +222,18 @@ class Config(_Strict):
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     sim: SimSettings = Field(default_factory=SimSettings)
+    notify: list[NotifyRule] = Field(
+        default_factory=list, description="notifications and triggers: [[notify]] rules (see below)"
+    )
+
+    @field_validator("notify")
+    @classmethod
+    def _unique_rule_names(cls, value: list[NotifyRule]) -> list[NotifyRule]:
+        names = rule_names(value)
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"notify rule names must be unique; repeated: {', '.join(dupes)}")
+        return value
 
     @field_validator("instance_types")
     @classmethod
@@ -483,6 +496,21 @@ def reference_markdown() -> str:
         ]
     )
     for name, field in InstanceTypeConfig.model_fields.items():
+        default = "required" if field.is_required() else field.get_default(call_default_factory=True)
+        type_name = _type_name(field.annotation)
+        lines.append(f"| `{name}` | {type_name} | `{default}` | {field.description or ''} |")
+    lines.extend(
+        [
+            "",
+            "## `notify` (a list of `[[notify]]` rules; each entry)",
+            "",
+            "Notifications and triggers (seed 002 §5.4.3-5.4.4); see the operator guide.",
+            "",
+            "| key | type | default | meaning |",
+            "| --- | --- | --- | --- |",
+        ]
+    )
+    for name, field in NotifyRule.model_fields.items():
         default = "required" if field.is_required() else field.get_default(call_default_factory=True)
         type_name = _type_name(field.annotation)
         lines.append(f"| `{name}` | {type_name} | `{default}` | {field.description or ''} |")

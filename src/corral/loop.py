@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.cloud.base import CloudDriver, CloudError, InsufficientCapacity, QuotaExceeded
 from corral.config import Config
@@ -26,6 +26,9 @@ from corral.core.reconcile import Placer, plan_pass
 from corral.core.snapshot import Decisions, NodeAction, Snapshot
 from corral.placement import make_placer
 from corral.store import Store
+
+if TYPE_CHECKING:
+    from corral.notifier import Notifier
 
 log = logging.getLogger("corral.loop")
 
@@ -55,6 +58,9 @@ class PassReport:
 
 
 class ControlLoop:
+    # Carries out the [[notify]] rules after each pass (serve sets it when the config has some).
+    notifier: Notifier | None = None
+
     def __init__(
         self,
         store: Store,
@@ -89,7 +95,10 @@ class ControlLoop:
         with self._serial:
             if self.stopped:
                 return PassReport(Decisions())
-            return self._run_pass()
+            report = self._run_pass()
+        if self.notifier is not None:
+            self.notifier.after_pass()  # never raises; the actions run on its own thread
+        return report
 
     def _run_pass(self) -> PassReport:
         started = self.clock()

@@ -138,6 +138,11 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         loop = ControlLoop(store, make_cloud(config, url), config, dispatcher_id)
     runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)
     runtime.stop_fleet_on_exit = not keep_fleet
+    if config.notify:
+        from corral.notifier import Notifier
+
+        loop.notifier = Notifier(store, config.notify)
+        runtime.on_stop.append(loop.notifier.close)  # after the fleet's stop: its events are notified too
     app = create_app(runtime)
     info = home / "server.json"
     info.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")

@@ -140,3 +140,15 @@ unavailable_types = Table(
     Column("until", Float, nullable=False),
     Column("reason", Text, nullable=False, default=""),
 )
+
+# The notifier's place in the events (corral.notifier): the last event it handled and the rearm
+# state of its rules. One row, shared by the dispatchers of a store, so that each event is notified
+# once, by whichever dispatcher reads it first.
+notify_cursor = Table(
+    "notify_cursor",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("last_event_id", Integer, nullable=False),
+    Column("state", JSON, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)

@@ -166,6 +166,40 @@ class Store:
         rows.reverse()
         return rows
 
+    def events_after(self, event_id: int, limit: int = 500) -> list[dict[str, Any]]:
+        """The events with an id above `event_id`, oldest first, at most `limit`."""
+        query = select(schema.events).where(schema.events.c.id > event_id).order_by(schema.events.c.id).limit(limit)
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
+    def last_event_id(self) -> int:
+        with self.read() as conn:
+            return int(conn.execute(select(func.max(schema.events.c.id))).scalar() or 0)
+
+    # ---- the notifier's cursor ----------------------------------------------------------------
+
+    def notify_cursor(self, name: str = "notify") -> tuple[int, dict[str, Any]] | None:
+        """The notifier's last handled event id and its rearm state; None before its first run."""
+        table = schema.notify_cursor
+        with self.read() as conn:
+            row = conn.execute(select(table.c.last_event_id, table.c.state).where(table.c.name == name)).first()
+        return None if row is None else (int(row[0]), dict(row[1]))
+
+    def advance_notify_cursor(
+        self, old_id: int | None, new_id: int, state: dict[str, Any], now: float, name: str = "notify"
+    ) -> bool:
+        """Move the cursor from `old_id` (None: it does not exist yet) to `new_id`, with the new
+        state; False if another dispatcher moved it first (it notifies those events, not this one)."""
+        table = schema.notify_cursor
+        values = {"last_event_id": new_id, "state": state, "updated_at": now}
+        with self.write() as conn:
+            if old_id is None:
+                dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+                stmt = dialect_insert(table).values(name=name, **values).on_conflict_do_nothing()
+                return conn.execute(stmt).rowcount == 1
+            stmt2 = update(table).where(table.c.name == name, table.c.last_event_id == old_id).values(**values)
+            return conn.execute(stmt2).rowcount == 1
+
     # ---- jobs ---------------------------------------------------------------------------------
 
     def submit(self, requests: Sequence[JobRequest], now: float) -> list[int]:

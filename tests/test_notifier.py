@@ -1,0 +1,147 @@
+"""The notifier end to end: a real SQLite store, a ControlLoop pass that finds a node down, a real
+command and a real HTTP receiver on 127.0.0.1; a failing and a hanging action; a restart."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.cloud.sim import SimCloud
+from corral.config import Config
+from corral.core.model import Resources
+from corral.loop import ControlLoop
+from corral.notifier import Notifier
+from corral.sim.settings import SimSettings
+from corral.store import Store
+
+START = 1_000_000.0
+WRITE_ENV = (
+    "import json, os, sys; "
+    "open(sys.argv[1], 'a').write(json.dumps({k: v for k, v in os.environ.items() if k.startswith('CORRAL_')}) + '\\n')"
+)
+
+
+class Receiver(BaseHTTPRequestHandler):
+    posted: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).posted.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    posted: list[dict[str, Any]] = []
+    handler = type("Handler", (Receiver,), {"posted": posted})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook", posted
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def wait_for(check: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def lines(path: Path) -> list[dict[str, str]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_node_going_down_runs_the_command_and_the_webhook_once_and_a_restart_sends_nothing_again(
+    tmp_path: Path, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, posted = receiver
+    out = tmp_path / "notified.jsonl"
+    config = Config.model_validate(
+        {
+            "home": tmp_path,
+            "instance_types": [{"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1}],
+            "notify": [
+                {"name": "page", "on": ["node.down"], "command": [sys.executable, "-c", WRITE_ENV, str(out)]},
+                {"name": "hook", "on": ["node.down"], "webhook": url, "rearm": "20m"},
+                {"name": "broken", "on": ["node.down"], "command": [sys.executable, "-c", "raise SystemExit(3)"]},
+                {"name": "hangs", "on": ["node.down"], "timeout": 0.5, "command": ["sleep", "30"]},
+            ],
+        }
+    )
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    clock = [START]
+    types = config.core_instance_types()
+    loop = ControlLoop(store, SimCloud(types, SimSettings(), lambda: clock[0]), config, "d-test", lambda: clock[0])
+    loop.notifier = Notifier(store, config.notify, lambda: clock[0])
+    loop.run_pass()  # the notifier starts at the newest event: the history is not notified
+    assert store.notify_cursor() is not None
+
+    def pair(node_id: str) -> None:
+        store.create_node(node_id, types[0], "token-" + node_id, clock[0], "test")
+        assert store.pair_node(node_id, "token-" + node_id, Resources(2, 4096), "host", clock[0])
+
+    pair("n-a")
+    clock[0] += 120  # no ping for longer than ping_stale: the pass marks it down
+    started = time.monotonic()
+    loop.run_pass()
+    assert time.monotonic() - started < 5, "the pass waited for the actions"
+
+    wait_for(lambda: len(lines(out)) == 1 and len(posted) == 1)
+    [env] = lines(out)
+    assert env["CORRAL_RULE"] == "page" and env["CORRAL_EVENT_KIND"] == "node.down"
+    assert env["CORRAL_NODE_ID"] == "n-a" and env["CORRAL_JOB_ID"] == "" and env["CORRAL_SUPPRESSED"] == "0"
+    [down] = store.list_events(kind="node.down")
+    assert env["CORRAL_EVENT_ID"] == str(down["id"]) and env["CORRAL_EVENT_MESSAGE"] == down["message"]
+    assert posted[0]["rule"] == "hook" and posted[0]["event"]["node_id"] == "n-a"
+    assert posted[0]["event"]["kind"] == "node.down" and posted[0]["event"]["id"] == down["id"]
+
+    # The failing and the hanging actions are events of their own, about the same node.
+    wait_for(lambda: len(store.list_events(kind="notify.failed")) == 2)
+    failures = {e["message"].split()[1]: e for e in store.list_events(kind="notify.failed")}
+    assert "exit 3" in failures["broken"]["message"] and "timeout" in failures["hangs"]["message"]
+    assert {e["node_id"] for e in failures.values()} == {"n-a"}
+
+    # A restart: the new notifier does not send again what was sent, and sends what came after.
+    loop.notifier.close()
+    # (The pass that found n-a down has shut it down: the event is written as mark_node would.)
+    store.add_event(clock[0] + 60, "node.down", "test: down again", node_id="n-a")  # within hook's rearm
+    again = Notifier(store, config.notify, lambda: clock[0] + 60)
+    assert again.after_pass() == 3  # page, broken, hangs; hook is rearming for n-a
+    wait_for(lambda: len(lines(out)) == 2)
+    again.close()
+    assert lines(out)[1]["CORRAL_EVENT_MESSAGE"] == "test: down again" and len(posted) == 1
+    assert Notifier(store, config.notify).after_pass() == 0
+    store.close()
+
+
+def test_a_webhook_that_cannot_be_reached_is_a_notify_failed_event(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    rules = Config.model_validate({"notify": [{"on": ["job."], "webhook": "http://127.0.0.1:9/x", "timeout": 2}]})
+    notifier = Notifier(store, rules.notify, lambda: START)
+    assert notifier.after_pass() == 0
+    store.add_event(START, "job.failed", "exit 1", job_id=7)
+    assert notifier.after_pass() == 1
+    wait_for(lambda: store.list_events(kind="notify.failed") != [])
+    notifier.close()
+    [failed] = store.list_events(kind="notify.failed")
+    assert failed["job_id"] == 7 and "notify[0]" in failed["message"]
+    assert "POST http://127.0.0.1:9/x" in failed["message"]
+    store.close()
