@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -104,7 +105,9 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
         except ValueError:
             detail = response.text
         if isinstance(detail, list):
-            detail = "\n  " + "\n  ".join(str(d) for d in detail)
+            # A query parameter is the CLI's option of the same name ("query.limit" is --limit).
+            lines = [re.sub(r"^query\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(d)) for d in detail]
+            detail = "\n  " + "\n  ".join(lines)
         raise Refused(f"{detail}")
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()

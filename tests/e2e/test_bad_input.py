@@ -207,6 +207,12 @@ def test_numbers_too_large_to_store_are_refused_by_field_not_a_server_error(
     assert [j["priority"] for j in running.jobs().values()] == [1]
 
 
+def test_a_refused_option_is_named_as_the_cli_option(running: Corral) -> None:
+    # The server names its query parameter ("query.limit"); the user typed --limit.
+    result = running.cli("jobs", "--limit", "-1", check=False)
+    assert result.returncode != 0 and "--limit: Input should be greater than" in result.stderr, result.stderr
+
+
 def test_an_agent_sending_numbers_too_large_to_store_gets_them_named(running: Corral) -> None:
     import httpx
 
