@@ -74,6 +74,17 @@ class NodeMark:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeReserve:
+    """A transient failure's reservation (seed 002 §5.4.5, NODEFAILURERESERVETIME): the node, still
+    up, takes no new work until `until`; what runs on it is untouched. The shell records it as the
+    node's `failure_reserved_until` attribute, which the placement filters read, and as an event."""
+
+    node_id: str
+    until: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobOutcome:
     """A job leaves its attempt: back to the queue (with a back-off) or to a terminal state."""
 
@@ -131,6 +142,7 @@ class Decisions:
     node_marks: list[NodeMark] = field(default_factory=list)
     job_outcomes: list[JobOutcome] = field(default_factory=list)
     annotations: list[Annotation] = field(default_factory=list)
+    node_reservations: list[NodeReserve] = field(default_factory=list)
     explanations: dict[int, dict[str, Any]] = field(default_factory=dict)
     revisit: bool = False  # the placer's (PlacementResult.revisit)
     revisit_from: float = math.inf  # the placer's (PlacementResult.revisit_from)
@@ -143,4 +155,5 @@ class Decisions:
             or self.node_marks
             or self.job_outcomes
             or self.annotations
+            or self.node_reservations
         )
