@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from tests.core.test_reconcile import TYPES, idle_node, job
+
 from corral.core.model import Attempt, AttemptState, JobState, Node, Resources
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import NodeReserve, Snapshot
 from corral.placement.attributes import FAILURE_RESERVED_UNTIL
-from tests.core.test_reconcile import TYPES, idle_node, job
 
 NOW = 1000.0
 
