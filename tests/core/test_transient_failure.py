@@ -8,7 +8,7 @@ import dataclasses
 
 from tests.core.test_reconcile import TYPES, idle_node, job
 
-from corral.core.model import Attempt, AttemptState, JobState, Node, Resources
+from corral.core.model import Attempt, AttemptState, JobState, Node, NodeState, Resources
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import NodeReserve, Snapshot
@@ -90,3 +90,49 @@ def test_a_node_already_down_is_not_reserved() -> None:
     decisions = plan_pass(world, NOW, policy(300))
     assert decisions.node_reservations == []
     assert any(m.node_id == "n1" for m in decisions.node_marks)
+
+
+# --- NODEDOWNSTATEDELAYTIME: `policy.placement.queue.node_down_delay` -------------------------------
+
+
+def down_world(now: float = NOW) -> Snapshot:
+    """A fixed fleet of two 2-vcpu nodes: n1 runs job 1 (2 vcpus, ends at 2000 by its time limit),
+    n2 is down and comes back (`away`). Job 2 (2 vcpus) is first in the queue."""
+    one = dataclasses.replace(job(1, vcpus=2), state=JobState.RUNNING, claimed_by="local", time_limit=1000.0)
+    running = Attempt(11, 1, ["n1"], Resources(2, 1024), AttemptState.RUNNING, "local", 1000.0, 1000.0)
+    n1 = dataclasses.replace(idle_node("n1", now=now), state=NodeState.BUSY)
+    n2 = dataclasses.replace(idle_node("n2", now=now), state=NodeState.DOWN)
+    return Snapshot(
+        jobs=[one, job(2, vcpus=2, time_limit=100.0)],
+        attempts=[running],
+        nodes=[n1],
+        instance_types=TYPES,
+        away=[n2],
+    )
+
+
+def fixed(delay: float | None) -> PolicySettings:
+    settings = PolicySettings()
+    settings.boot.max_instances = 0
+    settings.placement.queue.node_down_delay = delay
+    return settings
+
+
+def test_by_default_a_down_node_never_counts_for_the_reservation() -> None:
+    decisions = plan_pass(down_world(), NOW, fixed(None))
+    assert decisions.placements == []
+    assert "reserved n1 from in 17m" in decisions.annotations[0].wait_reason
+    assert decisions.revisit_from == 2000.0
+
+
+def test_with_a_delay_the_reservation_counts_the_down_node_from_now_plus_the_delay() -> None:
+    decisions = plan_pass(down_world(), NOW, fixed(300))
+    assert decisions.placements == []  # the down node takes no work now
+    assert "reserved n2 from in 5m" in decisions.annotations[0].wait_reason
+    assert decisions.explanations[2]["reservation"]["start"] == NOW + 300
+    assert decisions.revisit_from == NOW + 300
+    # The delay floats: 10 minutes later, still 5 minutes away (not from when it went down).
+    later = plan_pass(down_world(NOW + 600), NOW + 600, fixed(300))
+    assert later.revisit_from == NOW + 900 and "reserved n2 from in 5m" in later.annotations[0].wait_reason
+    # Running work that frees room before the down node would be back still wins.
+    assert "reserved n1 from in 17m" in plan_pass(down_world(), NOW, fixed(2000)).annotations[0].wait_reason

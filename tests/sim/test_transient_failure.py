@@ -55,3 +55,55 @@ def test_with_one_work_avoids_a_node_after_a_start_timeout_until_the_time_passes
     assert FAILURE_RESERVED_UNTIL in sim.nodes[other].attributes
     for snapshot, now, decisions in seen:
         assert decide(snapshot, now, sim.live_config()) == decisions, f"at {now}"
+
+
+def failed_fixed_fleet(delay: float | None) -> tuple[Simulation, list[tuple[Snapshot, float, Decisions]]]:
+    # Two 2-vcpu nodes, each running a 2-vcpu job with a 2000 s time limit; one fails at 500 and is
+    # repaired 3000 s later. Its job, requeued, is first in the queue and fits only a whole node.
+    cfg = config(
+        sim={
+            "fleet": {**FIXED_TWO, "repair_time": 3000},
+            "failures": {"schedule": [{"at": 500}]},
+            "explanations": True,
+        },
+        policy={"placement": {"queue": {"node_down_delay": delay}}},
+    )
+    jobs = [job(i, run=1900, vcpus=2, time_limit=2000) for i in (1, 2)]
+    seen: list[tuple[Snapshot, float, Decisions]] = []
+    sim = Simulation(jobs, cfg, on_pass=recorder(seen), check_index=True)
+    sim.run()
+    return sim, seen
+
+
+def reservations(seen: list[tuple[Snapshot, float, Decisions]]) -> list[tuple[float, float, list[str]]]:
+    """(pass time, reservation start, reserved nodes) of every pass that made one."""
+    return [
+        (now, found["start"], found["nodes"])
+        for _, now, d in seen
+        for details in d.explanations.values()
+        if (found := details.get("reservation")) is not None
+    ]
+
+
+def test_a_fixed_fleet_s_down_node_counts_for_the_reservation_from_now_plus_the_delay() -> None:
+    # By default the requeued job's reservation is on the running node, from its job's end (2000).
+    _, seen = failed_fixed_fleet(None)
+    made = reservations(seen)
+    assert len(made) == 1 and made[0][1] == 2000.0
+    running = made[0][2]
+    # With a 300 s delay it is on the node under repair, 300 s ahead of each pass (the passes
+    # follow the reservation's start), until the running job's end comes first.
+    sim, seen = failed_fixed_fleet(300)
+    made = reservations(seen)
+    assert [(now, start) for now, start, _ in made[:4]] == [
+        (566.0, 866.0),
+        (866.0, 1166.0),
+        (1166.0, 1466.0),
+        (1466.0, 1766.0),
+    ]
+    assert all(nodes != running for _, _, nodes in made[:4])
+    assert made[4][1:] == (2000.0, running)  # at 1766, the running job's end comes first
+    # The down node took no work, and the job ran on the other node once it was free, as before.
+    assert [(now, p.job_id) for _, now, d in seen for p in d.placements] == [(0.0, 1), (0.0, 2), (1900.0, 2)]
+    for snapshot, now, decisions in seen:
+        assert decide(snapshot, now, sim.live_config()) == decisions, f"at {now}"

@@ -202,6 +202,13 @@ def plan_pass(
         schedulable = index.schedulable()
         if down_now or reserving:
             schedulable = [n for n in schedulable if n.id not in down_now and n.id not in reserving]
+        if snapshot.away and settings.placement.queue.node_down_delay is not None:
+            # Down nodes that come back (seed 002 §5.4.5): only backfill's reservations count them.
+            down = NodeState.DOWN
+            schedulable = [
+                *schedulable,
+                *(n if n.state is down else dataclasses.replace(n, state=down) for n in snapshot.away),
+            ]
         seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:

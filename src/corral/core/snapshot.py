@@ -36,6 +36,9 @@ class Snapshot:
     # leaves them out, and they hold nothing; the index still files them (the shell drops them
     # when it carries the pass out), so a reader of the index leaves them out too.
     ending: frozenset[int] = frozenset()
+    # Nodes down now that come back (seed 002 §5.4.5): a fixed fleet's nodes under repair, not
+    # among `nodes`. Only backfill reads them, with `placement.queue.node_down_delay` set.
+    away: Collection[Node] = ()
 
 
 class NodeAction(StrEnum):

@@ -153,6 +153,7 @@ class Simulation:
         self.attempts: dict[int, Attempt] = self.index.attempts
         self.nodes: dict[str, Node] = self.index.nodes
         self.pinging: dict[str, Node] = {}  # nodes whose agent is up and pinging
+        self.away: dict[str, Node] = {}  # a fixed fleet's failed nodes, down until repaired
         self.instance_of: dict[str, str] = {}
         self.unavailable: dict[str, float] = {}
         self.doomed: set[int] = set()  # attempts whose node broke: their exit is never reported
@@ -363,6 +364,7 @@ class Simulation:
             unavailable_types=self.unavailable,
             observing_since=self.start_time,
             index=self.index,
+            away=list(self.away.values()) if self.away else (),
         )
         if self.check_index:
             self._check_index(snapshot, now)
@@ -570,6 +572,7 @@ class Simulation:
         if instance_id is not None:
             self.cloud.destroy(instance_id)
         if self.fixed:
+            self.away[node.id] = node  # down until repaired (the snapshot's `away`)
             self._push(now + self.config.sim.fleet.repair_time, REPAIR, node)
 
     def _add_fixed_node(self, itype: InstanceType, now: float, node_id: str | None = None) -> None:
@@ -670,6 +673,7 @@ class Simulation:
                 self.index.put_job(job)
         elif kind == REPAIR:
             assert isinstance(ref, Node)
+            self.away.pop(ref.id, None)
             self._add_fixed_node(self.types_by_name[ref.instance_type], now, ref.id)
         elif kind == SCHEDULED_FAIL:
             assert isinstance(ref, ScheduledFailure)
