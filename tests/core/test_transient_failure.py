@@ -136,3 +136,15 @@ def test_with_a_delay_the_reservation_counts_the_down_node_from_now_plus_the_del
     assert later.revisit_from == NOW + 900 and "reserved n2 from in 5m" in later.annotations[0].wait_reason
     # Running work that frees room before the down node would be back still wins.
     assert "reserved n1 from in 17m" in plan_pass(down_world(), NOW, fixed(2000)).annotations[0].wait_reason
+
+
+def test_the_state_filter_reads_the_attribute_and_kept_facts_expire_with_it() -> None:
+    from corral.placement.arrays import FleetFacts
+    from corral.placement.settings import PlacementSettings
+
+    nodes = [reserved(idle_node("n1"), 1300.0), idle_node("n2")]
+    facts = FleetFacts(nodes, PlacementSettings(), 1000.0)
+    assert facts.schedulable.tolist() == [False, True]
+    assert facts.why_unschedulable[0] == "TRANSIENT_FAILURE: reserved until 1300"
+    assert facts.valid_at(1299.0) and not facts.valid_at(1300.0)
+    assert FleetFacts(nodes, PlacementSettings(), 1300.0).schedulable.tolist() == [True, True]
