@@ -25,7 +25,8 @@ from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, plan_pass
 from corral.core.snapshot import Decisions, NodeAction, Snapshot
 from corral.placement import make_placer
-from corral.store import Store
+from corral.placement.attributes import FAILURE_RESERVED_UNTIL
+from corral.store import NotFound, Store
 
 if TYPE_CHECKING:
     from corral.notifier import Notifier
@@ -149,6 +150,12 @@ class ControlLoop:
             self.store.apply_outcome(outcome, now)
         for mark in decisions.node_marks:
             self.store.mark_node(mark.node_id, mark.state, mark.reason, now)
+        for held in decisions.node_reservations:  # seed 002 §5.4.5: the placement filters read it
+            try:
+                self.store.set_node_attributes(held.node_id, {FAILURE_RESERVED_UNTIL: repr(held.until)}, [], None, now)
+            except NotFound:
+                continue  # gone since the snapshot: nothing to reserve
+            self.store.add_event(now, "node.transient_failure", held.reason, node_id=held.node_id)
         jobs = {job.id: job for job in snapshot.jobs}
         for placement in decisions.placements:
             job = jobs[placement.job_id]

@@ -122,7 +122,9 @@ class Reference:
     def passes(self, ref: RefNode, job: Job) -> bool:
         n, s, want = ref.node, self.settings, vec(job.resources)
         checks = {
-            "state": n.state in (NodeState.IDLE, NodeState.BUSY) and attr.truthy(n.attributes, "held") is not True,
+            "state": n.state in (NodeState.IDLE, NodeState.BUSY)
+            and attr.truthy(n.attributes, "held") is not True
+            and not attr.number(n.attributes, attr.FAILURE_RESERVED_UNTIL) > self.now,
             "reserved": not (
                 attr.truthy(n.attributes, "reserved") is True
                 or any(role in s.blocked_roles for role in attr.values(n.attributes.get("role")))

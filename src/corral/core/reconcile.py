@@ -7,7 +7,9 @@ Order of a pass:
 1. claims of dispatchers that stopped heartbeating are released (TempFail);
 2. nodes whose agent went silent are marked down; their attempts are lost, and the node-failure
    policy (seed 002 §5.4.6: requeue as a TempFail, cancel, or hold) decides their jobs' fate;
-3. attempts assigned but never started within `start_timeout` are lost (TempFail);
+3. attempts assigned but never started within `start_timeout` are lost (TempFail); with
+   `node_failure_reserve_time` (seed 002 §5.4.5), their nodes, still up, take no new work until
+   `now` plus that time (NodeReserve);
 4. jobs with priority 0 or a cancel request are cancelled;
 5. queued jobs are placed on running nodes (held jobs are not: they are left out of the queue);
 6. the boot planner boots instances for what is left, or says why a job waits;
@@ -36,10 +38,12 @@ from corral.core.snapshot import (
     NodeAction,
     NodeDecision,
     NodeMark,
+    NodeReserve,
     PlacementResult,
     Snapshot,
 )
 from corral.placement import make_placer
+from corral.placement.attributes import transient_failure
 from corral.placement.lifetime import gate_settings
 from corral.placement.locality import pinned_to_running
 
@@ -119,6 +123,8 @@ def plan_pass(
         if index.assigned and now - observing > start_timeout
         else []
     )
+    reserve_time = settings.dispatch.node_failure_reserve_time
+    reserving: set[str] = set()  # nodes a transient failure reserves from this pass on
     if lost_on or late:
         jobs = index.jobs
         late_ids = {a.id for a in late}
@@ -130,6 +136,17 @@ def plan_pass(
                 end_attempts(jobs[attempt.job_id], "", lost_node)
             elif attempt.id in late_ids:
                 end_attempts(jobs[attempt.job_id], f"not started on {attempt.node_ids[0]} within the start timeout")
+                if reserve_time > 0:
+                    # A transient failure on nodes that are still up (seed 002 §5.4.5): they take
+                    # no new work while it clears; their other work runs on.
+                    until = now + reserve_time
+                    why = f"{transient_failure(until)} (attempt {attempt.id} of job {attempt.job_id} not started"
+                    for node_id in attempt.node_ids:
+                        if node_id not in reserving:
+                            reserving.add(node_id)
+                            decisions.node_reservations.append(
+                                NodeReserve(node_id, until, f"{why} on {node_id} within the start timeout)")
+                            )
 
     # 4. Cancellation: priority 0 or an explicit request.
     for job in index.in_job_order(index.flagged.values()) if index.flagged else ():
@@ -183,8 +200,15 @@ def plan_pass(
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).
         schedulable = index.schedulable()
-        if down_now:
-            schedulable = [n for n in schedulable if n.id not in down_now]
+        if down_now or reserving:
+            schedulable = [n for n in schedulable if n.id not in down_now and n.id not in reserving]
+        if snapshot.away and settings.placement.queue.node_down_delay is not None:
+            # Down nodes that come back (seed 002 §5.4.5): only backfill's reservations count them.
+            down = NodeState.DOWN
+            schedulable = [
+                *schedulable,
+                *(n if n.state is down else dataclasses.replace(n, state=down) for n in snapshot.away),
+            ]
         seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:

@@ -75,6 +75,13 @@ class BootSettings(_Strict):
 class DispatchSettings(_Strict):
     dispatcher_stale: Duration = Field(60.0, gt=0, description="claims of a dispatcher silent this long are released")
     start_timeout: Duration = Field(120.0, gt=0, description="an assigned attempt that has not started is lost")
+    node_failure_reserve_time: Duration = Field(
+        0.0,
+        ge=0,
+        description="after a transient failure on a node that stays up (an attempt not started on it within"
+        " start_timeout), the node takes no new work for this long (seed 002 §5.4.5, Moab's"
+        " NODEFAILURERESERVETIME); 0 = off",
+    )
 
 
 class PolicySettings(_Strict):

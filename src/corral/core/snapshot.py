@@ -36,6 +36,9 @@ class Snapshot:
     # leaves them out, and they hold nothing; the index still files them (the shell drops them
     # when it carries the pass out), so a reader of the index leaves them out too.
     ending: frozenset[int] = frozenset()
+    # Nodes down now that come back (seed 002 §5.4.5): a fixed fleet's nodes under repair, not
+    # among `nodes`. Only backfill reads them, with `placement.queue.node_down_delay` set.
+    away: Collection[Node] = ()
 
 
 class NodeAction(StrEnum):
@@ -71,6 +74,17 @@ class NodeMark:
     node_id: str
     state: NodeState
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReserve:
+    """A transient failure's reservation (seed 002 §5.4.5, NODEFAILURERESERVETIME): the node, still
+    up, takes no new work until `until`; what runs on it is untouched. The shell records it as the
+    node's `failure_reserved_until` attribute, which the placement filters read, and as an event."""
+
+    node_id: str
+    until: float
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +145,7 @@ class Decisions:
     node_marks: list[NodeMark] = field(default_factory=list)
     job_outcomes: list[JobOutcome] = field(default_factory=list)
     annotations: list[Annotation] = field(default_factory=list)
+    node_reservations: list[NodeReserve] = field(default_factory=list)
     explanations: dict[int, dict[str, Any]] = field(default_factory=dict)
     revisit: bool = False  # the placer's (PlacementResult.revisit)
     revisit_from: float = math.inf  # the placer's (PlacementResult.revisit_from)
@@ -143,4 +158,5 @@ class Decisions:
             or self.node_marks
             or self.job_outcomes
             or self.annotations
+            or self.node_reservations
         )

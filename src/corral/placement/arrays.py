@@ -132,6 +132,13 @@ class FleetFacts:
         if attr.truthy(a, attr.HELD) is True:
             self.schedulable[i] = False
             self.why_unschedulable[i] = "held"
+        if attr.FAILURE_RESERVED_UNTIL in a:
+            # A transient failure's reservation (seed 002 §5.4.5): no new work until it ends.
+            until = attr.number(a, attr.FAILURE_RESERVED_UNTIL)
+            if until > self._now:
+                self.schedulable[i] = False
+                self.why_unschedulable[i] = attr.transient_failure(until)
+                self.expires = min(self.expires, until)
         self.reserved[i] = attr.truthy(a, attr.RESERVED) is True or bool(
             set(attr.values(a.get(attr.ROLE))) & self._blocked_roles
         )

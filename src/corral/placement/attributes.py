@@ -26,6 +26,9 @@ MAX_JOBS = "max_jobs"  # jobs the node may run at once (hard-filter-vm-count)
 CAPPED = "capped"  # true/false pins the node's capness; absent: follows the jobs running on it
 RECENT_FAILURES = "recent_failures"  # recent failures on this node, as an operator counts them (corral node)
 HELD = "held"  # true: an operator hold; the node takes no new work
+# epoch seconds until which the node takes no new work after a transient failure (seed 002 §5.4.5,
+# NODEFAILURERESERVETIME): set by the pass, see policy.dispatch.node_failure_reserve_time
+FAILURE_RESERVED_UNTIL = "failure_reserved_until"
 
 ENGINE_KEYS = frozenset(
     {
@@ -41,6 +44,7 @@ ENGINE_KEYS = frozenset(
         CAPPED,
         RECENT_FAILURES,
         HELD,
+        FAILURE_RESERVED_UNTIL,
     }
 )
 
@@ -51,6 +55,11 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 _VERSION_PART = re.compile(r"\d+|[A-Za-z]+")
 
 VersionKey: TypeAlias = tuple[tuple[int, int, str], ...]
+
+
+def transient_failure(until: float) -> str:
+    """Why a node under a transient failure's reservation takes no work (seed 002 §5.4.5)."""
+    return f"TRANSIENT_FAILURE: reserved until {until:g}"
 
 
 def values(value: AttributeValue | None) -> tuple[str, ...]:

@@ -339,10 +339,16 @@ class Reservation:
         return f"reserved {where} from {when} ({'EASY backfill' if mode == 'easy' else 'strict FIFO'})"
 
 
-def reserve(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float) -> Reservation | None:
+def reserve(
+    arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float, ready: Floats | None = None
+) -> Reservation | None:
     """The earliest reservation for `demand` on `eligible` nodes, or None if running work never
-    frees enough (work without a time limit never ends, for this purpose)."""
-    return _reservation(arrays, demand, timeline, _Fits(arrays, demand, eligible, now).first_fits(timeline))
+    frees enough (work without a time limit never ends, for this purpose). `ready`: per node, the
+    time before which it cannot be used (a down node's `now + node_down_delay`, seed 002 §5.4.5)."""
+    first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
+    if ready is not None:
+        first_fit = np.maximum(first_fit, ready)
+    return _reservation(arrays, demand, timeline, first_fit)
 
 
 _FIRST = np.zeros(1, dtype=np.int64)  # the first event starts a node's group

@@ -359,6 +359,19 @@ class Engine:
             self._static_cache[key] = cached
         return cached
 
+    def static_mask_but_state(self, demand: Demand) -> Bools:
+        """The static filters but the node state's: where a node that is not taking work now could
+        take `demand` once it does (backfill's down nodes, seed 002 §5.4.5)."""
+        key = ("but state", demand.static_key)
+        cached = self._static_cache.get(key)
+        if cached is None:
+            cached = self._all
+            for f in self._static:
+                if f.name != "state" and (m := f.mask(self.arrays, demand, None)) is not None:
+                    cached = cached & m
+            self._static_cache[key] = cached
+        return cached
+
     def hard_mask(self, demand: Demand, exclude: Bools | None = None) -> Bools:
         """Every filter but locality."""
         static = self.static_mask(demand)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
@@ -384,7 +386,17 @@ def place(
             _wait(result, job, f"would delay job {reservation.job_id}, which has a reservation")
 
     demands = memo.demands if memo is not None else DemandMemo()
+    make: Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None]
     make = memo.reservation.reserve if memo is not None else reserve
+    # Down nodes that come back (seed 002 §5.4.5, NODEDOWNSTATEDELAYTIME): reservations count them
+    # from `now + node_down_delay`, which floats with the clock, so no kept reservation or walk
+    # holds from one pass to the next while there are any.
+    down: Bools | None = None
+    if policy.node_down_delay is not None and not arrays.schedulable.all():
+        marked = np.array([why == NodeState.DOWN.value for why in arrays.why_unschedulable], dtype=bool)
+        if marked.any():
+            down = marked
+            make = _reserving_from(np.where(marked, now + policy.node_down_delay, -math.inf))
     not_examined = ""
     blocker_reason = ""  # the blocked job's reason before its reservation is described
     # Read once: the loop below runs for every queued job, pass after pass.
@@ -395,7 +407,7 @@ def place(
     walk: QueueWalk | None = None
     if memo is not None:
         walk, memo.walk = memo.walk, None
-    if walk is not None and not explanations and free is None:
+    if walk is not None and not explanations and free is None and down is None:
         resumed: Reservation | None | Literal[False] = False
         if walk.bounded:
             capacity = Capacity(snapshot, settings, max_instances, now, memo)
@@ -562,6 +574,8 @@ def place(
             capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
             if capacity.bounded_for(demand):
                 eligible = engine.static_mask(demand)
+                if down is not None:
+                    eligible = eligible | (down & engine.static_mask_but_state(demand))
                 strict = engine.resolve(demand)
                 if strict is not None and strict.hints.strict and engine.locality_filter:
                     allowed = strict.allowed()
@@ -604,6 +618,7 @@ def place(
         memo is not None
         and not explanations
         and free is None
+        and down is None
         and not result.revisit
         and not any_node
         and (capacity is None or capacity.all_bounded)
@@ -754,6 +769,17 @@ class QueueWalk:
                     self.details[job.id] = {**details, "job": job.id}
             self.held = still
         return reservation
+
+
+def _reserving_from(
+    ready: Floats,
+) -> Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None]:
+    """`reserve` with nodes usable only from `ready` on (a down node's `now + node_down_delay`)."""
+
+    def make(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float) -> Reservation | None:
+        return reserve(arrays, demand, eligible, timeline, now, ready)
+
+    return make
 
 
 def _file_misfit(

@@ -111,6 +111,13 @@ class QueueSettings(_Strict):
     default_time_limit: Duration | None = Field(
         None, description="assumed run time of jobs without a time limit; none: they never end for backfill"
     )
+    node_down_delay: Duration | None = Field(
+        None,
+        ge=0,
+        description="seed 002 §5.4.5 NODEDOWNSTATEDELAYTIME: backfill's reservations count a down node that"
+        " comes back (a fixed fleet's node under repair) as free from now + this, a time that floats with now;"
+        " none: never (such a node's room is not counted)",
+    )
 
 
 class CostSettings(_Strict):

@@ -54,7 +54,8 @@ class HoldBody(BaseModel):
     reason: str = Field("", max_length=500, description="why, shown as the job's wait reason")
 
 
-_TIMES = (attr.NEXT_REBOOT, attr.RESERVATION_UNTIL)  # epoch seconds; ISO 8601 is turned into them
+# Epoch seconds; ISO 8601 is turned into them.
+_TIMES = (attr.NEXT_REBOOT, attr.RESERVATION_UNTIL, attr.FAILURE_RESERVED_UNTIL)
 _NUMBERS = (attr.HARDWARE_PRIORITY, attr.RECENT_FAILURES, attr.MAX_JOBS)
 _FLAGS = (attr.HELD, attr.RESERVED, attr.CAPPED)
 

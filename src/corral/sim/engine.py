@@ -38,6 +38,7 @@ from corral.core.reconcile import Placer, idle_nodes_can_drain, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Decisions, JobOutcome, NodeAction, PlacementResult, Snapshot
 from corral.placement import make_placer
+from corral.placement.attributes import FAILURE_RESERVED_UNTIL
 from corral.sim.settings import ScheduledFailure
 from corral.workload.model import SimJob, shape_gangs
 
@@ -45,7 +46,7 @@ from corral.workload.model import SimJob, shape_gangs
 PAIR, START, END, FAIL, CANCEL, REPAIR, SCHEDULED_FAIL = range(7)
 # Timer kinds: a policy threshold that may change a pass's answer at that time, if what set the
 # timer still holds then (a node still booting, still idle since the same instant, ...).
-W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START = range(6)
+W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START, W_RESERVED = range(7)
 EPS = 1e-6  # "strictly after": a timer that fires when `now - t > limit` is due one grid step past t + limit
 DISPATCHER = "sim"
 
@@ -152,6 +153,7 @@ class Simulation:
         self.attempts: dict[int, Attempt] = self.index.attempts
         self.nodes: dict[str, Node] = self.index.nodes
         self.pinging: dict[str, Node] = {}  # nodes whose agent is up and pinging
+        self.away: dict[str, Node] = {}  # a fixed fleet's failed nodes, down until repaired
         self.instance_of: dict[str, str] = {}
         self.unavailable: dict[str, float] = {}
         self.doomed: set[int] = set()  # attempts whose node broke: their exit is never reported
@@ -362,6 +364,7 @@ class Simulation:
             unavailable_types=self.unavailable,
             observing_since=self.start_time,
             index=self.index,
+            away=list(self.away.values()) if self.away else (),
         )
         if self.check_index:
             self._check_index(snapshot, now)
@@ -411,6 +414,12 @@ class Simulation:
             if mark.state is NodeState.IDLE:
                 node.state_changed_at = now
                 self._wake_idle(node, now)
+        for held in decisions.node_reservations:  # as the live loop records it: an attribute
+            node = nodes.get(held.node_id)
+            if node is not None:
+                node.attributes = {**node.attributes, FAILURE_RESERVED_UNTIL: repr(held.until)}
+                self.index.put_node(node, reshaped=True)
+                self._wake(held.until, W_RESERVED, held.node_id)
         for placement in decisions.placements:
             self._place(placement.job_id, placement.node_ids, now)
         jobs = self.jobs
@@ -563,6 +572,7 @@ class Simulation:
         if instance_id is not None:
             self.cloud.destroy(instance_id)
         if self.fixed:
+            self.away[node.id] = node  # down until repaired (the snapshot's `away`)
             self._push(now + self.config.sim.fleet.repair_time, REPAIR, node)
 
     def _add_fixed_node(self, itype: InstanceType, now: float, node_id: str | None = None) -> None:
@@ -663,6 +673,7 @@ class Simulation:
                 self.index.put_job(job)
         elif kind == REPAIR:
             assert isinstance(ref, Node)
+            self.away.pop(ref.id, None)
             self._add_fixed_node(self.types_by_name[ref.instance_type], now, ref.id)
         elif kind == SCHEDULED_FAIL:
             assert isinstance(ref, ScheduledFailure)
