@@ -487,34 +487,19 @@ def reference_markdown() -> str:
             walk(sub, name + ".")
 
     walk(Config, "")
-    lines.extend(
-        [
-            "## `instance_types` (a list; each entry)",
-            "",
-            "| key | type | default | meaning |",
-            "| --- | --- | --- | --- |",
-        ]
-    )
-    for name, field in InstanceTypeConfig.model_fields.items():
-        default = "required" if field.is_required() else field.get_default(call_default_factory=True)
-        type_name = _type_name(field.annotation)
-        lines.append(f"| `{name}` | {type_name} | `{default}` | {field.description or ''} |")
-    lines.extend(
-        [
-            "",
-            "## `notify` (a list of `[[notify]]` rules; each entry)",
-            "",
-            "Notifications and triggers (seed 002 §5.4.3-5.4.4); see the operator guide.",
-            "",
-            "| key | type | default | meaning |",
-            "| --- | --- | --- | --- |",
-        ]
-    )
-    for name, field in NotifyRule.model_fields.items():
-        default = "required" if field.is_required() else field.get_default(call_default_factory=True)
-        type_name = _type_name(field.annotation)
-        lines.append(f"| `{name}` | {type_name} | `{default}` | {field.description or ''} |")
+    lines += _entry_table("## `instance_types` (a list; each entry)", [], InstanceTypeConfig)
+    notify_intro = ["Notifications and triggers (seed 002 §5.4.3-5.4.4); see the operator guide.", ""]
+    lines += [""] + _entry_table("## `notify` (a list of `[[notify]]` rules; each entry)", notify_intro, NotifyRule)
     return "\n".join(lines) + "\n"
+
+
+def _entry_table(heading: str, intro: list[str], model: type[BaseModel]) -> list[str]:
+    """The reference's table of the keys of one entry of a list (`[[instance_types]]`)."""
+    lines = [heading, "", *intro, "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for name, field in model.model_fields.items():
+        default = "required" if field.is_required() else field.get_default(call_default_factory=True)
+        lines.append(f"| `{name}` | {_type_name(field.annotation)} | `{default}` | {field.description or ''} |")
+    return lines
 
 
 def _type_name(annotation: Any) -> str:
