@@ -23,6 +23,7 @@ notified once, by whichever dispatcher reads it first (give them the same rules)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -202,12 +203,5 @@ def payload(note: Notification) -> dict[str, Any]:
         "summary": describe(note),
         "suppressed": note.suppressed,
         "count": note.count,
-        "event": {
-            "id": event.id,
-            "at": event.at,
-            "kind": event.kind,
-            "message": event.message,
-            "job_id": event.job_id,
-            "node_id": event.node_id,
-        },
+        "event": dataclasses.asdict(event),
     }

@@ -28,10 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from corral.core.settings import Duration
 
 RULE_SUBJECT = "*"  # the subject of a rule as a whole
-NOTIFY_KINDS = "notify."
+NOTIFY_KINDS = "notify."  # the notifier's own events: matched only by an `on` entry that names them
 # A subject's suppressed count waits for its next notification this long after its rearm time ends
 # (a job that ended, a node that is gone, has none): then it is forgotten.
-SUPPRESSED_KEPT = 86400.0  # the notifier's own events: matched only by an `on` entry that names them
+SUPPRESSED_KEPT = 86400.0
 
 
 class NotifyRule(BaseModel):

@@ -28,6 +28,7 @@ from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
 from corral.executor.slurm import BATCH_SCRIPT, Slurm, SlurmError, SlurmJob, comment_for
 from corral.loop import ControlLoop, PassReport
+from corral.server.logstore import LogStore
 from corral.store import Store
 
 log = logging.getLogger("corral.slurm")
@@ -62,7 +63,7 @@ class SlurmLoop(ControlLoop):
         settings = config.slurm
         self.slurm = slurm or Slurm(settings.bin_dir, settings.conf, settings.command_timeout)
         self.cluster = config.cloud.cluster
-        self.log_root = log_root
+        self.logs = LogStore(log_root)  # where `corral logs` reads an attempt's output
         self.output_dir = settings.output_dir or log_root
         self.work_dir = settings.work_dir or config.home / "slurm" / "work"
         self.script = config.home / "slurm" / "corral-batch.sh"
@@ -188,7 +189,7 @@ class SlurmLoop(ControlLoop):
         for running in decisions.started:
             where = f"slurm:{running.nodes}" if running.nodes else SLURM_NODE
             message = f"attempt {running.attempt_id} runs as slurm job {running.ref} on {running.nodes or '?'}"
-            self.store.executor_started(running.attempt_id, where, message, now)
+            self.store.attempt_started(running.attempt_id, SLURM_NODE, None, now, ran_on=where, message=message)
         self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
         self.store.annotate_many(decisions.annotations, {}, now)
         jobs = {job.id: job for job in snapshot.jobs}
@@ -205,7 +206,9 @@ class SlurmLoop(ControlLoop):
     # ---- sbatch -------------------------------------------------------------------------------
 
     def output_path(self, job_id: int, attempt_id: int) -> Path:
-        return self.output_dir / str(job_id) / f"{attempt_id}.log"
+        """Where Slurm writes the output: the log store's own file unless slurm.output_dir is set
+        (laid out the same way)."""
+        return LogStore(self.output_dir).path(job_id, attempt_id)
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
@@ -264,7 +267,7 @@ class SlurmLoop(ControlLoop):
     def _collect_output(self, job_id: int, attempt_id: int) -> None:
         """Copy an ended attempt's output into the log store when it was written elsewhere."""
         source = self.output_path(job_id, attempt_id)
-        target = self.log_root / str(job_id) / f"{attempt_id}.log"
+        target = self.logs.path(job_id, attempt_id)
         if source == target or not source.exists():
             return
         try:

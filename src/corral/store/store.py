@@ -565,25 +565,38 @@ class Store:
         conn.execute(select(J.c.id).where(J.c.id == job_id).with_for_update())
         return conn.execute(select(A).where(A.c.id == attempt_id, A.c.node_id == node_id)).first()
 
-    def attempt_started(self, attempt_id: int, node_id: str, pid: int, now: float) -> bool:
-        """The agent started the attempt. False if it is no longer wanted (then the agent kills it)."""
+    def attempt_started(
+        self,
+        attempt_id: int,
+        node_id: str,
+        pid: int | None,
+        now: float,
+        *,
+        ran_on: str | None = None,
+        message: str | None = None,
+    ) -> bool:
+        """The agent (or an executor: Slurm, with no pid) started the attempt. False if it is no
+        longer wanted (then the agent kills it). `ran_on`: where the job shows as running, when
+        that is not `node_id` (Slurm's node list)."""
         with self.write() as conn:
             attempt = self._lock_attempt(conn, attempt_id, node_id)
             if attempt is None or attempt.state not in ACTIVE_ATTEMPT_STATES:
                 return False
             if attempt.state == AttemptState.RUNNING.value:
                 return True
+            job_values: dict[str, Any] = {"state": JobState.RUNNING.value, "started_at": now, "updated_at": now}
+            if ran_on is not None:
+                job_values.update(node_id=ran_on[:64], wait_reason="")
             job = conn.execute(
-                update(J)
-                .where(J.c.id == attempt.job_id, J.c.state == JobState.CLAIMED.value)
-                .values(state=JobState.RUNNING.value, started_at=now, updated_at=now)
+                update(J).where(J.c.id == attempt.job_id, J.c.state == JobState.CLAIMED.value).values(**job_values)
             )
             if job.rowcount != 1:
                 return False
             conn.execute(
                 update(A).where(A.c.id == attempt_id).values(state=AttemptState.RUNNING.value, started_at=now, pid=pid)
             )
-            self._event(conn, now, "job.running", f"attempt {attempt_id} pid {pid}", attempt.job_id, node_id)
+            said = message or f"attempt {attempt_id} pid {pid}"
+            self._event(conn, now, "job.running", said, attempt.job_id, None if ran_on is not None else node_id)
         return True
 
     def attempt_row(self, attempt_id: int) -> dict[str, Any] | None:
@@ -673,30 +686,6 @@ class Store:
                 )
             ).all()
         return {row.id: row.executor_ref for row in rows}
-
-    def executor_started(self, attempt_id: int, where: str, message: str, now: float) -> bool:
-        """The executor runs the attempt (on `where`, e.g. Slurm's node list). False if the attempt
-        is no longer wanted or already running."""
-        with self.write() as conn:
-            job_id = conn.execute(select(A.c.job_id).where(A.c.id == attempt_id)).scalar()
-            if job_id is None:
-                return False
-            conn.execute(select(J.c.id).where(J.c.id == job_id).with_for_update())
-            attempt = conn.execute(select(A.c.state).where(A.c.id == attempt_id)).first()
-            if attempt is None or attempt.state != AttemptState.ASSIGNED.value:
-                return False
-            job = conn.execute(
-                update(J)
-                .where(J.c.id == job_id, J.c.state == JobState.CLAIMED.value)
-                .values(
-                    state=JobState.RUNNING.value, started_at=now, updated_at=now, wait_reason="", node_id=where[:64]
-                )
-            )
-            if job.rowcount != 1:
-                return False
-            conn.execute(update(A).where(A.c.id == attempt_id).values(state=AttemptState.RUNNING.value, started_at=now))
-            self._event(conn, now, "job.running", message, job_id)
-        return True
 
     def set_claimed_wait_reasons(self, reasons: Mapping[int, str], now: float) -> None:
         """Why claimed jobs wait in the executor's own queue ("slurm: Resources"), in one transaction."""
