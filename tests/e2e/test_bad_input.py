@@ -182,6 +182,8 @@ BIG = 2**64  # past any integer column of the store (SQLite: 64 bits, PostgreSQL
     [
         ("GET", f"/api/jobs/{BIG}", None, "path.job_id: Input should be less than or equal to 2147483647"),
         ("POST", f"/api/jobs/{BIG}/cancel", None, "path.job_id: Input should be less than"),
+        ("POST", f"/api/jobs/{BIG}/hold", None, "path.job_id: Input should be less than"),
+        ("POST", f"/api/jobs/{BIG}/release", None, "path.job_id: Input should be less than"),
         ("PATCH", f"/api/jobs/{BIG}", {"priority": 1}, "path.job_id: Input should be less than"),
         ("PATCH", "/api/jobs/1", {"priority": BIG}, "priority: Input should be less than or equal to 1000000"),
         # false is no priority (pydantic took it for 0, which cancelled the job)

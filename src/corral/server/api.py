@@ -114,7 +114,7 @@ def cancel_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
 
 
 @router.post("/jobs/{job_id}/hold")
-def hold_job(job_id: int, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any]:
+def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any]:
     """Slurm's `scontrol hold`: a queued job stays queued and is not placed (nor booted for) until
     released. 409 for a job that is not queued."""
     try:
@@ -124,7 +124,7 @@ def hold_job(job_id: int, runtime: UserRuntime, body: HoldBody | None = None) ->
 
 
 @router.post("/jobs/{job_id}/release")
-def release_job(job_id: int, runtime: UserRuntime) -> dict[str, Any]:
+def release_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
     result = runtime.store.release(job_id, time.time())
     runtime.wake()
     return result
