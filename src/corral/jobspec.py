@@ -18,7 +18,8 @@ from corral.core.settings import Duration, OnNodeFailure, SizeMiB
 MAX_PRIORITY = 1_000_000
 
 
-def _to_epoch(value: Any) -> Any:
+def to_epoch(value: Any) -> Any:
+    """A time as epoch seconds: a datetime, or an ISO 8601 string (other values are left as they are)."""
     if isinstance(value, datetime):
         return value.timestamp()
     if isinstance(value, str):
@@ -29,7 +30,7 @@ def _to_epoch(value: Any) -> Any:
     return value
 
 
-EpochSeconds = Annotated[float, BeforeValidator(_to_epoch)]
+EpochSeconds = Annotated[float, BeforeValidator(to_epoch)]
 
 
 class LocalitySpec(BaseModel):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from corral.jobspec import MAX_PRIORITY, JobRequest
+from corral.jobspec import MAX_PRIORITY, JobRequest, to_epoch
 from corral.placement import attributes as attr
 
 # The store's integer columns (ids, exit codes, pids, MiB) are 32 bits on PostgreSQL and 64 on
@@ -80,15 +79,15 @@ class NodeAttributesBody(BaseModel):
             text = value if isinstance(value, str) else None
             if key in _TIMES and text is not None:
                 try:
-                    number = float(text)
+                    number = float(text)  # epoch seconds, else ISO 8601 as --not-before takes it
                 except ValueError:
                     try:
-                        number = datetime.fromisoformat(text).timestamp()
-                    except ValueError:
-                        raise ValueError(f"{key}: not a time: {text!r} (epoch seconds or ISO 8601)") from None
+                        number = to_epoch(text)
+                    except ValueError as exc:
+                        raise ValueError(f"{key}: {exc}") from None
                 if not math.isfinite(number):
                     raise ValueError(f"{key}: not a time: {text!r}")
-                value = f"{number:g}" if number != int(number) else str(int(number))
+                value = repr(number) if number != int(number) else str(int(number))
             elif key in _NUMBERS and text is not None:
                 try:
                     number = float(text)
