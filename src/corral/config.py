@@ -341,13 +341,18 @@ def format_validation_error(error: ValidationError, source: str) -> str:
             item["type"] != "extra_forbidden" and not isinstance(value, dict) and not message.startswith(repr(value))
         )
         if isinstance(value, str):
-            value = _PASSWORD_IN_URL.sub(r"\1:***@", value)  # an error message is read, pasted, logged
+            value = without_password(value)  # an error message is read, pasted, logged
         lines.append(f"  {key}: {message}" + (f" (got {value!r})" if shown else ""))
     return "\n".join(lines)
 
 
 # The password of a URL's user ('postgresql://corral:secret@db/x').
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*):[^@/\s]*@")
+
+
+def without_password(text: str) -> str:
+    """`text` with the password of any URL in it shown as ***."""
+    return _PASSWORD_IN_URL.sub(r"\1:***@", text)
 
 
 class UnreadableFile(ValueError):

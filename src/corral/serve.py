@@ -24,7 +24,7 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from corral.cloud.base import CloudDriver
-from corral.config import Config
+from corral.config import Config, without_password
 from corral.loop import ControlLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
@@ -110,9 +110,9 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         store.migrate()
     except SQLAlchemyError as exc:
         store.close()
-        where = config.store_url.split("@")[-1]  # not the password
+        reason = without_password(str(getattr(exc, "orig", None) or exc))
         raise SystemExit(
-            f"error: cannot open the store {where} (store.url): {getattr(exc, 'orig', None) or exc}"
+            f"error: cannot open the store {without_password(config.store_url)} (store.url): {reason}"
         ) from None
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
     dispatcher_id = read_or_create(home / "dispatcher-id", f"d-{socketlib.gethostname()}-{secrets.token_hex(3)}")
