@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -421,19 +422,7 @@ def logs(
 @app.command()
 def cancel(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
     """Cancel jobs, also while they run."""
-    refused = 0
-    for job_id in job_ids:
-        # One id that is wrong (a typo, a job of another corral) must not spare the ones after it.
-        try:
-            result = request("POST", f"/api/jobs/{job_id}/cancel")
-        except Refused as exc:
-            error(f"{job_id}: {exc}")
-            refused += 1
-            continue
-        note = "cancel requested" if result["changed"] else f"already {result['state']}"
-        sys.stdout.write(f"{job_id}: {note}\n")
-    if refused:
-        raise typer.Exit(1)
+    each_job(job_ids, "cancel", lambda r: "cancel requested" if r["changed"] else f"already {r['state']}")
 
 
 @app.command()
@@ -443,17 +432,30 @@ def hold(
 ) -> None:
     """Hold queued jobs (Slurm's `scontrol hold`): they stay queued, but are not run, and no
     instance is booted for them, until `corral release`."""
-    for job_id in job_ids:
-        result = call("POST", f"/api/jobs/{job_id}/hold", json={"reason": reason})
-        sys.stdout.write(f"{job_id}: {'held' if result['changed'] else 'already held'}\n")
+    each_job(job_ids, "hold", lambda r: "held" if r["changed"] else "already held", {"reason": reason})
 
 
 @app.command()
 def release(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
     """Release held jobs (Slurm's `scontrol release`): they run as any queued job."""
+    each_job(job_ids, "release", lambda r: "released" if r["changed"] else f"not held ({r['state']})")
+
+
+def each_job(job_ids: list[int], action: str, said: Callable[[dict[str, Any]], str], body: Any = None) -> None:
+    """POST /api/jobs/ID/`action` for each job, saying `said(result)` of each; one id that is
+    refused (a typo, a job of another corral, a job in the wrong state) spares none after it, and
+    the command exits 1 at the end."""
+    refused = 0
     for job_id in job_ids:
-        result = call("POST", f"/api/jobs/{job_id}/release")
-        sys.stdout.write(f"{job_id}: {'released' if result['changed'] else 'not held (' + result['state'] + ')'}\n")
+        try:
+            result = request("POST", f"/api/jobs/{job_id}/{action}", json=body)
+        except Refused as exc:
+            error(f"{job_id}: {exc}")
+            refused += 1
+            continue
+        sys.stdout.write(f"{job_id}: {said(result)}\n")
+    if refused:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -46,6 +46,12 @@ def test_an_operator_holds_a_queued_job_nothing_boots_for_it_until_it_is_release
     assert refused.status_code == 409 and "only a queued job can be held" in refused.json()["detail"]
     missing = corral.cli("hold", "9999", check=False)
     assert missing.returncode != 0 and "no job 9999" in missing.stderr
+    # One wrong id spares none after it (as for cancel): the second job is held all the same.
+    later = datetime.fromtimestamp(time.time() + 3600, UTC).isoformat()
+    other = int(corral.cli("submit", "--not-before", later, "--", "true").stdout)
+    both = corral.cli("hold", "9999", str(other), check=False)
+    assert both.returncode != 0 and "9999: no job 9999" in both.stderr and both.stdout == f"{other}: held\n"
+    corral.cli("cancel", str(other))
 
 
 def test_a_lost_node_cancels_or_holds_its_job_as_the_job_asks(corral: Corral, tmp_path: Path) -> None:
