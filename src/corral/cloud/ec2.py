@@ -184,14 +184,8 @@ class Ec2Cloud:
                 if isinstance(last, InsufficientCapacity) or _code(exc) in SUBNET_CODES:
                     continue  # the next subnet (another zone) may have it
                 raise last from exc
-            raw = response["Instances"][0]
-            instance = CloudInstance(
-                id=raw["InstanceId"],
-                instance_type=instance_type.name,
-                tags=all_tags,
-                created_at=raw["LaunchTime"].timestamp() if "LaunchTime" in raw else time.time(),
-                state=raw.get("State", {}).get("Name", "pending"),
-            )
+            # RunInstances answers before the tags are on the instance: read it with the tags it was given.
+            instance = _instance({**response["Instances"][0], "Tags": tag_list}, launched_if_unknown=time.time())
             with self._lock:
                 self._recent[instance.id] = (instance, time.monotonic())
             return instance
@@ -242,15 +236,15 @@ def _code(exc: Exception) -> str:
     return ""
 
 
-def _instance(raw: dict[str, Any]) -> CloudInstance:
+def _instance(raw: dict[str, Any], launched_if_unknown: float = 0.0) -> CloudInstance:
     tags = {str(tag["Key"]): str(tag.get("Value", "")) for tag in raw.get("Tags", [])}
     launched = raw.get("LaunchTime")
     return CloudInstance(
         id=str(raw["InstanceId"]),
         instance_type=tags.get(TAG_INSTANCE_TYPE) or str(raw.get("InstanceType", "")),
         tags=tags,
-        created_at=launched.timestamp() if launched is not None else 0.0,
-        state=str(raw.get("State", {}).get("Name", "")),
+        created_at=launched.timestamp() if launched is not None else launched_if_unknown,
+        state=str(raw.get("State", {}).get("Name", "pending")),
     )
 
 
