@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,28 +20,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral.config import Config
-from corral.core.model import JobState, NodeState
 from corral.loop import ControlLoop
 from corral.server.logstore import LogStore
+from corral.server.metrics import Metrics
 from corral.store import NotFound, Store
 
 log = logging.getLogger("corral.server")
-
-
-@dataclass
-class Metrics:
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
-    def __post_init__(self) -> None:
-        self.jobs = Gauge("corral_jobs", "Jobs by state", ["state"], registry=self.registry)
-        self.nodes = Gauge("corral_nodes", "Nodes by state", ["state"], registry=self.registry)
-        self.passes = Counter("corral_passes", "Reconcile passes run", registry=self.registry)
-        self.pass_errors = Counter("corral_pass_errors", "Reconcile passes that raised", registry=self.registry)
-        self.pass_seconds = Histogram("corral_pass_seconds", "Duration of a reconcile pass", registry=self.registry)
-        self.boots = Counter("corral_boots", "Instances booted", registry=self.registry)
 
 
 @dataclass
@@ -61,6 +49,9 @@ class Runtime:
     # which ends the process before any code after the server's run.
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.metrics.event_cursor = self.store.last_event_id()
 
     def wake(self) -> None:
         """Ask for a pass now; safe from any thread."""
@@ -103,22 +94,11 @@ class Runtime:
                 continue
             self.metrics.passes.inc()
             self.metrics.pass_seconds.observe(report.duration)
-            self.metrics.boots.inc(len(report.decisions.boots))
             for node_id in report.started_nodes:
                 self.node_event(node_id).set()
             if report.decisions.job_outcomes or report.decisions.node_marks:
                 # What this pass freed may let the next pass place more.
                 self.wake_event.set()
-
-    def refresh_gauges(self) -> None:
-        counts = self.store.counts()
-        for state in JobState:
-            self.metrics.jobs.labels(state.value).set(counts.get(state.value, 0))
-        node_counts: dict[str, int] = {}
-        for row in self.store.node_rows():
-            node_counts[row["state"]] = node_counts.get(row["state"], 0) + 1
-        for node_state in NodeState:
-            self.metrics.nodes.labels(node_state.value).set(node_counts.get(node_state.value, 0))
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -155,7 +135,7 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> PlainTextResponse:
-        runtime.refresh_gauges()
+        runtime.metrics.refresh(runtime.store, time.time())
         return PlainTextResponse(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/health")

@@ -944,6 +944,58 @@ class Store:
             rows = conn.execute(select(J.c.state, func.count()).group_by(J.c.state)).all()
         return {r[0]: int(r[1]) for r in rows}
 
+    # ---- figures for /metrics ------------------------------------------------------------------
+
+    def fleet_counts(self) -> list[tuple[str, str, int, float]]:
+        """Live nodes (every dispatcher's) by state and instance type: (state, type, count, the
+        summed price per hour of those nodes)."""
+        query = (
+            select(N.c.state, N.c.instance_type, func.count(), func.sum(N.c.price_per_hour))
+            .where(N.c.state.in_(LIVE_NODE_STATES))
+            .group_by(N.c.state, N.c.instance_type)
+        )
+        with self.read() as conn:
+            return [(str(r[0]), str(r[1]), int(r[2]), float(r[3] or 0.0)) for r in conn.execute(query)]
+
+    def oldest_due_submission(self, now: float) -> float | None:
+        """When the longest-waiting job that could run now was submitted: queued, not held, past
+        its retry back-off and its `not_before`. None when no job is."""
+        query = (
+            select(J.c.submitted_at, J.c.spec)
+            .where(
+                J.c.state == JobState.QUEUED.value,
+                J.c.held.is_(False),
+                or_(J.c.retry_at.is_(None), J.c.retry_at <= now),
+            )
+            .order_by(J.c.submitted_at, J.c.id)
+            .execution_options(yield_per=100)
+        )
+        with self.read() as conn:
+            for submitted_at, spec in conn.execute(query):
+                not_before = spec.get("not_before")
+                if not_before is None or not_before <= now:
+                    return float(submitted_at)
+        return None
+
+    def first_starts(self, job_ids: Iterable[int]) -> dict[int, tuple[float, float]]:
+        """For each of the jobs that has started: (submitted at, its first attempt's start)."""
+        out: dict[int, tuple[float, float]] = {}
+        with self.read() as conn:
+            for chunk in _chunks(list(job_ids)):
+                query = (
+                    select(J.c.id, J.c.submitted_at, func.min(A.c.started_at))
+                    .join(A, A.c.job_id == J.c.id)
+                    .where(J.c.id.in_(chunk), A.c.started_at.is_not(None))
+                    .group_by(J.c.id, J.c.submitted_at)
+                )
+                out.update((int(r[0]), (float(r[1]), float(r[2]))) for r in conn.execute(query))
+        return out
+
+    def held_count(self) -> int:
+        with self.read() as conn:
+            query = select(func.count()).where(J.c.state == JobState.QUEUED.value, J.c.held.is_(True))
+            return int(conn.execute(query).scalar() or 0)
+
     def open_job_ids_claimed_by(self, dispatcher_id: str) -> list[int]:
         with self.read() as conn:
             rows = conn.execute(

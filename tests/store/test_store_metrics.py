@@ -1,0 +1,113 @@
+"""The figures /metrics serves, read from a real store (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from corral.core.model import GiB, InstanceType, JobState, NodeState
+from corral.core.snapshot import JobOutcome
+from corral.server.metrics import Metrics
+from corral.store import Store
+
+from .storekit import NOW, SMALL, add_node, claim, submit
+
+BIG = InstanceType("big", vcpus=16.0, ram_mib=64 * GiB, price_per_hour=0.68)
+
+
+def started_metrics(store: Store) -> Metrics:
+    """Metrics as a server that starts now makes them: counting from the store's newest event."""
+    metrics = Metrics()
+    metrics.event_cursor = store.last_event_id()
+    return metrics
+
+
+def figure(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_the_fleet_figures_count_every_live_node_by_state_and_type_and_price_them(store: Store) -> None:
+    # More nodes than a node listing shows (1,000): the figures must not stop there.
+    for i in range(1001):
+        store.create_node(f"b{i}", SMALL, "tok", NOW, "boot")
+    add_node(store, "idle-big", itype=BIG)
+    add_node(store, "down-big", itype=BIG)
+    assert store.mark_node("down-big", NodeState.DOWN, "no ping", NOW + 1)
+    add_node(store, "gone-big", itype=BIG)
+    assert store.mark_node("gone-big", NodeState.GONE, "destroyed", NOW + 1)
+
+    metrics = started_metrics(store)
+    metrics.refresh(store, NOW + 2)
+
+    assert figure(metrics, "corral_nodes", state="booting") == 1001
+    assert figure(metrics, "corral_nodes", state="idle") == 1
+    assert figure(metrics, "corral_nodes", state="down") == 1
+    assert figure(metrics, "corral_nodes", state="gone") is None  # gone nodes are no fleet
+    assert figure(metrics, "corral_fleet_instances", instance_type="small") == 1001
+    assert figure(metrics, "corral_fleet_instances", instance_type="big") == 2
+    cost = figure(metrics, "corral_fleet_cost_per_hour")
+    assert cost is not None and abs(cost - (1001 * 0.10 + 2 * 0.68)) < 1e-6
+
+    # The last big node goes: its type reads 0, not its last figure.
+    for node in ("idle-big", "down-big"):
+        assert store.mark_node(node, NodeState.GONE, "shut down", NOW + 3)
+    metrics.refresh(store, NOW + 4)
+    assert figure(metrics, "corral_fleet_instances", instance_type="big") == 0
+    cost = figure(metrics, "corral_fleet_cost_per_hour")
+    assert cost is not None and abs(cost - 1001 * 0.10) < 1e-6
+
+
+def test_the_oldest_wait_is_of_the_job_that_could_run_now(store: Store) -> None:
+    (held,) = submit(store, 1, now=NOW - 500)
+    store.hold(held, NOW - 400)
+    submit(store, 1, now=NOW - 300, not_before=NOW + 3600)  # asked not to start yet
+    (backing_off,) = submit(store, 1, now=NOW - 200)
+    attempt = claim(store, backing_off, now=NOW - 150)
+    requeue = JobOutcome(backing_off, JobState.QUEUED, "node lost", (attempt,), retry_at=NOW + 60, temp_failure=True)
+    assert store.apply_outcome(requeue, NOW - 100)
+    (due,) = submit(store, 1, now=NOW - 40)
+
+    metrics = started_metrics(store)
+    metrics.refresh(store, NOW)
+    assert figure(metrics, "corral_queue_oldest_wait_seconds") == 40
+    assert figure(metrics, "corral_jobs_held") == 1
+    assert figure(metrics, "corral_jobs", state="queued") == 4
+
+    # Past its back-off, the requeued job is the oldest that could run; waits count from submission.
+    metrics.refresh(store, NOW + 61)
+    assert figure(metrics, "corral_queue_oldest_wait_seconds") == 261
+    for job_id in (backing_off, due):
+        claim(store, job_id, now=NOW + 62)
+    metrics.refresh(store, NOW + 63)
+    assert figure(metrics, "corral_queue_oldest_wait_seconds") == 0  # held and not-yet jobs do not count
+
+
+def test_waits_and_event_counts_are_of_what_happened_since_the_server_started(store: Store) -> None:
+    (before,) = submit(store, 1, now=NOW)  # before the server started: not counted
+    metrics = started_metrics(store)
+    first, second = submit(store, 2, now=NOW + 10)
+    add_node(store, "n1", NOW + 10)
+    attempt = claim(store, first, now=NOW + 20)
+    assert store.attempt_started(attempt, "n1", 100, NOW + 40)  # waited 30 s
+    metrics.refresh(store, NOW + 41)
+
+    assert figure(metrics, "corral_job_wait_seconds_count") == 1
+    assert figure(metrics, "corral_job_wait_seconds_sum") == 30
+    assert figure(metrics, "corral_job_wait_seconds_bucket", le="30.0") == 1
+    assert figure(metrics, "corral_job_wait_seconds_bucket", le="15.0") == 0
+    assert figure(metrics, "corral_events_total", kind="job.queued") == 2
+    assert figure(metrics, "corral_events_total", kind="node.booting") == 1
+    assert figure(metrics, "corral_events_total", kind="job.running") == 1
+
+    # The first job is requeued and starts again; the second starts: only the second is a new wait.
+    requeue = JobOutcome(first, JobState.QUEUED, "node lost", (attempt,), temp_failure=True)
+    assert store.apply_outcome(requeue, NOW + 50)
+    again = claim(store, first, now=NOW + 60)
+    assert store.attempt_started(again, "n1", 101, NOW + 61)
+    other = claim(store, second, now=NOW + 60)
+    assert store.attempt_started(other, "n1", 102, NOW + 70)  # waited 60 s
+    metrics.refresh(store, NOW + 71)
+    metrics.refresh(store, NOW + 72)  # a second scrape counts nothing twice
+
+    assert figure(metrics, "corral_job_wait_seconds_count") == 2
+    assert figure(metrics, "corral_job_wait_seconds_sum") == 90
+    assert figure(metrics, "corral_events_total", kind="job.running") == 3
+    assert figure(metrics, "corral_events_total", kind="job.requeued") == 1
+    assert before not in (first, second)
