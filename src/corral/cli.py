@@ -562,6 +562,49 @@ def nodes(
     console.print(f"{sum(1 for n in rows if n['state'] != 'gone')} live nodes, ${hourly:.3f}/hour")
 
 
+@app.command()
+def status(as_json: JsonFlag = False) -> None:
+    """The system at a glance: jobs by state, the longest wait, the fleet and its bill, instance
+    types backed off after capacity errors, and the dispatchers sharing the store."""
+    report = call("GET", "/api/status")
+    if as_json:
+        print_json(report)
+        return
+    now = report["now"]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    jobs = report["jobs"]
+    counts = [Text.assemble((f"{jobs[state]} ", ""), styled(state)) for state in jobs]
+    if report["held"]:
+        counts.append(Text.assemble((f"{report['held']} ", ""), ("held", "yellow")))
+    grid.add_row("jobs", Text(", ").join(counts) if counts else Text("none"))
+    oldest = report["oldest_wait"]
+    grid.add_row("oldest wait", "no job that could run is waiting" if oldest is None else ago(oldest))
+    nodes = report["nodes"]
+    live = sum(nodes.values())
+    by_state = Text(", ").join(Text.assemble((f"{count} ", ""), styled(state)) for state, count in nodes.items())
+    grid.add_row(
+        "fleet", Text.assemble(f"{live} nodes, ${report['cost_per_hour']:.3f}/hour", ": " if live else "", by_state)
+    )
+    for entry in report["fleet"]:
+        grid.add_row("", f"{entry['instance_type']}: {entry['nodes']}, ${entry['price_per_hour']:.3f}/hour")
+    for backoff in report["backoffs"]:
+        grid.add_row(
+            "backed off", f"{backoff['instance_type']} for {ago(backoff['until'] - now)} more: {backoff['reason']}"
+        )
+    for dispatcher in report["dispatchers"]:
+        heard = f"heartbeat {ago(now - dispatcher['last_heartbeat'])} ago"
+        grid.add_row(
+            "dispatcher",
+            Text.assemble(
+                f"{dispatcher['id']} on {dispatcher['host'] or '?'} pid {dispatcher['pid'] or '?'}, {heard}",
+                (" (stale: its claims are released)", "red") if dispatcher["stale"] else "",
+            ),
+        )
+    console.print(grid)
+
+
 @app.command("node")
 def show_node(
     node_id: str,

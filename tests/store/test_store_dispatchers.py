@@ -24,6 +24,20 @@ def test_heartbeat_registers_once_then_updates(store: Store) -> None:
     assert [e["message"] for e in registered] == ["disp-a on h1 pid 11", "disp-b on h2 pid 22"]
 
 
+def test_a_restarted_dispatcher_records_where_it_runs_now(store: Store) -> None:
+    store.heartbeat("disp-a", NOW, host="h1", pid=11)
+    store.heartbeat("disp-a", NOW + 5, host="h1", pid=11)
+    store.heartbeat("disp-a", NOW + 100, host="h1", pid=12)  # the same data directory, a new process
+    store.heartbeat("disp-a", NOW + 105, host="h1", pid=12)
+
+    (row,) = store.dispatcher_rows()
+    assert (row["host"], row["pid"], row["started_at"], row["last_heartbeat"]) == ("h1", 12, NOW + 100, NOW + 105)
+    assert [(e["kind"], e["message"]) for e in store.list_events(kind="dispatcher.")] == [
+        ("dispatcher.registered", "disp-a on h1 pid 11"),
+        ("dispatcher.restarted", "disp-a on h1 pid 12"),
+    ]
+
+
 def test_claims_of_a_stale_dispatcher_are_released_by_another_as_tempfails(store: Store) -> None:
     for node in ("n1", "n2"):
         add_node(store, node, NOW)

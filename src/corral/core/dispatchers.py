@@ -13,6 +13,11 @@ def stale_dispatchers(snapshot: Snapshot, now: float, settings: PolicySettings) 
     return {
         d.id
         for d in snapshot.dispatchers
-        if d.id != snapshot.dispatcher_id
-        and now - max(d.last_heartbeat, observing) > settings.dispatch.dispatcher_stale
+        if d.id != snapshot.dispatcher_id and is_stale(d.last_heartbeat, now, settings, observing)
     }
+
+
+def is_stale(last_heartbeat: float, now: float, settings: PolicySettings, observing_since: float = 0.0) -> bool:
+    """A dispatcher silent for more than `dispatch.dispatcher_stale`, counted from its last
+    heartbeat or from when the judge started observing, whichever is later."""
+    return now - max(last_heartbeat, observing_since) > settings.dispatch.dispatcher_stale

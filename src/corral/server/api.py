@@ -1,4 +1,4 @@
-"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events."""
+"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events, status."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
+from corral.core.dispatchers import is_stale
 from corral.core.model import JobState, NodeState
 from corral.server.deps import UserRuntime
 from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
     AttemptOut,
+    BackoffOut,
+    DispatcherOut,
     ErrorOut,
     EventOut,
+    FleetTypeOut,
     HoldBody,
     InvalidOut,
     JobOut,
@@ -22,6 +26,7 @@ from corral.server.models import (
     NodeOut,
     PriorityBody,
     ResourcesOut,
+    StatusOut,
     SubmitBody,
     SubmitResult,
 )
@@ -216,3 +221,28 @@ def list_events(
     limit: int = Query(200, ge=1, le=100_000),
 ) -> list[EventOut]:
     return [EventOut(**row) for row in runtime.store.list_events(job, node, kind, limit)]
+
+
+@router.get("/status")
+def status(runtime: UserRuntime) -> StatusOut:
+    store, now = runtime.store, time.time()
+    fleet = store.fleet_counts()
+    counts = store.counts()
+    submitted = store.oldest_due_submission(now)
+    policy = runtime.config.policy
+    return StatusOut(
+        now=now,
+        jobs={state.value: counts[state.value] for state in JobState if counts.get(state.value)},
+        held=store.held_count(),
+        oldest_wait=None if submitted is None else max(0.0, now - submitted),
+        nodes=fleet.by_state,
+        fleet=[
+            FleetTypeOut(instance_type=name, nodes=nodes, price_per_hour=cost)
+            for name, (nodes, cost) in sorted(fleet.by_type.items())
+        ],
+        cost_per_hour=fleet.cost_per_hour,
+        backoffs=[BackoffOut(**row) for row in store.backoffs_in_force(now)],
+        dispatchers=[
+            DispatcherOut(**row, stale=is_stale(row["last_heartbeat"], now, policy)) for row in store.dispatcher_rows()
+        ],
+    )

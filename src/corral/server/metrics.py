@@ -70,21 +70,15 @@ class Metrics:
         for state in JobState:
             self.jobs.labels(state.value).set(counts.get(state.value, 0))
         self.jobs_held.set(store.held_count())
-        by_state: dict[str, int] = defaultdict(int)
-        by_type: dict[str, int] = defaultdict(int)
-        cost = 0.0
-        for node_state_name, instance_type, count, price in store.fleet_counts():
-            by_state[node_state_name] += count
-            by_type[instance_type] += count
-            cost += price
+        fleet = store.fleet_counts()
         for node_state in NodeState:
             if node_state is not NodeState.GONE:
-                self.nodes.labels(node_state.value).set(by_state[node_state.value])
+                self.nodes.labels(node_state.value).set(fleet.by_state.get(node_state.value, 0))
         # A type whose last node has gone reads 0 rather than keeping its last figure.
-        self._types_seen.update(by_type)
+        self._types_seen.update(fleet.by_type)
         for instance_type in self._types_seen:
-            self.instances.labels(instance_type).set(by_type.get(instance_type, 0))
-        self.cost.set(cost)
+            self.instances.labels(instance_type).set(fleet.by_type.get(instance_type, (0, 0.0))[0])
+        self.cost.set(fleet.cost_per_hour)
         submitted = store.oldest_due_submission(now)
         self.oldest_wait.set(0.0 if submitted is None else max(0.0, now - submitted))
 

@@ -239,3 +239,38 @@ class WorkItemOut(BaseModel):
 
 class WorkOut(BaseModel):
     attempts: list[WorkItemOut]
+
+
+class FleetTypeOut(BaseModel):
+    instance_type: str
+    nodes: int
+    price_per_hour: float  # the summed price of those nodes
+
+
+class BackoffOut(BaseModel):
+    instance_type: str
+    until: float
+    reason: str
+
+
+class DispatcherOut(BaseModel):
+    id: str
+    host: str
+    pid: int | None
+    started_at: float
+    last_heartbeat: float
+    stale: bool  # silent longer than policy.dispatch.dispatcher_stale: its claims are released
+
+
+class StatusOut(BaseModel):
+    """The whole system at a glance: `corral status`."""
+
+    now: float
+    jobs: dict[str, int]  # by state
+    held: int
+    oldest_wait: float | None  # seconds the longest-waiting job that could run now has waited
+    nodes: dict[str, int]  # live nodes by state
+    fleet: list[FleetTypeOut]
+    cost_per_hour: float
+    backoffs: list[BackoffOut]  # instance types not tried for now
+    dispatchers: list[DispatcherOut]

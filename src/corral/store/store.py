@@ -20,7 +20,7 @@ import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, and_, bindparam, create_engine, event, func, insert, or_, select, update
@@ -52,6 +52,16 @@ ACTIVE_ATTEMPT_STATES = (AttemptState.ASSIGNED.value, AttemptState.RUNNING.value
 OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNING.value)
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
 LIVE_NODE_STATES = tuple(s.value for s in NodeState if s is not NodeState.GONE)
+
+
+@dataclass
+class FleetCounts:
+    by_state: dict[str, int] = field(default_factory=dict)  # live nodes per state
+    by_type: dict[str, tuple[int, float]] = field(default_factory=dict)  # (nodes, summed price per hour)
+
+    @property
+    def cost_per_hour(self) -> float:
+        return sum(cost for _, cost in self.by_type.values())
 
 
 class NotFound(LookupError):
@@ -856,17 +866,27 @@ class Store:
     # ---- dispatchers and capacity -------------------------------------------------------------
 
     def heartbeat(self, dispatcher_id: str, now: float, host: str = "", pid: int | None = None) -> None:
+        """The dispatcher is alive. The first heartbeat registers it; one from another process (a
+        restart: the dispatcher id stays with the data directory) records where it runs now."""
+        table = schema.dispatchers
         with self.write() as conn:
             result = conn.execute(
-                update(schema.dispatchers).where(schema.dispatchers.c.id == dispatcher_id).values(last_heartbeat=now)
+                update(table)
+                .where(table.c.id == dispatcher_id, table.c.host == host, table.c.pid.is_not_distinct_from(pid))
+                .values(last_heartbeat=now)
             )
-            if result.rowcount == 0:
-                conn.execute(
-                    insert(schema.dispatchers).values(
-                        id=dispatcher_id, started_at=now, last_heartbeat=now, host=host, pid=pid
-                    )
-                )
-                self._event(conn, now, "dispatcher.registered", f"{dispatcher_id} on {host} pid {pid}")
+            if result.rowcount == 1:
+                return
+            moved = conn.execute(
+                update(table)
+                .where(table.c.id == dispatcher_id)
+                .values(last_heartbeat=now, started_at=now, host=host, pid=pid)
+            )
+            if moved.rowcount == 1:
+                self._event(conn, now, "dispatcher.restarted", f"{dispatcher_id} on {host} pid {pid}")
+                return
+            conn.execute(insert(table).values(id=dispatcher_id, started_at=now, last_heartbeat=now, host=host, pid=pid))
+            self._event(conn, now, "dispatcher.registered", f"{dispatcher_id} on {host} pid {pid}")
 
     def set_unavailable(self, instance_type: str, until: float, reason: str, now: float) -> None:
         """Do not try `instance_type` before `until`. A back-off already recorded that lasts longer
@@ -946,16 +966,20 @@ class Store:
 
     # ---- figures for /metrics ------------------------------------------------------------------
 
-    def fleet_counts(self) -> list[tuple[str, str, int, float]]:
-        """Live nodes (every dispatcher's) by state and instance type: (state, type, count, the
-        summed price per hour of those nodes)."""
+    def fleet_counts(self) -> FleetCounts:
+        """The live nodes (every dispatcher's), counted by state and by instance type."""
         query = (
             select(N.c.state, N.c.instance_type, func.count(), func.sum(N.c.price_per_hour))
             .where(N.c.state.in_(LIVE_NODE_STATES))
             .group_by(N.c.state, N.c.instance_type)
         )
+        fleet = FleetCounts()
         with self.read() as conn:
-            return [(str(r[0]), str(r[1]), int(r[2]), float(r[3] or 0.0)) for r in conn.execute(query)]
+            for node_state, instance_type, count, price in conn.execute(query):
+                fleet.by_state[node_state] = fleet.by_state.get(node_state, 0) + count
+                nodes, cost = fleet.by_type.get(instance_type, (0, 0.0))
+                fleet.by_type[instance_type] = (nodes + count, cost + float(price or 0.0))
+        return fleet
 
     def oldest_due_submission(self, now: float) -> float | None:
         """When the longest-waiting job that could run now was submitted: queued, not held, past
@@ -990,6 +1014,18 @@ class Store:
                 )
                 out.update((int(r[0]), (float(r[1]), float(r[2]))) for r in conn.execute(query))
         return out
+
+    def dispatcher_rows(self) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(select(schema.dispatchers).order_by(schema.dispatchers.c.started_at)).all()
+        return [dict(r._mapping) for r in rows]
+
+    def backoffs_in_force(self, now: float) -> list[dict[str, Any]]:
+        """The instance types not tried before `until` (capacity or quota errors), soonest first."""
+        table = schema.unavailable_types
+        with self.read() as conn:
+            rows = conn.execute(select(table).where(table.c.until > now).order_by(table.c.until)).all()
+        return [dict(r._mapping) for r in rows]
 
     def held_count(self) -> int:
         with self.read() as conn:
