@@ -163,6 +163,35 @@ def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
     assert corral.attempts(running[0])[0]["state"] == "cancelled"
 
 
+def nice_of(slurm: SlurmCluster, ref: str) -> int:
+    (field,) = [word for word in slurm.show_job(ref).split() if word.startswith("Nice=")]
+    return int(field.removeprefix("Nice="))
+
+
+def test_a_jobs_priority_is_its_slurm_nice_at_sbatch_and_when_it_changes(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    # Two jobs of 2 vCPUs fill both nodes; the next two wait in Slurm's queue.
+    running = [corral.submit("sleep", "300", vcpus=2, ram=128) for _ in range(2)]
+    for job_id in running:
+        corral.until_state(job_id, "running")
+    first = corral.submit("sleep", "300", vcpus=2, ram=128)
+    second = corral.submit("sleep", "300", vcpus=2, ram=128)
+    urgent = corral.submit("sleep", "300", vcpus=2, ram=128, priority=10)
+    corral.until(lambda: all(corral.attempts(j) for j in (first, second, urgent)), 20, "all submitted")
+    refs = {job_id: corral.attempts(job_id)[0]["executor_ref"] for job_id in (first, second, urgent)}
+    assert nice_of(slurm, refs[first]) == 0 and nice_of(slurm, refs[second]) == 0  # the default priority
+    assert nice_of(slurm, refs[urgent]) == -9
+
+    # `corral priority` on a job already in Slurm: Slurm's Nice follows, and so does its order.
+    corral.store.set_priority(second, 100, time.time())
+    corral.until(lambda: nice_of(slurm, refs[second]) == -99, 20, "the renice")
+    assert any(f"slurm job {refs[second]}: Nice=-99 (priority 100)" in e for e in corral.events(second))
+    corral.store.request_cancel(running[0], time.time())
+    corral.until_state(second, "running")
+    assert corral.job(first)["state"] == "claimed" and corral.job(urgent)["state"] == "claimed"
+
+
 def test_a_slurm_job_cancelled_outside_corral_is_reported(corral: Dispatcher, slurm: SlurmCluster) -> None:
     job_id = corral.submit("sleep", "300", ram=128)
     corral.until_state(job_id, "running")

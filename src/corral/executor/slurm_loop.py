@@ -70,6 +70,7 @@ class SlurmLoop(ControlLoop):
         self.script.parent.mkdir(parents=True, exist_ok=True)
         self.script.write_text(BATCH_SCRIPT)
         self._unreachable = ""  # Slurm's last error while it cannot be asked, to record it once
+        self._renice_refused: dict[str, int] = {}  # Slurm job id -> the Nice Slurm refused it, to record it once
 
     # ---- a pass -------------------------------------------------------------------------------
 
@@ -96,7 +97,10 @@ class SlurmLoop(ControlLoop):
         snapshot = self.store.load_snapshot(self.dispatcher_id, [], self.observing_since)
         now = self.clock()
         seen = self._observe(snapshot, mine, by_ref, now)
-        decisions = batch.plan_batch_pass(snapshot, now, self.config.policy, seen, self.config.slurm.max_pending)
+        settings = self.config.slurm
+        decisions = batch.plan_batch_pass(
+            snapshot, now, self.config.policy, seen, settings.max_pending, settings.nice_base
+        )
         self._orphans(snapshot, ours, now)
         self._execute(decisions, snapshot, seen, now)
         report = PassReport(Decisions(job_outcomes=decisions.job_outcomes))
@@ -132,7 +136,9 @@ class SlurmLoop(ControlLoop):
             if slurm_job is None:
                 seen[attempt.id] = Seen(attempt.id, ref, "")
             else:
-                seen[attempt.id] = Seen(attempt.id, ref, slurm_job.state, None, slurm_job.reason, slurm_job.nodes)
+                seen[attempt.id] = Seen(
+                    attempt.id, ref, slurm_job.state, None, slurm_job.reason, slurm_job.nodes, slurm_job.nice
+                )
         ended = [s for s in seen.values() if phase_of(s.state) is Phase.EXITED]
         if ended:
             try:
@@ -179,6 +185,7 @@ class SlurmLoop(ControlLoop):
                 self.slurm.scancel(decisions.cancel)
             except SlurmError as exc:  # the next pass scancels them as orphans
                 log.warning("scancel %s failed: %s", ", ".join(decisions.cancel), exc)
+        self._renice(decisions.renice, now)
         for ended in decisions.exits:
             self._collect_output(ended.job_id, ended.attempt_id)
 
@@ -203,6 +210,33 @@ class SlurmLoop(ControlLoop):
             if claimed is not None:
                 self._submit(job, claimed, now)
 
+    def _renice(self, renices: list[batch.Renice], now: float) -> None:
+        """`scontrol update` each Nice; a refusal (an unprivileged user's negative Nice) is recorded
+        once per Slurm job and Nice, and tried again each pass while the Nice still differs."""
+        wanted = {renice.ref for renice in renices}
+        self._renice_refused = {ref: nice for ref, nice in self._renice_refused.items() if ref in wanted}
+        for renice in renices:
+            try:
+                self.slurm.renice(renice.ref, renice.nice)
+            except SlurmError as exc:
+                if self._renice_refused.get(renice.ref) != renice.nice:
+                    self._renice_refused[renice.ref] = renice.nice
+                    log.warning("renice of slurm job %s to %d failed: %s", renice.ref, renice.nice, exc)
+                    self.store.add_event(
+                        now,
+                        "slurm.renice_failed",
+                        f"slurm job {renice.ref}: Nice={renice.nice} (priority {renice.priority}) refused: {exc}",
+                        job_id=renice.job_id,
+                    )
+                continue
+            self._renice_refused.pop(renice.ref, None)
+            self.store.add_event(
+                now,
+                "slurm.reniced",
+                f"slurm job {renice.ref}: Nice={renice.nice} (priority {renice.priority})",
+                job_id=renice.job_id,
+            )
+
     # ---- sbatch -------------------------------------------------------------------------------
 
     def output_path(self, job_id: int, attempt_id: int) -> Path:
@@ -212,7 +246,8 @@ class SlurmLoop(ControlLoop):
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
-        gang, --time from its time limit; its ids in --job-name and --comment."""
+        gang, --time from its time limit, --nice from its priority; its ids in --job-name and
+        --comment."""
         settings = self.config.slurm
         res = job.resources
         options = [
@@ -225,6 +260,7 @@ class SlurmLoop(ControlLoop):
             "--ntasks-per-node=1",
             f"--cpus-per-task={max(1, math.ceil(res.vcpus - 1e-9))}",
             f"--mem={res.ram_mib}M",
+            f"--nice={batch.nice_for(job.priority, settings.nice_base)}",
         ]
         if res.gpus:
             options.append(f"--gres=gpu:{res.gpus}")
