@@ -246,8 +246,8 @@ class SlurmLoop(ControlLoop):
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
-        gang, --time from its time limit, --nice from its priority; its ids in --job-name and
-        --comment."""
+        gang, --time from its time limit, --nice from its priority, --no-requeue; its ids in
+        --job-name and --comment."""
         settings = self.config.slurm
         res = job.resources
         options = [
@@ -256,6 +256,10 @@ class SlurmLoop(ControlLoop):
             f"--output={self.output_path(job.id, attempt_id)}",
             f"--chdir={self.work_dir}",
             "--export=ALL",
+            # Slurm would requeue a job whose node failed itself (JobRequeue=1, its default), and
+            # corral would see it pending again: the job ends NODE_FAIL instead, and corral's own
+            # node-failure policy (on_node_failure) decides, as for a node of its own.
+            "--no-requeue",
             f"--nodes={job.node_count}",
             "--ntasks-per-node=1",
             f"--cpus-per-task={max(1, math.ceil(res.vcpus - 1e-9))}",
