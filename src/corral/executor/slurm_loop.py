@@ -16,7 +16,6 @@ import math
 import os
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from corral.core.batch import Phase, Seen, phase_of
 from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
 from corral.executor.slurm import BATCH_SCRIPT, Slurm, SlurmError, SlurmJob, comment_for
-from corral.loop import ControlLoop, PassReport
+from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import LogStore
 from corral.store import Store
 
@@ -40,8 +39,8 @@ SLURM_NODE = "slurm"
 PRIVATE_ENV = ("CORRAL_TOKEN", "CORRAL_URL", "CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET")
 
 
-class SlurmLoop(ControlLoop):
-    """The ControlLoop's interface (run_pass, shutdown_fleet) over Slurm instead of a cloud."""
+class SlurmLoop(LiveLoop):
+    """The live loop (run_pass, shutdown_fleet) over Slurm instead of a cloud."""
 
     def __init__(
         self,
@@ -52,14 +51,7 @@ class SlurmLoop(ControlLoop):
         clock: Callable[[], float] = time.time,
         slurm: Slurm | None = None,
     ) -> None:
-        # No cloud, placer or boot planner: none of ControlLoop's own state is used.
-        self.store = store
-        self.config = config
-        self.dispatcher_id = dispatcher_id
-        self.clock = clock
-        self.observing_since = clock()
-        self._serial = threading.Lock()
-        self.stopped = False
+        super().__init__(store, config, dispatcher_id, clock)
         settings = config.slurm
         self.slurm = slurm or Slurm(settings.bin_dir, settings.conf, settings.command_timeout)
         self.cluster = config.cloud.cluster

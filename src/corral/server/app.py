@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from corral.config import Config
 from corral.core.model import JobState, NodeState
-from corral.loop import ControlLoop
+from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.store import NotFound, Store
 
@@ -49,7 +49,7 @@ class Runtime:
     store: Store
     logs: LogStore
     api_token: str
-    loop: ControlLoop | None = None
+    loop: LiveLoop | None = None
     stop_fleet_on_exit: bool = True
     metrics: Metrics = field(default_factory=Metrics)
     node_events: dict[str, asyncio.Event] = field(default_factory=dict)
