@@ -385,17 +385,22 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
         f"attempts {j['attempts']} (temporary failures {j['temp_failures']})"
     )
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
+    if j["executor_ref"]:  # executor = "slurm": what `scontrol show job` takes
+        console.print(f"  slurm job  {j['executor_ref']}", highlight=False)
     if j["wait_reason"]:
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     if j["attempt_list"]:
         table = Table(show_edge=False, header_style="bold")
-        for column in ("attempt", "state", "nodes", "exit", "started", "finished", "reason"):
+        in_slurm = any(a["executor_ref"] for a in j["attempt_list"])
+        columns = ("attempt", "state", "nodes", *(("slurm job",) if in_slurm else ()), "exit", "started", "finished")
+        for column in (*columns, "reason"):
             table.add_column(column)
         for a in j["attempt_list"]:
             table.add_row(
                 str(a["id"]),
                 a["state"],
                 ",".join(a["nodes"]),
+                *((a["executor_ref"] or "-",) if in_slurm else ()),
                 "-" if a["exit_code"] is None else str(a["exit_code"]),
                 when(a["started_at"]),
                 when(a["finished_at"]),

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
+from corral.core.batch import DEFAULT_NICE_BASE, NICE_LIMIT
 from corral.core.model import GiB, InstanceType
 from corral.core.notify import NotifyRule, rule_names
 from corral.core.settings import Duration, PolicySettings, SizeMiB
@@ -193,6 +194,13 @@ class SlurmConfig(_Strict):
     bin_dir: str = Field("", description="directory of sbatch, squeue, scontrol, scancel; empty: PATH")
     command_timeout: Duration = Field(30.0, gt=0, description="a Slurm command that takes longer has failed")
     max_pending: int = Field(100, ge=1, description="this dispatcher's jobs waiting in Slurm's queue at most")
+    nice_base: int = Field(
+        DEFAULT_NICE_BASE,
+        ge=1,
+        le=NICE_LIMIT,
+        description="a job of priority P runs in Slurm with Nice = nice_base - P; negative Nice needs a privileged"
+        " Slurm user: if corral's is not, set it to the highest priority in use",
+    )
     output_dir: Path | None = Field(
         None, description="where jobs write output (nodes must see it); default CORRAL_HOME/logs, read live"
     )

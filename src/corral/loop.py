@@ -58,35 +58,24 @@ class PassReport:
     duration: float = 0.0
 
 
-class ControlLoop:
+class LiveLoop:
+    """What every live loop shares, whatever runs the work (a cloud of corral's agents:
+    ControlLoop; Slurm: corral.executor.slurm_loop.SlurmLoop): the store, the dispatcher's
+    identity, the clock, and passes and the clean stop serialised. A subclass sets its own state
+    after calling this initialiser, and implements `_run_pass` and `_shutdown_fleet`."""
+
     # Carries out the [[notify]] rules after each pass (serve sets it when the config has some).
     notifier: Notifier | None = None
 
     def __init__(
-        self,
-        store: Store,
-        cloud: CloudDriver,
-        config: Config,
-        dispatcher_id: str,
-        clock: Callable[[], float] = time.time,
+        self, store: Store, config: Config, dispatcher_id: str, clock: Callable[[], float] = time.time
     ) -> None:
         self.store = store
-        self.cloud = cloud
         self.config = config
         self.dispatcher_id = dispatcher_id
         self.clock = clock
         self.observing_since = clock()
-        self.instance_types = {t.name: t for t in config.core_instance_types()}
-        self.placer = make_placer(config.policy)
-        self.planner = PlannerMemo()
-        self._explained: dict[int, dict[str, Any]] = {}  # a waiting job's explanation as last written
         self._serial = threading.Lock()  # a pass and the fleet's shutdown never overlap
-        # After a boot failed for a reason that is not the type's (an API error, throttling past
-        # botocore's retries, a bad image), no boot is tried before this time; the pause doubles
-        # with each such failure in a row, up to capacity_backoff, so that a broken cloud account
-        # does not leave a failed node record and its events every pass.
-        self._boots_paused_until = -math.inf
-        self._boot_errors_in_a_row = 0
         self.stopped = False
 
     def run_pass(self) -> PassReport:
@@ -100,6 +89,44 @@ class ControlLoop:
         if self.notifier is not None:
             self.notifier.after_pass()  # never raises; the actions run on its own thread
         return report
+
+    def _run_pass(self) -> PassReport:
+        raise NotImplementedError
+
+    def shutdown_fleet(self, reason: str) -> None:
+        """Clean stop: requeue running work as a temporary failure, stop what runs it, record it.
+        Waits for a pass in flight to end; no pass runs after it."""
+        with self._serial:
+            self.stopped = True
+            self._shutdown_fleet(reason)
+
+    def _shutdown_fleet(self, reason: str) -> None:
+        raise NotImplementedError
+
+
+class ControlLoop(LiveLoop):
+    """The live loop over a cloud: boots and shuts down instances whose agents run the work."""
+
+    def __init__(
+        self,
+        store: Store,
+        cloud: CloudDriver,
+        config: Config,
+        dispatcher_id: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(store, config, dispatcher_id, clock)
+        self.cloud = cloud
+        self.instance_types = {t.name: t for t in config.core_instance_types()}
+        self.placer = make_placer(config.policy)
+        self.planner = PlannerMemo()
+        self._explained: dict[int, dict[str, Any]] = {}  # a waiting job's explanation as last written
+        # After a boot failed for a reason that is not the type's (an API error, throttling past
+        # botocore's retries, a bad image), no boot is tried before this time; the pause doubles
+        # with each such failure in a row, up to capacity_backoff, so that a broken cloud account
+        # does not leave a failed node record and its events every pass.
+        self._boots_paused_until = -math.inf
+        self._boot_errors_in_a_row = 0
 
     def _run_pass(self) -> PassReport:
         started = self.clock()
@@ -248,14 +275,8 @@ class ControlLoop:
         except CloudError as exc:
             log.warning("destroy %s failed: %s", instance_id, exc)
 
-    def shutdown_fleet(self, reason: str) -> None:
-        """Clean stop: requeue running work as a temporary failure, destroy every instance, record it.
-        Waits for a pass in flight to end; no pass runs after it."""
-        with self._serial:
-            self.stopped = True
-            self._shutdown_fleet(reason)
-
     def _shutdown_fleet(self, reason: str) -> None:
+        """Requeue this dispatcher's running work as a temporary failure and destroy its instances."""
         from corral.core import retry
 
         now = self.clock()

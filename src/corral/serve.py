@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from corral.cloud.base import CloudDriver
 from corral.config import Config, without_password
-from corral.loop import ControlLoop
+from corral.loop import ControlLoop, LiveLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
 from corral.store import Store
@@ -129,7 +129,7 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}"
 
-    loop: ControlLoop
+    loop: LiveLoop
     if config.executor == "slurm":  # Slurm owns the nodes: no cloud, no agents
         from corral.executor.slurm_loop import SlurmLoop
 

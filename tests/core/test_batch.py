@@ -103,6 +103,39 @@ def test_running_in_slurm_starts_the_attempt_once() -> None:
     assert plan(world(job, attempts=(attempt,)), seen).started == []
 
 
+@pytest.mark.parametrize(
+    ("priority", "nice_base", "nice"),
+    [
+        (1, batch.DEFAULT_NICE_BASE, 0),  # corral's default priority: Nice=0, as a plain sbatch
+        (100, batch.DEFAULT_NICE_BASE, -99),  # higher priority, lower Nice
+        (100, 1_000_000, 999_900),  # an unprivileged corral's base: every Nice >= 0
+        (1, batch.NICE_LIMIT + 10, batch.NICE_LIMIT),  # within Slurm's range
+    ],
+)
+def test_a_priority_is_a_slurm_nice(priority: int, nice_base: int, nice: int) -> None:
+    assert batch.nice_for(priority, nice_base) == nice
+
+
+def test_a_job_pending_in_slurm_with_another_prioritys_nice_is_reniced() -> None:
+    raised, raised_attempt = claimed(1, 10, priority=50)
+    same, same_attempt = claimed(2, 20, priority=50)
+    unknown, unknown_attempt = claimed(3, 30, priority=50)
+    running, running_attempt = claimed(4, 40, running=True, priority=50)
+    seen = {
+        10: Seen(10, "77", "PENDING", nice=0),
+        20: Seen(20, "78", "PENDING", nice=-49),
+        30: Seen(30, "79", "PENDING"),  # squeue printed no Nice: nothing to compare
+        40: Seen(40, "80", "RUNNING", nice=0),  # Slurm's queue order no longer matters to it
+    }
+    snapshot = world(
+        raised, same, unknown, running, attempts=(raised_attempt, same_attempt, unknown_attempt, running_attempt)
+    )
+    assert plan(snapshot, seen).renice == [batch.Renice(1, "77", -49, 50)]
+    assert batch.plan_batch_pass(snapshot, NOW, PolicySettings(), seen, 100, nice_base=50).renice == [
+        batch.Renice(2, "78", 0, 50)
+    ]
+
+
 def test_an_exit_is_the_jobs_exit_and_a_timeout_says_so() -> None:
     job, attempt = claimed(1, 10, running=True)
     decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "FAILED", 3)})

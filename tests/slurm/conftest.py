@@ -97,6 +97,9 @@ class SlurmCluster:
     def state(self, job_id: str) -> str:
         return self.run("squeue", "--noheader", "--states=all", "--format=%T", "--jobs", job_id).strip()
 
+    def node_state(self, node: str) -> str:
+        return self.run("sinfo", "--noheader", "--Node", "--format=%T", "--nodes", node).strip()
+
     def jobs(self) -> list[str]:
         return self.run("squeue", "--noheader", "--states=all", "--format=%i|%T|%k").splitlines()
 

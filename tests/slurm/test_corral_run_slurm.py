@@ -48,6 +48,14 @@ def test_corral_run_dispatches_to_slurm(corral: Corral, slurm: SlurmCluster) -> 
 
     wait_until(lambda: corral.jobs()[long]["state"] == "running", 30, "the long job to run")
     assert str(corral.jobs()[long]["node"]).startswith("slurm:c")
+    # The Slurm job id, for `scontrol show job`: on the job (its latest attempt's) and its attempts.
+    cluster = corral.config.read_text().split('cluster = "')[1].split('"')[0]
+    (ref,) = [line.split("|")[0] for line in slurm.jobs() if f"cluster={cluster} job={long} " in line]
+    shown = corral.api("GET", f"/api/jobs/{long}").json()
+    assert shown["executor_ref"] == ref and [a["executor_ref"] for a in shown["attempt_list"]] == [ref]
+    assert corral.jobs()[long]["executor_ref"] == ref
+    assert f"slurm job  {ref}\n" in corral.cli("job", str(long)).stdout
+    assert "JobState=RUNNING" in slurm.show_job(ref)
     # A stop for a restart leaves the Slurm job running; the next corral takes it back.
     corral.stop()
     corral.start()
@@ -59,7 +67,6 @@ def test_corral_run_dispatches_to_slurm(corral: Corral, slurm: SlurmCluster) -> 
 
     corral.cli("cancel", str(long))
     wait_until(lambda: corral.jobs()[long]["state"] == "cancelled", 30, "the cancel")
-    cluster = corral.config.read_text().split('cluster = "')[1].split('"')[0]
     wait_until(
         lambda: all("CANCELLED" in line for line in slurm.jobs() if f"job={long} " in line and cluster in line),
         20,

@@ -3,6 +3,8 @@ watches with squeue and scontrol, scancels, and re-adopts its Slurm jobs after a
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -163,6 +165,35 @@ def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
     assert corral.attempts(running[0])[0]["state"] == "cancelled"
 
 
+def nice_of(slurm: SlurmCluster, ref: str) -> int:
+    (field,) = [word for word in slurm.show_job(ref).split() if word.startswith("Nice=")]
+    return int(field.removeprefix("Nice="))
+
+
+def test_a_jobs_priority_is_its_slurm_nice_at_sbatch_and_when_it_changes(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    # Two jobs of 2 vCPUs fill both nodes; the next two wait in Slurm's queue.
+    running = [corral.submit("sleep", "300", vcpus=2, ram=128) for _ in range(2)]
+    for job_id in running:
+        corral.until_state(job_id, "running")
+    first = corral.submit("sleep", "300", vcpus=2, ram=128)
+    second = corral.submit("sleep", "300", vcpus=2, ram=128)
+    urgent = corral.submit("sleep", "300", vcpus=2, ram=128, priority=10)
+    corral.until(lambda: all(corral.attempts(j) for j in (first, second, urgent)), 20, "all submitted")
+    refs = {job_id: corral.attempts(job_id)[0]["executor_ref"] for job_id in (first, second, urgent)}
+    assert nice_of(slurm, refs[first]) == 0 and nice_of(slurm, refs[second]) == 0  # the default priority
+    assert nice_of(slurm, refs[urgent]) == -9
+
+    # `corral priority` on a job already in Slurm: Slurm's Nice follows, and so does its order.
+    corral.store.set_priority(second, 100, time.time())
+    corral.until(lambda: nice_of(slurm, refs[second]) == -99, 20, "the renice")
+    assert any(f"slurm job {refs[second]}: Nice=-99 (priority 100)" in e for e in corral.events(second))
+    corral.store.request_cancel(running[0], time.time())
+    corral.until_state(second, "running")
+    assert corral.job(first)["state"] == "claimed" and corral.job(urgent)["state"] == "claimed"
+
+
 def test_a_slurm_job_cancelled_outside_corral_is_reported(corral: Dispatcher, slurm: SlurmCluster) -> None:
     job_id = corral.submit("sleep", "300", ram=128)
     corral.until_state(job_id, "running")
@@ -171,6 +202,41 @@ def test_a_slurm_job_cancelled_outside_corral_is_reported(corral: Dispatcher, sl
     row = corral.until_state(job_id, "cancelled", "failed", "queued")
     assert row["state"] == "cancelled"
     assert any(f"slurm job {ref} was cancelled outside corral" in e for e in corral.events(job_id))
+
+
+@pytest.mark.parametrize("on_node_failure", [None, "cancel"])
+def test_a_node_failing_under_a_slurm_job_applies_the_node_failure_policy(
+    corral: Dispatcher, slurm: SlurmCluster, on_node_failure: str | None
+) -> None:
+    """Seed 002 §5.4.6 against a real Slurm: the node of a running job goes DOWN, Slurm ends the
+    job NODE_FAIL, and corral (not Slurm) decides: requeue by default (it runs again, as a new Slurm
+    job), or what the job's on_node_failure says."""
+    job_id = corral.submit("sleep", "300", ram=128, on_node_failure=on_node_failure)
+    corral.until_state(job_id, "running")
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    (node,) = [word.removeprefix("NodeList=") for word in slurm.show_job(ref).split() if word.startswith("NodeList=")]
+    slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=corral test: node failure")
+    try:
+        wait_until(lambda: slurm.state(ref) == "NODE_FAIL", 20, f"slurm job {ref} to end NODE_FAIL")
+        if on_node_failure is None:
+            corral.until(lambda: len(corral.attempts(job_id)) == 2, 20, "a second attempt")
+            row = corral.until_state(job_id, "running")
+            assert row["temp_failures"] == 1
+            first, second = corral.attempts(job_id)
+            assert first["state"] == "tempfail" and f"slurm job {ref} NODE_FAIL (NodeDown)" in first["reason"]
+            assert second["executor_ref"] not in (None, ref)
+        else:
+            row = corral.until_state(job_id, "cancelled", "queued", "failed")
+            assert row["state"] == "cancelled"
+            said = f"slurm job {ref} NODE_FAIL (NodeDown); cancelled (on_node_failure=cancel"
+            assert any(said in e for e in corral.events(job_id)), corral.events(job_id)
+            assert len(corral.attempts(job_id)) == 1
+    finally:
+        # For the next tests. ReturnToService=2 brings the node back when its slurmd (alive all
+        # along) registers again; RESUME if it has not yet (refused if it has: "Invalid node state").
+        with contextlib.suppress(subprocess.CalledProcessError):
+            slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        wait_until(lambda: slurm.node_state(node) in ("idle", "mixed", "allocated"), 30, f"{node} to come back")
 
 
 def test_sbatch_refusing_a_job_is_a_temporary_failure_with_slurms_message(tmp_path: Path, slurm: SlurmCluster) -> None:

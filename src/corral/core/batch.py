@@ -17,6 +17,9 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
    is submitted;
 5. eligible queued jobs are claimed and submitted in queue order, up to `max_pending` of this
    dispatcher's jobs waiting in Slurm; the others, and the jobs not eligible yet, are annotated.
+
+A job's priority reaches Slurm as its Nice (`nice_for`): at sbatch, and, for a job pending in
+Slurm whose Nice is not its priority's any more (`corral priority`), by a renice.
 """
 
 from __future__ import annotations
@@ -78,6 +81,19 @@ ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
 NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # Pending reasons not worth a job's wait reason (they say nothing the state does not).
 QUIET_REASONS = frozenset({"", "None", "(null)"})
+# Slurm's Nice range (22.05: "Nice value out of range (+/- 2147483645)").
+NICE_LIMIT = 2_147_483_645
+# The corral priority whose Slurm job has Nice=0 by default: corral's default priority, so that a
+# job nobody prioritised competes in Slurm as a plain sbatch does.
+DEFAULT_NICE_BASE = 1
+
+
+def nice_for(priority: int, nice_base: int = DEFAULT_NICE_BASE) -> int:
+    """The Slurm Nice of a job of corral priority `priority`: `nice_base - priority`, within
+    Slurm's range. A higher priority is a lower Nice, and Slurm subtracts the Nice from its own
+    priority, so corral's order holds among its jobs in Slurm's queue. A negative Nice (a priority
+    above nice_base) is Slurm's privilege: root, SlurmUser, operators and administrators."""
+    return max(-NICE_LIMIT, min(NICE_LIMIT, nice_base - priority))
 
 
 def phase_of(state: str) -> Phase:
@@ -97,6 +113,7 @@ class Seen:
     exit_code: int | None = None  # for an ended job: its exit code, 128+N for signal N
     reason: str = ""  # Slurm's reason: why it pends, or why it ended
     nodes: str = ""  # Slurm's node list
+    nice: int | None = None  # Slurm's Nice of the job (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +127,23 @@ class Exit:
     detail: str  # e.g. "slurm job 17 TIMEOUT"
 
 
+@dataclass(frozen=True, slots=True)
+class Renice:
+    """A Slurm job pending with a Nice that is not its job's priority's (`nice_for`) any more."""
+
+    job_id: int
+    ref: str  # the Slurm job id
+    nice: int  # the Nice it should have
+    priority: int  # the corral priority it comes from
+
+
 @dataclass(slots=True)
 class BatchDecisions:
     job_outcomes: list[JobOutcome] = field(default_factory=list)  # cancellations, temp failures
     exits: list[Exit] = field(default_factory=list)
     started: list[Seen] = field(default_factory=list)  # attempts whose Slurm job now runs
     cancel: list[str] = field(default_factory=list)  # Slurm job ids to scancel
+    renice: list[Renice] = field(default_factory=list)  # Slurm jobs pending with another priority's Nice
     submit: list[int] = field(default_factory=list)  # this dispatcher's attempts not yet submitted
     claims: list[int] = field(default_factory=list)  # queued jobs to claim and submit, in order
     annotations: list[Annotation] = field(default_factory=list)  # queued jobs: why they wait
@@ -135,10 +163,12 @@ def plan_batch_pass(
     settings: PolicySettings,
     seen: Mapping[int, Seen],
     max_pending: int,
+    nice_base: int = DEFAULT_NICE_BASE,
 ) -> BatchDecisions:
     """Every decision of a pass in front of Slurm. `seen` has an entry for each of this
     dispatcher's active attempts that was submitted (state "" if Slurm no longer lists it); one of
-    its attempts without an entry was claimed but never submitted."""
+    its attempts without an entry was claimed but never submitted. `nice_base` maps a priority to
+    a Slurm Nice (`nice_for`)."""
     index = snapshot.index if snapshot.index is not None else SnapshotIndex.of(snapshot)
     decisions = BatchDecisions()
     me = snapshot.dispatcher_id
@@ -196,6 +226,11 @@ def plan_batch_pass(
             note = f"slurm: {reason}"
             if note != job.wait_reason:
                 decisions.pending_reasons[job.id] = note
+            # Only a pending job's Nice matters (Slurm orders its queue by it); a renice that
+            # failed is tried again while the Nice Slurm reports differs.
+            wanted = nice_for(job.priority, nice_base)
+            if observed.nice is not None and observed.nice != wanted:
+                decisions.renice.append(Renice(job.id, observed.ref, wanted, job.priority))
         elif phase is Phase.RUNNING:
             if attempt.state is AttemptState.ASSIGNED:
                 decisions.started.append(observed)

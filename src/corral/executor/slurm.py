@@ -1,4 +1,5 @@
-"""Slurm's commands, as corral calls them: `sbatch`, `squeue`, `scontrol show job`, `scancel`.
+"""Slurm's commands, as corral calls them: `sbatch`, `squeue`, `scontrol show job`, `scontrol
+update` (a job's Nice), `scancel`.
 
 Argument lists, never a shell string; every call has a timeout. A command that fails, times out
 or cannot be found raises SlurmError with Slurm's own message. No decisions here: what a state or
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # squeue's fields, '|'-separated; the comment last (it is corral's, but a user's may hold a '|').
-SQUEUE_FORMAT = "%i|%T|%r|%N|%k"
+SQUEUE_FORMAT = "%i|%T|%r|%N|%y|%k"
 COMMENT = re.compile(
     r"^corral cluster=(?P<cluster>\S+) job=(?P<job>\d+) attempt=(?P<attempt>\d+) dispatcher=(?P<dispatcher>\S+)$"
 )
@@ -47,6 +48,7 @@ class SlurmJob:
     state: str
     reason: str
     nodes: str
+    nice: int | None  # None: squeue printed no number
     comment: str
 
     def corral_ids(self, cluster: str) -> tuple[int, int, str] | None:
@@ -70,10 +72,11 @@ def exit_code_of(code: int, signal: int) -> int:
 def parse_squeue(text: str) -> list[SlurmJob]:
     jobs = []
     for line in text.splitlines():
-        parts = line.split("|", 4)
-        if len(parts) == 5 and parts[0].strip():
-            job_id, state, reason, nodes = (p.strip() for p in parts[:4])
-            jobs.append(SlurmJob(job_id, state, reason, nodes, parts[4].strip()))
+        parts = line.split("|", 5)
+        if len(parts) == 6 and parts[0].strip():
+            job_id, state, reason, nodes, nice_text = (p.strip() for p in parts[:5])
+            nice = int(nice_text) if nice_text.lstrip("-").isdigit() else None
+            jobs.append(SlurmJob(job_id, state, reason, nodes, nice, parts[5].strip()))
     return jobs
 
 
@@ -139,6 +142,10 @@ class Slurm:
         """Job id -> (state, exit code) of every job slurmctld still holds (accounting may be off,
         so `sacct` is not asked)."""
         return parse_show_job(self.run(["scontrol", "show", "job", "--oneliner"]))
+
+    def renice(self, job_id: str, nice: int) -> None:
+        """Set a job's Nice (`scontrol update`); a negative one needs a privileged Slurm user."""
+        self.run(["scontrol", "update", f"JobId={job_id}", f"Nice={nice}"])
 
     def scancel(self, job_ids: Sequence[str]) -> None:
         if job_ids:

@@ -16,7 +16,6 @@ import math
 import os
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from corral.core.batch import Phase, Seen, phase_of
 from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
 from corral.executor.slurm import BATCH_SCRIPT, Slurm, SlurmError, SlurmJob, comment_for
-from corral.loop import ControlLoop, PassReport
+from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import LogStore
 from corral.store import Store
 
@@ -40,8 +39,8 @@ SLURM_NODE = "slurm"
 PRIVATE_ENV = ("CORRAL_TOKEN", "CORRAL_URL", "CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET")
 
 
-class SlurmLoop(ControlLoop):
-    """The ControlLoop's interface (run_pass, shutdown_fleet) over Slurm instead of a cloud."""
+class SlurmLoop(LiveLoop):
+    """The live loop (run_pass, shutdown_fleet) over Slurm instead of a cloud."""
 
     def __init__(
         self,
@@ -52,14 +51,7 @@ class SlurmLoop(ControlLoop):
         clock: Callable[[], float] = time.time,
         slurm: Slurm | None = None,
     ) -> None:
-        # No cloud, placer or boot planner: none of ControlLoop's own state is used.
-        self.store = store
-        self.config = config
-        self.dispatcher_id = dispatcher_id
-        self.clock = clock
-        self.observing_since = clock()
-        self._serial = threading.Lock()
-        self.stopped = False
+        super().__init__(store, config, dispatcher_id, clock)
         settings = config.slurm
         self.slurm = slurm or Slurm(settings.bin_dir, settings.conf, settings.command_timeout)
         self.cluster = config.cloud.cluster
@@ -70,6 +62,7 @@ class SlurmLoop(ControlLoop):
         self.script.parent.mkdir(parents=True, exist_ok=True)
         self.script.write_text(BATCH_SCRIPT)
         self._unreachable = ""  # Slurm's last error while it cannot be asked, to record it once
+        self._renice_refused: dict[str, int] = {}  # Slurm job id -> the Nice Slurm refused it, to record it once
 
     # ---- a pass -------------------------------------------------------------------------------
 
@@ -96,7 +89,10 @@ class SlurmLoop(ControlLoop):
         snapshot = self.store.load_snapshot(self.dispatcher_id, [], self.observing_since)
         now = self.clock()
         seen = self._observe(snapshot, mine, by_ref, now)
-        decisions = batch.plan_batch_pass(snapshot, now, self.config.policy, seen, self.config.slurm.max_pending)
+        settings = self.config.slurm
+        decisions = batch.plan_batch_pass(
+            snapshot, now, self.config.policy, seen, settings.max_pending, settings.nice_base
+        )
         self._orphans(snapshot, ours, now)
         self._execute(decisions, snapshot, seen, now)
         report = PassReport(Decisions(job_outcomes=decisions.job_outcomes))
@@ -132,7 +128,9 @@ class SlurmLoop(ControlLoop):
             if slurm_job is None:
                 seen[attempt.id] = Seen(attempt.id, ref, "")
             else:
-                seen[attempt.id] = Seen(attempt.id, ref, slurm_job.state, None, slurm_job.reason, slurm_job.nodes)
+                seen[attempt.id] = Seen(
+                    attempt.id, ref, slurm_job.state, None, slurm_job.reason, slurm_job.nodes, slurm_job.nice
+                )
         ended = [s for s in seen.values() if phase_of(s.state) is Phase.EXITED]
         if ended:
             try:
@@ -179,6 +177,7 @@ class SlurmLoop(ControlLoop):
                 self.slurm.scancel(decisions.cancel)
             except SlurmError as exc:  # the next pass scancels them as orphans
                 log.warning("scancel %s failed: %s", ", ".join(decisions.cancel), exc)
+        self._renice(decisions.renice, now)
         for ended in decisions.exits:
             self._collect_output(ended.job_id, ended.attempt_id)
 
@@ -203,6 +202,33 @@ class SlurmLoop(ControlLoop):
             if claimed is not None:
                 self._submit(job, claimed, now)
 
+    def _renice(self, renices: list[batch.Renice], now: float) -> None:
+        """`scontrol update` each Nice; a refusal (an unprivileged user's negative Nice) is recorded
+        once per Slurm job and Nice, and tried again each pass while the Nice still differs."""
+        wanted = {renice.ref for renice in renices}
+        self._renice_refused = {ref: nice for ref, nice in self._renice_refused.items() if ref in wanted}
+        for renice in renices:
+            try:
+                self.slurm.renice(renice.ref, renice.nice)
+            except SlurmError as exc:
+                if self._renice_refused.get(renice.ref) != renice.nice:
+                    self._renice_refused[renice.ref] = renice.nice
+                    log.warning("renice of slurm job %s to %d failed: %s", renice.ref, renice.nice, exc)
+                    self.store.add_event(
+                        now,
+                        "slurm.renice_failed",
+                        f"slurm job {renice.ref}: Nice={renice.nice} (priority {renice.priority}) refused: {exc}",
+                        job_id=renice.job_id,
+                    )
+                continue
+            self._renice_refused.pop(renice.ref, None)
+            self.store.add_event(
+                now,
+                "slurm.reniced",
+                f"slurm job {renice.ref}: Nice={renice.nice} (priority {renice.priority})",
+                job_id=renice.job_id,
+            )
+
     # ---- sbatch -------------------------------------------------------------------------------
 
     def output_path(self, job_id: int, attempt_id: int) -> Path:
@@ -212,7 +238,8 @@ class SlurmLoop(ControlLoop):
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
-        gang, --time from its time limit; its ids in --job-name and --comment."""
+        gang, --time from its time limit, --nice from its priority, --no-requeue; its ids in
+        --job-name and --comment."""
         settings = self.config.slurm
         res = job.resources
         options = [
@@ -221,10 +248,15 @@ class SlurmLoop(ControlLoop):
             f"--output={self.output_path(job.id, attempt_id)}",
             f"--chdir={self.work_dir}",
             "--export=ALL",
+            # Slurm would requeue a job whose node failed itself (JobRequeue=1, its default), and
+            # corral would see it pending again: the job ends NODE_FAIL instead, and corral's own
+            # node-failure policy (on_node_failure) decides, as for a node of its own.
+            "--no-requeue",
             f"--nodes={job.node_count}",
             "--ntasks-per-node=1",
             f"--cpus-per-task={max(1, math.ceil(res.vcpus - 1e-9))}",
             f"--mem={res.ram_mib}M",
+            f"--nice={batch.nice_for(job.priority, settings.nice_base)}",
         ]
         if res.gpus:
             options.append(f"--gres=gpu:{res.gpus}")

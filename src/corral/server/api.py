@@ -70,6 +70,7 @@ def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, d
         cancel_requested=row["cancel_requested"],
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
+        executor_ref=row["executor_ref"],
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
     )
@@ -86,6 +87,7 @@ def attempt_out(row: dict[str, Any]) -> AttemptOut:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         reason=row["reason"],
+        executor_ref=row["executor_ref"],
     )
 
 

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral.config import Config
-from corral.loop import ControlLoop
+from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.server.metrics import Metrics
 from corral.store import NotFound, Store
@@ -37,7 +37,7 @@ class Runtime:
     store: Store
     logs: LogStore
     api_token: str
-    loop: ControlLoop | None = None
+    loop: LiveLoop | None = None
     stop_fleet_on_exit: bool = True
     metrics: Metrics = field(default_factory=Metrics)
     node_events: dict[str, asyncio.Event] = field(default_factory=dict)

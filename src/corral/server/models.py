@@ -118,6 +118,7 @@ class AttemptOut(BaseModel):
     started_at: float | None
     finished_at: float | None
     reason: str
+    executor_ref: str | None = None  # the executor's id of it: the Slurm job id (None: the corral agent)
 
 
 class JobOut(BaseModel):
@@ -140,6 +141,7 @@ class JobOut(BaseModel):
     cancel_requested: bool
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
     on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
+    executor_ref: str | None = None  # its latest attempt's executor_ref: the Slurm job id
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
 

@@ -52,6 +52,17 @@ ACTIVE_ATTEMPT_STATES = (AttemptState.ASSIGNED.value, AttemptState.RUNNING.value
 OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNING.value)
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
 LIVE_NODE_STATES = tuple(s.value for s in NodeState if s is not NodeState.GONE)
+# A job's latest attempt's executor id (the Slurm job id), beside the job's row: what an operator
+# takes to `scontrol show job`.
+_LATEST_REF = (
+    select(A.c.executor_ref)
+    .where(A.c.job_id == J.c.id)
+    .order_by(A.c.id.desc())
+    .limit(1)
+    .correlate(J)
+    .scalar_subquery()
+    .label("executor_ref")
+)
 
 
 @dataclass
@@ -247,14 +258,16 @@ class Store:
         return ids
 
     def job_row(self, job_id: int) -> dict[str, Any]:
+        """The job's row, and `executor_ref`: its latest attempt's executor id (the Slurm job id)."""
         with self.read() as conn:
-            row = conn.execute(select(J).where(J.c.id == job_id)).first()
+            row = conn.execute(select(J, _LATEST_REF).where(J.c.id == job_id)).first()
         if row is None:
             raise NotFound(f"no job {job_id}")
         return dict(row._mapping)
 
     def list_job_rows(self, states: Iterable[str] | None = None, limit: int = 1000) -> list[dict[str, Any]]:
-        query = select(J)
+        """Job rows as `job_row` gives them, the newest `limit`, oldest first."""
+        query = select(J, _LATEST_REF)
         if states:
             query = query.where(J.c.state.in_(list(states)))
         query = query.order_by(J.c.id.desc()).limit(limit)
