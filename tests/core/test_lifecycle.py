@@ -152,7 +152,67 @@ def test_a_node_in_maintenance_reads_busy_and_is_not_drained_however_long_it_idl
     assert lifecycle.worker_state(n, 5100, SETTINGS, 0, False) is WorkerState.DOWN
 
 
-def test_a_failure_category_or_a_released_hold_is_not_maintenance() -> None:
-    for attributes in ({"held": "false"}, {"category": "hardware-failure"}):
-        n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=0, attributes=attributes)
-        assert lifecycle.decide(lifecycle.state_tuple(n, 5000, SETTINGS, 0, False)) is NodeAction.START_DRAIN
+def test_a_released_hold_is_not_maintenance() -> None:
+    n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=0, attributes={"held": "false"})
+    assert lifecycle.decide(lifecycle.state_tuple(n, 5000, SETTINGS, 0, False)) is NodeAction.START_DRAIN
+
+
+FAILURES = ["hardware-failure", "network-failure", "storage-failure", "software-failure", "batch-failure"]
+
+
+@pytest.mark.parametrize("category", [*FAILURES, "general-failure", ["hardware-maintenance", "hardware-failure"]])
+def test_a_cloud_instance_in_a_failure_category_reads_down_once_empty_whatever_its_window_and_graces(
+    category: str | list[str],
+) -> None:
+    """Seed 004's broken node: a failure category (set by an operator or a trigger) takes the node
+    out of service; once nothing runs on it, seed 000 reads it down and shuts it down at once, in a
+    closed billing window and within its boot and idle graces alike (a broken node does no useful
+    work). A failure outranks a maintenance category given with it."""
+    hourly = node(
+        NodeState.IDLE,
+        paired_at=10,
+        last_ping_at=100,
+        state_changed_at=90,
+        billing_granularity=3600.0,
+        attributes={"category": category},
+    )
+    state = lifecycle.state_tuple(hourly, 100, SETTINGS, 0, False)
+    assert state == (WorkerState.DOWN, BillingWindow.CLOSED, BootGrace.BOOT_WAIT, IdleGrace.NOT_IDLE)
+    assert lifecycle.decide(state) is NodeAction.START_SHUTDOWN
+    # A drained one too, and one marked busy whose work has just ended.
+    for recorded in (NodeState.DRAINING, NodeState.BUSY):
+        hourly.state = recorded
+        assert lifecycle.worker_state(hourly, 100, SETTINGS, 0, False) is WorkerState.DOWN
+
+
+def test_a_failure_category_does_not_stop_the_work_running_on_the_node() -> None:
+    """A label kills nothing: the node reads busy (no action) while work runs on it."""
+    n = node(NodeState.BUSY, paired_at=10, last_ping_at=5000, attributes={"category": "hardware-failure"})
+    state = lifecycle.state_tuple(n, 5000, SETTINGS, 0, True)
+    assert state[0] is WorkerState.BUSY and lifecycle.decide(state) is None
+
+
+def test_a_standalone_node_in_a_failure_category_is_kept_out_of_service_not_shut_down() -> None:
+    """A standalone agent's node (no cloud instance) cannot be shut down: it reads busy, is never
+    drained however long it idles, and waits for an operator to clear the category. Silence still
+    reads down."""
+    n = node(
+        NodeState.IDLE,
+        paired_at=10,
+        last_ping_at=5000,
+        state_changed_at=0,
+        attributes={"category": "network-failure"},
+        standalone=True,
+    )
+    for has_work in (False, True):
+        state = lifecycle.state_tuple(n, 5000, SETTINGS, 0, has_work)
+        assert state[0] is WorkerState.BUSY and lifecycle.decide(state) is None
+    assert lifecycle.worker_state(n, 5100, SETTINGS, 0, False) is WorkerState.DOWN
+    n.attributes = {}  # cleared: in service again (and drained after its idle grace, as any idle node)
+    assert lifecycle.decide(lifecycle.state_tuple(n, 5000, SETTINGS, 0, False)) is NodeAction.START_DRAIN
+
+
+@pytest.mark.parametrize("category", ["hardware-maintenance", "active", "failure", "failure-analysis", ""])
+def test_other_categories_are_not_failures(category: str) -> None:
+    n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=4990, attributes={"category": category})
+    assert lifecycle.worker_state(n, 5000, SETTINGS, 0, False) is not WorkerState.DOWN

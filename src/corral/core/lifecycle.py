@@ -7,11 +7,17 @@ operator can read it, and a test checks it against the seed's 48 entries.
 Worker states (seed 000's mapping, corral's words on the right):
   unpaired - the cloud has it, no agent has paired (NodeState.BOOTING)
   busy     - running work, draining with work still on it, or in maintenance (an operator
-             `held` hold or a seed-002 `*-maintenance` category: the seed's Slurm "maint")
+             `held` hold or a seed-002 `*-maintenance` category: the seed's Slurm "maint"); a
+             node in a seed-002 failure category (`*-failure`) while work still runs on it, and
+             always if it is a standalone node (no cloud instance: nothing to shut down)
   idle     - paired, no work
-  down     - stale ping, drained and empty, or failed (NodeState.DOWN)
+  down     - stale ping, drained and empty, or failed (NodeState.DOWN); a cloud instance in a
+             failure category once no work runs on it (seed 004's broken node)
 The cloud's own "broken" state is deliberately not consulted: a node that does no useful work is
-shut down by this table whatever the cloud says about it.
+shut down by this table whatever the cloud says about it. An operator's (or a trigger's) failure
+category is the word of someone who looked: it reads as Slurm's "fail"/"drain" (seed 000: down),
+but only once the node is empty, because a label does not kill running work (seed 002 §5.4.6 acts
+on a node going down, not on its category).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 from enum import StrEnum
 from itertools import product
 
+from corral.core import categories
 from corral.core.model import Node, NodeState
 from corral.core.settings import LifecycleSettings
 from corral.core.snapshot import NodeAction
@@ -78,6 +85,11 @@ def worker_state(
         return WorkerState.DOWN
     if not heard and ping_is_stale(node, now, settings, observing_since):
         return WorkerState.DOWN
+    if broken(node):
+        # Broken (seed 004): out of service. A cloud instance is shut down (and, if the queue
+        # needs one, replaced) once its work has ended; a standalone node cannot be, and waits,
+        # never drained, for an operator to clear the category.
+        return WorkerState.BUSY if has_work or node.standalone else WorkerState.DOWN
     if node.attributes and in_maintenance(node):
         return WorkerState.BUSY
     if node.state is NodeState.DRAINING:
@@ -89,15 +101,15 @@ def worker_state(
 
 def in_maintenance(node: Node) -> bool:
     """Seed 000 maps Slurm's "maint" to busy: left alone, never drained. corral's maintenance is an
-    operator hold (`held: true`) or a seed-002 maintenance category (`hardware-maintenance`,
-    `software-maintenance`, `emergency-maintenance`, any `*-maintenance`)."""
+    operator hold (`held: true`) or a seed-002 maintenance category (corral.core.categories)."""
     attributes = node.attributes
-    if attr.truthy(attributes, attr.HELD) is True:
-        return True
-    return any(c.endswith(MAINTENANCE_SUFFIX) for c in attr.values(attributes.get(attr.CATEGORY)))
+    return attr.truthy(attributes, attr.HELD) is True or categories.maintenance(attributes)
 
 
-MAINTENANCE_SUFFIX = "-maintenance"
+def broken(node: Node) -> bool:
+    """In a seed-002 failure category (corral.core.categories): a failure outranks a maintenance
+    category given with it."""
+    return bool(categories.failures(node.attributes))
 
 
 def ping_is_stale(node: Node, now: float, settings: LifecycleSettings, observing_since: float) -> bool:

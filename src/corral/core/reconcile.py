@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import lifecycle, retry
+from corral.core import categories, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.model import Job, JobState, Node, NodeState, Resources
@@ -240,6 +240,19 @@ def plan_pass(
         if by_state[NodeState.BOOTING]
         else []
     )
+    # Broken cloud instances (a seed-002 failure category, corral.core.lifecycle) that hold no work
+    # after this pass: the lifecycle matrix reads them down and shuts them down below, so they
+    # count for no gang and no longer against max_instances: a replacement boots in this pass.
+    retiring = (
+        [
+            n
+            for n in index.in_node_order(index.broken.values())
+            if not n.standalone and n.id not in working and n.id not in placed_on and n.id not in down_now
+        ]
+        if index.broken
+        else []
+    )
+    retiring_ids = {n.id for n in retiring}
     # Gangs may count on nodes up and without work (idle, or busy until this pass marks them
     # idle), idle for less than the boot grace (the time an instance may take to pair: the gang's
     # others should be up by then); see corral.core.planner. Listed only when a gang waits: the
@@ -250,13 +263,14 @@ def plan_pass(
             for n in index.in_node_order(unworked.values())
             if n.id not in placed_on
             and n.id not in down_now
+            and n.id not in retiring_ids
             and (n.state is NodeState.BUSY or now - n.state_changed_at < lifecycle_settings.boot_grace)
         ]
         if unworked and settings.boot.max_instances > 0 and any(job.node_count > 1 for job in for_boot)
         else []
     )
     # Every filed node is in one state's group (down_now holds only live nodes).
-    live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now)
+    live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now) - len(retiring)
     plan = plan_boots(
         for_boot,
         booting,
@@ -305,7 +319,7 @@ def plan_pass(
     if live_after <= lifecycle_settings.min_instances:
         idle_count = 0
     else:
-        idle_count = len([i for i in unworked if i not in placed_on and i not in down_now])
+        idle_count = len([i for i in unworked if i not in placed_on and i not in down_now and i not in retiring_ids])
     quiet = _QUIET
     # Both only shrink as drains are decided, so a drain refused now is refused for every node.
     no_drains = live_after <= lifecycle_settings.min_instances or idle_count <= 0
@@ -321,6 +335,8 @@ def plan_pass(
             attention[i] = nodes[i]
         for i in down_now:
             attention[i] = nodes[i]
+        for n in retiring:
+            attention[n.id] = n
         if quiet.idle_unless_drain and no_drains:
             for i in idle_working | (idle_nodes.keys() & placed_on):
                 attention[i] = idle_nodes[i]
@@ -331,6 +347,16 @@ def plan_pass(
         looked_at = [n for n in nodes.values() if n.state in LIVE]
     for node in looked_at:
         has_work = node.id in working or node.id in placed_on
+        if retiring_ids and node.id in retiring_ids:
+            # Broken and empty: down (an event that says why), then shut down by the matrix.
+            why = ", ".join(categories.failures(node.attributes))
+            decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"{why}: broken, no work left on it"))
+            heard = silent_ones is not None and node.id not in silent_ones
+            state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard)
+            action = lifecycle.decide(state)
+            if action is not None:
+                decisions.node_decisions.append(NodeDecision(node.id, action, f"{why}: {lifecycle.describe(state)}"))
+            continue
         if node.id not in down_now:
             current = node.state
             if current is NodeState.IDLE and has_work:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
+from corral.core.categories import CATEGORY  # seed 002 node category, e.g. "hardware-maintenance"; may be a list
+
 AttributeValue: TypeAlias = str | list[str]
 
 PLATFORM = "platform"  # version string; "1.10" > "1.9", "20240301T000000Z" > "20231101T000000Z"
@@ -19,7 +21,6 @@ NEXT_REBOOT = "next_reboot"  # epoch seconds of the planned reboot
 HARDWARE_PRIORITY = "hardware_priority"  # number; higher is better hardware
 RESERVED = "reserved"  # true: no new work at all (hard-filter-reserved)
 ROLE = "role"  # e.g. "head"; roles in settings.blocked_roles take no work (hard-filter-headnode)
-CATEGORY = "category"  # seed 002 node category, e.g. "hardware-maintenance"; may be a list
 RESERVATION = "reservation"  # admin reservation name: only jobs with that `reservation` may use the node
 RESERVATION_UNTIL = "reservation_until"  # epoch seconds when the reservation ends (absent: open-ended)
 MAX_JOBS = "max_jobs"  # jobs the node may run at once (hard-filter-vm-count)

@@ -116,7 +116,8 @@ class QueueSettings(_Strict):
         ge=0,
         description="seed 002 §5.4.5 NODEDOWNSTATEDELAYTIME: backfill's reservations count a down node that"
         " comes back (a fixed fleet's node under repair) as free from now + this, a time that floats with now;"
-        " none: never (such a node's room is not counted)",
+        " none: never (such a node's room is not counted). The simulator's fixed fleet only: no down node comes"
+        " back in the live loop (it is shut down)",
     )
 
 

@@ -1,0 +1,38 @@
+"""Seed 002 §5.4.2 node categories, as the node manager reads them.
+
+A node's `category` attribute (a string or a list; set by an operator or a trigger with
+`corral node NODE category=...`) names what the node is doing or what is wrong with it. The
+placement filters decide which categories take no work (`placement.blocking_categories`); the
+lifecycle matrix (seed 000) reads two families of them:
+- maintenance (`hardware-maintenance`, `software-maintenance`, `emergency-maintenance`, any
+  `*-maintenance`): Slurm's "maint", busy: left alone, never drained;
+- failure (`hardware-failure`, `network-failure`, `storage-failure`, `software-failure`,
+  `batch-failure`, `general-failure`, any `*-failure`): broken (seed 004), shut down once empty.
+
+A leaf module: the snapshot index reads it, and the placement package (which imports the index)
+may not be imported by the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+CATEGORY = "category"
+MAINTENANCE_SUFFIX = "-maintenance"
+FAILURE_SUFFIX = "-failure"
+
+
+def of(attributes: Mapping[str, str | list[str]]) -> tuple[str, ...]:
+    value = attributes.get(CATEGORY)
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+def maintenance(attributes: Mapping[str, str | list[str]]) -> bool:
+    return any(c.endswith(MAINTENANCE_SUFFIX) for c in of(attributes))
+
+
+def failures(attributes: Mapping[str, str | list[str]]) -> tuple[str, ...]:
+    """The failure categories among the node's (empty: it is not broken)."""
+    return tuple(c for c in of(attributes) if c.endswith(FAILURE_SUFFIX)) if attributes else ()
