@@ -1,6 +1,5 @@
 """A node in a seed-002 failure category is broken (seed 004), in the pure core's pass: it takes no
-new work, is shut down once nothing runs on it, and is replaced if the queue needs it; a standalone
-node (no cloud instance) is kept out of service instead."""
+new work, is shut down once nothing runs on it, and is replaced if the queue needs it."""
 
 from __future__ import annotations
 
@@ -77,18 +76,6 @@ def test_a_broken_node_on_a_fixed_fleet_is_looked_at_too() -> None:
     nodes = [broken("n1"), idle_node("n2", now=NOW)]
     decisions = plan_pass(Snapshot([], [], nodes, TYPES), NOW, policy)
     assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("n1", NodeAction.START_SHUTDOWN)]
-
-
-def test_a_broken_standalone_node_is_kept_out_of_service_until_the_category_is_cleared() -> None:
-    node = broken("n1", "storage-failure", standalone=True, state_changed_at=0.0)  # idle for long
-    snap = Snapshot([job(1)], [], [node], TYPES)
-    decisions = plan_pass(snap, NOW, settings())
-    assert decisions.placements == [] and decisions.node_marks == [] and decisions.node_decisions == []
-    assert len(decisions.boots) == 1  # the queue is served by a cloud instance meanwhile
-
-    node.attributes = {}
-    decisions = plan_pass(snap, NOW, settings())
-    assert [p.node_ids for p in decisions.placements] == [("n1",)]
 
 
 def test_a_kept_index_files_broken_nodes_as_a_fresh_one_does() -> None:

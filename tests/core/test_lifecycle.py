@@ -192,26 +192,6 @@ def test_a_failure_category_does_not_stop_the_work_running_on_the_node() -> None
     assert state[0] is WorkerState.BUSY and lifecycle.decide(state) is None
 
 
-def test_a_standalone_node_in_a_failure_category_is_kept_out_of_service_not_shut_down() -> None:
-    """A standalone agent's node (no cloud instance) cannot be shut down: it reads busy, is never
-    drained however long it idles, and waits for an operator to clear the category. Silence still
-    reads down."""
-    n = node(
-        NodeState.IDLE,
-        paired_at=10,
-        last_ping_at=5000,
-        state_changed_at=0,
-        attributes={"category": "network-failure"},
-        standalone=True,
-    )
-    for has_work in (False, True):
-        state = lifecycle.state_tuple(n, 5000, SETTINGS, 0, has_work)
-        assert state[0] is WorkerState.BUSY and lifecycle.decide(state) is None
-    assert lifecycle.worker_state(n, 5100, SETTINGS, 0, False) is WorkerState.DOWN
-    n.attributes = {}  # cleared: in service again (and drained after its idle grace, as any idle node)
-    assert lifecycle.decide(lifecycle.state_tuple(n, 5000, SETTINGS, 0, False)) is NodeAction.START_DRAIN
-
-
 @pytest.mark.parametrize("category", ["hardware-maintenance", "active", "failure", "failure-analysis", ""])
 def test_other_categories_are_not_failures(category: str) -> None:
     n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=4990, attributes={"category": category})

@@ -8,10 +8,9 @@ Worker states (seed 000's mapping, corral's words on the right):
   unpaired - the cloud has it, no agent has paired (NodeState.BOOTING)
   busy     - running work, draining with work still on it, or in maintenance (an operator
              `held` hold or a seed-002 `*-maintenance` category: the seed's Slurm "maint"); a
-             node in a seed-002 failure category (`*-failure`) while work still runs on it, and
-             always if it is a standalone node (no cloud instance: nothing to shut down)
+             node in a seed-002 failure category (`*-failure`) while work still runs on it
   idle     - paired, no work
-  down     - stale ping, drained and empty, or failed (NodeState.DOWN); a cloud instance in a
+  down     - stale ping, drained and empty, or failed (NodeState.DOWN); a node in a
              failure category once no work runs on it (seed 004's broken node)
 The cloud's own "broken" state is deliberately not consulted: a node that does no useful work is
 shut down by this table whatever the cloud says about it. An operator's (or a trigger's) failure
@@ -86,10 +85,9 @@ def worker_state(
     if not heard and ping_is_stale(node, now, settings, observing_since):
         return WorkerState.DOWN
     if broken(node):
-        # Broken (seed 004): out of service. A cloud instance is shut down (and, if the queue
-        # needs one, replaced) once its work has ended; a standalone node cannot be, and waits,
-        # never drained, for an operator to clear the category.
-        return WorkerState.BUSY if has_work or node.standalone else WorkerState.DOWN
+        # Broken (seed 004): out of service, shut down (and, if the queue needs one, replaced)
+        # once its work has ended.
+        return WorkerState.BUSY if has_work else WorkerState.DOWN
     if node.attributes and in_maintenance(node):
         return WorkerState.BUSY
     if node.state is NodeState.DRAINING:

@@ -241,9 +241,6 @@ class Node:
     reason: str = ""  # why it is down / draining
     billing_granularity: float = 1.0
     billing_minimum: float = 60.0
-    # Not a cloud instance: an agent paired on a machine of its own (seed 001's standalone worker),
-    # which corral cannot shut down or boot again. The simulator's nodes are never standalone.
-    standalone: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,7 +247,7 @@ def plan_pass(
         [
             n
             for n in index.in_node_order(index.broken.values())
-            if not n.standalone and n.id not in working and n.id not in placed_on and n.id not in down_now
+            if n.id not in working and n.id not in placed_on and n.id not in down_now
         ]
         if index.broken
         else []

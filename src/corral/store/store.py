@@ -1130,7 +1130,4 @@ def node_from_row(row: dict[str, Any]) -> Node:
         reason=row["reason"] or "",
         billing_granularity=row["billing_granularity"],
         billing_minimum=row["billing_minimum"],
-        # Paired with no cloud instance behind it: nothing to shut down. (A node the loop boots
-        # gets its instance id as soon as the cloud answers, as a rule before its agent pairs.)
-        standalone=row["instance_id"] is None and row["paired_at"] is not None,
     )
