@@ -9,8 +9,9 @@ from tests.e2e.conftest import Corral, wait_until
 
 def test_an_operator_holds_a_node_it_takes_no_work_and_is_not_drained_until_released(corral: Corral) -> None:
     corral.start()
-    first = int(corral.cli("submit", "--", "true").stdout)
-    wait_until(lambda: corral.jobs()[first]["state"] == "complete", 60, "the first job to finish")
+    # The node is busy while the operator holds it, so that its idle grace cannot drain it first.
+    first = int(corral.cli("submit", "--", "sleep", "300").stdout)
+    wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
     [node] = corral.live_nodes()
     held = node["id"]
 
@@ -26,6 +27,8 @@ def test_an_operator_holds_a_node_it_takes_no_work_and_is_not_drained_until_rele
     second = int(corral.cli("submit", "--", "true").stdout)
     wait_until(lambda: corral.jobs()[second]["state"] == "complete", 60, "the second job to finish")
     assert corral.jobs()[second]["node"] != held
+    corral.cli("cancel", str(first))
+    wait_until(lambda: {n["id"]: n["state"] for n in corral.live_nodes()}.get(held) == "idle", 60, "the node idle")
     time.sleep(4)
     assert {n["id"]: n["state"] for n in corral.live_nodes()}.get(held) == "idle"
 
