@@ -14,12 +14,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from corral.core.model import GiB, Job, LocalityHints, Resources
 from corral.core.settings import Duration, OnNodeFailure, SizeMiB
+from corral.core.units import Float, Int
 
 MAX_PRIORITY = 1_000_000
 
 
 def to_epoch(value: Any) -> Any:
     """A time as epoch seconds: a datetime, or an ISO 8601 string (other values are left as they are)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a time: {str(value).lower()} (use ISO 8601, e.g. 2026-11-21T14:00:00+00:00)")
     if isinstance(value, datetime):
         return value.timestamp()
     if isinstance(value, str):
@@ -47,16 +50,16 @@ class JobRequest(BaseModel):
     command: list[str] = Field(description="argv; run without a shell", json_schema_extra={"minItems": 1})
     name: str = ""
     env: dict[str, str] = Field(default_factory=dict)
-    vcpus: float = Field(1.0, gt=0)
+    vcpus: Float = Field(1.0, gt=0)
     ram: SizeMiB = Field(1 * GiB, description="per node, e.g. '4GiB'")
     scratch: SizeMiB = 0
-    gpus: int = Field(0, ge=0)
-    nodes: int = Field(1, ge=1, le=10_000, description="a gang of this many nodes")
+    gpus: Int = Field(0, ge=0)
+    nodes: Int = Field(1, ge=1, le=10_000, description="a gang of this many nodes")
     # Strict: a file's false (YAML's no) would be taken for 0, which cancels.
     priority: int = Field(1, ge=0, le=MAX_PRIORITY, strict=True, description="0 cancels")
     not_before: EpochSeconds | None = None
     time_limit: Duration | None = None
-    max_retries: int = Field(0, ge=0, le=100)
+    max_retries: Int = Field(0, ge=0, le=100)
     tags: list[str] = Field(default_factory=list)
     locality: LocalitySpec | None = None
     traits: dict[str, str | list[str]] = Field(default_factory=dict)

@@ -50,6 +50,7 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
         '{"command": ["echo", "1"]}\n\n{"command": ["echo", "2"], "rma": "1GiB"}\n{"command": []}\n'
         '{"command": ["echo", "3"], "priority": false}\n'  # not 0 (which would cancel it)
         '{"command": ["echo", "4"], "ram": "1GiB", "ram": "64GiB"}\n'  # json would keep the last
+        '{"command": ["echo", "5"], "gpus": true, "not_before": false}\n'  # not 1 GPU, not the epoch
     )
     result = running.cli("submit", "-f", str(jobs), check=False)
     assert result.returncode != 0
@@ -57,6 +58,8 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
     assert "line 4: command: the command is empty" in result.stderr
     assert "line 5: priority: Input should be a valid integer" in result.stderr
     assert "line 6: key 'ram' is given twice" in result.stderr
+    assert "line 7: gpus: must be a number, not true" in result.stderr
+    assert "line 7: not_before: not a time: false" in result.stderr
     assert len(running.jobs()) == 1
 
 
@@ -79,6 +82,7 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
             {"command": ["ok"]},
             {"command": ["bad"], "ram": "-5", "colour": "red"},
             {"command": ["bad"], "on_node_failure": "ignore"},
+            {"command": ["bad"], "vcpus": True, "nodes": False},
         ]
     }
     response = running.api("POST", "/api/jobs", json=body)
@@ -88,6 +92,8 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
     assert any(
         line.startswith("jobs.2.on_node_failure: 'ignore' is not offered: a lost node is shut down") for line in detail
     )
+    assert "jobs.3.vcpus: must be a number, not true" in detail
+    assert "jobs.3.nodes: must be a number, not false" in detail
     assert len(running.jobs()) == 1
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corral.core.units import Float, Int
 from corral.jobspec import MAX_PRIORITY, JobRequest, to_epoch
 from corral.placement import attributes as attr
 
@@ -14,7 +15,7 @@ from corral.placement import attributes as attr
 # SQLite: a number past either would reach the driver and come back as a 500, so the API refuses
 # it as it refuses any bad value, naming the field.
 DB_INT_MIN, DB_INT_MAX = -(2**31), 2**31 - 1
-DbInt = Annotated[int, Field(ge=DB_INT_MIN, le=DB_INT_MAX)]
+DbInt = Annotated[Int, Field(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
 class Inbound(BaseModel):
@@ -176,10 +177,10 @@ class EventOut(BaseModel):
 
 
 class CapacityIn(Inbound):
-    vcpus: float = Field(gt=0)
-    ram_mib: int = Field(gt=0, le=DB_INT_MAX)
-    scratch_mib: int = Field(0, ge=0, le=DB_INT_MAX)
-    gpus: int = Field(0, ge=0, le=DB_INT_MAX)
+    vcpus: Float = Field(gt=0)
+    ram_mib: Int = Field(gt=0, le=DB_INT_MAX)
+    scratch_mib: Int = Field(0, ge=0, le=DB_INT_MAX)
+    gpus: Int = Field(0, ge=0, le=DB_INT_MAX)
 
 
 class PairBody(Inbound):
@@ -197,14 +198,14 @@ class PairResult(BaseModel):
 
 
 class UsedIn(Inbound):
-    vcpus: float = 0.0
+    vcpus: Float = 0.0
     ram_mib: DbInt = 0
 
 
 class FinishedIn(Inbound):
     attempt_id: DbInt
     exit_code: DbInt
-    finished_at: float | None = None
+    finished_at: Float | None = None
 
 
 class PingBody(Inbound):
@@ -225,7 +226,7 @@ class StartedBody(Inbound):
 
 class FinishedBody(Inbound):
     exit_code: DbInt
-    finished_at: float | None = None
+    finished_at: Float | None = None
 
 
 class WorkItemOut(BaseModel):
