@@ -22,12 +22,14 @@ from rich.text import Text
 
 from corral.config import (
     ConfigError,
+    DamagedServerInfo,
     RepeatedKey,
     UnreadableFile,
     default_home,
     is_yaml,
     load_config,
     load_yaml,
+    read_server_info,
     read_text,
     unique_keys,
 )
@@ -67,11 +69,11 @@ def client() -> httpx.Client:
         info = home / "server.json"
         url_from = str(info)
         try:
-            url = json.loads(info.read_text())["url"]
+            url, _pid = read_server_info(info)
         except FileNotFoundError:
             fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
-        except (OSError, ValueError, KeyError, TypeError):
-            fail(f"{info} is damaged (no server URL in it): set CORRAL_URL, or start corral again")
+        except DamagedServerInfo as exc:
+            fail(f"{exc}: set CORRAL_URL, or start corral again")
     token = os.environ.get("CORRAL_TOKEN")
     token_from = "CORRAL_TOKEN"
     if not token:

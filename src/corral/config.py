@@ -6,6 +6,7 @@ is reported with its key path and the reason: `policy.lifecycle.idle_grace: not 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -36,6 +37,33 @@ def default_home() -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".local" / "share" / "corral"
+
+
+class DamagedServerInfo(ValueError):
+    """A server.json that cannot be read; the message names the file and what is wrong."""
+
+
+def read_server_info(path: Path) -> tuple[str, int]:
+    """The URL and pid a running corral wrote to its data directory's server.json.
+
+    FileNotFoundError if there is none; DamagedServerInfo if it is damaged (cut short by a full
+    disk, edited by hand, not a file)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise DamagedServerInfo(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise DamagedServerInfo(f"{path} is damaged (not JSON: {exc})") from None
+    if not isinstance(data, dict):
+        raise DamagedServerInfo(f"{path} is damaged (not a JSON object)")
+    url, pid = data.get("url"), data.get("pid")
+    if not isinstance(url, str) or not re.match(r"https?://", url):
+        raise DamagedServerInfo(f"{path} is damaged (no server URL in it)")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        raise DamagedServerInfo(f"{path} is damaged (no server pid in it)")
+    return url, pid
 
 
 class _Strict(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -298,8 +299,32 @@ def test_a_bad_url_token_or_server_file_is_an_error_that_names_it(running: Corra
     info = running.home / "server.json"
     written = info.read_text()
     info.write_text('{"url": ')  # cut short (a full disk)
-    assert f"{info} is damaged" in jobs().stderr
+    assert f"{info} is damaged (not JSON" in jobs().stderr
+    for damaged in ('{"url": 8642, "pid": 1}', '{"url": null}', '["http://127.0.0.1:8642"]', '{"pid": 1}'):
+        info.write_text(damaged)  # a hand edit: these were "cannot reach corral: Request URL is missing ..."
+        assert f"{info} is damaged" in jobs().stderr
     info.write_text(written)
+
+
+@pytest.mark.parametrize(
+    ("damaged", "reason"),
+    [
+        ('{"url": "http://127.0.0.1:1", "pi', "not JSON"),
+        ('{"url": "http://127.0.0.1:1", "pid": "1234"}', "no server pid in it"),
+        ('{"pid": 1234}', "no server URL in it"),
+    ],
+)
+def test_a_server_file_damaged_while_corral_runs_is_one_line_at_stop(corral: Corral, damaged: str, reason: str) -> None:
+    """The stop read server.json to remove it: a damaged one was a traceback and 'Application
+    shutdown failed', exit 1, after a stop that had done everything else."""
+    corral.start()
+    info = corral.home / "server.json"
+    info.write_text(damaged)
+    assert corral.stop(signal.SIGINT) in (0, 130)  # as any Ctrl-C ends it (it was 1)
+    log = corral.server_log()
+    assert "Traceback" not in log and "shutdown failed" not in log, log
+    assert [line for line in log.splitlines() if f"{info} is damaged ({reason}" in line and "removed it" in line]
+    assert not info.exists()  # the CLI says no corral runs, not that the file is damaged
 
 
 def test_cancel_goes_on_past_an_id_that_is_wrong(running: Corral) -> None:
