@@ -274,7 +274,9 @@ def submit(
     gpus: Annotated[int, typer.Option(help="GPUs per node.")] = 0,
     nodes: Annotated[int, typer.Option(help="Run as a gang on this many nodes.")] = 1,
     priority: Annotated[int, typer.Option(help="Higher runs first; 0 cancels.")] = 1,
-    not_before: Annotated[str | None, typer.Option(help="Do not start before this ISO 8601 time.")] = None,
+    not_before: Annotated[
+        str | None, typer.Option(help="Do not start before this ISO 8601 time (local unless it has an offset).")
+    ] = None,
     time_limit: Annotated[str | None, typer.Option(help="Expected maximum run time, e.g. 2h.")] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,

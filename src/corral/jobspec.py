@@ -7,7 +7,8 @@ constraint.
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -23,14 +24,26 @@ def to_epoch(value: Any) -> Any:
     """A time as epoch seconds: a datetime, or an ISO 8601 string (other values are left as they are)."""
     if isinstance(value, bool):
         raise ValueError(f"not a time: {str(value).lower()} (use ISO 8601, e.g. 2026-11-21T14:00:00+00:00)")
-    if isinstance(value, datetime):
-        return value.timestamp()
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value).timestamp()
+            value = datetime.fromisoformat(value)
         except ValueError as exc:
             raise ValueError(f"not a time: {value!r} (use ISO 8601, e.g. 2026-11-21T14:00:00+00:00)") from exc
+    if isinstance(value, datetime):
+        return _epoch_seconds(value)
     return value
+
+
+def _epoch_seconds(moment: datetime) -> float:
+    """Any datetime, 0001-01-01 included: a time long past means no wait (as Slurm's --begin and
+    LSF's -b take one), not an error."""
+    try:
+        return moment.timestamp()
+    except (ValueError, OverflowError, OSError):
+        # A local time the C library cannot convert (its probes step out of years 1..9999): one
+        # that far away is taken in the zone's standard time.
+        standard = timezone(timedelta(seconds=-time.timezone))
+        return moment.replace(tzinfo=standard).timestamp()
 
 
 EpochSeconds = Annotated[float, BeforeValidator(to_epoch)]

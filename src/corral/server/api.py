@@ -65,6 +65,7 @@ def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, d
         cancel_requested=row["cancel_requested"],
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
+        not_before=spec.get("not_before"),
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
     )

@@ -141,6 +141,7 @@ class JobOut(BaseModel):
     cancel_requested: bool
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
     on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
+    not_before: float | None = None  # epoch seconds: not started before then (--not-before)
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
 
