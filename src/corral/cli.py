@@ -33,7 +33,7 @@ from corral.config import (
     read_text,
     unique_keys,
 )
-from corral.jobspec import JobRequest
+from corral.jobspec import JobRequest, is_locality_entry
 from corral.sim.command import register as register_simulate
 
 app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
@@ -155,6 +155,13 @@ def resources_text(r: dict[str, Any], nodes: int = 1) -> str:
     return text + (f" x{nodes}" if nodes > 1 else "")
 
 
+def locality_text(hints: dict[str, Any]) -> str:
+    """`near 12, tag:web; far tag:db (strict, rack level)`."""
+    sides = [f"{side} {', '.join(hints[side])}" for side in ("near", "far") if hints.get(side)]
+    how = "strict" if hints.get("strict") else "preferred"
+    return f"{'; '.join(sides)} ({how}, {hints.get('level', 'server')} level)"
+
+
 STATE_STYLE = {
     "queued": "yellow",
     "claimed": "cyan",
@@ -260,6 +267,37 @@ def read_job_file(path: Path) -> list[JobRequest]:
     return requests
 
 
+def _locality(near: list[str], far: list[str], strict: bool, level: str) -> dict[str, Any] | None:
+    """The job's locality hints from submit's options; an entry that names no job and no tag is
+    refused by its option (placement would only list it as not understood)."""
+    for option, entries in (("--near", near), ("--far", far)):
+        for entry in entries:
+            if not is_locality_entry(entry):
+                fail(f"{option} {entry!r}: not a job id or tag:NAME")
+    if not near and not far:
+        if strict or level != "server":
+            fail("--strict-locality and --locality-level say how to keep --near or --far: give one of them")
+        return None
+    return {"near": near, "far": far, "strict": strict, "level": level}
+
+
+# The submit option of each JobRequest field whose name differs from it.
+_OPTION_OF_FIELD: dict[tuple[int | str, ...], str] = {
+    ("tags",): "--tag",
+    ("locality", "near"): "--near",
+    ("locality", "far"): "--far",
+    ("locality", "strict"): "--strict-locality",
+    ("locality", "level"): "--locality-level",
+}
+
+
+def _option_of(loc: tuple[int | str, ...]) -> str:
+    for length in (2, 1):
+        if loc[:length] in _OPTION_OF_FIELD:
+            return _OPTION_OF_FIELD[loc[:length]]
+    return "--" + ".".join(str(p) for p in loc).replace("_", "-")
+
+
 @app.command()
 def submit(
     command: Annotated[list[str] | None, typer.Argument(help="The command and its arguments, after --.")] = None,
@@ -280,6 +318,32 @@ def submit(
     time_limit: Annotated[str | None, typer.Option(help="Expected maximum run time, e.g. 2h.")] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
+    near: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="JOB|tag:NAME",
+            help="Place it near this job (its id), or near the jobs with this tag: on the same server (or rack, with"
+            " --locality-level rack); repeatable. A preference unless --strict-locality.",
+        ),
+    ] = None,
+    far: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="JOB|tag:NAME",
+            help="Keep it away from this job, or from the jobs with this tag (replicas with --far tag:NAME --tag NAME"
+            " spread over servers); repeatable. Far wins over near.",
+        ),
+    ] = None,
+    strict_locality: Annotated[
+        bool,
+        typer.Option(
+            "--strict-locality",
+            help="Wait rather than break --near/--far (by default they are dropped when too few nodes meet them).",
+        ),
+    ] = False,
+    locality_level: Annotated[
+        str, typer.Option(help="What --near/--far mean: 'server' (the same node) or 'rack' (the same rack).")
+    ] = "server",
     on_node_failure: Annotated[
         str | None,
         typer.Option(
@@ -315,13 +379,13 @@ def submit(
             fields["time_limit"] = time_limit
         if on_node_failure is not None:
             fields["on_node_failure"] = on_node_failure
+        locality = _locality(near or [], far or [], strict_locality, locality_level)
+        if locality is not None:
+            fields["locality"] = locality
         try:
             requests = [JobRequest.model_validate(fields)]
         except ValidationError as exc:
-            problems = [
-                f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg'].removeprefix('Value error, ')}"
-                for e in exc.errors()
-            ]
+            problems = [f"{_option_of(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
             fail("nothing was submitted:\n  " + "\n  ".join(problems))
     result = call("POST", "/api/jobs", json={"jobs": [r.model_dump(mode="json") for r in requests]})
     if as_json:
@@ -389,6 +453,8 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
         f"attempts {j['attempts']} (temporary failures {j['temp_failures']})"
     )
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
+    if j.get("locality"):
+        console.print(f"  locality   {locality_text(j['locality'])}", highlight=False)
     if j["wait_reason"]:
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     if j["attempt_list"]:

@@ -49,6 +49,16 @@ def _epoch_seconds(moment: datetime) -> float:
 EpochSeconds = Annotated[float, BeforeValidator(to_epoch)]
 
 
+LOCALITY_TAG = "tag:"  # as corral.placement.locality reads it (TAG_PREFIX), without importing numpy here
+
+
+def is_locality_entry(entry: str) -> bool:
+    """What a near or far entry can name: a job id ("123"), or every job with a tag ("tag:web")."""
+    if entry.startswith(LOCALITY_TAG):
+        return len(entry) > len(LOCALITY_TAG)
+    return entry.isascii() and entry.isdigit()
+
+
 class LocalitySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     near: list[str] = Field(default_factory=list, description="job ids or 'tag:NAME'")

@@ -20,3 +20,40 @@ def test_a_start_time_long_past_means_no_wait(corral: Corral) -> None:
     for job_id in (int(by_cli), by_api, int(aware)):
         wait_until(lambda j=job_id: corral.jobs()[j]["state"] == "complete", 60, f"job {job_id} to run")
         assert corral.cli_json("job", str(job_id))["not_before"] < 0
+
+
+def test_submit_gives_locality_hints_and_the_job_keeps_them(corral: Corral) -> None:
+    """Jobs could carry near/far hints (seed 003) only from a job file or the API."""
+    corral.start()
+    first = corral.cli("submit", "--tag", "web", "--", "sleep", "30").stdout.strip()
+    replica = corral.cli(
+        "submit", "--tag", "web", "--far", "tag:web", "--near", first, "--near", "tag:cache",
+        "--strict-locality", "--locality-level", "rack", "--", "sleep", "30",
+    ).stdout.strip()  # fmt: skip
+    job = corral.cli_json("job", replica)
+    assert job["locality"] == {"near": [first, "tag:cache"], "far": ["tag:web"], "strict": True, "level": "rack"}
+    shown = corral.cli("job", replica).stdout
+    assert f"locality   near {first}, tag:cache; far tag:web (strict, rack level)" in shown
+    assert corral.cli_json("job", first)["locality"] is None
+    preferred = corral.cli("submit", "--far", first, "--", "true").stdout.strip()
+    assert corral.cli_json("job", preferred)["locality"] == {
+        "near": [], "far": [first], "strict": False, "level": "server"
+    }  # fmt: skip
+    corral.cli("cancel", first, replica, preferred)
+
+
+BAD_HINTS = [
+    (["--near", "web"], "--near 'web': not a job id or tag:NAME"),
+    (["--far", "tag:"], "--far 'tag:': not a job id or tag:NAME"),
+    (["--far", "-3"], "--far '-3': not a job id or tag:NAME"),
+    (["--near", "7", "--locality-level", "row"], "--locality-level: Input should be 'server' or 'rack'"),
+    (["--strict-locality"], "--strict-locality and --locality-level say how to keep --near or --far"),
+]
+
+
+def test_a_bad_locality_hint_is_refused_by_its_option(corral: Corral) -> None:
+    corral.start()
+    for args, message in BAD_HINTS:
+        result = corral.cli("submit", *args, "--", "true", check=False)
+        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+    assert corral.jobs() == {}

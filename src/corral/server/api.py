@@ -66,6 +66,7 @@ def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, d
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
         not_before=spec.get("not_before"),
+        locality=spec.get("locality"),
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
     )

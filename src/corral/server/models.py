@@ -142,6 +142,7 @@ class JobOut(BaseModel):
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
     on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
     not_before: float | None = None  # epoch seconds: not started before then (--not-before)
+    locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
 
