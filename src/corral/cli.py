@@ -39,6 +39,8 @@ from corral.sim.command import register as register_simulate
 app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
 config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+notify_app = typer.Typer(help="The notifier: its rules and where it is in the event log.", no_args_is_help=True)
+app.add_typer(notify_app, name="notify")
 # Piped output (scripts, CI logs) is not cut to 80 columns. No markup: what is printed holds what
 # users wrote (job names, commands, events), which must show as written, and a name like '[/b]'
 # would be an error in markup; styles are given as Text.
@@ -687,6 +689,45 @@ def events(
     for e in rows:
         table.add_row(when(e["at"]), e["kind"], str(e["job_id"] or ""), e["node_id"] or "", e["message"])
     console.print(table)
+
+
+@notify_app.command("status")
+def notify_status(as_json: JsonFlag = False) -> None:
+    """Show the notifier's place in the event log, its rules, and whom each rule keeps quiet (rearm)."""
+    data = call("GET", "/api/notify")
+    if as_json:
+        print_json(data)
+        return
+    newest = data["newest_event_id"]
+    if not data["rules"]:
+        console.print("no [[notify]] rules in the running corral's config: nothing is notified")
+    if data["last_event_id"] is None:
+        console.print(f"the notifier has not run yet (newest event {newest}); it starts from the newest event")
+    else:
+        console.print(
+            f"handled events up to {data['last_event_id']} (newest {newest}, {data['waiting']} waiting),"
+            f" moved {when(data['moved_at'])}",
+            highlight=False,
+        )
+    if data["rules"]:
+        table = Table(show_edge=False, header_style="bold")
+        for column in ("rule", "on", "action", "rearm", "threshold"):
+            table.add_column(column, overflow="fold")
+        counts = data["threshold_counts"]
+        for r in data["rules"]:
+            rearm = f"{ago(r['rearm'])} per {r['rearm_per']}" if r["rearm"] else "-"
+            threshold = (
+                f"{r['threshold']} in {ago(r['window'])} (now {counts.get(r['name'], 0)})" if r["threshold"] else "-"
+            )
+            table.add_row(r["name"], ", ".join(r["on"]), r["action"], rearm, threshold)
+        console.print(table)
+    now = time.time()
+    for q in data["quiet"]:
+        if q["until"] > now:
+            line = f"quiet for {q['subject']} until {when(q['until'])} ({q['suppressed']} suppressed so far)"
+        else:  # rearmed, with a count the next notification for the subject carries
+            line = f"rearmed for {q['subject']}; its next notification carries {q['suppressed']} suppressed"
+        console.print(f"  {q['rule']}: {line}", highlight=False)
 
 
 @config_app.command("check")

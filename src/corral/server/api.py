@@ -1,4 +1,4 @@
-"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events."""
+"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events, notify."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from corral.core.model import JobState, NodeState
+from corral.core.notify import NotifyRule, NotifyState, rule_names
 from corral.server.deps import UserRuntime
 from corral.server.models import (
     DB_INT_MAX,
@@ -20,7 +21,10 @@ from corral.server.models import (
     JobOut,
     NodeAttributesBody,
     NodeOut,
+    NotifyRuleOut,
+    NotifyStatusOut,
     PriorityBody,
+    QuietOut,
     ResourcesOut,
     SubmitBody,
     SubmitResult,
@@ -218,3 +222,58 @@ def list_events(
     limit: int = Query(200, ge=1, le=100_000),
 ) -> list[EventOut]:
     return [EventOut(**row) for row in runtime.store.list_events(job, node, kind, limit)]
+
+
+@router.get("/notify")
+def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
+    """Where the notifier is in the event log, against the newest event; the rules in force; which
+    subjects each rule is quiet for (rearm) and how many events a threshold rule has counted."""
+    rules = runtime.config.notify
+    names = rule_names(rules)
+    cursor = runtime.store.notify_cursor_status()
+    newest = runtime.store.last_event_id()
+    now = time.time()
+    state = NotifyState.from_json(cursor["state"] if cursor else None)
+    rearm = {name: rule.rearm for name, rule in zip(names, rules, strict=True)}
+    quiet = [
+        QuietOut(
+            rule=rule, subject=subject, fired_at=a.fired_at, until=a.fired_at + rearm[rule], suppressed=a.suppressed
+        )
+        for rule, subjects in sorted(state.armed.items())
+        if rule in rearm  # a rule since removed from the config keeps no one quiet
+        for subject, a in sorted(subjects.items())
+        if a.fired_at + rearm[rule] > now or a.suppressed
+    ]
+    windows = {name: rule.window for name, rule in zip(names, rules, strict=True) if rule.threshold}
+    counts = {
+        name: sum(1 for at in state.recent.get(name, []) if at > now - window) for name, window in windows.items()
+    }
+    return NotifyStatusOut(
+        rules=[_rule_out(name, rule) for name, rule in zip(names, rules, strict=True)],
+        last_event_id=cursor["last_event_id"] if cursor else None,
+        moved_at=cursor["updated_at"] if cursor else None,
+        newest_event_id=newest,
+        waiting=cursor["waiting"] if cursor else None,
+        quiet=quiet,
+        threshold_counts=counts,
+    )
+
+
+def _rule_out(name: str, rule: NotifyRule) -> NotifyRuleOut:
+    if rule.command is not None:
+        action = f"command {rule.command[0]}"
+    elif rule.webhook is not None:
+        scheme, _, rest = rule.webhook.partition("://")
+        host, slash, _path = rest.partition("/")
+        action = f"webhook {scheme}://{host}{slash and '/…'}"
+    else:
+        action = "log"
+    return NotifyRuleOut(
+        name=name,
+        on=list(rule.on),
+        action=action,
+        rearm=rule.rearm,
+        rearm_per=rule.rearm_per,
+        threshold=rule.threshold,
+        window=rule.window,
+    )

@@ -175,6 +175,36 @@ class EventOut(BaseModel):
     message: str
 
 
+class NotifyRuleOut(BaseModel):
+    name: str
+    on: list[str]
+    action: str  # "command PROGRAM", "webhook SCHEME://HOST/…" (a hook's path may hold its secret), "log"
+    rearm: float
+    rearm_per: str
+    threshold: int | None
+    window: float
+
+
+class QuietOut(BaseModel):
+    """A subject a rule fired for, and not again before `until` (its rearm)."""
+
+    rule: str
+    subject: str
+    fired_at: float
+    until: float
+    suppressed: int  # matching events since, not notified
+
+
+class NotifyStatusOut(BaseModel):
+    rules: list[NotifyRuleOut]  # the running corral's [[notify]] rules
+    last_event_id: int | None  # the last event the notifier handled; None: it has never run
+    moved_at: float | None
+    newest_event_id: int
+    waiting: int | None  # events after the cursor: handled after the next pass (500 a pass)
+    quiet: list[QuietOut]
+    threshold_counts: dict[str, int]  # threshold rule -> its events within its window now
+
+
 # ---- agent protocol ---------------------------------------------------------------------------
 
 
