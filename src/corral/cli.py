@@ -22,21 +22,25 @@ from rich.text import Text
 
 from corral.config import (
     ConfigError,
+    DamagedServerInfo,
     RepeatedKey,
     UnreadableFile,
     default_home,
     is_yaml,
     load_config,
     load_yaml,
+    read_server_info,
     read_text,
     unique_keys,
 )
-from corral.jobspec import JobRequest
+from corral.jobspec import JobRequest, is_locality_entry
 from corral.sim.command import register as register_simulate
 
 app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
 config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+notify_app = typer.Typer(help="The notifier: its rules and where it is in the event log.", no_args_is_help=True)
+app.add_typer(notify_app, name="notify")
 # Piped output (scripts, CI logs) is not cut to 80 columns. No markup: what is printed holds what
 # users wrote (job names, commands, events), which must show as written, and a name like '[/b]'
 # would be an error in markup; styles are given as Text.
@@ -67,11 +71,11 @@ def client() -> httpx.Client:
         info = home / "server.json"
         url_from = str(info)
         try:
-            url = json.loads(info.read_text())["url"]
+            url, _pid = read_server_info(info)
         except FileNotFoundError:
             fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
-        except (OSError, ValueError, KeyError, TypeError):
-            fail(f"{info} is damaged (no server URL in it): set CORRAL_URL, or start corral again")
+        except DamagedServerInfo as exc:
+            fail(f"{exc}: set CORRAL_URL, or start corral again")
     token = os.environ.get("CORRAL_TOKEN")
     token_from = "CORRAL_TOKEN"
     if not token:
@@ -151,6 +155,13 @@ def resources_text(r: dict[str, Any], nodes: int = 1) -> str:
     if r.get("gpus"):
         text += f" {r['gpus']}gpu"
     return text + (f" x{nodes}" if nodes > 1 else "")
+
+
+def locality_text(hints: dict[str, Any]) -> str:
+    """`near 12, tag:web; far tag:db (strict, rack level)`."""
+    sides = [f"{side} {', '.join(hints[side])}" for side in ("near", "far") if hints.get(side)]
+    how = "strict" if hints.get("strict") else "preferred"
+    return f"{'; '.join(sides)} ({how}, {hints.get('level', 'server')} level)"
 
 
 STATE_STYLE = {
@@ -258,6 +269,37 @@ def read_job_file(path: Path) -> list[JobRequest]:
     return requests
 
 
+def _locality(near: list[str], far: list[str], strict: bool, level: str) -> dict[str, Any] | None:
+    """The job's locality hints from submit's options; an entry that names no job and no tag is
+    refused by its option (placement would only list it as not understood)."""
+    for option, entries in (("--near", near), ("--far", far)):
+        for entry in entries:
+            if not is_locality_entry(entry):
+                fail(f"{option} {entry!r}: not a job id or tag:NAME")
+    if not near and not far:
+        if strict or level != "server":
+            fail("--strict-locality and --locality-level say how to keep --near or --far: give one of them")
+        return None
+    return {"near": near, "far": far, "strict": strict, "level": level}
+
+
+# The submit option of each JobRequest field whose name differs from it.
+_OPTION_OF_FIELD: dict[tuple[int | str, ...], str] = {
+    ("tags",): "--tag",
+    ("locality", "near"): "--near",
+    ("locality", "far"): "--far",
+    ("locality", "strict"): "--strict-locality",
+    ("locality", "level"): "--locality-level",
+}
+
+
+def _option_of(loc: tuple[int | str, ...]) -> str:
+    for length in (2, 1):
+        if loc[:length] in _OPTION_OF_FIELD:
+            return _OPTION_OF_FIELD[loc[:length]]
+    return "--" + ".".join(str(p) for p in loc).replace("_", "-")
+
+
 @app.command()
 def submit(
     command: Annotated[list[str] | None, typer.Argument(help="The command and its arguments, after --.")] = None,
@@ -272,10 +314,38 @@ def submit(
     gpus: Annotated[int, typer.Option(help="GPUs per node.")] = 0,
     nodes: Annotated[int, typer.Option(help="Run as a gang on this many nodes.")] = 1,
     priority: Annotated[int, typer.Option(help="Higher runs first; 0 cancels.")] = 1,
-    not_before: Annotated[str | None, typer.Option(help="Do not start before this ISO 8601 time.")] = None,
+    not_before: Annotated[
+        str | None, typer.Option(help="Do not start before this ISO 8601 time (local unless it has an offset).")
+    ] = None,
     time_limit: Annotated[str | None, typer.Option(help="Expected maximum run time, e.g. 2h.")] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
+    near: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="JOB|tag:NAME",
+            help="Place it near this job (its id), or near the jobs with this tag: on the same server (or rack, with"
+            " --locality-level rack); repeatable. A preference unless --strict-locality.",
+        ),
+    ] = None,
+    far: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="JOB|tag:NAME",
+            help="Keep it away from this job, or from the jobs with this tag (replicas with --far tag:NAME --tag NAME"
+            " spread over servers); repeatable. Far wins over near.",
+        ),
+    ] = None,
+    strict_locality: Annotated[
+        bool,
+        typer.Option(
+            "--strict-locality",
+            help="Wait rather than break --near/--far (by default they are dropped when too few nodes meet them).",
+        ),
+    ] = False,
+    locality_level: Annotated[
+        str, typer.Option(help="What --near/--far mean: 'server' (the same node) or 'rack' (the same rack).")
+    ] = "server",
     on_node_failure: Annotated[
         str | None,
         typer.Option(
@@ -311,13 +381,13 @@ def submit(
             fields["time_limit"] = time_limit
         if on_node_failure is not None:
             fields["on_node_failure"] = on_node_failure
+        locality = _locality(near or [], far or [], strict_locality, locality_level)
+        if locality is not None:
+            fields["locality"] = locality
         try:
             requests = [JobRequest.model_validate(fields)]
         except ValidationError as exc:
-            problems = [
-                f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg'].removeprefix('Value error, ')}"
-                for e in exc.errors()
-            ]
+            problems = [f"{_option_of(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
             fail("nothing was submitted:\n  " + "\n  ".join(problems))
     result = call("POST", "/api/jobs", json={"jobs": [r.model_dump(mode="json") for r in requests]})
     if as_json:
@@ -387,6 +457,8 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j["executor_ref"]:  # executor = "slurm": what `scontrol show job` takes
         console.print(f"  slurm job  {j['executor_ref']}", highlight=False)
+    if j.get("locality"):
+        console.print(f"  locality   {locality_text(j['locality'])}", highlight=False)
     if j["wait_reason"]:
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     if j["attempt_list"]:
@@ -665,6 +737,45 @@ def events(
     for e in rows:
         table.add_row(when(e["at"]), e["kind"], str(e["job_id"] or ""), e["node_id"] or "", e["message"])
     console.print(table)
+
+
+@notify_app.command("status")
+def notify_status(as_json: JsonFlag = False) -> None:
+    """Show the notifier's place in the event log, its rules, and whom each rule keeps quiet (rearm)."""
+    data = call("GET", "/api/notify")
+    if as_json:
+        print_json(data)
+        return
+    newest = data["newest_event_id"]
+    if not data["rules"]:
+        console.print("no [[notify]] rules in the running corral's config: nothing is notified")
+    if data["last_event_id"] is None:
+        console.print(f"the notifier has not run yet (newest event {newest}); it starts from the newest event")
+    else:
+        console.print(
+            f"handled events up to {data['last_event_id']} (newest {newest}, {data['waiting']} waiting),"
+            f" moved {when(data['moved_at'])}",
+            highlight=False,
+        )
+    if data["rules"]:
+        table = Table(show_edge=False, header_style="bold")
+        for column in ("rule", "on", "action", "rearm", "threshold"):
+            table.add_column(column, overflow="fold")
+        counts = data["threshold_counts"]
+        for r in data["rules"]:
+            rearm = f"{ago(r['rearm'])} per {r['rearm_per']}" if r["rearm"] else "-"
+            threshold = (
+                f"{r['threshold']} in {ago(r['window'])} (now {counts.get(r['name'], 0)})" if r["threshold"] else "-"
+            )
+            table.add_row(r["name"], ", ".join(r["on"]), r["action"], rearm, threshold)
+        console.print(table)
+    now = time.time()
+    for q in data["quiet"]:
+        if q["until"] > now:
+            line = f"quiet for {q['subject']} until {when(q['until'])} ({q['suppressed']} suppressed so far)"
+        else:  # rearmed, with a count the next notification for the subject carries
+            line = f"rearmed for {q['subject']}; its next notification carries {q['suppressed']} suppressed"
+        console.print(f"  {q['rule']}: {line}", highlight=False)
 
 
 @config_app.command("check")

@@ -7,30 +7,56 @@ constraint.
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from corral.core.model import GiB, Job, LocalityHints, Resources
 from corral.core.settings import Duration, OnNodeFailure, SizeMiB
+from corral.core.units import Float, Int
 
 MAX_PRIORITY = 1_000_000
 
 
 def to_epoch(value: Any) -> Any:
     """A time as epoch seconds: a datetime, or an ISO 8601 string (other values are left as they are)."""
-    if isinstance(value, datetime):
-        return value.timestamp()
+    if isinstance(value, bool):
+        raise ValueError(f"not a time: {str(value).lower()} (use ISO 8601, e.g. 2026-11-21T14:00:00+00:00)")
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value).timestamp()
+            value = datetime.fromisoformat(value)
         except ValueError as exc:
             raise ValueError(f"not a time: {value!r} (use ISO 8601, e.g. 2026-11-21T14:00:00+00:00)") from exc
+    if isinstance(value, datetime):
+        return _epoch_seconds(value)
     return value
 
 
+def _epoch_seconds(moment: datetime) -> float:
+    """Any datetime, 0001-01-01 included: a time long past means no wait (as Slurm's --begin and
+    LSF's -b take one), not an error."""
+    try:
+        return moment.timestamp()
+    except (ValueError, OverflowError, OSError):
+        # A local time the C library cannot convert (its probes step out of years 1..9999): one
+        # that far away is taken in the zone's standard time.
+        standard = timezone(timedelta(seconds=-time.timezone))
+        return moment.replace(tzinfo=standard).timestamp()
+
+
 EpochSeconds = Annotated[float, BeforeValidator(to_epoch)]
+
+
+LOCALITY_TAG = "tag:"  # as corral.placement.locality reads it (TAG_PREFIX), without importing numpy here
+
+
+def is_locality_entry(entry: str) -> bool:
+    """What a near or far entry can name: a job id ("123"), or every job with a tag ("tag:web")."""
+    if entry.startswith(LOCALITY_TAG):
+        return len(entry) > len(LOCALITY_TAG)
+    return entry.isascii() and entry.isdigit()
 
 
 class LocalitySpec(BaseModel):
@@ -47,16 +73,16 @@ class JobRequest(BaseModel):
     command: list[str] = Field(description="argv; run without a shell", json_schema_extra={"minItems": 1})
     name: str = ""
     env: dict[str, str] = Field(default_factory=dict)
-    vcpus: float = Field(1.0, gt=0)
+    vcpus: Float = Field(1.0, gt=0)
     ram: SizeMiB = Field(1 * GiB, description="per node, e.g. '4GiB'")
     scratch: SizeMiB = 0
-    gpus: int = Field(0, ge=0)
-    nodes: int = Field(1, ge=1, le=10_000, description="a gang of this many nodes")
+    gpus: Int = Field(0, ge=0)
+    nodes: Int = Field(1, ge=1, le=10_000, description="a gang of this many nodes")
     # Strict: a file's false (YAML's no) would be taken for 0, which cancels.
     priority: int = Field(1, ge=0, le=MAX_PRIORITY, strict=True, description="0 cancels")
     not_before: EpochSeconds | None = None
     time_limit: Duration | None = None
-    max_retries: int = Field(0, ge=0, le=100)
+    max_retries: Int = Field(0, ge=0, le=100)
     tags: list[str] = Field(default_factory=list)
     locality: LocalitySpec | None = None
     traits: dict[str, str | list[str]] = Field(default_factory=dict)

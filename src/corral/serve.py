@@ -24,7 +24,7 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from corral.cloud.base import CloudDriver
-from corral.config import Config, without_password
+from corral.config import Config, DamagedServerInfo, read_server_info, without_password
 from corral.loop import ControlLoop, LiveLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
@@ -148,7 +148,21 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     info.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
 
     def forget_address() -> None:
-        if info.exists() and json.loads(info.read_text()).get("pid") == os.getpid():
+        try:
+            _url, pid = read_server_info(info)
+        except FileNotFoundError:
+            return
+        except DamagedServerInfo as exc:
+            # This corral holds the data directory's lock, so the file is its own, damaged since
+            # (a full disk, a hand edit): left behind, it would only mislead the CLI.
+            try:
+                info.unlink()
+            except OSError as unlink_error:
+                log.warning("%s; cannot remove it: %s", exc, unlink_error.strerror or unlink_error)
+            else:
+                log.warning("%s; removed it", exc)
+            return
+        if pid == os.getpid():
             info.unlink()
 
     runtime.on_stop.append(forget_address)
@@ -165,6 +179,6 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
 
 def _whose(home: Path) -> str:
     try:
-        return f" (pid {json.loads((home / 'server.json').read_text())['pid']})"
-    except (OSError, ValueError, KeyError):
+        return f" (pid {read_server_info(home / 'server.json')[1]})"
+    except (OSError, ValueError):
         return ""

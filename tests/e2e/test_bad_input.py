@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -50,6 +51,7 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
         '{"command": ["echo", "1"]}\n\n{"command": ["echo", "2"], "rma": "1GiB"}\n{"command": []}\n'
         '{"command": ["echo", "3"], "priority": false}\n'  # not 0 (which would cancel it)
         '{"command": ["echo", "4"], "ram": "1GiB", "ram": "64GiB"}\n'  # json would keep the last
+        '{"command": ["echo", "5"], "gpus": true, "not_before": false}\n'  # not 1 GPU, not the epoch
     )
     result = running.cli("submit", "-f", str(jobs), check=False)
     assert result.returncode != 0
@@ -57,6 +59,8 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
     assert "line 4: command: the command is empty" in result.stderr
     assert "line 5: priority: Input should be a valid integer" in result.stderr
     assert "line 6: key 'ram' is given twice" in result.stderr
+    assert "line 7: gpus: must be a number, not true" in result.stderr
+    assert "line 7: not_before: not a time: false" in result.stderr
     assert len(running.jobs()) == 1
 
 
@@ -79,6 +83,7 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
             {"command": ["ok"]},
             {"command": ["bad"], "ram": "-5", "colour": "red"},
             {"command": ["bad"], "on_node_failure": "ignore"},
+            {"command": ["bad"], "vcpus": True, "nodes": False},
         ]
     }
     response = running.api("POST", "/api/jobs", json=body)
@@ -88,6 +93,8 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
     assert any(
         line.startswith("jobs.2.on_node_failure: 'ignore' is not offered: a lost node is shut down") for line in detail
     )
+    assert "jobs.3.vcpus: must be a number, not true" in detail
+    assert "jobs.3.nodes: must be a number, not false" in detail
     assert len(running.jobs()) == 1
 
 
@@ -292,8 +299,32 @@ def test_a_bad_url_token_or_server_file_is_an_error_that_names_it(running: Corra
     info = running.home / "server.json"
     written = info.read_text()
     info.write_text('{"url": ')  # cut short (a full disk)
-    assert f"{info} is damaged" in jobs().stderr
+    assert f"{info} is damaged (not JSON" in jobs().stderr
+    for damaged in ('{"url": 8642, "pid": 1}', '{"url": null}', '["http://127.0.0.1:8642"]', '{"pid": 1}'):
+        info.write_text(damaged)  # a hand edit: these were "cannot reach corral: Request URL is missing ..."
+        assert f"{info} is damaged" in jobs().stderr
     info.write_text(written)
+
+
+@pytest.mark.parametrize(
+    ("damaged", "reason"),
+    [
+        ('{"url": "http://127.0.0.1:1", "pi', "not JSON"),
+        ('{"url": "http://127.0.0.1:1", "pid": "1234"}', "no server pid in it"),
+        ('{"pid": 1234}', "no server URL in it"),
+    ],
+)
+def test_a_server_file_damaged_while_corral_runs_is_one_line_at_stop(corral: Corral, damaged: str, reason: str) -> None:
+    """The stop read server.json to remove it: a damaged one was a traceback and 'Application
+    shutdown failed', exit 1, after a stop that had done everything else."""
+    corral.start()
+    info = corral.home / "server.json"
+    info.write_text(damaged)
+    assert corral.stop(signal.SIGINT) in (0, 130)  # as any Ctrl-C ends it (it was 1)
+    log = corral.server_log()
+    assert "Traceback" not in log and "shutdown failed" not in log, log
+    assert [line for line in log.splitlines() if f"{info} is damaged ({reason}" in line and "removed it" in line]
+    assert not info.exists()  # the CLI says no corral runs, not that the file is damaged
 
 
 def test_cancel_goes_on_past_an_id_that_is_wrong(running: Corral) -> None:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core.settings import Duration
+from corral.core.units import Int
 
 RULE_SUBJECT = "*"  # the subject of a rule as a whole
 NOTIFY_KINDS = "notify."  # the notifier's own events: matched only by an `on` entry that names them
@@ -63,7 +64,7 @@ class NotifyRule(BaseModel):
     rearm_per: Literal["subject", "rule"] = Field(
         "subject", description="'subject': the event's node, else its job, else the rule; 'rule': the rule as a whole"
     )
-    threshold: int | None = Field(None, ge=1, description="fire only when this many matching events fall in `window`")
+    threshold: Int | None = Field(None, ge=1, description="fire only when this many matching events fall in `window`")
     window: Duration = Field(600.0, gt=0, description="the time a threshold's events must fall within")
     timeout: Duration = Field(10.0, gt=0, le=300, description="an action that takes longer has failed")
 

@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from corral.core.model import NodeFailureAction, node_failure_action
-from corral.core.units import parse_duration, parse_size
+from corral.core.units import Float, Int, parse_duration, parse_size
 from corral.placement.settings import PlacementSettings
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -29,9 +29,9 @@ class RetrySettings(_Strict):
     """Seed 001 retry: TempFail (infrastructure) retries with exponential back-off up to a count;
     PermFail (the command's non-zero exit) is final unless the job asks for retries."""
 
-    max_temp_failures: int = Field(5, ge=0, description="TempFails before the job fails; 0 = never retry")
+    max_temp_failures: Int = Field(5, ge=0, description="TempFails before the job fails; 0 = never retry")
     backoff_initial: Duration = 5.0
-    backoff_factor: float = Field(2.0, ge=1.0)
+    backoff_factor: Float = Field(2.0, ge=1.0)
     backoff_max: Duration = 600.0
     on_node_failure: OnNodeFailure = Field(
         "requeue",
@@ -59,12 +59,12 @@ class LifecycleSettings(_Strict):
     shutdown_window: Duration = Field(
         300.0, description="with coarse billing, the part at the end of each paid period when shutdown is allowed"
     )
-    min_instances: int = Field(0, ge=0, description="nodes kept up however idle; at most policy.boot.max_instances")
+    min_instances: Int = Field(0, ge=0, description="nodes kept up however idle; at most policy.boot.max_instances")
 
 
 class BootSettings(_Strict):
-    max_instances: int = Field(8, ge=0, description="instances (booting or running) at most")
-    max_boots_per_pass: int = Field(
+    max_instances: Int = Field(8, ge=0, description="instances (booting or running) at most")
+    max_boots_per_pass: Int = Field(
         16, ge=1, description="instances booted in one pass at most; a larger gang boots over several passes"
     )
     capacity_backoff: Duration = Field(

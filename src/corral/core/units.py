@@ -8,12 +8,28 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _SIZE_MIB = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024.0}
+
+
+def not_a_boolean(value: Any) -> Any:
+    """A number as given, refusing true and false: pydantic's lax mode would take them for 1 and 0
+    (`max_instances = true` one instance, `"gpus": false` none), where they are a mistake."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    return value
+
+
+# Every int and float a user writes (configs, job files, API bodies): a number or a string of one
+# as pydantic reads it, never a boolean. Durations and sizes refuse booleans in their own parsers.
+Int = Annotated[int, BeforeValidator(not_a_boolean)]
+Float = Annotated[float, BeforeValidator(not_a_boolean)]
 
 
 def parse_duration(value: Any) -> float:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from corral.core.units import parse_duration
+from corral.core.units import Float, Int, parse_duration
 from corral.placement.availability import RESOURCE_NAMES, AvailabilityPolicy, parse_availability
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -107,7 +107,7 @@ class QueueSettings(_Strict):
             "nothing back; auto: bounded for a job when no instance can be booted for it"
         ),
     )
-    max_job_test: int = Field(500, ge=1, description="jobs examined after the first blocked one (bf_max_job_test)")
+    max_job_test: Int = Field(500, ge=1, description="jobs examined after the first blocked one (bf_max_job_test)")
     default_time_limit: Duration | None = Field(
         None, description="assumed run time of jobs without a time limit; none: they never end for backfill"
     )
@@ -129,7 +129,7 @@ class CostSettings(_Strict):
     unknown, so they are taken as a share of the time limit, each share in `run_fractions` equally
     likely (users over-estimate: real logs show shares spread over 0..1)."""
 
-    max_extension: float = Field(
+    max_extension: Float = Field(
         1.0,
         ge=0.0,
         description=(
@@ -137,7 +137,7 @@ class CostSettings(_Strict):
             "more than this many times the cost of a new instance for it; 0: off (any node that fits will do)"
         ),
     )
-    run_fractions: list[float] = Field(
+    run_fractions: list[Float] = Field(
         default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9],
         min_length=1,
         description="shares of its time limit a job may run, each equally likely",
@@ -158,19 +158,19 @@ class PlacementSettings(_Strict):
     filters: list[str] = Field(
         default_factory=lambda: list(FILTER_NAMES), description="filters in the order they run; omit one to skip it"
     )
-    weights: dict[str, float] = Field(
+    weights: dict[str, Float] = Field(
         default_factory=lambda: dict(DEFAULT_WEIGHTS),
         description="scorer weights for placing on running nodes; a negative weight reverses a scorer",
     )
-    boot_weights: dict[str, float] = Field(
+    boot_weights: dict[str, Float] = Field(
         default_factory=lambda: dict(DEFAULT_BOOT_WEIGHTS), description="scorer weights for ranking instance types"
     )
     availability: str = Field("COMBINED", description="seed 002 syntax, e.g. 'DEDICATED:PROC COMBINED:MEM'")
-    overprovision: dict[str, float] = Field(
+    overprovision: dict[str, Float] = Field(
         default_factory=dict,
         description="per resource (cpu, ram, disk, gpu): requests may reach capacity times this ratio",
     )
-    max_jobs_per_node: int | None = Field(None, ge=1, description="default when a node has no max_jobs attribute")
+    max_jobs_per_node: Int | None = Field(None, ge=1, description="default when a node has no max_jobs attribute")
     blocked_roles: list[str] = Field(
         default_factory=lambda: ["head", "headnode"],
         description="nodes whose `role` attribute is one of these take no work",
@@ -182,10 +182,10 @@ class PlacementSettings(_Strict):
     reboot_horizon: Duration = Field(
         30 * 86400.0, gt=0, description="a planned reboot farther away than this scores as if none were planned"
     )
-    failure_saturation: float = Field(3.0, gt=0, description="recent failures at which the failure score is 0")
-    tie_break_seed: int = Field(0, description="mixed with the pass time into the tie-break term")
-    explain_sample: int = Field(5, ge=1, description="node ids listed per filter in an explanation")
-    explain_top: int = Field(3, ge=1, description="nodes whose scores are kept for a placed job")
+    failure_saturation: Float = Field(3.0, gt=0, description="recent failures at which the failure score is 0")
+    tie_break_seed: Int = Field(0, description="mixed with the pass time into the tie-break term")
+    explain_sample: Int = Field(5, ge=1, description="node ids listed per filter in an explanation")
+    explain_top: Int = Field(3, ge=1, description="nodes whose scores are kept for a placed job")
     queue: QueueSettings = Field(default_factory=QueueSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
 

@@ -1,4 +1,4 @@
-"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events, status."""
+"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events, status, notify."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 
 from corral.core.dispatchers import is_stale
 from corral.core.model import JobState, NodeState
+from corral.core.notify import NotifyRule, NotifyState, rule_names
 from corral.server.deps import UserRuntime
 from corral.server.models import (
     DB_INT_MAX,
@@ -24,7 +25,10 @@ from corral.server.models import (
     JobOut,
     NodeAttributesBody,
     NodeOut,
+    NotifyRuleOut,
+    NotifyStatusOut,
     PriorityBody,
+    QuietOut,
     ResourcesOut,
     StatusOut,
     SubmitBody,
@@ -71,6 +75,8 @@ def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, d
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
         executor_ref=row["executor_ref"],
+        not_before=spec.get("not_before"),
+        locality=spec.get("locality"),
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
     )
@@ -247,4 +253,59 @@ def status(runtime: UserRuntime) -> StatusOut:
         dispatchers=[
             DispatcherOut(**row, stale=is_stale(row["last_heartbeat"], now, policy)) for row in store.dispatcher_rows()
         ],
+    )
+
+
+@router.get("/notify")
+def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
+    """Where the notifier is in the event log, against the newest event; the rules in force; which
+    subjects each rule is quiet for (rearm) and how many events a threshold rule has counted."""
+    rules = runtime.config.notify
+    names = rule_names(rules)
+    cursor = runtime.store.notify_cursor_status()
+    newest = runtime.store.last_event_id()
+    now = time.time()
+    state = NotifyState.from_json(cursor["state"] if cursor else None)
+    rearm = {name: rule.rearm for name, rule in zip(names, rules, strict=True)}
+    quiet = [
+        QuietOut(
+            rule=rule, subject=subject, fired_at=a.fired_at, until=a.fired_at + rearm[rule], suppressed=a.suppressed
+        )
+        for rule, subjects in sorted(state.armed.items())
+        if rule in rearm  # a rule since removed from the config keeps no one quiet
+        for subject, a in sorted(subjects.items())
+        if a.fired_at + rearm[rule] > now or a.suppressed
+    ]
+    windows = {name: rule.window for name, rule in zip(names, rules, strict=True) if rule.threshold}
+    counts = {
+        name: sum(1 for at in state.recent.get(name, []) if at > now - window) for name, window in windows.items()
+    }
+    return NotifyStatusOut(
+        rules=[_rule_out(name, rule) for name, rule in zip(names, rules, strict=True)],
+        last_event_id=cursor["last_event_id"] if cursor else None,
+        moved_at=cursor["updated_at"] if cursor else None,
+        newest_event_id=newest,
+        waiting=cursor["waiting"] if cursor else None,
+        quiet=quiet,
+        threshold_counts=counts,
+    )
+
+
+def _rule_out(name: str, rule: NotifyRule) -> NotifyRuleOut:
+    if rule.command is not None:
+        action = f"command {rule.command[0]}"
+    elif rule.webhook is not None:
+        scheme, _, rest = rule.webhook.partition("://")
+        host, slash, _path = rest.partition("/")
+        action = f"webhook {scheme}://{host}{slash and '/…'}"
+    else:
+        action = "log"
+    return NotifyRuleOut(
+        name=name,
+        on=list(rule.on),
+        action=action,
+        rearm=rule.rearm,
+        rearm_per=rule.rearm_per,
+        threshold=rule.threshold,
+        window=rule.window,
     )

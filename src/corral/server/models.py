@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corral.core.units import Float, Int
 from corral.jobspec import MAX_PRIORITY, JobRequest, to_epoch
 from corral.placement import attributes as attr
 
@@ -14,7 +15,7 @@ from corral.placement import attributes as attr
 # SQLite: a number past either would reach the driver and come back as a 500, so the API refuses
 # it as it refuses any bad value, naming the field.
 DB_INT_MIN, DB_INT_MAX = -(2**31), 2**31 - 1
-DbInt = Annotated[int, Field(ge=DB_INT_MIN, le=DB_INT_MAX)]
+DbInt = Annotated[Int, Field(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
 class Inbound(BaseModel):
@@ -142,6 +143,8 @@ class JobOut(BaseModel):
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
     on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
     executor_ref: str | None = None  # its latest attempt's executor_ref: the Slurm job id
+    not_before: float | None = None  # epoch seconds: not started before then (--not-before)
+    locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
 
@@ -174,14 +177,44 @@ class EventOut(BaseModel):
     message: str
 
 
+class NotifyRuleOut(BaseModel):
+    name: str
+    on: list[str]
+    action: str  # "command PROGRAM", "webhook SCHEME://HOST/…" (a hook's path may hold its secret), "log"
+    rearm: float
+    rearm_per: str
+    threshold: int | None
+    window: float
+
+
+class QuietOut(BaseModel):
+    """A subject a rule fired for, and not again before `until` (its rearm)."""
+
+    rule: str
+    subject: str
+    fired_at: float
+    until: float
+    suppressed: int  # matching events since, not notified
+
+
+class NotifyStatusOut(BaseModel):
+    rules: list[NotifyRuleOut]  # the running corral's [[notify]] rules
+    last_event_id: int | None  # the last event the notifier handled; None: it has never run
+    moved_at: float | None
+    newest_event_id: int
+    waiting: int | None  # events after the cursor: handled after the next pass (500 a pass)
+    quiet: list[QuietOut]
+    threshold_counts: dict[str, int]  # threshold rule -> its events within its window now
+
+
 # ---- agent protocol ---------------------------------------------------------------------------
 
 
 class CapacityIn(Inbound):
-    vcpus: float = Field(gt=0)
-    ram_mib: int = Field(gt=0, le=DB_INT_MAX)
-    scratch_mib: int = Field(0, ge=0, le=DB_INT_MAX)
-    gpus: int = Field(0, ge=0, le=DB_INT_MAX)
+    vcpus: Float = Field(gt=0)
+    ram_mib: Int = Field(gt=0, le=DB_INT_MAX)
+    scratch_mib: Int = Field(0, ge=0, le=DB_INT_MAX)
+    gpus: Int = Field(0, ge=0, le=DB_INT_MAX)
 
 
 class PairBody(Inbound):
@@ -199,14 +232,14 @@ class PairResult(BaseModel):
 
 
 class UsedIn(Inbound):
-    vcpus: float = 0.0
+    vcpus: Float = 0.0
     ram_mib: DbInt = 0
 
 
 class FinishedIn(Inbound):
     attempt_id: DbInt
     exit_code: DbInt
-    finished_at: float | None = None
+    finished_at: Float | None = None
 
 
 class PingBody(Inbound):
@@ -227,7 +260,7 @@ class StartedBody(Inbound):
 
 class FinishedBody(Inbound):
     exit_code: DbInt
-    finished_at: float | None = None
+    finished_at: Float | None = None
 
 
 class WorkItemOut(BaseModel):

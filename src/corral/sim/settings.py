@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.core.settings import Duration, SizeMiB
+from corral.core.units import Float, Int
 
 
 class _Strict(BaseModel):
@@ -27,8 +28,8 @@ class BootDelaySettings(_Strict):
     seconds: Duration = Field(90.0, description="fixed: the delay; lognormal: the median")
     low: Duration = Field(60.0, description="uniform: shortest delay")
     high: Duration = Field(180.0, description="uniform: longest delay")
-    sigma: float = Field(0.35, ge=0, description="lognormal: shape (standard deviation of the log)")
-    never_pairs: float = Field(0.0, ge=0, le=1, description="fraction of instances whose agent never pairs")
+    sigma: Float = Field(0.35, ge=0, description="lognormal: shape (standard deviation of the log)")
+    never_pairs: Float = Field(0.0, ge=0, le=1, description="fraction of instances whose agent never pairs")
 
     @model_validator(mode="after")
     def _ordered(self) -> BootDelaySettings:
@@ -63,7 +64,7 @@ class CapacitySettings(_Strict):
             "first submission may be days after 0: see docs/simulator.md)"
         ),
     )
-    outages_per_day: float = Field(0.0, ge=0, description="random outages per instance type per simulated day")
+    outages_per_day: Float = Field(0.0, ge=0, description="random outages per instance type per simulated day")
     outage_duration: Duration = Field(1800.0, description="mean length of a random outage (exponential)")
 
 
@@ -72,13 +73,13 @@ class ScheduledFailure(_Strict):
     `at` is on the workload's own clock, like outages."""
 
     at: Duration
-    count: int = Field(1, ge=1)
+    count: Int = Field(1, ge=1)
     instance_type: str = "*"
 
 
 class FailureSettings(_Strict):
-    per_instance_day: float = Field(0.0, ge=0, description="random failures per instance per simulated day")
-    per_instance_day_by_type: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    per_instance_day: Float = Field(0.0, ge=0, description="random failures per instance per simulated day")
+    per_instance_day_by_type: dict[str, Annotated[Float, Field(ge=0)]] = Field(
         default_factory=dict,
         description=(
             "{name from instance_types = failures per instance per day}: that type's rate instead of "
@@ -100,7 +101,7 @@ class FailureSettings(_Strict):
 
 class FixedNodes(_Strict):
     instance_type: str = Field(min_length=1, description="a name from instance_types")
-    count: int = Field(1, ge=1)
+    count: Int = Field(1, ge=1)
 
 
 class FleetSettings(_Strict):
@@ -134,13 +135,13 @@ class FleetSettings(_Strict):
 class WorkloadSettings(_Strict):
     """How SWF jobs become corral job requests (docs/simulator.md); the command line overrides."""
 
-    scale: float = Field(1.0, gt=0, description="vcpus per SWF processor")
-    time_scale: float = Field(1.0, gt=0, description="multiplies submit times: 0.5 makes arrivals twice as dense")
+    scale: Float = Field(1.0, gt=0, description="vcpus per SWF processor")
+    time_scale: Float = Field(1.0, gt=0, description="multiplies submit times: 0.5 makes arrivals twice as dense")
     default_memory: SizeMiB = Field(1024, description="RAM per processor when the log has none")
 
 
 class SimSettings(_Strict):
-    seed: int = 0
+    seed: Int = 0
     tick: Duration | None = Field(
         None, description="seconds between reconcile passes while work is pending; default loop.interval"
     )

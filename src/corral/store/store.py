@@ -206,6 +206,19 @@ class Store:
             row = conn.execute(select(table.c.last_event_id, table.c.state).where(table.c.name == name)).first()
         return None if row is None else (int(row[0]), dict(row[1]))
 
+    def notify_cursor_status(self, name: str = "notify") -> dict[str, Any] | None:
+        """The cursor's row as `corral notify status` shows it (last_event_id, updated_at, state),
+        and how many events come after it (`waiting`)."""
+        table = schema.notify_cursor
+        with self.read() as conn:
+            row = conn.execute(select(table).where(table.c.name == name)).mappings().first()
+            if row is None:
+                return None
+            events = schema.events
+            waiting = conn.execute(select(func.count()).where(events.c.id > row["last_event_id"])).scalar()
+        status = {k: row[k] for k in ("last_event_id", "updated_at", "state")}
+        return {**status, "waiting": int(waiting or 0)}
+
     def advance_notify_cursor(
         self, old_id: int | None, new_id: int, state: dict[str, Any], now: float, name: str = "notify"
     ) -> bool:

@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from corral.config import RepeatedKey, unique_keys
 from corral.core.settings import Duration
+from corral.core.units import Int
 from corral.jobspec import JobRequest
 from corral.workload.model import MAX_SECONDS, ReadStats, SimJob, Workload, WorkloadError, numbered_lines
 
@@ -32,7 +33,7 @@ class SimJobRequest(JobRequest):
     command: list[str] = Field(default_factory=lambda: ["sim-job"], description="argv; never run in a simulation")
     submit_time: Duration = 0.0
     run_time: Duration
-    exit_code: int = 0
+    exit_code: Int = 0
     cancel_after: Duration | None = None
 
     # Before the fields' own parsing: JSON's NaN and Infinity (or 1e999), and strings such as "nan"

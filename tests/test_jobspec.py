@@ -1,0 +1,37 @@
+"""The job request's own parsing (jobspec)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from corral.jobspec import JobRequest, to_epoch
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0001-01-01T00:00:00+00:00", -62135596800.0),
+        ("0001-01-01T00:00:00+05:00", -62135596800.0 - 5 * 3600),
+        ("9999-12-31T23:59:59-14:00", 253402300799.0 + 14 * 3600),
+        ("1969-12-31T23:00:00+00:00", -3600.0),
+    ],
+)
+def test_any_iso_time_is_epoch_seconds(text: str, seconds: float) -> None:
+    assert to_epoch(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0001-01-01", "0001-01-01T00:00:00", "9999-12-31T23:59:59"])
+def test_a_local_time_at_the_ends_of_the_calendar_is_read(text: str) -> None:
+    """A naive time is local; year 1 (and year 9999 east of Greenwich) is out of the C library's
+    reach, and was 'not a time'."""
+    seconds = to_epoch(text)
+    assert math.isfinite(seconds) and (seconds < -6.2e10 if text.startswith("0001") else seconds > 2.5e11)
+    assert JobRequest(command=["x"], not_before=text).not_before == seconds  # type: ignore[arg-type]
+
+
+def test_what_is_no_time_is_still_refused() -> None:
+    for text in ("tomorrow", "2026-13-01", "0000-01-01"):
+        with pytest.raises(ValueError, match=f"not a time: '{text}'"):
+            to_epoch(text)
