@@ -36,7 +36,9 @@ from corral.config import (
 from corral.jobspec import JobRequest, is_locality_entry
 from corral.sim.command import register as register_simulate
 
-app = typer.Typer(help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True)
+app = typer.Typer(
+    help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True, rich_markup_mode="markdown"
+)
 config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 notify_app = typer.Typer(help="The notifier: its rules and where it is in the event log.", no_args_is_help=True)
@@ -507,8 +509,9 @@ def hold(
     job_ids: Annotated[list[int], typer.Argument(help="Job ids.")],
     reason: Annotated[str, typer.Option(help="Why; shown as the job's wait reason.")] = "",
 ) -> None:
-    """Hold queued jobs (Slurm's `scontrol hold`): they stay queued, but are not run, and no
-    instance is booted for them, until `corral release`."""
+    """Hold queued jobs (Slurm's `scontrol hold`) until `corral release`.
+
+    A held job stays queued, but is not run, and no instance is booted for it."""
     each_job(job_ids, "hold", lambda r: "held" if r["changed"] else "already held", {"reason": reason})
 
 
@@ -547,8 +550,10 @@ def priority(job_id: int, value: int) -> None:
 
 @app.command()
 def explain(job_id: int, as_json: JsonFlag = False) -> None:
-    """Why a job waits (every filter, how many nodes each removed, the nearest miss), or where it
-    was placed and how the top nodes scored."""
+    """Why a job waits, or where it was placed and why.
+
+    A waiting job: every filter, how many nodes each removed, the nearest miss. A placed job: how
+    the top nodes scored."""
     data = call("GET", f"/api/jobs/{job_id}/explain")
     if as_json:
         print_json(data)
@@ -641,8 +646,9 @@ def nodes(
 
 @app.command()
 def status(as_json: JsonFlag = False) -> None:
-    """The system at a glance: jobs by state, the longest wait, the fleet and its bill, instance
-    types backed off after capacity errors, and the dispatchers sharing the store."""
+    """The system at a glance: jobs, the longest wait, the fleet and its bill.
+
+    Also the instance types backed off after capacity errors, and the dispatchers sharing the store."""
     report = call("GET", "/api/status")
     if as_json:
         print_json(report)
@@ -695,9 +701,11 @@ def show_node(
     rack: Annotated[str | None, typer.Option(help="The rack the node is in (rack-level locality).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show a live node's attributes and rack, or change them: an operator hold (held=true), a
-    seed-002 category, an admin reservation, a planned reboot (next_reboot), a hardware class
-    (hardware_priority), any trait. Placement and the lifecycle read them from the next pass."""
+    """Show a live node's attributes and rack, or change them.
+
+    An operator hold (held=true), a seed-002 category, an admin reservation, a planned reboot
+    (next_reboot), a hardware class (hardware_priority), any trait. Placement and the lifecycle
+    read them from the next pass."""
     attributes: dict[str, str | list[str]] = {}
     for change in changes or []:
         key, sep, value = change.partition("=")
