@@ -21,9 +21,13 @@ nodes as it can, and boots only the rest; when the rest are more than a pass may
 then), so no gang waits forever for a pass that could boot it whole. A gang that pins no nodes
 (no traits, platform or reservation asked for, no strict locality) also counts nodes up and
 without work: the first of its instances to pair wait there for the others, and are no reason to
-boot the gang again. The plan holds those nodes (`BootPlan.held`): the lifecycle does not drain
-them, for as long as the caller offers them (the reconcile pass: while they have been idle for
-less than the boot grace, the time an instance may take to pair).
+boot the gang again. It counts only those the placement filters let it run on (room aside, which
+the planner counts itself): not a node under an operator hold, in a blocking category, reserved
+for someone else or after a transient failure, pinned to the other capness. Counted, such a node
+would stand in for one the gang never gets, and it would neither start nor boot. The plan holds
+the nodes it counts (`BootPlan.held`): the lifecycle does not drain them, for as long as the
+caller offers them (the reconcile pass: while they have been idle for less than the boot grace,
+the time an instance may take to pair).
 """
 
 from __future__ import annotations
@@ -35,8 +39,11 @@ from dataclasses import dataclass
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
 from corral.core.snapshot import Boot
+from corral.placement.arrays import NodeArrays
 from corral.placement.boot import TypeRanker
 from corral.placement.demand import Demand
+from corral.placement.engine import Engine
+from corral.placement.filters import RESOURCE_FILTERS
 from corral.placement.lifetime import costly_before_start
 from corral.placement.settings import CostSettings, PlacementSettings
 
@@ -125,7 +132,8 @@ def plan_boots(
             order,
             [(job.id, job.resources, job.node_count, job.time_limit) for job in waiting],
             [(node.id, free, node.price_per_hour) for node, free in booting],
-            [(node.id, node.capacity, node.price_per_hour) for node in idle],
+            # (Their attributes: what the filters read of them, see _UpNodes.)
+            [(node.id, node.capacity, node.price_per_hour, dict(node.attributes) or None) for node in idle],
             live_instances,
             [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
             (settings.max_instances, settings.max_boots_per_pass),
@@ -136,8 +144,8 @@ def plan_boots(
         else None
     )
     last = memo.last
-    if inputs is None or last is None or last[0] != inputs:
-        made = _plan_boots(
+    if inputs is None or last is None or last[0] != inputs or now >= last[2]:
+        made, until = _plan_boots(
             waiting,
             booting,
             idle,
@@ -150,8 +158,9 @@ def plan_boots(
             cost,
             default_limit,
             None if placement is None else _Constraints(types, placement, now),
+            None if placement is None or not idle else _UpNodes(idle, placement, now),
         )
-        last = memo.last = (inputs, made)
+        last = memo.last = (inputs, made, until)
     return last[1]
 
 
@@ -166,7 +175,8 @@ class PlannerMemo:
 
     def __init__(self) -> None:
         self.order: _TypeOrder | None = None
-        self.last: tuple[tuple[object, ...] | None, BootPlan] | None = None
+        # The inputs, the plan, and the time until which it holds (an idle node's reservation ends).
+        self.last: tuple[tuple[object, ...] | None, BootPlan, float] | None = None
 
     def order_of(self, types: list[InstanceType]) -> _TypeOrder:
         order = self.order
@@ -188,7 +198,9 @@ def _plan_boots(
     cost: CostSettings | None,
     default_limit: float | None,
     constraints: _Constraints | None,
-) -> BootPlan:
+    up_nodes: _UpNodes | None,
+) -> tuple[BootPlan, float]:
+    """The plan, and the time until which it holds with the same inputs."""
     types_for = order.holding
     pending = [_Bin(node.id, free, node.price_per_hour, instance_type=node.instance_type) for node, free in booting]
     up = [_Bin(node.id, node.capacity, node.price_per_hour, up=True) for node in idle]
@@ -214,8 +226,9 @@ def _plan_boots(
         limit = job.time_limit if job.time_limit is not None else default_limit
         # The types a job that asks for more than room accepts (None: any that has the room).
         accepted = constraints.accepting(job) if constraints is not None and _pins_nodes(job) else None
-        # (Plain numbers: a tuple of them hashes faster than the request.)
-        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit, accepted)
+        # (Plain numbers: a tuple of them hashes faster than the request. The capness: which idle
+        # nodes a gang may count on.)
+        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit, accepted, job.cpu_capped)
         note = settled.get(key)
         if note is not None:
             notes[job.id] = note
@@ -261,7 +274,10 @@ def _plan_boots(
             on_the_way: list[_Bin] = []
         else:
             # As many of its nodes as room on its way holds (up, booting, or planned this pass).
-            bins = (up if up and not _pins_nodes(job) else []) + pending_for + planned_for
+            up_for = up if up and not _pins_nodes(job) else []
+            if up_for and up_nodes is not None:
+                up_for = up_nodes.accepted(job, up)
+            bins = up_for + pending_for + planned_for
             on_the_way = _fitting_bins(bins, request, need, refuses)
             if len(on_the_way) == need:
                 _take(on_the_way, request, promise)
@@ -312,7 +328,7 @@ def _plan_boots(
             labels = [b.label for b in on_the_way] + [f"new {cheapest.name}"] * now_booted
             later = "" if now_booted == missing else f"; {missing - now_booted} more to boot in later passes"
             notes[job.id] = (f"waiting for instances to boot ({', '.join(labels)}){later}", False)
-    return BootPlan(boots, notes, frozenset(held))
+    return BootPlan(boots, notes, frozenset(held)), math.inf if up_nodes is None else up_nodes.until
 
 
 def _pins_nodes(job: Job) -> bool:
@@ -342,6 +358,40 @@ class _Constraints:
     def none_accepted(self, job: Job, holding: list[InstanceType]) -> str:
         why = self.ranker().why_not(Demand.of(job), holding[0].name)
         return f"waiting for a node: no instance type with room for it meets its constraints ({holding[0].name}: {why})"
+
+
+class _UpNodes:
+    """Which of the nodes up and without work the placement filters let a gang run on, room aside
+    (the planner counts room itself): built when a pass first meets a gang that may count on them."""
+
+    def __init__(self, idle: list[Node], placement: PlacementSettings, now: float) -> None:
+        self._args = (idle, placement, now)
+        self._engine: Engine | None = None
+        self._accepted: dict[tuple[object, ...], list[int]] = {}
+
+    @property
+    def until(self) -> float:
+        """The time until which the filters' word holds (an admin or a transient failure's
+        reservation on one of the nodes ends then); for ever if no gang asked."""
+        return math.inf if self._engine is None else self._engine.arrays.facts.expires
+
+    def accepted(self, job: Job, up: list[_Bin]) -> list[_Bin]:
+        """The bins of `up` (one per node, in the nodes' order) whose node takes the job."""
+        engine = self._engine
+        if engine is None:
+            idle, placement, now = self._args
+            # Locality is left out: only a job without strict hints counts on these nodes.
+            names = [
+                n for n in placement.filters if n not in RESOURCE_FILTERS and n not in ("overprovision", "locality")
+            ]
+            arrays = NodeArrays(idle, None, placement, now)
+            engine = self._engine = Engine(arrays, placement, now=now, weights={}, filters=names)
+        demand = Demand.of(job)
+        key = (demand.static_key, demand.capped)
+        taken = self._accepted.get(key)
+        if taken is None:
+            taken = self._accepted[key] = [int(i) for i in engine.hard_mask(demand).nonzero()[0]]
+        return [up[i] for i in taken]
 
 
 def _unplaceable(job: Job, types: list[InstanceType]) -> Note:
