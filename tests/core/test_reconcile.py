@@ -409,8 +409,38 @@ def test_a_job_no_instance_type_accepts_boots_nothing_and_says_why() -> None:
     (note,) = decisions.annotations
     # Not unplaceable: a node that is no instance (a standalone agent) may have the trait.
     assert not note.unplaceable
-    assert note.wait_reason.startswith("waiting for a node: no instance type with room for it meets its constraints")
-    assert "TRAITS_MISMATCH" in note.wait_reason
+    # The filter's counts are over the instance types (it said "0 of 2 nodes have it").
+    assert note.wait_reason == (
+        "waiting for a node: no instance type with room for it meets its constraints"
+        " (small-spot: TRAITS_MISMATCH: needs gpu_model=a100 (0 of 2 instance types have it))"
+    )
+
+
+def test_why_no_instance_type_meets_a_job_s_constraints_speaks_of_types() -> None:
+    """Each filter that can rule a type out names types, not nodes, in the planner's reason."""
+    reserved = dataclasses.replace(
+        SMALL, attributes=(("reservation", "team-a"), ("platform", "1.2"), ("capped", "false"))
+    )
+    cases = {
+        "forbids capacity=spot (1 of 1 instance types have it)": (
+            [SPOT],
+            job(1, forbidden_traits={"capacity": "spot"}),
+        ),
+        "needs platform >= 2; no instance type reports a platform version": ([SMALL], job(1, min_platform="2")),
+        "needs platform >= 2; the newest is 1.2 on new:small": (
+            [reserved],
+            job(1, min_platform="2", reservation="team-a"),
+        ),
+        "held by admin reservations: team-a (1 instance type)": ([reserved], job(1, min_platform="1")),
+        "the job has a CPU cap; these instance types are pinned uncapped": (
+            [reserved],
+            job(1, cpu_capped=True, reservation="team-a"),
+        ),
+    }
+    for expected, (types, one) in cases.items():
+        snap = Snapshot(jobs=[one], attempts=[], nodes=[], instance_types=types)
+        (note,) = plan_pass(snap, 0.0, settings()).annotations
+        assert note.wait_reason.endswith(f"{expected})"), note.wait_reason
 
 
 def test_a_gang_larger_than_a_pass_may_boot_boots_over_several_passes() -> None:
