@@ -341,16 +341,17 @@ def test_a_gang_does_not_count_a_node_a_transient_failure_reserves_in_the_same_p
 
 
 def test_a_kept_boot_plan_follows_the_idle_nodes_a_gang_may_count_on() -> None:
-    """A plan kept between passes (PlannerMemo) is made again when an idle node's attributes change
-    in place (an operator holds it) and when a reservation on one ends."""
+    """A plan kept between passes (PlannerMemo), and what the filters said of each idle node, are
+    made again when an idle node's attributes change in place (an operator holds it) and when a
+    reservation on one ends."""
     n2 = idle_node("n2")
     snap = Snapshot(
         jobs=[job(1, vcpus=2, node_count=3)], attempts=[], nodes=[idle_node("n1"), n2], instance_types=TYPES
     )
-    kept = PlannerMemo()
+    kept, policy = PlannerMemo(), settings()  # one settings object, as the shells hand theirs
 
     def boots(now: float) -> int:
-        return len(plan_pass(snap, now, settings(), planner=kept).boots)
+        return len(plan_pass(snap, now, policy, planner=kept).boots)
 
     assert boots(1000.0) == boots(1001.0) == 1
     n2.attributes["held"] = "true"

@@ -158,7 +158,7 @@ def plan_boots(
             cost,
             default_limit,
             None if placement is None else _Constraints(types, placement, now),
-            None if placement is None or not idle else _UpNodes(idle, placement, now),
+            None if placement is None or not idle else _UpNodes(idle, memo.verdicts_of(placement), now),
         )
         last = memo.last = (inputs, made, until)
     return last[1]
@@ -171,12 +171,20 @@ class PlannerMemo:
     keeps its own, beside its placer, so that nothing a pass leaves behind is shared between
     callers."""
 
-    __slots__ = ("last", "order")
+    __slots__ = ("last", "order", "up")
 
     def __init__(self) -> None:
         self.order: _TypeOrder | None = None
+        self.up: _UpVerdicts | None = None
         # The inputs, the plan, and the time until which it holds (an idle node's reservation ends).
         self.last: tuple[tuple[object, ...] | None, BootPlan, float] | None = None
+
+    def verdicts_of(self, placement: PlacementSettings) -> _UpVerdicts:
+        """What the filters say of idle nodes, kept while the caller hands the same settings."""
+        up = self.up
+        if up is None or up.placement is not placement:
+            up = self.up = _UpVerdicts(placement)
+        return up
 
     def order_of(self, types: list[InstanceType]) -> _TypeOrder:
         order = self.order
@@ -218,7 +226,7 @@ def _plan_boots(
     # The reason of each (request, nodes, time limit) that found no bin and no new instance since
     # the last boot planned: a job asking the same finds none either, for bins only fill up, and
     # the budget, the boots and the gate stay as they were until the next boot.
-    settled: dict[tuple[float, int, int, int, int, float | None, frozenset[str] | None], Note] = {}
+    settled: dict[tuple[float, int, int, int, int, float | None, frozenset[str] | None, bool], Note] = {}
 
     for job in waiting:
         request = job.resources
@@ -362,36 +370,75 @@ class _Constraints:
 
 class _UpNodes:
     """Which of the nodes up and without work the placement filters let a gang run on, room aside
-    (the planner counts room itself): built when a pass first meets a gang that may count on them."""
+    (the planner counts room itself), in one pass; the verdicts come from the caller's
+    `_UpVerdicts`."""
 
-    def __init__(self, idle: list[Node], placement: PlacementSettings, now: float) -> None:
-        self._args = (idle, placement, now)
-        self._engine: Engine | None = None
-        self._accepted: dict[tuple[object, ...], list[int]] = {}
-
-    @property
-    def until(self) -> float:
-        """The time until which the filters' word holds (an admin or a transient failure's
-        reservation on one of the nodes ends then); for ever if no gang asked."""
-        return math.inf if self._engine is None else self._engine.arrays.facts.expires
+    def __init__(self, idle: list[Node], verdicts: _UpVerdicts, now: float) -> None:
+        self._idle, self._verdicts, self._now = idle, verdicts, now
+        self._accepted: dict[bool, list[int]] = {}
+        self.until = math.inf  # when a verdict used ends (a reservation on a node ends then)
 
     def accepted(self, job: Job, up: list[_Bin]) -> list[_Bin]:
-        """The bins of `up` (one per node, in the nodes' order) whose node takes the job."""
-        engine = self._engine
-        if engine is None:
-            idle, placement, now = self._args
-            # Locality is left out: only a job without strict hints counts on these nodes.
-            names = [
-                n for n in placement.filters if n not in RESOURCE_FILTERS and n not in ("overprovision", "locality")
-            ]
-            arrays = NodeArrays(idle, None, placement, now)
-            engine = self._engine = Engine(arrays, placement, now=now, weights={}, filters=names)
-        demand = Demand.of(job)
-        key = (demand.static_key, demand.capped)
-        taken = self._accepted.get(key)
+        """The bins of `up` (one per idle node, in the same order) whose node takes the job."""
+        # A job that pins no nodes asks the filters nothing but its capness.
+        capped = job.cpu_capped
+        taken = self._accepted.get(capped)
         if taken is None:
-            taken = self._accepted[key] = [int(i) for i in engine.hard_mask(demand).nonzero()[0]]
+            oks, until = self._verdicts.of(self._idle, capped, self._now)
+            taken = self._accepted[capped] = [i for i, ok in enumerate(oks) if ok]
+            self.until = min(self.until, until)
         return [up[i] for i in taken]
+
+
+class _UpVerdicts:
+    """Whether the placement filters (all but room and locality) let a job that pins no nodes run
+    on an idle node, kept by a PlannerMemo per kind of node: what the filters read of an idle node
+    is its attributes (its state is idle or busy, and it runs nothing), and of the job its capness.
+    The idle nodes of a fleet are mostly of a few kinds (most have no attributes), so the filters
+    run once per kind, not in every pass a gang waits. Kept while the caller hands the same
+    placement settings, each verdict until a reservation it read ends."""
+
+    def __init__(self, placement: PlacementSettings) -> None:
+        self.placement = placement
+        self._names = [
+            name
+            for name in placement.filters
+            if name not in RESOURCE_FILTERS and name not in ("overprovision", "locality")
+        ]
+        # Per (kind, capness): the verdict, and the times between which it holds.
+        self._verdicts: dict[tuple[tuple[object, ...], bool], tuple[bool, float, float]] = {}
+
+    def of(self, nodes: list[Node], capped: bool, now: float) -> tuple[list[bool], float]:
+        """Each node's verdict, and the time until which they all hold."""
+        keys = [(_kind(node), capped) for node in nodes]
+        verdicts = self._verdicts
+        missing: dict[tuple[tuple[object, ...], bool], Node] = {}
+        for key, node in zip(keys, nodes, strict=True):
+            known = verdicts.get(key)
+            if (known is None or not known[1] <= now < known[2]) and key not in missing:
+                missing[key] = node
+        if missing:
+            if len(verdicts) > 4096:
+                verdicts.clear()
+            # One node of each kind, through the engine's own filters.
+            arrays = NodeArrays(list(missing.values()), None, self.placement, now)
+            engine = Engine(arrays, self.placement, now=now, weights={}, filters=self._names)
+            probe = next(iter(missing.values()))
+            demand = Demand(0, probe.capacity, capped=capped)
+            mask = engine.hard_mask(demand)
+            until = arrays.facts.expires
+            for k, key in enumerate(missing):
+                verdicts[key] = (bool(mask[k]), now, until)
+        found = [verdicts[key] for key in keys]
+        return [ok for ok, _, _ in found], min(until for _, _, until in found)
+
+
+def _kind(node: Node) -> tuple[object, ...]:
+    """A node's attributes as a key: nodes alike in them are alike to the filters of `_UpVerdicts`."""
+    attributes = node.attributes
+    if not attributes:
+        return ()
+    return tuple(sorted((k, v if isinstance(v, str) else tuple(v)) for k, v in attributes.items()))
 
 
 def _unplaceable(job: Job, types: list[InstanceType]) -> Note:
