@@ -274,6 +274,105 @@ def test_a_gang_that_pins_nodes_holds_no_idle_node() -> None:
     assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("n1", NodeAction.START_DRAIN)]
 
 
+# Idle nodes the placement filters keep a job off, whatever its request: an operator hold, a
+# maintenance category, another's admin reservation, a transient failure's reservation (until 5000).
+KEPT_OFF: dict[str, dict[str, str | list[str]]] = {
+    "held": {"held": "true"},
+    "maintenance": {"category": "hardware-maintenance"},
+    "reserved for another": {"reservation": "other-team"},
+    "transient failure": {"failure_reserved_until": "5000"},
+}
+
+
+def kept_off_nodes() -> list[Node]:
+    return [dataclasses.replace(idle_node(f"off-{i}"), attributes=a) for i, a in enumerate(KEPT_OFF.values())]
+
+
+def test_a_gang_counts_only_idle_nodes_the_filters_let_it_run_on() -> None:
+    """A gang that pins no nodes counts idle nodes as room it will start on: not those the placer
+    keeps every job off (held, in maintenance, reserved for someone else, reserved after a transient
+    failure). Counting them, it neither started nor booted, for as long as the boot grace: here it
+    counts n1 and boots the two nodes it lacks, and holds no kept-off node up."""
+    snap = Snapshot(
+        jobs=[job(1, vcpus=2, node_count=3)],
+        attempts=[],
+        nodes=[idle_node("n1"), *kept_off_nodes()],
+        instance_types=TYPES,
+    )
+    decisions = plan_pass(snap, 1000.0, settings())
+    assert decisions.placements == []
+    assert [b.instance_type for b in decisions.boots] == ["small", "small"]
+    assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, new small, new small)"
+    # Any one of them alone is no room either.
+    for why, attributes in KEPT_OFF.items():
+        off = dataclasses.replace(idle_node("n2"), attributes=attributes)
+        one = Snapshot(
+            jobs=[job(1, vcpus=2, node_count=2)], attempts=[], nodes=[idle_node("n1"), off], instance_types=TYPES
+        )
+        assert [b.instance_type for b in plan_pass(one, 1000.0, settings()).boots] == ["small"], why
+
+
+def test_a_gang_that_cannot_boot_says_so_rather_than_wait_on_nodes_it_cannot_use() -> None:
+    """At max_instances, the kept-off idle nodes were counted as the gang's room ("waiting for
+    instances to boot (n1, off-0, off-1)", which would never come true); it says what it waits for."""
+    nodes = [idle_node("n1"), *kept_off_nodes()]
+    snap = Snapshot(jobs=[job(1, vcpus=2, node_count=3)], attempts=[], nodes=nodes, instance_types=TYPES)
+    (note,) = plan_pass(snap, 1000.0, settings(max_instances=len(nodes))).annotations
+    assert note.wait_reason == f"waiting for resources: max_instances ({len(nodes)}) reached"
+
+
+def test_a_gang_does_not_count_a_node_a_transient_failure_reserves_in_the_same_pass() -> None:
+    """A node whose attempt did not start within the start timeout is reserved by this very pass
+    (seed 002 §5.4.5); it is no room for a gang behind, though its attribute is not written yet."""
+    policy = settings()
+    policy.dispatch.node_failure_reserve_time = 600.0
+    late = Attempt(7, 2, ["n2"], Resources(2, GiB), AttemptState.ASSIGNED, "local", assigned_at=0.0)
+    snap = Snapshot(
+        jobs=[job(1, vcpus=2, node_count=2), job(2, vcpus=2, state=JobState.CLAIMED, claimed_by="local")],
+        attempts=[late],
+        nodes=[idle_node("n1"), dataclasses.replace(idle_node("n2"), state=NodeState.BUSY)],
+        instance_types=TYPES,
+    )
+    decisions = plan_pass(snap, 1000.0, policy)
+    assert [r.node_id for r in decisions.node_reservations] == ["n2"]
+    assert [b.instance_type for b in decisions.boots] == ["small"]
+    reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+    assert reasons[1] == "waiting for instances to boot (n1, new small)"
+
+
+def test_a_kept_boot_plan_follows_the_idle_nodes_a_gang_may_count_on() -> None:
+    """A plan kept between passes (PlannerMemo), and what the filters said of each idle node, are
+    made again when an idle node's attributes change in place (an operator holds it) and when a
+    reservation on one ends."""
+    n2 = idle_node("n2")
+    snap = Snapshot(
+        jobs=[job(1, vcpus=2, node_count=3)], attempts=[], nodes=[idle_node("n1"), n2], instance_types=TYPES
+    )
+    kept, policy = PlannerMemo(), settings()  # one settings object, as the shells hand theirs
+
+    def boots(now: float) -> int:
+        return len(plan_pass(snap, now, policy, planner=kept).boots)
+
+    assert boots(1000.0) == boots(1001.0) == 1
+    n2.attributes["held"] = "true"
+    assert boots(1002.0) == 2
+    n2.attributes = {"failure_reserved_until": "1040"}
+    assert boots(1003.0) == boots(1039.0) == 2
+    assert boots(1040.0) == 1  # its reservation ended: the gang counts it again
+
+
+def test_a_capped_gang_does_not_count_an_idle_node_pinned_uncapped() -> None:
+    """The filters that depend on the job apply too: a node pinned `capped: false` takes no capped job."""
+    uncapped = dataclasses.replace(idle_node("n2"), attributes={"capped": "false"})
+    nodes = [idle_node("n1"), uncapped]
+    capped = Snapshot(
+        jobs=[job(1, vcpus=2, node_count=2, cpu_capped=True)], attempts=[], nodes=nodes, instance_types=TYPES
+    )
+    assert [b.instance_type for b in plan_pass(capped, 1000.0, settings()).boots] == ["small"]
+    plain = Snapshot(jobs=[job(1, vcpus=2, node_count=2)], attempts=[], nodes=nodes, instance_types=TYPES)
+    assert [sorted(p.node_ids) for p in plan_pass(plain, 1000.0, settings()).placements] == [["n1", "n2"]]
+
+
 SPOT = dataclasses.replace(SMALL, name="small-spot", price_per_hour=0.03, attributes=(("capacity", "spot"),))
 
 
@@ -311,8 +410,38 @@ def test_a_job_no_instance_type_accepts_boots_nothing_and_says_why() -> None:
     (note,) = decisions.annotations
     # Not unplaceable: a node that is no instance (a standalone agent) may have the trait.
     assert not note.unplaceable
-    assert note.wait_reason.startswith("waiting for a node: no instance type with room for it meets its constraints")
-    assert "TRAITS_MISMATCH" in note.wait_reason
+    # The filter's counts are over the instance types (it said "0 of 2 nodes have it").
+    assert note.wait_reason == (
+        "waiting for a node: no instance type with room for it meets its constraints"
+        " (small-spot: TRAITS_MISMATCH: needs gpu_model=a100 (0 of 2 instance types have it))"
+    )
+
+
+def test_why_no_instance_type_meets_a_job_s_constraints_speaks_of_types() -> None:
+    """Each filter that can rule a type out names types, not nodes, in the planner's reason."""
+    reserved = dataclasses.replace(
+        SMALL, attributes=(("reservation", "team-a"), ("platform", "1.2"), ("capped", "false"))
+    )
+    cases = {
+        "forbids capacity=spot (1 of 1 instance types have it)": (
+            [SPOT],
+            job(1, forbidden_traits={"capacity": "spot"}),
+        ),
+        "needs platform >= 2; no instance type reports a platform version": ([SMALL], job(1, min_platform="2")),
+        "needs platform >= 2; the newest is 1.2 on new:small": (
+            [reserved],
+            job(1, min_platform="2", reservation="team-a"),
+        ),
+        "held by admin reservations: team-a (1 instance type)": ([reserved], job(1, min_platform="1")),
+        "the job has a CPU cap; these instance types are pinned uncapped": (
+            [reserved],
+            job(1, cpu_capped=True, reservation="team-a"),
+        ),
+    }
+    for expected, (types, one) in cases.items():
+        snap = Snapshot(jobs=[one], attempts=[], nodes=[], instance_types=types)
+        (note,) = plan_pass(snap, 0.0, settings()).annotations
+        assert note.wait_reason.endswith(f"{expected})"), note.wait_reason
 
 
 def test_a_gang_larger_than_a_pass_may_boot_boots_over_several_passes() -> None:

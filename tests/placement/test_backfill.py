@@ -317,6 +317,52 @@ def test_strict_fifo_keeps_elastic_jobs_off_the_reserved_nodes() -> None:
     assert placed(run_zoned([BIG_ZONED, bounded, elastic], queue={"backfill": "none"})) == {2: ("n1",), 3: ("n1",)}
 
 
+def test_a_strict_near_head_job_is_not_starved_by_a_stream_of_backfill_jobs() -> None:
+    """A job strictly near a running target can use only the target's node, and no instance booted
+    for it would do (the pass boots none for it), so it is bounded even on a fleet that can boot:
+    it reserves room near the target, and jobs that would delay it keep off that node. It got no
+    reservation before: 2-vcpu jobs arriving every 300 s took each bit of room the target's node
+    freed, and it never found the 6 vcpus it needs there."""
+    target = job(100, 2, time_limit=10**6, tags=["db"])  # runs on n1 for good
+    freeing = job(101, 4, time_limit=1000)  # ends at NOW + 900
+    attempts = [
+        running(1, 100, ["n1"], Resources(2, GiB), started_at=NOW - 100),
+        running(2, 101, ["n1"], Resources(4, GiB), started_at=NOW - 100),
+    ]
+    head = job(1, 6, priority=10, near=["tag:db"], strict=True, time_limit=1000)
+    others = {job.id: job for job in (target, freeing)}
+    queue = [head]
+    started: dict[int, float] = {}
+    for step in range(20):
+        now = NOW + 100 * step
+        if step % 3 == 0:  # a 2-vcpu job that would run beside the target for 2000 s
+            queue.append(job(10 + step, 2, time_limit=2000, submitted_at=now))
+        attempts = [a for a in attempts if (a.started_at or now) + (others[a.job_id].time_limit or 0) > now]
+        result = run_pass(
+            [node("n1", 8, 64)],
+            queue,
+            attempts=attempts,
+            other_jobs=[others[a.job_id] for a in attempts],
+            instance_types=CPU_TYPE,  # each backfill job could have an instance of its own
+            max_instances=10,
+            now=now,
+        )
+        for placement in result.placements:
+            placed_job = next(j for j in queue if j.id == placement.job_id)
+            queue.remove(placed_job)
+            others[placed_job.id] = placed_job
+            started[placed_job.id] = now
+            attempts.append(
+                running(
+                    len(attempts) + 10 + step, placed_job.id, placement.node_ids, placed_job.resources, started_at=now
+                )
+            )
+        if step == 0:
+            assert "reserved n1 from in 15m" in result.reasons[1]
+            assert result.reasons[10].startswith("would delay job 1")
+    assert started[1] == NOW + 900  # as soon as the work beside the target ended
+
+
 def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -306,3 +306,18 @@ def test_a_job_kept_off_a_node_that_a_later_placement_lengthens_is_looked_at_aga
     elsewhere = run_pass(nodes, [small, long_job], instance_types=TYPES)
     assert placed(elsewhere) == {1: ("m",)} and elsewhere.reasons[2] == COSTLY_REASON
     assert not elsewhere.revisit
+
+
+def test_a_job_strictly_near_a_running_target_is_not_gated_by_cost() -> None:
+    """No instance is booted for a job whose strict `near` target runs (none would be near it), so
+    keeping it off the target's node as "a new instance costs less" left it waiting until its
+    target ended: it takes the room there, as a bounded job does."""
+    target, on_big = work(1, "big", 2, 600)  # the big node's only work ends soon
+    target.tags = ("db",)
+    near_db = job(2, 2, 2, time_limit=10 * HOUR, near=["tag:db"], strict=True)
+    result = run_pass([big("big")], [near_db], attempts=[on_big], other_jobs=[target], instance_types=TYPES)
+    assert placed(result) == {2: ("big",)}
+    # A job without the hint is kept off it: a small instance costs less.
+    anywhere = job(3, 2, 2, time_limit=10 * HOUR)
+    result = run_pass([big("big")], [anywhere], attempts=[on_big], other_jobs=[target], instance_types=TYPES)
+    assert result.reasons[3] == COSTLY_REASON

@@ -21,9 +21,13 @@ nodes as it can, and boots only the rest; when the rest are more than a pass may
 then), so no gang waits forever for a pass that could boot it whole. A gang that pins no nodes
 (no traits, platform or reservation asked for, no strict locality) also counts nodes up and
 without work: the first of its instances to pair wait there for the others, and are no reason to
-boot the gang again. The plan holds those nodes (`BootPlan.held`): the lifecycle does not drain
-them, for as long as the caller offers them (the reconcile pass: while they have been idle for
-less than the boot grace, the time an instance may take to pair).
+boot the gang again. It counts only those the placement filters let it run on (room aside, which
+the planner counts itself): not a node under an operator hold, in a blocking category, reserved
+for someone else or after a transient failure, pinned to the other capness. Counted, such a node
+would stand in for one the gang never gets, and it would neither start nor boot. The plan holds
+the nodes it counts (`BootPlan.held`): the lifecycle does not drain them, for as long as the
+caller offers them (the reconcile pass: while they have been idle for less than the boot grace,
+the time an instance may take to pair).
 """
 
 from __future__ import annotations
@@ -35,8 +39,11 @@ from dataclasses import dataclass
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
 from corral.core.snapshot import Boot
+from corral.placement.arrays import NodeArrays
 from corral.placement.boot import TypeRanker
 from corral.placement.demand import Demand
+from corral.placement.engine import Engine
+from corral.placement.filters import RESOURCE_FILTERS
 from corral.placement.lifetime import costly_before_start
 from corral.placement.settings import CostSettings, PlacementSettings
 
@@ -125,7 +132,8 @@ def plan_boots(
             order,
             [(job.id, job.resources, job.node_count, job.time_limit) for job in waiting],
             [(node.id, free, node.price_per_hour) for node, free in booting],
-            [(node.id, node.capacity, node.price_per_hour) for node in idle],
+            # (Their attributes: what the filters read of them, see _UpNodes.)
+            [(node.id, node.capacity, node.price_per_hour, dict(node.attributes) or None) for node in idle],
             live_instances,
             [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
             (settings.max_instances, settings.max_boots_per_pass),
@@ -136,8 +144,8 @@ def plan_boots(
         else None
     )
     last = memo.last
-    if inputs is None or last is None or last[0] != inputs:
-        made = _plan_boots(
+    if inputs is None or last is None or last[0] != inputs or now >= last[2]:
+        made, until = _plan_boots(
             waiting,
             booting,
             idle,
@@ -150,8 +158,9 @@ def plan_boots(
             cost,
             default_limit,
             None if placement is None else _Constraints(types, placement, now),
+            None if placement is None or not idle else _UpNodes(idle, memo.verdicts_of(placement), now),
         )
-        last = memo.last = (inputs, made)
+        last = memo.last = (inputs, made, until)
     return last[1]
 
 
@@ -162,11 +171,20 @@ class PlannerMemo:
     keeps its own, beside its placer, so that nothing a pass leaves behind is shared between
     callers."""
 
-    __slots__ = ("last", "order")
+    __slots__ = ("last", "order", "up")
 
     def __init__(self) -> None:
         self.order: _TypeOrder | None = None
-        self.last: tuple[tuple[object, ...] | None, BootPlan] | None = None
+        self.up: _UpVerdicts | None = None
+        # The inputs, the plan, and the time until which it holds (an idle node's reservation ends).
+        self.last: tuple[tuple[object, ...] | None, BootPlan, float] | None = None
+
+    def verdicts_of(self, placement: PlacementSettings) -> _UpVerdicts:
+        """What the filters say of idle nodes, kept while the caller hands the same settings."""
+        up = self.up
+        if up is None or up.placement is not placement:
+            up = self.up = _UpVerdicts(placement)
+        return up
 
     def order_of(self, types: list[InstanceType]) -> _TypeOrder:
         order = self.order
@@ -188,7 +206,9 @@ def _plan_boots(
     cost: CostSettings | None,
     default_limit: float | None,
     constraints: _Constraints | None,
-) -> BootPlan:
+    up_nodes: _UpNodes | None,
+) -> tuple[BootPlan, float]:
+    """The plan, and the time until which it holds with the same inputs."""
     types_for = order.holding
     pending = [_Bin(node.id, free, node.price_per_hour, instance_type=node.instance_type) for node, free in booting]
     up = [_Bin(node.id, node.capacity, node.price_per_hour, up=True) for node in idle]
@@ -206,7 +226,7 @@ def _plan_boots(
     # The reason of each (request, nodes, time limit) that found no bin and no new instance since
     # the last boot planned: a job asking the same finds none either, for bins only fill up, and
     # the budget, the boots and the gate stay as they were until the next boot.
-    settled: dict[tuple[float, int, int, int, int, float | None, frozenset[str] | None], Note] = {}
+    settled: dict[tuple[float, int, int, int, int, float | None, frozenset[str] | None, bool], Note] = {}
 
     for job in waiting:
         request = job.resources
@@ -214,8 +234,9 @@ def _plan_boots(
         limit = job.time_limit if job.time_limit is not None else default_limit
         # The types a job that asks for more than room accepts (None: any that has the room).
         accepted = constraints.accepting(job) if constraints is not None and _pins_nodes(job) else None
-        # (Plain numbers: a tuple of them hashes faster than the request.)
-        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit, accepted)
+        # (Plain numbers: a tuple of them hashes faster than the request. The capness: which idle
+        # nodes a gang may count on.)
+        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit, accepted, job.cpu_capped)
         note = settled.get(key)
         if note is not None:
             notes[job.id] = note
@@ -261,7 +282,10 @@ def _plan_boots(
             on_the_way: list[_Bin] = []
         else:
             # As many of its nodes as room on its way holds (up, booting, or planned this pass).
-            bins = (up if up and not _pins_nodes(job) else []) + pending_for + planned_for
+            up_for = up if up and not _pins_nodes(job) else []
+            if up_for and up_nodes is not None:
+                up_for = up_nodes.accepted(job, up)
+            bins = up_for + pending_for + planned_for
             on_the_way = _fitting_bins(bins, request, need, refuses)
             if len(on_the_way) == need:
                 _take(on_the_way, request, promise)
@@ -312,7 +336,7 @@ def _plan_boots(
             labels = [b.label for b in on_the_way] + [f"new {cheapest.name}"] * now_booted
             later = "" if now_booted == missing else f"; {missing - now_booted} more to boot in later passes"
             notes[job.id] = (f"waiting for instances to boot ({', '.join(labels)}){later}", False)
-    return BootPlan(boots, notes, frozenset(held))
+    return BootPlan(boots, notes, frozenset(held)), math.inf if up_nodes is None else up_nodes.until
 
 
 def _pins_nodes(job: Job) -> bool:
@@ -342,6 +366,79 @@ class _Constraints:
     def none_accepted(self, job: Job, holding: list[InstanceType]) -> str:
         why = self.ranker().why_not(Demand.of(job), holding[0].name)
         return f"waiting for a node: no instance type with room for it meets its constraints ({holding[0].name}: {why})"
+
+
+class _UpNodes:
+    """Which of the nodes up and without work the placement filters let a gang run on, room aside
+    (the planner counts room itself), in one pass; the verdicts come from the caller's
+    `_UpVerdicts`."""
+
+    def __init__(self, idle: list[Node], verdicts: _UpVerdicts, now: float) -> None:
+        self._idle, self._verdicts, self._now = idle, verdicts, now
+        self._accepted: dict[bool, list[int]] = {}
+        self.until = math.inf  # when a verdict used ends (a reservation on a node ends then)
+
+    def accepted(self, job: Job, up: list[_Bin]) -> list[_Bin]:
+        """The bins of `up` (one per idle node, in the same order) whose node takes the job."""
+        # A job that pins no nodes asks the filters nothing but its capness.
+        capped = job.cpu_capped
+        taken = self._accepted.get(capped)
+        if taken is None:
+            oks, until = self._verdicts.of(self._idle, capped, self._now)
+            taken = self._accepted[capped] = [i for i, ok in enumerate(oks) if ok]
+            self.until = min(self.until, until)
+        return [up[i] for i in taken]
+
+
+class _UpVerdicts:
+    """Whether the placement filters (all but room and locality) let a job that pins no nodes run
+    on an idle node, kept by a PlannerMemo per kind of node: what the filters read of an idle node
+    is its attributes (its state is idle or busy, and it runs nothing), and of the job its capness.
+    The idle nodes of a fleet are mostly of a few kinds (most have no attributes), so the filters
+    run once per kind, not in every pass a gang waits. Kept while the caller hands the same
+    placement settings, each verdict until a reservation it read ends."""
+
+    def __init__(self, placement: PlacementSettings) -> None:
+        self.placement = placement
+        self._names = [
+            name
+            for name in placement.filters
+            if name not in RESOURCE_FILTERS and name not in ("overprovision", "locality")
+        ]
+        # Per (kind, capness): the verdict, and the times between which it holds.
+        self._verdicts: dict[tuple[tuple[object, ...], bool], tuple[bool, float, float]] = {}
+
+    def of(self, nodes: list[Node], capped: bool, now: float) -> tuple[list[bool], float]:
+        """Each node's verdict, and the time until which they all hold."""
+        keys = [(_kind(node), capped) for node in nodes]
+        verdicts = self._verdicts
+        missing: dict[tuple[tuple[object, ...], bool], Node] = {}
+        for key, node in zip(keys, nodes, strict=True):
+            known = verdicts.get(key)
+            if (known is None or not known[1] <= now < known[2]) and key not in missing:
+                missing[key] = node
+        if missing:
+            if len(verdicts) > 4096:
+                verdicts.clear()
+            # One node of each kind, through the engine's own filters.
+            arrays = NodeArrays(list(missing.values()), None, self.placement, now)
+            engine = Engine(arrays, self.placement, now=now, weights={}, filters=self._names)
+            probe = next(iter(missing.values()))
+            demand = Demand(0, probe.capacity, capped=capped)
+            mask = engine.hard_mask(demand)
+            until = arrays.facts.expires
+            for k, key in enumerate(missing):
+                verdicts[key] = (bool(mask[k]), now, until)
+        found = [verdicts[key] for key in keys]
+        return [ok for ok, _, _ in found], min(until for _, _, until in found)
+
+
+def _kind(node: Node) -> tuple[object, ...]:
+    """A node's attributes as a key: nodes alike in them are alike to the filters of `_UpVerdicts`."""
+    attributes = node.attributes
+    if not attributes:
+        return ()
+    return tuple(sorted((k, v if isinstance(v, str) else tuple(v)) for k, v in attributes.items()))
 
 
 def _unplaceable(job: Job, types: list[InstanceType]) -> Note:

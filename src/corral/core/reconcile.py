@@ -264,6 +264,7 @@ def plan_pass(
             if n.id not in placed_on
             and n.id not in down_now
             and n.id not in retiring_ids
+            and n.id not in reserving  # a transient failure reserves it from this pass on
             and (n.state is NodeState.BUSY or now - n.state_changed_at < lifecycle_settings.boot_grace)
         ]
         if unworked and settings.boot.max_instances > 0 and any(job.node_count > 1 for job in for_boot)

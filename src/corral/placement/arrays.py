@@ -292,6 +292,9 @@ class NodeArrays:
 
         self._policies = [self.policy[r] for r in RESOURCES]
         self._ratios = [float(x) for x in self.ratio]
+        # What a column is, as explanations count them: "instance type" where each column is a
+        # new node of a type (the boot planner's ranking), so "0 of 3 instance types have it".
+        self.noun = "node"
         self._take_facts(f)
 
     def _take_facts(self, f: FleetFacts) -> None:

@@ -62,6 +62,7 @@ class TypeRanker:
         self.now = now
         self.unavailable = {name: until for name, until in (unavailable or {}).items() if until > now}
         arrays = NodeArrays([virtual_node(t) for t in self.types], None, settings, now)
+        arrays.noun = "instance type"
         names = [name for name in settings.filters if name not in ("locality", "state")]
         self.engine = Engine(
             arrays, settings, now=now, weights=settings.boot_weights, instance_types=self.types, filters=names

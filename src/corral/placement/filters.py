@@ -39,6 +39,11 @@ class Filter:
     describe: Describe
 
 
+def _count(arrays: NodeArrays, n: int) -> str:
+    """ "3 nodes", "1 node"; "instance types" for the boot planner's arrays (see NodeArrays.noun)."""
+    return f"{n} {arrays.noun}{'' if n == 1 else 's'}"
+
+
 def _sample(arrays: NodeArrays, where: Bools, limit: int = 3) -> str:
     ids = [arrays.ids[i] for i in np.flatnonzero(where)[:limit]]
     more = int(np.count_nonzero(where)) - len(ids)
@@ -79,7 +84,7 @@ def _describe_reservation(
     a: NodeArrays, d: Demand, scope: Bools, loc: Resolved | None, types: Sequence[InstanceType]
 ) -> str:
     held = Counter(a.reservation_names[c] for c in a.reservation if c)
-    listing = ", ".join(f"{name} ({n} nodes)" for name, n in sorted(held.items()) if name != d.reservation)
+    listing = ", ".join(f"{name} ({_count(a, n)})" for name, n in sorted(held.items()) if name != d.reservation)
     mine = f"; the job may use reservation {d.reservation!r}" if d.reservation else ""
     return f"held by admin reservations: {listing}{mine}"
 
@@ -132,6 +137,9 @@ def _capness(a: NodeArrays, d: Demand, loc: Resolved | None) -> Bools | None:
 def _describe_capness(
     a: NodeArrays, d: Demand, scope: Bools, loc: Resolved | None, types: Sequence[InstanceType]
 ) -> str:
+    if a.noun != "node":  # new nodes of instance types run nothing: only a pin rules them out
+        pinned = "uncapped" if d.capped else "capped"
+        return f"the job has {'a' if d.capped else 'no'} CPU cap; these {a.noun}s are pinned {pinned}"
     if d.capped:
         return "the job has a CPU cap; these nodes run uncapped jobs or are pinned uncapped"
     return "the job has no CPU cap; these nodes run capped jobs or are pinned capped"
@@ -157,7 +165,7 @@ def _describe_platform(
 ) -> str:
     ranked = np.where(scope, a.platform_rank, -1.0)
     if not a.n or ranked.max() < 0:
-        return f"needs platform >= {d.min_platform}; no node reports a platform version"
+        return f"needs platform >= {d.min_platform}; no {a.noun} reports a platform version"
     best = int(ranked.argmax())
     return f"needs platform >= {d.min_platform}; the newest is {a.platform_text[best]} on {a.ids[best]}"
 
@@ -179,10 +187,10 @@ def _describe_traits(
     parts = []
     for key, wanted in d.traits:
         have = int(np.count_nonzero(a.trait_mask(key, wanted)))
-        parts.append(f"needs {key}={'|'.join(wanted)} ({have} of {a.n} nodes have it)")
+        parts.append(f"needs {key}={'|'.join(wanted)} ({have} of {a.n} {a.noun}s have it)")
     for key, unwanted in d.forbidden:
         have = int(np.count_nonzero(a.trait_mask(key, unwanted)))
-        parts.append(f"forbids {key}={'|'.join(unwanted)} ({have} of {a.n} nodes have it)")
+        parts.append(f"forbids {key}={'|'.join(unwanted)} ({have} of {a.n} {a.noun}s have it)")
     return "; ".join(parts)
 
 

@@ -62,7 +62,9 @@ class Capacity:
         max_instances: int | None,
         now: float,
         memo: FactsMemo | None = None,
+        engine: Engine | None = None,
     ) -> None:
+        self.engine = engine  # whose locality index says where a job's strict `near` targets run
         self.mode = settings.queue.capacity
         self.live = live_count(snapshot)
         self.max_instances = max_instances
@@ -81,7 +83,18 @@ class Capacity:
             return False  # elastic
         if self.max_instances is not None and self.live + demand.node_count > self.max_instances:
             return True
-        return not self.fits.any_fits(demand)
+        return not self.fits.any_fits(demand) or self._pinned_to_running(demand)
+
+    def _pinned_to_running(self, demand: Demand) -> bool:
+        """Strict `near` hints with a target running: only the targets' nodes (or racks) may take
+        the job, and no new instance is either, so the pass boots none for it
+        (`locality.pinned_to_running`). Taken for elastic, it got no reservation, and smaller jobs
+        took each bit of room near its targets as it freed, for ever."""
+        hints = demand.hints
+        if hints is None or not hints.strict or not hints.near or self.engine is None:
+            return False
+        resolved = self.engine.resolve(demand)
+        return resolved is not None and resolved.near.active
 
 
 class TypeFits:
@@ -410,7 +423,7 @@ def place(
     if walk is not None and not explanations and free is None and down is None:
         resumed: Reservation | None | Literal[False] = False
         if walk.bounded:
-            capacity = Capacity(snapshot, settings, max_instances, now, memo)
+            capacity = Capacity(snapshot, settings, max_instances, now, memo, engine)
         if capacity is None or capacity.all_bounded:
             resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built, default_limit, work.started)
         if resumed is False:
@@ -487,7 +500,7 @@ def place(
         ):
             # Only a job the boot planner can serve is kept off running nodes (by the same filters
             # as everywhere, so a trait no instance type has keeps it bounded).
-            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo, engine)
             if not capacity.bounded_for(demand):
                 if gate is None:
                     gate = _cost_gate(capacity.fits, arrays, work.latest_ends(), now, settings, placed_before_gate)
@@ -571,7 +584,7 @@ def place(
         reason = details["reason"] or "waiting for resources"
 
         if blocker is None and backfill != "none":
-            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo)
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo, engine)
             if capacity.bounded_for(demand):
                 eligible = engine.static_mask(demand)
                 if down is not None:
