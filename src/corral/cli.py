@@ -319,7 +319,9 @@ def submit(
     not_before: Annotated[
         str | None, typer.Option(help="Do not start before this ISO 8601 time (local unless it has an offset).")
     ] = None,
-    time_limit: Annotated[str | None, typer.Option(help="Expected maximum run time, e.g. 2h.")] = None,
+    time_limit: Annotated[
+        str | None, typer.Option(help="Time limit, e.g. 2h: a longer run is ended, failed (TIMEOUT).")
+    ] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
     near: Annotated[

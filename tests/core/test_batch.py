@@ -146,9 +146,22 @@ def test_an_exit_is_the_jobs_exit_and_a_timeout_says_so() -> None:
     decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "TIMEOUT", 143)})
     (ended,) = decisions.exits
     outcome = batch.exit_outcome(job, ended.exit_code, 10, ended.detail)
-    assert outcome.state is JobState.FAILED and outcome.reason == "exit 143 (slurm job 77 TIMEOUT)"
+    assert (
+        outcome.state is JobState.FAILED and outcome.reason == "TIMEOUT: ran past its time limit (slurm job 77 TIMEOUT)"
+    )
     retried = Job(1, ["x"], state=JobState.RUNNING, max_retries=1)
     assert batch.exit_outcome(retried, 3, 10).state is JobState.QUEUED
+
+
+def test_a_slurm_timeout_is_recorded_as_corrals_own_timeout_never_retried() -> None:
+    # Slurm enforced --time. It often gives such a job exit code 0 (ExitCode=0:0): still a failure,
+    # not retried (it would time out again), and the same TIMEOUT and event as corral's own pass.
+    job, attempt = claimed(1, 10, running=True, time_limit=7200.0, max_retries=3)
+    decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "TIMEOUT", 0)})
+    (ended,) = decisions.exits
+    outcome = batch.exit_outcome(job, ended.exit_code, 10, ended.detail)
+    assert outcome.state is JobState.FAILED and outcome.timeout and outcome.exit_code == 0
+    assert outcome.reason == "TIMEOUT: ran past its time limit of 2h (slurm job 77 TIMEOUT)"
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,9 @@ from tests.sim.helpers import config, job, recorder, summary
 
 
 def random_world(seed: int, vary_queue: bool = False) -> tuple[list[SimJob], Config]:
-    """15 to 60 jobs (gangs, time limits run past, cancellations, failures, priorities) on two to
-    four instance types, elastic or fixed, with random boots, failures, outages and policy;
+    """15 to 60 jobs (gangs, time limits run past and enforced with a random grace or not at all,
+    cancellations, failures, priorities) on two to four instance types, elastic or fixed, with
+    random boots, failures, outages and policy;
     `vary_queue`: in half the worlds, also the queue's order, its backfill depth and capacity
     mode (drawn apart, so that the rest of each world stays as it is)."""
     r = random.Random(seed)
@@ -102,6 +103,10 @@ def random_world(seed: int, vary_queue: bool = False) -> tuple[list[SimJob], Con
         },
     }
     cfg = config(instance_types=types, policy=policy, sim=sim)
+    # Time limits are enforced (by default with no grace, as Slurm's OverTimeLimit=0): the jobs
+    # above that run past theirs are ended by the core. The grace is drawn apart, so that the rest
+    # of each world stays as it was before enforcement.
+    cfg.policy.dispatch.time_limit_grace = random.Random(seed * 104729 + 1).choice([0.0, 0.0, 7.0, 120.0, None])
     other = random.Random(seed * 7919)
     if vary_queue and other.random() < 0.5:
         queue = cfg.policy.placement.queue

@@ -166,3 +166,25 @@ def test_attempts_to_kill_lists_only_attempts_no_longer_wanted(store: Store) -> 
     assert store.attempts_to_kill("n1", reported) == [a_cancelled, a_exited, a_elsewhere, unknown]
     assert store.attempts_to_kill("n2", [a_elsewhere]) == []
     assert store.attempts_to_kill("n1", []) == []
+
+
+def test_a_timeout_fails_the_job_ends_the_attempt_for_the_agent_to_kill_and_ignores_its_late_exit(
+    store: Store,
+) -> None:
+    [job_id] = submit(store, time_limit=60, max_retries=2)
+    attempt_id = claim(store, job_id, nodes=["n1"])
+    assert store.attempt_started(attempt_id, "n1", 4242, NOW + 1)
+    outcome = retry.after_timeout(store.job(job_id), 60.0, (attempt_id,))
+    assert store.apply_outcome(outcome, NOW + 61)
+
+    row = store.job_row(job_id)
+    assert row["state"] == JobState.FAILED.value and row["finished_at"] == NOW + 61
+    attempt = store.attempt_row(attempt_id)
+    assert attempt is not None and attempt["state"] == AttemptState.TIMEOUT.value
+    assert attempt["reason"] == "TIMEOUT: ran past its time limit of 1m"
+    # The event a Slurm user looks for (and a [[notify]] rule names), not job.failed.
+    assert event_kinds(store, job_id) == ["job.queued", "job.claimed", "job.running", "job.timeout"]
+    assert store.attempts_to_kill("n1", [attempt_id]) == [attempt_id]
+    # The agent kills it and reports the exit (SIGTERM: 143): the job stays failed, not retried.
+    assert not store.finish_attempt(attempt_id, "n1", 143, NOW + 65, after_exit(143, attempt_id))
+    assert store.job_row(job_id)["state"] == JobState.FAILED.value

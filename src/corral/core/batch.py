@@ -10,7 +10,8 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
 2. jobs with priority 0 or a cancel request are cancelled (their Slurm jobs are scancelled);
 3. each of this dispatcher's attempts is judged by its Slurm job's state (`SLURM_STATES`): still
    pending (annotated with Slurm's reason), running, ended with an exit code (complete, or failed
-   unless the job asks for retries: `retry.after_exit`), lost with a node (NODE_FAIL, BOOT_FAIL:
+   unless the job asks for retries: `retry.after_exit`; TIMEOUT: failed, never retried, as corral's
+   own pass ends a job at its time limit, `exit_outcome`), lost with a node (NODE_FAIL, BOOT_FAIL:
    the node-failure policy, `retry.after_node_failure`), lost otherwise (PREEMPTED, vanished from
    Slurm's listing: `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral;
 4. an attempt claimed but never submitted (the dispatcher stopped between the claim and `sbatch`)
@@ -65,7 +66,7 @@ SLURM_STATES: dict[str, Phase] = {
     "RESIZING": Phase.RUNNING,
     "COMPLETED": Phase.EXITED,
     "FAILED": Phase.EXITED,
-    "TIMEOUT": Phase.EXITED,  # the job's own time limit: the command's failure, not the cluster's
+    "TIMEOUT": Phase.EXITED,  # the job's own time limit: the command's failure, not the cluster's (never retried)
     "OUT_OF_MEMORY": Phase.EXITED,
     "DEADLINE": Phase.EXITED,
     "SPECIAL_EXIT": Phase.EXITED,
@@ -75,6 +76,7 @@ SLURM_STATES: dict[str, Phase] = {
     "REVOKED": Phase.LOST,
     "CANCELLED": Phase.CANCELLED,
 }
+TIMEOUT = "TIMEOUT"
 ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
 # The states in which a node of the job failed: the node-failure policy (on_node_failure) decides
 # what that does to the job, as for a lost node of corral's own.
@@ -152,7 +154,12 @@ class BatchDecisions:
 
 def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "") -> JobOutcome:
     """What an exit means for the job: `retry.after_exit`, with Slurm's word on it where it says
-    more than the code (TIMEOUT, OUT_OF_MEMORY)."""
+    more than the code (OUT_OF_MEMORY). A TIMEOUT (Slurm enforced the job's `--time`) is a timeout
+    as corral's own pass records one (`retry.after_timeout`: failed, never retried, event
+    job.timeout), whatever the exit code Slurm gives it (often 0)."""
+    if detail.endswith(f" {TIMEOUT}"):
+        outcome = retry.after_timeout(job, job.time_limit, (attempt_id,), detail)
+        return dataclasses.replace(outcome, exit_code=exit_code)
     outcome = retry.after_exit(job, exit_code, (attempt_id,))
     return dataclasses.replace(outcome, reason=f"{outcome.reason} ({detail})") if detail else outcome
 
@@ -238,7 +245,8 @@ def plan_batch_pass(
             code = observed.exit_code
             if code is None:  # ended without an exit code known: say what Slurm says
                 code = 0 if observed.state == "COMPLETED" else 1
-            detail = "" if observed.state in ("COMPLETED", "FAILED") else f"{slurm_job} {observed.state}"
+            state = observed.state.split()[0].rstrip("+")
+            detail = "" if state in ("COMPLETED", "FAILED") else f"{slurm_job} {state}"
             decisions.exits.append(Exit(attempt.id, job.id, code, detail))
         elif phase is Phase.LOST:
             why = f"{slurm_job} {observed.state}" if observed.state else f"{slurm_job} vanished from squeue"

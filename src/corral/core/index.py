@@ -16,6 +16,8 @@ whichever way the index was made.
 from __future__ import annotations
 
 import bisect
+import heapq
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Generic, TypeVar
@@ -109,6 +111,12 @@ class SnapshotIndex:
         self.attempts: dict[int, Attempt] = {}  # active (assigned or running)
         self.assigned: dict[int, Attempt] = {}
         self.work: dict[str, int] = {}  # node id -> active attempts on it (ids of gone nodes too)
+        # Running attempts whose job has a time limit: when each reaches it (start + limit). A
+        # heap of (time, attempt id) with lazy deletion (an entry whose attempt has since been
+        # dropped, or filed with another time, is skipped and popped when it comes to the top), so
+        # that a pass with no limit due looks at one entry; `_limit_at` holds the valid times.
+        self.limits: list[tuple[float, int]] = []
+        self._limit_at: dict[int, float] = {}
         self.job_attempts: dict[int, dict[int, None]] = {}  # job id -> its active attempts' ids, in order
         self.nodes: dict[str, Node] = {}
         self.by_state: dict[NodeState, dict[str, Node]] = {state: {} for state in NodeState}
@@ -213,6 +221,14 @@ class SnapshotIndex:
         self.attempt_journal.append(attempt_id)
         self.attempts[attempt_id] = attempt
         _place(self.assigned, attempt_id, attempt, attempt.state is AttemptState.ASSIGNED)
+        started = attempt.started_at
+        if started is not None and attempt.state is AttemptState.RUNNING:
+            job = self.jobs.get(attempt.job_id)
+            if job is not None and job.time_limit is not None:
+                at = started + job.time_limit
+                if self._limit_at.get(attempt_id) != at:
+                    self._limit_at[attempt_id] = at
+                    heapq.heappush(self.limits, (at, attempt_id))
         if attempt_id not in self._counted:
             counted = self._counted[attempt_id] = tuple(attempt.node_ids)
             self.job_attempts.setdefault(attempt.job_id, {})[attempt_id] = None
@@ -224,6 +240,10 @@ class SnapshotIndex:
 
     def drop_attempt(self, attempt_id: int) -> None:
         self.attempt_journal.append(attempt_id)
+        if self._limit_at.pop(attempt_id, None) is not None and len(self.limits) > 2 * len(self._limit_at) + 64:
+            # Mostly dropped attempts' entries (jobs that ended well within their limits): rebuilt.
+            self.limits = [(at, i) for i, at in self._limit_at.items()]
+            heapq.heapify(self.limits)
         attempt = self.attempts.pop(attempt_id, None)
         self.assigned.pop(attempt_id, None)
         counted = self._counted.pop(attempt_id, ())
@@ -317,6 +337,34 @@ class SnapshotIndex:
 
     # ---- reading -----------------------------------------------------------------------------
 
+    def next_limit(self) -> float:
+        """When the first running attempt reaches its job's time limit (inf: none has a limit).
+        Pops the entries of attempts dropped since they were filed."""
+        limits, limit_at = self.limits, self._limit_at
+        while limits:
+            at, attempt_id = limits[0]
+            if limit_at.get(attempt_id) == at:
+                return at
+            heapq.heappop(limits)
+        return math.inf
+
+    def limits_reached(self, by: float) -> list[tuple[float, int]]:
+        """The running attempts that reach their job's time limit at `by` or earlier, as (time,
+        attempt id), earliest first. Reads only the heap's entries up to `by`."""
+        limits, limit_at = self.limits, self._limit_at
+        found: list[tuple[float, int]] = []
+        todo = [0] if limits and limits[0][0] <= by else []
+        while todo:
+            i = todo.pop()
+            entry = limits[i]
+            if limit_at.get(entry[1]) == entry[0]:
+                found.append(entry)
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(limits) and limits[child][0] <= by:
+                    todo.append(child)
+        found.sort()
+        return found
+
     def schedulable(self) -> list[Node]:
         """The idle and busy nodes, in order (see the class docstring: do not change the list)."""
         if self._schedulable is None:
@@ -369,6 +417,7 @@ class SnapshotIndex:
             "orphaned": sorted(self.orphaned),
             "broken": ids(self.broken, self.node_order),
             "job_attempts": sorted((job, list(attempts)) for job, attempts in self.job_attempts.items()),
+            "limits": sorted((at, i) for i, at in self._limit_at.items()),
             "schedulable": [node.id for node in self.schedulable()],
             "objects": (
                 [id(job) for job in self.in_job_order(self.jobs.values())],

@@ -37,6 +37,7 @@ class AttemptState(StrEnum):
     EXITED = "exited"  # the command ended; exit_code says how
     TEMPFAIL = "tempfail"  # infrastructure failure: node lost, never started, dispatcher died
     CANCELLED = "cancelled"
+    TIMEOUT = "timeout"  # ended by corral past its job's time limit (Slurm's TIMEOUT)
 
     @property
     def active(self) -> bool:
@@ -174,7 +175,8 @@ class Job:
     node_count: int = 1  # a gang: this many nodes, each with `resources`, started together
     priority: int = 1  # 0 means cancel (seed 001)
     not_before: float | None = None  # "wait until time X"
-    time_limit: float | None = None  # seconds; used by backfill reservations
+    # Seconds: backfill plans with it, and a run past it (plus policy.dispatch.time_limit_grace) is ended.
+    time_limit: float | None = None
     max_retries: int = 0  # extra tries after a non-zero exit (PermFail) ; TempFail has its own budget
     tags: tuple[str, ...] = ()
     locality: LocalityHints | None = None

@@ -10,7 +10,9 @@ Order of a pass:
 3. attempts assigned but never started within `start_timeout` are lost (TempFail); with
    `node_failure_reserve_time` (seed 002 §5.4.5), their nodes, still up, take no new work until
    `now` plus that time (NodeReserve);
-4. jobs with priority 0 or a cancel request are cancelled;
+4. jobs with priority 0 or a cancel request are cancelled; then running attempts past their job's
+   time limit plus `dispatch.time_limit_grace` (Slurm's OverTimeLimit) end, and their jobs fail
+   (TIMEOUT, not retried);
 5. queued jobs are placed on running nodes (held jobs are not: they are left out of the queue);
 6. the boot planner boots instances for what is left, or says why a job waits;
 7. the lifecycle matrix (seed 000) drains and shuts down nodes;
@@ -20,6 +22,7 @@ Order of a pass:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -155,6 +158,21 @@ def plan_pass(
         reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
         decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids(job.id)))
         ended.add(job.id)
+
+    # 4b. Time limits (Slurm's TIMEOUT): read off the index's heap, so a pass with none due looks
+    # at one entry. A job cancelled above is cancelled, not timed out.
+    grace = settings.dispatch.time_limit_grace
+    if grace is not None and index.limits and index.next_limit() <= now - grace:
+        said = f"+ {retry.format_seconds(grace)} grace, policy.dispatch.time_limit_grace" if grace else ""
+        for _, attempt_id in index.limits_reached(now - grace):
+            job_id = active[attempt_id].job_id
+            timed_out = index.jobs.get(job_id)
+            if timed_out is None or job_id in ended:
+                continue
+            decisions.job_outcomes.append(
+                retry.after_timeout(timed_out, timed_out.time_limit, attempt_ids(job_id), said)
+            )
+            ended.add(job_id)
 
     # Nodes that hold work after this pass's endings, and the schedulable ones that hold none (by
     # id; read only: without endings they are the index's own).
@@ -413,6 +431,13 @@ def _quiet_states(matrix: Mapping[lifecycle.StateTuple, NodeAction | None]) -> _
 
 
 _QUIET = _quiet_states(lifecycle.DEFAULT_MATRIX)
+
+
+def next_time_limit_end(index: SnapshotIndex, settings: PolicySettings) -> float:
+    """The time from which a pass ends a running attempt at its job's time limit with nothing else
+    happening (inf: none): a shell that skips quiet passes (the simulator) runs one then."""
+    grace = settings.dispatch.time_limit_grace
+    return math.inf if grace is None else index.next_limit() + grace
 
 
 def idle_nodes_can_drain(settings: PolicySettings, most_live: int) -> bool:

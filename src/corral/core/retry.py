@@ -2,7 +2,8 @@
 
 TempFail (the infrastructure failed: node lost, instance never booted, dispatcher died) requeues
 the job with exponential back-off, up to `max_temp_failures`. PermFail (the command exited
-non-zero) is final unless the job asked for `max_retries`, which requeue it at once.
+non-zero) is final unless the job asked for `max_retries`, which requeue it at once. A run past the
+job's time limit (TIMEOUT) is final too: it would time out again.
 
 A lost node is a temporary failure with a policy of its own (seed 002 §5.4.6, Moab's
 JOBACTIONONNODEFAILURE): `after_node_failure` requeues (as any TempFail), cancels, or requeues held,
@@ -57,6 +58,28 @@ def after_exit(job: Job, exit_code: int, attempt_ids: tuple[int, ...] = ()) -> J
             exit_code=exit_code,
         )
     return JobOutcome(job.id, JobState.FAILED, f"exit {exit_code}", attempt_ids, perm_failure=True, exit_code=exit_code)
+
+
+def after_timeout(job: Job, limit: float | None, attempt_ids: tuple[int, ...] = (), detail: str = "") -> JobOutcome:
+    """A run past its time limit (Slurm's TIMEOUT): the job fails, and is not retried, whatever its
+    `max_retries` (those are for non-zero exits: a run that timed out would time out again).
+    `limit`: None when it was not the job's own (a Slurm partition's). `detail`: how it was seen,
+    for the reason (the grace it had, or the Slurm job)."""
+    reason = "TIMEOUT: ran past its time limit" + (f" of {format_seconds(limit)}" if limit is not None else "")
+    return JobOutcome(job.id, JobState.FAILED, f"{reason} ({detail})" if detail else reason, attempt_ids, timeout=True)
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration as people write one: 90 -> "1m30s", 7200 -> "2h", 2.5 -> "2.5s"."""
+    whole = int(seconds)
+    if whole != seconds or whole < 60:
+        return f"{seconds:g}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
 
 
 def node_failure_policy(job: Job, settings: RetrySettings) -> tuple[NodeFailureAction, str]:

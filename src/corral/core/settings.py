@@ -6,7 +6,7 @@ Everything has a default, so an empty config is a working one.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -17,6 +17,21 @@ from corral.placement.settings import PlacementSettings
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 SizeMiB = Annotated[int, BeforeValidator(parse_size)]
 OnNodeFailure = Annotated[NodeFailureAction, BeforeValidator(node_failure_action)]
+
+
+def parse_time_limit_grace(value: Any) -> Any:
+    """A duration, or "unlimited" (Slurm's `OverTimeLimit=UNLIMITED`): time limits are not enforced."""
+    if isinstance(value, str) and value.strip().lower() == "unlimited":
+        return None
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; or 'unlimited' to never end a job at its time limit") from None
+
+
+TimeLimitGrace = Annotated[float | None, BeforeValidator(parse_time_limit_grace)]
 
 
 class _Strict(BaseModel):
@@ -81,6 +96,12 @@ class DispatchSettings(_Strict):
         description="after a transient failure on a node that stays up (an attempt not started on it within"
         " start_timeout), the node takes no new work for this long (seed 002 §5.4.5, Moab's"
         " NODEFAILURERESERVETIME); 0 = off",
+    )
+    time_limit_grace: TimeLimitGrace = Field(
+        0.0,
+        description="a running job is ended (failed, TIMEOUT; event job.timeout) once it has run its time limit"
+        " plus this long (Slurm's OverTimeLimit, default 0 there too); 'unlimited' = never end a job at its"
+        " limit. queue.default_time_limit is only a placement assumption and ends nothing",
     )
 
 

@@ -101,6 +101,9 @@ class JobOutcome:
     exit_code: int | None = None
     # Requeued held (seed 002 §5.4.6 `hold`): why, as the job's wait reason; "" = not held.
     hold: str = ""
+    # Ended past its time limit (FAILED, Slurm's TIMEOUT): its attempts end `timeout`, the event
+    # is `job.timeout`.
+    timeout: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,7 +109,9 @@ class QueueSettings(_Strict):
     )
     max_job_test: Int = Field(500, ge=1, description="jobs examined after the first blocked one (bf_max_job_test)")
     default_time_limit: Duration | None = Field(
-        None, description="assumed run time of jobs without a time limit; none: they never end for backfill"
+        None,
+        description="assumed run time of jobs without a time limit, for placement only (it ends no job);"
+        " none: they never end for backfill",
     )
     node_down_delay: Duration | None = Field(
         None,

@@ -34,7 +34,7 @@ from corral.core import capacity, retry
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.planner import PlannerMemo
-from corral.core.reconcile import Placer, idle_nodes_can_drain, plan_pass
+from corral.core.reconcile import Placer, idle_nodes_can_drain, next_time_limit_end, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Decisions, JobOutcome, NodeAction, PlacementResult, Snapshot
 from corral.placement import make_placer
@@ -61,8 +61,8 @@ class JobRecord:
 
     state: JobState
     submit: float
-    run: float
-    wait: float | None  # None if it never ran to the end of its recorded run
+    run: float  # the recorded run time; of a run ended at its time limit, how long it ran
+    wait: float | None  # None if it never ran to the end of its recorded run (or time limit)
 
 
 @dataclass(slots=True)
@@ -94,6 +94,7 @@ class Counters:
     boots_skipped_in_backoff: int = 0
     node_failures: int = 0
     requeues: int = 0
+    timeouts: int = 0  # jobs the core ended past their time limits (failed, TIMEOUT)
     # vcpu-seconds that running attempts had done when their node failed: work to do again
     lost_vcpu_seconds: float = 0.0
     placements: int = 0
@@ -278,7 +279,9 @@ class Simulation:
                 break  # a fixed fleet has nothing left to do; its failures and repairs would go on forever
             # Backfill's reservation may move with the clock alone then.
             sliding = self.revisit_from if self.queued else math.inf
-            due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again, sliding)
+            # A running job passing its time limit (and grace): the core ends it then.
+            limit = next_time_limit_end(self.index, self.policy)
+            due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again, sliding, limit)
             if due == math.inf:
                 break
             at = self._grid(due)
@@ -446,17 +449,24 @@ class Simulation:
         job = self.jobs.get(outcome.job_id)
         if job is None:
             return
+        ran: float | None = None  # a timed-out run: how long it ran, its run in the results
         for attempt_id in outcome.attempt_ids:
             attempt = self.attempts.get(attempt_id)
             if attempt is None:
                 continue
-            if outcome.state is JobState.CANCELLED and not outcome.temp_failure:
+            if outcome.timeout:
+                attempt.state = AttemptState.TIMEOUT  # its recorded end, still to come, is ignored
+                if attempt.started_at is not None:
+                    ran = now - attempt.started_at
+            elif outcome.state is JobState.CANCELLED and not outcome.temp_failure:
                 attempt.state = AttemptState.CANCELLED
             elif outcome.temp_failure:
                 attempt.state = AttemptState.TEMPFAIL
             else:
                 attempt.state = AttemptState.EXITED
             self._end_attempt(attempt, now)
+        if outcome.timeout:
+            self.counters.timeouts += 1
         if outcome.temp_failure:
             job.temp_failures += 1
         if outcome.perm_failure:
@@ -486,8 +496,11 @@ class Simulation:
         self.index.drop_job(job.id)
         spec = self.spec_of[job.id]
         ended = self.ended_run.pop(job.id, None)
-        wait = None if ended is None else max(0.0, ended - spec.submit - spec.run)
-        self.records[job.id] = JobRecord(outcome.state, spec.submit, spec.run, wait)
+        run = spec.run
+        if ran is not None:
+            ended, run = now, ran  # its run ended at its time limit (and grace)
+        wait = None if ended is None else max(0.0, ended - spec.submit - run)
+        self.records[job.id] = JobRecord(outcome.state, spec.submit, run, wait)
         self.last_finish = max(self.last_finish, now)
 
     def _end_attempt(self, attempt: Attempt, now: float) -> None:

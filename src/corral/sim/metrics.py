@@ -58,6 +58,7 @@ class SimResult:
     packing_bound: float
     wall_seconds: float = 0.0
     horizon_reached: bool = False  # stopped at sim.horizon with work left
+    timed_out: int = 0  # of the failed, those the core ended past their time limit (TIMEOUT)
     gangs: int = 0  # jobs no one node of the run's types holds, run as gangs of several
     # Why the jobs that never finished did not: the core's wait reason of each still queued
     # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts, the
@@ -118,6 +119,7 @@ class SimResult:
             "jobs": self.jobs,
             "completed": self.completed,
             "failed": self.failed,
+            "jobs_timed_out": self.timed_out,
             "cancelled": self.cancelled,
             "unfinished": self.unfinished,
             "unfinished_reasons": self.unfinished_reasons,
@@ -237,6 +239,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         packing_bound=packing,
         wall_seconds=wall_seconds,
         horizon_reached=sim.stopped_early,
+        timed_out=counters.timeouts,
         gangs=sim.gangs,
         unfinished_reasons=dict(sorted(unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))),
         outside_run=outside_run(sim),
@@ -266,14 +269,15 @@ def outside_run(sim: Simulation) -> list[str]:
 
 
 def cost_bounds(sim: Simulation) -> tuple[float, float]:
-    """(per-job bound, packing bound) in dollars over the jobs whose recorded run ended."""
+    """(per-job bound, packing bound) in dollars over the jobs whose recorded run ended, or that ran
+    to their time limit and were ended there."""
     by_request: dict[tuple[float, int, int], float] = {}  # per-node request -> node-seconds
     for job_id, record in sim.records.items():
         if record.wait is None:
             continue
         spec = sim.spec_of[job_id]
         key = (spec.vcpus, spec.ram_mib, spec.gpus)
-        by_request[key] = by_request.get(key, 0.0) + spec.run * spec.nodes
+        by_request[key] = by_request.get(key, 0.0) + record.run * spec.nodes  # (a timed-out job's: until its end)
     per_job = packing = 0.0
     for (vcpus, ram, gpus), node_seconds in by_request.items():
         cheapest, share = cheapest_prices(vcpus, ram, gpus, sim.types)

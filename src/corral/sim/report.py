@@ -25,6 +25,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("jobs", "jobs", "{:,}"),
     ("completed", "completed", "{:,}"),
     ("failed", "failed", "{:,}"),
+    ("timed out (of failed)", "jobs_timed_out", "{:,}"),
     ("cancelled", "cancelled", "{:,}"),
     ("never finished", "unfinished", "{:,}"),
     ("stopped at the horizon", "horizon_reached", "yes/no"),

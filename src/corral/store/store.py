@@ -511,6 +511,8 @@ class Store:
             JobState.CANCELLED: AttemptState.TEMPFAIL if outcome.temp_failure else AttemptState.CANCELLED,
             JobState.COMPLETE: AttemptState.EXITED,
         }[outcome.state]
+        if outcome.timeout:
+            attempt_state = AttemptState.TIMEOUT
         row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id).with_for_update()).first()
         if row is None:
             return False
@@ -560,6 +562,8 @@ class Store:
                 .values(state=attempt_state.value, finished_at=now, reason=outcome.reason)
             )
         kind = "job.requeued" if outcome.state is JobState.QUEUED else f"job.{outcome.state.value}"
+        if outcome.timeout:
+            kind = "job.timeout"  # failed, as a Slurm user looks for it (TIMEOUT)
         self._event(conn, now, kind, outcome.reason, job_id=outcome.job_id)
         if outcome.hold:
             self._event(conn, now, "job.held", outcome.hold, job_id=outcome.job_id)

@@ -1,0 +1,49 @@
+"""A job's time limit is enforced (Slurm's `--time`), through a real `corral run`, its loopback
+agents and a real command: the job ends failed with TIMEOUT, its process is killed, and the
+`job.timeout` event reaches a [[notify]] rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.conftest import Corral, wait_until
+
+
+def test_a_job_past_its_time_limit_is_killed_and_fails_with_timeout(corral: Corral, tmp_path: Path) -> None:
+    told = tmp_path / "told"
+    corral.config.write_text(
+        corral.config.read_text()
+        + f"""
+[[notify]]
+name = "timeouts"
+on = ["job.timeout"]
+command = ["sh", "-c", "echo \\"$CORRAL_EVENT_KIND $CORRAL_JOB_ID\\" >> {told}"]
+"""
+    )
+    corral.start()
+    # Retries are for non-zero exits: a run that timed out would time out again.
+    limited = int(corral.cli("submit", "--time-limit", "2s", "--max-retries", "2", "--", "sleep", "300").stdout)
+    within = int(corral.cli("submit", "--time-limit", "1h", "--", "sleep", "1").stdout)
+    wait_until(lambda: corral.jobs()[limited]["state"] == "failed", 120, "the time limit to end the job")
+
+    job = corral.cli_json("job", str(limited))
+    reason = "TIMEOUT: ran past its time limit of 2s"
+    assert job["attempts"] == 1 and job["attempt_list"][0]["state"] == "timeout"
+    assert job["attempt_list"][0]["reason"] == reason
+    timeouts = corral.cli_json("events", "--job", str(limited), "--kind", "job.timeout")
+    assert [e["message"] for e in timeouts] == [reason]
+    assert corral.cli_json("events", "--job", str(limited), "--kind", "job.failed") == []
+
+    # The agent killed the command (the pid it reported), as it does for a cancel.
+    (started,) = corral.cli_json("events", "--job", str(limited), "--kind", "job.running")
+    pid = int(started["message"].rsplit("pid ", 1)[1])
+
+    def still_sleeping() -> bool:
+        try:
+            return (Path("/proc") / str(pid) / "cmdline").read_bytes() == b"sleep\x00300\x00"
+        except OSError:
+            return False  # gone
+
+    wait_until(lambda: not still_sleeping(), 30, "the timed-out command to be killed")
+    wait_until(lambda: corral.jobs()[within]["state"] == "complete", 60, "the job within its limit to complete")
+    wait_until(lambda: told.exists() and told.read_text() == f"job.timeout {limited}\n", 30, "the notification")
