@@ -35,3 +35,10 @@ def test_what_is_no_time_is_still_refused() -> None:
     for text in ("tomorrow", "2026-13-01", "0000-01-01"):
         with pytest.raises(ValueError, match=f"not a time: '{text}'"):
             to_epoch(text)
+
+
+@pytest.mark.parametrize(("given", "limit"), [(0, None), ("0s", None), ("0", None), ("90s", 90.0), (None, None)])
+def test_a_time_limit_of_zero_is_no_limit_as_in_slurm(given: object, limit: float | None) -> None:
+    # Read as a limit, 0 would end the job as soon as it started (TIMEOUT).
+    assert JobRequest(command=["true"], time_limit=given).time_limit == limit
+    assert JobRequest(command=["true"], time_limit=given).to_job(1, 0.0).time_limit == limit

@@ -320,7 +320,7 @@ def submit(
         str | None, typer.Option(help="Do not start before this ISO 8601 time (local unless it has an offset).")
     ] = None,
     time_limit: Annotated[
-        str | None, typer.Option(help="Time limit, e.g. 2h: a longer run is ended, failed (TIMEOUT).")
+        str | None, typer.Option(help="Time limit, e.g. 2h: a longer run is ended, failed (TIMEOUT); 0 = none.")
     ] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,

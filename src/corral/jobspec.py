@@ -81,7 +81,9 @@ class JobRequest(BaseModel):
     # Strict: a file's false (YAML's no) would be taken for 0, which cancels.
     priority: int = Field(1, ge=0, le=MAX_PRIORITY, strict=True, description="0 cancels")
     not_before: EpochSeconds | None = None
-    time_limit: Duration | None = None
+    time_limit: Duration | None = Field(
+        None, description="a longer run is ended (TIMEOUT); 0 = no limit, as Slurm's --time=0"
+    )
     max_retries: Int = Field(0, ge=0, le=100)
     tags: list[str] = Field(default_factory=list)
     locality: LocalitySpec | None = None
@@ -106,6 +108,12 @@ class JobRequest(BaseModel):
             # A program name of spaces is no program: it would only fail on the node (exit 127).
             raise ValueError("the command is empty")
         return value
+
+    @field_validator("time_limit")
+    @classmethod
+    def _zero_is_no_limit(cls, value: float | None) -> float | None:
+        # Slurm's --time=0 asks for no limit; read as a limit, it would end the job at once.
+        return None if value == 0 else value
 
     @field_validator("ram")
     @classmethod
