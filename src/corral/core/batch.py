@@ -98,11 +98,17 @@ def nice_for(priority: int, nice_base: int = DEFAULT_NICE_BASE) -> int:
     return max(-NICE_LIMIT, min(NICE_LIMIT, nice_base - priority))
 
 
+def base_state(state: str) -> str:
+    """Slurm's state without what squeue adds to it: "CANCELLED by 0" -> "CANCELLED", "COMPLETING+"
+    -> "COMPLETING"; "" stays ""."""
+    return state.split()[0].rstrip("+") if state else ""
+
+
 def phase_of(state: str) -> Phase:
     """The phase of a Slurm job state; "" (not in Slurm's listing) is LOST: the job vanished."""
     if not state:
         return Phase.LOST
-    return SLURM_STATES.get(state.split()[0].rstrip("+"), Phase.RUNNING)
+    return SLURM_STATES.get(base_state(state), Phase.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +251,7 @@ def plan_batch_pass(
             code = observed.exit_code
             if code is None:  # ended without an exit code known: say what Slurm says
                 code = 0 if observed.state == "COMPLETED" else 1
-            state = observed.state.split()[0].rstrip("+")
+            state = base_state(observed.state)
             detail = "" if state in ("COMPLETED", "FAILED") else f"{slurm_job} {state}"
             decisions.exits.append(Exit(attempt.id, job.id, code, detail))
         elif phase is Phase.LOST:
@@ -253,7 +259,7 @@ def plan_batch_pass(
             if observed.reason not in QUIET_REASONS:
                 why += f" ({observed.reason})"
             ids = attempt_ids(job.id)
-            if observed.state and observed.state.split()[0].rstrip("+") in NODE_FAILURES:  # seed 002 §5.4.6
+            if base_state(observed.state) in NODE_FAILURES:  # seed 002 §5.4.6
                 node = observed.nodes or slurm_job
                 decisions.job_outcomes.append(retry.after_node_failure(job, now, settings.retry, node, ids, why))
             else:
