@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 
 from corral.core import retry
 from corral.core.model import Job, NodeState, Resources
@@ -17,34 +16,22 @@ from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.logstore import LogGap
 from corral.server.models import (
-    DB_INT_MAX,
-    DB_INT_MIN,
-    ErrorOut,
     FinishedBody,
-    InvalidOut,
     PairBody,
     PairResult,
+    PathId,
     PingBody,
     PingResult,
     ResourcesOut,
     StartedBody,
     WorkItemOut,
     WorkOut,
+    error_responses,
 )
 
-router = APIRouter(
-    prefix="/api/agent",
-    responses={
-        400: {"model": ErrorOut},
-        401: {"model": ErrorOut},
-        403: {"model": ErrorOut},
-        404: {"model": ErrorOut},
-        409: {"model": ErrorOut},
-        422: {"model": InvalidOut},
-    },
-)
+router = APIRouter(prefix="/api/agent", responses=error_responses(400, 401, 403, 404, 409, 422))
 
-AttemptId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
+AttemptId = PathId
 
 
 @router.post("/pair")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Query
 
 from corral.core.dispatchers import is_stale
 from corral.core.model import JobState, NodeState
@@ -17,36 +17,28 @@ from corral.server.models import (
     AttemptOut,
     BackoffOut,
     DispatcherOut,
-    ErrorOut,
     EventOut,
     FleetTypeOut,
     HoldBody,
-    InvalidOut,
     JobOut,
     NodeAttributesBody,
     NodeOut,
     NotifyRuleOut,
     NotifyStatusOut,
+    PathId,
     PriorityBody,
     QuietOut,
     ResourcesOut,
     StatusOut,
     SubmitBody,
     SubmitResult,
+    error_responses,
 )
 from corral.store import NotQueued
 
-router = APIRouter(
-    prefix="/api",
-    responses={
-        400: {"model": ErrorOut},
-        401: {"model": ErrorOut},
-        404: {"model": ErrorOut},
-        422: {"model": InvalidOut},
-    },
-)
+router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 422))
 
-JobId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
+JobId = PathId
 IdFilter = Annotated[int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 

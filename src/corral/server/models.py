@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.core.units import Float, Int
@@ -16,6 +17,8 @@ from corral.placement import attributes as attr
 # it as it refuses any bad value, naming the field.
 DB_INT_MIN, DB_INT_MAX = -(2**31), 2**31 - 1
 DbInt = Annotated[Int, Field(ge=DB_INT_MIN, le=DB_INT_MAX)]
+# A job or attempt id in a route's path, bounded as DbInt.
+PathId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
 class Inbound(BaseModel):
@@ -34,6 +37,11 @@ class InvalidOut(BaseModel):
     """A 422: one line per bad value, each naming its field ("jobs.0.ram: a size cannot be negative")."""
 
     detail: list[str]
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """A router's documented errors: a 422 lists the bad values, the others give a detail."""
+    return {code: {"model": InvalidOut if code == 422 else ErrorOut} for code in codes}
 
 
 class SubmitBody(BaseModel):
