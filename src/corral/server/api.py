@@ -228,13 +228,12 @@ def status(runtime: UserRuntime) -> StatusOut:
     store, now = runtime.store, time.time()
     fleet = store.fleet_counts()
     counts = store.counts()
-    submitted = store.oldest_due_submission(now)
     policy = runtime.config.policy
     return StatusOut(
         now=now,
         jobs={state.value: counts[state.value] for state in JobState if counts.get(state.value)},
         held=store.held_count(),
-        oldest_wait=None if submitted is None else max(0.0, now - submitted),
+        oldest_wait=store.oldest_wait(now),
         nodes=fleet.by_state,
         fleet=[
             FleetTypeOut(instance_type=name, nodes=nodes, price_per_hour=cost)

@@ -79,8 +79,7 @@ class Metrics:
         for instance_type in self._types_seen:
             self.instances.labels(instance_type).set(fleet.by_type.get(instance_type, (0, 0.0))[0])
         self.cost.set(fleet.cost_per_hour)
-        submitted = store.oldest_due_submission(now)
-        self.oldest_wait.set(0.0 if submitted is None else max(0.0, now - submitted))
+        self.oldest_wait.set(store.oldest_wait(now) or 0.0)
 
     def _count_new_events(self, store: Store) -> None:
         while True:

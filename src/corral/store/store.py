@@ -1011,9 +1011,9 @@ class Store:
                 fleet.by_type[instance_type] = (nodes + count, cost + float(price or 0.0))
         return fleet
 
-    def oldest_due_submission(self, now: float) -> float | None:
-        """When the longest-waiting job that could run now was submitted: queued, not held, past
-        its retry back-off and its `not_before`. None when no job is."""
+    def oldest_wait(self, now: float) -> float | None:
+        """How long the longest-waiting job that could run now (queued, not held, past its retry
+        back-off and its `not_before`) has waited since its submission. None when no job could."""
         query = (
             select(J.c.submitted_at, J.c.spec)
             .where(
@@ -1028,7 +1028,7 @@ class Store:
             for submitted_at, spec in conn.execute(query):
                 not_before = spec.get("not_before")
                 if not_before is None or not_before <= now:
-                    return float(submitted_at)
+                    return max(0.0, now - float(submitted_at))
         return None
 
     def first_starts(self, job_ids: Iterable[int]) -> dict[int, tuple[float, float]]:
