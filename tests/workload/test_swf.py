@@ -81,7 +81,7 @@ def test_a_run_longer_than_requested_is_replayed_as_recorded(tmp_path: Path) -> 
     w = read_swf(swf(tmp_path, row(run=4000, req_time=3600)))
     (job,) = w.jobs
     assert (job.run, job.time_limit) == (4000, 3600)
-    assert w.stats.quirks["ran longer than requested (replayed as recorded)"] == 1
+    assert w.stats.quirks["ran longer than requested: ends at its time limit plus the grace (TIMEOUT)"] == 1
 
 
 def test_memory_is_kilobytes_per_processor_requested_else_used_else_default(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def test_it_reads_back_with_the_quirks_it_was_asked_for(tmp_path: Path) -> None:
         "never ran (run time -1 or 0): cancelled on arrival",
         "requested processors missing: used allocated",
         "requested time missing: run time used",
-        "ran longer than requested (replayed as recorded)",
+        "ran longer than requested: ends at its time limit plus the grace (TIMEOUT)",
         "requested memory missing: used memory used",
     ):
         assert quirks[name] > 0, name

@@ -130,7 +130,7 @@ def read_swf(
         if req_time > 0:
             time_limit: float | None = req_time
             if run > req_time:
-                quirks.append("ran longer than requested (replayed as recorded)")
+                quirks.append("ran longer than requested: ends at its time limit plus the grace (TIMEOUT)")
         elif run > 0:
             time_limit = run
             quirks.append("requested time missing: run time used")
