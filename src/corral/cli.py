@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -33,7 +34,8 @@ from corral.config import (
     read_text,
     unique_keys,
 )
-from corral.jobspec import JobRequest, is_locality_entry
+from corral.core.units import parse_duration
+from corral.jobspec import JobRequest, is_locality_entry, to_epoch
 from corral.sim.command import register as register_simulate
 
 app = typer.Typer(
@@ -356,6 +358,10 @@ def submit(
             help="If a node it runs on is lost: requeue, cancel or hold (default: policy.retry.on_node_failure)."
         ),
     ] = None,
+    user: Annotated[
+        str | None,
+        typer.Option(help="Whose job it is, for `corral usage` (default: you; a file's own `user` is kept)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`) or a file of jobs; prints the ids."""
@@ -393,12 +399,22 @@ def submit(
         except ValidationError as exc:
             problems = [f"{_option_of(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
             fail("nothing was submitted:\n  " + "\n  ".join(problems))
+    owner = _login_name() if user is None else user
+    requests = [r if r.user else r.model_copy(update={"user": owner}) for r in requests]
     result = call("POST", "/api/jobs", json={"jobs": [r.model_dump(mode="json") for r in requests]})
     if as_json:
         print_json(result)
     else:
         for job_id in result["ids"]:
             sys.stdout.write(f"{job_id}\n")
+
+
+def _login_name() -> str:
+    """The submitting user, as Slurm records a job's owner ("" where the system knows none)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container's uid with no passwd entry and no $USER
+        return ""
 
 
 @app.command()
@@ -447,6 +463,8 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
             styled(j["state"]),
             ("  held", "yellow") if j["held"] else "",
             f"  priority {j['priority']}",
+            f"  user {j['user']}" if j["user"] else "",
+            f"  tags {', '.join(j['tags'])}" if j["tags"] else "",
         )
     )
     console.print(f"  command    {' '.join(j['command'])}", highlight=False)
@@ -688,6 +706,81 @@ def status(as_json: JsonFlag = False) -> None:
             ),
         )
     console.print(grid)
+
+
+@app.command("usage")
+def usage(
+    since: Annotated[
+        str, typer.Option(help="Start: a time ago (7d, 12h) or an ISO 8601 time, e.g. 2026-11-01.")
+    ] = "1d",
+    until: Annotated[str | None, typer.Option(help="End, as --since (default: now).")] = None,
+    by: Annotated[str, typer.Option(help="Group the work by 'user', 'tag' or 'job'.")] = "user",
+    limit: Annotated[int, typer.Option(help="Show the largest this many groups (the totals count all).")] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """What the fleet billed in a window, and whose work it ran (Slurm's sreport and sacct).
+
+    Each group's jobs, vcpu-hours and GPU-hours, and its share of the bill: an attempt is charged
+    the share of its node it asked for (vcpus, RAM or GPUs, the largest) at the node's price, for
+    the time it ran. What no job was charged is idle or booting nodes and room no job asked for."""
+    now = time.time()
+    params: dict[str, Any] = {"since": _moment("--since", since, now), "by": by, "limit": limit}
+    if until is not None:
+        params["until"] = _moment("--until", until, now)
+    report = call("GET", "/api/usage", params=params)
+    if as_json:
+        print_json(report)
+        return
+    span = report["until"] - report["since"]
+    console.print(f"usage from {when(report['since'])} to {when(report['until'])} ({ago(span)})", highlight=False)
+    billed = report["billed"]
+    table = Table(show_edge=False, header_style="bold")
+    for column in (report["by"], "jobs", "vcpu-hours", "gpu-hours", "cost", "of the bill"):
+        table.add_column(column, justify="left" if column == report["by"] else "right")
+    for row in report["rows"]:
+        table.add_row(
+            row["key"],
+            f"{row['jobs']:,}",
+            f"{row['vcpu_hours']:,.1f}",
+            f"{row['gpu_hours']:,.1f}",
+            f"${row['cost']:,.2f}",
+            f"{row['cost'] / billed:.0%}" if billed else "-",
+        )
+    if report["rows"]:
+        console.print(table)
+    else:
+        console.print("no job ran in this window")
+    fleet = Table(show_edge=False, header_style="bold")
+    for column in ("instance type", "instances", "instance-hours", "billed", "used by jobs"):
+        fleet.add_column(column, justify="left" if column == "instance type" else "right")
+    for kind in report["types"]:
+        fleet.add_row(
+            kind["instance_type"],
+            f"{kind['instances']:,}",
+            f"{kind['instance_hours']:,.1f}",
+            f"${kind['billed']:,.2f}",
+            f"{kind['used'] / kind['billed']:.0%}" if kind["billed"] else "-",
+        )
+    if report["types"]:
+        console.print(fleet)
+    used_share = f" ({report['used'] / billed:.0%})" if billed else ""
+    console.print(
+        f"{report['jobs']:,} jobs ran; the fleet billed ${billed:,.2f}, of which jobs used ${report['used']:,.2f}"
+        f"{used_share}; ${report['unattributed']:,.2f} went to idle and booting nodes and room no job asked for",
+        highlight=False,
+    )
+
+
+def _moment(option: str, value: str, now: float) -> float:
+    """Epoch seconds from "7d" (that long before now) or an ISO 8601 time."""
+    try:
+        return now - parse_duration(value)
+    except ValueError:
+        pass
+    try:
+        return float(to_epoch(value))
+    except ValueError:
+        fail(f"{option}: {value!r} is neither a time ago (e.g. 7d, 12h) nor an ISO 8601 time (e.g. 2026-11-01)")
 
 
 @app.command("node")

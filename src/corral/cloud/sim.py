@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, CloudInstance, InsufficientCapacity
+from corral.core.accounting import billed_seconds
 from corral.core.model import InstanceType
 from corral.sim.settings import SimSettings
 
@@ -37,11 +38,8 @@ class SimInstance:
         """Seconds billed from creation to termination (or `until`), rounded up to the billing
         granularity and no less than the billing minimum."""
         end = self.terminated_at if self.terminated_at is not None else until
-        used = max(0.0, end - self.instance.created_at)
-        granularity = self.itype.billing_granularity
-        if granularity > 0:
-            used = math.ceil(used / granularity - 1e-9) * granularity
-        return max(used, self.itype.billing_minimum)
+        itype = self.itype
+        return billed_seconds(self.instance.created_at, end, itype.billing_granularity, itype.billing_minimum)
 
     def cost(self, until: float) -> float:
         return self.billed_seconds(until) * self.itype.price_per_hour / 3600.0

@@ -1,4 +1,5 @@
-"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events, status, notify."""
+"""The user API: submit, list, show, cancel, hold, release, logs, explain, nodes, events, status, usage,
+notify."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
+from corral.core import accounting
 from corral.core.dispatchers import is_stale
 from corral.core.model import JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, rule_names
@@ -32,6 +34,9 @@ from corral.server.models import (
     StatusOut,
     SubmitBody,
     SubmitResult,
+    TypeUsageOut,
+    UsageOut,
+    UsageRowOut,
     error_responses,
 )
 from corral.store import NotQueued
@@ -69,6 +74,8 @@ def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, d
         executor_ref=row["executor_ref"],
         not_before=spec.get("not_before"),
         locality=spec.get("locality"),
+        user=spec.get("user", ""),
+        tags=list(spec.get("tags", ())),
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
     )
@@ -243,6 +250,47 @@ def status(runtime: UserRuntime) -> StatusOut:
         backoffs=[BackoffOut(**row) for row in store.backoffs_in_force(now)],
         dispatchers=[
             DispatcherOut(**row, stale=is_stale(row["last_heartbeat"], now, policy)) for row in store.dispatcher_rows()
+        ],
+    )
+
+
+@router.get("/usage")
+def usage(
+    runtime: UserRuntime,
+    since: float = Query(description="start of the window, epoch seconds"),
+    until: float | None = Query(None, description="end of the window, epoch seconds; default: now"),
+    by: accounting.GroupBy = "user",
+    limit: int = Query(1000, ge=1, le=100_000, description="rows, the largest cost first"),
+) -> UsageOut:
+    """What the fleet billed in [since, until), each instance type's part of it used by jobs, and
+    each user's (tag's, job's) work and share of the bill (sreport / sacct)."""
+    now = time.time()
+    end = now if until is None else until
+    if not since < end:
+        raise HTTPException(422, f"since ({since:g}) must be before until ({end:g})")
+    nodes, attempts = runtime.store.usage_spans(since, end)
+    report = accounting.usage(nodes, attempts, since, end, now, by)
+    return UsageOut(
+        since=report.since,
+        until=report.until,
+        by=report.by,
+        jobs=report.jobs,
+        billed=report.billed,
+        used=report.used,
+        unattributed=report.unattributed,
+        rows=[
+            UsageRowOut(key=r.key, jobs=r.jobs, vcpu_hours=r.vcpu_hours, gpu_hours=r.gpu_hours, cost=r.cost)
+            for r in report.rows[:limit]
+        ],
+        types=[
+            TypeUsageOut(
+                instance_type=t.instance_type,
+                instances=t.instances,
+                instance_hours=t.instance_hours,
+                billed=t.billed,
+                used=t.used,
+            )
+            for t in report.types
         ],
     )
 

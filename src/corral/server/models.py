@@ -153,6 +153,8 @@ class JobOut(BaseModel):
     executor_ref: str | None = None  # its latest attempt's executor_ref: the Slurm job id
     not_before: float | None = None  # epoch seconds: not started before then (--not-before)
     locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
+    user: str = ""  # whose job it is (corral usage --by user)
+    tags: list[str] = Field(default_factory=list)
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
 
@@ -317,3 +319,33 @@ class StatusOut(BaseModel):
     cost_per_hour: float
     backoffs: list[BackoffOut]  # instance types not tried for now
     dispatchers: list[DispatcherOut]
+
+
+class UsageRowOut(BaseModel):
+    key: str  # the user, tag or job id
+    jobs: int
+    vcpu_hours: float
+    gpu_hours: float
+    cost: float  # the share of its nodes' bill its attempts occupied
+
+
+class TypeUsageOut(BaseModel):
+    instance_type: str
+    instances: int
+    instance_hours: float
+    billed: float
+    used: float  # charged to attempts
+
+
+class UsageOut(BaseModel):
+    """What the fleet billed in [since, until), and whose work it ran: `corral usage`."""
+
+    since: float
+    until: float  # no later than now
+    by: str
+    jobs: int
+    billed: float
+    used: float
+    unattributed: float  # idle and booting nodes, and room on busy nodes no job asked for
+    rows: list[UsageRowOut]  # the largest cost first
+    types: list[TypeUsageOut]

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from corral.core.model import InstanceType, JobState
+from corral.core.accounting import share
+from corral.core.model import InstanceType, JobState, Resources
 from corral.sim.engine import Simulation, Trace
 
 BOUNDED_SLOWDOWN_FLOOR = 10.0
@@ -289,13 +290,13 @@ def cost_bounds(sim: Simulation) -> tuple[float, float]:
 def cheapest_prices(vcpus: float, ram_mib: int, gpus: int, types: list[InstanceType]) -> tuple[float, float]:
     """(price of the cheapest type that fits, cheapest price of the share of a type it occupies);
     NaN when no type fits."""
-    whole = share = float("inf")
+    whole = cheapest_share = float("inf")
+    request = Resources(vcpus, ram_mib, 0, gpus)
     for t in types:
         if vcpus > t.vcpus + 1e-9 or ram_mib > t.ram_mib or gpus > t.gpus:
             continue
         whole = min(whole, t.price_per_hour)
-        fraction = max(vcpus / t.vcpus, ram_mib / t.ram_mib, gpus / t.gpus if t.gpus else 0.0)
-        share = min(share, t.price_per_hour * fraction)
+        cheapest_share = min(cheapest_share, t.price_per_hour * share(request, t.capacity))
     if whole == float("inf"):
         return float("nan"), float("nan")
-    return whole, share
+    return whole, cheapest_share

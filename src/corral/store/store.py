@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
 
+from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -1056,6 +1057,37 @@ class Store:
         with self.read() as conn:
             rows = conn.execute(select(table).where(table.c.until > now).order_by(table.c.until)).all()
         return [dict(r._mapping) for r in rows]
+
+    def usage_spans(self, since: float, until: float) -> tuple[list[NodeSpan], list[AttemptSpan]]:
+        """The nodes up, and the attempts running, at some time in [since, until): what
+        `corral.core.accounting.usage` reads."""
+        with self.read() as conn:
+            node_rows = conn.execute(
+                select(
+                    N.c.id, N.c.instance_type, N.c.price_per_hour, N.c.billing_granularity, N.c.billing_minimum,
+                    N.c.vcpus, N.c.ram_mib, N.c.scratch_mib, N.c.gpus, N.c.created_at, N.c.gone_at,
+                ).where(N.c.created_at < until, or_(N.c.gone_at.is_(None), N.c.gone_at > since))
+            ).all()  # fmt: skip
+            attempt_rows = conn.execute(
+                select(
+                    A.c.job_id, J.c.spec["user"].as_string(), J.c.spec["tags"], A.c.node_ids,
+                    A.c.vcpus, A.c.ram_mib, A.c.scratch_mib, A.c.gpus, A.c.started_at, A.c.finished_at,
+                )
+                .join(J, J.c.id == A.c.job_id)
+                .where(
+                    A.c.started_at.is_not(None),
+                    A.c.started_at < until,
+                    or_(A.c.finished_at.is_(None), A.c.finished_at > since),
+                )
+            ).all()  # fmt: skip
+        nodes = [
+            NodeSpan(r[0], r[1], r[2], r[3], r[4], Resources(r[5], r[6], r[7], r[8]), r[9], r[10]) for r in node_rows
+        ]
+        attempts = [
+            AttemptSpan(r[0], r[1] or "", tuple(r[2] or ()), tuple(r[3]), Resources(r[4], r[5], r[6], r[7]), r[8], r[9])
+            for r in attempt_rows
+        ]
+        return nodes, attempts
 
     def held_count(self) -> int:
         with self.read() as conn:

@@ -1,0 +1,54 @@
+"""`corral usage`: what the fleet billed and whose work it ran, from a running corral."""
+
+from __future__ import annotations
+
+import getpass
+
+import pytest
+
+from tests.e2e.conftest import Corral, wait_until
+
+SMALL_PRICE = 0.085  # tests/e2e/conftest.py's "small": 2 vcpus, 2 GiB
+
+
+def test_usage_charges_each_user_the_share_of_the_node_their_jobs_ran_on(corral: Corral) -> None:
+    corral.start()
+    alice = corral.cli("submit", "--user", "alice", "--vcpus", "2", "--tag", "render", "--", "sleep", "2").stdout
+    bob = corral.cli("submit", "--user", "bob", "--vcpus", "1", "--ram", "512MiB", "--", "sleep", "1").stdout
+    mine = corral.cli("submit", "--", "true").stdout  # no --user: the submitter's login name
+    ids = [int(alice), int(bob), int(mine)]
+    wait_until(lambda: all(corral.jobs()[i]["state"] == "complete" for i in ids), 90, "the three jobs to complete")
+
+    job = corral.cli_json("job", str(ids[0]))
+    assert (job["user"], job["tags"]) == ("alice", ["render"])
+    assert corral.cli_json("job", str(ids[2]))["user"] == getpass.getuser()
+    (run,) = job["attempt_list"]
+    alice_hours = (run["finished_at"] - run["started_at"]) / 3600
+
+    report = corral.cli_json("usage", "--since", "1h")
+    rows = {row["key"]: row for row in report["rows"]}
+    assert set(rows) == {"alice", "bob", getpass.getuser()}
+    assert rows["alice"]["jobs"] == 1
+    assert rows["alice"]["vcpu_hours"] == pytest.approx(2 * alice_hours)
+    assert rows["alice"]["cost"] == pytest.approx(SMALL_PRICE * alice_hours)  # both vcpus: the whole node
+    assert rows["bob"]["cost"] < rows["alice"]["cost"]
+    assert report["jobs"] == 3
+    assert report["billed"] >= report["used"] == pytest.approx(sum(row["cost"] for row in report["rows"]))
+    assert report["unattributed"] == pytest.approx(report["billed"] - report["used"])
+    assert [t["instance_type"] for t in report["types"]] == ["small"]
+
+    by_tag = {row["key"]: row["jobs"] for row in corral.cli_json("usage", "--since", "1h", "--by", "tag")["rows"]}
+    assert by_tag == {"render": 1, "(untagged)": 2}
+
+    text = corral.cli("usage", "--since", "1h").stdout
+    assert "alice" in text and "3 jobs ran; the fleet billed $" in text
+
+
+def test_usage_names_a_bad_window_or_grouping(corral: Corral) -> None:
+    corral.start()
+    result = corral.cli("usage", "--since", "last tuesday", check=False)
+    assert result.returncode != 0 and "--since: 'last tuesday' is neither a time ago" in result.stderr
+    result = corral.cli("usage", "--by", "team", check=False)
+    assert result.returncode != 0 and "--by" in result.stderr and "'user', 'tag' or 'job'" in result.stderr
+    result = corral.cli("usage", "--since", "1h", "--until", "2h", check=False)
+    assert result.returncode != 0 and "must be before until" in result.stderr

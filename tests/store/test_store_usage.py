@@ -1,0 +1,50 @@
+"""What `corral usage` reads from a real store (SQLite and PostgreSQL): the spans in a window."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.core.accounting import usage
+from corral.core.model import NodeState
+from corral.store import Store
+
+from .storekit import NOW, ONE_CPU, SMALL, add_node, after_exit, claim, submit
+
+
+def test_the_spans_of_a_window_are_the_nodes_up_and_the_runs_in_it_with_their_owners(store: Store) -> None:
+    add_node(store, "old", now=NOW - 9000)
+    assert store.mark_node("old", NodeState.GONE, "shut down", NOW - 5000)  # gone before the window
+    add_node(store, "n1", now=NOW - 3600)
+    (alice,) = submit(store, 1, user="alice", tags=["web", "prod"])
+    (bob,) = submit(store, 1, user="bob")
+    (never,) = submit(store, 1, user="carol")  # claimed, never started: no work done
+    first = claim(store, alice, nodes=["n1"], now=NOW)
+    second = claim(store, bob, nodes=["n1"], now=NOW)
+    claim(store, never, nodes=["n1"], now=NOW)
+    assert store.attempt_started(first, "n1", 11, NOW + 10)
+    assert store.attempt_started(second, "n1", 12, NOW + 10)
+    assert store.finish_attempt(first, "n1", 0, NOW + 3610, after_exit(0, first))
+
+    nodes, attempts = store.usage_spans(NOW - 4000, NOW + 7200)
+
+    assert [(n.node_id, n.instance_type, n.price_per_hour, n.capacity) for n in nodes] == [
+        ("n1", "small", SMALL.price_per_hour, SMALL.capacity)
+    ]
+    spans = {a.job_id: a for a in attempts}
+    assert set(spans) == {alice, bob}
+    assert (spans[alice].user, spans[alice].tags, spans[alice].node_ids) == ("alice", ("web", "prod"), ("n1",))
+    assert (spans[alice].started_at, spans[alice].finished_at, spans[alice].request) == (NOW + 10, NOW + 3610, ONE_CPU)
+    assert (spans[bob].user, spans[bob].finished_at) == ("bob", None)  # still running
+
+    report = usage(nodes, attempts, NOW - 4000, NOW + 7200, now=NOW + 7200)
+    quarter_hour_price = SMALL.price_per_hour / 4  # one of the node's four vcpus
+    costs = {row.key: row.cost for row in report.rows}
+    assert costs["alice"] == pytest.approx(quarter_hour_price * 3600 / 3600)
+    assert costs["bob"] == pytest.approx(quarter_hour_price * 7190 / 3600)
+    assert report.billed == pytest.approx(SMALL.price_per_hour * (3600 + 7200) / 3600)
+
+
+def test_a_window_before_anything_ran_is_empty(store: Store) -> None:
+    add_node(store, "n1", now=NOW)
+    nodes, attempts = store.usage_spans(NOW - 7200, NOW - 3600)
+    assert (nodes, attempts) == ([], [])
