@@ -145,3 +145,25 @@ def test_a_webhook_that_cannot_be_reached_is_a_notify_failed_event(tmp_path: Pat
     assert failed["job_id"] == 7 and "notify[0]" in failed["message"]
     assert "POST http://127.0.0.1:9/x" in failed["message"]
     store.close()
+
+
+def test_skipping_to_the_newest_event_sends_nothing_of_the_backlog_and_what_follows_as_before(
+    tmp_path: Path, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, posted = receiver
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    config = Config.model_validate({"notify": [{"name": "queued", "on": ["job.queued"], "webhook": url}]})
+    notifier = Notifier(store, config.notify, lambda: START)
+    assert notifier.after_pass() == 0  # the first pass puts the cursor at the newest event
+    for job_id in (1, 2, 3):
+        store.add_event(START + job_id, "job.queued", "a backlog nobody wants paged about", job_id)
+
+    assert store.move_notify_cursor(store.last_event_id(), START + 10) == 0
+    assert notifier.after_pass() == 0  # (the move's own event matches no rule)
+    store.add_event(START + 20, "job.queued", "after the skip", 4)
+    assert notifier.after_pass() == 1
+    notifier.close()
+    assert [note["event"]["job_id"] for note in posted] == [4]
+    (moved,) = store.list_events(kind="notify.moved")
+    assert moved["message"] == "the notifier's cursor moved from 0 to 3: events 1-3 are not notified"

@@ -842,6 +842,31 @@ def events(
     console.print(table)
 
 
+@notify_app.command("skip")
+def notify_skip(
+    to: Annotated[
+        int | None,
+        typer.Option(help="The event to have handled last (default: the newest); an earlier one replays the rest."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Move the notifier past a backlog (to the newest event), or back to replay what was missed.
+
+    Forward, the events skipped are never notified. Back, the events after --to are notified
+    again with rearm and thresholds started over: what a webhook that was down never got."""
+    result = call("POST", "/api/notify/skip", json={"to": to})
+    if as_json:
+        print_json(result)
+        return
+    was, now_at = result["was"], result["to"]
+    if was is None:
+        console.print(f"the notifier had not run; it starts after event {now_at}", highlight=False)
+    elif now_at >= was:
+        console.print(f"moved from event {was} to {now_at}: {now_at - was} events not notified", highlight=False)
+    else:
+        console.print(f"moved back from event {was} to {now_at}: {was - now_at} events notified again", highlight=False)
+
+
 @notify_app.command("status")
 def notify_status(as_json: JsonFlag = False) -> None:
     """Show the notifier's place in the event log, its rules, and whom each rule keeps quiet (rearm)."""

@@ -26,6 +26,8 @@ from corral.server.models import (
     NodeAttributesBody,
     NodeOut,
     NotifyRuleOut,
+    NotifySkipBody,
+    NotifySkipOut,
     NotifyStatusOut,
     PathId,
     PriorityBody,
@@ -328,6 +330,20 @@ def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
         quiet=quiet,
         threshold_counts=counts,
     )
+
+
+@router.post("/notify/skip")
+def notify_skip(runtime: UserRuntime, body: NotifySkipBody | None = None) -> NotifySkipOut:
+    """Move the notifier's cursor: to the newest event (a backlog nobody wants paged about is
+    dropped), or to `to`, which may be back (the events after it are notified again: what a
+    webhook that was down never got). An event `notify.moved` records it."""
+    newest = runtime.store.last_event_id()
+    to = newest if body is None or body.to is None else body.to
+    if to > newest:
+        raise HTTPException(422, f"to: there is no event {to} yet (the newest is {newest})")
+    was = runtime.store.move_notify_cursor(to, time.time())
+    runtime.wake()
+    return NotifySkipOut(was=was, to=to)
 
 
 def _rule_out(name: str, rule: NotifyRule) -> NotifyRuleOut:

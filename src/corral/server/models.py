@@ -217,6 +217,18 @@ class NotifyStatusOut(BaseModel):
     threshold_counts: dict[str, int]  # threshold rule -> its events within its window now
 
 
+class NotifySkipBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: DbInt | None = Field(
+        None, ge=0, description="the event the notifier is to have handled last; default: the newest"
+    )
+
+
+class NotifySkipOut(BaseModel):
+    was: int | None  # where the cursor was (None: the notifier had not run)
+    to: int
+
+
 # ---- agent protocol ---------------------------------------------------------------------------
 
 

@@ -235,6 +235,36 @@ class Store:
             stmt2 = update(table).where(table.c.name == name, table.c.last_event_id == old_id).values(**values)
             return conn.execute(stmt2).rowcount == 1
 
+    def move_notify_cursor(self, to: int, now: float, name: str = "notify") -> int | None:
+        """Put the cursor at event `to` (an operator's `corral notify skip`), with an event
+        `notify.moved`; the id it was at (None: the notifier had not run). Forward, the events
+        between are never notified; back, those after `to` are notified again, with the rearm and
+        threshold state started over, for they may be what a failed webhook never delivered. A
+        pass whose batch the move overtakes finds the cursor moved and sends nothing."""
+        table = schema.notify_cursor
+        with self.write() as conn:
+            row = conn.execute(
+                select(table.c.last_event_id, table.c.state).where(table.c.name == name).with_for_update()
+            ).first()
+            was = None if row is None else int(row[0])
+            if row is None:
+                conn.execute(insert(table).values(name=name, last_event_id=to, state={}, updated_at=now))
+            else:
+                state = dict(row[1]) if to >= int(row[0]) else {}
+                conn.execute(
+                    update(table).where(table.c.name == name).values(last_event_id=to, state=state, updated_at=now)
+                )
+            if was is None:
+                what = f"the notifier, yet to run, starts after event {to}"
+            elif to > was:
+                what = f"events {was + 1}-{to} are not notified"
+            elif to < was:
+                what = f"events {to + 1}-{was} are notified again, rearm and thresholds started over"
+            else:
+                what = "it was there already"
+            self._event(conn, now, "notify.moved", f"the notifier's cursor moved from {was} to {to}: {what}")
+        return was
+
     # ---- jobs ---------------------------------------------------------------------------------
 
     def submit(self, requests: Sequence[JobRequest], now: float) -> list[int]:
