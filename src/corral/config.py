@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
@@ -131,6 +131,38 @@ class InstanceTypeConfig(_Strict):
 
 
 _AWS_ID = r"[0-9a-f]{8}(?:[0-9a-f]{9})?"
+_AMI = re.compile(rf"ami-{_AWS_ID}")
+
+
+class RootVolumeConfig(_Strict):
+    """The root EBS volume of every instance: sized by the driver to the AMI's root volume plus the
+    instance type's scratch (unless the type's scratch is its own instance storage), deleted with
+    the instance."""
+
+    type: Literal["gp3", "gp2", "io1", "io2", "standard"] = Field("gp3", description="the EBS volume type")
+    iops: Int | None = Field(
+        None, ge=100, le=256000, description="provisioned IOPS: required for io1 and io2; gp3 default 3000"
+    )
+    throughput: Int | None = Field(None, ge=125, le=2000, description="gp3 only: MiB/s; default 125")
+    encrypted: StrictBool = Field(
+        False, description="encrypt the volume (the account's default EBS key unless kms_key_id)"
+    )
+    kms_key_id: str | None = Field(
+        None, min_length=1, description="the KMS key (id, ARN or alias) that encrypts it; needs encrypted = true"
+    )
+
+    @model_validator(mode="after")
+    def _options_fit_the_type(self) -> RootVolumeConfig:
+        # EC2 refuses these at RunInstances, for every boot: said at load time instead.
+        if self.type in ("io1", "io2") and self.iops is None:
+            raise ValueError(f"iops is required with type = {self.type!r}")
+        if self.type in ("gp2", "standard") and self.iops is not None:
+            raise ValueError(f"iops cannot be set with type = {self.type!r} (only gp3, io1, io2)")
+        if self.type != "gp3" and self.throughput is not None:
+            raise ValueError(f"throughput cannot be set with type = {self.type!r} (only gp3)")
+        if self.kms_key_id is not None and not self.encrypted:
+            raise ValueError("kms_key_id needs encrypted = true")
+        return self
 
 
 class Ec2Config(_Strict):
@@ -141,8 +173,22 @@ class Ec2Config(_Strict):
     endpoint_url: str | None = Field(None, description="EC2 endpoint URL: a VPC endpoint, or a moto server in tests")
     profile: str | None = Field(None, description="a named profile in ~/.aws/config; default: the SDK's credentials")
     image_id: str | None = Field(
-        None, pattern=rf"^ami-{_AWS_ID}$", description="the AMI every instance boots (required); see the operator guide"
+        None,
+        pattern=rf"^ami-{_AWS_ID}$",
+        description="the AMI instances boot (required unless image_ids names one for every instance type);"
+        " see the operator guide",
     )
+    image_ids: dict[str, str] = Field(
+        default_factory=dict,
+        description="per instance type name: the AMI it boots instead of image_id (a GPU type's with its drivers,"
+        " an arm64 one for Graviton types)",
+    )
+    included_scratch: list[str] = Field(
+        default_factory=list,
+        description="instance types whose scratch is their own instance storage (c5d, m6id…): their root volume"
+        " is not grown by their scratch (Arvados' IncludedScratch)",
+    )
+    root_volume: RootVolumeConfig = Field(default_factory=RootVolumeConfig)
     subnet_ids: list[str] = Field(
         default_factory=list,
         description="subnets to boot in; on insufficient capacity the next is tried (spread them over zones);"
@@ -177,6 +223,18 @@ class Ec2Config(_Strict):
         if bad:
             raise ValueError(f"not {prefix}<hex id>: {', '.join(bad)}")
         return value
+
+    @field_validator("image_ids")
+    @classmethod
+    def _ami_ids(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [f"{name} = {ami!r}" for name, ami in value.items() if not _AMI.fullmatch(ami)]
+        if bad:
+            raise ValueError(f"not ami-<hex id>: {', '.join(bad)}")
+        return value
+
+    def image_for(self, instance_type: str) -> str | None:
+        """The AMI an instance of this type boots: its own, else image_id."""
+        return self.image_ids.get(instance_type, self.image_id)
 
     @field_validator("endpoint_url", "server_url")
     @classmethod
@@ -338,15 +396,25 @@ class Config(_Strict):
         ec2 = self.cloud.ec2
         errors = []
         where = ("cloud", "ec2")
-        if ec2.image_id is None:
-            errors.append(_error("missing", (*where, "image_id"), None, "required with cloud.driver = 'ec2'"))
+        without_image = sorted(names - set(ec2.image_ids))
+        if ec2.image_id is None and without_image:
+            message = (
+                "required with cloud.driver = 'ec2' unless image_ids names an AMI for every instance type"
+                f" (none for {', '.join(without_image)})"
+            )
+            errors.append(_error("missing", (*where, "image_id"), None, message))
         if ec2.server_url is None:
             message = "required with cloud.driver = 'ec2': the URL the instances' agents reach this server at"
             errors.append(_error("missing", (*where, "server_url"), None, message))
-        for name in ec2.market:
+        for key, named in (("market", list(ec2.market)), ("image_ids", list(ec2.image_ids))):
+            for name in named:
+                if name not in names:
+                    message = f"{name!r} is not in instance_types ({known})"
+                    errors.append(_error("unknown_instance_type", (*where, key, name), name, message))
+        for index, name in enumerate(ec2.included_scratch):
             if name not in names:
                 message = f"{name!r} is not in instance_types ({known})"
-                errors.append(_error("unknown_instance_type", (*where, "market", name), name, message))
+                errors.append(_error("unknown_instance_type", (*where, "included_scratch", index), name, message))
         return errors
 
     @property

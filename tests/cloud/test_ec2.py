@@ -23,7 +23,7 @@ from corral.cloud.base import (
     Throttled,
 )
 from corral.cloud.ec2 import AGENT_ENV_FILE, Ec2Cloud, agent_user_data
-from corral.config import Config, ConfigError, Ec2Config, load_config
+from corral.config import Config, ConfigError, Ec2Config, RootVolumeConfig, load_config
 from corral.core.model import InstanceType
 from tests.cloud.ec2_support import free_port, inject
 
@@ -271,3 +271,174 @@ def test_the_example_config_is_valid_and_builds_the_driver() -> None:
     assert config.cloud.driver == "ec2" and config.cloud.ec2.image_id
     cloud = make_cloud(config, "http://127.0.0.1:8642")
     assert isinstance(cloud, Ec2Cloud) and cloud.server_url == config.cloud.ec2.server_url
+
+
+# ---- the AMI and the scratch disk of each instance type ------------------------------------------
+
+C5D = InstanceType(name="c5d.large", vcpus=2, ram_mib=4096, price_per_hour=0.096, scratch_mib=50 * 1024)
+ODD = InstanceType(name="m5.2xlarge", vcpus=8, ram_mib=32768, price_per_hour=0.384, scratch_mib=1500)
+
+
+def root_volume(ec2: Any, instance_id: str) -> dict[str, Any]:
+    """The volume EC2 attached at the instance's root device, with the mapping's DeleteOnTermination."""
+    raw = described(ec2, instance_id)
+    [mapping] = [m for m in raw["BlockDeviceMappings"] if m["DeviceName"] == raw["RootDeviceName"]]
+    [volume] = ec2.describe_volumes(VolumeIds=[mapping["Ebs"]["VolumeId"]])["Volumes"]
+    return {**volume, "DeleteOnTermination": mapping["Ebs"]["DeleteOnTermination"]}
+
+
+def image_root_gib(ec2: Any, image_id: str) -> int:
+    [image] = ec2.describe_images(ImageIds=[image_id])["Images"]
+    [root] = [m for m in image["BlockDeviceMappings"] if m["DeviceName"] == image["RootDeviceName"]]
+    return int(root["Ebs"]["VolumeSize"])
+
+
+@pytest.fixture(scope="session")
+def arm_image_id(ec2: Any, image_id: str) -> str:
+    arm = [i["ImageId"] for i in ec2.describe_images(Filters=[{"Name": "architecture", "Values": ["arm64"]}])["Images"]]
+    assert arm and arm[0] != image_id
+    return str(arm[0])
+
+
+def test_each_instance_type_boots_its_own_ami_else_image_id(
+    settings: Ec2Config, cluster: str, ec2: Any, image_id: str, arm_image_id: str
+) -> None:
+    cloud = Ec2Cloud(settings.model_copy(update={"image_ids": {"m5.large": arm_image_id}}), cluster, "http://h:1")
+    own = cloud.create(M5, "n-1", TOKEN, {})
+    fallback = cloud.create(C5, "n-2", TOKEN, {})
+    assert described(ec2, own.id)["ImageId"] == arm_image_id
+    assert described(ec2, fallback.id)["ImageId"] == image_id
+    for instance in (own, fallback):
+        cloud.destroy(instance.id)
+
+
+def test_the_root_volume_is_the_amis_root_plus_the_types_scratch(
+    settings: Ec2Config, cluster: str, ec2: Any, image_id: str, arm_image_id: str
+) -> None:
+    """A job placed by the type's scratch finds that much disk: the root volume is grown by it."""
+    cloud = Ec2Cloud(settings.model_copy(update={"image_ids": {"m5.large": arm_image_id}}), cluster, "http://h:1")
+    describes = inject(cloud.client, "DescribeImages", "never", when=lambda params: False)
+    c5 = cloud.create(C5, "n-1", TOKEN, {})  # 8 GiB of scratch
+    m5 = cloud.create(M5, "n-2", TOKEN, {})  # 100 GiB, the default
+    odd = cloud.create(ODD, "n-3", TOKEN, {})  # 1500 MiB: rounded up to whole GiB, so the promise holds
+    again = cloud.create(C5, "n-4", TOKEN, {})
+
+    base = image_root_gib(ec2, image_id)
+    volume = root_volume(ec2, c5.id)
+    assert (volume["Size"], volume["VolumeType"], volume["Encrypted"]) == (base + 8, "gp3", False)
+    assert volume["DeleteOnTermination"] is True  # nothing is left behind to pay for
+    assert root_volume(ec2, m5.id)["Size"] == image_root_gib(ec2, arm_image_id) + 100
+    assert root_volume(ec2, odd.id)["Size"] == base + 2
+    assert root_volume(ec2, again.id)["Size"] == base + 8
+    # One DescribeImages per AMI, whatever the number of boots.
+    assert sorted(p["ImageId.1"] for p in describes.seen) == sorted([image_id, arm_image_id])
+    for instance in (c5, m5, odd, again):
+        cloud.destroy(instance.id)
+
+
+def test_an_included_scratch_type_gets_no_added_volume_and_the_volume_options_are_sent(
+    settings: Ec2Config, cluster: str, ec2: Any, image_id: str
+) -> None:
+    root = {"type": "gp3", "iops": 6000, "throughput": 500, "encrypted": True, "kms_key_id": "alias/corral-scratch"}
+    configured = settings.model_copy(
+        update={"included_scratch": ["c5d.large"], "root_volume": RootVolumeConfig.model_validate(root)}
+    )
+    cloud = Ec2Cloud(configured, cluster, "http://h:1")
+    runs = inject(cloud.client, "RunInstances", "never", when=lambda params: False)
+    included = cloud.create(C5D, "n-1", TOKEN, {})
+    added = cloud.create(C5, "n-2", TOKEN, {})
+
+    base = image_root_gib(ec2, image_id)
+    volume = root_volume(ec2, included.id)
+    assert volume["Size"] == base  # its 50 GiB of scratch is its own NVMe disk
+    assert (volume["Encrypted"], volume["KmsKeyId"], volume["DeleteOnTermination"]) == (
+        True,
+        "alias/corral-scratch",
+        True,
+    )
+    assert root_volume(ec2, added.id)["Size"] == base + 8
+    # moto keeps no IOPS or throughput of a launch's mapping: read them from the request sent.
+    sent = runs.seen[-1]
+    assert (sent["BlockDeviceMapping.1.Ebs.Iops"], sent["BlockDeviceMapping.1.Ebs.Throughput"]) == ("6000", "500")
+    for instance in (included, added):
+        cloud.destroy(instance.id)
+
+
+def test_an_ami_that_is_not_there_is_an_error_naming_it_and_the_type_not_a_capacity_error(
+    settings: Ec2Config, cluster: str, ec2: Any, image_id: str, subnet_ids: list[str]
+) -> None:
+    missing = "ami-0123456789abcdef0"
+    instance = ec2.run_instances(ImageId=image_id, MinCount=1, MaxCount=1)["Instances"][0]
+    deregistered = ec2.create_image(InstanceId=instance["InstanceId"], Name=f"{cluster}-gone")["ImageId"]
+    ec2.deregister_image(ImageId=deregistered)
+    ec2.terminate_instances(InstanceIds=[instance["InstanceId"]])
+    [instance_store] = [
+        i["ImageId"]
+        for i in ec2.describe_images(Filters=[{"Name": "root-device-type", "Values": ["instance-store"]}])["Images"]
+    ]
+    images = {"m5.large": missing, "c5.large": deregistered, "c5d.large": instance_store}
+    cloud = Ec2Cloud(settings.model_copy(update={"image_ids": images, "subnet_ids": subnet_ids}), cluster, "http://h:1")
+
+    for itype, message in (
+        (M5, f"AMI {missing} of instance type m5.large does not exist or is not shared with this account"),
+        (C5, f"AMI {deregistered} of instance type c5.large does not exist or is not shared with this account"),
+        (C5D, f"AMI {instance_store} of instance type c5d.large is instance-store-backed"),
+    ):
+        with pytest.raises(CloudError, match=message) as raised:
+            cloud.create(itype, "n-1", TOKEN, {})
+        assert type(raised.value) is CloudError  # the config's fault: no capacity back-off of the type
+        assert itype is not M5 or "InvalidAMIID.NotFound" in str(raised.value)  # and EC2's own words
+    assert cloud.list() == []
+
+    # A failure is not remembered: an AMI shared after it is used by the next boot.
+    fixed = Ec2Cloud(settings, cluster, "http://h:1")
+    inject(fixed.client, "DescribeImages", "InvalidAMIID.NotFound", times=1)
+    with pytest.raises(CloudError, match=f"AMI {image_id} of instance type c5.large does not exist"):
+        fixed.create(C5, "n-2", TOKEN, {})
+    fixed.create(C5, "n-3", TOKEN, {})
+
+    # An AMI deregistered after it was read: RunInstances says so, in one subnet, and it is read again.
+    gone = inject(fixed.client, "RunInstances", "InvalidAMIID.NotFound", times=1)
+    describes = inject(fixed.client, "DescribeImages", "never", when=lambda params: False)
+    with pytest.raises(CloudError, match=f"AMI {image_id} of instance type c5.large: .*InvalidAMIID.NotFound") as ran:
+        fixed.create(C5, "n-4", TOKEN, {})
+    assert type(ran.value) is CloudError and len(gone.calls) == 1 and describes.seen == []
+    fixed.create(C5, "n-5", TOKEN, {})
+    assert len(describes.seen) == 1
+    assert len(fixed.list()) == 2
+    for listed in fixed.list():
+        fixed.destroy(listed.id)
+
+
+def test_the_config_names_a_bad_ami_or_volume_setting(tmp_path: Path) -> None:
+    path = tmp_path / "corral.toml"
+    head = '[cloud]\ndriver = "ec2"\n[cloud.ec2]\nserver_url = "http://10.0.0.5:8642"\n'
+    g5 = '"g5.xlarge" = "ami-0123456789abcdef0"'
+    path.write_text(head + f'image_ids = {{ "c5.large" = "ami-12345678", "m5.large" = "ami-xyz", {g5} }}\n')
+    message = str(pytest.raises(ConfigError, load_config, path).value)
+    assert "cloud.ec2.image_ids: not ami-<hex id>: m5.large = 'ami-xyz'" in message
+    path.write_text(head + f'image_ids = {{ "c5.large" = "ami-12345678", {g5} }}\nincluded_scratch = ["c5d.large"]\n')
+    message = str(pytest.raises(ConfigError, load_config, path).value)
+    assert "cloud.ec2.image_ids.g5.xlarge: 'g5.xlarge' is not in instance_types (c5.large, m5.large" in message
+    assert "cloud.ec2.included_scratch.0: 'c5d.large' is not in instance_types" in message
+    # image_id may be left out only when every type has an AMI of its own; the rest are named.
+    assert "cloud.ec2.image_id: required with cloud.driver = 'ec2' unless image_ids names an AMI" in message
+    assert "(none for m5.large, m5.xlarge, r5.xlarge)" in message
+
+    every_type = ", ".join(
+        f'"{t}" = "ami-1234567{n}"' for n, t in enumerate(["c5.large", "m5.large", "m5.xlarge", "r5.xlarge"])
+    )
+    path.write_text(head + f"image_ids = {{ {every_type} }}\n")
+    ec2 = load_config(path).cloud.ec2
+    assert ec2.image_id is None and ec2.image_for("r5.xlarge") == "ami-12345673"
+
+    for volume, error in (
+        ('type = "io2"', "iops is required with type = 'io2'"),
+        ('type = "gp2"\niops = 3000', "iops cannot be set with type = 'gp2'"),
+        ('type = "io1"\niops = 3000\nthroughput = 250', "throughput cannot be set with type = 'io1'"),
+        ('kms_key_id = "alias/x"', "kms_key_id needs encrypted = true"),
+        ('type = "st1"', "cloud.ec2.root_volume.type: Input should be 'gp3', 'gp2', 'io1', 'io2' or 'standard'"),
+        ("encrypted = 1", "cloud.ec2.root_volume.encrypted: Input should be a valid boolean"),
+    ):
+        path.write_text(head + f'image_id = "ami-12345678"\n[cloud.ec2.root_volume]\n{volume}\n')
+        assert error in str(pytest.raises(ConfigError, load_config, path).value), volume

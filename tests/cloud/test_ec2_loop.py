@@ -165,3 +165,24 @@ def test_a_cloud_error_pauses_boots_and_the_pause_doubles_until_a_boot_succeeds(
     loop.run_pass()  # the fault is over: boots go on
     assert len(cloud.list()) == 2
     loop.shutdown_fleet("corral stopped")
+
+
+def test_an_unknown_ami_fails_the_boot_with_its_name_and_is_no_capacity_back_off(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """A wrong AMI is the config's fault: the node is gone with a reason naming the AMI and the type,
+    boots pause as for any error that is no type's, and the type is not reported as short of capacity
+    (that would send its jobs to another type and hide the mistake)."""
+    missing = "ami-0123456789abcdef0"
+    loop, cloud, store, clock = make_loop(
+        tmp_path, settings.model_copy(update={"image_ids": {"c5.large": missing}}), cluster
+    )
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+
+    loop.run_pass()
+    [failed] = store.node_rows(include_gone=True)
+    assert failed["state"] == "gone" and failed["instance_type"] == "c5.large"
+    assert f"AMI {missing} of instance type c5.large does not exist" in failed["reason"]
+    assert "no boot for 1 s" in failed["reason"]
+    assert store.list_events(kind="capacity.unavailable") == []
+    assert cloud.list() == []

@@ -25,7 +25,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential, wait_random
 
-from corral.agent import logs
+from corral.agent import logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
 
@@ -120,6 +120,9 @@ class Agent:
             "node_id": self.options.node_id,
             "boot_token": self.options.boot_token,
             "capacity": self.options.capacity,
+            # What the disk has, beside the scratch the agent was told to report: the server warns
+            # of a node whose disk is smaller than its instance type promises.
+            "work_dir_free_mib": sysinfo.writable_mib(self.options.work_dir),
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
         }

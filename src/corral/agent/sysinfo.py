@@ -40,6 +40,15 @@ def disk_free_mib(path: Path) -> int:
     return shutil.disk_usage(path).free // (1024 * 1024)
 
 
+def writable_mib(path: Path) -> int:
+    """The space this process, and the attempts it starts as its user, can still write under `path`.
+    Root may also fill the blocks a file system keeps back for it (ext4's 5 %), which
+    `disk_free_mib` leaves out."""
+    stat = os.statvfs(path)
+    blocks = stat.f_bfree if os.geteuid() == 0 else stat.f_bavail
+    return blocks * stat.f_frsize // (1024 * 1024)
+
+
 @dataclass(frozen=True, slots=True)
 class ProcStat:
     pid: int

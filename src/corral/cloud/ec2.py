@@ -1,7 +1,11 @@
 """The `ec2` cloud: every instance is an EC2 instance, reached through boto3.
 
 - `create` is one RunInstances (MinCount = MaxCount = 1) with corral's tags on the instance and its
-  volumes. The instance learns where the server is and its one-time boot token from its user data:
+  volumes. It boots the instance type's AMI (`image_ids`, else `image_id`), and its root EBS volume
+  is the AMI's own root volume grown by the type's scratch, so that the scratch placement counts on
+  is on the disk: the AMI's root device and size are read with DescribeImages, once per AMI. A type
+  whose scratch is its own instance storage (`included_scratch`) keeps the AMI's root size. The
+  instance learns where the server is and its one-time boot token from its user data:
   a cloud-init document built as data (YAML), never by pasting values into a shell script. The
   token goes to a root-only file that the agent's systemd unit reads as its environment, so it is
   in no process's argument list.
@@ -17,10 +21,12 @@ by trying the next subnet, then by backing the type off (seed 004).
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -57,6 +63,9 @@ SUBNET_CODES = frozenset({"InsufficientFreeAddressesInSubnet"})
 QUOTA_CODES = frozenset({"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
 THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled"})
 NOT_FOUND = "InvalidInstanceID.NotFound"
+# An AMI that does not exist, is not shared with the account, or is malformed: the config's fault,
+# not the cloud's capacity (InvalidAMIID.NotFound, .Unavailable, .Malformed).
+IMAGE_CODES_PREFIX = "InvalidAMIID."
 
 AGENT_ENV_FILE = "/etc/corral/agent.env"
 AGENT_UNIT = "corral-agent"
@@ -118,6 +127,36 @@ def agent_user_data(
     return "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1 << 20)
 
 
+@dataclass(frozen=True, slots=True)
+class RootDevice:
+    """An AMI's root volume, as DescribeImages tells it."""
+
+    name: str  # e.g. /dev/xvda: the mapping that resizes the root volume must name it
+    size_gib: int
+
+
+def root_device_of(image: dict[str, Any], image_id: str, instance_type: str) -> RootDevice:
+    """The root device of a DescribeImages entry, or a CloudError naming the AMI and the type."""
+    where = f"ec2: AMI {image_id} of instance type {instance_type}"
+    image_state = image.get("State", "available")
+    if image_state != "available":
+        raise CloudError(f"{where} is {image_state}, not available")
+    if image.get("RootDeviceType", "ebs") != "ebs":
+        # Its root is an instance-store disk: there is no EBS volume to grow by the scratch.
+        raise CloudError(f"{where} is {image.get('RootDeviceType')}-backed: corral needs an EBS-backed AMI")
+    name = str(image.get("RootDeviceName") or "")
+    for mapping in image.get("BlockDeviceMappings", []):
+        size = mapping.get("Ebs", {}).get("VolumeSize")
+        if mapping.get("DeviceName") == name and isinstance(size, int):
+            return RootDevice(name, size)
+    raise CloudError(f"{where}: DescribeImages shows no EBS volume for its root device {name or '(none)'}")
+
+
+def scratch_gib(instance_type: InstanceType) -> int:
+    """The type's scratch in whole GiB (EBS sizes are), rounded up so that the promise holds."""
+    return math.ceil(instance_type.scratch_mib / 1024)
+
+
 class Ec2Cloud:
     def __init__(self, settings: Ec2Config, cluster: str, server_url: str, page_size: int = 500) -> None:
         self.settings = settings
@@ -138,16 +177,71 @@ class Ec2Cloud:
         self.client.meta.events.register_first("needs-retry.ec2.RunInstances", _no_retry_on_capacity)
         self._recent: dict[str, tuple[CloudInstance, float]] = {}
         self._lock = threading.Lock()
+        # An AMI's root device does not change: read once. Failures are not kept, so that an AMI
+        # shared or fixed after a failed boot is used by the next boot without a restart.
+        self._roots: dict[str, RootDevice] = {}
+
+    def image_for(self, instance_type: InstanceType) -> str:
+        image_id = self.settings.image_for(instance_type.name)
+        if image_id is None:
+            raise CloudError(f"ec2: no AMI for instance type {instance_type.name}: set image_id or image_ids")
+        return image_id
+
+    def root_device(self, image_id: str, instance_type: InstanceType) -> RootDevice:
+        with self._lock:
+            known = self._roots.get(image_id)
+        if known is not None:
+            return known
+        where = f"ec2: AMI {image_id} of instance type {instance_type.name}"
+        try:
+            images = self.client.describe_images(ImageIds=[image_id]).get("Images", [])
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc).startswith(IMAGE_CODES_PREFIX):
+                raise CloudError(f"{where} does not exist or is not shared with this account: {_message(exc)}") from exc
+            raise error_from(exc) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise error_from(exc) from exc
+        image = next((i for i in images if i.get("ImageId") == image_id), None)
+        if image is None:  # a deregistered AMI is listed by no one, without an error
+            raise CloudError(f"{where} does not exist or is not shared with this account")
+        root = root_device_of(image, image_id, instance_type.name)
+        with self._lock:
+            self._roots[image_id] = root
+        return root
+
+    def block_device_mappings(self, image_id: str, instance_type: InstanceType) -> list[dict[str, Any]]:
+        """The root volume: the AMI's own size plus the type's scratch, unless that scratch is the
+        instance's own storage; deleted with the instance (nothing is left behind to pay for)."""
+        root = self.root_device(image_id, instance_type)
+        volume = self.settings.root_volume
+        added = 0 if instance_type.name in self.settings.included_scratch else scratch_gib(instance_type)
+        ebs: dict[str, Any] = {
+            "VolumeSize": root.size_gib + added,
+            "VolumeType": volume.type,
+            "DeleteOnTermination": True,
+        }
+        if volume.iops is not None:
+            ebs["Iops"] = volume.iops
+        if volume.throughput is not None:
+            ebs["Throughput"] = volume.throughput
+        # Not encrypted: left out, so that an AMI whose snapshot is encrypted keeps its encryption.
+        if volume.encrypted:
+            ebs["Encrypted"] = True
+        if volume.kms_key_id is not None:
+            ebs["KmsKeyId"] = volume.kms_key_id
+        return [{"DeviceName": root.name, "Ebs": ebs}]
 
     def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
         all_tags = {"Name": f"corral-{self.cluster}-{node_id}", **self.settings.tags, **tags}
         all_tags.update({TAG_CLUSTER: self.cluster, TAG_NODE_ID: node_id, TAG_INSTANCE_TYPE: instance_type.name})
         tag_list = [{"Key": k, "Value": v} for k, v in all_tags.items()]
+        image_id = self.image_for(instance_type)
         params: dict[str, Any] = {
-            "ImageId": self.settings.image_id,
+            "ImageId": image_id,
             "InstanceType": instance_type.name,
             "MinCount": 1,
             "MaxCount": 1,
+            "BlockDeviceMappings": self.block_device_mappings(image_id, instance_type),
             "UserData": agent_user_data(self.settings, self.server_url, node_id, boot_token, instance_type),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tag_list},
@@ -183,6 +277,10 @@ class Ec2Cloud:
                 last = error_from(exc, instance_type.name)
                 if isinstance(last, InsufficientCapacity) or _code(exc) in SUBNET_CODES:
                     continue  # the next subnet (another zone) may have it
+                if _code(exc).startswith(IMAGE_CODES_PREFIX):
+                    with self._lock:
+                        self._roots.pop(image_id, None)  # gone since it was read: read it again next time
+                    raise CloudError(f"ec2: AMI {image_id} of instance type {instance_type.name}: {last}") from exc
                 raise last from exc
             # RunInstances answers before the tags are on the instance: read it with the tags it was given.
             instance = _instance({**response["Instances"][0], "Tags": tag_list}, launched_if_unknown=time.time())
@@ -234,6 +332,11 @@ def _code(exc: Exception) -> str:
     if isinstance(exc, botocore.exceptions.ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))
     return ""
+
+
+def _message(exc: botocore.exceptions.ClientError) -> str:
+    error = exc.response.get("Error", {})
+    return f"{error.get('Code', '')}: {error.get('Message', '') or exc}"
 
 
 def _instance(raw: dict[str, Any], launched_if_unknown: float = 0.0) -> CloudInstance:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from corral.core import retry
-from corral.core.model import Job, NodeState, Resources
+from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
@@ -30,6 +31,7 @@ from corral.server.models import (
 )
 
 router = APIRouter(prefix="/api/agent", responses=error_responses(400, 401, 403, 404, 409, 422))
+log = logging.getLogger("corral.server")
 
 AttemptId = PathId
 
@@ -37,11 +39,28 @@ AttemptId = PathId
 @router.post("/pair")
 def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
     capacity = Resources(body.capacity.vcpus, body.capacity.ram_mib, body.capacity.scratch_mib, body.capacity.gpus)
-    secret = runtime.store.pair_node(body.node_id, body.boot_token, capacity, body.hostname, time.time())
+    now = time.time()
+    secret = runtime.store.pair_node(body.node_id, body.boot_token, capacity, body.hostname, now)
     if secret is None:
         raise HTTPException(403, "unknown node, or boot token wrong or already used")
+    if body.work_dir_free_mib is not None and body.work_dir_free_mib < capacity.scratch_mib:
+        warn_scratch_short(runtime, body.node_id, capacity.scratch_mib, body.work_dir_free_mib, now)
     runtime.wake()
     return PairResult(node_id=body.node_id, secret=secret, ping_interval=runtime.config.cloud.ping_interval)
+
+
+def warn_scratch_short(runtime: Runtime, node_id: str, promised_mib: int, free_mib: int, now: float) -> None:
+    """A node whose disk has less than the scratch it reports (its instance type's) is said so, once,
+    at pairing. Placement still counts on the promise: this is for the operator (an AMI whose root
+    file system was not grown, an instance-storage disk not mounted at the work dir)."""
+    row = runtime.store.node_row(node_id)
+    instance_type = row["instance_type"] if row else "?"
+    message = (
+        f"node {node_id} ({instance_type}) is promised {promised_mib / GiB:.1f} GiB of scratch but its agent's work"
+        f" dir has {free_mib / GiB:.1f} GiB free: jobs placed by their scratch may run out of disk"
+    )
+    log.warning("%s", message)
+    runtime.store.add_event(now, "node.scratch_short", message, node_id=node_id)
 
 
 def finish_attempt(runtime: Runtime, node_id: str, attempt_id: int, exit_code: int, finished_at: float | None) -> None:

@@ -243,6 +243,7 @@ class PairBody(Inbound):
     node_id: str
     boot_token: str
     capacity: CapacityIn
+    work_dir_free_mib: Int | None = Field(None, ge=0, le=DB_INT_MAX)  # what the agent's work dir has free
     hostname: str = ""
     pid: DbInt | None = None
 
