@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from corral.cloud.base import CloudDriver, CloudError, InsufficientCapacity, QuotaExceeded
+from corral.cloud.base import CloudDriver, CloudError, ImageUnusable, InsufficientCapacity, QuotaExceeded
 from corral.config import Config
 from corral.core import capacity
 from corral.core.model import NodeState
@@ -249,12 +249,17 @@ class ControlLoop(LiveLoop):
         self.store.create_node(node_id, itype, boot_token, now, reason, self.dispatcher_id)
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {})
-        except (InsufficientCapacity, QuotaExceeded) as exc:
+        except (InsufficientCapacity, QuotaExceeded, ImageUnusable) as exc:
             # An account limit (EC2's vCPU quota is per group of types) is, to the planner, a type
             # that cannot be had for now, as a capacity error is: it boots another type that fits.
+            # So is a type whose AMI cannot boot (a config mistake, told apart by its event): the
+            # other types boot on, as Karpenter's other node pools do beside one with a bad image.
             until = capacity.record_insufficient_capacity(unavailable, type_name, now, self.config.policy.boot)
-            self.store.set_unavailable(type_name, until, str(exc), now)
+            kind = "type.image_unusable" if isinstance(exc, ImageUnusable) else "capacity.unavailable"
+            self.store.set_unavailable(type_name, until, str(exc), now, kind)
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
+            if isinstance(exc, ImageUnusable):
+                log.warning("boot of %s failed: %s; %s not booted for %g s", type_name, exc, type_name, until - now)
             return
         except CloudError as exc:
             self._boot_errors_in_a_row += 1

@@ -18,6 +18,7 @@ from corral.cloud.base import (
     TAG_NODE_ID,
     CloudDriver,
     CloudError,
+    ImageUnusable,
     InsufficientCapacity,
     QuotaExceeded,
     Throttled,
@@ -384,25 +385,25 @@ def test_an_ami_that_is_not_there_is_an_error_naming_it_and_the_type_not_a_capac
         (C5, f"AMI {deregistered} of instance type c5.large does not exist or is not shared with this account"),
         (C5D, f"AMI {instance_store} of instance type c5d.large is instance-store-backed"),
     ):
-        with pytest.raises(CloudError, match=message) as raised:
+        with pytest.raises(ImageUnusable, match=message) as raised:
             cloud.create(itype, "n-1", TOKEN, {})
-        assert type(raised.value) is CloudError  # the config's fault: no capacity back-off of the type
+        assert raised.value.instance_type == itype.name  # the type's fault: the loop backs that type off
         assert itype is not M5 or "InvalidAMIID.NotFound" in str(raised.value)  # and EC2's own words
     assert cloud.list() == []
 
     # A failure is not remembered: an AMI shared after it is used by the next boot.
     fixed = Ec2Cloud(settings, cluster, "http://h:1")
     inject(fixed.client, "DescribeImages", "InvalidAMIID.NotFound", times=1)
-    with pytest.raises(CloudError, match=f"AMI {image_id} of instance type c5.large does not exist"):
+    with pytest.raises(ImageUnusable, match=f"AMI {image_id} of instance type c5.large does not exist"):
         fixed.create(C5, "n-2", TOKEN, {})
     fixed.create(C5, "n-3", TOKEN, {})
 
     # An AMI deregistered after it was read: RunInstances says so, in one subnet, and it is read again.
     gone = inject(fixed.client, "RunInstances", "InvalidAMIID.NotFound", times=1)
     describes = inject(fixed.client, "DescribeImages", "never", when=lambda params: False)
-    with pytest.raises(CloudError, match=f"AMI {image_id} of instance type c5.large: .*InvalidAMIID.NotFound") as ran:
+    with pytest.raises(ImageUnusable, match=f"AMI {image_id} of instance type c5.large: .*InvalidAMIID.NotFound"):
         fixed.create(C5, "n-4", TOKEN, {})
-    assert type(ran.value) is CloudError and len(gone.calls) == 1 and describes.seen == []
+    assert len(gone.calls) == 1 and describes.seen == []
     fixed.create(C5, "n-5", TOKEN, {})
     assert len(describes.seen) == 1
     assert len(fixed.list()) == 2

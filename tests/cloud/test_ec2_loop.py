@@ -167,12 +167,13 @@ def test_a_cloud_error_pauses_boots_and_the_pause_doubles_until_a_boot_succeeds(
     loop.shutdown_fleet("corral stopped")
 
 
-def test_an_unknown_ami_fails_the_boot_with_its_name_and_is_no_capacity_back_off(
+def test_an_unknown_ami_backs_its_type_off_and_the_other_types_boot_on(
     tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
 ) -> None:
-    """A wrong AMI is the config's fault: the node is gone with a reason naming the AMI and the type,
-    boots pause as for any error that is no type's, and the type is not reported as short of capacity
-    (that would send its jobs to another type and hide the mistake)."""
+    """A wrong AMI is the config's fault, and one type's: the node is gone with a reason naming the
+    AMI and the type, the type is backed off with an event of its own (not capacity.unavailable,
+    which would hide the mistake among capacity errors), and the job boots another type that
+    fits. Before, every boot of every type paused, and a GPU type's bad AMI stopped the CPU fleet."""
     missing = "ami-0123456789abcdef0"
     loop, cloud, store, clock = make_loop(
         tmp_path, settings.model_copy(update={"image_ids": {"c5.large": missing}}), cluster
@@ -183,6 +184,15 @@ def test_an_unknown_ami_fails_the_boot_with_its_name_and_is_no_capacity_back_off
     [failed] = store.node_rows(include_gone=True)
     assert failed["state"] == "gone" and failed["instance_type"] == "c5.large"
     assert f"AMI {missing} of instance type c5.large does not exist" in failed["reason"]
-    assert "no boot for 1 s" in failed["reason"]
+    assert "no boot for" not in failed["reason"]
     assert store.list_events(kind="capacity.unavailable") == []
-    assert cloud.list() == []
+    [event] = store.list_events(kind="type.image_unusable")
+    assert event["message"].startswith("c5.large until") and missing in event["message"]
+    [backoff] = store.backoffs_in_force(clock())
+    assert backoff["instance_type"] == "c5.large" and missing in backoff["reason"]
+
+    clock.now += 1
+    second = loop.run_pass()
+    assert [b.instance_type for b in second.decisions.boots] == ["m5.large"]
+    assert {tags_of(ec2, i.id)[TAG_INSTANCE_TYPE] for i in cloud.list()} == {"m5.large"}
+    loop.shutdown_fleet("corral stopped")

@@ -32,6 +32,16 @@ class QuotaExceeded(CloudError):
     """An account limit (vCPU quota, instance limit) stops the request."""
 
 
+class ImageUnusable(CloudError):
+    """The image an instance type boots (its AMI) cannot be booted: missing, not shared with the
+    account, not available, or of a kind corral cannot use. The type's fault, not the cloud's:
+    it is backed off as a type without capacity is, and the other types boot on."""
+
+    def __init__(self, instance_type: str, message: str) -> None:
+        super().__init__(message)
+        self.instance_type = instance_type
+
+
 class Throttled(CloudError):
     """The cloud asked us to slow down; the call may be retried later."""
 

@@ -40,6 +40,7 @@ from corral.cloud.base import (
     TAG_NODE_ID,
     CloudError,
     CloudInstance,
+    ImageUnusable,
     InsufficientCapacity,
     QuotaExceeded,
     Throttled,
@@ -136,20 +137,22 @@ class RootDevice:
 
 
 def root_device_of(image: dict[str, Any], image_id: str, instance_type: str) -> RootDevice:
-    """The root device of a DescribeImages entry, or a CloudError naming the AMI and the type."""
+    """The root device of a DescribeImages entry, or ImageUnusable naming the AMI and the type."""
     where = f"ec2: AMI {image_id} of instance type {instance_type}"
     image_state = image.get("State", "available")
     if image_state != "available":
-        raise CloudError(f"{where} is {image_state}, not available")
+        raise ImageUnusable(instance_type, f"{where} is {image_state}, not available")
     if image.get("RootDeviceType", "ebs") != "ebs":
         # Its root is an instance-store disk: there is no EBS volume to grow by the scratch.
-        raise CloudError(f"{where} is {image.get('RootDeviceType')}-backed: corral needs an EBS-backed AMI")
+        kind = image.get("RootDeviceType")
+        raise ImageUnusable(instance_type, f"{where} is {kind}-backed: corral needs an EBS-backed AMI")
     name = str(image.get("RootDeviceName") or "")
     for mapping in image.get("BlockDeviceMappings", []):
         size = mapping.get("Ebs", {}).get("VolumeSize")
         if mapping.get("DeviceName") == name and isinstance(size, int):
             return RootDevice(name, size)
-    raise CloudError(f"{where}: DescribeImages shows no EBS volume for its root device {name or '(none)'}")
+    missing = f"{where}: DescribeImages shows no EBS volume for its root device {name or '(none)'}"
+    raise ImageUnusable(instance_type, missing)
 
 
 def scratch_gib(instance_type: InstanceType) -> int:
@@ -184,7 +187,8 @@ class Ec2Cloud:
     def image_for(self, instance_type: InstanceType) -> str:
         image_id = self.settings.image_for(instance_type.name)
         if image_id is None:
-            raise CloudError(f"ec2: no AMI for instance type {instance_type.name}: set image_id or image_ids")
+            message = f"ec2: no AMI for instance type {instance_type.name}: set image_id or image_ids"
+            raise ImageUnusable(instance_type.name, message)
         return image_id
 
     def root_device(self, image_id: str, instance_type: InstanceType) -> RootDevice:
@@ -197,13 +201,14 @@ class Ec2Cloud:
             images = self.client.describe_images(ImageIds=[image_id]).get("Images", [])
         except botocore.exceptions.ClientError as exc:
             if _code(exc).startswith(IMAGE_CODES_PREFIX):
-                raise CloudError(f"{where} does not exist or is not shared with this account: {_message(exc)}") from exc
+                message = f"{where} does not exist or is not shared with this account: {_message(exc)}"
+                raise ImageUnusable(instance_type.name, message) from exc
             raise error_from(exc) from exc
         except botocore.exceptions.BotoCoreError as exc:
             raise error_from(exc) from exc
         image = next((i for i in images if i.get("ImageId") == image_id), None)
         if image is None:  # a deregistered AMI is listed by no one, without an error
-            raise CloudError(f"{where} does not exist or is not shared with this account")
+            raise ImageUnusable(instance_type.name, f"{where} does not exist or is not shared with this account")
         root = root_device_of(image, image_id, instance_type.name)
         with self._lock:
             self._roots[image_id] = root
@@ -280,7 +285,8 @@ class Ec2Cloud:
                 if _code(exc).startswith(IMAGE_CODES_PREFIX):
                     with self._lock:
                         self._roots.pop(image_id, None)  # gone since it was read: read it again next time
-                    raise CloudError(f"ec2: AMI {image_id} of instance type {instance_type.name}: {last}") from exc
+                    message = f"ec2: AMI {image_id} of instance type {instance_type.name}: {last}"
+                    raise ImageUnusable(instance_type.name, message) from exc
                 raise last from exc
             # RunInstances answers before the tags are on the instance: read it with the tags it was given.
             instance = _instance({**response["Instances"][0], "Tags": tag_list}, launched_if_unknown=time.time())

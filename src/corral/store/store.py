@@ -949,10 +949,12 @@ class Store:
             conn.execute(insert(table).values(id=dispatcher_id, started_at=now, last_heartbeat=now, host=host, pid=pid))
             self._event(conn, now, "dispatcher.registered", f"{dispatcher_id} on {host} pid {pid}")
 
-    def set_unavailable(self, instance_type: str, until: float, reason: str, now: float) -> None:
+    def set_unavailable(
+        self, instance_type: str, until: float, reason: str, now: float, event_kind: str = "capacity.unavailable"
+    ) -> None:
         """Do not try `instance_type` before `until`. A back-off already recorded that lasts longer
         is kept, with its reason: a second insufficient-capacity error never shortens a back-off.
-        The error is recorded as an event either way.
+        The error is recorded as an event (`event_kind`) either way.
 
         One upsert, so dispatchers recording the same type at the same time never collide on the
         primary key."""
@@ -973,7 +975,7 @@ class Store:
                 # write lock), so this is the back-off in force.
                 longer = conn.execute(select(table.c.until).where(table.c.instance_type == instance_type)).scalar_one()
                 message += f" (the back-off until {longer:.0f} stays)"
-            self._event(conn, now, "capacity.unavailable", message)
+            self._event(conn, now, event_kind, message)
 
     # ---- the snapshot -------------------------------------------------------------------------
 
