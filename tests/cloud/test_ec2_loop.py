@@ -196,3 +196,19 @@ def test_an_unknown_ami_backs_its_type_off_and_the_other_types_boot_on(
     assert [b.instance_type for b in second.decisions.boots] == ["m5.large"]
     assert {tags_of(ec2, i.id)[TAG_INSTANCE_TYPE] for i in cloud.list()} == {"m5.large"}
     loop.shutdown_fleet("corral stopped")
+
+
+def test_a_job_only_a_type_with_a_bad_ami_holds_waits_and_says_the_type_is_backed_off(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    missing = "ami-0123456789abcdef0"
+    loop, cloud, store, clock = make_loop(
+        tmp_path, settings.model_copy(update={"image_ids": {"m5.large": missing}}), cluster
+    )
+    [job_id] = store.submit([JobRequest(command=["true"], vcpus=2, ram="6GiB")], clock())  # only m5.large holds it
+    loop.run_pass()
+    clock.now += 1
+    second = loop.run_pass()
+    assert second.decisions.boots == [] and cloud.list() == []
+    reason = store.job_row(job_id)["wait_reason"]
+    assert reason == "instance types that fit are backed off for now: m5.large (corral status says why)"

@@ -296,7 +296,9 @@ def _plan_boots(
         if not fitting:
             blocked = sorted(t.name for t in holding)
             notes[job.id] = settled[key] = (
-                f"instance types that fit are out of capacity for now: {', '.join(blocked)}",
+                # (Backed off for capacity, a quota or an AMI that cannot boot: `corral status`
+                # shows each type's error.)
+                f"instance types that fit are backed off for now: {', '.join(blocked)} (corral status says why)",
                 False,
             )
             continue
