@@ -351,6 +351,9 @@ def test_a_gang_with_strict_rack_locality_counts_no_idle_node_in_a_far_target_s_
         labels = ", ".join(counted + ["new small"] * (3 - len(counted)))
         reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
         assert reasons[1] == f"waiting for instances to boot ({labels})", level
+        # Without the locality filter the placer keeps no hint, nor does the planner.
+        policy.placement.filters = [name for name in policy.placement.filters if name != "locality"]
+        assert len(plan_pass(snap, 1002.0, policy).boots) == 1, level
 
 
 def test_a_far_target_placed_in_the_same_pass_keeps_a_strict_gang_off_its_rack() -> None:

@@ -443,13 +443,16 @@ class _UpNodes:
         """Which idle nodes the job's strict locality hints allow, as the locality filter says;
         None: all of them."""
         assert demand.hints is not None
+        placement = self._verdicts.placement
+        if "locality" not in placement.filters:  # (the placer does not apply hints either)
+            return None
         # Where the targets run is no input of a kept plan (only this pass's index says it): a
         # plan that read it holds for this pass alone.
         self.until = self._now
         if self._locality is None:
             return [False] * len(self._idle)
         if self._arrays is None:
-            self._arrays = NodeArrays(self._idle, None, self._verdicts.placement, self._now)
+            self._arrays = NodeArrays(self._idle, None, placement, self._now)
         allowed = self._locality.resolve(demand.hints, self._arrays, demand.job_id).allowed()
         return None if allowed is None else allowed.tolist()
 
