@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError
 
 from corral.jobspec import JobRequest, to_epoch
 
@@ -42,3 +43,20 @@ def test_a_time_limit_of_zero_is_no_limit_as_in_slurm(given: object, limit: floa
     # Read as a limit, 0 would end the job as soon as it started (TIMEOUT).
     assert JobRequest(command=["true"], time_limit=given).time_limit == limit
     assert JobRequest(command=["true"], time_limit=given).to_job(1, 0.0).time_limit == limit
+
+
+@pytest.mark.parametrize("entry", ["web", "tag:", "12a", "-3", " 7", "\u0663", ""])
+def test_a_locality_entry_that_names_no_job_and_no_tag_is_refused_by_field_and_value(entry: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], "locality": {"near": ["7"], "far": ["tag:web", entry]}})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("locality", "far", 1)
+    assert error["msg"] == f"Value error, not a job id or tag:NAME: {entry!r}"
+
+
+def test_a_stored_spec_with_such_an_entry_is_still_read() -> None:
+    """Jobs stored before submission refused them must load (corral.store reads every spec back)."""
+    spec = {"command": ["x"], "locality": {"near": ["web"], "far": ["tag:", "12"]}}
+    hints = JobRequest.stored(spec).to_job(1, 0.0).locality
+    assert hints is not None and (hints.near, hints.far) == (("web",), ("tag:", "12"))
+    assert JobRequest.stored({"command": ["x"], "locality": {"near": ["007", "tag:db"]}}).locality is not None

@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from corral.core.model import GiB, Job, LocalityHints, Resources
 from corral.core.settings import Duration, OnNodeFailure, SizeMiB
@@ -59,10 +59,25 @@ def is_locality_entry(entry: str) -> bool:
     return entry.isascii() and entry.isdigit()
 
 
+# The validation context of a spec read back from the store (`JobRequest.stored`).
+_STORED = {"stored": True}
+
+
+def _checked_locality_entry(entry: str, info: ValidationInfo) -> str:
+    # Refused where a job is submitted; a stored spec is read as it was stored: a job submitted
+    # before entries were checked must still load (placement lists such an entry as not understood).
+    if not is_locality_entry(entry) and not (info.context and info.context.get("stored")):
+        raise ValueError(f"not a job id or tag:NAME: {entry!r}")
+    return entry
+
+
+LocalityEntry = Annotated[str, AfterValidator(_checked_locality_entry)]
+
+
 class LocalitySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    near: list[str] = Field(default_factory=list, description="job ids or 'tag:NAME'")
-    far: list[str] = Field(default_factory=list)
+    near: list[LocalityEntry] = Field(default_factory=list, description="job ids or 'tag:NAME'")
+    far: list[LocalityEntry] = Field(default_factory=list, description="job ids or 'tag:NAME'")
     strict: bool = False
     level: Literal["server", "rack"] = "server"
 
@@ -121,6 +136,12 @@ class JobRequest(BaseModel):
         if value <= 0:
             raise ValueError("RAM must be more than 0")
         return value
+
+    @classmethod
+    def stored(cls, spec: Any) -> JobRequest:
+        """A spec as the store holds it, validated as at submission but for what submission
+        refuses only since some jobs were stored (a locality entry that is neither form)."""
+        return cls.model_validate(spec, context=_STORED)
 
     def to_job(self, job_id: int, submitted_at: float) -> Job:
         return Job(

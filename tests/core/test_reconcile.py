@@ -258,20 +258,140 @@ def test_a_gang_waits_on_its_first_nodes_up_and_keeps_them_from_draining() -> No
     assert [(d.node_id, d.action) for d in later.node_decisions] == [("n1", NodeAction.START_DRAIN)]
 
 
-def test_a_gang_that_pins_nodes_holds_no_idle_node() -> None:
-    """The planner knows room and the types' attributes, not a node's own: a gang asking for node
-    traits might not be placed on an idle node that has the room, so it does not count on one (or
-    keep it up)."""
-    zoned = dataclasses.replace(SMALL, attributes=(("zone", "a"),))
-    snap = Snapshot(
-        jobs=[job(1, vcpus=2, node_count=3, traits={"zone": "a"})],
-        attempts=[],
-        nodes=[dataclasses.replace(idle_node("n1"), state_changed_at=700.0), booting_node("n2"), booting_node("n3")],
-        instance_types=[zoned, LARGE],
+# A type whose nodes have what the constrained gangs below ask of a node, and a cheaper one whose
+# nodes have not.
+ZONED = dataclasses.replace(SMALL, name="small-a", price_per_hour=0.12, attributes=(("platform", "3"), ("zone", "a")))
+ZONE_B = dataclasses.replace(SMALL, name="small-b", attributes=(("zone", "b"),))
+# Each way a gang asks the filters about a node's attributes.
+ASKING_ATTRIBUTES: dict[str, dict[str, object]] = {
+    "traits": {"traits": {"zone": "a"}},
+    "forbidden traits": {"forbidden_traits": {"zone": "b"}},
+    "platform": {"min_platform": "2"},
+}
+
+
+def typed_node(node_id: str, itype: InstanceType, state: NodeState = NodeState.IDLE) -> Node:
+    """A node as its type boots it: with the type's attributes; idle since 700 (the idle grace,
+    60 s, ran out long ago), or booting."""
+    node = dataclasses.replace(idle_node(node_id, itype), attributes=dict(itype.attributes), state_changed_at=700.0)
+    if state is NodeState.BOOTING:
+        node.state, node.created_at, node.state_changed_at, node.paired_at = state, 900.0, 900.0, None
+    return node
+
+
+def test_a_constrained_gang_waits_on_its_first_nodes_up_and_starts_without_another_boot() -> None:
+    """A gang that asks for traits, a platform or strict locality counted no idle node: each time
+    one of its instances paired before the others, it booted one more (a whole second set, in the
+    end), and the early ones were drained. It counts those the filters let it run on, holds them up,
+    and starts on its own instances once they are all up."""
+    strict = {"strict locality": {"locality": LocalityHints(far=("tag:db",), strict=True, level="rack")}}
+    for why, asks in {**ASKING_ATTRIBUTES, **strict}.items():
+        snap = Snapshot(
+            jobs=[job(1, vcpus=2, node_count=3, **asks)],
+            attempts=[],
+            nodes=[
+                typed_node("n1", ZONED),
+                typed_node("n2", ZONED, NodeState.BOOTING),
+                typed_node("n3", ZONED, NodeState.BOOTING),
+            ],
+            instance_types=[ZONE_B, ZONED],
+        )
+        decisions = plan_pass(snap, 1000.0, settings())
+        assert decisions.boots == [] and decisions.node_decisions == [], why
+        assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, n2, n3)", why
+        for node in snap.nodes[1:]:
+            node.state, node.paired_at, node.state_changed_at = NodeState.IDLE, 1000.0, 1000.0
+        started = plan_pass(snap, 1001.0, settings())
+        assert started.boots == [] and [sorted(p.node_ids) for p in started.placements] == [["n1", "n2", "n3"]], why
+
+
+def test_a_constrained_gang_boots_only_the_nodes_it_lacks_beside_idle_nodes_it_can_run_on() -> None:
+    """Two idle nodes meet the gang's constraints and two do not: it counts the two, boots two of
+    the type that meets them, holds its two up and lets the others drain."""
+    for why, asks in ASKING_ATTRIBUTES.items():
+        nodes = [
+            typed_node(node_id, itype)
+            for node_id, itype in (("m1", ZONED), ("o1", ZONE_B), ("m2", ZONED), ("o2", ZONE_B))
+        ]
+        snap = Snapshot(
+            jobs=[job(1, vcpus=2, node_count=4, **asks)], attempts=[], nodes=nodes, instance_types=[ZONE_B, ZONED]
+        )
+        decisions = plan_pass(snap, 1000.0, settings())
+        assert decisions.placements == [], why
+        assert [b.instance_type for b in decisions.boots] == ["small-a"] * 2, why
+        assert decisions.annotations[0].wait_reason == (
+            "waiting for instances to boot (m1, m2, new small-a, new small-a)"
+        ), why
+        drained = sorted(d.node_id for d in decisions.node_decisions if d.action is NodeAction.START_DRAIN)
+        assert drained == ["o1", "o2"], why
+
+
+def test_a_gang_with_strict_rack_locality_counts_no_idle_node_in_a_far_target_s_rack() -> None:
+    """The locality filter, over where the pass's work runs: a strict `far` at rack level keeps the
+    gang off an idle node beside a target. A plan kept between passes is made again when a target
+    starts there, though the waiting jobs and the idle nodes are the same."""
+    db = job(9, tags=("db",), state=JobState.CLAIMED, claimed_by="local")
+    other = job(8, vcpus=2, state=JobState.RUNNING)  # fills the busy node
+    busy = dataclasses.replace(idle_node("busy"), state=NodeState.BUSY, rack="r1")
+    beside, apart = (
+        dataclasses.replace(idle_node("beside"), rack="r1"),
+        dataclasses.replace(idle_node("apart"), rack="r2"),
     )
+    for level, counted in (("rack", ["apart"]), ("server", ["beside", "apart"])):
+        gang = job(1, vcpus=2, node_count=3, locality=LocalityHints(far=("tag:db",), strict=True, level=level))
+        filling = Attempt(1, 8, ["busy"], Resources(2, GiB), AttemptState.RUNNING, "local", assigned_at=900.0)
+        snap = Snapshot(jobs=[gang, db, other], attempts=[filling], nodes=[busy, beside, apart], instance_types=TYPES)
+        kept, policy = PlannerMemo(), settings()
+        # No target runs yet: nothing to keep away from.
+        assert len(plan_pass(snap, 1000.0, policy, planner=kept).boots) == 1, level
+        on_busy = Attempt(2, 9, ["busy"], Resources(1, GiB), AttemptState.RUNNING, "local", assigned_at=1000.0)
+        snap.attempts.append(on_busy)
+        decisions = plan_pass(snap, 1001.0, policy, planner=kept)
+        assert len(decisions.boots) == 3 - len(counted), level
+        labels = ", ".join(counted + ["new small"] * (3 - len(counted)))
+        reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+        assert reasons[1] == f"waiting for instances to boot ({labels})", level
+        # Without the locality filter the placer keeps no hint, nor does the planner.
+        policy.placement.filters = [name for name in policy.placement.filters if name != "locality"]
+        assert len(plan_pass(snap, 1002.0, policy).boots) == 1, level
+
+
+def test_a_far_target_placed_in_the_same_pass_keeps_a_strict_gang_off_its_rack() -> None:
+    """As the placer counts jobs it placed earlier in the pass as targets, so does the planner."""
+    db = job(9, tags=("db",), traits={"disk": "ssd"}, priority=2)  # placed first, on the only ssd node
+    ssd = dataclasses.replace(idle_node("ssd"), attributes={"disk": "ssd"}, rack="r1")
+    beside, apart = (
+        dataclasses.replace(idle_node("beside"), rack="r1"),
+        dataclasses.replace(idle_node("apart"), rack="r2"),
+    )
+    gang = job(1, vcpus=2, node_count=3, locality=LocalityHints(far=("tag:db",), strict=True, level="rack"))
+    snap = Snapshot(jobs=[db, gang], attempts=[], nodes=[ssd, beside, apart], instance_types=TYPES)
     decisions = plan_pass(snap, 1000.0, settings())
-    assert [b.instance_type for b in decisions.boots] == ["small"]  # beside the two booting
-    assert [(d.node_id, d.action) for d in decisions.node_decisions] == [("n1", NodeAction.START_DRAIN)]
+    assert [(p.job_id, p.node_ids) for p in decisions.placements] == [(9, ("ssd",))]
+    reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+    assert reasons[1] == "waiting for instances to boot (apart, new small, new small)"
+
+
+def test_gangs_asking_the_same_room_but_different_constraints_count_their_own_idle_nodes() -> None:
+    """The planner skips a job that asks what one before it found no room or boot for; two gangs of
+    one request that ask for different traits may count different idle nodes, so one's 'max_instances
+    reached' is not the other's."""
+    both = dataclasses.replace(SMALL, attributes=(("disk", "ssd"), ("zone", "a")))
+    zoned_only = [dataclasses.replace(idle_node(f"z{i}", both), attributes={"zone": "a"}) for i in (1, 2)]
+    snap = Snapshot(
+        jobs=[
+            job(1, vcpus=2, node_count=3, traits={"disk": "ssd"}),  # counts neither: needs 3, 1 may boot
+            job(2, vcpus=2, node_count=3, traits={"zone": "a"}),  # counts both: boots the 1 it lacks
+        ],
+        attempts=[],
+        nodes=zoned_only,
+        instance_types=[both],
+    )
+    decisions = plan_pass(snap, 1000.0, settings(max_instances=3))
+    assert [b.instance_type for b in decisions.boots] == ["small"]
+    reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
+    assert reasons[1] == "waiting for resources: max_instances (3) reached"
+    assert reasons[2] == "waiting for instances to boot (z1, z2, new small)"
 
 
 # Idle nodes the placement filters keep a job off, whatever its request: an operator hold, a

@@ -52,6 +52,7 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
         '{"command": ["echo", "3"], "priority": false}\n'  # not 0 (which would cancel it)
         '{"command": ["echo", "4"], "ram": "1GiB", "ram": "64GiB"}\n'  # json would keep the last
         '{"command": ["echo", "5"], "gpus": true, "not_before": false}\n'  # not 1 GPU, not the epoch
+        '{"command": ["echo", "6"], "locality": {"near": ["7", "12a"], "far": ["tag:"]}}\n'
     )
     result = running.cli("submit", "-f", str(jobs), check=False)
     assert result.returncode != 0
@@ -61,6 +62,9 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
     assert "line 6: key 'ram' is given twice" in result.stderr
     assert "line 7: gpus: must be a number, not true" in result.stderr
     assert "line 7: not_before: not a time: false" in result.stderr
+    # Placement would only have listed them as not understood, pass after pass.
+    assert "line 8: locality.near.1: not a job id or tag:NAME: '12a'" in result.stderr
+    assert "line 8: locality.far.0: not a job id or tag:NAME: 'tag:'" in result.stderr
     assert len(running.jobs()) == 1
 
 
@@ -84,6 +88,7 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
             {"command": ["bad"], "ram": "-5", "colour": "red"},
             {"command": ["bad"], "on_node_failure": "ignore"},
             {"command": ["bad"], "vcpus": True, "nodes": False},
+            {"command": ["bad"], "locality": {"near": ["tag:db"], "far": ["web"]}},
         ]
     }
     response = running.api("POST", "/api/jobs", json=body)
@@ -95,6 +100,7 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
     )
     assert "jobs.3.vcpus: must be a number, not true" in detail
     assert "jobs.3.nodes: must be a number, not false" in detail
+    assert "jobs.4.locality.far.0: not a job id or tag:NAME: 'web'" in detail
     assert len(running.jobs()) == 1
 
 

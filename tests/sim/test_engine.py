@@ -82,6 +82,29 @@ def test_a_gang_whose_instances_pair_far_apart_boots_each_once() -> None:
         assert r.wait_mean == math.ceil(pairs[-1])  # placed at the first pass after the last pairs
 
 
+def test_a_constrained_gang_whose_instances_pair_far_apart_boots_each_once() -> None:
+    """The same for a gang that asks for traits, a platform or strict locality: it counted none of
+    its own instances up, and booted one more each time one paired (seven instances for three)."""
+    zoned = {**SMALL, "name": "small-a", "price_per_hour": 0.12, "attributes": {"zone": "a", "platform": "3"}}
+    asks: list[dict[str, object]] = [
+        {"traits": {"zone": "a"}},
+        {"min_platform": "2"},
+        {"locality": {"far": ["tag:db"], "strict": True, "level": "rack"}},
+    ]
+    for constraint in asks:
+        cfg = config(
+            instance_types=[SMALL, zoned, BIG],
+            policy={"boot": {"max_instances": 10}, "lifecycle": {"idle_grace": 30}},
+            sim={"seed": 3, "boot_delay": {"distribution": "uniform", "low": 20, "high": 300}},
+        )
+        request = JobRequest(command=["true"], vcpus=2, nodes=3, **constraint)
+        sim, r = simulate([job(1, run=100, vcpus=2, nodes=3, request=request)], cfg)
+        assert r.completed == 1 and r.boots == 3, constraint
+        pairs = sorted(i.ready_at for i in sim.cloud.instances.values() if i.ready_at is not None)
+        assert pairs[-1] - pairs[0] > 30, constraint
+        assert r.wait_mean == math.ceil(pairs[-1]), constraint
+
+
 def test_coarse_billing_keeps_an_idle_node_until_the_end_of_its_paid_hour() -> None:
     hourly = {"name": "hourly", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.05, "billing_granularity": "1h"}
     sim, r = simulate([job(1, run=600)], config(instance_types=[hourly]))

@@ -5,18 +5,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import insert
 
 from corral.core import retry
-from corral.core.model import AttemptState, IllegalTransition, JobState, Resources
-from corral.core.settings import RetrySettings
+from corral.core.model import AttemptState, IllegalTransition, JobState, LocalityHints, Resources
+from corral.core.reconcile import plan_pass
+from corral.core.settings import PolicySettings, RetrySettings
 from corral.core.snapshot import JobOutcome
 from corral.jobspec import JobRequest
-from corral.store import NotFound, Store
+from corral.store import NotFound, Store, schema
 
 from .storekit import (
     NOW,
     ONE_CPU,
+    SMALL,
+    add_node,
     after_exit,
     all_rows,
     claim,
@@ -65,6 +70,41 @@ def test_submitted_job_reads_back_as_the_core_job(store: Store) -> None:
     assert job.resources == Resources(2.5, 3 * 1024, 10 * 1024, 1)
     assert (job.node_count, job.priority, job.tags, job.max_retries) == (3, 9, ("a",), 2)
     assert job.state is JobState.QUEUED and job.submitted_at == NOW
+
+
+def test_a_job_stored_with_a_locality_entry_submission_now_refuses_still_loads(store: Store) -> None:
+    """A near/far entry that is neither a job id nor tag:NAME is refused at submission; a job
+    stored before it was (its row written here as submit wrote it then) still loads, for the
+    dispatcher's snapshot and for `corral job`, and placement still lists the entry as not understood."""
+    spec = request("old", ram="1000GiB").model_dump(mode="json")  # fits no node: the pass explains it
+    spec["locality"] = {"near": ["web", "tag:"], "far": ["12a"], "strict": False, "level": "server"}
+    with pytest.raises(ValidationError, match="not a job id or tag:NAME: 'web'"):
+        JobRequest.model_validate(spec)
+    row = {
+        "name": "old",
+        "state": JobState.QUEUED.value,
+        "priority": 1,
+        "spec": spec,
+        "submitted_at": NOW,
+        "temp_failures": 0,
+        "perm_failures": 0,
+        "attempt_count": 0,
+        "wait_reason": "",
+        "unplaceable": False,
+        "cancel_requested": False,
+        "held": False,
+        "updated_at": NOW,
+    }
+    with store.write() as conn:
+        job_id = conn.execute(insert(schema.jobs).returning(schema.jobs.c.id), [row]).scalar_one()
+    assert store.job(job_id).locality == LocalityHints(("web", "tag:"), ("12a",), False, "server")
+    add_node(store, "n1")
+    snapshot = store.load_snapshot("d1", [SMALL], NOW)
+    (loaded,) = snapshot.jobs
+    assert loaded.id == job_id and loaded.locality == store.job(job_id).locality
+    decisions = plan_pass(snapshot, NOW, PolicySettings())
+    locality = decisions.explanations[job_id]["locality"]
+    assert (locality["not_understood"], locality["not_running"]) == (["web", "12a"], ["tag:"])
 
 
 def test_submitting_nothing_stores_nothing(store: Store) -> None:

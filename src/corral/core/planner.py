@@ -18,16 +18,18 @@ instance, be refused by the gate, and only then get its own.
 A gang (several nodes, started together) takes what room on its way it can, for as many of its
 nodes as it can, and boots only the rest; when the rest are more than a pass may boot
 (`max_boots_per_pass`), they boot over several passes (those booted earlier are on their way by
-then), so no gang waits forever for a pass that could boot it whole. A gang that pins no nodes
-(no traits, platform or reservation asked for, no strict locality) also counts nodes up and
-without work: the first of its instances to pair wait there for the others, and are no reason to
-boot the gang again. It counts only those the placement filters let it run on (room aside, which
+then), so no gang waits forever for a pass that could boot it whole. A gang also counts nodes up
+and without work: the first of its instances to pair wait there for the others, and are no reason
+to boot the gang again. It counts only those the placement filters let it run on (room aside, which
 the planner counts itself): not a node under an operator hold, in a blocking category, reserved
-for someone else or after a transient failure, pinned to the other capness. Counted, such a node
-would stand in for one the gang never gets, and it would neither start nor boot. The plan holds
-the nodes it counts (`BootPlan.held`): the lifecycle does not drain them, for as long as the
-caller offers them (the reconcile pass: while they have been idle for less than the boot grace,
-the time an instance may take to pair).
+for someone else or after a transient failure, pinned to the other capness; and for a gang that
+asks for more than room, only a node with its traits and platform, in its reservation, that its
+strict locality hints allow (where their targets run, from the caller's `LocalityIndex`). Counted,
+a node it cannot run on would stand in for one the gang never gets, and it would neither start
+nor boot; not counted, a node it can run on is no reason not to boot the gang again, each time one
+of its instances pairs. The plan holds the nodes it counts (`BootPlan.held`): the lifecycle does
+not drain them, for as long as the caller offers them (the reconcile pass: while they have been
+idle for less than the boot grace, the time an instance may take to pair).
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ from corral.core.settings import BootSettings
 from corral.core.snapshot import Boot
 from corral.placement.arrays import NodeArrays
 from corral.placement.boot import TypeRanker
-from corral.placement.demand import Demand
+from corral.placement.demand import Demand, Hints
 from corral.placement.engine import Engine
 from corral.placement.filters import RESOURCE_FILTERS
 from corral.placement.lifetime import costly_before_start
+from corral.placement.locality import LocalityIndex
 from corral.placement.settings import CostSettings, PlacementSettings
 
 
@@ -102,6 +105,7 @@ def plan_boots(
     memo: PlannerMemo | None = None,
     idle: list[Node] | None = None,
     placement: PlacementSettings | None = None,
+    locality: LocalityIndex | None = None,
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
     way with the room they will have. `cost` is the placer's cost gate when it applies to jobs
@@ -109,7 +113,9 @@ def plan_boots(
     `memo` what the caller keeps between its passes (None: nothing is kept); `idle` the nodes up
     and without work that gangs may count on (see the module docstring); `placement` the
     placer's settings, whose filters say which types a job that asks for more than room (traits,
-    platform, reservation) may run on (None: room alone)."""
+    platform, reservation) may run on (None: room alone); `locality` where the pass's work runs,
+    for the strict locality hints of a gang that waits while nodes are idle (None: such a gang
+    counts no idle node)."""
     idle = idle or []
     if not waiting:
         return BootPlan([], {})
@@ -158,7 +164,7 @@ def plan_boots(
             cost,
             default_limit,
             None if placement is None else _Constraints(types, placement, now),
-            None if placement is None or not idle else _UpNodes(idle, memo.verdicts_of(placement), now),
+            None if placement is None or not idle else _UpNodes(idle, memo.verdicts_of(placement), now, locality),
         )
         last = memo.last = (inputs, made, until)
     return last[1]
@@ -226,17 +232,34 @@ def _plan_boots(
     # The reason of each (request, nodes, time limit) that found no bin and no new instance since
     # the last boot planned: a job asking the same finds none either, for bins only fill up, and
     # the budget, the boots and the gate stay as they were until the next boot.
-    settled: dict[tuple[float, int, int, int, int, float | None, frozenset[str] | None, bool], Note] = {}
+    settled: dict[
+        tuple[
+            float, int, int, int, int, float | None, frozenset[str] | None, bool, tuple[NodeAsks, Hints | None] | None
+        ],
+        Note,
+    ] = {}
 
     for job in waiting:
         request = job.resources
         need = job.node_count
         limit = job.time_limit if job.time_limit is not None else default_limit
+        pins = _pins_nodes(job)
         # The types a job that asks for more than room accepts (None: any that has the room).
-        accepted = constraints.accepting(job) if constraints is not None and _pins_nodes(job) else None
-        # (Plain numbers: a tuple of them hashes faster than the request. The capness: which idle
-        # nodes a gang may count on.)
-        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, need, limit, accepted, job.cpu_capped)
+        accepted = constraints.accepting(job) if constraints is not None and pins else None
+        # (Plain numbers: a tuple of them hashes faster than the request. The capness, and what a
+        # gang that pins nodes asks of one: which idle nodes a gang may count on.)
+        asks = _asks(job) if pins and need > 1 and up else None
+        key = (
+            request.vcpus,
+            request.ram_mib,
+            request.scratch_mib,
+            request.gpus,
+            need,
+            limit,
+            accepted,
+            job.cpu_capped,
+            asks,
+        )
         note = settled.get(key)
         if note is not None:
             notes[job.id] = note
@@ -282,9 +305,12 @@ def _plan_boots(
             on_the_way: list[_Bin] = []
         else:
             # As many of its nodes as room on its way holds (up, booting, or planned this pass).
-            up_for = up if up and not _pins_nodes(job) else []
-            if up_for and up_nodes is not None:
+            if not up:
+                up_for = up
+            elif up_nodes is not None:
                 up_for = up_nodes.accepted(job, up)
+            else:  # (no filters to ask: room alone, which says nothing of a node's traits)
+                up_for = [] if pins else up
             bins = up_for + pending_for + planned_for
             on_the_way = _fitting_bins(bins, request, need, refuses)
             if len(on_the_way) == need:
@@ -342,10 +368,22 @@ def _plan_boots(
 
 
 def _pins_nodes(job: Job) -> bool:
-    """Whether the job asks for more of a node than room: the planner, which knows only room, must
-    not hold a node up for it."""
+    """Whether the job asks for more of a node than room: the planner, which knows only room, asks
+    the placement filters which nodes (and instance types) may take it."""
     strict = job.locality is not None and job.locality.strict
     return bool(job.traits or job.forbidden_traits or job.min_platform or job.reservation or strict)
+
+
+def _strict_hints(job: Job) -> Hints | None:
+    """The job's locality hints, when they are a hard filter."""
+    hints = job.locality
+    return Hints.of(hints) if hints is not None and hints.strict else None
+
+
+def _asks(job: Job) -> tuple[NodeAsks, Hints | None]:
+    """What a job asks of a node beside room and capness, as the filters read it (jobs asking the
+    same may count the same idle nodes)."""
+    return (Demand.of(job).static_key, _strict_hints(job))
 
 
 class _Constraints:
@@ -370,35 +408,65 @@ class _Constraints:
         return f"waiting for a node: no instance type with room for it meets its constraints ({holding[0].name}: {why})"
 
 
+# What a job asks of a node as the filters read it (traits, forbidden traits, platform,
+# reservation: Demand.static_key), and what a job that asks nothing of one asks.
+NodeAsks = tuple[object, ...]
+_NO_ASKS: NodeAsks = Demand(0, Resources(0, 0)).static_key
+
+
 class _UpNodes:
     """Which of the nodes up and without work the placement filters let a gang run on, room aside
     (the planner counts room itself), in one pass; the verdicts come from the caller's
-    `_UpVerdicts`."""
+    `_UpVerdicts`, strict locality hints are resolved over `locality`."""
 
-    def __init__(self, idle: list[Node], verdicts: _UpVerdicts, now: float) -> None:
-        self._idle, self._verdicts, self._now = idle, verdicts, now
-        self._accepted: dict[bool, list[int]] = {}
+    def __init__(self, idle: list[Node], verdicts: _UpVerdicts, now: float, locality: LocalityIndex | None) -> None:
+        self._idle, self._verdicts, self._now, self._locality = idle, verdicts, now, locality
+        self._accepted: dict[tuple[NodeAsks, bool], list[int]] = {}
+        self._arrays: NodeArrays | None = None  # the idle nodes, for locality hints
         self.until = math.inf  # when a verdict used ends (a reservation on a node ends then)
 
     def accepted(self, job: Job, up: list[_Bin]) -> list[_Bin]:
         """The bins of `up` (one per idle node, in the same order) whose node takes the job."""
         # A job that pins no nodes asks the filters nothing but its capness.
-        capped = job.cpu_capped
-        taken = self._accepted.get(capped)
+        demand = Demand.of(job) if _pins_nodes(job) else None
+        key = (_NO_ASKS if demand is None else demand.static_key, job.cpu_capped)
+        taken = self._accepted.get(key)
         if taken is None:
-            oks, until = self._verdicts.of(self._idle, capped, self._now)
-            taken = self._accepted[capped] = [i for i, ok in enumerate(oks) if ok]
+            oks, until = self._verdicts.of(self._idle, demand, job.cpu_capped, self._now)
+            taken = self._accepted[key] = [i for i, ok in enumerate(oks) if ok]
             self.until = min(self.until, until)
+        if demand is not None and demand.hints is not None and demand.hints.strict:
+            allowed = self._allowed(demand)
+            if allowed is not None:
+                taken = [i for i in taken if allowed[i]]
         return [up[i] for i in taken]
+
+    def _allowed(self, demand: Demand) -> list[bool] | None:
+        """Which idle nodes the job's strict locality hints allow, as the locality filter says;
+        None: all of them."""
+        assert demand.hints is not None
+        placement = self._verdicts.placement
+        if "locality" not in placement.filters:  # (the placer does not apply hints either)
+            return None
+        # Where the targets run is no input of a kept plan (only this pass's index says it): a
+        # plan that read it holds for this pass alone.
+        self.until = self._now
+        if self._locality is None:
+            return [False] * len(self._idle)
+        if self._arrays is None:
+            self._arrays = NodeArrays(self._idle, None, placement, self._now)
+        allowed = self._locality.resolve(demand.hints, self._arrays, demand.job_id).allowed()
+        return None if allowed is None else allowed.tolist()
 
 
 class _UpVerdicts:
-    """Whether the placement filters (all but room and locality) let a job that pins no nodes run
-    on an idle node, kept by a PlannerMemo per kind of node: what the filters read of an idle node
-    is its attributes (its state is idle or busy, and it runs nothing), and of the job its capness.
-    The idle nodes of a fleet are mostly of a few kinds (most have no attributes), so the filters
-    run once per kind, not in every pass a gang waits. Kept while the caller hands the same
-    placement settings, each verdict until a reservation it read ends."""
+    """Whether the placement filters (all but room and locality) let a job run on an idle node,
+    kept by a PlannerMemo per kind of node and what the job asks: what the filters read of an idle
+    node is its attributes (its state is idle or busy, and it runs nothing), and of the job its
+    traits, platform, reservation and capness. The idle nodes of a fleet are mostly of a few kinds
+    (most have no attributes), and the gangs of a queue ask for few sets of constraints, so the
+    filters run once per kind and set, not in every pass a gang waits. Kept while the caller hands
+    the same placement settings, each verdict until a reservation it read ends."""
 
     def __init__(self, placement: PlacementSettings) -> None:
         self.placement = placement
@@ -407,14 +475,16 @@ class _UpVerdicts:
             for name in placement.filters
             if name not in RESOURCE_FILTERS and name not in ("overprovision", "locality")
         ]
-        # Per (kind, capness): the verdict, and the times between which it holds.
-        self._verdicts: dict[tuple[tuple[object, ...], bool], tuple[bool, float, float]] = {}
+        # Per (kind, what the job asks, capness): the verdict, and the times between which it holds.
+        self._verdicts: dict[tuple[tuple[object, ...], NodeAsks, bool], tuple[bool, float, float]] = {}
 
-    def of(self, nodes: list[Node], capped: bool, now: float) -> tuple[list[bool], float]:
-        """Each node's verdict, and the time until which they all hold."""
-        keys = [(_kind(node), capped) for node in nodes]
+    def of(self, nodes: list[Node], demand: Demand | None, capped: bool, now: float) -> tuple[list[bool], float]:
+        """Each node's verdict for a job that asks what `demand` asks (None: nothing but its
+        capness `capped`), and the time until which they all hold."""
+        asks = _NO_ASKS if demand is None else demand.static_key
+        keys = [(_kind(node), asks, capped) for node in nodes]
         verdicts = self._verdicts
-        missing: dict[tuple[tuple[object, ...], bool], Node] = {}
+        missing: dict[tuple[tuple[object, ...], NodeAsks, bool], Node] = {}
         for key, node in zip(keys, nodes, strict=True):
             known = verdicts.get(key)
             if (known is None or not known[1] <= now < known[2]) and key not in missing:
@@ -426,8 +496,20 @@ class _UpVerdicts:
             arrays = NodeArrays(list(missing.values()), None, self.placement, now)
             engine = Engine(arrays, self.placement, now=now, weights={}, filters=self._names)
             probe = next(iter(missing.values()))
-            demand = Demand(0, probe.capacity, capped=capped)
-            mask = engine.hard_mask(demand)
+            mask = engine.hard_mask(
+                Demand(0, probe.capacity, capped=capped)
+                if demand is None
+                else Demand(
+                    0,
+                    probe.capacity,
+                    1,
+                    demand.traits,
+                    demand.forbidden,
+                    demand.min_platform,
+                    capped,
+                    demand.reservation,
+                )
+            )
             until = arrays.facts.expires
             for k, key in enumerate(missing):
                 verdicts[key] = (bool(mask[k]), now, until)

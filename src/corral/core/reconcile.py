@@ -48,7 +48,7 @@ from corral.core.snapshot import (
 from corral.placement import make_placer
 from corral.placement.attributes import transient_failure
 from corral.placement.lifetime import gate_settings
-from corral.placement.locality import pinned_to_running
+from corral.placement.locality import LocalityIndex, pinned_to_running
 
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
@@ -211,6 +211,7 @@ def plan_pass(
         else []
     )
     queue = index.in_queue_order()
+    seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
     if ended or not_yet:
         left_out = ended.union(job.id for job in not_yet)
         queue = [job for job in queue if job.id not in left_out]
@@ -227,7 +228,6 @@ def plan_pass(
                 *schedulable,
                 *(n if n.state is down else dataclasses.replace(n, state=down) for n in snapshot.away),
             ]
-        seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
         result = (placer or make_placer(settings))(seen, queue, schedulable, None, now)
     else:
         result = PlacementResult()
@@ -288,6 +288,13 @@ def plan_pass(
         if unworked and settings.boot.max_instances > 0 and any(job.node_count > 1 for job in for_boot)
         else []
     )
+    # Where work runs after this pass's placements, for a gang whose strict locality hints say
+    # which of those nodes it may count on (as the placer resolves them).
+    locality = None
+    if up_idle and any(job.node_count > 1 and job.locality is not None and job.locality.strict for job in for_boot):
+        locality = LocalityIndex(seen.jobs, seen.attempts, seen.nodes)
+        for p in result.placements:
+            locality.add(p.job_id, index.jobs[p.job_id].tags, p.node_ids)
     # Every filed node is in one state's group (down_now holds only live nodes).
     live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now) - len(retiring)
     plan = plan_boots(
@@ -303,6 +310,7 @@ def plan_pass(
         planner,
         up_idle,
         settings.placement,
+        locality,
     )
     decisions.boots.extend(plan.boots)
     notes = plan.notes

@@ -1015,7 +1015,7 @@ class Store:
         for row in rows:
             job = cache.get(row.id)
             if job is None:
-                job = JobRequest.model_validate(specs[row.id]).to_job(row.id, row.submitted_at)
+                job = JobRequest.stored(specs[row.id]).to_job(row.id, row.submitted_at)
             refresh_job(job, row._mapping)
             fresh[row.id] = job
             jobs.append(job)
@@ -1154,7 +1154,7 @@ def _summary(request: JobRequest) -> str:
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
-    job = JobRequest.model_validate(row["spec"]).to_job(row["id"], row["submitted_at"])
+    job = JobRequest.stored(row["spec"]).to_job(row["id"], row["submitted_at"])
     refresh_job(job, row)
     return job
 
