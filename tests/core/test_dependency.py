@@ -186,7 +186,8 @@ def test_a_cancel_request_is_seen_by_the_jobs_that_depend_on_it_in_the_next_pass
 
 
 def test_without_kill_invalid_depend_the_job_stays_queued_with_slurms_reason() -> None:
-    decisions = plan(job(2, depends="afterok:1"), job(3, depends="afterok:2"), finished={1: JobState.FAILED}, kill=False)
+    failed = {1: JobState.FAILED}
+    decisions = plan(job(2, depends="afterok:1"), job(3, depends="afterok:2"), finished=failed, kill=False)
     assert cancelled(decisions) == {} and placed(decisions) == []
     assert reasons(decisions) == {
         2: "DependencyNeverSatisfied: afterok:1 (job 1 failed)",
