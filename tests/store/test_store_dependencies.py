@@ -89,6 +89,7 @@ def test_the_live_loop_runs_a_dependent_job_after_and_cancels_one_that_can_never
     [ok_attempt], [bad_attempt] = store.attempts_of(ok), store.attempts_of(bad)
     assert all(store.attempts_of(j) == [] for j in (after_ok, after_bad, chained))
     assert store.job_row(after_ok)["wait_reason"] == f"Dependency: waits for afterok:{ok} (queued)"
+    assert store.oldest_wait(NOW + 1) is None  # the queued ones all wait for a dependency
 
     for attempt, code in ((ok_attempt, 0), (bad_attempt, 1)):
         assert store.attempt_started(attempt["id"], "n1", 1, NOW + 1)

@@ -90,7 +90,7 @@ def from_mapping(kinds: Mapping[str, list[int]], any_of: bool) -> Dependency | N
     """The structured form, {"afterok": [12, 13], "afterany": [14]}; None when it names no job."""
     conditions: dict[tuple[DependencyKind, int], None] = {}
     for kind_text, ids in kinds.items():
-        kind = _kind(kind_text, kind_text)
+        kind = _kind(kind_text.strip().lower(), kind_text)
         for job_id in ids:
             if not 1 <= job_id <= MAX_JOB_ID:
                 raise ValueError(f"{kind}: {job_id} is not a job id")

@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
 
-from corral.core.dependency import Dependency
+from corral.core.dependency import DEPENDENCY, Dependency
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -1090,14 +1090,16 @@ class Store:
         return fleet
 
     def oldest_wait(self, now: float) -> float | None:
-        """How long the longest-waiting job that could run now (queued, not held, past its retry
-        back-off and its `not_before`) has waited since its submission. None when no job could."""
+        """How long the longest-waiting job that could run now (queued, not held, not waiting for a
+        dependency, past its retry back-off and its `not_before`) has waited since its submission.
+        None when no job could. A dependency's wait is the one the last pass gave as the reason."""
         query = (
             select(J.c.submitted_at, J.c.spec)
             .where(
                 J.c.state == JobState.QUEUED.value,
                 J.c.held.is_(False),
                 or_(J.c.retry_at.is_(None), J.c.retry_at <= now),
+                J.c.wait_reason.not_like(f"{DEPENDENCY}%"),
             )
             .order_by(J.c.submitted_at, J.c.id)
             .execution_options(yield_per=100)
