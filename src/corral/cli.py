@@ -229,8 +229,9 @@ def _parse_env(values: list[str]) -> dict[str, str]:
     return env
 
 
-def read_job_file(path: Path) -> list[JobRequest]:
-    """Jobs from a JSON Lines or YAML file; every error names its line or item and field."""
+def read_job_file(path: Path) -> tuple[list[JobRequest], list[str]]:
+    """Jobs from a JSON Lines or YAML file, and where each is ("line 3", "item 2"); every error
+    names its line or item and field."""
     try:
         text = read_text(path)
     except UnreadableFile as exc:
@@ -257,10 +258,11 @@ def read_job_file(path: Path) -> list[JobRequest]:
                 fail(f"{path}: line {number}: not valid JSON: {exc.msg}")
             except RepeatedKey as exc:
                 repeated.append(f"{path}: line {number}: {exc}")
-    requests, problems = [], repeated
+    requests, places, problems = [], [], repeated
     for where, entry in entries:
         try:
             requests.append(JobRequest.model_validate(entry))
+            places.append(where)
         except ValidationError as exc:
             for item in exc.errors():
                 field = ".".join(str(p) for p in item["loc"]) or "(job)"
@@ -270,7 +272,7 @@ def read_job_file(path: Path) -> list[JobRequest]:
         fail("nothing was submitted:\n  " + "\n  ".join(problems))
     if not requests:
         fail(f"{path}: no jobs in the file")
-    return requests
+    return requests, places
 
 
 def _locality(near: list[str], far: list[str], strict: bool, level: str) -> dict[str, Any] | None:
@@ -362,13 +364,24 @@ def submit(
         str | None,
         typer.Option(help="Whose job it is, for `corral usage` (default: you; a file's own `user` is kept)."),
     ] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "--dependency",
+            "-d",
+            metavar="KIND:JOB[:JOB...][,KIND:JOB...]",
+            help="Run only after other jobs, as Slurm's: after (started), afterany (ended), afterok (completed),"
+            " afternotok (failed or cancelled); ',' = all must hold, '?' = any one. E.g. afterok:12:13,afterany:14.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`) or a file of jobs; prints the ids."""
+    places: list[str] = []  # a file's jobs: where each is in it
     if file is not None:
         if command:
             fail("give either a command or --file, not both")
-        requests = read_job_file(file)
+        requests, places = read_job_file(file)
     else:
         if not command:
             fail("no command: write `corral submit [OPTIONS] -- COMMAND [ARG...]`")
@@ -391,6 +404,8 @@ def submit(
             fields["time_limit"] = time_limit
         if on_node_failure is not None:
             fields["on_node_failure"] = on_node_failure
+        if dependency is not None:
+            fields["dependency"] = dependency
         locality = _locality(near or [], far or [], strict_locality, locality_level)
         if locality is not None:
             fields["locality"] = locality
@@ -401,7 +416,10 @@ def submit(
             fail("nothing was submitted:\n  " + "\n  ".join(problems))
     owner = _login_name() if user is None else user
     requests = [r if r.user else r.model_copy(update={"user": owner}) for r in requests]
-    result = call("POST", "/api/jobs", json={"jobs": [r.model_dump(mode="json") for r in requests]})
+    try:
+        result = request("POST", "/api/jobs", json={"jobs": [r.model_dump(mode="json") for r in requests]})
+    except Refused as exc:
+        fail(_submit_refusal(str(exc), file, places))
     if as_json:
         print_json(result)
     else:
@@ -415,6 +433,21 @@ def _login_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # a container's uid with no passwd entry and no $USER
         return ""
+
+
+def _submit_refusal(detail: str, file: Path | None, places: list[str]) -> str:
+    """The server's refusal of a submission (a dependency on no job), each line naming the job as
+    the user wrote it: its file's line or item, or the option."""
+
+    def where(match: re.Match[str]) -> str:
+        index, field = int(match[1]), match[2]
+        if file is None:
+            return f"{_option_of((field,))}:"
+        place = places[index] if index < len(places) else f"job {index + 1}"
+        return f"{file}: {place}: {field}:"
+
+    lines = [re.sub(r"^jobs\.(\d+)\.(\w+):", where, line.strip()) for line in detail.strip().splitlines()]
+    return "nothing was submitted:\n  " + "\n  ".join(lines)
 
 
 @app.command()
@@ -481,6 +514,13 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
         console.print(f"  slurm job  {j['executor_ref']}", highlight=False)
     if j.get("locality"):
         console.print(f"  locality   {locality_text(j['locality'])}", highlight=False)
+    if j.get("dependency"):
+        console.print(f"  dependency {j['dependency']}", highlight=False)
+        for d in j.get("depends_on") or []:
+            console.print(f"    {d['kind']} job {d['job_id']} ({d['state']})", highlight=False)
+    if j.get("needed_by"):
+        needed = ", ".join(f"{d['job_id']} ({d['kind']}, {d['state']})" for d in j["needed_by"])
+        console.print(f"  needed by  {needed}", highlight=False)
     if j["wait_reason"]:
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     if j["attempt_list"]:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
+from corral.core import dependency as dependencies
 from corral.core.model import GiB, Job, LocalityHints, Resources
 from corral.core.settings import Duration, OnNodeFailure, SizeMiB
 from corral.core.units import Float, Int
@@ -74,6 +75,32 @@ def _checked_locality_entry(entry: str, info: ValidationInfo) -> str:
 LocalityEntry = Annotated[str, AfterValidator(_checked_locality_entry)]
 
 
+def dependency_text(value: Any) -> Any:
+    """A dependency as stored: Slurm's text in canonical form ("afterok:12:13,afterany:14"), from
+    that text (any spacing, case, order or repeats) or from the structured form, a mapping of kind
+    to job ids ({"afterok": [12, 13], "afterany": 14}) with "satisfy": "any" for Slurm's `?`.
+    None (or an empty text or mapping) is no dependency."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parsed = dependencies.parse(value)
+    elif isinstance(value, dict):
+        kinds = dict(value)
+        satisfy = kinds.pop("satisfy", "all")
+        if satisfy not in ("all", "any"):
+            raise ValueError(f"satisfy: {satisfy!r} is not 'all' (every condition, Slurm's ',') or 'any' ('?')")
+        ids: dict[str, list[int]] = {}
+        for kind, listed in kinds.items():
+            entries = listed if isinstance(listed, list) else [listed]
+            if not all(isinstance(e, int) and not isinstance(e, bool) for e in entries):
+                raise ValueError(f"{kind}: job ids are whole numbers, not {listed!r}")
+            ids[str(kind)] = entries
+        parsed = dependencies.from_mapping(ids, satisfy == "any")
+    else:
+        raise ValueError("a dependency is Slurm's text (afterok:12:13,afterany:14) or a mapping of kind to job ids")
+    return None if parsed is None else str(parsed)
+
+
 class LocalitySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     near: list[LocalityEntry] = Field(default_factory=list, description="job ids or 'tag:NAME'")
@@ -116,6 +143,12 @@ class JobRequest(BaseModel):
         " (seed 002 §5.4.6); unset: policy.retry.on_node_failure",
     )
 
+    dependency: Annotated[str | None, BeforeValidator(dependency_text)] = Field(
+        None,
+        description="Slurm's --dependency: after, afterany, afterok, afternotok with job ids, ',' = all"
+        " must hold, '?' = any (afterok:12:13,afterany:14); or a mapping {afterok: [12, 13]}",
+    )
+
     @field_validator("command")
     @classmethod
     def _command_not_empty(cls, value: list[str]) -> list[str]:
@@ -142,6 +175,9 @@ class JobRequest(BaseModel):
         """A spec as the store holds it, validated as at submission but for what submission
         refuses only since some jobs were stored (a locality entry that is neither form)."""
         return cls.model_validate(spec, context=_STORED)
+
+    def to_dependency(self) -> dependencies.Dependency | None:
+        return dependencies.parse(self.dependency) if self.dependency else None
 
     def to_job(self, job_id: int, submitted_at: float) -> Job:
         return Job(
@@ -171,4 +207,5 @@ class JobRequest(BaseModel):
             cpu_capped=self.cpu_capped,
             reservation=self.reservation,
             on_node_failure=self.on_node_failure,
+            dependency=self.to_dependency(),
         )

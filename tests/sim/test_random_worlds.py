@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from corral.config import Config
+from corral.core.dependency import Dependency, DependencyKind
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import plan_pass
 from corral.core.snapshot import Decisions, Snapshot
@@ -29,12 +30,14 @@ from corral.workload.model import SimJob
 from tests.sim.helpers import config, job, recorder, summary
 
 
-def random_world(seed: int, vary_queue: bool = False) -> tuple[list[SimJob], Config]:
+def random_world(seed: int, vary_queue: bool = False, dependencies: bool = False) -> tuple[list[SimJob], Config]:
     """15 to 60 jobs (gangs, time limits run past and enforced with a random grace or not at all,
     cancellations, failures, priorities) on two to four instance types, elastic or fixed, with
     random boots, failures, outages and policy;
     `vary_queue`: in half the worlds, also the queue's order, its backfill depth and capacity
-    mode (drawn apart, so that the rest of each world stays as it is)."""
+    mode (drawn apart, so that the rest of each world stays as it is);
+    `dependencies`: about a third of the jobs depend on one or two that arrive before them (Slurm's
+    --dependency, every kind, all or any of), also drawn apart, with kill_invalid_depend on or off."""
     r = random.Random(seed)
     types: list[dict[str, Any]] = [
         {"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.10},
@@ -113,6 +116,14 @@ def random_world(seed: int, vary_queue: bool = False) -> tuple[list[SimJob], Con
         queue.order = other.choice(["priority", "submit"])
         queue.max_job_test = other.choice([500, 3, 10])
         queue.capacity = other.choice(["auto", "bounded", "elastic"])
+    if dependencies:
+        linked = random.Random(seed * 6151 + 3)
+        for i, spec in enumerate(jobs[1:], start=1):
+            if linked.random() < 0.35:
+                named = linked.sample(jobs[:i], min(i, linked.choice([1, 1, 2])))
+                conditions = tuple((linked.choice(list(DependencyKind)), other_job.id) for other_job in named)
+                spec.dependency = Dependency(conditions, any_of=linked.random() < 0.2)
+        cfg.policy.dispatch.kill_invalid_depend = linked.random() < 0.7
     return jobs, cfg
 
 
@@ -125,9 +136,21 @@ def replay(jobs: list[SimJob], cfg: Config) -> tuple[Simulation, Seen]:
     return sim, seen
 
 
-@pytest.mark.parametrize(("seed", "vary_queue"), [(2, False), (235, False), (291, False), (292, False), (2305, True)])
-def test_a_random_world_replays_the_same_three_ways(seed: int, vary_queue: bool) -> None:
-    jobs, cfg = random_world(seed, vary_queue)
+@pytest.mark.parametrize(
+    ("seed", "vary_queue", "dependencies"),
+    [
+        (2, False, False),
+        (235, False, False),
+        (291, False, False),
+        (292, False, False),
+        (2305, True, False),
+        (7, False, True),
+        (41, True, True),
+        (56, False, True),
+    ],
+)
+def test_a_random_world_replays_the_same_three_ways(seed: int, vary_queue: bool, dependencies: bool) -> None:
+    jobs, cfg = random_world(seed, vary_queue, dependencies)
     skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True).run()
     ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
     assert skipping.records == ticking.records

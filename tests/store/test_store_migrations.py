@@ -99,7 +99,7 @@ def test_upgrade_from_0002_keeps_the_jobs_there_and_none_is_held(empty_store: St
             {"spec": json.dumps(spec), "now": NOW},
         )
     empty_store.migrate()
-    assert current_revision(empty_store) == "0005"  # the head (0005 adds notify_cursor)
+    assert current_revision(empty_store) == "0006"  # the head (0006 adds job_dependencies)
     [row] = empty_store.list_job_rows()
     assert row["name"] == "old" and row["held"] is False
     [job] = empty_store.load_snapshot("d1", [], NOW).jobs

@@ -16,7 +16,10 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
    Slurm's listing: `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral;
 4. an attempt claimed but never submitted (the dispatcher stopped between the claim and `sbatch`)
    is submitted;
-5. eligible queued jobs are claimed and submitted in queue order, up to `max_pending` of this
+5. queued jobs whose dependency can never be satisfied are cancelled (`corral.core.dependency`,
+   as in `plan_pass`: corral judges dependencies itself, and submits a job to Slurm only once its
+   dependency holds, so no `sbatch --dependency` is needed);
+6. eligible queued jobs are claimed and submitted in queue order, up to `max_pending` of this
    dispatcher's jobs waiting in Slurm; the others, and the jobs not eligible yet, are annotated.
 
 A job's priority reaches Slurm as its Nice (`nice_for`): at sbatch, and, for a job pending in
@@ -30,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from corral.core import retry
+from corral.core import dependency, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SnapshotIndex
 from corral.core.model import AttemptState, Job, JobState
@@ -271,9 +274,25 @@ def plan_batch_pass(
         if phase is not Phase.PENDING and phase is not Phase.RUNNING:
             ended.add(job.id)
 
-    # 5. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm.
+    # 5. Dependencies: judged as plan_pass judges them.
+    blocked: set[int] = set()
+    reasons: dict[int, str] = {}
+    if index.dependent:
+        judged = dependency.judge(
+            index.dependent, index.jobs, snapshot.finished, ended, settings.dispatch.kill_invalid_depend
+        )
+        for job_id, reason in judged.cancel:
+            decisions.job_outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempt_ids(job_id)))
+            ended.add(job_id)
+        blocked, reasons = judged.blocked, judged.reasons
+
+    # 6. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm.
     for job in index.in_queue_order():
         if job.id in ended:
+            continue
+        if job.id in blocked:
+            if job.wait_reason != reasons[job.id] or job.unplaceable:
+                decisions.annotations.append(Annotation(job.id, reasons[job.id]))
             continue
         eligible = job.eligible_at()
         if eligible > now:

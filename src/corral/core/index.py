@@ -105,6 +105,8 @@ class SnapshotIndex:
         # Queued but held (until an operator releases them): out of `queued` and `deferred`, so
         # that no pass places them, boots for them or makes them a backfill reservation.
         self.held: dict[int, Job] = {}
+        # Queued jobs (held or not) with a dependency: a pass judges them (corral.core.dependency).
+        self.dependent: dict[int, Job] = {}
         # Queued jobs with a requested start or a retry back-off: the only ones that may not be
         # eligible yet (the others are from time 0 on).
         self.deferred: dict[int, Job] = {}
@@ -185,6 +187,8 @@ class SnapshotIndex:
             del self._queue_keys[job_id]
         _place(self.deferred, job_id, job, queued and (job.not_before is not None or job.retry_at is not None))
         _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested)
+        if job.dependency is not None:  # (a job's dependency never changes: no call for the others)
+            _place(self.dependent, job_id, job, job.state is JobState.QUEUED)
 
     def _file_queued(self, job: Job) -> None:
         key = (-job.priority, job.submitted_at, job.id)
@@ -199,7 +203,16 @@ class SnapshotIndex:
         self.queued[job.id] = job
 
     def drop_job(self, job_id: int) -> None:
-        for group in (self.jobs, self.queued, self._queue_keys, self.deferred, self.flagged, self.held, self.job_order):
+        for group in (
+            self.jobs,
+            self.queued,
+            self._queue_keys,
+            self.deferred,
+            self.flagged,
+            self.held,
+            self.dependent,
+            self.job_order,
+        ):
             group.pop(job_id, None)
 
     def in_queue_order(self) -> list[Job]:
@@ -406,6 +419,7 @@ class SnapshotIndex:
             "flagged": ids(self.flagged, self.job_order),
             "deferred": ids(self.deferred, self.job_order),
             "held": ids(self.held, self.job_order),
+            "dependent": ids(self.dependent, self.job_order),
             "attempts": list(self.attempts),
             "assigned": sorted(self.assigned),
             "work": sorted(self.work.items()),

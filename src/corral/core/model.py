@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from corral.core.dependency import Dependency
 
 MiB = 1
 GiB = 1024 * MiB
@@ -204,6 +207,8 @@ class Job:
     on_node_failure: NodeFailureAction | None = None
     # Held (Slurm's `scontrol hold`): queued, but neither placed nor booted for until released.
     held: bool = False
+    # Slurm's --dependency: not eligible until the jobs it names got far enough (corral.core.dependency).
+    dependency: Dependency | None = None
 
     def eligible_at(self) -> float:
         return max(self.not_before or 0.0, self.retry_at or 0.0)

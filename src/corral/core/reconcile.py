@@ -12,8 +12,10 @@ Order of a pass:
    `now` plus that time (NodeReserve);
 4. jobs with priority 0 or a cancel request are cancelled; then running attempts past their job's
    time limit plus `dispatch.time_limit_grace` (Slurm's OverTimeLimit) end, and their jobs fail
-   (TIMEOUT, not retried);
-5. queued jobs are placed on running nodes (held jobs are not: they are left out of the queue);
+   (TIMEOUT, not retried); queued jobs whose dependency can never be satisfied are cancelled
+   (policy.dispatch.kill_invalid_depend), and those whose dependency does not hold yet wait;
+5. queued jobs are placed on running nodes (held jobs and jobs waiting for a dependency are not:
+   they are left out of the queue);
 6. the boot planner boots instances for what is left, or says why a job waits;
 7. the lifecycle matrix (seed 000) drains and shuts down nodes;
 8. idle / busy marks follow from the work on each node.
@@ -28,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import categories, lifecycle, retry
+from corral.core import categories, dependency, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.model import Job, JobState, Node, NodeState, Resources
@@ -174,6 +176,20 @@ def plan_pass(
             )
             ended.add(job_id)
 
+    # 4c. Dependencies (Slurm's --dependency): a queued job waits until the jobs it names got far
+    # enough; one whose dependency can never be satisfied is cancelled (kill_invalid_depend), and
+    # so are the jobs that depend on it in turn, in this pass.
+    blocked: AbstractSet[int] = frozenset()
+    dependency_reasons: Mapping[int, str] = {}
+    if index.dependent:
+        judged = dependency.judge(
+            index.dependent, index.jobs, snapshot.finished, ended, settings.dispatch.kill_invalid_depend
+        )
+        for job_id, reason in judged.cancel:
+            decisions.job_outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempt_ids(job_id)))
+            ended.add(job_id)
+        blocked, dependency_reasons = judged.blocked, judged.reasons
+
     # Nodes that hold work after this pass's endings, and the schedulable ones that hold none (by
     # id; read only: without endings they are the index's own).
     working: AbstractSet[str]
@@ -212,8 +228,8 @@ def plan_pass(
     )
     queue = index.in_queue_order()
     seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
-    if ended or not_yet:
-        left_out = ended.union(job.id for job in not_yet)
+    if ended or not_yet or blocked:
+        left_out = ended.union(job.id for job in not_yet).union(blocked)
         queue = [job for job in queue if job.id not in left_out]
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
@@ -334,9 +350,17 @@ def plan_pass(
             elif note[0] != job.wait_reason or note[1] != job.unplaceable:
                 decisions.annotations.append(Annotation(job.id, *note))
     for job in index.in_job_order(not_yet) if not_yet else ():
+        if job.id in blocked:
+            continue  # its dependency says why it waits
         why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
         if job.wait_reason != why:
             decisions.annotations.append(Annotation(job.id, why))
+    if blocked:
+        # A held job keeps its hold's reason.
+        for job in index.in_job_order(index.dependent[job_id] for job_id in blocked):
+            why = dependency_reasons[job.id]
+            if not job.held and (job.wait_reason != why or job.unplaceable):
+                decisions.annotations.append(Annotation(job.id, why))
 
     # 7. Lifecycle matrix; 8. idle/busy marks. A shell that tracks pings heard at `now` from
     # every node not listed silent (whose `last_ping_at` it need not have written, then).

@@ -103,6 +103,12 @@ class DispatchSettings(_Strict):
         " plus this long (Slurm's OverTimeLimit, default 0 there too); 'unlimited' = never end a job at its"
         " limit. queue.default_time_limit is only a placement assumption and ends nothing",
     )
+    kill_invalid_depend: bool = Field(
+        True,
+        description="a queued job whose dependency can never be satisfied (afterok on a job that failed or was"
+        " cancelled, afternotok on one that completed) is cancelled, reason DependencyNeverSatisfied (Slurm's"
+        " kill_invalid_depend); false: it stays queued with that reason until cancelled",
+    )
 
 
 class PolicySettings(_Strict):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,9 @@ class Snapshot:
     # Nodes down now that come back (seed 002 §5.4.5): a fixed fleet's nodes under repair, not
     # among `nodes`. Only backfill reads them, with `placement.queue.node_down_delay` set.
     away: Collection[Node] = ()
+    # The end states of finished jobs that queued jobs' dependencies name (corral.core.dependency);
+    # the open ones are among `jobs`. Empty when no queued job has a dependency.
+    finished: Mapping[int, JobState] = field(default_factory=dict)
 
 
 class NodeAction(StrEnum):

@@ -18,6 +18,7 @@ from corral.server.models import (
     DB_INT_MIN,
     AttemptOut,
     BackoffOut,
+    DependencyOut,
     DispatcherOut,
     EventOut,
     FleetTypeOut,
@@ -49,7 +50,12 @@ JobId = PathId
 IdFilter = Annotated[int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
-def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, detail: bool = False) -> JobOut:
+def job_out(
+    row: dict[str, Any],
+    attempts: list[dict[str, Any]] | None = None,
+    detail: bool = False,
+    dependencies: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
+) -> JobOut:
     spec = row["spec"]
     return JobOut(
         id=row["id"],
@@ -78,6 +84,9 @@ def job_out(row: dict[str, Any], attempts: list[dict[str, Any]] | None = None, d
         locality=spec.get("locality"),
         user=spec.get("user", ""),
         tags=list(spec.get("tags", ())),
+        dependency=spec.get("dependency"),
+        depends_on=[DependencyOut(**d) for d in dependencies[0]] if dependencies is not None else None,
+        needed_by=[DependencyOut(**d) for d in dependencies[1]] if dependencies is not None else None,
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
     )
@@ -117,7 +126,8 @@ def list_jobs(
 
 @router.get("/jobs/{job_id}")
 def show_job(job_id: JobId, runtime: UserRuntime) -> JobOut:
-    return job_out(runtime.store.job_row(job_id), runtime.store.attempts_of(job_id), detail=True)
+    store = runtime.store
+    return job_out(store.job_row(job_id), store.attempts_of(job_id), True, store.dependency_rows(job_id))
 
 
 @router.post("/jobs/{job_id}/cancel")

@@ -26,7 +26,7 @@ from corral.config import Config
 from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.server.metrics import Metrics
-from corral.store import NotFound, Store
+from corral.store import InvalidJobs, NotFound, Store
 
 log = logging.getLogger("corral.server")
 
@@ -128,6 +128,11 @@ def create_app(runtime: Runtime) -> FastAPI:
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(InvalidJobs)
+    async def _invalid_jobs(_request: Request, exc: InvalidJobs) -> JSONResponse:
+        # As a request that fails validation: one line per problem, naming the job and field.
+        return JSONResponse({"detail": exc.problems}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -130,6 +130,15 @@ class AttemptOut(BaseModel):
     executor_ref: str | None = None  # the executor's id of it: the Slurm job id (None: the corral agent)
 
 
+class DependencyOut(BaseModel):
+    """One condition of a dependency: its kind (after, afterany, afterok, afternotok), the job on
+    the other side of it, and that job's state now."""
+
+    kind: str
+    job_id: int
+    state: str
+
+
 class JobOut(BaseModel):
     id: int
     name: str
@@ -155,6 +164,10 @@ class JobOut(BaseModel):
     locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
     user: str = ""  # whose job it is (corral usage --by user)
     tags: list[str] = Field(default_factory=list)
+    # Slurm's --dependency as stored ("afterok:12:13,afterany:14"; '?' between conditions: any one).
+    dependency: str | None = None
+    depends_on: list[DependencyOut] | None = None  # one job's view: the jobs its dependency names
+    needed_by: list[DependencyOut] | None = None  # one job's view: the jobs whose dependency names it
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
 

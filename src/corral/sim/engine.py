@@ -31,6 +31,7 @@ from corral.cloud.base import InsufficientCapacity
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core import capacity, retry
+from corral.core.dependency import DEPENDENCY, NEVER_SATISFIED
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.planner import PlannerMemo
@@ -144,6 +145,10 @@ class Simulation:
         self.gangs = shape_gangs(jobs, self.types)  # jobs larger than any one node: run as gangs
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
+        # The jobs some job's dependency names, and the end states of those that ended: the core
+        # judges dependencies on them (the index holds open jobs only).
+        self.named = {job_id for spec in jobs if spec.dependency is not None for job_id in spec.dependency.job_ids()}
+        self.finished: dict[int, JobState] = {}
 
         self.now = 0.0
         self.cloud = SimCloud(self.types, sim, lambda: self.now, config.cloud.cluster)
@@ -306,11 +311,40 @@ class Simulation:
 
     def _nothing_left_to_run(self) -> bool:
         """No open job can run any more: there are none, or every one is held (nobody releases a
-        job in a simulation) with no cancellation on its way."""
-        held = self.index.held
-        if len(held) < len(self.jobs):
+        job in a simulation) or waits for a dependency that can never be satisfied (kept with
+        `kill_invalid_depend = false`, or on such a job), with no cancellation on its way."""
+        index = self.index
+        stuck = set(index.held)
+        if len(stuck) + len(index.dependent) < len(self.jobs):
             return False
-        return not held or not (self.index.flagged or any(kind == CANCEL for _, kind, _, _ in self.events))
+        if index.dependent:
+            stuck.update(self._stuck_for_good())
+        if len(stuck) < len(self.jobs):
+            return False
+        return not self.jobs or not (index.flagged or any(kind == CANCEL for _, kind, _, _ in self.events))
+
+    def _stuck_for_good(self) -> set[int]:
+        """The queued jobs whose dependency can never be satisfied: the core said so, or they wait
+        for such a job (or a held one), which stays queued, a state no condition is met by."""
+        dependent = self.index.dependent
+        stuck = {i for i, job in dependent.items() if job.wait_reason.startswith(NEVER_SATISFIED)}
+        stuck.update(self.index.held)
+        grew = True
+        while grew:
+            grew = False
+            for job_id, job in dependent.items():
+                if job_id in stuck or job.dependency is None or not job.wait_reason.startswith(DEPENDENCY):
+                    continue  # (one not waiting for its dependency has it satisfied)
+                named = job.dependency.job_ids()
+                gone = self.finished
+                if (
+                    any(n in stuck for n in named)
+                    if not job.dependency.any_of
+                    else all(n in stuck or n in gone for n in named)
+                ):
+                    stuck.add(job_id)
+                    grew = True
+        return stuck
 
     def _follow_up(self, decisions: Decisions) -> bool:
         """Whether the next tick's pass could decide something new although no event comes: after
@@ -368,6 +402,7 @@ class Simulation:
             observing_since=self.start_time,
             index=self.index,
             away=list(self.away.values()) if self.away else (),
+            finished=dict(self.finished) if leaves else self.finished,
         )
         if self.check_index:
             self._check_index(snapshot, now)
@@ -494,6 +529,8 @@ class Simulation:
             self.queued -= 1
         job.finished_at = now
         self.index.drop_job(job.id)
+        if job.id in self.named:
+            self.finished[job.id] = outcome.state
         spec = self.spec_of[job.id]
         ended = self.ended_run.pop(job.id, None)
         run = spec.run

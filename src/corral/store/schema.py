@@ -51,6 +51,17 @@ jobs = Table(
     Index("ix_jobs_state", "state"),
 )
 
+# A job's dependency (Slurm's --dependency, kept whole in `jobs.spec`), one row per condition: what
+# `corral job` shows of the jobs a job waits for, and of those that wait for it (0006).
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("job_id", Integer, ForeignKey("jobs.id"), primary_key=True),
+    Column("kind", String(16), primary_key=True),  # after, afterany, afterok, afternotok
+    Column("depends_on", Integer, ForeignKey("jobs.id"), primary_key=True),
+    Index("ix_job_dependencies_depends_on", "depends_on"),
+)
+
 attempts = Table(
     "attempts",
     metadata,

@@ -29,6 +29,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
 
 from corral.core.accounting import AttemptSpan, NodeSpan
+from corral.core.dependency import DEPENDENCY, Dependency
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -82,6 +83,15 @@ class NotFound(LookupError):
 
 class NotQueued(ValueError):
     """A change that only a queued job takes (a hold), asked of a job in another state."""
+
+
+class InvalidJobs(ValueError):
+    """A submission that names what the store does not hold (a dependency on no job): nothing of it
+    is stored. `problems` name the job by its place in the batch ("jobs.2.dependency: no job 99")."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 def token_hash(token: str) -> str:
@@ -289,9 +299,21 @@ class Store:
         ]
         if not rows:
             return []
+        dependencies = {i: d for i, r in enumerate(requests) if (d := r.to_dependency()) is not None}
         with self.write() as conn:
+            if dependencies:
+                self._check_dependencies(conn, dependencies)
             result = conn.execute(insert(J).returning(J.c.id, sort_by_parameter_order=True), rows)
             ids = [row[0] for row in result]
+            if dependencies:
+                conn.execute(
+                    insert(schema.job_dependencies),
+                    [
+                        {"job_id": ids[i], "kind": kind.value, "depends_on": named}
+                        for i, dependency in dependencies.items()
+                        for kind, named in dependency.conditions
+                    ],
+                )
             conn.execute(
                 insert(schema.events),
                 [
@@ -300,6 +322,41 @@ class Store:
                 ],
             )
         return ids
+
+    @staticmethod
+    def _check_dependencies(conn: Connection, dependencies: Mapping[int, Dependency]) -> None:
+        """Every job a dependency names exists (Slurm refuses a dependency on an unknown job too)."""
+        named = sorted({job_id for dependency in dependencies.values() for job_id in dependency.job_ids()})
+        known: set[int] = set()
+        for chunk in _chunks(named):
+            known.update(row.id for row in conn.execute(select(J.c.id).where(J.c.id.in_(chunk))))
+        problems = [
+            f"jobs.{i}.dependency: no job {job_id}"
+            for i, dependency in dependencies.items()
+            for job_id in dependency.job_ids()
+            if job_id not in known
+        ]
+        if problems:
+            raise InvalidJobs(problems)
+
+    def dependency_rows(self, job_id: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The conditions of the job's dependency, with the state of the job each names, and the
+        conditions of other jobs that name it, with their jobs' states: (depends on, needed by)."""
+        D = schema.job_dependencies
+        with self.read() as conn:
+            depends_on = conn.execute(
+                select(D.c.kind, D.c.depends_on.label("job_id"), J.c.state)
+                .join(J, J.c.id == D.c.depends_on)
+                .where(D.c.job_id == job_id)
+                .order_by(D.c.depends_on, D.c.kind)
+            ).all()
+            needed_by = conn.execute(
+                select(D.c.kind, D.c.job_id, J.c.state)
+                .join(J, J.c.id == D.c.job_id)
+                .where(D.c.depends_on == job_id)
+                .order_by(D.c.job_id, D.c.kind)
+            ).all()
+        return [dict(r._mapping) for r in depends_on], [dict(r._mapping) for r in needed_by]
 
     def job_row(self, job_id: int) -> dict[str, Any]:
         """The job's row, and `executor_ref`: its latest attempt's executor id (the Slurm job id)."""
@@ -990,6 +1047,7 @@ class Store:
             node_rows = conn.execute(select(N).where(N.c.state.in_(LIVE_NODE_STATES))).all()
             dispatcher_rows = conn.execute(select(schema.dispatchers)).all()
             unavailable_rows = conn.execute(select(schema.unavailable_types)).all()
+            finished = self._finished_named(conn, jobs)
         return Snapshot(
             jobs=jobs,
             attempts=[attempt_from_row(dict(r._mapping)) for r in attempt_rows],
@@ -999,7 +1057,27 @@ class Store:
             dispatchers=[Dispatcher(r.id, r.last_heartbeat) for r in dispatcher_rows],
             unavailable_types={r.instance_type: r.until for r in unavailable_rows},
             observing_since=observing_since,
+            finished=finished,
         )
+
+    @staticmethod
+    def _finished_named(conn: Connection, jobs: Sequence[Job]) -> dict[int, JobState]:
+        """The end states of the finished jobs that queued jobs' dependencies name (the core
+        judges those dependencies on them); no query at all while no queued job has one."""
+        named = {
+            job_id
+            for job in jobs
+            if job.dependency is not None and job.state is JobState.QUEUED
+            for job_id in job.dependency.job_ids()
+        }
+        if not named:
+            return {}
+        named.difference_update(job.id for job in jobs)
+        finished: dict[int, JobState] = {}
+        for chunk in _chunks(sorted(named)):
+            query = select(J.c.id, J.c.state).where(J.c.id.in_(chunk), J.c.state.in_(TERMINAL_JOB_STATES))
+            finished.update((row.id, JobState(row.state)) for row in conn.execute(query))
+        return finished
 
     def _jobs_from_rows(self, conn: Connection, rows: Sequence[Any]) -> list[Job]:
         """Jobs for a snapshot. What a job asked for never changes after submission, so each job
@@ -1045,14 +1123,16 @@ class Store:
         return fleet
 
     def oldest_wait(self, now: float) -> float | None:
-        """How long the longest-waiting job that could run now (queued, not held, past its retry
-        back-off and its `not_before`) has waited since its submission. None when no job could."""
+        """How long the longest-waiting job that could run now (queued, not held, not waiting for a
+        dependency, past its retry back-off and its `not_before`) has waited since its submission.
+        None when no job could. A dependency's wait is the one the last pass gave as the reason."""
         query = (
             select(J.c.submitted_at, J.c.spec)
             .where(
                 J.c.state == JobState.QUEUED.value,
                 J.c.held.is_(False),
                 or_(J.c.retry_at.is_(None), J.c.retry_at <= now),
+                J.c.wait_reason.not_like(f"{DEPENDENCY}%"),
             )
             .order_by(J.c.submitted_at, J.c.id)
             .execution_options(yield_per=100)

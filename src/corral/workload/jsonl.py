@@ -6,6 +6,11 @@ left out) with:
   run_time     seconds the job runs once started (required; a duration such as "90s" or "2h" works)
   exit_code    what the command exits with at the end (default 0)
   cancel_after seconds after submission when the user cancels it, whatever it is doing (optional)
+  id           a whole number >= 1 naming the job within the workload, for other jobs' `dependency`
+               (optional; unique)
+`dependency` (Slurm's --dependency, as `corral submit` takes it) names jobs of the workload by their
+`id`; each must be submitted before the job (at an earlier submit_time, or at the same one on an
+earlier line), as a Slurm job can only name a job that exists.
 Blank lines and lines starting with `#` are ignored. Numbers must be finite, and times (submit_time,
 not_before) and durations at most 100 years. `time_scale` multiplies the times on the workload's
 clock (submit_time, not_before), not the durations (run_time, time_limit, cancel_after).
@@ -21,6 +26,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from corral.config import RepeatedKey, unique_keys
+from corral.core.dependency import Dependency, DependencyKind
 from corral.core.settings import Duration
 from corral.core.units import Int
 from corral.jobspec import JobRequest
@@ -35,6 +41,7 @@ class SimJobRequest(JobRequest):
     run_time: Duration
     exit_code: Int = 0
     cancel_after: Duration | None = None
+    id: Int | None = Field(None, ge=1, description="names the job for other jobs' dependency")
 
     # Before the fields' own parsing: JSON's NaN and Infinity (or 1e999), and strings such as "nan"
     # or "inf", are not numbers a workload can use.
@@ -67,6 +74,8 @@ class SimJobRequest(JobRequest):
 def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = False) -> Workload:
     stats = ReadStats()
     jobs: list[SimJob] = []
+    named: dict[int, int] = {}  # the workload's ids -> the simulation's
+    lines: dict[int, tuple[int, Dependency | None]] = {}  # simulation id -> (line, dependency as written)
     for number, line in numbered_lines(path):
         stats.lines += 1
         text = line.strip()
@@ -81,14 +90,67 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
         except ValidationError as exc:
             message = f"{path}:{number}: " + "; ".join(_describe(item) for item in exc.errors())
         else:
-            jobs.append(_to_sim_job(len(jobs) + 1, spec, time_scale))
-            continue
+            if spec.id is not None and spec.id in named:
+                message = f"{path}:{number}: id: {spec.id} names another job already (line {lines[named[spec.id]][0]})"
+            else:
+                job = _to_sim_job(len(jobs) + 1, spec, time_scale)
+                jobs.append(job)
+                lines[job.id] = (number, job.request.to_dependency() if job.request is not None else None)
+                if spec.id is not None:
+                    named[spec.id] = job.id
+                continue
         if not skip_bad_lines:
             raise WorkloadError(message + " (use --skip-bad-lines to skip such lines)")
         stats.skip(message)
     jobs.sort(key=lambda j: (j.submit, j.id))
+    if any(dependency is not None for _, dependency in lines.values()):
+        jobs = _link_dependencies(path, jobs, named, lines, stats, skip_bad_lines)
     stats.jobs = len(jobs)
     return Workload(jobs, str(path), "jsonl", stats)
+
+
+def _link_dependencies(
+    path: Path,
+    jobs: list[SimJob],
+    named: dict[int, int],
+    lines: dict[int, tuple[int, Dependency | None]],
+    stats: ReadStats,
+    skip_bad_lines: bool,
+) -> list[SimJob]:
+    """Each job's dependency by simulation ids. Jobs are taken in the order they arrive, so that a
+    job skipped for its dependency is no job to those that name it."""
+    arrived: set[int] = set()
+    skipped: set[int] = set()
+    kept: list[SimJob] = []
+    for job in jobs:
+        number, dependency = lines[job.id]
+        if dependency is not None:
+            conditions: list[tuple[DependencyKind, int]] = []
+            problem = ""
+            for kind, workload_id in dependency.conditions:
+                target = named.get(workload_id)
+                if target is None:
+                    problem = f"no job has id {workload_id}"
+                elif target in skipped:
+                    problem = f"job {workload_id} (line {lines[target][0]}) was skipped"
+                elif target not in arrived:
+                    problem = f"job {workload_id} (line {lines[target][0]}) is not submitted before this one"
+                if problem or target is None:
+                    break
+                conditions.append((kind, target))
+            if problem:
+                message = f"{path}:{number}: dependency: {problem}"
+                if not skip_bad_lines:
+                    raise WorkloadError(message + " (use --skip-bad-lines to skip such lines)")
+                stats.skip(message)
+                skipped.add(job.id)
+                continue
+            job.dependency = Dependency(tuple(conditions), dependency.any_of)
+            if job.request is not None:
+                job.request.dependency = str(job.dependency)  # by simulation ids, as the job is stored
+        arrived.add(job.id)
+        kept.append(job)
+    return kept
 
 
 def _describe(item: object) -> str:

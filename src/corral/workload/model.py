@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.core.dependency import Dependency
 from corral.core.model import InstanceType, Job, Resources
 from corral.jobspec import JobRequest
 
@@ -50,6 +51,9 @@ class SimJob:
     ram_per_proc: float = 0.0  # MiB
     request: JobRequest | None = None
     quirks: tuple[str, ...] = ()  # what the mapping filled in or fixed for this job (see ReadStats.quirks)
+    # Slurm's --dependency on other jobs of the workload, by their simulation ids (`id`); each job
+    # it names arrives before this one.
+    dependency: Dependency | None = None
 
     @property
     def resources(self) -> Resources:
@@ -72,6 +76,7 @@ class SimJob:
             )
         job.resources = self.resources
         job.node_count = self.nodes
+        job.dependency = self.dependency
         return job
 
 

@@ -1,0 +1,245 @@
+"""Job dependencies (Slurm's --dependency) in the core: what a pass decides for a queued job whose
+dependency holds, does not hold yet, or can never hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.core import batch, dependency
+from corral.core.index import SnapshotIndex
+from corral.core.model import GiB, InstanceType, Job, JobState, Node, NodeState, Resources
+from corral.core.reconcile import plan_pass
+from corral.core.settings import PolicySettings
+from corral.core.snapshot import Decisions, Snapshot
+
+SMALL = InstanceType("small", 2, 4 * GiB, 0.10)
+NOW = 1000.0
+
+
+def job(job_id: int, state: JobState = JobState.QUEUED, depends: str | None = None, **fields: object) -> Job:
+    return Job(
+        id=job_id,
+        command=["true"],
+        resources=Resources(1, GiB),
+        state=state,
+        dependency=dependency.parse(depends) if depends else None,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def idle_node(node_id: str = "n1") -> Node:
+    return Node(
+        node_id, SMALL.name, SMALL.capacity, SMALL.price_per_hour, NodeState.IDLE, 0, 1, NOW, state_changed_at=NOW
+    )
+
+
+def plan(*jobs: Job, finished: dict[int, JobState] | None = None, kill: bool = True, boots: bool = False) -> Decisions:
+    policy = PolicySettings()
+    policy.dispatch.kill_invalid_depend = kill
+    if not boots:
+        policy.boot.max_instances = 0
+    snapshot = Snapshot(
+        jobs=list(jobs), attempts=[], nodes=[idle_node()], instance_types=[SMALL], finished=finished or {}
+    )
+    return plan_pass(snapshot, NOW, policy)
+
+
+def placed(decisions: Decisions) -> list[int]:
+    return [p.job_id for p in decisions.placements]
+
+
+def reasons(decisions: Decisions) -> dict[int, str]:
+    return {a.job_id: a.wait_reason for a in decisions.annotations}
+
+
+def cancelled(decisions: Decisions) -> dict[int, str]:
+    return {o.job_id: o.reason for o in decisions.job_outcomes if o.state is JobState.CANCELLED}
+
+
+# ---- the text -------------------------------------------------------------------------------------
+
+
+def test_slurms_text_is_read_and_written_back_in_one_canonical_form() -> None:
+    parsed = dependency.parse(" AfterOK:12:13 , afterany:14,afterok:12 ")
+    assert parsed is not None
+    assert parsed.conditions == (
+        (dependency.DependencyKind.AFTEROK, 12),
+        (dependency.DependencyKind.AFTEROK, 13),
+        (dependency.DependencyKind.AFTERANY, 14),
+    )
+    assert str(parsed) == "afterok:12:13,afterany:14"
+    assert str(dependency.parse("afterok:3?afternotok:3")) == "afterok:3?afternotok:3"
+    assert dependency.parse("  ") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("afterok", "needs at least one job id"),
+        ("afterok:12,afterany:13?after:14", "not both"),
+        ("afterfoo:12", "unknown dependency type 'afterfoo'"),
+        ("singleton", "singleton is not offered"),
+        ("aftercorr:12", "no job arrays"),
+        ("afterok:12_3", "no job arrays"),
+        ("after:12+10", "delay"),
+        ("afterok:x", "'x' is not a job id"),
+        ("afterok:0", "'0' is not a job id"),
+    ],
+)
+def test_a_bad_dependency_says_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        dependency.parse(text)
+
+
+# ---- each kind: satisfied, waiting, never satisfiable ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "state", "verdict"),
+    [
+        ("after", JobState.QUEUED, "waiting"),
+        ("after", JobState.CLAIMED, "waiting"),
+        ("after", JobState.RUNNING, "satisfied"),
+        ("after", JobState.COMPLETE, "satisfied"),
+        ("after", JobState.CANCELLED, "satisfied"),
+        ("afterany", JobState.RUNNING, "waiting"),
+        ("afterany", JobState.COMPLETE, "satisfied"),
+        ("afterany", JobState.FAILED, "satisfied"),
+        ("afterany", JobState.CANCELLED, "satisfied"),
+        ("afterok", JobState.RUNNING, "waiting"),
+        ("afterok", JobState.COMPLETE, "satisfied"),
+        ("afterok", JobState.FAILED, "never"),
+        ("afterok", JobState.CANCELLED, "never"),
+        ("afternotok", JobState.RUNNING, "waiting"),
+        ("afternotok", JobState.FAILED, "satisfied"),
+        ("afternotok", JobState.CANCELLED, "satisfied"),
+        ("afternotok", JobState.COMPLETE, "never"),
+    ],
+)
+def test_each_kind_against_each_state_of_the_job_it_names(kind: str, state: JobState, verdict: str) -> None:
+    named = job(1, state)
+    waiting = job(2, depends=f"{kind}:1")
+    decisions = plan(named, waiting) if not state.terminal else plan(waiting, finished={1: state})
+    if verdict == "satisfied":
+        assert 2 in placed(decisions) and not cancelled(decisions)
+    elif verdict == "waiting":
+        assert 2 not in placed(decisions) and not cancelled(decisions)
+        assert reasons(decisions)[2] == f"Dependency: waits for {kind}:1 ({state})"
+    else:
+        assert 2 not in placed(decisions)
+        assert cancelled(decisions) == {2: f"DependencyNeverSatisfied: {kind}:1 (job 1 {state})"}
+
+
+def test_every_condition_must_hold_with_commas_and_one_with_a_question_mark() -> None:
+    running, complete = job(1, JobState.RUNNING), {2: JobState.COMPLETE}
+    both = plan(running, job(3, depends="afterok:1:2"), finished=complete)
+    assert placed(both) == [] and reasons(both)[3] == "Dependency: waits for afterok:1 (running)"
+    either = plan(running, job(3, depends="afterok:1?afterok:2"), finished=complete)
+    assert placed(either) == [3]
+    # With '?', it can never hold only once no condition can.
+    one_left = plan(running, job(3, depends="afterok:1?afternotok:2"), finished=complete)
+    assert not cancelled(one_left) and reasons(one_left)[3] == "Dependency: waits for afterok:1 (running)"
+    none_left = plan(job(3, depends="afterok:1?afternotok:2"), finished={1: JobState.FAILED, 2: JobState.COMPLETE})
+    assert cancelled(none_left) == {
+        3: "DependencyNeverSatisfied: afterok:1 (job 1 failed), afternotok:2 (job 2 complete)"
+    }
+
+
+def test_a_waiting_job_boots_nothing() -> None:
+    """Not eligible: the boot planner does not see it."""
+    policy = PolicySettings()
+
+    def boots(*jobs: Job, finished: dict[int, JobState]) -> list[str]:
+        snapshot = Snapshot(jobs=list(jobs), attempts=[], nodes=[], instance_types=[SMALL], finished=finished)
+        return [b.instance_type for b in plan_pass(snapshot, NOW, policy).boots]
+
+    assert boots(job(1, JobState.RUNNING), job(2, depends="afterok:1"), finished={}) == []
+    assert boots(job(2, depends="afterok:1"), finished={1: JobState.COMPLETE}) == ["small"]
+
+
+def test_a_never_satisfiable_dependency_cancels_a_whole_afterok_chain_in_one_pass() -> None:
+    decisions = plan(
+        job(2, depends="afterok:1"),
+        job(3, depends="afterok:2"),
+        job(4, depends="afterany:3"),  # runs: 3 ended (cancelled), in any state
+        job(5, depends="afternotok:3"),  # runs: 3 was cancelled
+        finished={1: JobState.FAILED},
+    )
+    assert cancelled(decisions) == {
+        2: "DependencyNeverSatisfied: afterok:1 (job 1 failed)",
+        3: "DependencyNeverSatisfied: afterok:2 (job 2 cancelled)",
+    }
+    assert sorted(placed(decisions)) == [4, 5]
+
+
+def test_a_chain_named_out_of_id_order_is_cancelled_in_one_pass_too() -> None:
+    """A workload may name a job of a higher id (it was submitted earlier)."""
+    decisions = plan(job(2, depends="afterok:3"), job(3, depends="afterok:1"), finished={1: JobState.CANCELLED})
+    assert set(cancelled(decisions)) == {2, 3}
+
+
+def test_a_cancel_request_is_seen_by_the_jobs_that_depend_on_it_in_the_next_pass() -> None:
+    """The store may refuse it (the job moved on meanwhile): the pass does not count on it."""
+    decisions = plan(job(1, cancel_requested=True), job(2, depends="afterok:1"))
+    assert cancelled(decisions) == {1: "cancelled by request"}
+    assert reasons(decisions)[2] == "Dependency: waits for afterok:1 (queued)"
+
+
+def test_without_kill_invalid_depend_the_job_stays_queued_with_slurms_reason() -> None:
+    failed = {1: JobState.FAILED}
+    decisions = plan(job(2, depends="afterok:1"), job(3, depends="afterok:2"), finished=failed, kill=False)
+    assert cancelled(decisions) == {} and placed(decisions) == []
+    assert reasons(decisions) == {
+        2: "DependencyNeverSatisfied: afterok:1 (job 1 failed)",
+        3: "Dependency: waits for afterok:2 (queued)",
+    }
+
+
+def test_a_dependency_on_no_job_can_never_be_satisfied() -> None:
+    assert cancelled(plan(job(2, depends="afterany:1"))) == {2: "DependencyNeverSatisfied: afterany:1 (no job 1)"}
+
+
+def test_a_reason_already_shown_is_not_annotated_again_and_a_held_job_keeps_its_own() -> None:
+    shown = job(2, depends="afterok:1", wait_reason="Dependency: waits for afterok:1 (running)")
+    held = job(3, depends="afterok:1", held=True, wait_reason="held by an operator")
+    decisions = plan(job(1, JobState.RUNNING), shown, held)
+    assert decisions.annotations == [] and placed(decisions) == []
+    # A held job whose dependency can never hold is cancelled all the same.
+    assert set(cancelled(plan(held, finished={1: JobState.FAILED}))) == {3}
+
+
+def test_the_index_files_queued_jobs_with_a_dependency_only() -> None:
+    index = SnapshotIndex()
+    waiting, plain = job(2, depends="afterok:1"), job(3)
+    index.put_job(waiting)
+    index.put_job(plain)
+    assert list(index.dependent) == [2]
+    waiting.state = JobState.CLAIMED
+    index.put_job(waiting)
+    assert index.dependent == {}
+    waiting.state = JobState.QUEUED  # requeued
+    index.put_job(waiting)
+    index.drop_job(2)
+    assert index.dependent == {}
+
+
+# ---- in front of Slurm ------------------------------------------------------------------------------
+
+
+def test_in_front_of_slurm_a_job_is_submitted_only_once_its_dependency_holds() -> None:
+    policy = PolicySettings()
+
+    def batch_plan(*jobs: Job, finished: dict[int, JobState]) -> batch.BatchDecisions:
+        snapshot = Snapshot(jobs=list(jobs), attempts=[], nodes=[], instance_types=[], finished=finished)
+        return batch.plan_batch_pass(snapshot, NOW, policy, {}, 100)
+
+    waiting = batch_plan(job(1, JobState.RUNNING), job(2, depends="afterok:1"), finished={})
+    assert waiting.claims == [] and [(a.job_id, a.wait_reason) for a in waiting.annotations] == [
+        (2, "Dependency: waits for afterok:1 (running)")
+    ]
+    assert batch_plan(job(2, depends="afterok:1"), finished={1: JobState.COMPLETE}).claims == [2]
+    never = batch_plan(job(2, depends="afterok:1"), job(3), finished={1: JobState.FAILED})
+    assert never.claims == [3]
+    assert [(o.job_id, o.state, o.reason) for o in never.job_outcomes] == [
+        (2, JobState.CANCELLED, "DependencyNeverSatisfied: afterok:1 (job 1 failed)")
+    ]

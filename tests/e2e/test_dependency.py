@@ -1,0 +1,90 @@
+"""Job dependencies (Slurm's --dependency) through a real `corral run` on the loopback cloud, its
+CLI and its HTTP API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.conftest import Corral, wait_until
+
+
+def test_afterok_runs_after_the_job_completes_and_is_cancelled_after_one_that_fails(
+    corral: Corral, tmp_path: Path
+) -> None:
+    corral.start()
+    go = tmp_path / "go"
+    # A runs until the test lets it end, so that B's wait is seen while A runs.
+    until_go = f"while [ ! -e {go} ]; do sleep 0.2; done"
+    first = int(corral.cli("submit", "--name", "A", "--", "sh", "-c", until_go).stdout)
+    second = int(corral.cli("submit", "--name", "B", "--dependency", f"afterok:{first}", "--", "echo", "B").stdout)
+    failing = int(corral.cli("submit", "--name", "D", "--", "false").stdout)
+    cancelled = int(corral.cli("submit", "-d", f"afterok:{failing}", "--name", "C", "--", "echo", "C").stdout)
+    chained = int(corral.cli("submit", "-d", f"afterok:{cancelled},afterany:{first}", "--", "echo", "E").stdout)
+
+    waits = f"Dependency: waits for afterok:{first} (running)"
+    wait_until(lambda: corral.jobs()[second]["wait_reason"] == waits, 60, "B to wait for A while A runs")
+    assert corral.jobs()[second]["state"] == "queued" and waits in corral.cli("jobs").stdout
+    assert corral.cli_json("explain", str(second))["wait_reason"] == waits
+
+    wait_until(lambda: corral.jobs()[cancelled]["state"] == "cancelled", 60, "C to be cancelled after D failed")
+    assert corral.jobs()[failing]["state"] == "failed"
+    never = f"DependencyNeverSatisfied: afterok:{failing} (job {failing} failed)"
+    [event] = corral.cli_json("events", "--job", str(cancelled), "--kind", "job.cancelled")
+    assert event["message"] == never
+    wait_until(lambda: corral.jobs()[chained]["state"] == "cancelled", 30, "E, after C, to be cancelled")
+    [event] = corral.cli_json("events", "--job", str(chained), "--kind", "job.cancelled")
+    assert event["message"] == f"DependencyNeverSatisfied: afterok:{cancelled} (job {cancelled} cancelled)"
+    assert corral.jobs()[second]["state"] == "queued"  # A still runs
+
+    go.touch()
+    wait_until(lambda: corral.jobs()[second]["state"] == "complete", 60, "B to run once A completed")
+    jobs = corral.jobs()
+    assert jobs[first]["state"] == "complete"
+    assert jobs[second]["started_at"] >= jobs[first]["finished_at"]
+    assert corral.cli("logs", str(second)).stdout == "B\n"
+
+    shown = corral.cli_json("job", str(second))
+    assert shown["dependency"] == f"afterok:{first}"
+    assert shown["depends_on"] == [{"kind": "afterok", "job_id": first, "state": "complete"}]
+    text = corral.cli("job", str(chained)).stdout
+    assert f"dependency afterok:{cancelled},afterany:{first}" in text
+    assert f"afterok job {cancelled} (cancelled)" in text
+    needed = f"needed by  {second} (afterok, complete), {chained} (afterany, cancelled)"
+    assert needed in corral.cli("job", str(first)).stdout
+
+
+def test_a_dependency_on_no_job_or_a_bad_one_is_refused_and_stores_nothing(corral: Corral, tmp_path: Path) -> None:
+    corral.start()
+    keeper = int(corral.cli("submit", "--name", "keeper", "--", "true").stdout)
+
+    missing = corral.cli("submit", "--dependency", f"afterok:{keeper}:9999", "--", "x", check=False)
+    assert missing.returncode != 0 and "--dependency: no job 9999" in missing.stderr
+    unknown = corral.cli("submit", "--dependency", f"aftersome:{keeper}", "--", "x", check=False)
+    assert unknown.returncode != 0 and f"--dependency: 'aftersome:{keeper}': unknown dependency type" in unknown.stderr
+    both = corral.cli("submit", "-d", f"afterok:{keeper},afterany:{keeper}?after:{keeper}", "--", "x", check=False)
+    assert both.returncode != 0 and "not both" in both.stderr
+
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(
+        f'{{"command": ["echo", "1"], "dependency": "afterok:{keeper}"}}\n'
+        "# a comment\n"
+        f'{{"command": ["echo", "2"], "dependency": {{"afterany": [{keeper}, 777]}}}}\n'
+    )
+    refused = corral.cli("submit", "-f", str(jobs), check=False)
+    assert refused.returncode != 0
+    assert f"nothing was submitted:\n  {jobs}: line 3: dependency: no job 777" in refused.stderr
+
+    response = corral.api(
+        "POST", "/api/jobs", json={"jobs": [{"command": ["ok"]}, {"command": ["x"], "dependency": "afterok:4242"}]}
+    )
+    assert response.status_code == 422 and response.json()["detail"] == ["jobs.1.dependency: no job 4242"]
+    malformed = corral.api("POST", "/api/jobs", json={"jobs": [{"command": ["x"], "dependency": {"afterok": "1"}}]})
+    assert malformed.status_code == 422
+    assert malformed.json()["detail"] == ["jobs.0.dependency: afterok: job ids are whole numbers, not '1'"]
+    assert list(corral.jobs()) == [keeper]
+
+    # The structured form is stored as Slurm's text.
+    yaml_jobs = tmp_path / "jobs.yaml"
+    yaml_jobs.write_text(f"- command: [echo, y]\n  dependency:\n    afterany: [{keeper}]\n    satisfy: any\n")
+    [stored] = corral.cli("submit", "-f", str(yaml_jobs)).stdout.split()
+    assert corral.cli_json("job", stored)["dependency"] == f"afterany:{keeper}"
