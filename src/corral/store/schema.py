@@ -48,7 +48,9 @@ jobs = Table(
     Column("started_at", Float),
     Column("finished_at", Float),
     Column("updated_at", Float, nullable=False),
-    Index("ix_jobs_state", "state"),
+    # By state, and within a state in submission order: the oldest waiting job (Store.oldest_wait)
+    # without a sort (0007; it replaced an index of the state alone).
+    Index("ix_jobs_state_submitted", "state", "submitted_at", "id"),
 )
 
 # A job's dependency (Slurm's --dependency, kept whole in `jobs.spec`), one row per condition: what
