@@ -463,7 +463,7 @@ def jobs(
         return
     now = time.time()
     table = Table(show_edge=False, header_style="bold")
-    for column in ("id", "name", "state", "node", "tries", "exit", "resources", "age", "run", "waiting because"):
+    for column in ("id", "name", "state", "node", "tries", "exit", "resources", "age", "run", "reason"):
         table.add_column(column, overflow="fold")
     for j in rows:
         run_time = (j["finished_at"] or now) - j["started_at"] if j["started_at"] else None
@@ -477,7 +477,7 @@ def jobs(
             resources_text(j["resources"], j["nodes"]),
             ago(now - j["submitted_at"]),
             ago(run_time),
-            j["wait_reason"] if j["state"] == "queued" else "",
+            j["wait_reason"] if j["state"] in ("queued", "failed", "cancelled") else "",
         )
     console.print(table)
 
@@ -521,8 +521,10 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     if j.get("needed_by"):
         needed = ", ".join(f"{d['job_id']} ({d['kind']}, {d['state']})" for d in j["needed_by"])
         console.print(f"  needed by  {needed}", highlight=False)
-    if j["wait_reason"]:
+    if j["wait_reason"] and j["state"] == "queued":
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
+    elif j["wait_reason"] and j["state"] in ("complete", "failed", "cancelled"):
+        console.print(f"  ended      {j['wait_reason']}", highlight=False)
     if j["attempt_list"]:
         table = Table(show_edge=False, header_style="bold")
         in_slurm = any(a["executor_ref"] for a in j["attempt_list"])

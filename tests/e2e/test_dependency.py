@@ -31,6 +31,9 @@ def test_afterok_runs_after_the_job_completes_and_is_cancelled_after_one_that_fa
     never = f"DependencyNeverSatisfied: afterok:{failing} (job {failing} failed)"
     [event] = corral.cli_json("events", "--job", str(cancelled), "--kind", "job.cancelled")
     assert event["message"] == never
+    # The job says why it ended, as Slurm's Reason does: it has no attempt to say it.
+    assert corral.jobs()[cancelled]["wait_reason"] == never
+    assert f"ended      {never}" in corral.cli("job", str(cancelled)).stdout
     wait_until(lambda: corral.jobs()[chained]["state"] == "cancelled", 30, "E, after C, to be cancelled")
     [event] = corral.cli_json("events", "--job", str(chained), "--kind", "job.cancelled")
     assert event["message"] == f"DependencyNeverSatisfied: afterok:{cancelled} (job {cancelled} cancelled)"

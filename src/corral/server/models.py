@@ -154,7 +154,7 @@ class JobOut(BaseModel):
     submitted_at: float
     started_at: float | None
     finished_at: float | None
-    wait_reason: str
+    wait_reason: str  # why a queued job waits; why an ended job ended (Slurm's Reason)
     unplaceable: bool
     cancel_requested: bool
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)

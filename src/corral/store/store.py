@@ -639,7 +639,9 @@ class Store:
                 started_at=None,
             )
         else:
-            values["finished_at"] = now
+            # Why it ended stays on the job, as Slurm's Reason does (DependencyNeverSatisfied, a
+            # TIMEOUT, "exit 1"): a job that never ran has no attempt to say it.
+            values.update(finished_at=now, wait_reason=outcome.reason, unplaceable=False)
         moved = conn.execute(update(J).where(J.c.id == outcome.job_id, J.c.state == old.value).values(**values))
         if moved.rowcount != 1:
             return False
