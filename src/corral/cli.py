@@ -154,6 +154,11 @@ def when(timestamp: float | None) -> str:
     return "-" if timestamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
+def money(dollars: float) -> str:
+    """Dollars to the cent; below a dollar to the hundredth of a cent (a short run's share)."""
+    return f"${dollars:,.2f}" if dollars >= 1 or dollars == 0 else f"${dollars:.4f}"
+
+
 def resources_text(r: dict[str, Any], nodes: int = 1) -> str:
     text = f"{r['vcpus']:g}c {r['ram_mib'] / 1024:g}G"
     if r.get("gpus"):
@@ -785,7 +790,7 @@ def usage(
             f"{row['jobs']:,}",
             f"{row['vcpu_hours']:,.1f}",
             f"{row['gpu_hours']:,.1f}",
-            f"${row['cost']:,.2f}",
+            money(row["cost"]),
             f"{row['cost'] / billed:.0%}" if billed else "-",
         )
     if report["rows"]:
@@ -800,15 +805,15 @@ def usage(
             kind["instance_type"],
             f"{kind['instances']:,}",
             f"{kind['instance_hours']:,.1f}",
-            f"${kind['billed']:,.2f}",
+            money(kind["billed"]),
             f"{kind['used'] / kind['billed']:.0%}" if kind["billed"] else "-",
         )
     if report["types"]:
         console.print(fleet)
     used_share = f" ({report['used'] / billed:.0%})" if billed else ""
     console.print(
-        f"{report['jobs']:,} jobs ran; the fleet billed ${billed:,.2f}, of which jobs used ${report['used']:,.2f}"
-        f"{used_share}; ${report['unattributed']:,.2f} went to idle and booting nodes and room no job asked for",
+        f"{report['jobs']:,} jobs ran; the fleet billed {money(billed)}, of which jobs used {money(report['used'])}"
+        f"{used_share}; {money(report['unattributed'])} went to idle and booting nodes and room no job asked for",
         highlight=False,
     )
 
