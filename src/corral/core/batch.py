@@ -278,12 +278,10 @@ def plan_batch_pass(
     blocked: set[int] = set()
     reasons: dict[int, str] = {}
     if index.dependent:
-        judged = dependency.judge(
-            index.dependent, index.jobs, snapshot.finished, ended, settings.dispatch.kill_invalid_depend
+        kill_invalid = settings.dispatch.kill_invalid_depend
+        judged = dependency.step(
+            index.dependent, index.jobs, snapshot.finished, ended, kill_invalid, attempt_ids, decisions.job_outcomes
         )
-        for job_id, reason in judged.cancel:
-            decisions.job_outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempt_ids(job_id)))
-            ended.add(job_id)
         blocked, reasons = judged.blocked, judged.reasons
 
     # 6. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm.

@@ -13,7 +13,8 @@ other, as in Slurm. `afterok:12:13` is two conditions, one per job.
 A condition that cannot hold any more (afterok on a job that failed or was cancelled, afternotok on
 one that completed) makes the dependency never satisfiable when every one must hold (or when it was
 the last that could, with `?`): Slurm's reason DependencyNeverSatisfied. `judge` is the decision of
-a pass, pure, shared by `corral.core.reconcile.plan_pass` and `corral.core.batch.plan_batch_pass`.
+a pass, pure; `step` takes it as both passes do (`corral.core.reconcile.plan_pass` and
+`corral.core.batch.plan_batch_pass`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
 from corral.core.model import Job, JobState
+from corral.core.snapshot import JobOutcome
 
 DEPENDENCY = "Dependency"  # Slurm's reason words, which a Slurm user looks for in `squeue`
 NEVER_SATISFIED = "DependencyNeverSatisfied"
@@ -224,3 +226,22 @@ def judge(
         # sweep cancels nothing. Ids name earlier jobs in the live store, so one sweep mostly does.
         todo = still if cancelled else []
     return out
+
+
+def step(
+    dependent: Mapping[int, Job],
+    jobs: Mapping[int, Job],
+    finished: Mapping[int, JobState],
+    ended: set[int],
+    kill_invalid: bool,
+    attempt_ids: Callable[[int], tuple[int, ...]],
+    outcomes: list[JobOutcome],
+) -> Judgement:
+    """A pass's dependency step, as both passes take it: the jobs `judge`s, those never
+    satisfiable cancelled (their outcomes appended to `outcomes`, their ids added to `ended`); the
+    judgement says which jobs wait, and why."""
+    judged = judge(dependent, jobs, finished, ended, kill_invalid)
+    for job_id, reason in judged.cancel:
+        outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempt_ids(job_id)))
+        ended.add(job_id)
+    return judged

@@ -182,12 +182,10 @@ def plan_pass(
     blocked: AbstractSet[int] = frozenset()
     dependency_reasons: Mapping[int, str] = {}
     if index.dependent:
-        judged = dependency.judge(
-            index.dependent, index.jobs, snapshot.finished, ended, settings.dispatch.kill_invalid_depend
+        kill_invalid = settings.dispatch.kill_invalid_depend
+        judged = dependency.step(
+            index.dependent, index.jobs, snapshot.finished, ended, kill_invalid, attempt_ids, decisions.job_outcomes
         )
-        for job_id, reason in judged.cancel:
-            decisions.job_outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempt_ids(job_id)))
-            ended.add(job_id)
         blocked, dependency_reasons = judged.blocked, judged.reasons
 
     # Nodes that hold work after this pass's endings, and the schedulable ones that hold none (by
