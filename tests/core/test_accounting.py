@@ -32,8 +32,9 @@ def attempt(
     request: Resources = Resources(1.0, 1 * GiB, 0, 0),
     user: str = "alice",
     tags: tuple[str, ...] = (),
+    node_count: int | None = None,
 ) -> AttemptSpan:
-    return AttemptSpan(job_id, user, tags, nodes, request, started_at, finished_at)
+    return AttemptSpan(job_id, user, tags, nodes, request, started_at, finished_at, node_count or len(nodes))
 
 
 def test_billing_rounds_up_to_the_granularity_and_never_below_the_minimum() -> None:
@@ -119,6 +120,13 @@ def test_work_on_a_node_corral_did_not_boot_is_counted_but_charges_nothing() -> 
     report = usage([], [attempt(1, ("slurm-node-1",), 0.0, 3600.0)], 0.0, 3600.0, 3600.0)
     (row,) = report.rows
     assert (row.vcpu_hours, row.cost, report.billed) == (1.0, 0.0, 0.0)
+
+
+def test_a_slurm_gang_counts_the_vcpus_of_each_of_its_nodes() -> None:
+    # In front of Slurm an attempt names one node ("slurm") whatever the gang's size.
+    gang = attempt(1, ("slurm",), 0.0, 3600.0, Resources(2.0, GiB, 0, 1), node_count=3)
+    (row,) = usage([], [gang], 0.0, 3600.0, 3600.0).rows
+    assert (row.vcpu_hours, row.gpu_hours, row.cost) == (6.0, 3.0, 0.0)
 
 
 def test_a_run_too_short_to_measure_is_still_a_job_that_ran() -> None:

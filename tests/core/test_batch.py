@@ -103,6 +103,15 @@ def test_running_in_slurm_starts_the_attempt_once() -> None:
     assert plan(world(job, attempts=(attempt,)), seen).started == []
 
 
+def test_a_slurm_job_that_ran_between_two_passes_is_started_before_its_exit() -> None:
+    job, attempt = claimed(1, 10)
+    seen = {10: Seen(10, "77", "COMPLETED", 0, nodes="c1")}
+    decisions = plan(world(job, attempts=(attempt,)), seen)
+    assert decisions.started == [seen[10]] and [e.attempt_id for e in decisions.exits] == [10]
+    job, attempt = claimed(1, 10, running=True)
+    assert plan(world(job, attempts=(attempt,)), seen).started == []
+
+
 @pytest.mark.parametrize(
     ("priority", "nice_base", "nice"),
     [

@@ -88,3 +88,25 @@ def test_a_clean_stop_scancels_and_requeues_this_dispatchers_slurm_jobs(corral: 
     corral.start()
     row = corral.jobs()[long]
     assert row["state"] in ("queued", "claimed", "running")
+
+
+def test_corral_usage_counts_the_vcpu_hours_of_slurm_jobs_at_no_cost(corral: Corral) -> None:
+    """Slurm's nodes are not instances corral booted: their work counts, their cost is 0."""
+    corral.start()
+    single = int(corral.cli("submit", "--vcpus", "1", "--ram", "128MiB", "--", "sleep", "1").stdout)
+    gang = int(corral.cli("submit", "--nodes", "2", "--vcpus", "2", "--ram", "128MiB", "--", "sleep", "1").stdout)
+    # Starts and ends between two passes of the loop, unseen running: it ran all the same.
+    quick = int(corral.cli("submit", "--ram", "128MiB", "--", "true").stdout)
+    wait_until(
+        lambda: all(corral.jobs()[j]["state"] == "complete" for j in (single, gang, quick)), 60, "the jobs to complete"
+    )
+    report = corral.cli_json("usage", "--since", "1h", "--by", "job")
+    rows = {int(row["key"]): row for row in report["rows"]}
+    assert set(rows) == {single, gang, quick} and report["jobs"] == 3
+    for job_id, vcpus_in_all in ((single, 1), (gang, 4), (quick, 1)):
+        (attempt,) = corral.api("GET", f"/api/jobs/{job_id}").json()["attempt_list"]
+        ran = attempt["finished_at"] - attempt["started_at"]
+        assert rows[job_id]["jobs"] == 1 and rows[job_id]["cost"] == 0
+        assert rows[job_id]["vcpu_hours"] == pytest.approx(ran * vcpus_in_all / 3600)
+    assert rows[gang]["vcpu_hours"] > 0 and rows[single]["vcpu_hours"] > 0
+    assert report["billed"] == 0 and report["used"] == 0 and report["types"] == []

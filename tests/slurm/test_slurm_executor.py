@@ -292,3 +292,47 @@ def test_a_slurm_job_whose_attempt_corral_ended_is_scancelled_as_an_orphan(
     corral.loop.run_pass()
     wait_until(lambda: slurm.state(attempt["executor_ref"]) == "CANCELLED", 20, "the orphan to be scancelled")
     assert any("slurm.orphan" in e["kind"] for e in corral.store.list_events(kind="slurm."))
+
+
+def slurm_jobs_of(slurm: SlurmCluster, corral: Dispatcher, job_id: int) -> list[str]:
+    """The Slurm jobs (squeue lines, any state) that run a corral job of this test's cluster."""
+    return [line for line in slurm.jobs() if f"cluster={corral.config.cloud.cluster} job={job_id} " in line]
+
+
+def test_afterok_waits_in_corral_not_in_slurm_and_runs_once_its_job_completed(
+    corral: Dispatcher, slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    first = corral.submit("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done", ram=128)
+    second = corral.submit("echo", "B", ram=128, dependency=f"afterok:{first}")
+    corral.until_state(first, "running")
+    corral.loop.run_pass()  # a pass that sees A running: B must still not reach Slurm
+    row = corral.job(second)
+    assert row["state"] == "queued" and row["wait_reason"] == f"Dependency: waits for afterok:{first} (running)"
+    assert corral.attempts(second) == [] and slurm_jobs_of(slurm, corral, second) == []
+    assert len(slurm_jobs_of(slurm, corral, first)) == 1
+
+    go.touch()
+    assert corral.until_state(second, "complete", "failed", "cancelled")["state"] == "complete"
+    assert corral.output(second) == "B\n"
+    (attempt,) = corral.attempts(second)
+    assert attempt["executor_ref"] and attempt["started_at"] >= corral.job(first)["finished_at"]
+    assert corral.job(first)["state"] == "complete"
+    assert len(slurm_jobs_of(slurm, corral, second)) == 1
+
+
+def test_a_dependency_on_a_failed_job_cancels_afterok_before_slurm_and_runs_afternotok(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    failing = corral.submit("sh", "-c", "exit 3", ram=128)
+    after_ok = corral.submit("echo", "C", ram=128, dependency=f"afterok:{failing}")
+    after_not_ok = corral.submit("echo", "D", ram=128, dependency=f"afternotok:{failing}")
+    assert corral.until_state(failing, "failed", "complete")["state"] == "failed"
+    assert corral.until_state(after_ok, "cancelled", "complete", "failed")["state"] == "cancelled"
+    never = f"DependencyNeverSatisfied: afterok:{failing} (job {failing} failed)"
+    assert [e for e in corral.events(after_ok) if e.startswith("job.cancelled")] == [f"job.cancelled: {never}"]
+    assert corral.attempts(after_ok) == [] and slurm_jobs_of(slurm, corral, after_ok) == []
+
+    assert corral.until_state(after_not_ok, "complete", "failed", "cancelled")["state"] == "complete"
+    assert corral.output(after_not_ok) == "D\n"
+    assert len(slurm_jobs_of(slurm, corral, after_not_ok)) == 1

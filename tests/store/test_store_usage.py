@@ -48,3 +48,13 @@ def test_a_window_before_anything_ran_is_empty(store: Store) -> None:
     add_node(store, "n1", now=NOW)
     nodes, attempts = store.usage_spans(NOW - 7200, NOW - 3600)
     assert (nodes, attempts) == ([], [])
+
+
+def test_a_gang_run_in_front_of_slurm_spans_its_node_count_not_its_one_recorded_node(store: Store) -> None:
+    (gang,) = submit(store, 1, nodes=3)
+    (single,) = submit(store, 1)
+    for job_id in (gang, single):
+        attempt_id = claim(store, job_id, nodes=["slurm"], now=NOW)  # as the Slurm executor claims
+        assert store.attempt_started(attempt_id, "slurm", None, NOW + 10)
+    _, attempts = store.usage_spans(NOW, NOW + 3600)
+    assert {a.job_id: (a.node_ids, a.node_count) for a in attempts} == {gang: (("slurm",), 3), single: (("slurm",), 1)}

@@ -50,6 +50,9 @@ class AttemptSpan:
     request: Resources
     started_at: float
     finished_at: float | None  # None: still running
+    # The nodes it ran on, as the job asked: node_ids lists them under the agent executor, but
+    # in front of Slurm they are one entry ("slurm") whatever the gang's size.
+    node_count: int
 
 
 @dataclass(slots=True)
@@ -161,7 +164,7 @@ def usage(
             cost += charged
             if ran_on.instance_type in types:
                 types[ran_on.instance_type].used += charged
-        node_count = len(attempt.node_ids)
+        node_count = attempt.node_count
         for key in _keys(attempt, by):
             row = rows.setdefault(key, UsageRow(key))
             row._job_ids.add(attempt.job_id)

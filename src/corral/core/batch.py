@@ -152,7 +152,7 @@ class Renice:
 class BatchDecisions:
     job_outcomes: list[JobOutcome] = field(default_factory=list)  # cancellations, temp failures
     exits: list[Exit] = field(default_factory=list)
-    started: list[Seen] = field(default_factory=list)  # attempts whose Slurm job now runs
+    started: list[Seen] = field(default_factory=list)  # attempts whose Slurm job runs, or ran, unseen till now
     cancel: list[str] = field(default_factory=list)  # Slurm job ids to scancel
     renice: list[Renice] = field(default_factory=list)  # Slurm jobs pending with another priority's Nice
     submit: list[int] = field(default_factory=list)  # this dispatcher's attempts not yet submitted
@@ -251,6 +251,10 @@ def plan_batch_pass(
             if attempt.state is AttemptState.ASSIGNED:
                 decisions.started.append(observed)
         elif phase is Phase.EXITED:
+            if attempt.state is AttemptState.ASSIGNED:
+                # It started and ended between two passes: it did run, and its start is recorded
+                # first, or the job would show no start and `corral usage` would not count it.
+                decisions.started.append(observed)
             code = observed.exit_code
             if code is None:  # ended without an exit code known: say what Slurm says
                 code = 0 if observed.state == "COMPLETED" else 1

@@ -178,6 +178,11 @@ class SlurmLoop(LiveLoop):
             except SlurmError as exc:  # the next pass scancels them as orphans
                 log.warning("scancel %s failed: %s", ", ".join(decisions.cancel), exc)
         self._renice(decisions.renice, now)
+        # Starts before exits: a Slurm job that ran between two passes is recorded as started first.
+        for running in decisions.started:
+            where = f"slurm:{running.nodes}" if running.nodes else SLURM_NODE
+            message = f"attempt {running.attempt_id} runs as slurm job {running.ref} on {running.nodes or '?'}"
+            self.store.attempt_started(running.attempt_id, SLURM_NODE, None, now, ran_on=where, message=message)
         for ended in decisions.exits:
             self._collect_output(ended.job_id, ended.attempt_id)
 
@@ -185,10 +190,6 @@ class SlurmLoop(LiveLoop):
                 return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, ended.detail)
 
             self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of)
-        for running in decisions.started:
-            where = f"slurm:{running.nodes}" if running.nodes else SLURM_NODE
-            message = f"attempt {running.attempt_id} runs as slurm job {running.ref} on {running.nodes or '?'}"
-            self.store.attempt_started(running.attempt_id, SLURM_NODE, None, now, ran_on=where, message=message)
         self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
         self.store.annotate_many(decisions.annotations, {}, now)
         jobs = {job.id: job for job in snapshot.jobs}

@@ -1186,6 +1186,7 @@ class Store:
                 select(
                     A.c.job_id, J.c.spec["user"].as_string(), J.c.spec["tags"], A.c.node_ids,
                     A.c.vcpus, A.c.ram_mib, A.c.scratch_mib, A.c.gpus, A.c.started_at, A.c.finished_at,
+                    J.c.spec["nodes"].as_integer(),
                 )
                 .join(J, J.c.id == A.c.job_id)
                 .where(
@@ -1198,7 +1199,16 @@ class Store:
             NodeSpan(r[0], r[1], r[2], r[3], r[4], Resources(r[5], r[6], r[7], r[8]), r[9], r[10]) for r in node_rows
         ]
         attempts = [
-            AttemptSpan(r[0], r[1] or "", tuple(r[2] or ()), tuple(r[3]), Resources(r[4], r[5], r[6], r[7]), r[8], r[9])
+            AttemptSpan(
+                r[0],
+                r[1] or "",
+                tuple(r[2] or ()),
+                tuple(r[3]),
+                Resources(r[4], r[5], r[6], r[7]),
+                r[8],
+                r[9],
+                r[10] or 1,  # a spec stored without `nodes`: one node
+            )
             for r in attempt_rows
         ]
         return nodes, attempts
