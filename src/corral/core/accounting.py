@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from corral.core.model import Resources
@@ -62,7 +62,6 @@ class UsageRow:
     vcpu_hours: float = 0.0
     gpu_hours: float = 0.0
     cost: float = 0.0  # the attempts' share of what their nodes billed
-    _job_ids: set[int] = field(default_factory=set, repr=False)
 
 
 @dataclass(slots=True)
@@ -148,6 +147,7 @@ def usage(
         kind.billed += (inside + rounding) * node.price_per_hour / 3600.0
 
     rows: dict[str, UsageRow] = {}
+    jobs_of: dict[str, set[int]] = {}  # each row's jobs (a job runs more than once when retried)
     job_ids: set[int] = set()
     for attempt in attempts:
         end = attempt.finished_at if attempt.finished_at is not None else now
@@ -167,12 +167,12 @@ def usage(
         node_count = attempt.node_count
         for key in _keys(attempt, by):
             row = rows.setdefault(key, UsageRow(key))
-            row._job_ids.add(attempt.job_id)
+            jobs_of.setdefault(key, set()).add(attempt.job_id)
             row.vcpu_hours += seconds * attempt.request.vcpus * node_count / 3600.0
             row.gpu_hours += seconds * attempt.request.gpus * node_count / 3600.0
             row.cost += cost
-    for row in rows.values():
-        row.jobs = len(row._job_ids)
+    for key, row in rows.items():
+        row.jobs = len(jobs_of[key])
     ordered = sorted(rows.values(), key=lambda row: (-row.cost, -row.vcpu_hours, row.key))
     return Usage(since, until, by, ordered, [types[name] for name in sorted(types)], len(job_ids))
 

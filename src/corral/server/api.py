@@ -290,20 +290,8 @@ def usage(
         billed=report.billed,
         used=report.used,
         unattributed=report.unattributed,
-        rows=[
-            UsageRowOut(key=r.key, jobs=r.jobs, vcpu_hours=r.vcpu_hours, gpu_hours=r.gpu_hours, cost=r.cost)
-            for r in report.rows[:limit]
-        ],
-        types=[
-            TypeUsageOut(
-                instance_type=t.instance_type,
-                instances=t.instances,
-                instance_hours=t.instance_hours,
-                billed=t.billed,
-                used=t.used,
-            )
-            for t in report.types
-        ],
+        rows=[UsageRowOut.model_validate(row, from_attributes=True) for row in report.rows[:limit]],
+        types=[TypeUsageOut.model_validate(kind, from_attributes=True) for kind in report.types],
     )
 
 
