@@ -131,7 +131,7 @@ class InstanceTypeConfig(_Strict):
 
 
 _AWS_ID = r"[0-9a-f]{8}(?:[0-9a-f]{9})?"
-_AMI = re.compile(rf"ami-{_AWS_ID}")
+_AMI = re.compile(rf"^ami-{_AWS_ID}$")  # image_id's pattern, and each of image_ids'
 
 
 class RootVolumeConfig(_Strict):
@@ -174,7 +174,7 @@ class Ec2Config(_Strict):
     profile: str | None = Field(None, description="a named profile in ~/.aws/config; default: the SDK's credentials")
     image_id: str | None = Field(
         None,
-        pattern=rf"^ami-{_AWS_ID}$",
+        pattern=_AMI.pattern,
         description="the AMI instances boot (required unless image_ids names one for every instance type);"
         " see the operator guide",
     )
