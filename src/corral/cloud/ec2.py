@@ -82,17 +82,15 @@ def error_from(exc: Exception, instance_type: str = "") -> CloudError:
     """corral's typed error for a botocore error (ClientError by its code, the rest as CloudError)."""
     if not isinstance(exc, botocore.exceptions.ClientError):
         return CloudError(f"ec2: {exc}")
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    message = str(error.get("Message", "")) or str(exc)
+    code, said = _code(exc), _message(exc)
     operation = exc.operation_name
     if code in CAPACITY_CODES and instance_type:
-        return InsufficientCapacity(instance_type, f"insufficient capacity for {instance_type}: {code}: {message}")
+        return InsufficientCapacity(instance_type, f"insufficient capacity for {instance_type}: {said}")
     if code in QUOTA_CODES:
-        return QuotaExceeded(f"ec2 {operation}: {code}: {message}")
+        return QuotaExceeded(f"ec2 {operation}: {said}")
     if code in THROTTLE_CODES:
-        return Throttled(f"ec2 {operation}: {code}: {message}")
-    return CloudError(f"ec2 {operation}: {code}: {message}")
+        return Throttled(f"ec2 {operation}: {said}")
+    return CloudError(f"ec2 {operation}: {said}")
 
 
 def agent_user_data(
@@ -341,6 +339,7 @@ def _code(exc: Exception) -> str:
 
 
 def _message(exc: botocore.exceptions.ClientError) -> str:
+    """EC2's own words: `Code: Message`."""
     error = exc.response.get("Error", {})
     return f"{error.get('Code', '')}: {error.get('Message', '') or exc}"
 
