@@ -25,3 +25,12 @@ def test_a_time_is_stored_as_the_epoch_seconds_it_names(given: str, stored: str)
 def test_a_time_that_is_none_is_named_with_its_key() -> None:
     with pytest.raises(ValidationError, match="next_reboot: not a time: 'soon'"):
         NodeAttributesBody(set={"next_reboot": "soon"})
+
+
+def test_a_drain_is_true_false_or_now_and_anything_else_is_refused_by_name() -> None:
+    for value in ("true", "now", "NOW", "false"):
+        assert NodeAttributesBody(set={"drain": value}).set == {"drain": value}
+    with pytest.raises(ValidationError, match="drain: 'soon' is not true, false or now"):
+        NodeAttributesBody(set={"drain": "soon"})
+    with pytest.raises(ValidationError, match=r"drain: \['now', 'true'\] is not true, false or now"):
+        NodeAttributesBody(set={"drain": ["now", "true"]})

@@ -36,6 +36,7 @@ from corral.config import (
 )
 from corral.core.units import parse_duration
 from corral.jobspec import JobRequest, is_locality_entry, to_epoch
+from corral.placement import attributes as attr
 from corral.sim.command import register as register_simulate
 
 app = typer.Typer(
@@ -704,11 +705,22 @@ def nodes(
             str(n["running"]),
             f"{n['used_vcpus']:.1f}/{n['resources']['vcpus']:g}",
             f"{n['price_per_hour']:.3f}",
-            n["reason"],
+            node_note(n),
         )
     console.print(table)
     hourly = sum(n["price_per_hour"] for n in rows if n["state"] != "gone")
     console.print(f"{sum(1 for n in rows if n['state'] != 'gone')} live nodes, ${hourly:.3f}/hour")
+
+
+def node_note(row: dict[str, Any]) -> str:
+    """What an operator set that takes a node out of service (a drain, a hold, a category), then
+    the reason of its state."""
+    memo = [
+        f"{key}={value if isinstance(value, str) else ','.join(value)}"
+        for key in (attr.DRAIN, attr.HELD, attr.CATEGORY)
+        if (value := row["attributes"].get(key))
+    ]
+    return "; ".join([*memo, row["reason"]] if row["reason"] else memo)
 
 
 @app.command()
@@ -836,7 +848,7 @@ def show_node(
     changes: Annotated[
         list[str] | None,
         typer.Argument(
-            help="KEY=VALUE attributes to set (KEY=A,B sets a list), e.g. held=true next_reboot=2026-12-01."
+            help="KEY=VALUE attributes to set (KEY=A,B sets a list), e.g. drain=true held=true next_reboot=2026-12-01."
         ),
     ] = None,
     unset: Annotated[list[str] | None, typer.Option("--unset", help="Remove this attribute; repeatable.")] = None,
@@ -845,9 +857,10 @@ def show_node(
 ) -> None:
     """Show a live node's attributes and rack, or change them.
 
-    An operator hold (held=true), a seed-002 category, an admin reservation, a planned reboot
-    (next_reboot), a hardware class (hardware_priority), any trait. Placement and the lifecycle
-    read them from the next pass."""
+    A drain (drain=true: no new work, shut down once empty; drain=now: shut down at once, its work
+    handled as a failed node's; drain=false: back in service), an operator hold (held=true), a
+    seed-002 category, an admin reservation, a planned reboot (next_reboot), a hardware class
+    (hardware_priority), any trait. Placement and the lifecycle read them from the next pass."""
     attributes: dict[str, str | list[str]] = {}
     for change in changes or []:
         key, sep, value = change.partition("=")

@@ -87,10 +87,10 @@ def test_a_kept_index_files_broken_nodes_as_a_fresh_one_does() -> None:
     kept.put_node(other)
     node.attributes = {"category": ["active", "batch-failure"]}
     kept.put_node(node, reshaped=True)
-    assert list(kept.broken) == ["n1"]
+    assert list(kept.leaving) == ["n1"]
     assert kept.describe() == SnapshotIndex.of(Snapshot([], [], [node, other], TYPES)).describe() | {
         "objects": kept.describe()["objects"]
     }
     node.state = NodeState.DOWN
     kept.put_node(node)
-    assert kept.broken == {}
+    assert kept.leaving == {}

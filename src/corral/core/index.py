@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Generic, TypeVar
 
-from corral.core import categories
+from corral.core import categories, drain
 from corral.core.model import Attempt, AttemptState, Job, JobState, Node, NodeState
 from corral.core.snapshot import Snapshot
 
@@ -126,9 +126,10 @@ class SnapshotIndex:
         self.busy_unworked: dict[str, Node] = {}  # of those, the ones marked busy
         self.idle_working: dict[str, Node] = {}  # nodes marked idle that an active attempt holds
         self.orphaned: set[str] = set()  # ids in `work` of nodes not (or no longer) filed
-        # Idle or busy nodes in a seed-002 failure category (corral.core.lifecycle.broken): a pass
-        # looks at them whatever their state, to shut them down once empty.
-        self.broken: dict[str, Node] = {}
+        # Idle or busy nodes that leave service once empty (corral.core.lifecycle.leaving: a
+        # seed-002 failure category or an operator's drain): a pass looks at them whatever their
+        # state, to shut them down once empty (or at once, drained `now`).
+        self.leaving: dict[str, Node] = {}
         self.silent: dict[str, Node] | None = {} if track_pings else None
         self.job_order: dict[int, int] = {}
         self.node_order: dict[str, int] = {}
@@ -299,7 +300,9 @@ class SnapshotIndex:
         self._filed_state[node_id] = node.state
         if schedulable or (filed is not None and filed in SCHEDULABLE):
             self._file_schedulable(node_id, node if schedulable else None)
-        _place(self.broken, node_id, node, schedulable and bool(categories.failures(node.attributes)))
+        attributes = node.attributes
+        leaves = bool(attributes) and (bool(categories.failures(attributes)) or drain.requested(attributes) is not None)
+        _place(self.leaving, node_id, node, schedulable and leaves)
         self._classify(node_id)
         measured = (node.used, node.used_at)
         if self._measured.get(node_id) != measured:
@@ -315,7 +318,7 @@ class SnapshotIndex:
         if filed in SCHEDULABLE:
             self._fleet_changed()
             self._file_schedulable(node_id, None)
-        for group in (self.nodes, self.node_order, self.silent or {}, self._measured, self.broken):
+        for group in (self.nodes, self.node_order, self.silent or {}, self._measured, self.leaving):
             group.pop(node_id, None)
         self._classify(node_id)
         self.measured_version += 1
@@ -429,7 +432,7 @@ class SnapshotIndex:
             "busy_unworked": ids(self.busy_unworked, self.node_order),
             "idle_working": ids(self.idle_working, self.node_order),
             "orphaned": sorted(self.orphaned),
-            "broken": ids(self.broken, self.node_order),
+            "leaving": ids(self.leaving, self.node_order),
             "job_attempts": sorted((job, list(attempts)) for job, attempts in self.job_attempts.items()),
             "limits": sorted((at, i) for i, at in self._limit_at.items()),
             "schedulable": [node.id for node in self.schedulable()],

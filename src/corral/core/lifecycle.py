@@ -11,7 +11,8 @@ Worker states (seed 000's mapping, corral's words on the right):
              node in a seed-002 failure category (`*-failure`) while work still runs on it
   idle     - paired, no work
   down     - stale ping, drained and empty, or failed (NodeState.DOWN); a node in a
-             failure category once no work runs on it (seed 004's broken node)
+             failure category, or drained by an operator (`drain`), once no work runs on it
+             (seed 004's broken node; Slurm's POWER_DOWN_ASAP)
 The cloud's own "broken" state is deliberately not consulted: a node that does no useful work is
 shut down by this table whatever the cloud says about it. An operator's (or a trigger's) failure
 category is the word of someone who looked: it reads as Slurm's "fail"/"drain" (seed 000: down),
@@ -24,7 +25,7 @@ from __future__ import annotations
 from enum import StrEnum
 from itertools import product
 
-from corral.core import categories
+from corral.core import categories, drain
 from corral.core.model import Node, NodeState
 from corral.core.settings import LifecycleSettings
 from corral.core.snapshot import NodeAction
@@ -84,10 +85,12 @@ def worker_state(
         return WorkerState.DOWN
     if not heard and ping_is_stale(node, now, settings, observing_since):
         return WorkerState.DOWN
-    if broken(node):
-        # Broken (seed 004): out of service, shut down (and, if the queue needs one, replaced)
-        # once its work has ended.
-        return WorkerState.BUSY if has_work else WorkerState.DOWN
+    if node.attributes and leaving(node) is not None:
+        # Broken (seed 004) or drained by an operator: out of service, shut down (and, if the
+        # queue needs one, replaced) once its work has ended, or at once when drained `now`.
+        if has_work and drain.requested(node.attributes) is not drain.Drain.NOW:
+            return WorkerState.BUSY
+        return WorkerState.DOWN
     if node.attributes and in_maintenance(node):
         return WorkerState.BUSY
     if node.state is NodeState.DRAINING:
@@ -104,10 +107,17 @@ def in_maintenance(node: Node) -> bool:
     return attr.truthy(attributes, attr.HELD) is True or categories.maintenance(attributes)
 
 
-def broken(node: Node) -> bool:
-    """In a seed-002 failure category (corral.core.categories): a failure outranks a maintenance
-    category given with it."""
-    return bool(categories.failures(node.attributes))
+def leaving(node: Node) -> tuple[str, str] | None:
+    """Why the node leaves service once empty, as (what was set, what it means): a seed-002
+    failure category (corral.core.categories; it outranks a maintenance category given with it),
+    or an operator's drain (corral.core.drain; it outranks a hold). None: it stays."""
+    failures = categories.failures(node.attributes)
+    if failures:
+        return ", ".join(failures), "broken"
+    asked = drain.requested(node.attributes)
+    if asked is not None:
+        return f"{drain.DRAIN}={asked.value}", "drained by an operator"
+    return None
 
 
 def ping_is_stale(node: Node, now: float, settings: LifecycleSettings, observing_since: float) -> bool:

@@ -5,8 +5,9 @@ both call `plan_pass`; neither holds any decision logic of its own.
 
 Order of a pass:
 1. claims of dispatchers that stopped heartbeating are released (TempFail);
-2. nodes whose agent went silent are marked down; their attempts are lost, and the node-failure
-   policy (seed 002 §5.4.6: requeue as a TempFail, cancel, or hold) decides their jobs' fate;
+2. nodes whose agent went silent, and nodes an operator drained `now` (corral.core.drain), are
+   marked down; their attempts are lost, and the node-failure policy (seed 002 §5.4.6: requeue as
+   a TempFail, cancel, or hold) decides their jobs' fate;
 3. attempts assigned but never started within `start_timeout` are lost (TempFail); with
    `node_failure_reserve_time` (seed 002 §5.4.5), their nodes, still up, take no new work until
    `now` plus that time (NodeReserve);
@@ -30,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import categories, dependency, lifecycle, retry
+from corral.core import dependency, drain, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.model import Job, JobState, Node, NodeState, Resources
@@ -89,13 +90,14 @@ def plan_pass(
         return tuple(index.job_attempts.get(job_id, ()))
 
     def end_attempts(job: Job, reason: str, lost_node: str | None = None) -> None:
+        """`reason`: for a lost node, how it was lost ("": its agent went silent)."""
         if job.id in ended:
             return
         ids = attempt_ids(job.id)
         decisions.job_outcomes.append(
             retry.after_temp_failure(job, now, settings.retry, reason, ids)
             if lost_node is None
-            else retry.after_node_failure(job, now, settings.retry, lost_node, ids)
+            else retry.after_node_failure(job, now, settings.retry, lost_node, ids, reason)
         )
         ended.add(job.id)
 
@@ -119,6 +121,16 @@ def plan_pass(
             if node.state in STALEABLE and lifecycle.ping_is_stale(node, now, lifecycle_settings, observing):
                 down_now.add(node.id)
                 decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"no ping for more than {ping_stale:g}s"))
+    # Drained `now` by an operator (Slurm's POWER_DOWN_FORCE, Arvados' kill): down at once, and
+    # what runs there is lost as on a failed node.
+    killed: dict[str, str] = {}  # node id -> how its work was lost
+    for node in index.in_node_order(index.leaving.values()) if index.leaving else ():
+        if node.id not in down_now and drain.requested(node.attributes) is drain.Drain.NOW:
+            down_now.add(node.id)
+            killed[node.id] = f"node {node.id} shut down by an operator ({drain.DRAIN}={drain.Drain.NOW.value})"
+            decisions.node_marks.append(
+                NodeMark(node.id, NodeState.DOWN, f"{drain.DRAIN}={drain.Drain.NOW.value}: shut down by an operator")
+            )
     lost_on = set(index.orphaned)  # work on nodes that are gone
     if down_now or by_state[NodeState.DOWN]:
         lost_on.update(node_id for node_id in (*down_now, *by_state[NodeState.DOWN]) if node_id in work)
@@ -138,7 +150,7 @@ def plan_pass(
                 continue
             lost_node = next((n for n in attempt.node_ids if n in lost_on), None)
             if lost_node is not None:
-                end_attempts(jobs[attempt.job_id], "", lost_node)
+                end_attempts(jobs[attempt.job_id], killed.get(lost_node, ""), lost_node)
             elif attempt.id in late_ids:
                 end_attempts(jobs[attempt.job_id], f"not started on {attempt.node_ids[0]} within the start timeout")
                 if reserve_time > 0:
@@ -268,20 +280,23 @@ def plan_pass(
             (n, n.capacity)
             for n in index.in_node_order(by_state[NodeState.BOOTING].values())
             if lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
+            # (a drained one is shut down once it pairs: nothing waits for it)
+            and not (n.attributes and drain.requested(n.attributes) is not None)
         ]
         if by_state[NodeState.BOOTING]
         else []
     )
-    # Broken cloud instances (a seed-002 failure category, corral.core.lifecycle) that hold no work
-    # after this pass: the lifecycle matrix reads them down and shuts them down below, so they
-    # count for no gang and no longer against max_instances: a replacement boots in this pass.
+    # Broken or drained cloud instances (a seed-002 failure category or an operator's drain,
+    # corral.core.lifecycle.leaving) that hold no work after this pass: the lifecycle matrix reads
+    # them down and shuts them down below, so they count for no gang and no longer against
+    # max_instances: a replacement boots in this pass.
     retiring = (
         [
             n
-            for n in index.in_node_order(index.broken.values())
+            for n in index.in_node_order(index.leaving.values())
             if n.id not in working and n.id not in placed_on and n.id not in down_now
         ]
-        if index.broken
+        if index.leaving
         else []
     )
     retiring_ids = {n.id for n in retiring}
@@ -397,9 +412,9 @@ def plan_pass(
     for node in looked_at:
         has_work = node.id in working or node.id in placed_on
         if retiring_ids and node.id in retiring_ids:
-            # Broken and empty: down (an event that says why), then shut down by the matrix.
-            why = ", ".join(categories.failures(node.attributes))
-            decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"{why}: broken, no work left on it"))
+            # Broken or drained, and empty: down (an event that says why), then shut down by the matrix.
+            why, meaning = lifecycle.leaving(node) or ("", "")
+            decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"{why}: {meaning}, no work left on it"))
             heard = silent_ones is not None and node.id not in silent_ones
             state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard)
             action = lifecycle.decide(state)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from corral.core import drain
 from corral.core.index import SCHEDULABLE
 from corral.core.model import ZERO, Node, Resources
 from corral.placement import attributes as attr
@@ -132,6 +133,9 @@ class FleetFacts:
         if attr.truthy(a, attr.HELD) is True:
             self.schedulable[i] = False
             self.why_unschedulable[i] = "held"
+        if drain.requested(a) is not None:
+            self.schedulable[i] = False
+            self.why_unschedulable[i] = "drained"
         if attr.FAILURE_RESERVED_UNTIL in a:
             # A transient failure's reservation (seed 002 §5.4.5): no new work until it ends.
             until = attr.number(a, attr.FAILURE_RESERVED_UNTIL)

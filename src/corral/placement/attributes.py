@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 from corral.core.categories import CATEGORY  # seed 002 node category, e.g. "hardware-maintenance"; may be a list
+from corral.core.drain import DRAIN, flag  # an operator's drain: true, or now
 
 AttributeValue: TypeAlias = str | list[str]
 
@@ -45,14 +46,13 @@ ENGINE_KEYS = frozenset(
         CAPPED,
         RECENT_FAILURES,
         HELD,
+        DRAIN,
         FAILURE_RESERVED_UNTIL,
     }
 )
 
 ANY_VALUE = "*"  # in a job's traits: the key must be present; in forbidden_traits: it must be absent
 
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
 _VERSION_PART = re.compile(r"\d+|[A-Za-z]+")
 
 VersionKey: TypeAlias = tuple[tuple[int, int, str], ...]
@@ -81,12 +81,7 @@ def truthy(attributes: Mapping[str, AttributeValue], key: str) -> bool | None:
     text = first(attributes, key)
     if text is None:
         return None
-    text = text.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    return None
+    return flag(text)
 
 
 def number(attributes: Mapping[str, AttributeValue], key: str) -> float:

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corral.core import drain
 from corral.core.units import Float, Int
 from corral.jobspec import MAX_PRIORITY, JobRequest, to_epoch
 from corral.placement import attributes as attr
@@ -106,6 +107,8 @@ class NodeAttributesBody(BaseModel):
                     raise ValueError(f"{key}: {text!r} is not a usable value")
             elif key in _FLAGS and text is not None and attr.truthy({key: text}, key) is None:
                 raise ValueError(f"{key}: {text!r} is not true or false")
+            elif key == attr.DRAIN and (text is None or not drain.readable(text)):
+                raise ValueError(f"{key}: {value!r} is not true, false or now")
             out[key] = value
         return out
 

@@ -1,0 +1,51 @@
+"""An operator's drain of a node: Slurm's `scontrol update NodeName=N State=DRAIN` with the
+power-saving `POWER_DOWN_ASAP` / `POWER_DOWN_FORCE`, Arvados dispatch-cloud's drain and kill.
+
+Set as the node attribute `drain` (`corral node N drain=true`, or `PATCH /api/nodes/N`):
+- `true` (or yes/on/1): the node takes no new work, what runs on it runs on, and once it is empty
+  it is shut down, in any billing window (an instance kept only to finish its work earns nothing
+  after it); a replacement is booted if the queue needs one;
+- `now`: the node is shut down at once; its work is lost as on a failed node, so each job's
+  `on_node_failure` (requeue, cancel or hold) decides what becomes of it;
+- `false` (or no/off/0, or `--unset drain`) before it is empty: back in service (Slurm's RESUME).
+
+A leaf module, as `corral.core.categories` is: the snapshot index reads it, and the placement
+package reads the spellings of yes and no from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+DRAIN = "drain"
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+
+
+class Drain(StrEnum):
+    WHEN_EMPTY = "true"
+    NOW = "now"
+
+
+def flag(text: str) -> bool | None:
+    """A yes/no attribute value: True, False, or None when it is neither."""
+    word = text.strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+
+
+def readable(text: str) -> bool:
+    """A value the API takes for `drain`: a yes, a no, or `now`."""
+    return flag(text) is not None or text.strip().lower() == Drain.NOW
+
+
+def requested(attributes: Mapping[str, str | list[str]]) -> Drain | None:
+    """The drain an operator asked for (None: none, or a value that is neither a yes nor `now`,
+    which the API refuses)."""
+    value = attributes.get(DRAIN) if attributes else None
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else (str(value[0]) if value else "")
+    if text.strip().lower() == Drain.NOW:
+        return Drain.NOW
+    return Drain.WHEN_EMPTY if flag(text) else None
