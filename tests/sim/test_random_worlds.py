@@ -147,6 +147,8 @@ def replay(jobs: list[SimJob], cfg: Config) -> tuple[Simulation, Seen]:
         (7, False, True),
         (41, True, True),
         (56, False, True),
+        # A job that `after:` names started at its placement (no start latency): the next tick decides.
+        (9308, False, True),
     ],
 )
 def test_a_random_world_replays_the_same_three_ways(seed: int, vary_queue: bool, dependencies: bool) -> None:
