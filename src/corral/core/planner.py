@@ -34,6 +34,7 @@ idle for less than the boot grace, the time an instance may take to pair).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -496,18 +497,11 @@ class _UpVerdicts:
             arrays = NodeArrays(list(missing.values()), None, self.placement, now)
             engine = Engine(arrays, self.placement, now=now, weights={}, filters=self._names)
             probe = next(iter(missing.values()))
+            # What the job asks of a node, on one node's room, without the hints (not filtered here).
+            asked = Demand(0, probe.capacity) if demand is None else demand
             mask = engine.hard_mask(
-                Demand(0, probe.capacity, capped=capped)
-                if demand is None
-                else Demand(
-                    0,
-                    probe.capacity,
-                    1,
-                    demand.traits,
-                    demand.forbidden,
-                    demand.min_platform,
-                    capped,
-                    demand.reservation,
+                dataclasses.replace(
+                    asked, job_id=0, resources=probe.capacity, node_count=1, capped=capped, hints=None, time_limit=None
                 )
             )
             until = arrays.facts.expires
