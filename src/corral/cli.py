@@ -35,7 +35,7 @@ from corral.config import (
     unique_keys,
 )
 from corral.core.units import parse_duration
-from corral.jobspec import JobRequest, is_locality_entry, to_epoch
+from corral.jobspec import JobRequest, to_epoch
 from corral.placement import attributes as attr
 from corral.sim.command import register as register_simulate
 
@@ -282,12 +282,8 @@ def read_job_file(path: Path) -> tuple[list[JobRequest], list[str]]:
 
 
 def _locality(near: list[str], far: list[str], strict: bool, level: str) -> dict[str, Any] | None:
-    """The job's locality hints from submit's options; an entry that names no job and no tag is
-    refused by its option (placement would only list it as not understood)."""
-    for option, entries in (("--near", near), ("--far", far)):
-        for entry in entries:
-            if not is_locality_entry(entry):
-                fail(f"{option} {entry!r}: not a job id or tag:NAME")
+    """The job's locality hints from submit's options (JobRequest checks each entry, and its
+    error names the option)."""
     if not near and not far:
         if strict or level != "server":
             fail("--strict-locality and --locality-level say how to keep --near or --far: give one of them")

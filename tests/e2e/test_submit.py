@@ -43,9 +43,9 @@ def test_submit_gives_locality_hints_and_the_job_keeps_them(corral: Corral) -> N
 
 
 BAD_HINTS = [
-    (["--near", "web"], "--near 'web': not a job id or tag:NAME"),
-    (["--far", "tag:"], "--far 'tag:': not a job id or tag:NAME"),
-    (["--far", "-3"], "--far '-3': not a job id or tag:NAME"),
+    (["--near", "web"], "--near: not a job id or tag:NAME: 'web'"),
+    (["--far", "tag:"], "--far: not a job id or tag:NAME: 'tag:'"),
+    (["--far", "7", "--far", "-3"], "--far: not a job id or tag:NAME: '-3'"),
     (["--near", "7", "--locality-level", "row"], "--locality-level: Input should be 'server' or 'rack'"),
     (["--strict-locality"], "--strict-locality and --locality-level say how to keep --near or --far"),
 ]
