@@ -33,9 +33,7 @@ def test_drain_lets_work_finish_and_drain_now_requeues_it(corral: Corral) -> Non
     corral.cli("node", replacement["id"], "drain=now")
     # Shut down at once: the job is lost with the node, requeued (on_node_failure's default) and
     # run again on a new node.
-    wait_until(
-        lambda: replacement["id"] not in {n["id"] for n in corral.live_nodes()}, 60, "the node to be shut down"
-    )
+    wait_until(lambda: replacement["id"] not in {n["id"] for n in corral.live_nodes()}, 60, "the node to be shut down")
     requeued = [e["message"] for e in corral.cli_json("events", "--job", str(second), "--kind", "job.requeued")]
     assert requeued and requeued[0].startswith(f"node {replacement['id']} shut down by an operator (drain=now)")
     wait_until(lambda: corral.jobs()[second]["attempts"] == 2, 90, "the job to run again")
