@@ -580,6 +580,24 @@ def hold(
 
 
 @app.command()
+def requeue(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+    """Stop claimed or running jobs and queue them again (Slurm's `scontrol requeue`).
+
+    The run is killed; the job waits in the queue as before and runs again, counting no failure."""
+    each_job(
+        job_ids,
+        "requeue",
+        lambda r: (
+            "requeue requested"
+            if r["changed"]
+            else "requeue already requested"
+            if r["state"] in ("claimed", "running")
+            else f"{r['state']}: nothing to requeue"
+        ),
+    )
+
+
+@app.command()
 def release(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
     """Release held jobs (Slurm's `scontrol release`): they run as any queued job."""
     each_job(job_ids, "release", lambda r: "released" if r["changed"] else f"not held ({r['state']})")

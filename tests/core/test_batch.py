@@ -221,6 +221,15 @@ def test_cancel_and_priority_zero_scancel_this_dispatchers_slurm_jobs_only() -> 
     assert decisions.cancel == ["77"] and decisions.exits == [] and decisions.claims == []
 
 
+def test_a_requeue_request_scancels_the_slurm_job_and_queues_the_job_counting_nothing() -> None:
+    job, attempt = claimed(1, 10, running=True, requeue_requested=True)
+    decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "RUNNING")})
+    (outcome,) = decisions.job_outcomes
+    assert (outcome.state, outcome.reason, outcome.attempt_ids) == (JobState.QUEUED, "requeued by request", (10,))
+    assert outcome.requeued and not outcome.temp_failure and outcome.retry_at is None
+    assert decisions.cancel == ["77"] and decisions.claims == []
+
+
 def test_a_stale_dispatchers_claims_are_released_as_temporary_failures() -> None:
     job, attempt = claimed(1, 10, owner="d-gone", running=True)
     snapshot = world(job, attempts=(attempt,), dispatchers=(Dispatcher("d-gone", NOW - 600),))

@@ -7,7 +7,8 @@ holds those decisions; `corral.executor.slurm` is the shell that calls `sbatch`,
 
 A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's Slurm jobs:
 1. claims of dispatchers that stopped heartbeating are released (TempFail), as in `plan_pass`;
-2. jobs with priority 0 or a cancel request are cancelled (their Slurm jobs are scancelled);
+2. jobs with priority 0 or a cancel request are cancelled, and those with a requeue request are
+   queued again (their Slurm jobs are scancelled either way);
 3. each of this dispatcher's attempts is judged by its Slurm job's state (`SLURM_STATES`): still
    pending (annotated with Slurm's reason), running, ended with an exit code (complete, or failed
    unless the job asks for retries: `retry.after_exit`; TIMEOUT: failed, never retried, as corral's
@@ -213,12 +214,15 @@ def plan_batch_pass(
                 )
                 ended.add(job.id)
 
-    # 2. Cancellation: priority 0 or an explicit request; this dispatcher's Slurm jobs are scancelled.
+    # 2. Cancellation (priority 0 or an explicit request) and requeue requests; this dispatcher's
+    # Slurm jobs are scancelled.
     for job in index.in_job_order(index.flagged.values()) if index.flagged else ():
         if job.id in ended or (job.claimed_by not in (None, me) and job.state is not JobState.QUEUED):
             continue  # another dispatcher's run: that one cancels it
-        reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
-        decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids(job.id)))
+        outcome = retry.on_request(job, attempt_ids(job.id))
+        if outcome is None:
+            continue
+        decisions.job_outcomes.append(outcome)
         decisions.cancel.extend(refs_of(job.id))
         ended.add(job.id)
 

@@ -101,7 +101,8 @@ class SnapshotIndex:
         # `queued` holds them in that order: jobs mostly join the queue in it, at the end.
         self._queue_keys: dict[int, tuple[int, float, int]] = {}
         self._queue_in_order = True
-        self.flagged: dict[int, Job] = {}  # priority 0 or a cancel request: the pass cancels them
+        # Priority 0, a cancel or a requeue request: the pass cancels or requeues them.
+        self.flagged: dict[int, Job] = {}
         # Queued but held (until an operator releases them): out of `queued` and `deferred`, so
         # that no pass places them, boots for them or makes them a backfill reservation.
         self.held: dict[int, Job] = {}
@@ -187,7 +188,7 @@ class SnapshotIndex:
             del self.queued[job_id]
             del self._queue_keys[job_id]
         _place(self.deferred, job_id, job, queued and (job.not_before is not None or job.retry_at is not None))
-        _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested)
+        _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested or job.requeue_requested)
         if job.dependency is not None:  # (a job's dependency never changes: no call for the others)
             _place(self.dependent, job_id, job, job.state is JobState.QUEUED)
 

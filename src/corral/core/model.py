@@ -196,6 +196,7 @@ class Job:
     wait_reason: str = ""
     unplaceable: bool = False
     cancel_requested: bool = False
+    requeue_requested: bool = False  # stop the run and queue the job again (Slurm's scontrol requeue)
     started_at: float | None = None
     finished_at: float | None = None
     # Placement constraints read by corral.placement (docs/placement.md).

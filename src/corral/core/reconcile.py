@@ -11,7 +11,8 @@ Order of a pass:
 3. attempts assigned but never started within `start_timeout` are lost (TempFail); with
    `node_failure_reserve_time` (seed 002 §5.4.5), their nodes, still up, take no new work until
    `now` plus that time (NodeReserve);
-4. jobs with priority 0 or a cancel request are cancelled; then running attempts past their job's
+4. jobs with priority 0 or a cancel request are cancelled, and those with a requeue request are
+   stopped and queued again; then running attempts past their job's
    time limit plus `dispatch.time_limit_grace` (Slurm's OverTimeLimit) end, and their jobs fail
    (TIMEOUT, not retried); queued jobs whose dependency can never be satisfied are cancelled
    (policy.dispatch.kill_invalid_depend), and those whose dependency does not hold yet wait;
@@ -40,7 +41,6 @@ from corral.core.settings import PolicySettings
 from corral.core.snapshot import (
     Annotation,
     Decisions,
-    JobOutcome,
     NodeAction,
     NodeDecision,
     NodeMark,
@@ -165,13 +165,14 @@ def plan_pass(
                                 NodeReserve(node_id, until, f"{why} on {node_id} within the start timeout)")
                             )
 
-    # 4. Cancellation: priority 0 or an explicit request.
+    # 4. Cancellation (priority 0 or an explicit request) and requeue requests.
     for job in index.in_job_order(index.flagged.values()) if index.flagged else ():
         if job.id in ended:
             continue
-        reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
-        decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids(job.id)))
-        ended.add(job.id)
+        outcome = retry.on_request(job, attempt_ids(job.id))
+        if outcome is not None:
+            decisions.job_outcomes.append(outcome)
+            ended.add(job.id)
 
     # 4b. Time limits (Slurm's TIMEOUT): read off the index's heap, so a pass with none due looks
     # at one entry. A job cancelled above is cancelled, not timed out.

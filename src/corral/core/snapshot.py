@@ -107,6 +107,8 @@ class JobOutcome:
     # Ended past its time limit (FAILED, Slurm's TIMEOUT): its attempts end `timeout`, the event
     # is `job.timeout`.
     timeout: bool = False
+    # Requeued by request (QUEUED; Slurm's scontrol requeue): its attempts end cancelled.
+    requeued: bool = False
 
 
 @dataclass(frozen=True, slots=True)

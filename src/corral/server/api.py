@@ -42,7 +42,7 @@ from corral.server.models import (
     UsageRowOut,
     error_responses,
 )
-from corral.store import NotQueued
+from corral.store import NotQueued, NotRunning
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 422))
 
@@ -77,6 +77,7 @@ def job_out(
         wait_reason=row["wait_reason"],
         unplaceable=row["unplaceable"],
         cancel_requested=row["cancel_requested"],
+        requeue_requested=row["requeue_requested"],
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
         executor_ref=row["executor_ref"],
@@ -145,6 +146,18 @@ def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) 
         return runtime.store.hold(job_id, time.time(), body.reason if body else "")
     except NotQueued as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+@router.post("/jobs/{job_id}/requeue")
+def requeue_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
+    """Slurm's `scontrol requeue`: the next pass stops a claimed or running job's run and queues it
+    again, counting no failure. 409 for a finished job."""
+    try:
+        result = runtime.store.request_requeue(job_id, time.time())
+    except NotRunning as exc:
+        raise HTTPException(409, str(exc)) from None
+    runtime.wake()
+    return result
 
 
 @router.post("/jobs/{job_id}/release")

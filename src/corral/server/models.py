@@ -160,6 +160,7 @@ class JobOut(BaseModel):
     wait_reason: str  # why a queued job waits; why an ended job ended (Slurm's Reason)
     unplaceable: bool
     cancel_requested: bool
+    requeue_requested: bool
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
     on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
     executor_ref: str | None = None  # its latest attempt's executor_ref: the Slurm job id

@@ -85,6 +85,10 @@ class NotQueued(ValueError):
     """A change that only a queued job takes (a hold), asked of a job in another state."""
 
 
+class NotRunning(ValueError):
+    """A change that only a claimed or running job takes (a requeue), asked of a finished job."""
+
+
 class InvalidJobs(ValueError):
     """A submission that names what the store does not hold (a dependency on no job): nothing of it
     is stored. `problems` name the job by its place in the batch ("jobs.2.dependency: no job 99")."""
@@ -292,6 +296,7 @@ class Store:
                 "wait_reason": "",
                 "unplaceable": False,
                 "cancel_requested": False,
+                "requeue_requested": False,
                 "held": False,
                 "updated_at": now,
             }
@@ -405,6 +410,32 @@ class Store:
                 raise NotFound(f"no job {job_id}")
             if changed:
                 self._event(conn, now, "job.cancel_requested", "cancel requested", job_id=job_id)
+        return {"id": job_id, "state": state, "changed": changed}
+
+    def request_requeue(self, job_id: int, now: float) -> dict[str, Any]:
+        """Mark a claimed or running job to be put back in the queue (Slurm's `scontrol requeue`):
+        the next pass stops its run and queues it again, counting no failure. `changed` is False
+        for a queued job (nothing to requeue) and for one already marked; NotRunning for a finished
+        job (its state is final: submit it again)."""
+        with self.write() as conn:
+            # The state check is in the UPDATE itself, as in request_cancel.
+            result = conn.execute(
+                update(J)
+                .where(
+                    J.c.id == job_id,
+                    J.c.state.in_((JobState.CLAIMED.value, JobState.RUNNING.value)),
+                    J.c.requeue_requested.is_(False),
+                )
+                .values(requeue_requested=True, updated_at=now)
+            )
+            state = conn.execute(select(J.c.state).where(J.c.id == job_id)).scalar()
+            if state is None:
+                raise NotFound(f"no job {job_id}")
+            changed = result.rowcount == 1
+            if changed:
+                self._event(conn, now, "job.requeue_requested", "requeue requested", job_id=job_id)
+            elif JobState(state).terminal:
+                raise NotRunning(f"job {job_id} is {state}: only a claimed or running job can be requeued")
         return {"id": job_id, "state": state, "changed": changed}
 
     def set_priority(self, job_id: int, priority: int, now: float) -> bool:
@@ -601,6 +632,8 @@ class Store:
         }[outcome.state]
         if outcome.timeout:
             attempt_state = AttemptState.TIMEOUT
+        elif outcome.requeued:
+            attempt_state = AttemptState.CANCELLED  # stopped by request
         row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id).with_for_update()).first()
         if row is None:
             return False
@@ -622,6 +655,7 @@ class Store:
             "updated_at": now,
             "wait_reason": "",
             "held": bool(outcome.hold),
+            "requeue_requested": False,  # done, or moot: the run it was for has ended
         }
         if outcome.temp_failure:
             values["temp_failures"] = J.c.temp_failures + 1
@@ -1264,6 +1298,7 @@ def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
     job.wait_reason = row["wait_reason"]
     job.unplaceable = bool(row["unplaceable"])
     job.cancel_requested = bool(row["cancel_requested"])
+    job.requeue_requested = bool(row["requeue_requested"])
     job.held = bool(row["held"])
     job.started_at = row["started_at"]
     job.finished_at = row["finished_at"]

@@ -1,0 +1,32 @@
+"""`corral requeue` on a real `corral run` (loopback cloud): the running command is killed, the job
+is queued again and runs a second attempt, counting no failure; a finished job is refused by name."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import Corral, wait_until
+
+
+def test_a_running_job_is_stopped_and_run_again_and_a_finished_one_is_refused(corral: Corral) -> None:
+    corral.start()
+    job = int(corral.cli("submit", "--", "sleep", "60").stdout)
+    done = int(corral.cli("submit", "--", "true").stdout)
+    wait_until(lambda: corral.jobs()[job]["state"] == "running", 60, "the job to run")
+    wait_until(lambda: corral.jobs()[done]["state"] == "complete", 60, "the short job to complete")
+
+    said = corral.cli("requeue", str(job)).stdout
+    assert said == f"{job}: requeue requested\n"
+    wait_until(lambda: corral.jobs()[job]["attempts"] == 2, 60, "a second attempt")
+    wait_until(lambda: corral.jobs()[job]["state"] == "running", 60, "the job to run again")
+    shown = corral.cli_json("job", str(job))
+    first, second = shown["attempt_list"]
+    assert first["state"] == "cancelled" and first["reason"] == "requeued by request"
+    assert second["state"] == "running"
+    assert shown["temp_failures"] == 0 and shown["exit_code"] is None
+    kinds = [e["kind"] for e in corral.cli_json("events", "--job", str(job))]
+    assert kinds.index("job.requeue_requested") < kinds.index("job.requeued") < len(kinds) - 1
+
+    refused = corral.cli("requeue", str(done), str(job), check=False)
+    assert refused.returncode == 1
+    assert f"{done}: job {done} is complete: only a claimed or running job can be requeued" in refused.stderr
+    assert f"{job}: requeue requested" in refused.stdout  # the refusal spares the ids after it
+    corral.cli("cancel", str(job))
