@@ -29,11 +29,20 @@ def world(*jobs: Job, attempts: tuple[Attempt, ...] = (), dispatchers: tuple[Dis
 
 
 def claimed(
-    job_id: int, attempt_id: int, owner: str = ME, running: bool = False, **fields: object
+    job_id: int,
+    attempt_id: int,
+    owner: str = ME,
+    running: bool = False,
+    *,
+    assigned_at: float = 0.0,
+    started_at: float | None = None,
+    **fields: object,
 ) -> tuple[Job, Attempt]:
     job = Job(job_id, ["x"], state=JobState.RUNNING if running else JobState.CLAIMED, claimed_by=owner, **fields)  # type: ignore[arg-type]
     state = AttemptState.RUNNING if running else AttemptState.ASSIGNED
-    return job, Attempt(attempt_id, job_id, ["slurm"], job.resources, state=state, dispatcher_id=owner)
+    attempt = Attempt(attempt_id, job_id, ["slurm"], job.resources, state=state, dispatcher_id=owner)
+    attempt.assigned_at, attempt.started_at = assigned_at, started_at
+    return job, attempt
 
 
 def plan(snapshot: Snapshot, seen: dict[int, Seen] | None = None, max_pending: int = 100) -> batch.BatchDecisions:
@@ -95,21 +104,75 @@ def test_a_claimed_attempt_never_submitted_is_submitted() -> None:
     assert plan(world(job, attempts=(attempt,))).submit == [10]
 
 
-def test_running_in_slurm_starts_the_attempt_once() -> None:
-    job, attempt = claimed(1, 10)
-    seen = {10: Seen(10, "77", "RUNNING", nodes="c1")}
-    assert plan(world(job, attempts=(attempt,)), seen).started == [seen[10]]
+def test_running_in_slurm_starts_the_attempt_once_at_slurms_start_time() -> None:
+    job, attempt = claimed(1, 10, assigned_at=NOW - 60)
+    seen = {10: Seen(10, "77", "RUNNING", nodes="c1", started_at=NOW - 25)}
+    assert plan(world(job, attempts=(attempt,)), seen).started == [batch.Start(10, "77", "c1", NOW - 25, True)]
     job, attempt = claimed(1, 10, running=True)
     assert plan(world(job, attempts=(attempt,)), seen).started == []
 
 
-def test_a_slurm_job_that_ran_between_two_passes_is_started_before_its_exit() -> None:
-    job, attempt = claimed(1, 10)
-    seen = {10: Seen(10, "77", "COMPLETED", 0, nodes="c1")}
+def test_a_slurm_job_that_ran_between_two_passes_is_started_before_its_exit_at_slurms_times() -> None:
+    job, attempt = claimed(1, 10, assigned_at=NOW - 60)
+    seen = {10: Seen(10, "77", "COMPLETED", 0, nodes="c1", started_at=NOW - 40, ended_at=NOW - 37)}
     decisions = plan(world(job, attempts=(attempt,)), seen)
-    assert decisions.started == [seen[10]] and [e.attempt_id for e in decisions.exits] == [10]
+    assert decisions.started == [batch.Start(10, "77", "c1", NOW - 40, True)]
+    assert [(e.attempt_id, e.at) for e in decisions.exits] == [(10, NOW - 37)]  # it ran 3 s, not 0
     job, attempt = claimed(1, 10, running=True)
     assert plan(world(job, attempts=(attempt,)), seen).started == []
+
+
+def test_without_slurms_times_a_start_and_an_end_are_the_pass_time() -> None:
+    """squeue printed N/A, Unknown or something unreadable: the pass that saw it is the best known."""
+    job, attempt = claimed(1, 10, assigned_at=NOW - 60)
+    decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "FAILED", 2, nodes="c1")})
+    assert decisions.started == [batch.Start(10, "77", "c1", NOW, False)]
+    assert [e.at for e in decisions.exits] == [NOW]
+
+
+def test_slurms_times_are_kept_between_the_submission_and_the_pass() -> None:
+    # Slurm's times are whole seconds, truncated, and its clock is not corral's: a start before
+    # the attempt was submitted is its submission, a time after the pass is the pass.
+    job, attempt = claimed(1, 10, assigned_at=NOW - 9.5)
+    early = {10: Seen(10, "77", "COMPLETED", 0, started_at=NOW - 10, ended_at=NOW - 7)}
+    decisions = plan(world(job, attempts=(attempt,)), early)
+    assert [s.at for s in decisions.started] == [NOW - 9.5] and [e.at for e in decisions.exits] == [NOW - 7]
+    future = {10: Seen(10, "77", "COMPLETED", 0, started_at=NOW + 5, ended_at=NOW + 8)}
+    decisions = plan(world(job, attempts=(attempt,)), future)
+    assert [s.at for s in decisions.started] == [NOW] and [e.at for e in decisions.exits] == [NOW]
+    # An end before the start (a start already recorded later than Slurm's end) is the start.
+    job, attempt = claimed(1, 10, running=True, assigned_at=NOW - 60, started_at=NOW - 20)
+    before = {10: Seen(10, "77", "COMPLETED", 0, started_at=NOW - 40, ended_at=NOW - 30)}
+    decisions = plan(world(job, attempts=(attempt,)), before)
+    assert decisions.started == [] and [e.at for e in decisions.exits] == [NOW - 20]
+
+
+def test_slurms_estimates_are_not_taken_for_times() -> None:
+    """A pending job's StartTime is Slurm's estimate and a running one's EndTime its time limit's
+    end: neither is recorded."""
+    job, attempt = claimed(1, 10, assigned_at=NOW - 60)
+    pending = {10: Seen(10, "77", "PENDING", started_at=NOW - 1, ended_at=NOW + 3600)}
+    assert plan(world(job, attempts=(attempt,)), pending).started == []
+    running = {10: Seen(10, "77", "RUNNING", started_at=NOW - 30, ended_at=NOW - 1)}
+    decisions = plan(world(job, attempts=(attempt,)), running)
+    assert [s.at for s in decisions.started] == [NOW - 30] and decisions.exits == []
+
+
+def test_a_running_slurm_job_lost_or_cancelled_outside_corral_ends_at_slurms_end_time() -> None:
+    for state in ("NODE_FAIL", "PREEMPTED", "CANCELLED"):
+        job, attempt = claimed(1, 10, running=True, assigned_at=NOW - 60, started_at=NOW - 50)
+        seen = {10: Seen(10, "77", state, nodes="c1", started_at=NOW - 50, ended_at=NOW - 12)}
+        decisions = plan(world(job, attempts=(attempt,)), seen)
+        assert [o.job_id for o in decisions.job_outcomes] == [1] and decisions.outcome_times == {1: NOW - 12}
+    # Never seen running (cancelled while pending: Slurm's StartTime is the cancel's) or vanished
+    # from squeue: no time of Slurm's applies, the outcome is at the pass's time.
+    job, attempt = claimed(1, 10, assigned_at=NOW - 60)
+    cancelled = {10: Seen(10, "77", "CANCELLED", started_at=NOW - 3, ended_at=NOW - 3)}
+    decisions = plan(world(job, attempts=(attempt,)), cancelled)
+    assert decisions.started == [] and decisions.outcome_times == {}
+    assert [o.state for o in decisions.job_outcomes] == [JobState.CANCELLED]
+    job, attempt = claimed(1, 10, running=True, assigned_at=NOW - 60, started_at=NOW - 50)
+    assert plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "")}).outcome_times == {}
 
 
 @pytest.mark.parametrize(
@@ -148,7 +211,7 @@ def test_a_job_pending_in_slurm_with_another_prioritys_nice_is_reniced() -> None
 def test_an_exit_is_the_jobs_exit_and_a_timeout_says_so() -> None:
     job, attempt = claimed(1, 10, running=True)
     decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "FAILED", 3)})
-    assert decisions.exits == [batch.Exit(10, 1, 3, "")]
+    assert decisions.exits == [batch.Exit(10, 1, 3, "", NOW)]
     outcome = batch.exit_outcome(job, 3, 10)
     assert outcome.state is JobState.FAILED and outcome.exit_code == 3 and outcome.attempt_ids == (10,)
 

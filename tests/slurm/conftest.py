@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,18 @@ class SlurmCluster:
 
     def show_job(self, job_id: str) -> str:
         return self.run("scontrol", "show", "job", "--oneliner", job_id)
+
+    def times(self, job_id: str) -> tuple[float, float]:
+        """A job's StartTime and EndTime as `scontrol show job` gives them (in UTC, whatever this
+        process's zone), in seconds since the epoch."""
+        env = {**self.env, "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+        shown = subprocess.run(
+            ["scontrol", "show", "job", "--oneliner", job_id], env=env, capture_output=True, text=True, timeout=30
+        ).stdout
+        found = [re.search(rf" {field}=(\S+)", shown) for field in ("StartTime", "EndTime")]
+        assert all(found), shown
+        start, end = (datetime.fromisoformat(m[1]).replace(tzinfo=UTC).timestamp() for m in found if m)
+        return start, end
 
     def state(self, job_id: str) -> str:
         return self.run("squeue", "--noheader", "--states=all", "--format=%T", "--jobs", job_id).strip()

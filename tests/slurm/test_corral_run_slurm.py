@@ -14,8 +14,7 @@ from tests.slurm.conftest import SlurmCluster
 from tests.support import wait_until
 
 
-@pytest.fixture
-def corral(tmp_path: Path, slurm: SlurmCluster) -> Iterator[Corral]:
+def corral_on(tmp_path: Path, slurm: SlurmCluster, interval: str) -> Iterator[Corral]:
     home = tmp_path / "home"
     home.mkdir()
     config = tmp_path / "corral.toml"
@@ -30,13 +29,24 @@ conf = "{slurm.conf}"
 cluster = "e2e-{uuid.uuid4().hex[:8]}"
 
 [loop]
-interval = "0.3s"
+interval = "{interval}"
 """
     )
     instance = Corral(home=home, port=free_port(), config=config)
     yield instance
     if instance.process is not None:
         instance.stop()
+
+
+@pytest.fixture
+def corral(tmp_path: Path, slurm: SlurmCluster) -> Iterator[Corral]:
+    yield from corral_on(tmp_path, slurm, "0.3s")
+
+
+@pytest.fixture
+def slow_corral(tmp_path: Path, slurm: SlurmCluster) -> Iterator[Corral]:
+    """Passes 10 s apart (and one at each submission): a short job runs between two of them."""
+    yield from corral_on(tmp_path, slurm, "10s")
 
 
 def test_corral_run_dispatches_to_slurm(corral: Corral, slurm: SlurmCluster) -> None:
@@ -110,3 +120,22 @@ def test_corral_usage_counts_the_vcpu_hours_of_slurm_jobs_at_no_cost(corral: Cor
         assert rows[job_id]["vcpu_hours"] == pytest.approx(ran * vcpus_in_all / 3600)
     assert rows[gang]["vcpu_hours"] > 0 and rows[single]["vcpu_hours"] > 0
     assert report["billed"] == 0 and report["used"] == 0 and report["types"] == []
+
+
+def test_a_slurm_job_run_between_two_passes_shows_and_counts_the_time_slurm_says_it_ran(
+    slow_corral: Corral, slurm: SlurmCluster
+) -> None:
+    corral = slow_corral
+    corral.start()
+    job_id = int(corral.cli("submit", "--ram", "128MiB", "--", "sleep", "2").stdout)
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "complete", 60, "the job to complete")
+    shown = corral.api("GET", f"/api/jobs/{job_id}").json()
+    (attempt,) = shown["attempt_list"]
+    start, end = slurm.times(attempt["executor_ref"])
+    assert start <= attempt["started_at"] < start + 1 and attempt["finished_at"] == end
+    assert (shown["started_at"], shown["finished_at"]) == (attempt["started_at"], end)
+    ran = end - attempt["started_at"]
+    assert ran > 1  # `sleep 2`, give or take Slurm's whole second; not 0
+    report = corral.cli_json("usage", "--since", "1h", "--by", "job")
+    (row,) = report["rows"]
+    assert row["key"] == str(job_id) and row["vcpu_hours"] == pytest.approx(ran / 3600)

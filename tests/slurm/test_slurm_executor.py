@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from corral.config import Config, load_config
+from corral.core import accounting
 from corral.core.model import JobState
 from corral.core.snapshot import JobOutcome
 from corral.executor.slurm_loop import SlurmLoop
@@ -122,6 +123,44 @@ def test_jobs_run_through_slurm_with_their_exit_codes_output_and_resources(
         in shown
     )
     assert any(f"submitted as slurm job {attempt['executor_ref']}" in e for e in corral.events(sized))
+
+
+def test_a_slurm_job_that_ran_between_two_passes_is_recorded_with_slurms_start_and_end(
+    corral: Dispatcher, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As sacct would say it ran, not 0 s at the pass that saw it ended; whatever zone and time
+    format corral's environment gives Slurm's commands, which print times in them."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    monkeypatch.setenv("SLURM_TIME_FORMAT", "relative")
+    job_id = corral.submit("sleep", "2", ram=128)
+    corral.loop.run_pass()  # claims and sbatches it
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    assert ref
+    wait_until(lambda: slurm.state(ref) == "COMPLETED", 30, "the slurm job to complete")  # and no pass meanwhile
+    corral.loop.run_pass()
+
+    row = corral.job(job_id)
+    (attempt,) = corral.attempts(job_id)
+    assert row["state"] == "complete" and attempt["state"] == "exited"
+    start, end = slurm.times(ref)
+    # Slurm's times are whole seconds: the start is Slurm's second, or within it the submission.
+    assert start <= attempt["started_at"] < start + 1 and attempt["started_at"] >= attempt["assigned_at"]
+    assert attempt["finished_at"] == end
+    assert (row["started_at"], row["finished_at"]) == (attempt["started_at"], end)  # corral job / jobs
+    ran = end - attempt["started_at"]
+    assert ran > 1  # `sleep 2`, give or take Slurm's second; not 0
+    # The events say when, as the job's times do (and a start's wait in /metrics reads its event).
+    events = {e["kind"]: e for e in corral.store.list_events(job_id=job_id)}
+    assert events["job.running"]["at"] == attempt["started_at"] and events["job.complete"]["at"] == end
+    assert f"slurm job {ref} on c" in events["job.running"]["message"]
+
+    # `corral usage`, as GET /api/usage computes it: the job's vcpu-hours are its run.
+    now = time.time()
+    nodes, spans = corral.store.usage_spans(now - 3600, now)
+    report = accounting.usage(nodes, spans, now - 3600, now, now, "job")
+    assert report.jobs == 1
+    (usage,) = report.rows
+    assert usage.key == str(job_id) and usage.vcpu_hours == pytest.approx(ran / 3600) and usage.cost == 0
 
 
 def test_a_failing_command_is_retried_when_the_job_asks(corral: Dispatcher, tmp_path: Path) -> None:

@@ -25,6 +25,10 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
 
 A job's priority reaches Slurm as its Nice (`nice_for`): at sbatch, and, for a job pending in
 Slurm whose Nice is not its priority's any more (`corral priority`), by a renice.
+
+An attempt's start and end are Slurm's StartTime and EndTime when Slurm gives them (`start_time`,
+`end_time`), not the time of the pass that saw them: a job that ran between two passes ran for as
+long as Slurm says, not 0 s.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from enum import StrEnum
 from corral.core import dependency, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SnapshotIndex
-from corral.core.model import AttemptState, Job, JobState
+from corral.core.model import Attempt, AttemptState, Job, JobState
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Annotation, JobOutcome, Snapshot
 
@@ -126,6 +130,21 @@ class Seen:
     reason: str = ""  # Slurm's reason: why it pends, or why it ended
     nodes: str = ""  # Slurm's node list
     nice: int | None = None  # Slurm's Nice of the job (None: not known)
+    # Slurm's StartTime and EndTime (None: not known). Only an estimate while the job pends (its
+    # start) or runs (its end: the time limit's), so read only once the job started or ended.
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """An attempt whose Slurm job runs, or ran, unseen till now."""
+
+    attempt_id: int
+    ref: str  # the Slurm job id
+    nodes: str  # Slurm's node list
+    at: float  # when it started (`start_time`)
+    by_slurm: bool  # `at` is Slurm's StartTime (else the pass's time: Slurm gave none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +156,7 @@ class Exit:
     job_id: int
     exit_code: int
     detail: str  # e.g. "slurm job 17 TIMEOUT"
+    at: float  # when it ended (`end_time`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +173,33 @@ class Renice:
 class BatchDecisions:
     job_outcomes: list[JobOutcome] = field(default_factory=list)  # cancellations, temp failures
     exits: list[Exit] = field(default_factory=list)
-    started: list[Seen] = field(default_factory=list)  # attempts whose Slurm job runs, or ran, unseen till now
+    started: list[Start] = field(default_factory=list)  # attempts whose Slurm job runs, or ran, unseen till now
     cancel: list[str] = field(default_factory=list)  # Slurm job ids to scancel
     renice: list[Renice] = field(default_factory=list)  # Slurm jobs pending with another priority's Nice
     submit: list[int] = field(default_factory=list)  # this dispatcher's attempts not yet submitted
     claims: list[int] = field(default_factory=list)  # queued jobs to claim and submit, in order
     annotations: list[Annotation] = field(default_factory=list)  # queued jobs: why they wait
     pending_reasons: dict[int, str] = field(default_factory=dict)  # claimed jobs pending in Slurm
+    # Job id -> when its outcome happened, for a job_outcome of a running attempt whose Slurm job
+    # ended (NODE_FAIL, PREEMPTED, cancelled outside corral): `end_time`. Others: the pass's time.
+    outcome_times: dict[int, float] = field(default_factory=dict)
+
+
+def start_time(observed: Seen, attempt: Attempt, now: float) -> float:
+    """When an attempt whose Slurm job started did: Slurm's StartTime, else `now` (the pass that
+    saw it). Slurm keeps whole seconds (truncated) and its own clock: the time is kept between the
+    attempt's submission and the pass."""
+    if observed.started_at is None:
+        return now
+    return min(now, max(observed.started_at, attempt.assigned_at))
+
+
+def end_time(observed: Seen, started: float, now: float) -> float:
+    """When an attempt that started at `started` ended: Slurm's EndTime, else `now`; kept between
+    its start and the pass."""
+    if observed.ended_at is None:
+        return now
+    return min(now, max(observed.ended_at, started))
 
 
 def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "") -> JobOutcome:
@@ -172,6 +212,11 @@ def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "") ->
         return dataclasses.replace(outcome, exit_code=exit_code)
     outcome = retry.after_exit(job, exit_code, (attempt_id,))
     return dataclasses.replace(outcome, reason=f"{outcome.reason} ({detail})") if detail else outcome
+
+
+def start_of(observed: Seen, attempt: Attempt, now: float) -> Start:
+    at = start_time(observed, attempt, now)
+    return Start(attempt.id, observed.ref, observed.nodes, at, observed.started_at is not None)
 
 
 def plan_batch_pass(
@@ -253,18 +298,22 @@ def plan_batch_pass(
                 decisions.renice.append(Renice(job.id, observed.ref, wanted, job.priority))
         elif phase is Phase.RUNNING:
             if attempt.state is AttemptState.ASSIGNED:
-                decisions.started.append(observed)
+                decisions.started.append(start_of(observed, attempt, now))
         elif phase is Phase.EXITED:
             if attempt.state is AttemptState.ASSIGNED:
                 # It started and ended between two passes: it did run, and its start is recorded
                 # first, or the job would show no start and `corral usage` would not count it.
-                decisions.started.append(observed)
+                start = start_of(observed, attempt, now)
+                decisions.started.append(start)
+                started = start.at
+            else:
+                started = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
             code = observed.exit_code
             if code is None:  # ended without an exit code known: say what Slurm says
                 code = 0 if observed.state == "COMPLETED" else 1
             state = base_state(observed.state)
             detail = "" if state in ("COMPLETED", "FAILED") else f"{slurm_job} {state}"
-            decisions.exits.append(Exit(attempt.id, job.id, code, detail))
+            decisions.exits.append(Exit(attempt.id, job.id, code, detail, end_time(observed, started, now)))
         elif phase is Phase.LOST:
             why = f"{slurm_job} {observed.state}" if observed.state else f"{slurm_job} vanished from squeue"
             if observed.reason not in QUIET_REASONS:
@@ -281,6 +330,8 @@ def plan_batch_pass(
             )
         if phase is not Phase.PENDING and phase is not Phase.RUNNING:
             ended.add(job.id)
+            if phase is not Phase.EXITED and attempt.started_at is not None and observed.state:
+                decisions.outcome_times[job.id] = end_time(observed, attempt.started_at, now)
 
     # 5. Dependencies: judged as plan_pass judges them.
     blocked: set[int] = set()

@@ -13,10 +13,21 @@ import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-# squeue's fields, '|'-separated; the comment last (it is corral's, but a user's may hold a '|').
-SQUEUE_FORMAT = "%i|%T|%r|%N|%y|%k"
+# squeue's fields, '|'-separated: id, state, reason, nodes, Nice, StartTime, EndTime; the comment
+# last (it is corral's, but a user's may hold a '|').
+SQUEUE_FORMAT = "%i|%T|%r|%N|%y|%S|%e|%k"
+SQUEUE_FIELDS = 8
+# Slurm's commands print times in their own process's zone (TZ), with no zone said, in the format
+# SLURM_TIME_FORMAT names. corral's own queries run with these, so that a time reads the same
+# whatever the zone of corral's or slurmctld's host and whatever DST does: "2024-05-01T10:00:03",
+# UTC. (Slurm sends the times as seconds since the epoch; the command only formats them.)
+# They are read from squeue, not from `scontrol show job`'s StartTime/EndTime (the same values),
+# whose line has the job's name, a user's text, before them.
+TIME_ENV = {"TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 COMMENT = re.compile(
     r"^corral cluster=(?P<cluster>\S+) job=(?P<job>\d+) attempt=(?P<attempt>\d+) dispatcher=(?P<dispatcher>\S+)$"
 )
@@ -50,6 +61,10 @@ class SlurmJob:
     nodes: str
     nice: int | None  # None: squeue printed no number
     comment: str
+    # Slurm's StartTime and EndTime (None: "N/A", "NONE", "Unknown"...). While the job pends its
+    # start is an estimate; while it runs its end is its time limit's.
+    start: float | None = None
+    end: float | None = None
 
     def corral_ids(self, cluster: str) -> tuple[int, int, str] | None:
         """(job id, attempt id, dispatcher id) if a dispatcher of corral's cluster `cluster`
@@ -69,14 +84,25 @@ def exit_code_of(code: int, signal: int) -> int:
     return 128 + signal if signal else code
 
 
+def parse_time(text: str) -> float | None:
+    """A time as Slurm's commands print it under TIME_ENV ("2024-05-01T10:00:03", UTC) in seconds
+    since the epoch; None for anything else: "N/A", "NONE", "Unknown", "None" (not known)."""
+    try:
+        return datetime.strptime(text.strip(), TIME_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
 def parse_squeue(text: str) -> list[SlurmJob]:
     jobs = []
     for line in text.splitlines():
-        parts = line.split("|", 5)
-        if len(parts) == 6 and parts[0].strip():
-            job_id, state, reason, nodes, nice_text = (p.strip() for p in parts[:5])
+        parts = line.split("|", SQUEUE_FIELDS - 1)
+        if len(parts) == SQUEUE_FIELDS and parts[0].strip():
+            job_id, state, reason, nodes, nice_text, start, end = (p.strip() for p in parts[:-1])
             nice = int(nice_text) if nice_text.lstrip("-").isdigit() else None
-            jobs.append(SlurmJob(job_id, state, reason, nodes, nice, parts[5].strip()))
+            jobs.append(
+                SlurmJob(job_id, state, reason, nodes, nice, parts[-1].strip(), parse_time(start), parse_time(end))
+            )
     return jobs
 
 
@@ -136,7 +162,8 @@ class Slurm:
 
     def squeue(self) -> list[SlurmJob]:
         """Every job Slurm lists, also those ended within MinJobAge (`--states=all`)."""
-        return parse_squeue(self.run(["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"]))
+        args = ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"]
+        return parse_squeue(self.run(args, env={**os.environ, **TIME_ENV}))
 
     def show_jobs(self) -> dict[str, tuple[str, int]]:
         """Job id -> (state, exit code) of every job slurmctld still holds (accounting may be off,

@@ -11,6 +11,7 @@ corral no longer runs (a cancel that failed, a stale dispatcher's released claim
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -129,7 +130,14 @@ class SlurmLoop(LiveLoop):
                 seen[attempt.id] = Seen(attempt.id, ref, "")
             else:
                 seen[attempt.id] = Seen(
-                    attempt.id, ref, slurm_job.state, None, slurm_job.reason, slurm_job.nodes, slurm_job.nice
+                    attempt.id,
+                    ref,
+                    slurm_job.state,
+                    reason=slurm_job.reason,
+                    nodes=slurm_job.nodes,
+                    nice=slurm_job.nice,
+                    started_at=slurm_job.start,
+                    ended_at=slurm_job.end,
                 )
         ended = [s for s in seen.values() if phase_of(s.state) is Phase.EXITED]
         if ended:
@@ -140,9 +148,9 @@ class SlurmLoop(LiveLoop):
                 codes = {}
             for s in ended:
                 if s.ref in codes:
-                    seen[s.attempt_id] = Seen(s.attempt_id, s.ref, s.state, codes[s.ref][1], s.reason, s.nodes)
+                    seen[s.attempt_id] = dataclasses.replace(s, exit_code=codes[s.ref][1])
                 else:  # no exit code this pass: wait for one (Slurm keeps the job for MinJobAge)
-                    seen[s.attempt_id] = Seen(s.attempt_id, s.ref, "COMPLETING", None, s.reason, s.nodes)
+                    seen[s.attempt_id] = dataclasses.replace(s, state="COMPLETING")
         return seen
 
     def _orphans(self, snapshot: Snapshot, ours: dict[int, SlurmJob], now: float) -> None:
@@ -171,7 +179,7 @@ class SlurmLoop(LiveLoop):
 
     def _execute(self, decisions: batch.BatchDecisions, snapshot: Snapshot, seen: dict[int, Seen], now: float) -> None:
         for outcome in decisions.job_outcomes:
-            self.store.apply_outcome(outcome, now)
+            self.store.apply_outcome(outcome, decisions.outcome_times.get(outcome.job_id, now))
         if decisions.cancel:
             try:
                 self.slurm.scancel(decisions.cancel)
@@ -179,17 +187,21 @@ class SlurmLoop(LiveLoop):
                 log.warning("scancel %s failed: %s", ", ".join(decisions.cancel), exc)
         self._renice(decisions.renice, now)
         # Starts before exits: a Slurm job that ran between two passes is recorded as started first.
+        # Each at Slurm's own time (its event too, as an agent's exit is at the agent's time): the
+        # events are listed in the order they were recorded, not by time.
         for running in decisions.started:
             where = f"slurm:{running.nodes}" if running.nodes else SLURM_NODE
             message = f"attempt {running.attempt_id} runs as slurm job {running.ref} on {running.nodes or '?'}"
-            self.store.attempt_started(running.attempt_id, SLURM_NODE, None, now, ran_on=where, message=message)
+            if not running.by_slurm:
+                message += " (Slurm gave no StartTime: recorded at the pass that saw it)"
+            self.store.attempt_started(running.attempt_id, SLURM_NODE, None, running.at, ran_on=where, message=message)
         for ended in decisions.exits:
             self._collect_output(ended.job_id, ended.attempt_id)
 
             def outcome_of(job: Job, ended: batch.Exit = ended) -> batch.JobOutcome:
                 return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, ended.detail)
 
-            self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of)
+            self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at)
         self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
         self.store.annotate_many(decisions.annotations, {}, now)
         jobs = {job.id: job for job in snapshot.jobs}

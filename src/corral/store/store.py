@@ -739,9 +739,10 @@ class Store:
         ran_on: str | None = None,
         message: str | None = None,
     ) -> bool:
-        """The agent (or an executor: Slurm, with no pid) started the attempt. False if it is no
-        longer wanted (then the agent kills it). `ran_on`: where the job shows as running, when
-        that is not `node_id` (Slurm's node list)."""
+        """The agent (or an executor: Slurm, with no pid) started the attempt, at `now` (an
+        executor gives the time it reports, which may precede the call: Slurm's StartTime). False
+        if it is no longer wanted (then the agent kills it). `ran_on`: where the job shows as
+        running, when that is not `node_id` (Slurm's node list)."""
         with self.write() as conn:
             attempt = self._lock_attempt(conn, attempt_id, node_id)
             if attempt is None or attempt.state not in ACTIVE_ATTEMPT_STATES:
@@ -781,7 +782,8 @@ class Store:
         (`outcome_of`, e.g. core.retry.after_exit), in one transaction: a crash between the two
         would leave the job running with no attempt, which nothing would ever end. `ended_at` is
         when the agent saw it end (an exit reported after a server outage ended earlier than it
-        arrives), kept between the attempt's start and `now`. False for a repeated report."""
+        arrives; Slurm's EndTime), kept between the attempt's start and `now`. False for a repeated
+        report."""
         with self.write() as conn:
             exited = self._record_exit(conn, attempt_id, node_id, exit_code, now, ended_at)
             if exited is None:

@@ -1,0 +1,67 @@
+"""Reading what Slurm's commands print (corral.executor.slurm), on output captured from Slurm 22.05.
+No Slurm needed: tests/slurm/test_slurm_executor.py runs the same against a real one."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from corral.executor.slurm import SlurmJob, parse_show_job, parse_squeue, parse_time
+
+COMMENT = "corral cluster=c job=4 attempt=9 dispatcher=d-1"
+
+
+def at(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2026-11-26T02:50:30", at("2026-11-26T02:50:30")),
+        (" 2026-11-26T02:50:30 ", at("2026-11-26T02:50:30")),
+        ("N/A", None),  # squeue: a pending job with no estimate
+        ("NONE", None),  # squeue: the end of a job running with no time limit
+        ("Unknown", None),  # scontrol: the same
+        ("None", None),
+        ("", None),
+        ("02:50:30", None),  # SLURM_TIME_FORMAT=relative (corral's queries set "standard")
+        ("2026-11-26 02:50:30", None),
+    ],
+)
+def test_slurm_times_read_as_utc_or_unknown(text: str, seconds: float | None) -> None:
+    assert parse_time(text) == seconds
+
+
+def test_squeue_lines_give_each_jobs_start_and_end() -> None:
+    text = "\n".join(
+        [
+            f"1|COMPLETED|None|c1|0|2026-11-26T02:50:30|2026-11-26T02:50:32|{COMMENT}",
+            "3|RUNNING|None|c1|0|2026-11-26T02:50:30|NONE|(null)",
+            "5|PENDING|Resources||-99|N/A|N/A|a user's | comment",
+            # Cancelled while pending (held): Slurm sets its StartTime to its EndTime, the cancel.
+            "2|CANCELLED|JobHeldUser||0|2026-11-26T02:50:29|2026-11-26T02:50:29|(null)",
+            "7|BROKEN",  # not squeue's line: skipped
+        ]
+    )
+    jobs = parse_squeue(text)
+    cancelled = at("2026-11-26T02:50:29")
+    assert jobs == [
+        SlurmJob("1", "COMPLETED", "None", "c1", 0, COMMENT, at("2026-11-26T02:50:30"), at("2026-11-26T02:50:32")),
+        SlurmJob("3", "RUNNING", "None", "c1", 0, "(null)", at("2026-11-26T02:50:30"), None),
+        SlurmJob("5", "PENDING", "Resources", "", -99, "a user's | comment", None, None),
+        SlurmJob("2", "CANCELLED", "JobHeldUser", "", 0, "(null)", cancelled, cancelled),
+    ]
+    assert jobs[0].corral_ids("c") == (4, 9, "d-1")
+
+
+def test_scontrol_show_job_gives_each_ended_jobs_state_and_exit_code() -> None:
+    text = (
+        "JobId=1 JobName=corral-4 UserId=root(0) JobState=COMPLETED Reason=None ExitCode=0:0 RunTime=00:00:02 "
+        "StartTime=2026-11-26T02:50:30 EndTime=2026-11-26T02:50:32 Command=(null)\n"
+        "JobId=6 JobName=corral-5 UserId=root(0) JobState=FAILED Reason=NonZeroExitCode ExitCode=7:0 "
+        "Command=/x JobState=COMPLETED ExitCode=0:0\n"  # the command line is the user's: the first match counts
+        "JobId=8 JobName=corral-6 UserId=root(0) JobState=CANCELLED Reason=None ExitCode=0:15 StartTime=Unknown\n"
+    )
+    assert parse_show_job(text) == {"1": ("COMPLETED", 0), "6": ("FAILED", 7), "8": ("CANCELLED", 143)}
