@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from corral.executor.slurm import SlurmJob, parse_show_job, parse_squeue, parse_time
+from corral.executor.slurm import SlurmJob, job_name, parse_show_job, parse_squeue, parse_time
 
 COMMENT = "corral cluster=c job=4 attempt=9 dispatcher=d-1"
 
@@ -65,3 +65,11 @@ def test_scontrol_show_job_gives_each_ended_jobs_state_and_exit_code() -> None:
         "JobId=8 JobName=corral-6 UserId=root(0) JobState=CANCELLED Reason=None ExitCode=0:15 StartTime=Unknown\n"
     )
     assert parse_show_job(text) == {"1": ("COMPLETED", 0), "6": ("FAILED", 7), "8": ("CANCELLED", 143)}
+
+
+def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
+    """The name comes before JobState= and ExitCode= in `scontrol show job`'s line."""
+    name = job_name(6, "x JobState=COMPLETED\tExitCode=0:0 ")
+    assert name == "corral-6-x_JobState=COMPLETED_ExitCode=0:0" and job_name(7, " ") == "corral-7"
+    line = f"JobId=9 JobName={name} UserId=root(0) JobState=FAILED Reason=NonZeroExitCode ExitCode=7:0 Command=/x\n"
+    assert parse_show_job(line) == {"9": ("FAILED", 7)}

@@ -79,6 +79,14 @@ def comment_for(cluster: str, job_id: int, attempt_id: int, dispatcher_id: str) 
     return f"corral cluster={cluster} job={job_id} attempt={attempt_id} dispatcher={dispatcher_id}"
 
 
+def job_name(job_id: int, name: str) -> str:
+    """sbatch's --job-name for a corral job: its id, then its name with every run of whitespace
+    made one '_'. `scontrol show job` prints the name before JobState= and ExitCode=, so a name
+    with spaces could otherwise pass for those fields ("x JobState=COMPLETED ExitCode=0:0")."""
+    safe = "_".join(name.split())
+    return f"corral-{job_id}" + (f"-{safe}" if safe else "")
+
+
 def exit_code_of(code: int, signal: int) -> int:
     """Slurm's ExitCode=CODE:SIGNAL as corral's exit code: the code, or 128+N for signal N."""
     return 128 + signal if signal else code

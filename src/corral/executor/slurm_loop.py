@@ -26,7 +26,7 @@ from corral.core import batch, retry
 from corral.core.batch import Phase, Seen, phase_of
 from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
-from corral.executor.slurm import BATCH_SCRIPT, Slurm, SlurmError, SlurmJob, comment_for
+from corral.executor.slurm import BATCH_SCRIPT, Slurm, SlurmError, SlurmJob, comment_for, job_name
 from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import LogStore
 from corral.store import Store
@@ -256,7 +256,7 @@ class SlurmLoop(LiveLoop):
         settings = self.config.slurm
         res = job.resources
         options = [
-            f"--job-name=corral-{job.id}" + (f"-{job.name}" if job.name else ""),
+            f"--job-name={job_name(job.id, job.name)}",
             f"--comment={comment_for(self.cluster, job.id, attempt_id, self.dispatcher_id)}",
             f"--output={self.output_path(job.id, attempt_id)}",
             f"--chdir={self.work_dir}",
