@@ -19,13 +19,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	$(BIN)/mypy
+	$(BIN)/mypy src tests bench
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	$(BIN)/mypy
+	$(BIN)/mypy src tests bench
 
 bench: $(STAMP)
 	$(BIN)/python bench/submit_throughput.py

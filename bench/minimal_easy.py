@@ -102,8 +102,8 @@ def minimal_easy(specs: list[SimJob], nodes: int, vcpus: float, ram_mib: float) 
         now = min(specs[arrived].submit if arrived < len(specs) else np.inf, ends[0][0] if ends else np.inf)
         freed = False
         while ends and ends[0][0] <= now:
-            _, job_id, job, on = heapq.heappop(ends)
-            for node in on:
+            _, job_id, job, ran_on = heapq.heappop(ends)
+            for node in ran_on:
                 fleet.free_vcpus[node] += job.vcpus
                 fleet.free_ram[node] += job.ram_mib
                 fleet.on_node[node] = [w for w in fleet.on_node[node] if w.job_id != job_id]

@@ -259,7 +259,7 @@ def main() -> None:
         )
     table.add_row("one explain (unplaceable job)", "1", "0", "", "", "", f"{explain_s * 1000:.1f} ms (≤ 20 ms)")
     Console(width=140).print(table)
-    figures: dict[str, Any] = {
+    report: dict[str, Any] = {
         "nodes": args.nodes,
         "explain_top": args.explain_top,
         "mixed": mixed,
@@ -267,8 +267,8 @@ def main() -> None:
         "explain_ms": explain_s * 1000,
     }
     if unshared is not None:
-        figures["mixed_unshared"] = unshared
-    print(json.dumps(figures))
+        report["mixed_unshared"] = unshared
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 from rich.console import Console
@@ -42,13 +44,17 @@ max_instances = 1
 """
 
 
+T = TypeVar("T")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
+    """The predicate's first truthy value; exit naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -89,7 +95,7 @@ def main() -> None:
                 response.raise_for_status()
                 return list(response.json()["ids"])
 
-            def job(job_id: int) -> dict[str, object]:
+            def job(job_id: int) -> dict[str, Any]:
                 return dict(http.get(f"/api/jobs/{job_id}").json())
 
             console.print("warming up: booting one loopback node")
@@ -99,12 +105,22 @@ def main() -> None:
             latencies = []
             for _ in range(args.latency_runs):
                 (job_id,) = submit([{"command": ["true"]}])
-                record = wait_for(lambda j=job_id: (r := job(j))["started_at"] and r, 30, "the job to start")
-                latencies.append(float(record["started_at"]) - float(record["submitted_at"]))  # type: ignore[arg-type]
-                wait_for(lambda j=job_id: job(j)["state"] == "complete", 30, "the job to finish")
+
+                def started_record(job_id: int = job_id) -> dict[str, Any] | None:
+                    record = job(job_id)
+                    return record if record["started_at"] else None
+
+                def complete(job_id: int = job_id) -> bool:
+                    return job(job_id)["state"] == "complete"
+
+                record = wait_for(started_record, 30, "the job to start")
+                latencies.append(float(record["started_at"]) - float(record["submitted_at"]))
+                wait_for(complete, 30, "the job to finish")
 
             console.print(f"bulk: {args.bulk_jobs} jobs in batches of {args.batch}")
-            payload = [{"command": ["true"], "name": f"bulk-{i}", "ram": "256MiB"} for i in range(args.batch)]
+            payload: list[dict[str, object]] = [
+                {"command": ["true"], "name": f"bulk-{i}", "ram": "256MiB"} for i in range(args.batch)
+            ]
             started = time.perf_counter()
             submitted = 0
             while submitted < args.bulk_jobs:

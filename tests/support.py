@@ -4,7 +4,78 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
+
+from corral.core.dependency import Dependency
+from corral.core.model import JobState, LocalityHints, NodeFailureAction, NodeState, Resources
+
+
+class JobFields(TypedDict, total=False):
+    """The fields of a core Job a test may set besides its id, command and resources: test helpers
+    that build a Job take them as keyword arguments (`**fields: Unpack[JobFields]`), so mypy checks
+    each name and value against the Job they end up in."""
+
+    name: str
+    env: dict[str, str]
+    node_count: int
+    priority: int
+    not_before: float | None
+    time_limit: float | None
+    max_retries: int
+    tags: tuple[str, ...]
+    locality: LocalityHints | None
+    traits: dict[str, str | list[str]]
+    user: str
+    state: JobState
+    submitted_at: float
+    claimed_by: str | None
+    retry_at: float | None
+    temp_failures: int
+    perm_failures: int
+    attempt_count: int
+    exit_code: int | None
+    wait_reason: str
+    unplaceable: bool
+    cancel_requested: bool
+    requeue_requested: bool
+    started_at: float | None
+    finished_at: float | None
+    forbidden_traits: dict[str, str | list[str]]
+    min_platform: str | None
+    cpu_capped: bool
+    reservation: str
+    on_node_failure: NodeFailureAction | None
+    held: bool
+    dependency: Dependency | None
+
+
+class NodeFields(TypedDict, total=False):
+    """The fields of a core Node a test may set besides its id, type, capacity and price (as
+    JobFields for a Job)."""
+
+    state: NodeState
+    created_at: float
+    paired_at: float | None
+    last_ping_at: float | None
+    state_changed_at: float
+    used: Resources
+    used_at: float | None
+    attributes: dict[str, str | list[str]]
+    rack: str
+    reason: str
+    billing_granularity: float
+    billing_minimum: float
+
+
+class AttemptFields(TypedDict, total=False):
+    """The fields of a core Attempt a test may set besides its ids, nodes, resources, state and
+    dispatcher (as JobFields for a Job)."""
+
+    assigned_at: float
+    started_at: float | None
+    finished_at: float | None
+    exit_code: int | None
+    reason: str
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:

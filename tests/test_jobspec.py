@@ -29,7 +29,7 @@ def test_a_local_time_at_the_ends_of_the_calendar_is_read(text: str) -> None:
     reach, and was 'not a time'."""
     seconds = to_epoch(text)
     assert math.isfinite(seconds) and (seconds < -6.2e10 if text.startswith("0001") else seconds > 2.5e11)
-    assert JobRequest(command=["x"], not_before=text).not_before == seconds  # type: ignore[arg-type]
+    assert JobRequest(command=["x"], not_before=text).not_before == seconds
 
 
 def test_what_is_no_time_is_still_refused() -> None:

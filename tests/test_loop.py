@@ -116,7 +116,8 @@ def test_two_dispatchers_with_clouds_of_their_own_leave_each_others_nodes_alone(
     loop_a.run_pass()
 
     assert [row["id"] for row in store.node_rows()] == [node["id"]]
-    assert store.node_row(node["id"])["state"] == "booting"
+    row = store.node_row(node["id"])
+    assert row is not None and row["state"] == "booting"
     assert [i.id for i in cloud_a.list()] == [node["instance_id"]] and cloud_b.list() == []
     assert cloud_a.stats.destroys == 0 and cloud_b.stats.creates == 0
     assert store.list_events(kind="node.orphan") == []
@@ -141,7 +142,8 @@ def test_a_dispatchers_clean_stop_leaves_the_other_dispatchers_nodes_and_work_al
 
     loop_a.shutdown_fleet("corral stopped")
 
-    assert store.node_row(node_a)["state"] == "gone" and cloud_a.list() == []
-    assert store.node_row(node_b)["state"] == "booting" and len(cloud_b.list()) == 1
+    row_a, row_b = store.node_row(node_a), store.node_row(node_b)
+    assert row_a is not None and row_a["state"] == "gone" and cloud_a.list() == []
+    assert row_b is not None and row_b["state"] == "booting" and len(cloud_b.list()) == 1
     assert store.job_row(job_a)["state"] == "queued"
     assert store.job_row(job_b)["state"] == "claimed" and store.job_row(job_b)["temp_failures"] == 0

@@ -27,6 +27,7 @@ def test_a_node_reservation_becomes_an_attribute_and_an_event(tmp_path: Path) ->
     decisions = Decisions(node_reservations=[NodeReserve("n-1", now + 60, why), NodeReserve("n-gone", now + 60, why)])
     loop.execute(decisions, snapshot, now, PassReport(decisions))
     (node,) = store.load_snapshot("d-test", [itype], now).nodes
-    assert float(node.attributes[FAILURE_RESERVED_UNTIL]) == now + 60  # type: ignore[arg-type]
+    until = node.attributes[FAILURE_RESERVED_UNTIL]
+    assert isinstance(until, str) and float(until) == now + 60
     events = store.list_events(node_id="n-1", kind="node.transient_failure")
     assert [e["message"] for e in events] == [why]

@@ -64,10 +64,11 @@ def _leaves(annotation: Any) -> Iterator[tuple[Any, Any]]:
         yield annotation, lambda v: v
 
 
+ROOTS: list[type[BaseModel]] = [Config, JobRequest, SimJobRequest, *_api_bodies()]
 SPOTS = sorted(
     {
         (model.__name__, name): (model, name, value)
-        for root in [Config, JobRequest, SimJobRequest, *_api_bodies()]
+        for root in ROOTS
         for model, name, value in _numeric_spots(root, set())
     }.items()
 )

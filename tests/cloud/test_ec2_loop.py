@@ -75,13 +75,15 @@ def test_a_pass_boots_an_instance_for_a_queued_job_and_a_never_pairing_one_is_te
     clock.now += 60
     loop.run_pass()
     assert [i.id for i in cloud.list()] == [first]
-    assert store.node_row(node["id"])["state"] == "booting"
+    row = store.node_row(node["id"])
+    assert row is not None and row["state"] == "booting"
 
     # Its agent never pairs (moto runs nothing): past boot_grace the instance is terminated.
     clock.now += 5 * 60
     loop.run_pass()
     assert state(ec2, first) in ("shutting-down", "terminated")
-    assert store.node_row(node["id"])["state"] == "gone"
+    row = store.node_row(node["id"])
+    assert row is not None and row["state"] == "gone"
     assert first not in {i.id for i in cloud.list()}
     assert store.job_row(job_id)["state"] == "queued"  # waits for the instance booted in its place
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -28,6 +29,17 @@ def world(*jobs: Job, attempts: tuple[Attempt, ...] = (), dispatchers: tuple[Dis
     )
 
 
+class ClaimedJobFields(TypedDict, total=False):
+    """The Job fields the tests below set on a claimed job (its attempt's times are `claimed`'s own
+    arguments, so `started_at` is the attempt's)."""
+
+    priority: int
+    max_retries: int
+    time_limit: float | None
+    cancel_requested: bool
+    requeue_requested: bool
+
+
 def claimed(
     job_id: int,
     attempt_id: int,
@@ -36,9 +48,9 @@ def claimed(
     *,
     assigned_at: float = 0.0,
     started_at: float | None = None,
-    **fields: object,
+    **fields: Unpack[ClaimedJobFields],
 ) -> tuple[Job, Attempt]:
-    job = Job(job_id, ["x"], state=JobState.RUNNING if running else JobState.CLAIMED, claimed_by=owner, **fields)  # type: ignore[arg-type]
+    job = Job(job_id, ["x"], state=JobState.RUNNING if running else JobState.CLAIMED, claimed_by=owner, **fields)
     state = AttemptState.RUNNING if running else AttemptState.ASSIGNED
     attempt = Attempt(attempt_id, job_id, ["slurm"], job.resources, state=state, dispatcher_id=owner)
     attempt.assigned_at, attempt.started_at = assigned_at, started_at

@@ -3,6 +3,10 @@ new work, is shut down once nothing runs on it, and is replaced if the queue nee
 
 from __future__ import annotations
 
+from typing import Unpack
+
+from tests.support import JobFields
+
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, GiB, InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.reconcile import plan_pass
@@ -14,8 +18,8 @@ SMALL = InstanceType("small", 2, 4 * GiB, 0.10)
 TYPES = [SMALL]
 
 
-def job(job_id: int, **kwargs: object) -> Job:
-    return Job(id=job_id, command=["true"], resources=Resources(1, GiB), **kwargs)  # type: ignore[arg-type]
+def job(job_id: int, **fields: Unpack[JobFields]) -> Job:
+    return Job(id=job_id, command=["true"], resources=Resources(1, GiB), **fields)
 
 
 def idle_node(node_id: str, now: float) -> Node:

@@ -3,7 +3,10 @@ dependency holds, does not hold yet, or can never hold."""
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import pytest
+from tests.support import JobFields
 
 from corral.core import batch, dependency
 from corral.core.index import SnapshotIndex
@@ -16,14 +19,14 @@ SMALL = InstanceType("small", 2, 4 * GiB, 0.10)
 NOW = 1000.0
 
 
-def job(job_id: int, state: JobState = JobState.QUEUED, depends: str | None = None, **fields: object) -> Job:
+def job(
+    job_id: int, state: JobState = JobState.QUEUED, /, depends: str | None = None, **fields: Unpack[JobFields]
+) -> Job:
     return Job(
         id=job_id,
         command=["true"],
         resources=Resources(1, GiB),
-        state=state,
-        dependency=dependency.parse(depends) if depends else None,
-        **fields,  # type: ignore[arg-type]
+        **JobFields(state=state, dependency=dependency.parse(depends) if depends else None, **fields),
     )
 
 

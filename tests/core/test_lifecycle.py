@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import pytest
+from tests.support import NodeFields
 
 from corral.core import lifecycle
 from corral.core.lifecycle import BillingWindow, BootGrace, IdleGrace, WorkerState
@@ -73,15 +76,13 @@ def test_default_matrix_is_the_seed_table() -> None:
 SETTINGS = LifecycleSettings(boot_grace=600, idle_grace=60, ping_stale=60, shutdown_window=300)
 
 
-def node(state: NodeState, created_at: float = 0.0, **kwargs: object) -> Node:
+def node(state: NodeState, /, **fields: Unpack[NodeFields]) -> Node:
     return Node(
         id="n-1",
         instance_type="t",
         capacity=Resources(2, 4 * GiB),
         price_per_hour=0.1,
-        state=state,
-        created_at=created_at,
-        **kwargs,  # type: ignore[arg-type]
+        **NodeFields(state=state, **fields),
     )
 
 

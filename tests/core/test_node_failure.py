@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import pytest
 from pydantic import ValidationError
+from tests.support import JobFields
 
 from corral.core.index import SnapshotIndex
-from corral.core.model import Attempt, AttemptState, GiB, InstanceType, Job, JobState, Node, NodeState, Resources
+from corral.core.model import (
+    Attempt,
+    AttemptState,
+    GiB,
+    InstanceType,
+    Job,
+    JobState,
+    Node,
+    NodeFailureAction,
+    NodeState,
+    Resources,
+)
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import JobOutcome, Snapshot
@@ -16,8 +30,8 @@ SMALL = InstanceType("small", 2, 4 * GiB, 0.10)
 TYPES = [SMALL, InstanceType("large", 8, 32 * GiB, 0.40)]
 
 
-def job(job_id: int, vcpus: float = 1, ram_gib: float = 1, **kwargs: object) -> Job:
-    return Job(id=job_id, command=["true"], resources=Resources(vcpus, int(ram_gib * GiB)), **kwargs)  # type: ignore[arg-type]
+def job(job_id: int, vcpus: float = 1, ram_gib: float = 1, **fields: Unpack[JobFields]) -> Job:
+    return Job(id=job_id, command=["true"], resources=Resources(vcpus, int(ram_gib * GiB)), **fields)
 
 
 def running(job_id: int, node_id: str) -> tuple[Job, Attempt]:
@@ -36,9 +50,9 @@ def settings(**boot: object) -> PolicySettings:
     return chosen
 
 
-def policy(on_node_failure: str = "requeue", **boot: object) -> PolicySettings:
+def policy(on_node_failure: NodeFailureAction = "requeue", **boot: object) -> PolicySettings:
     chosen = settings(**boot)
-    chosen.retry.on_node_failure = on_node_failure  # type: ignore[assignment]
+    chosen.retry.on_node_failure = on_node_failure
     return chosen
 
 
@@ -79,9 +93,9 @@ def test_hold_requeues_the_job_held_without_back_off_or_budget() -> None:
 
 
 @pytest.mark.parametrize(("system", "own"), [("requeue", "cancel"), ("cancel", "hold"), ("hold", "requeue")])
-def test_the_jobs_own_setting_beats_the_systems(system: str, own: str) -> None:
+def test_the_jobs_own_setting_beats_the_systems(system: NodeFailureAction, own: NodeFailureAction) -> None:
     j, a = running(1, "n1")
-    j.on_node_failure = own  # type: ignore[assignment]
+    j.on_node_failure = own
     outcome = lose_node(j, a, policy(system))
     expected = {"requeue": JobState.QUEUED, "cancel": JobState.CANCELLED, "hold": JobState.QUEUED}[own]
     assert outcome.state is expected and bool(outcome.hold) == (own == "hold")
@@ -182,7 +196,7 @@ def test_the_index_files_held_jobs_apart_from_the_queue() -> None:
 
 
 def test_actions_are_read_in_any_case_and_the_others_are_refused_with_the_reason() -> None:
-    assert JobRequest(command=["x"], on_node_failure="CANCEL").on_node_failure == "cancel"  # type: ignore[arg-type]
+    assert JobRequest(command=["x"], on_node_failure="CANCEL").on_node_failure == "cancel"
     assert JobRequest(command=["x"]).to_job(1, 0.0).on_node_failure is None
     cases = {
         "migrate": "'migrate' is not offered: corral cannot move a running job to another node",
@@ -193,7 +207,7 @@ def test_actions_are_read_in_any_case_and_the_others_are_refused_with_the_reason
     }
     for value, message in cases.items():
         with pytest.raises(ValidationError) as caught:
-            JobRequest(command=["x"], on_node_failure=value)  # type: ignore[arg-type]
+            JobRequest(command=["x"], on_node_failure=value)
         (error,) = caught.value.errors()
         assert error["loc"] == ("on_node_failure",) and message in error["msg"]
     with pytest.raises(ValidationError, match="on_node_failure"):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TypedDict, Unpack
+
+from tests.support import AttemptFields, JobFields
 
 from corral.core.model import (
     Attempt,
@@ -28,8 +31,8 @@ CHEAP_BIG = InstanceType("cheap-big", 8, 32 * GiB, 0.30)
 TYPES = [SMALL, LARGE]
 
 
-def job(job_id: int, vcpus: float = 1, ram_gib: float = 1, **kwargs: object) -> Job:
-    return Job(id=job_id, command=["true"], resources=Resources(vcpus, int(ram_gib * GiB)), **kwargs)  # type: ignore[arg-type]
+def job(job_id: int, vcpus: float = 1, ram_gib: float = 1, **fields: Unpack[JobFields]) -> Job:
+    return Job(id=job_id, command=["true"], resources=Resources(vcpus, int(ram_gib * GiB)), **fields)
 
 
 def idle_node(node_id: str, itype: InstanceType = SMALL, now: float = 1000.0) -> Node:
@@ -108,7 +111,8 @@ def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     changed in place: a job's request, the settings, the instances booting, the nodes live, a
     type's back-off running out."""
     jobs = [job(i, vcpus=2, ram_gib=3) for i in range(1, 5)]
-    snap = Snapshot(jobs=jobs, attempts=[], nodes=[], instance_types=TYPES, unavailable_types={"small": 110.0})
+    nodes: list[Node] = []
+    snap = Snapshot(jobs=jobs, attempts=[], nodes=nodes, instance_types=TYPES, unavailable_types={"small": 110.0})
     policy = settings(max_instances=3)
     kept = PlannerMemo()
 
@@ -128,9 +132,9 @@ def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
         node.state, node.created_at, node.state_changed_at = NodeState.BOOTING, 90.0, 90.0
         return node
 
-    snap.nodes.append(booting("n1"))
+    nodes.append(booting("n1"))
     assert boots() == ["large"]  # the first waits for the one booting
-    snap.nodes[0] = booting("n2")  # another instance on its way instead
+    nodes[0] = booting("n2")  # another instance on its way instead
     assert (
         "waiting for an instance to boot (n2)"
         in plan_pass(snap, 100.0, policy, planner=kept).annotations[0].wait_reason
@@ -139,9 +143,9 @@ def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     assert boots() == ["large"]
     tiny = idle_node("n3")
     tiny.capacity = Resources(1, 1 * GiB)  # holds none of the jobs, but counts against max_instances
-    snap.nodes.append(tiny)
+    nodes.append(tiny)
     assert boots() == []
-    snap.nodes.pop()
+    nodes.pop()
     assert boots() == ["large"]
     assert boots(now=120.0) == ["small"]  # small instances are cheaper, and out of back-off now
 
@@ -218,13 +222,14 @@ def test_a_type_in_capacity_back_off_is_skipped() -> None:
 
 
 def test_a_gang_needs_distinct_nodes() -> None:
-    snap = Snapshot(jobs=[job(1, node_count=2)], attempts=[], nodes=[idle_node("n1")], instance_types=TYPES)
+    nodes = [idle_node("n1")]
+    snap = Snapshot(jobs=[job(1, node_count=2)], attempts=[], nodes=nodes, instance_types=TYPES)
     decisions = plan_pass(snap, 1000.0, settings())
     assert decisions.placements == []
     # n1 holds both, but a gang's nodes are distinct: it waits on n1 for one and boots the other.
     assert [b.instance_type for b in decisions.boots] == ["small"]
     assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, new small)"
-    snap.nodes.append(idle_node("n2"))
+    nodes.append(idle_node("n2"))
     (placement,) = plan_pass(snap, 1000.0, settings()).placements
     assert sorted(placement.node_ids) == ["n1", "n2"]
 
@@ -258,12 +263,22 @@ def test_a_gang_waits_on_its_first_nodes_up_and_keeps_them_from_draining() -> No
     assert [(d.node_id, d.action) for d in later.node_decisions] == [("n1", NodeAction.START_DRAIN)]
 
 
+class NodeAsks(TypedDict, total=False):
+    """What a job may ask of a node's attributes (the Job fields the placement filters read)."""
+
+    traits: dict[str, str | list[str]]
+    forbidden_traits: dict[str, str | list[str]]
+    min_platform: str | None
+    locality: LocalityHints | None
+
+
 # A type whose nodes have what the constrained gangs below ask of a node, and a cheaper one whose
 # nodes have not.
 ZONED = dataclasses.replace(SMALL, name="small-a", price_per_hour=0.12, attributes=(("platform", "3"), ("zone", "a")))
 ZONE_B = dataclasses.replace(SMALL, name="small-b", attributes=(("zone", "b"),))
+
 # Each way a gang asks the filters about a node's attributes.
-ASKING_ATTRIBUTES: dict[str, dict[str, object]] = {
+ASKING_ATTRIBUTES: dict[str, NodeAsks] = {
     "traits": {"traits": {"zone": "a"}},
     "forbidden traits": {"forbidden_traits": {"zone": "b"}},
     "platform": {"min_platform": "2"},
@@ -284,22 +299,22 @@ def test_a_constrained_gang_waits_on_its_first_nodes_up_and_starts_without_anoth
     one of its instances paired before the others, it booted one more (a whole second set, in the
     end), and the early ones were drained. It counts those the filters let it run on, holds them up,
     and starts on its own instances once they are all up."""
-    strict = {"strict locality": {"locality": LocalityHints(far=("tag:db",), strict=True, level="rack")}}
+    strict: dict[str, NodeAsks] = {
+        "strict locality": {"locality": LocalityHints(far=("tag:db",), strict=True, level="rack")}
+    }
     for why, asks in {**ASKING_ATTRIBUTES, **strict}.items():
+        nodes = [
+            typed_node("n1", ZONED),
+            typed_node("n2", ZONED, NodeState.BOOTING),
+            typed_node("n3", ZONED, NodeState.BOOTING),
+        ]
         snap = Snapshot(
-            jobs=[job(1, vcpus=2, node_count=3, **asks)],
-            attempts=[],
-            nodes=[
-                typed_node("n1", ZONED),
-                typed_node("n2", ZONED, NodeState.BOOTING),
-                typed_node("n3", ZONED, NodeState.BOOTING),
-            ],
-            instance_types=[ZONE_B, ZONED],
+            jobs=[job(1, vcpus=2, node_count=3, **asks)], attempts=[], nodes=nodes, instance_types=[ZONE_B, ZONED]
         )
         decisions = plan_pass(snap, 1000.0, settings())
         assert decisions.boots == [] and decisions.node_decisions == [], why
         assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, n2, n3)", why
-        for node in snap.nodes[1:]:
+        for node in nodes[1:]:
             node.state, node.paired_at, node.state_changed_at = NodeState.IDLE, 1000.0, 1000.0
         started = plan_pass(snap, 1001.0, settings())
         assert started.boots == [] and [sorted(p.node_ids) for p in started.placements] == [["n1", "n2", "n3"]], why
@@ -340,12 +355,13 @@ def test_a_gang_with_strict_rack_locality_counts_no_idle_node_in_a_far_target_s_
     for level, counted in (("rack", ["apart"]), ("server", ["beside", "apart"])):
         gang = job(1, vcpus=2, node_count=3, locality=LocalityHints(far=("tag:db",), strict=True, level=level))
         filling = Attempt(1, 8, ["busy"], Resources(2, GiB), AttemptState.RUNNING, "local", assigned_at=900.0)
-        snap = Snapshot(jobs=[gang, db, other], attempts=[filling], nodes=[busy, beside, apart], instance_types=TYPES)
+        attempts = [filling]
+        snap = Snapshot(jobs=[gang, db, other], attempts=attempts, nodes=[busy, beside, apart], instance_types=TYPES)
         kept, policy = PlannerMemo(), settings()
         # No target runs yet: nothing to keep away from.
         assert len(plan_pass(snap, 1000.0, policy, planner=kept).boots) == 1, level
         on_busy = Attempt(2, 9, ["busy"], Resources(1, GiB), AttemptState.RUNNING, "local", assigned_at=1000.0)
-        snap.attempts.append(on_busy)
+        attempts.append(on_busy)
         decisions = plan_pass(snap, 1001.0, policy, planner=kept)
         assert len(decisions.boots) == 3 - len(counted), level
         labels = ", ".join(counted + ["new small"] * (3 - len(counted)))
@@ -499,7 +515,7 @@ SPOT = dataclasses.replace(SMALL, name="small-spot", price_per_hour=0.03, attrib
 def test_a_job_that_forbids_a_trait_gets_the_cheapest_type_without_it() -> None:
     """Before, the planner chose by room alone: it booted the cheaper spot type, the placer never
     put the job on it, and it was shut down idle and booted again, pass after pass."""
-    no_spot = {"capacity": "spot"}
+    no_spot: dict[str, str | list[str]] = {"capacity": "spot"}
     snap = Snapshot(
         jobs=[job(1, forbidden_traits=no_spot), job(2, forbidden_traits=no_spot), job(3)],
         attempts=[],
@@ -565,17 +581,18 @@ def test_why_no_instance_type_meets_a_job_s_constraints_speaks_of_types() -> Non
 
 
 def test_a_gang_larger_than_a_pass_may_boot_boots_over_several_passes() -> None:
-    snap = Snapshot(jobs=[job(1, vcpus=2, node_count=3)], attempts=[], nodes=[], instance_types=TYPES)
+    nodes: list[Node] = []
+    snap = Snapshot(jobs=[job(1, vcpus=2, node_count=3)], attempts=[], nodes=nodes, instance_types=TYPES)
     policy = settings(max_boots_per_pass=2)
     first = plan_pass(snap, 100.0, policy)
     assert [b.instance_type for b in first.boots] == ["small", "small"]
     assert first.annotations[0].wait_reason == (
         "waiting for instances to boot (new small, new small); 1 more to boot in later passes"
     )
-    snap.nodes.extend([booting_node("n1", since=100.0), booting_node("n2", since=100.0)])
+    nodes.extend([booting_node("n1", since=100.0), booting_node("n2", since=100.0)])
     second = plan_pass(snap, 101.0, policy)
     assert [b.instance_type for b in second.boots] == ["small"]
-    snap.nodes.append(booting_node("n3", since=101.0))
+    nodes.append(booting_node("n3", since=101.0))
     assert plan_pass(snap, 102.0, policy).boots == []
 
 
@@ -588,23 +605,24 @@ def test_a_gang_of_more_nodes_than_max_instances_says_so() -> None:
 
 
 def test_not_before_and_back_off_hold_a_job() -> None:
+    n1 = idle_node("n1")
     snap = Snapshot(
         jobs=[job(1, not_before=2000.0), job(2, retry_at=1500.0)],
         attempts=[],
-        nodes=[idle_node("n1")],
+        nodes=[n1],
         instance_types=TYPES,
     )
     decisions = plan_pass(snap, 1000.0, settings())
     assert decisions.placements == []
     reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
     assert reasons == {1: "not before a requested start time", 2: "back-off"}
-    snap.nodes[0].last_ping_at = 1600.0
+    n1.last_ping_at = 1600.0
     assert [p.job_id for p in plan_pass(snap, 1600.0, settings()).placements] == [2]
 
 
-def running(job_id: int, node_id: str, attempt_id: int = 1, **kwargs: object) -> tuple[Job, Attempt]:
+def running(job_id: int, node_id: str, attempt_id: int = 1, **fields: Unpack[AttemptFields]) -> tuple[Job, Attempt]:
     j = job(job_id, state=JobState.RUNNING, claimed_by="local")
-    return j, Attempt(attempt_id, job_id, [node_id], j.resources, AttemptState.RUNNING, "local", **kwargs)  # type: ignore[arg-type]
+    return j, Attempt(attempt_id, job_id, [node_id], j.resources, AttemptState.RUNNING, "local", **fields)
 
 
 def test_a_silent_node_goes_down_and_its_job_is_requeued_with_back_off() -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Unpack
 
 import pytest
 from tests.core.test_reconcile import TYPES, idle_node, job
+from tests.support import JobFields
 
 from corral.config import Config
 from corral.core.index import SnapshotIndex
@@ -30,10 +32,12 @@ def policy(grace: float | str | None = 0.0, default_time_limit: float | None = N
 
 
 def running(
-    job_id: int, limit: float | None, nodes: tuple[str, ...] = ("n1",), **fields: object
+    job_id: int, limit: float | None, nodes: tuple[str, ...] = ("n1",), vcpus: float = 1, **fields: Unpack[JobFields]
 ) -> tuple[Job, Attempt]:
     """Job `job_id` runs since STARTED on `nodes` (one attempt, a gang if several)."""
-    runs = dataclasses.replace(job(job_id, **fields), state=JobState.RUNNING, claimed_by="local", time_limit=limit)
+    runs = dataclasses.replace(
+        job(job_id, vcpus, **fields), state=JobState.RUNNING, claimed_by="local", time_limit=limit
+    )
     attempt = Attempt(
         job_id * 10, job_id, list(nodes), Resources(1, 1024), AttemptState.RUNNING, "local", STARTED - 5, STARTED
     )

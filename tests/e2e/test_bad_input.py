@@ -111,7 +111,7 @@ def test_the_api_wants_the_token(running: Corral) -> None:
     assert response.status_code == 401
     # A token that is not ASCII (a pasted typographic quote, say) is as wrong, not a server error.
     for token in (b"Bearer \xe9t\xe9", "Bearer ‘x’".encode()):
-        response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={"Authorization": token})
+        response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={b"Authorization": token})
         assert response.status_code == 401 and response.json()["detail"] == "wrong API token (see CORRAL_HOME/token)"
 
 

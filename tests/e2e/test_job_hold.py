@@ -63,7 +63,11 @@ def test_a_lost_node_cancels_or_holds_its_job_as_the_job_asks(corral: Corral, tm
     cancel = int(corral.cli("submit", "--vcpus", "2", "--on-node-failure", "cancel", "--", "sleep", "300").stdout)
     hold = int(corral.cli("submit", "--vcpus", "2", "--on-node-failure", "HOLD", "--", "sh", "-c", again).stdout)
     for job_id in (cancel, hold):
-        wait_until(lambda job_id=job_id: corral.jobs()[job_id]["state"] == "running", 60, f"job {job_id} to run")
+
+        def running(job_id: int = job_id) -> bool:
+            return corral.jobs()[job_id]["state"] == "running"
+
+        wait_until(running, 60, f"job {job_id} to run")
     assert [corral.cli_json("job", str(j))["on_node_failure"] for j in (cancel, hold)] == ["cancel", "hold"]
     nodes = {j: corral.jobs()[j]["node"] for j in (cancel, hold)}
     cloud = LoopbackCloud(corral.home, "", "corral", 0.5)

@@ -18,7 +18,11 @@ def test_a_start_time_long_past_means_no_wait(corral: Corral) -> None:
     aware = corral.cli("submit", "--not-before", "0001-01-01T00:00:00+00:00", "--", "true").stdout.strip()
     assert corral.cli_json("job", aware)["not_before"] == YEAR_1
     for job_id in (int(by_cli), by_api, int(aware)):
-        wait_until(lambda j=job_id: corral.jobs()[j]["state"] == "complete", 60, f"job {job_id} to run")
+
+        def complete(job_id: int = job_id) -> bool:
+            return corral.jobs()[job_id]["state"] == "complete"
+
+        wait_until(complete, 60, f"job {job_id} to run")
         assert corral.cli_json("job", str(job_id))["not_before"] < 0
 
 

@@ -162,6 +162,7 @@ def test_a_kept_reservation_lists_its_nodes_as_a_fresh_one_once_the_clock_ties_t
         fresh = reserve(arrays, demand, eligible, Timeline(np.maximum(ends, now), positions, frees), now)
         assert kept is not None and fresh is not None
         assert (kept.start, kept.nodes, kept.spare.tolist()) == (fresh.start, fresh.nodes, fresh.spare.tolist())
+    assert kept is not None  # as asserted in the last pass; mypy does not carry it out of the loop
     assert (kept.start, kept.nodes) == (NOW + 900, [0, 1, 2])
 
 
@@ -189,6 +190,7 @@ def test_a_kept_started_reservation_counts_the_ends_the_clock_passed_on_its_node
         fresh = reserve(arrays, demand, eligible, Timeline(np.maximum(ends, now), nodes, frees), now)
         assert kept is not None and fresh is not None
         assert (kept.start, kept.nodes, kept.spare.tolist()) == (fresh.start, fresh.nodes, fresh.spare.tolist())
+    assert kept is not None  # as asserted in the last pass; mypy does not carry it out of the loop
     assert (kept.start, kept.nodes, kept.spare[0].tolist()) == (NOW + 210, [0], [4.0])  # both ends counted
 
 

@@ -67,8 +67,9 @@ def test_a_pass_runs_paused_and_restores_the_collector(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(placer_module, "build_engine", spy)
     nodes = [node("n1", 4, 16)]
-    snapshot = Snapshot(jobs=[job(1, 1, 4)], attempts=[], nodes=nodes, instance_types=[])
-    result = make_placer(None)(snapshot, snapshot.jobs, nodes, {"n1": nodes[0].capacity}, NOW)
+    queue = [job(1, 1, 4)]
+    snapshot = Snapshot(jobs=queue, attempts=[], nodes=nodes, instance_types=[])
+    result = make_placer(None)(snapshot, queue, nodes, {"n1": nodes[0].capacity}, NOW)
     assert [p.job_id for p in result.placements] == [1]
     assert seen == [False]
     assert gc.isenabled()

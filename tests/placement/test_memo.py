@@ -11,6 +11,7 @@ from placement_helpers import NOW, job, node, running
 
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, GiB, InstanceType, Job, Node, Resources
+from corral.core.reconcile import Placer
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import PlacementResult, Snapshot
 from corral.placement import PlacementSettings, build_engine, make_placer
@@ -21,12 +22,10 @@ from corral.placement.placer import FactsMemo
 SETTINGS = PolicySettings.model_validate({"placement": {"queue": {"capacity": "auto"}}})
 
 
-def place(placer: object, nodes: list[Node], queue: list[Job], now: float, **snapshot: object) -> PlacementResult:
+def place(placer: Placer, nodes: list[Node], queue: list[Job], now: float) -> PlacementResult:
     free = {n.id: n.capacity for n in nodes}
-    world = Snapshot(jobs=queue, attempts=[], nodes=nodes, instance_types=[], **snapshot)  # type: ignore[arg-type]
-    assert callable(placer)
-    result: PlacementResult = placer(world, queue, nodes, free, now)
-    return result
+    world = Snapshot(jobs=queue, attempts=[], nodes=nodes, instance_types=[])
+    return placer(world, queue, nodes, free, now)
 
 
 def chosen(result: PlacementResult) -> dict[int, tuple[str, ...]]:

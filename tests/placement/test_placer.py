@@ -31,6 +31,7 @@ def test_plan_pass_with_the_engine() -> None:
 def test_free_is_updated_in_place() -> None:
     nodes = [node("n1", 4, 16)]
     free = {"n1": nodes[0].capacity}
-    snapshot = Snapshot(jobs=[job(1, 1, 4)], attempts=[], nodes=nodes, instance_types=[])
-    make_placer(None)(snapshot, snapshot.jobs, nodes, free, NOW)
+    queue = [job(1, 1, 4)]
+    snapshot = Snapshot(jobs=queue, attempts=[], nodes=nodes, instance_types=[])
+    make_placer(None)(snapshot, queue, nodes, free, NOW)
     assert free["n1"].ram_mib == 12 * GiB and free["n1"].vcpus == 3

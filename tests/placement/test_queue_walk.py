@@ -7,6 +7,7 @@ drained and put back."""
 from __future__ import annotations
 
 import random
+from typing import Any, Literal
 
 import pytest
 from placement_helpers import NOW, job, node, running
@@ -16,6 +17,7 @@ from corral.core.model import Attempt, AttemptState, Job, NodeState
 from corral.core.snapshot import PlacementResult, Snapshot
 from corral.placement import PlacementSettings
 from corral.placement import placer as placer_module
+from corral.placement.backfill import Reservation
 from corral.placement.placer import FactsMemo, QueueWalk
 
 
@@ -30,8 +32,8 @@ def test_a_resumed_queue_walk_decides_as_a_fresh_placer(
     resumed = {"quiet": 0, "after placements": 0}
     resume = QueueWalk.resume
 
-    def spy(walk: QueueWalk, *args: object) -> object:
-        found = resume(walk, *args)  # type: ignore[arg-type]
+    def spy(walk: QueueWalk, *args: Any) -> Reservation | None | Literal[False]:
+        found = resume(walk, *args)
         if found is not False:
             resumed["after placements" if walk.placed else "quiet"] += 1
         return found

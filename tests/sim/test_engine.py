@@ -97,7 +97,7 @@ def test_a_constrained_gang_whose_instances_pair_far_apart_boots_each_once() -> 
             policy={"boot": {"max_instances": 10}, "lifecycle": {"idle_grace": 30}},
             sim={"seed": 3, "boot_delay": {"distribution": "uniform", "low": 20, "high": 300}},
         )
-        request = JobRequest(command=["true"], vcpus=2, nodes=3, **constraint)
+        request = JobRequest.model_validate({"command": ["true"], "vcpus": 2, "nodes": 3, **constraint})
         sim, r = simulate([job(1, run=100, vcpus=2, nodes=3, request=request)], cfg)
         assert r.completed == 1 and r.boots == 3, constraint
         pairs = sorted(i.ready_at for i in sim.cloud.instances.values() if i.ready_at is not None)
@@ -110,7 +110,7 @@ def test_coarse_billing_keeps_an_idle_node_until_the_end_of_its_paid_hour() -> N
     sim, r = simulate([job(1, run=600)], config(instance_types=[hourly]))
     (instance,) = sim.cloud.instances.values()
     # Idle from 660, but the seed-000 billing window opens only in the last 300 s of the hour.
-    assert 3300 <= instance.terminated_at <= 3600
+    assert instance.terminated_at is not None and 3300 <= instance.terminated_at <= 3600
     assert r.cost == pytest.approx(0.05)
 
 

@@ -4,6 +4,7 @@ skipping quiet ticks changes nothing."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from tests.sim.helpers import BIG, SMALL, config, job, recorder, summary
 HOURLY = {"name": "hourly", "vcpus": 4, "ram": "16GiB", "price_per_hour": 0.15, "billing_granularity": "1h"}
 
 
-def busy_world(jobs_count: int = 90, **sim: Any) -> tuple[list[SimJob], Config]:
+def busy_world(jobs_count: int = 90, /, **sim: Any) -> tuple[list[SimJob], Config]:
     """Failures, outages, slow and lost boots, hourly billing, gangs, cancellations, a tight
     instance budget: most of what a pass can decide, in a few simulated hours."""
     jobs = [
@@ -183,6 +184,11 @@ def core(decisions: Decisions) -> tuple[object, ...]:
     return d.placements, d.boots, d.node_decisions, d.node_marks, d.job_outcomes
 
 
+def keep_core(seen: list[tuple[float, tuple[object, ...]]]) -> Callable[[Snapshot, float, Decisions], None]:
+    """An `on_pass` hook keeping each pass's time and what it decided (`core`)."""
+    return lambda _, now, decisions: seen.append((now, core(decisions)))
+
+
 def test_explanations_change_no_decision() -> None:
     """A replay asks for no explanations (`sim.explanations`); every pass decides the same without."""
     for fleet in ({}, {"fleet": {"mode": "fixed", "nodes": [{"instance_type": "big", "count": 3}]}}):
@@ -190,7 +196,7 @@ def test_explanations_change_no_decision() -> None:
         for explanations in (True, False):
             jobs, cfg = busy_world(**fleet, explanations=explanations)
             seen: list[tuple[float, tuple[object, ...]]] = []
-            sim = Simulation(jobs, cfg, on_pass=lambda _, now, d, seen=seen: seen.append((now, core(d))))
+            sim = Simulation(jobs, cfg, on_pass=keep_core(seen))
             sim.run()
             runs.append((seen, summary(sim), sim.records))
         (explained, *results), (unexplained, *others) = runs

@@ -19,7 +19,7 @@ SYSTEM_HOLD = "held after a node failure (on_node_failure=hold: policy.retry.on_
 
 
 def asks(action: str) -> JobRequest:
-    return JobRequest(command=["x"], on_node_failure=action)  # type: ignore[arg-type]
+    return JobRequest(command=["x"], on_node_failure=action)
 
 
 def test_cancel_ends_the_job_cancelled_and_boots_nothing_more() -> None:

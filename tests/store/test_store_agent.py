@@ -91,7 +91,8 @@ def test_attempt_started_after_a_requeue_is_refused(store: Store) -> None:
 
     assert store.attempt_started(attempt_id, "n1", 1, NOW + 301) is False
     assert store.job_row(job_id)["state"] == JobState.CLAIMED.value  # the newer attempt's claim stands
-    assert store.attempt_row(newer)["state"] == AttemptState.ASSIGNED.value  # type: ignore[index]
+    attempt = store.attempt_row(newer)
+    assert attempt is not None and attempt["state"] == AttemptState.ASSIGNED.value
 
 
 def test_an_exit_is_recorded_once_with_its_outcome(store: Store) -> None:
@@ -128,7 +129,8 @@ def test_an_exit_reported_late_is_recorded_when_the_agent_saw_it(store: Store) -
     a_early = claim(store, early, nodes=["n1"])
     assert store.attempt_started(a_early, "n1", 7, NOW + 1)
     assert store.finish_attempt(a_early, "n1", 0, NOW + 40, after_exit(0, a_early), ended_at=NOW + 13)
-    assert store.attempt_row(a_early)["finished_at"] == NOW + 13  # type: ignore[index]
+    attempt = store.attempt_row(a_early)
+    assert attempt is not None and attempt["finished_at"] == NOW + 13
     assert store.job_row(early)["finished_at"] == NOW + 13
     # A clock that disagrees with the server's is kept within the attempt's start and the report.
     a_skewed = claim(store, skewed, nodes=["n1"])

@@ -28,9 +28,11 @@ def test_annotations_are_stored_for_queued_jobs_only_and_unplaceable_is_an_event
 
 def test_the_snapshot_reflects_priority_changes_of_cached_jobs(store: Store) -> None:
     (job_id,) = store.submit([JobRequest(command=["x"], priority=3)], 1.0)
-    assert store.load_snapshot("d", [], 0.0).jobs[0].priority == 3
+    (cached,) = store.load_snapshot("d", [], 0.0).jobs
+    assert cached.priority == 3
     store.set_priority(job_id, 0, 2.0)
-    assert store.load_snapshot("d", [], 0.0).jobs[0].priority == 0
+    (cached,) = store.load_snapshot("d", [], 0.0).jobs
+    assert cached.priority == 0
 
 
 def test_refreshed_explanations_replace_those_of_queued_jobs_only(store: Store) -> None:

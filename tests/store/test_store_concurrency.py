@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import TypeVar
 
 import pytest
@@ -71,7 +72,8 @@ def test_a_requeue_racing_the_jobs_completion_is_dropped(store: Store, pool: Thr
     assert applied.result(RESULT_TIMEOUT) is False
     row = store.job_row(job_id)
     assert row["state"] == JobState.COMPLETE.value and row["temp_failures"] == 0 and row["retry_at"] is None
-    assert store.attempt_row(attempt_id)["state"] == AttemptState.EXITED.value  # type: ignore[index]
+    attempt = store.attempt_row(attempt_id)
+    assert attempt is not None and attempt["state"] == AttemptState.EXITED.value
     assert "job.requeued" not in event_kinds(store, job_id)
 
 
@@ -215,7 +217,7 @@ def test_dispatchers_recording_the_same_unavailable_type_at_once_all_succeed(
             run_blocked(
                 pool,
                 store,
-                lambda until=until: store.set_unavailable("big", until, f"no capacity ({until:.0f})", NOW),
+                partial(store.set_unavailable, "big", until, f"no capacity ({until:.0f})", NOW),
                 waiting=i + 1,
             )
             for i, until in enumerate(untils)

@@ -99,7 +99,8 @@ class World:
     def lose_n1(self) -> dict[str, Any]:
         """n1's agent is silent past ping_stale (60 s): the pass marks it down and acts on the job."""
         self.pass_at(NOW + 100)
-        assert self.store.node_row("n1")["state"] == "gone"
+        n1 = self.store.node_row("n1")
+        assert n1 is not None and n1["state"] == "gone"
         return self.store.job_row(self.job_id)
 
     def attempt(self) -> dict[str, Any]:
