@@ -124,13 +124,12 @@ def plan_pass(
     # Drained `now` by an operator (Slurm's POWER_DOWN_FORCE, Arvados' kill): down at once, and
     # what runs there is lost as on a failed node.
     killed: dict[str, str] = {}  # node id -> how its work was lost
+    drained_now = f"{drain.DRAIN}={drain.Drain.NOW.value}"
     for node in index.in_node_order(index.leaving.values()) if index.leaving else ():
         if node.id not in down_now and drain.requested(node.attributes) is drain.Drain.NOW:
             down_now.add(node.id)
-            killed[node.id] = f"node {node.id} shut down by an operator ({drain.DRAIN}={drain.Drain.NOW.value})"
-            decisions.node_marks.append(
-                NodeMark(node.id, NodeState.DOWN, f"{drain.DRAIN}={drain.Drain.NOW.value}: shut down by an operator")
-            )
+            killed[node.id] = f"node {node.id} shut down by an operator ({drained_now})"
+            decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"{drained_now}: shut down by an operator"))
     lost_on = set(index.orphaned)  # work on nodes that are gone
     if down_now or by_state[NodeState.DOWN]:
         lost_on.update(node_id for node_id in (*down_now, *by_state[NodeState.DOWN]) if node_id in work)
