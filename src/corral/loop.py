@@ -17,7 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from corral.cloud.base import CloudDriver, CloudError, ImageUnusable, InsufficientCapacity, QuotaExceeded
+from corral.cloud.base import (
+    TAG_STORE,
+    CloudDriver,
+    CloudError,
+    CloudInstance,
+    ImageUnusable,
+    InsufficientCapacity,
+    QuotaExceeded,
+)
 from corral.config import Config
 from corral.core import capacity
 from corral.core.model import NodeState
@@ -127,6 +135,8 @@ class ControlLoop(LiveLoop):
         # does not leave a failed node record and its events every pass.
         self._boots_paused_until = -math.inf
         self._boot_errors_in_a_row = 0
+        self.store_id = store.store_id()
+        self._foreign: set[str] = set()  # another store's instances seen under this cluster, told once
 
     def _run_pass(self) -> PassReport:
         started = self.clock()
@@ -156,6 +166,7 @@ class ControlLoop(LiveLoop):
         except CloudError as exc:
             log.warning("cloud list failed: %s", exc)
             return
+        instances = self._own(instances, now)
         by_node = {inst.node_id: inst for inst in instances if inst.node_id}
         live_nodes = {row["id"]: row for row in self.store.node_rows()}
         for node_id, row in live_nodes.items():
@@ -169,6 +180,24 @@ class ControlLoop(LiveLoop):
                     now, "node.orphan", f"instance {inst.id} has no live node record; destroyed", node_id=inst.node_id
                 )
                 self._destroy(inst.id)
+
+    def _own(self, instances: list[CloudInstance], now: float) -> list[CloudInstance]:
+        """The instances of this store's dispatchers (and untagged ones, from before instances
+        carried their store). Another store's, under the same `cloud.cluster`, are left alone: they
+        are no orphans of this one. Each is recorded once (event `cloud.foreign`)."""
+        own = [inst for inst in instances if inst.store_id in (None, self.store_id)]
+        if len(own) == len(instances):
+            return instances
+        for inst in instances:
+            if inst.store_id not in (None, self.store_id) and inst.id not in self._foreign:
+                self._foreign.add(inst.id)
+                message = (
+                    f"instance {inst.id} carries cloud.cluster {self.config.cloud.cluster!r} but was booted by "
+                    f"another corral store ({inst.store_id}); left alone: give each corral its own cloud.cluster"
+                )
+                log.warning("%s", message)
+                self.store.add_event(now, "cloud.foreign", message)
+        return own
 
     # ---- act ----------------------------------------------------------------------------------
 
@@ -248,7 +277,7 @@ class ControlLoop(LiveLoop):
         boot_token = secrets.token_urlsafe(24)
         self.store.create_node(node_id, itype, boot_token, now, reason, self.dispatcher_id)
         try:
-            instance = self.cloud.create(itype, node_id, boot_token, {})
+            instance = self.cloud.create(itype, node_id, boot_token, {TAG_STORE: self.store_id})
         except (InsufficientCapacity, QuotaExceeded, ImageUnusable) as exc:
             # An account limit (EC2's vCPU quota is per group of types) is, to the planner, a type
             # that cannot be had for now, as a capacity error is: it boots another type that fits.

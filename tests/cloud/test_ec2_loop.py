@@ -11,6 +11,7 @@ from typing import Any
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
 from corral.cloud.ec2 import Ec2Cloud
 from corral.config import Config, Ec2Config
+from corral.core.model import InstanceType
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.store import Store
@@ -214,3 +215,46 @@ def test_a_job_only_a_type_with_a_bad_ami_holds_waits_and_says_the_type_is_backe
     assert second.decisions.boots == [] and cloud.list() == []
     reason = store.job_row(job_id)["wait_reason"]
     assert reason == "instance types that fit are backed off for now: m5.large (corral status says why)"
+
+
+def test_two_corrals_on_different_stores_with_one_cluster_name_leave_each_others_instances_alone(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """Both kept the default-like cluster name. Each instance carries its store's id
+    (`corral-store`), so the other corral records it once and does not terminate it as an orphan;
+    an instance of its own store with no node is still an orphan."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    loop_a, cloud_a, store_a, clock_a = make_loop(tmp_path / "a", settings, cluster)
+    loop_b, _, store_b, clock_b = make_loop(tmp_path / "b", settings, cluster)
+    assert store_a.store_id() != store_b.store_id() and store_a.store_id() == loop_a.store_id
+    store_a.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock_a())
+    loop_a.run_pass()
+    [node] = store_a.node_rows()
+    theirs = node["instance_id"]
+    assert tags_of(ec2, theirs)["corral-store"] == store_a.store_id()
+
+    for _ in range(2):
+        clock_b.now += 10
+        loop_b.run_pass()
+    assert state(ec2, theirs) in ("pending", "running")
+    assert store_b.list_events(kind="node.orphan") == []
+    [foreign] = [e["message"] for e in store_b.list_events(kind="cloud.foreign")]
+    assert foreign.startswith(f"instance {theirs} carries cloud.cluster {cluster!r} but was booted by another")
+    assert store_b.node_rows() == []  # nothing booted, nothing adopted
+
+    # A's own view is unchanged: its node lives on; an instance of its store that it has no node for
+    # (its record lost) is an orphan to it.
+    stray = cloud_a.create(
+        node_type(loop_a), "n-stray", "a-boot-token-of-24-chars", {"corral-store": store_a.store_id()}
+    )
+    clock_a.now += 10
+    loop_a.run_pass()
+    assert state(ec2, stray.id) in ("shutting-down", "terminated")
+    row = store_a.node_row(node["id"])
+    assert row is not None and row["state"] == "booting"
+    loop_a.shutdown_fleet("done")
+
+
+def node_type(loop: ControlLoop) -> InstanceType:
+    return loop.instance_types["c5.large"]

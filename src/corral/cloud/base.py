@@ -14,6 +14,10 @@ from corral.core.model import InstanceType
 TAG_CLUSTER = "corral-cluster"
 TAG_NODE_ID = "corral-node-id"
 TAG_INSTANCE_TYPE = "corral-instance-type"
+# The store whose dispatchers booted it (Store.store_id): two corrals on different stores that share
+# a cloud account and `cloud.cluster` leave each other's instances alone instead of destroying them
+# as orphans. Set by the loop through `create`'s tags.
+TAG_STORE = "corral-store"
 
 
 class CloudError(Exception):
@@ -57,6 +61,11 @@ class CloudInstance:
     @property
     def node_id(self) -> str | None:
         return self.tags.get(TAG_NODE_ID)
+
+    @property
+    def store_id(self) -> str | None:
+        """None: booted by a corral from before stores tagged their instances."""
+        return self.tags.get(TAG_STORE)
 
 
 def agent_options(server_url: str, node_id: str, instance_type: InstanceType, work_dir: str) -> list[str]:

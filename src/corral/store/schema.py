@@ -156,6 +156,16 @@ unavailable_types = Table(
     Column("reason", Text, nullable=False, default=""),
 )
 
+# Facts about the store itself; `store_id`: a random id made when first asked for, which tags the
+# instances this store's dispatchers boot, so that a corral on another store that shares the cloud
+# and `cloud.cluster` is told apart from an orphan (0009).
+store_meta = Table(
+    "store_meta",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
 # The notifier's place in the events (corral.notifier): the last event it handled and the rearm
 # state of its rules. One row, shared by the dispatchers of a store, so that each event is notified
 # once, by whichever dispatcher reads it first.

@@ -1019,6 +1019,22 @@ class Store:
                 counts[node_id] = counts.get(node_id, 0) + 1
         return counts
 
+    # ---- the store's own identity --------------------------------------------------------------
+
+    def store_id(self) -> str:
+        """This store's id, made (random) when first asked for; the dispatchers sharing the store
+        read the same one. One upsert that keeps a row already there, so two dispatchers asking
+        at once agree."""
+        table = schema.store_meta
+        with self.write() as conn:
+            dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+            conn.execute(
+                dialect_insert(table)
+                .values(name="store_id", value=secrets.token_hex(8))
+                .on_conflict_do_nothing(index_elements=[table.c.name])
+            )
+            return str(conn.execute(select(table.c.value).where(table.c.name == "store_id")).scalar_one())
+
     # ---- dispatchers and capacity -------------------------------------------------------------
 
     def heartbeat(self, dispatcher_id: str, now: float, host: str = "", pid: int | None = None) -> None:
