@@ -6,6 +6,7 @@ import getpass
 import json
 import os
 import re
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -72,11 +73,13 @@ def client() -> httpx.Client:
     home = default_home()
     url = os.environ.get("CORRAL_URL")
     url_from = "CORRAL_URL"
+    ca = os.environ.get("CORRAL_CA") or None
     if not url:
         info = home / "server.json"
         url_from = str(info)
         try:
-            url, _pid = read_server_info(info)
+            url, _pid, written_ca = read_server_info(info)
+            ca = ca or written_ca
         except FileNotFoundError:
             fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
         except DamagedServerInfo as exc:
@@ -90,8 +93,16 @@ def client() -> httpx.Client:
     if not (token.isascii() and token.isprintable()):
         # A pasted typographic quote or a line break: no HTTP header can carry it.
         fail(f"{token_from}: the API token has a character no token has (not ASCII, or a control character)")
+    verify: ssl.SSLContext | bool = True
+    if ca:
+        try:
+            verify = ssl.create_default_context(cafile=ca)
+        except (OSError, ssl.SSLError) as exc:
+            fail(f"{'CORRAL_CA' if os.environ.get('CORRAL_CA') else url_from}: cannot read the CA bundle {ca}: {exc}")
     try:
-        return httpx.Client(base_url=str(url), headers={"Authorization": f"Bearer {token}"}, timeout=60.0)
+        return httpx.Client(
+            base_url=str(url), headers={"Authorization": f"Bearer {token}"}, timeout=60.0, verify=verify
+        )
     except httpx.InvalidURL as exc:
         fail(f"{url_from}: not a valid URL: {url!r} ({exc})")
 

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
+from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, TAG_STORE
 from corral.core.batch import DEFAULT_NICE_BASE, NICE_LIMIT
 from corral.core.model import GiB, InstanceType
 from corral.core.notify import NotifyRule, rule_names
@@ -29,7 +29,7 @@ from corral.sim.settings import SimSettings
 
 DEFAULT_PORT = 8642
 _STAR_NOTE = "; or '*' for every type"
-CORRAL_TAGS = (TAG_CLUSTER, TAG_NODE_ID, TAG_INSTANCE_TYPE)
+CORRAL_TAGS = (TAG_CLUSTER, TAG_NODE_ID, TAG_INSTANCE_TYPE, TAG_STORE)
 
 
 def default_home() -> Path:
@@ -44,8 +44,9 @@ class DamagedServerInfo(ValueError):
     """A server.json that cannot be read; the message names the file and what is wrong."""
 
 
-def read_server_info(path: Path) -> tuple[str, int]:
-    """The URL and pid a running corral wrote to its data directory's server.json.
+def read_server_info(path: Path) -> tuple[str, int, str | None]:
+    """The URL, pid and CA bundle (None: plain HTTP, or a publicly trusted certificate) a running
+    corral wrote to its data directory's server.json.
 
     FileNotFoundError if there is none; DamagedServerInfo if it is damaged (cut short by a full
     disk, edited by hand, not a file)."""
@@ -64,7 +65,10 @@ def read_server_info(path: Path) -> tuple[str, int]:
         raise DamagedServerInfo(f"{path} is damaged (no server URL in it)")
     if not isinstance(pid, int) or isinstance(pid, bool):
         raise DamagedServerInfo(f"{path} is damaged (no server pid in it)")
-    return url, pid
+    ca = data.get("ca")
+    if ca is not None and not isinstance(ca, str):
+        raise DamagedServerInfo(f"{path} is damaged (its CA bundle is not a path)")
+    return url, pid, ca
 
 
 class _Strict(BaseModel):
@@ -74,6 +78,32 @@ class _Strict(BaseModel):
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: Int = Field(DEFAULT_PORT, ge=0, le=65535, description="0 picks a free port")
+    tls_cert: Path | None = Field(
+        None, description="PEM certificate (with its chain) the server presents: with tls_key, it speaks HTTPS"
+    )
+    tls_key: Path | None = Field(None, description="the PEM private key of tls_cert")
+    tls_ca: Path | None = Field(
+        None,
+        description="PEM CA bundle that clients (the CLI, loopback agents, EC2 agents unless cloud.ec2.server_ca"
+        " is set) verify the server with; default: tls_cert itself, right for a self-signed certificate",
+    )
+
+    @model_validator(mode="after")
+    def _tls(self) -> ServerConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both, or neither")
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_ca says how clients verify the server's certificate: give tls_cert and tls_key too")
+        for name in ("tls_cert", "tls_key", "tls_ca"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: {path} is not a file")
+        return self
+
+    @property
+    def ca_file(self) -> Path | None:
+        """What clients verify the server with (None: it speaks plain HTTP)."""
+        return self.tls_ca or self.tls_cert
 
 
 class StoreConfig(_Strict):
@@ -210,6 +240,11 @@ class Ec2Config(_Strict):
         description="how the AMI runs the corral agent (an argument list)",
     )
     agent_work_dir: str = Field("/var/lib/corral/agent", description="the agent's work dir on the instance")
+    server_ca: Path | None = Field(
+        None,
+        description="PEM CA bundle the agents verify an https server_url with, written onto each instance;"
+        " default: server.tls_ca (or tls_cert) when corral speaks HTTPS itself, else the AMI's trusted CAs",
+    )
     retry_mode: Literal["standard", "adaptive"] = Field(
         "standard", description="botocore's retry mode for throttled and failed calls"
     )
@@ -235,6 +270,21 @@ class Ec2Config(_Strict):
     def image_for(self, instance_type: str) -> str | None:
         """The AMI an instance of this type boots: its own, else image_id."""
         return self.image_ids.get(instance_type, self.image_id)
+
+    @field_validator("server_ca")
+    @classmethod
+    def _ca(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return value
+        try:
+            text = value.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{value} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        if "-----BEGIN CERTIFICATE-----" not in text:
+            raise ValueError(f"{value} holds no PEM certificate")
+        if len(text) > 8192:
+            raise ValueError(f"{value} is more than 8 KiB: EC2's user data holds 16 KiB in all")
+        return value
 
     @field_validator("endpoint_url", "server_url")
     @classmethod

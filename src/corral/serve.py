@@ -68,14 +68,25 @@ def make_cloud(config: Config, server_url: str) -> CloudDriver:
     if config.cloud.driver == "loopback":
         from corral.cloud.loopback import LoopbackCloud
 
-        return LoopbackCloud(config.home, server_url, config.cloud.cluster, config.cloud.ping_interval)
+        ca_file = config.server.ca_file
+        return LoopbackCloud(
+            config.home,
+            server_url,
+            config.cloud.cluster,
+            config.cloud.ping_interval,
+            ca_file.resolve() if ca_file else None,  # (an agent runs in a directory of its own)
+        )
     if config.cloud.driver == "ec2":
         from corral.cloud.base import CloudError
         from corral.cloud.ec2 import Ec2Cloud
 
+        ec2 = config.cloud.ec2
+        ca_file = ec2.server_ca or config.server.ca_file
         try:
             # The address the instances reach the server at; the config requires it for ec2.
-            return Ec2Cloud(config.cloud.ec2, config.cloud.cluster, config.cloud.ec2.server_url or server_url)
+            return Ec2Cloud(
+                ec2, config.cloud.cluster, ec2.server_url or server_url, ca_pem=ca_file.read_text() if ca_file else None
+            )
         except CloudError as exc:
             raise SystemExit(f"error: cloud.ec2: {exc}") from None
     raise SystemExit(f"cloud.driver {config.cloud.driver!r} is not supported")
@@ -127,7 +138,8 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
             " (server.port, or --port; 0 takes any free port)"
         ) from None
     host, port = sock.getsockname()[:2]
-    url = f"http://{host}:{port}"
+    tls = config.server.tls_cert is not None
+    url = f"{'https' if tls else 'http'}://{host}:{port}"
 
     loop: LiveLoop
     if config.executor == "slurm":  # Slurm owns the nodes: no cloud, no agents
@@ -145,11 +157,15 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         runtime.on_stop.append(loop.notifier.close)  # after the fleet's stop: its events are notified too
     app = create_app(runtime)
     info = home / "server.json"
-    info.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+    ca_file = config.server.ca_file
+    # The CLI verifies the server with `ca` (an absolute path: it may run from another directory).
+    info.write_text(
+        json.dumps({"url": url, "pid": os.getpid(), **({"ca": str(ca_file.resolve())} if ca_file else {})}) + "\n"
+    )
 
     def forget_address() -> None:
         try:
-            _url, pid = read_server_info(info)
+            _url, pid, _ca = read_server_info(info)
         except FileNotFoundError:
             return
         except DamagedServerInfo as exc:
@@ -167,7 +183,16 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
 
     runtime.on_stop.append(forget_address)
     log.info("corral listening on %s (data in %s, store %s)", url, home, store.url.split("@")[-1])
-    server = CorralServer(uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=5))
+    server = CorralServer(
+        uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            ssl_certfile=config.server.tls_cert,
+            ssl_keyfile=config.server.tls_key,
+        )
+    )
     server.runtime = runtime
     try:
         server.run(sockets=[sock])

@@ -23,7 +23,7 @@ from corral.cloud.base import (
     QuotaExceeded,
     Throttled,
 )
-from corral.cloud.ec2 import AGENT_ENV_FILE, Ec2Cloud, agent_user_data
+from corral.cloud.ec2 import AGENT_CA_FILE, AGENT_ENV_FILE, Ec2Cloud, agent_user_data
 from corral.config import Config, ConfigError, Ec2Config, RootVolumeConfig, load_config
 from corral.core.model import InstanceType
 from tests.cloud.ec2_support import free_port, inject
@@ -110,6 +110,27 @@ def test_user_data_is_built_as_data_whatever_the_values() -> None:
     for bad in ("tok en-0123456789abcdef", "x\nCORRAL_SERVER=http://evil-0123456789", "short"):
         with pytest.raises(CloudError, match="boot token"):
             agent_user_data(settings, "http://h", "n-1", bad, C5)
+
+
+def test_a_ca_bundle_is_written_onto_the_instance_and_the_agent_verifies_the_server_with_it(tmp_path: Path) -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    settings = Ec2Config(image_id="ami-12345678")
+    document = yaml.safe_load(agent_user_data(settings, "https://10.0.0.5:8642", "n-1", TOKEN, C5, pem))
+    [token_file, ca_file] = document["write_files"]
+    assert (ca_file["path"], ca_file["permissions"], ca_file["content"]) == (AGENT_CA_FILE, "0644", pem)
+    assert token_file["permissions"] == "0600"
+    [argv] = document["runcmd"]
+    assert argv[argv.index("--ca") + 1] == AGENT_CA_FILE
+    plain = yaml.safe_load(agent_user_data(settings, "https://10.0.0.5:8642", "n-1", TOKEN, C5))
+    assert len(plain["write_files"]) == 1 and "--ca" not in plain["runcmd"][0]
+
+    # server_ca must be a readable PEM file of at most 8 KiB (user data holds 16 KiB in all).
+    not_pem = tmp_path / "ca.txt"
+    not_pem.write_text("hello")
+    with pytest.raises(ValueError, match=f"server_ca\n.*{not_pem} holds no PEM certificate"):
+        Ec2Config(image_id="ami-12345678", server_ca=not_pem)
+    with pytest.raises(ValueError, match="cannot be read"):
+        Ec2Config(image_id="ami-12345678", server_ca=tmp_path / "missing.pem")
 
 
 def test_list_sees_only_this_clusters_live_instances_and_destroy_is_idempotent(

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -65,6 +66,15 @@ class Corral:
     config: Path
     process: subprocess.Popen[bytes] | None = None
     log_files: list[Path] = field(default_factory=list)
+    ca: Path | None = None  # with server.tls_cert in the config: the CA bundle that verifies it
+
+    @property
+    def base(self) -> str:
+        return f"{'https' if self.ca else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=self.ca) if self.ca else True
 
     @property
     def env(self) -> dict[str, str]:
@@ -90,7 +100,7 @@ class Corral:
         if self.process is not None and self.process.poll() is not None:
             raise AssertionError(f"corral exited with {self.process.returncode}:\n{self.server_log()}")
         try:
-            return httpx.get(f"http://127.0.0.1:{self.port}/api/health", timeout=2).status_code == 200
+            return httpx.get(f"{self.base}/api/health", timeout=2, verify=self.verify).status_code == 200
         except httpx.TransportError:
             return False
 
@@ -117,9 +127,10 @@ class Corral:
         token = (self.home / "token").read_text().strip()
         return httpx.request(
             method,
-            f"http://127.0.0.1:{self.port}{path}",
+            f"{self.base}{path}",
             headers={"Authorization": f"Bearer {token}"},
             timeout=30,
+            verify=self.verify,
             **kwargs,
         )
 

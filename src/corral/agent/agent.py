@@ -46,6 +46,7 @@ class AgentOptions:
     capacity: dict[str, Any]
     work_dir: Path
     ping_interval: float | None = None  # None: the interval the server gives at pairing
+    ca_file: str | None = None  # the CA bundle an https server is verified with (None: the system's)
     work_wait: float = 20.0
     kill_grace: float = 3.0
     flush_budget: float = 2.0  # at exit, time allowed to report the last output and finishes
@@ -54,7 +55,7 @@ class AgentOptions:
 class Agent:
     def __init__(self, options: AgentOptions) -> None:
         self.options = options
-        self.client = AgentClient(options.server)
+        self.client = AgentClient(options.server, ca_file=options.ca_file)
         self.runner = Runner(options.work_dir, kill_grace=options.kill_grace)
         self.stop = threading.Event()
         self.exit_code = EXIT_OK

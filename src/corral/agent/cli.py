@@ -24,6 +24,11 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("CORRAL_SERVER", f"http://127.0.0.1:{DEFAULT_PORT}"),
         help="corral server URL (default: $CORRAL_SERVER or %(default)s)",
     )
+    p.add_argument(
+        "--ca",
+        default=os.environ.get("CORRAL_CA") or None,
+        help="PEM CA bundle to verify an https server with (default: $CORRAL_CA, else the system's trusted CAs)",
+    )
     p.add_argument("--node-id", default=None, help="this node's id (default: the host name)")
     p.add_argument(
         "--boot-token",
@@ -84,6 +89,8 @@ def options_from_args(argv: Sequence[str] | None = None) -> tuple[AgentOptions, 
     boot_token = args.boot_token or os.environ.get("CORRAL_BOOT_TOKEN")
     if not boot_token:
         p.error("--boot-token (or $CORRAL_BOOT_TOKEN) is required")
+    if args.ca is not None and not Path(args.ca).is_file():
+        p.error(f"--ca: {args.ca} is not a file")
     node_id = args.node_id or socket.gethostname()
     work_dir: Path = args.work_dir or default_home() / "agent" / node_id
     work_dir = work_dir.expanduser().resolve()
@@ -101,6 +108,7 @@ def options_from_args(argv: Sequence[str] | None = None) -> tuple[AgentOptions, 
         capacity=capacity,
         work_dir=work_dir,
         ping_interval=args.ping_interval,
+        ca_file=args.ca,
         work_wait=args.work_wait,
         kill_grace=args.kill_grace,
     )

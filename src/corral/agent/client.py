@@ -8,6 +8,7 @@ node (`Unauthorized`: kill everything and exit), and the server refuses this par
 
 from __future__ import annotations
 
+import ssl
 import threading
 from typing import Any
 
@@ -32,9 +33,11 @@ class Rejected(Exception):
 class AgentClient:
     """One httpx client per thread (the work long-poll must never queue behind a log upload)."""
 
-    def __init__(self, server: str, timeout: float = 10.0) -> None:
+    def __init__(self, server: str, timeout: float = 10.0, ca_file: str | None = None) -> None:
         self.server = server.rstrip("/")
         self.timeout = timeout
+        # An https server is verified with this CA bundle (None: the system's trusted CAs).
+        self._verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self.secret: str | None = None
         self._local = threading.local()
 
@@ -42,7 +45,7 @@ class AgentClient:
         client: httpx.Client | None = getattr(self._local, "client", None)
         if client is None:
             # trust_env=False: a proxy setting in the environment must not reroute node traffic.
-            client = httpx.Client(base_url=self.server, timeout=self.timeout, trust_env=False)
+            client = httpx.Client(base_url=self.server, timeout=self.timeout, trust_env=False, verify=self._verify)
             self._local.client = client
         return client
 

@@ -68,12 +68,15 @@ class CloudInstance:
         return self.tags.get(TAG_STORE)
 
 
-def agent_options(server_url: str, node_id: str, instance_type: InstanceType, work_dir: str) -> list[str]:
-    """The options of the agent an instance runs: where to pair, as which node, and the capacity
-    of its instance type. That capacity is the one the planner planned with, not what the machine
-    reads (MemTotal is less than the type's nominal RAM, and a job sized to the type would then fit
-    nowhere)."""
+def agent_options(
+    server_url: str, node_id: str, instance_type: InstanceType, work_dir: str, ca_file: str | None = None
+) -> list[str]:
+    """The options of the agent an instance runs: where to pair (and, for an https server, the CA
+    bundle it verifies the server with), as which node, and the capacity of its instance type.
+    That capacity is the one the planner planned with, not what the machine reads (MemTotal is less
+    than the type's nominal RAM, and a job sized to the type would then fit nowhere)."""
     return [
+        *(["--ca", ca_file] if ca_file else []),
         "--server",
         server_url,
         "--node-id",

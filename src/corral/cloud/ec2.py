@@ -69,6 +69,7 @@ NOT_FOUND = "InvalidInstanceID.NotFound"
 IMAGE_CODES_PREFIX = "InvalidAMIID."
 
 AGENT_ENV_FILE = "/etc/corral/agent.env"
+AGENT_CA_FILE = "/etc/corral/server-ca.pem"  # the CA bundle the agent verifies an https server with
 AGENT_UNIT = "corral-agent"
 # The token is written to a systemd environment file: only characters that need no quoting there.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,256}")
@@ -94,23 +95,34 @@ def error_from(exc: Exception, instance_type: str = "") -> CloudError:
 
 
 def agent_user_data(
-    settings: Ec2Config, server_url: str, node_id: str, boot_token: str, instance_type: InstanceType
+    settings: Ec2Config,
+    server_url: str,
+    node_id: str,
+    boot_token: str,
+    instance_type: InstanceType,
+    ca_pem: str | None = None,
 ) -> str:
-    """The instance's cloud-init user data: write the boot token to a root-only environment file,
-    then start the agent as a transient systemd unit that reads it. Built as a YAML document; the
-    agent's command is an argument list, which cloud-init quotes itself."""
+    """The instance's cloud-init user data: write the boot token to a root-only environment file
+    (and `ca_pem`, the CA bundle the agent verifies an https server with), then start the agent as
+    a transient systemd unit that reads it. Built as a YAML document; the agent's command is an
+    argument list, which cloud-init quotes itself."""
     if not _TOKEN.fullmatch(boot_token):
         raise CloudError("ec2: the boot token must be 16 to 256 URL-safe characters")
-    argv = [*settings.agent_command, *agent_options(server_url, node_id, instance_type, settings.agent_work_dir)]
+    ca_file = AGENT_CA_FILE if ca_pem else None
+    options = agent_options(server_url, node_id, instance_type, settings.agent_work_dir, ca_file)
+    argv = [*settings.agent_command, *options]
+    files: list[dict[str, str]] = [
+        {
+            "path": AGENT_ENV_FILE,
+            "owner": "root:root",
+            "permissions": "0600",
+            "content": f"CORRAL_BOOT_TOKEN={boot_token}\n",
+        }
+    ]
+    if ca_pem:
+        files.append({"path": AGENT_CA_FILE, "owner": "root:root", "permissions": "0644", "content": ca_pem})
     document = {
-        "write_files": [
-            {
-                "path": AGENT_ENV_FILE,
-                "owner": "root:root",
-                "permissions": "0600",
-                "content": f"CORRAL_BOOT_TOKEN={boot_token}\n",
-            }
-        ],
+        "write_files": files,
         # No restart: the token pairs once, so a restarted agent could not pair again. An agent that
         # dies falls silent, and its node is declared down and shut down.
         "runcmd": [
@@ -159,10 +171,13 @@ def scratch_gib(instance_type: InstanceType) -> int:
 
 
 class Ec2Cloud:
-    def __init__(self, settings: Ec2Config, cluster: str, server_url: str, page_size: int = 500) -> None:
+    def __init__(
+        self, settings: Ec2Config, cluster: str, server_url: str, page_size: int = 500, ca_pem: str | None = None
+    ) -> None:
         self.settings = settings
         self.cluster = cluster
         self.server_url = server_url
+        self.ca_pem = ca_pem  # what the agents verify an https server_url with (None: the AMI's CAs)
         self.page_size = page_size
         config = botocore.config.Config(
             retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
@@ -245,7 +260,9 @@ class Ec2Cloud:
             "MinCount": 1,
             "MaxCount": 1,
             "BlockDeviceMappings": self.block_device_mappings(image_id, instance_type),
-            "UserData": agent_user_data(self.settings, self.server_url, node_id, boot_token, instance_type),
+            "UserData": agent_user_data(
+                self.settings, self.server_url, node_id, boot_token, instance_type, self.ca_pem
+            ),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tag_list},
                 {"ResourceType": "volume", "Tags": tag_list},

@@ -39,8 +39,11 @@ RECORD = "instance.json"
 
 
 class LoopbackCloud:
-    def __init__(self, home: Path, server_url: str, cluster: str, ping_interval: float = 2.0) -> None:
+    def __init__(
+        self, home: Path, server_url: str, cluster: str, ping_interval: float = 2.0, ca_file: Path | None = None
+    ) -> None:
         self.home = Path(home)
+        self.ca_file = ca_file  # what the agents verify an https server with
         self.root = self.home / "loopback"
         # Settable later: a server bound to port 0 learns its URL after the driver exists.
         self.server_url = server_url
@@ -67,7 +70,13 @@ class LoopbackCloud:
             sys.executable,
             "-m",
             "corral.agent",
-            *agent_options(self.server_url, node_id, instance_type, str(directory / "work")),
+            *agent_options(
+                self.server_url,
+                node_id,
+                instance_type,
+                str(directory / "work"),
+                str(self.ca_file) if self.ca_file else None,
+            ),
             "--ping-interval",
             f"{self.ping_interval:g}",
         ]
