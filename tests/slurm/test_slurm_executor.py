@@ -205,6 +205,24 @@ def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
     assert corral.attempts(running[0])[0]["state"] == "cancelled"
 
 
+def test_requeue_scancels_the_running_slurm_job_and_submits_the_job_again(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    job_id = corral.submit("sleep", "300", ram=128)
+    corral.until_state(job_id, "running")
+    first = corral.attempts(job_id)[0]["executor_ref"]
+    assert corral.store.request_requeue(job_id, time.time())["changed"]
+    corral.until(lambda: len(corral.attempts(job_id)) == 2, 30, "a second attempt")
+    wait_until(lambda: slurm.state(first) == "CANCELLED", 20, f"slurm job {first} to be cancelled")
+    row = corral.until_state(job_id, "running")
+    assert row["temp_failures"] == 0 and not row["requeue_requested"]
+    old, new = corral.attempts(job_id)
+    assert (old["state"], old["reason"]) == ("cancelled", "requeued by request")
+    assert new["executor_ref"] not in (None, first) and slurm.state(new["executor_ref"]) == "RUNNING"
+    corral.store.request_cancel(job_id, time.time())
+    corral.until_state(job_id, "cancelled")
+
+
 def nice_of(slurm: SlurmCluster, ref: str) -> int:
     (field,) = [word for word in slurm.show_job(ref).split() if word.startswith("Nice=")]
     return int(field.removeprefix("Nice="))
