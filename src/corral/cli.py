@@ -591,7 +591,12 @@ def hold(
 
 
 @app.command()
-def requeue(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+def requeue(
+    job_ids: Annotated[list[int], typer.Argument(help="Job ids.")],
+    hold: Annotated[
+        bool, typer.Option("--hold", help="Hold them once queued, until `corral release` (scontrol requeuehold).")
+    ] = False,
+) -> None:
     """Stop claimed or running jobs and queue them again (Slurm's `scontrol requeue`).
 
     The run is killed; the job waits in the queue as before and runs again, counting no failure."""
@@ -605,6 +610,7 @@ def requeue(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> N
             if r["state"] in ("claimed", "running")
             else f"{r['state']}: nothing to requeue"
         ),
+        {"hold": hold},
     )
 
 

@@ -25,6 +25,13 @@ def test_a_running_job_is_stopped_and_run_again_and_a_finished_one_is_refused(co
     kinds = [e["kind"] for e in corral.cli_json("events", "--job", str(job))]
     assert kinds.index("job.requeue_requested") < kinds.index("job.requeued") < len(kinds) - 1
 
+    # Requeued held (scontrol requeuehold): stopped, and not run again until released.
+    assert corral.cli("requeue", "--hold", str(job)).stdout == f"{job}: requeue requested\n"
+    wait_until(lambda: corral.jobs()[job]["held"], 60, "the job to be requeued held")
+    assert corral.jobs()[job]["state"] == "queued" and corral.jobs()[job]["attempts"] == 2
+    corral.cli("release", str(job))
+    wait_until(lambda: corral.jobs()[job]["state"] == "running", 60, "the released job to run again")
+
     refused = corral.cli("requeue", str(done), str(job), check=False)
     assert refused.returncode == 1
     assert f"{done}: job {done} is complete: only a claimed or running job can be requeued" in refused.stderr

@@ -70,3 +70,20 @@ def test_only_a_claimed_or_running_job_is_requeued(store: Store) -> None:
     with pytest.raises(NotFound):
         store.request_requeue(done + 100, NOW)
     assert not store.job_row(queued)["requeue_requested"] and store.job_row(done)["state"] == "failed"
+
+
+def test_requeue_with_hold_queues_the_job_held_until_released(store: Store) -> None:
+    """Slurm's scontrol requeuehold: stopped, queued, held; a release runs it again."""
+    world = World(store)
+    store.request_requeue(world.job_id, NOW + 1, hold=True)
+    world.pass_at(NOW + 2)
+    row = store.job_row(world.job_id)
+    assert row["state"] == "queued" and row["held"] and not row["requeue_hold"]
+    assert row["wait_reason"] == "held by an operator: requeued with --hold" and row["temp_failures"] == 0
+    world.pass_at(NOW + 3)
+    assert len(store.attempts_of(world.job_id)) == 1  # held: not claimed again
+    assert world.messages("job.requeue_requested") == ["requeue and hold requested"]
+    assert world.messages("job.held") == ["held by an operator: requeued with --hold"]
+    store.release(world.job_id, NOW + 4)
+    world.pass_at(NOW + 5)
+    assert store.job_row(world.job_id)["state"] == "claimed" and len(store.attempts_of(world.job_id)) == 2

@@ -197,6 +197,7 @@ class Job:
     unplaceable: bool = False
     cancel_requested: bool = False
     requeue_requested: bool = False  # stop the run and queue the job again (Slurm's scontrol requeue)
+    requeue_hold: bool = False  # and hold it (Slurm's scontrol requeuehold)
     started_at: float | None = None
     finished_at: float | None = None
     # Placement constraints read by corral.placement (docs/placement.md).

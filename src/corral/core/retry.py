@@ -46,12 +46,14 @@ def after_temp_failure(
 def on_request(job: Job, attempt_ids: tuple[int, ...] = ()) -> JobOutcome | None:
     """What a user's request does to a job the index flags: priority 0 or a cancel request cancels
     it (seed 001); a requeue request (Slurm's `scontrol requeue`) stops its run and queues it again
-    at once, counting no failure. None: nothing to do (a requeue asked of a job already queued)."""
+    at once, counting no failure, held if asked (`scontrol requeuehold`). None: nothing to do (a
+    requeue asked of a job already queued)."""
     if job.priority == 0 or job.cancel_requested:
         reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
         return JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids)
     if job.requeue_requested and job.state is not JobState.QUEUED:
-        return JobOutcome(job.id, JobState.QUEUED, "requeued by request", attempt_ids, requeued=True)
+        hold = "held by an operator: requeued with --hold" if job.requeue_hold else ""
+        return JobOutcome(job.id, JobState.QUEUED, "requeued by request", attempt_ids, requeued=True, hold=hold)
     return None
 
 

@@ -33,6 +33,7 @@ from corral.server.models import (
     PathId,
     PriorityBody,
     QuietOut,
+    RequeueBody,
     ResourcesOut,
     StatusOut,
     SubmitBody,
@@ -149,11 +150,11 @@ def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) 
 
 
 @router.post("/jobs/{job_id}/requeue")
-def requeue_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
-    """Slurm's `scontrol requeue`: the next pass stops a claimed or running job's run and queues it
-    again, counting no failure. 409 for a finished job."""
+def requeue_job(job_id: JobId, runtime: UserRuntime, body: RequeueBody | None = None) -> dict[str, Any]:
+    """Slurm's `scontrol requeue` (with `{"hold": true}`: `requeuehold`): the next pass stops a
+    claimed or running job's run and queues it again, counting no failure. 409 for a finished job."""
     try:
-        result = runtime.store.request_requeue(job_id, time.time())
+        result = runtime.store.request_requeue(job_id, time.time(), hold=body.hold if body else False)
     except NotRunning as exc:
         raise HTTPException(409, str(exc)) from None
     runtime.wake()

@@ -58,6 +58,11 @@ class PriorityBody(Inbound):
     priority: int = Field(ge=0, le=MAX_PRIORITY, strict=True)
 
 
+class RequeueBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hold: bool = Field(False, strict=True, description="held once queued again, until released")
+
+
 class HoldBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field("", max_length=500, description="why, shown as the job's wait reason")

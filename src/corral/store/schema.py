@@ -43,8 +43,9 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False),
     # Held (corral hold, or the node-failure policy `hold`): queued, not placed until released (0003).
     Column("held", Boolean, nullable=False, default=False, server_default=false()),
-    # A claimed or running job to stop and put back in the queue (corral requeue; 0008).
+    # A claimed or running job to stop and put back in the queue, held if asked (corral requeue; 0008).
     Column("requeue_requested", Boolean, nullable=False, default=False, server_default=false()),
+    Column("requeue_hold", Boolean, nullable=False, default=False, server_default=false()),
     Column("explanation", JSON),
     Column("node_id", String(64)),
     Column("started_at", Float),

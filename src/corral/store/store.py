@@ -297,6 +297,7 @@ class Store:
                 "unplaceable": False,
                 "cancel_requested": False,
                 "requeue_requested": False,
+                "requeue_hold": False,
                 "held": False,
                 "updated_at": now,
             }
@@ -412,9 +413,10 @@ class Store:
                 self._event(conn, now, "job.cancel_requested", "cancel requested", job_id=job_id)
         return {"id": job_id, "state": state, "changed": changed}
 
-    def request_requeue(self, job_id: int, now: float) -> dict[str, Any]:
-        """Mark a claimed or running job to be put back in the queue (Slurm's `scontrol requeue`):
-        the next pass stops its run and queues it again, counting no failure. `changed` is False
+    def request_requeue(self, job_id: int, now: float, hold: bool = False) -> dict[str, Any]:
+        """Mark a claimed or running job to be put back in the queue (Slurm's `scontrol requeue`;
+        `hold`: and held, `scontrol requeuehold`): the next pass stops its run and queues it again,
+        counting no failure. `changed` is False
         for a queued job (nothing to requeue) and for one already marked; NotRunning for a finished
         job (its state is final: submit it again)."""
         with self.write() as conn:
@@ -426,14 +428,15 @@ class Store:
                     J.c.state.in_((JobState.CLAIMED.value, JobState.RUNNING.value)),
                     J.c.requeue_requested.is_(False),
                 )
-                .values(requeue_requested=True, updated_at=now)
+                .values(requeue_requested=True, requeue_hold=hold, updated_at=now)
             )
             state = conn.execute(select(J.c.state).where(J.c.id == job_id)).scalar()
             if state is None:
                 raise NotFound(f"no job {job_id}")
             changed = result.rowcount == 1
             if changed:
-                self._event(conn, now, "job.requeue_requested", "requeue requested", job_id=job_id)
+                said = "requeue and hold requested" if hold else "requeue requested"
+                self._event(conn, now, "job.requeue_requested", said, job_id=job_id)
             elif JobState(state).terminal:
                 raise NotRunning(f"job {job_id} is {state}: only a claimed or running job can be requeued")
         return {"id": job_id, "state": state, "changed": changed}
@@ -656,6 +659,7 @@ class Store:
             "wait_reason": "",
             "held": bool(outcome.hold),
             "requeue_requested": False,  # done, or moot: the run it was for has ended
+            "requeue_hold": False,
         }
         if outcome.temp_failure:
             values["temp_failures"] = J.c.temp_failures + 1
@@ -1317,6 +1321,7 @@ def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
     job.unplaceable = bool(row["unplaceable"])
     job.cancel_requested = bool(row["cancel_requested"])
     job.requeue_requested = bool(row["requeue_requested"])
+    job.requeue_hold = bool(row["requeue_hold"])
     job.held = bool(row["held"])
     job.started_at = row["started_at"]
     job.finished_at = row["finished_at"]

@@ -1,4 +1,5 @@
-"""jobs.requeue_requested: a claimed or running job to stop and put back in the queue (corral requeue)
+"""jobs.requeue_requested, requeue_hold: a claimed or running job to stop and put back in the queue,
+held if asked (corral requeue [--hold])
 
 Revision ID: 0008
 Revises: 0007
@@ -20,8 +21,10 @@ def upgrade() -> None:
     # The server default fills the rows already there: no requeue was asked of them.
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("requeue_requested", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch_op.add_column(sa.Column("requeue_hold", sa.Boolean(), nullable=False, server_default=sa.false()))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.drop_column("requeue_hold")
         batch_op.drop_column("requeue_requested")
