@@ -52,3 +52,6 @@ def test_usage_names_a_bad_window_or_grouping(corral: Corral) -> None:
     assert result.returncode != 0 and "--by" in result.stderr and "'user', 'tag' or 'job'" in result.stderr
     result = corral.cli("usage", "--since", "1h", "--until", "2h", check=False)
     assert result.returncode != 0 and "must be before until" in result.stderr
+    # As every 422 of the API (its OpenAPI schema says so): a list of lines.
+    refused = corral.api("GET", "/api/usage", params={"since": 100, "until": 50})
+    assert refused.status_code == 422 and refused.json() == {"detail": ["since (100) must be before until (50)"]}

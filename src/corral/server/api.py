@@ -139,7 +139,7 @@ def cancel_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
     return result
 
 
-@router.post("/jobs/{job_id}/hold")
+@router.post("/jobs/{job_id}/hold", responses=error_responses(409))
 def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any]:
     """Slurm's `scontrol hold`: a queued job stays queued and is not placed (nor booted for) until
     released. 409 for a job that is not queued."""
@@ -149,7 +149,7 @@ def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) 
         raise HTTPException(409, str(exc)) from None
 
 
-@router.post("/jobs/{job_id}/requeue")
+@router.post("/jobs/{job_id}/requeue", responses=error_responses(409))
 def requeue_job(job_id: JobId, runtime: UserRuntime, body: RequeueBody | None = None) -> dict[str, Any]:
     """Slurm's `scontrol requeue` (with `{"hold": true}`: `requeuehold`): the next pass stops a
     claimed or running job's run and queues it again, counting no failure. 409 for a finished job."""
@@ -293,7 +293,8 @@ def usage(
     now = time.time()
     end = now if until is None else until
     if not since < end:
-        raise HTTPException(422, f"since ({since:g}) must be before until ({end:g})")
+        # A list, as every 422's detail is (error_responses): one line per bad value.
+        raise HTTPException(422, [f"since ({since:g}) must be before until ({end:g})"])
     nodes, attempts = runtime.store.usage_spans(since, end)
     report = accounting.usage(nodes, attempts, since, end, now, by)
     return UsageOut(
@@ -352,7 +353,7 @@ def notify_skip(runtime: UserRuntime, body: NotifySkipBody | None = None) -> Not
     newest = runtime.store.last_event_id()
     to = newest if body is None or body.to is None else body.to
     if to > newest:
-        raise HTTPException(422, f"to: there is no event {to} yet (the newest is {newest})")
+        raise HTTPException(422, [f"to: there is no event {to} yet (the newest is {newest})"])
     was = runtime.store.move_notify_cursor(to, time.time())
     runtime.wake()
     return NotifySkipOut(was=was, to=to)
