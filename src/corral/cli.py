@@ -466,11 +466,15 @@ def _submit_refusal(detail: str, file: Path | None, places: list[str]) -> str:
 @app.command()
 def jobs(
     state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state; repeatable.")] = None,
+    user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
+    name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many (newest).")] = 1000,
     as_json: JsonFlag = False,
 ) -> None:
     """List jobs with state, node, attempts, exit code and why they wait."""
-    rows = call("GET", "/api/jobs", params={"state": state or [], "limit": limit})
+    params: dict[str, Any] = {"state": state or [], "limit": limit}
+    params.update({key: value for key, value in (("user", user), ("name", name)) if value is not None})
+    rows = call("GET", "/api/jobs", params=params)
     if as_json:
         print_json(rows)
         return
@@ -574,9 +578,25 @@ def logs(
 
 
 @app.command()
-def cancel(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
-    """Cancel jobs, also while they run."""
-    each_job(job_ids, "cancel", lambda r: "cancel requested" if r["changed"] else f"already {r['state']}")
+def cancel(
+    job_ids: Annotated[list[int] | None, typer.Argument(help="Job ids.")] = None,
+    state: Annotated[
+        list[str] | None, typer.Option(help="Every open job in this state (queued, claimed, running); repeatable.")
+    ] = None,
+    user: Annotated[str | None, typer.Option(help="Every open job of this user.")] = None,
+    name: Annotated[str | None, typer.Option(help="Every open job of this name.")] = None,
+) -> None:
+    """Cancel jobs, also while they run: by id, or every open job matching all the filters given
+    (Slurm's scancel --state/--user/--name)."""
+    if not job_ids and not (state or user is not None or name is not None):
+        fail("give job ids, or --state, --user or --name")
+    if state or user is not None or name is not None:
+        result = call("POST", "/api/jobs/cancel", json={"states": state or None, "user": user, "name": name})
+        ids = result["ids"]
+        sys.stdout.write(f"cancel requested for {len(ids)} job{'' if len(ids) == 1 else 's'}")
+        sys.stdout.write(f": {', '.join(map(str, ids))}\n" if ids else "\n")
+    if job_ids:
+        each_job(job_ids, "cancel", lambda r: "cancel requested" if r["changed"] else f"already {r['state']}")
 
 
 @app.command()

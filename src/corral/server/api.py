@@ -18,6 +18,8 @@ from corral.server.models import (
     DB_INT_MIN,
     AttemptOut,
     BackoffOut,
+    CancelMatchingBody,
+    CancelMatchingOut,
     DependencyOut,
     DispatcherOut,
     EventOut,
@@ -121,9 +123,21 @@ def list_jobs(
     runtime: UserRuntime,
     state: list[JobState] | None = Query(None),
     limit: int = Query(1000, ge=1, le=100_000),
+    user: str | None = Query(None, description="only this user's jobs"),
+    name: str | None = Query(None, description="only jobs of this name"),
 ) -> list[JobOut]:
-    rows = runtime.store.list_job_rows([s.value for s in state] if state else None, limit)
+    rows = runtime.store.list_job_rows([s.value for s in state] if state else None, limit, user, name)
     return [job_out(r) for r in rows]
+
+
+@router.post("/jobs/cancel")
+def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime) -> CancelMatchingOut:
+    """Slurm's `scancel --state/-u/-n`: cancel every open job that matches all the filters given
+    (at least one); the ids marked for cancellation."""
+    states = [s.value for s in body.states] if body.states else None
+    ids = runtime.store.request_cancel_matching(time.time(), states, body.user, body.name)
+    runtime.wake()
+    return CancelMatchingOut(ids=ids)
 
 
 @router.get("/jobs/{job_id}")

@@ -6,9 +6,10 @@ import math
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core import drain
+from corral.core.model import JobState
 from corral.core.units import Float, Int
 from corral.jobspec import MAX_PRIORITY, JobRequest, to_epoch
 from corral.placement import attributes as attr
@@ -56,6 +57,25 @@ class SubmitResult(BaseModel):
 class PriorityBody(Inbound):
     # Strict: JSON's false would be taken for 0, which cancels the job.
     priority: int = Field(ge=0, le=MAX_PRIORITY, strict=True)
+
+
+class CancelMatchingBody(BaseModel):
+    """Which open jobs to cancel: those matching every filter given."""
+
+    model_config = ConfigDict(extra="forbid")
+    states: list[JobState] | None = Field(None, description="only jobs in these states (queued, claimed, running)")
+    user: str | None = Field(None, max_length=200, description="only this user's jobs")
+    name: str | None = Field(None, max_length=200, description="only jobs of this name")
+
+    @model_validator(mode="after")
+    def _some_filter(self) -> CancelMatchingBody:
+        if not self.states and self.user is None and self.name is None:
+            raise ValueError("give states, user or name: a cancel that matches every job is not taken")
+        return self
+
+
+class CancelMatchingOut(BaseModel):
+    ids: list[int]
 
 
 class RequeueBody(BaseModel):

@@ -372,11 +372,12 @@ class Store:
             raise NotFound(f"no job {job_id}")
         return dict(row._mapping)
 
-    def list_job_rows(self, states: Iterable[str] | None = None, limit: int = 1000) -> list[dict[str, Any]]:
-        """Job rows as `job_row` gives them, the newest `limit`, oldest first."""
-        query = select(J, _LATEST_REF)
-        if states:
-            query = query.where(J.c.state.in_(list(states)))
+    def list_job_rows(
+        self, states: Iterable[str] | None = None, limit: int = 1000, user: str | None = None, name: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Job rows as `job_row` gives them, the newest `limit`, oldest first; only those in
+        `states`, of `user`, named `name`, where given."""
+        query = select(J, _LATEST_REF).where(*_job_filter(states, user, name))
         query = query.order_by(J.c.id.desc()).limit(limit)
         with self.read() as conn:
             rows = [dict(r._mapping) for r in conn.execute(query)]
@@ -440,6 +441,48 @@ class Store:
             elif JobState(state).terminal:
                 raise NotRunning(f"job {job_id} is {state}: only a claimed or running job can be requeued")
         return {"id": job_id, "state": state, "changed": changed}
+
+    def request_cancel_matching(
+        self, now: float, states: Iterable[str] | None = None, user: str | None = None, name: str | None = None
+    ) -> list[int]:
+        """Mark every open job in `states`, of `user`, named `name` (those given) for cancellation,
+        as Slurm's `scancel --state/-u/-n` does: one transaction, an event per job. The ids marked,
+        in order (a job already marked, or finished, is not among them)."""
+        said = ", ".join(
+            part
+            for part in (
+                f"state {'/'.join(states)}" if states else "",
+                f"user {user!r}" if user is not None else "",
+                f"name {name!r}" if name is not None else "",
+            )
+            if part
+        )
+        with self.write() as conn:
+            marked = conn.execute(
+                update(J)
+                .where(
+                    J.c.state.not_in(TERMINAL_JOB_STATES),
+                    J.c.cancel_requested.is_(False),
+                    *_job_filter(states, user, name),
+                )
+                .values(cancel_requested=True, updated_at=now)
+                .returning(J.c.id)
+            )
+            ids = sorted(int(job_id) for job_id in marked.scalars())
+            if ids:
+                conn.execute(
+                    insert(schema.events),
+                    [
+                        {
+                            "at": now,
+                            "kind": "job.cancel_requested",
+                            "job_id": job_id,
+                            "message": f"cancel requested ({said})",
+                        }
+                        for job_id in ids
+                    ],
+                )
+        return ids
 
     def set_priority(self, job_id: int, priority: int, now: float) -> bool:
         """False, changing nothing, for a finished job (whose priority means nothing any more:
@@ -1287,6 +1330,18 @@ class Store:
 def _dated(explanation: dict[str, Any], now: float) -> dict[str, Any]:
     """An explanation as stored: with the time of the pass that made it (`at`)."""
     return {**explanation, "at": now}
+
+
+def _job_filter(states: Iterable[str] | None, user: str | None, name: str | None) -> list[Any]:
+    """The WHERE clauses that pick jobs by state, owner (`JobRequest.user`) and name."""
+    clauses: list[Any] = []
+    if states:
+        clauses.append(J.c.state.in_(list(states)))
+    if user is not None:
+        clauses.append(J.c.spec["user"].as_string() == user)
+    if name is not None:
+        clauses.append(J.c.name == name)
+    return clauses
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
