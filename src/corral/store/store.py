@@ -417,9 +417,8 @@ class Store:
     def request_requeue(self, job_id: int, now: float, hold: bool = False) -> dict[str, Any]:
         """Mark a claimed or running job to be put back in the queue (Slurm's `scontrol requeue`;
         `hold`: and held, `scontrol requeuehold`): the next pass stops its run and queues it again,
-        counting no failure. `changed` is False
-        for a queued job (nothing to requeue) and for one already marked; NotRunning for a finished
-        job (its state is final: submit it again)."""
+        counting no failure. `changed` is False for a queued job (nothing to requeue) and for one
+        already marked; NotRunning for a finished job (its state is final: submit it again)."""
         with self.write() as conn:
             # The state check is in the UPDATE itself, as in request_cancel.
             result = conn.execute(
