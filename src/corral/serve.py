@@ -139,7 +139,9 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         ) from None
     host, port = sock.getsockname()[:2]
     tls = config.server.tls_cert is not None
-    url = f"{'https' if tls else 'http'}://{host}:{port}"
+    # The URL for clients on this machine (the CLI, the loopback cloud's agents): a server on every
+    # interface is reached at 127.0.0.1, an address a certificate can name (0.0.0.0 it cannot).
+    url = f"{'https' if tls else 'http'}://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
 
     loop: LiveLoop
     if config.executor == "slurm":  # Slurm owns the nodes: no cloud, no agents
