@@ -468,12 +468,13 @@ def jobs(
     state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state; repeatable.")] = None,
     user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
     name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many (newest).")] = 1000,
     as_json: JsonFlag = False,
 ) -> None:
     """List jobs with state, node, attempts, exit code and why they wait."""
     params: dict[str, Any] = {"state": state or [], "limit": limit}
-    params.update({key: value for key, value in (("user", user), ("name", name)) if value is not None})
+    params.update({key: value for key, value in (("user", user), ("name", name), ("tag", tag)) if value is not None})
     rows = call("GET", "/api/jobs", params=params)
     if as_json:
         print_json(rows)
@@ -585,13 +586,16 @@ def cancel(
     ] = None,
     user: Annotated[str | None, typer.Option(help="Every open job of this user.")] = None,
     name: Annotated[str | None, typer.Option(help="Every open job of this name.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Every open job with this tag.")] = None,
 ) -> None:
     """Cancel jobs, also while they run: by id, or every open job matching all the filters given
-    (Slurm's scancel --state/--user/--name)."""
-    if not job_ids and not (state or user is not None or name is not None):
-        fail("give job ids, or --state, --user or --name")
-    if state or user is not None or name is not None:
-        result = call("POST", "/api/jobs/cancel", json={"states": state or None, "user": user, "name": name})
+    (Slurm's scancel --state/--user/--name; and a tag)."""
+    filtered = bool(state) or any(value is not None for value in (user, name, tag))
+    if not job_ids and not filtered:
+        fail("give job ids, or --state, --user, --name or --tag")
+    if filtered:
+        body = {"states": state or None, "user": user, "name": name, "tag": tag}
+        result = call("POST", "/api/jobs/cancel", json=body)
         ids = result["ids"]
         sys.stdout.write(f"cancel requested for {len(ids)} job{'' if len(ids) == 1 else 's'}")
         sys.stdout.write(f": {', '.join(map(str, ids))}\n" if ids else "\n")

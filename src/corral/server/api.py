@@ -45,7 +45,7 @@ from corral.server.models import (
     UsageRowOut,
     error_responses,
 )
-from corral.store import NotQueued, NotRunning
+from corral.store import JobFilter, NotQueued, NotRunning
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 422))
 
@@ -125,8 +125,10 @@ def list_jobs(
     limit: int = Query(1000, ge=1, le=100_000),
     user: str | None = Query(None, description="only this user's jobs"),
     name: str | None = Query(None, description="only jobs of this name"),
+    tag: str | None = Query(None, description="only jobs with this tag"),
 ) -> list[JobOut]:
-    rows = runtime.store.list_job_rows([s.value for s in state] if state else None, limit, user, name)
+    states = [s.value for s in state] if state else None
+    rows = runtime.store.list_job_rows(states, limit, JobFilter(user=user, name=name, tag=tag))
     return [job_out(r) for r in rows]
 
 
@@ -134,8 +136,9 @@ def list_jobs(
 def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime) -> CancelMatchingOut:
     """Slurm's `scancel --state/-u/-n`: cancel every open job that matches all the filters given
     (at least one); the ids marked for cancellation."""
-    states = [s.value for s in body.states] if body.states else None
-    ids = runtime.store.request_cancel_matching(time.time(), states, body.user, body.name)
+    states = tuple(s.value for s in body.states or ())
+    picked = JobFilter(states, body.user, body.name, body.tag)
+    ids = runtime.store.request_cancel_matching(time.time(), picked)
     runtime.wake()
     return CancelMatchingOut(ids=ids)
 

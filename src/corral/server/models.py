@@ -66,11 +66,12 @@ class CancelMatchingBody(BaseModel):
     states: list[JobState] | None = Field(None, description="only jobs in these states (queued, claimed, running)")
     user: str | None = Field(None, max_length=200, description="only this user's jobs")
     name: str | None = Field(None, max_length=200, description="only jobs of this name")
+    tag: str | None = Field(None, max_length=200, description="only jobs with this tag")
 
     @model_validator(mode="after")
     def _some_filter(self) -> CancelMatchingBody:
-        if not self.states and self.user is None and self.name is None:
-            raise ValueError("give states, user or name: a cancel that matches every job is not taken")
+        if not self.states and self.user is None and self.name is None and self.tag is None:
+            raise ValueError("give states, user, name or tag: a cancel that matches every job is not taken")
         return self
 
 

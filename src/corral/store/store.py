@@ -16,6 +16,7 @@ writers never deadlock on a job and its attempt.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -23,7 +24,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, and_, bindparam, create_engine, event, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    and_,
+    bindparam,
+    cast,
+    create_engine,
+    event,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
@@ -373,13 +391,14 @@ class Store:
         return dict(row._mapping)
 
     def list_job_rows(
-        self, states: Iterable[str] | None = None, limit: int = 1000, user: str | None = None, name: str | None = None
+        self, states: Iterable[str] | None = None, limit: int = 1000, picked: JobFilter | None = None
     ) -> list[dict[str, Any]]:
         """Job rows as `job_row` gives them, the newest `limit`, oldest first; only those in
-        `states`, of `user`, named `name`, where given."""
-        query = select(J, _LATEST_REF).where(*_job_filter(states, user, name))
-        query = query.order_by(J.c.id.desc()).limit(limit)
+        `states` and those `picked` picks, where given."""
+        picked = dataclasses.replace(picked or JobFilter(), states=tuple(states or ()))
         with self.read() as conn:
+            query = select(J, _LATEST_REF).where(*picked.clauses(conn.dialect.name))
+            query = query.order_by(J.c.id.desc()).limit(limit)
             rows = [dict(r._mapping) for r in conn.execute(query)]
         rows.reverse()
         return rows
@@ -441,28 +460,18 @@ class Store:
                 raise NotRunning(f"job {job_id} is {state}: only a claimed or running job can be requeued")
         return {"id": job_id, "state": state, "changed": changed}
 
-    def request_cancel_matching(
-        self, now: float, states: Iterable[str] | None = None, user: str | None = None, name: str | None = None
-    ) -> list[int]:
-        """Mark every open job in `states`, of `user`, named `name` (those given) for cancellation,
-        as Slurm's `scancel --state/-u/-n` does: one transaction, an event per job. The ids marked,
-        in order (a job already marked, or finished, is not among them)."""
-        said = ", ".join(
-            part
-            for part in (
-                f"state {'/'.join(states)}" if states else "",
-                f"user {user!r}" if user is not None else "",
-                f"name {name!r}" if name is not None else "",
-            )
-            if part
-        )
+    def request_cancel_matching(self, now: float, picked: JobFilter) -> list[int]:
+        """Mark every open job `picked` picks for cancellation, as Slurm's `scancel
+        --state/-u/-n` does: one transaction, an event per job. The ids marked, in order (a job
+        already marked, or finished, is not among them)."""
+        said = picked.describe()
         with self.write() as conn:
             marked = conn.execute(
                 update(J)
                 .where(
                     J.c.state.not_in(TERMINAL_JOB_STATES),
                     J.c.cancel_requested.is_(False),
-                    *_job_filter(states, user, name),
+                    *picked.clauses(conn.dialect.name),
                 )
                 .values(cancel_requested=True, updated_at=now)
                 .returning(J.c.id)
@@ -1331,16 +1340,41 @@ def _dated(explanation: dict[str, Any], now: float) -> dict[str, Any]:
     return {**explanation, "at": now}
 
 
-def _job_filter(states: Iterable[str] | None, user: str | None, name: str | None) -> list[Any]:
-    """The WHERE clauses that pick jobs by state, owner (`JobRequest.user`) and name."""
-    clauses: list[Any] = []
-    if states:
-        clauses.append(J.c.state.in_(list(states)))
-    if user is not None:
-        clauses.append(J.c.spec["user"].as_string() == user)
-    if name is not None:
-        clauses.append(J.c.name == name)
-    return clauses
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing or a filtered cancel picks: each field given narrows it (Slurm's
+    squeue/scancel --state, --user, --name; corral's tags)."""
+
+    states: tuple[str, ...] = ()
+    user: str | None = None  # JobRequest.user
+    name: str | None = None
+    tag: str | None = None  # one of JobRequest.tags
+
+    @property
+    def empty(self) -> bool:
+        return not self.states and self.user is None and self.name is None and self.tag is None
+
+    def describe(self) -> str:
+        parts = [f"state {'/'.join(self.states)}"] if self.states else []
+        parts += [f"{what} {value!r}" for what, value in (("user", self.user), ("name", self.name), ("tag", self.tag))]
+        return ", ".join(part for part in parts if not part.endswith(" None"))
+
+    def clauses(self, dialect: str) -> list[Any]:
+        """The WHERE clauses, for the database `dialect` (tags are a JSON list inside the spec)."""
+        clauses: list[Any] = []
+        if self.states:
+            clauses.append(J.c.state.in_(self.states))
+        if self.user is not None:
+            clauses.append(J.c.spec["user"].as_string() == self.user)
+        if self.name is not None:
+            clauses.append(J.c.name == self.name)
+        if self.tag is not None:
+            if dialect == "postgresql":
+                clauses.append(cast(J.c.spec["tags"], JSONB).contains([self.tag]))
+            else:
+                tags = func.json_each(J.c.spec, "$.tags").table_valued("value")
+                clauses.append(exists(select(literal(1)).select_from(tags).where(tags.c.value == self.tag)))
+        return clauses
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
