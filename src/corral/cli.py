@@ -819,6 +819,7 @@ def status(as_json: JsonFlag = False) -> None:
                 (" (stale: its claims are released)", "red") if dispatcher["stale"] else "",
             ),
         )
+    grid.add_row("store", f"{report['store_id']} (its instances' corral-store tag)")
     console.print(grid)
 
 

@@ -37,9 +37,14 @@ def test_status_shows_jobs_the_longest_wait_the_fleet_bill_back_offs_and_dispatc
     (dispatcher,) = report["dispatchers"]
     assert corral.process is not None and dispatcher["pid"] == corral.process.pid
     assert not dispatcher["stale"]
+    # The store's id, which the fleet's instances carry (corral-store): the same one the store keeps.
+    check = Store(f"sqlite:///{corral.home / 'corral.db'}")
+    assert report["store_id"] == check.store_id() and len(report["store_id"]) == 16
+    check.close()
 
     text = corral.cli("status").stdout
     assert "3 queued, 1 running, 1 held" in text
     assert f"{len(live)} nodes, ${sum(live.values()):.3f}/hour" in text
     assert "medium for 9m" in text and "InsufficientInstanceCapacity" in text
     assert f"pid {dispatcher['pid']}" in text
+    assert f"{report['store_id']} (its instances' corral-store tag)" in text

@@ -294,6 +294,7 @@ def status(runtime: UserRuntime) -> StatusOut:
         dispatchers=[
             DispatcherOut(**row, stale=is_stale(row["last_heartbeat"], now, policy)) for row in store.dispatcher_rows()
         ],
+        store_id=store.store_id(),
     )
 
 

@@ -375,6 +375,7 @@ class StatusOut(BaseModel):
     cost_per_hour: float
     backoffs: list[BackoffOut]  # instance types not tried for now
     dispatchers: list[DispatcherOut]
+    store_id: str = ""  # the store's id, which its instances carry (tag corral-store)
 
 
 class UsageRowOut(BaseModel):

@@ -163,6 +163,7 @@ class Store:
         self.url = url
         self.engine, self.reader = make_engines(url)
         self._jobs: dict[int, Job] = {}  # the open jobs of the last snapshot, by id
+        self._store_id: str | None = None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -1079,7 +1080,9 @@ class Store:
     def store_id(self) -> str:
         """This store's id, made (random) when first asked for; the dispatchers sharing the store
         read the same one. One upsert that keeps a row already there, so two dispatchers asking
-        at once agree."""
+        at once agree; kept once read (it never changes)."""
+        if self._store_id is not None:
+            return self._store_id
         table = schema.store_meta
         with self.write() as conn:
             dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
@@ -1088,7 +1091,8 @@ class Store:
                 .values(name="store_id", value=secrets.token_hex(8))
                 .on_conflict_do_nothing(index_elements=[table.c.name])
             )
-            return str(conn.execute(select(table.c.value).where(table.c.name == "store_id")).scalar_one())
+            self._store_id = str(conn.execute(select(table.c.value).where(table.c.name == "store_id")).scalar_one())
+        return self._store_id
 
     # ---- dispatchers and capacity -------------------------------------------------------------
 
