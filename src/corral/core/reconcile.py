@@ -200,6 +200,19 @@ def plan_pass(
         )
         blocked, dependency_reasons = judged.blocked, judged.reasons
 
+    # Nodes past policy.lifecycle.max_node_age (Karpenter's expireAfter): no new work; shut down once
+    # empty, as a broken node is. Not on a fleet that cannot boot their replacements.
+    max_age = lifecycle_settings.max_node_age
+    expired: set[str] = set()
+    if max_age is not None and settings.boot.max_instances > 0:
+        horizon = now - max_age
+        expired = {
+            node_id
+            for group in (by_state[NodeState.IDLE], by_state[NodeState.BUSY])
+            for node_id, node in group.items()
+            if node.created_at <= horizon and node_id not in down_now
+        }
+
     # Nodes that hold work after this pass's endings, and the schedulable ones that hold none (by
     # id; read only: without endings they are the index's own).
     working: AbstractSet[str]
@@ -245,8 +258,10 @@ def plan_pass(
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).
         schedulable = index.schedulable()
-        if down_now or reserving:
-            schedulable = [n for n in schedulable if n.id not in down_now and n.id not in reserving]
+        if down_now or reserving or expired:
+            schedulable = [
+                n for n in schedulable if n.id not in down_now and n.id not in reserving and n.id not in expired
+            ]
         if snapshot.away and settings.placement.queue.node_down_delay is not None:
             # Down nodes that come back (seed 002 §5.4.5): only backfill's reservations count them.
             down = NodeState.DOWN
@@ -293,10 +308,10 @@ def plan_pass(
     retiring = (
         [
             n
-            for n in index.in_node_order(index.leaving.values())
+            for n in index.in_node_order([*index.leaving.values(), *(nodes[i] for i in expired - index.leaving.keys())])
             if n.id not in working and n.id not in placed_on and n.id not in down_now
         ]
-        if index.leaving
+        if index.leaving or expired
         else []
     )
     retiring_ids = {n.id for n in retiring}
@@ -412,11 +427,16 @@ def plan_pass(
     for node in looked_at:
         has_work = node.id in working or node.id in placed_on
         if retiring_ids and node.id in retiring_ids:
-            # Broken or drained, and empty: down (an event that says why), then shut down by the matrix.
-            why, meaning = lifecycle.leaving(node) or ("", "")
+            # Broken, drained or expired, and empty: down (an event that says why), then shut down by
+            # the matrix, which reads it as the down node it now is.
+            why, meaning = lifecycle.leaving(node) or (
+                f"max_node_age {retry.format_seconds(max_age or 0)}",
+                "older than policy.lifecycle.max_node_age",
+            )
             decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"{why}: {meaning}, no work left on it"))
             heard = silent_ones is not None and node.id not in silent_ones
-            state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard)
+            as_down = dataclasses.replace(node, state=NodeState.DOWN)
+            state = lifecycle.state_tuple(as_down, now, lifecycle_settings, observing, has_work, heard)
             action = lifecycle.decide(state)
             if action is not None:
                 decisions.node_decisions.append(NodeDecision(node.id, action, f"{why}: {lifecycle.describe(state)}"))

@@ -75,6 +75,13 @@ class LifecycleSettings(_Strict):
         300.0, description="with coarse billing, the part at the end of each paid period when shutdown is allowed"
     )
     min_instances: Int = Field(0, ge=0, description="nodes kept up however idle; at most policy.boot.max_instances")
+    max_node_age: Duration | None = Field(
+        None,
+        gt=0,
+        description="Karpenter's expireAfter: a node this old takes no new work, and is shut down once empty (any"
+        " billing window, min_instances notwithstanding) and replaced if the queue needs it; none: never. Only where"
+        " instances can be booted (policy.boot.max_instances > 0)",
+    )
 
 
 class BootSettings(_Strict):

@@ -47,7 +47,7 @@ from corral.workload.model import SimJob, shape_gangs
 PAIR, START, END, FAIL, CANCEL, REPAIR, SCHEDULED_FAIL = range(7)
 # Timer kinds: a policy threshold that may change a pass's answer at that time, if what set the
 # timer still holds then (a node still booting, still idle since the same instant, ...).
-W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START, W_RESERVED = range(7)
+W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START, W_RESERVED, W_EXPIRE = range(8)
 EPS = 1e-6  # "strictly after": a timer that fires when `now - t > limit` is due one grid step past t + limit
 DISPATCHER = "sim"
 
@@ -237,7 +237,7 @@ class Simulation:
         if kind == W_BOOT:
             node = self.nodes.get(ref)
             return node is not None and node.state is NodeState.BOOTING
-        if kind == W_STALE:
+        if kind in (W_STALE, W_EXPIRE):
             return ref in self.nodes
         if kind == W_JOB:
             job = self.jobs.get(ref)
@@ -616,6 +616,9 @@ class Simulation:
         if fails < math.inf and (ready is None or fails > ready):
             self._push(fails, FAIL, node_id)
         self._wake(now + self.policy.lifecycle.boot_grace, W_BOOT, node_id)
+        max_age = self.policy.lifecycle.max_node_age
+        if max_age is not None:
+            self._wake(now + max_age, W_EXPIRE, node_id)  # it leaves service then (the core decides)
 
     def _shutdown(self, node: Node, now: float) -> None:
         self.index.drop_node(node.id)
