@@ -127,8 +127,8 @@ def list_jobs(
     name: str | None = Query(None, description="only jobs of this name"),
     tag: str | None = Query(None, description="only jobs with this tag"),
 ) -> list[JobOut]:
-    states = [s.value for s in state] if state else None
-    rows = runtime.store.list_job_rows(states, limit, JobFilter(user=user, name=name, tag=tag))
+    picked = JobFilter(tuple(s.value for s in state or ()), user, name, tag)
+    rows = runtime.store.list_job_rows(limit=limit, picked=picked)
     return [job_out(r) for r in rows]
 
 

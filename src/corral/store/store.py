@@ -396,7 +396,9 @@ class Store:
     ) -> list[dict[str, Any]]:
         """Job rows as `job_row` gives them, the newest `limit`, oldest first; only those in
         `states` and those `picked` picks, where given."""
-        picked = dataclasses.replace(picked or JobFilter(), states=tuple(states or ()))
+        picked = picked or JobFilter()
+        if states:
+            picked = dataclasses.replace(picked, states=tuple(states))
         with self.read() as conn:
             query = select(J, _LATEST_REF).where(*picked.clauses(conn.dialect.name))
             query = query.order_by(J.c.id.desc()).limit(limit)
@@ -1354,14 +1356,10 @@ class JobFilter:
     name: str | None = None
     tag: str | None = None  # one of JobRequest.tags
 
-    @property
-    def empty(self) -> bool:
-        return not self.states and self.user is None and self.name is None and self.tag is None
-
     def describe(self) -> str:
         parts = [f"state {'/'.join(self.states)}"] if self.states else []
-        parts += [f"{what} {value!r}" for what, value in (("user", self.user), ("name", self.name), ("tag", self.tag))]
-        return ", ".join(part for part in parts if not part.endswith(" None"))
+        named = (("user", self.user), ("name", self.name), ("tag", self.tag))
+        return ", ".join([*parts, *(f"{what} {value!r}" for what, value in named if value is not None)])
 
     def clauses(self, dialect: str) -> list[Any]:
         """The WHERE clauses, for the database `dialect` (tags are a JSON list inside the spec)."""
