@@ -167,3 +167,26 @@ def test_skipping_to_the_newest_event_sends_nothing_of_the_backlog_and_what_foll
     assert [note["event"]["job_id"] for note in posted] == [4]
     (moved,) = store.list_events(kind="notify.moved")
     assert moved["message"] == "the notifier's cursor moved from 0 to 3: events 1-3 are not notified"
+
+
+def test_a_commands_corral_cli_reaches_the_corral_that_runs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CORRAL_HOME is this corral's data directory, and a CORRAL_URL or CORRAL_TOKEN of the shell
+    that started it (another corral's, say) is not handed on."""
+    monkeypatch.setenv("CORRAL_URL", "http://elsewhere.example:8642")
+    monkeypatch.setenv("CORRAL_TOKEN", "not-this-corrals")
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    out = tmp_path / "env.jsonl"
+    rules = Config.model_validate(
+        {"notify": [{"on": ["node."], "command": [sys.executable, "-c", WRITE_ENV, str(out)]}]}
+    )
+    notifier = Notifier(store, rules.notify, lambda: START, home=tmp_path / "home")
+    notifier.after_pass()
+    store.add_event(START, "node.down", "no ping", node_id="n-1")
+    assert notifier.after_pass() == 1
+    wait_for(lambda: out.exists())
+    notifier.close()
+    [seen] = lines(out)
+    assert seen["CORRAL_HOME"] == str(tmp_path / "home") and seen["CORRAL_NODE_ID"] == "n-1"
+    assert "CORRAL_URL" not in seen and "CORRAL_TOKEN" not in seen
+    store.close()

@@ -8,7 +8,9 @@ worker thread, which runs each action with the rule's timeout. The loop never wa
 - A `command` is run without a shell, with the event in environment variables: CORRAL_RULE,
   CORRAL_EVENT_ID, CORRAL_EVENT_TIME, CORRAL_EVENT_KIND, CORRAL_EVENT_MESSAGE, CORRAL_JOB_ID,
   CORRAL_NODE_ID (empty when the event has none), CORRAL_SUPPRESSED, CORRAL_EVENT_COUNT,
-  CORRAL_SUMMARY. A non-zero exit, a timeout or a missing program is a failure.
+  CORRAL_SUMMARY, and CORRAL_HOME set to this corral's data directory (CORRAL_URL and CORRAL_TOKEN
+  removed), so that the corral CLI in a trigger acts on the corral that runs it (`corral node
+  "$CORRAL_NODE_ID" drain=true`). A non-zero exit, a timeout or a missing program is a failure.
 - A `webhook` is POSTed `{"rule", "summary", "suppressed", "count", "event": {...}}` as JSON; a
   connection error, a timeout or a status of 400 or more is a failure.
 - A rule with neither writes the notification to corral's log.
@@ -31,6 +33,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -46,10 +49,19 @@ STOP_GRACE = 10.0
 
 
 class Notifier:
-    def __init__(self, store: Store, rules: list[NotifyRule], clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: Store, rules: list[NotifyRule], clock: Callable[[], float] = time.time, home: Path | None = None
+    ) -> None:
         self.store = store
         self.rules = rules
         self.clock = clock
+        # The environment of a command: this process's, pointed at this corral (`home`, its data
+        # directory), not at whichever the starting shell's CORRAL_URL named.
+        self.base_env = dict(os.environ)
+        if home is not None:
+            for name in ("CORRAL_URL", "CORRAL_TOKEN"):
+                self.base_env.pop(name, None)
+            self.base_env["CORRAL_HOME"] = str(home)
         self._queue: queue.Queue[Notification | None] = queue.Queue(QUEUE_MAX)
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()  # one after_pass at a time (the loop's and the stop's)
@@ -144,7 +156,7 @@ class Notifier:
         try:
             done = subprocess.run(
                 rule.command,
-                env={**os.environ, **environment(note)},
+                env={**self.base_env, **environment(note)},
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=rule.timeout,
