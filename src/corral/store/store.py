@@ -198,6 +198,13 @@ class Store:
     ) -> None:
         conn.execute(insert(schema.events).values(at=now, kind=kind, job_id=job_id, node_id=node_id, message=message))
 
+    @staticmethod
+    def _job_events(conn: Connection, now: float, kind: str, messages: Iterable[tuple[int, str]]) -> None:
+        """One event of `kind` per (job id, message), in one statement: a batch's jobs."""
+        rows = [{"at": now, "kind": kind, "job_id": job_id, "node_id": None, "message": m} for job_id, m in messages]
+        if rows:
+            conn.execute(insert(schema.events), rows)
+
     def add_event(
         self, now: float, kind: str, message: str = "", job_id: int | None = None, node_id: str | None = None
     ) -> None:
@@ -262,8 +269,7 @@ class Store:
         values = {"last_event_id": new_id, "state": state, "updated_at": now}
         with self.write() as conn:
             if old_id is None:
-                dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-                stmt = dialect_insert(table).values(name=name, **values).on_conflict_do_nothing()
+                stmt = _upsert(conn, table).values(name=name, **values).on_conflict_do_nothing()
                 return conn.execute(stmt).rowcount == 1
             stmt2 = update(table).where(table.c.name == name, table.c.last_event_id == old_id).values(**values)
             return conn.execute(stmt2).rowcount == 1
@@ -339,12 +345,8 @@ class Store:
                         for kind, named in dependency.conditions
                     ],
                 )
-            conn.execute(
-                insert(schema.events),
-                [
-                    {"at": now, "kind": "job.queued", "job_id": job_id, "node_id": None, "message": _summary(req)}
-                    for job_id, req in zip(ids, requests, strict=True)
-                ],
+            self._job_events(
+                conn, now, "job.queued", ((job_id, _summary(req)) for job_id, req in zip(ids, requests, strict=True))
             )
         return ids
 
@@ -467,7 +469,6 @@ class Store:
         """Mark every open job `picked` picks for cancellation, as Slurm's `scancel
         --state/-u/-n` does: one transaction, an event per job. The ids marked, in order (a job
         already marked, or finished, is not among them)."""
-        said = picked.describe()
         with self.write() as conn:
             marked = conn.execute(
                 update(J)
@@ -480,19 +481,8 @@ class Store:
                 .returning(J.c.id)
             )
             ids = sorted(int(job_id) for job_id in marked.scalars())
-            if ids:
-                conn.execute(
-                    insert(schema.events),
-                    [
-                        {
-                            "at": now,
-                            "kind": "job.cancel_requested",
-                            "job_id": job_id,
-                            "message": f"cancel requested ({said})",
-                        }
-                        for job_id in ids
-                    ],
-                )
+            message = f"cancel requested ({picked.describe()})"
+            self._job_events(conn, now, "job.cancel_requested", ((job_id, message) for job_id in ids))
         return ids
 
     def set_priority(self, job_id: int, priority: int, now: float) -> bool:
@@ -590,20 +580,9 @@ class Store:
                     )
                 )
             reasons = {n.job_id: n.wait_reason for n in notes}
-            if newly_unplaceable:
-                conn.execute(
-                    insert(schema.events),
-                    [
-                        {
-                            "at": now,
-                            "kind": "job.unplaceable",
-                            "job_id": job_id,
-                            "node_id": None,
-                            "message": reasons[job_id],
-                        }
-                        for job_id in sorted(newly_unplaceable)
-                    ],
-                )
+            self._job_events(
+                conn, now, "job.unplaceable", ((job_id, reasons[job_id]) for job_id in sorted(newly_unplaceable))
+            )
 
     def set_explanation(self, job_id: int, explanation: dict[str, Any], now: float) -> None:
         with self.write() as conn:
@@ -1087,9 +1066,8 @@ class Store:
             return self._store_id
         table = schema.store_meta
         with self.write() as conn:
-            dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
             conn.execute(
-                dialect_insert(table)
+                _upsert(conn, table)
                 .values(name="store_id", value=secrets.token_hex(8))
                 .on_conflict_do_nothing(index_elements=[table.c.name])
             )
@@ -1132,8 +1110,7 @@ class Store:
         primary key."""
         table = schema.unavailable_types
         with self.write() as conn:
-            dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-            stmt = dialect_insert(table).values(instance_type=instance_type, until=until, reason=reason)
+            stmt = _upsert(conn, table).values(instance_type=instance_type, until=until, reason=reason)
             written = conn.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[table.c.instance_type],
@@ -1377,6 +1354,12 @@ class JobFilter:
                 tags = func.json_each(J.c.spec, "$.tags").table_valued("value")
                 clauses.append(exists(select(literal(1)).select_from(tags).where(tags.c.value == self.tag)))
         return clauses
+
+
+def _upsert(conn: Connection, table: Any) -> Any:
+    """An INSERT into `table` in the connection's dialect, which has ON CONFLICT (PostgreSQL's or
+    SQLite's)."""
+    return (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
