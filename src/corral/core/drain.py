@@ -9,14 +9,18 @@ Set as the node attribute `drain` (`corral node N drain=true`, or `PATCH /api/no
   `on_node_failure` (requeue, cancel or hold) decides what becomes of it;
 - `false` (or no/off/0, or `--unset drain`) before it is empty: back in service (Slurm's RESUME).
 
-A leaf module, as `corral.core.categories` is: the snapshot index reads it, and the placement
-package reads the spellings of yes and no from it.
+`leaving` says why a node leaves service once empty: a drain, or a seed-002 failure category.
+
+A leaf module beside `corral.core.categories`: the snapshot index and the lifecycle read it, and
+the placement package reads the spellings of yes and no from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+
+from corral.core import categories
 
 DRAIN = "drain"
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -49,3 +53,18 @@ def requested(attributes: Mapping[str, str | list[str]]) -> Drain | None:
     if text.strip().lower() == Drain.NOW:
         return Drain.NOW
     return Drain.WHEN_EMPTY if flag(text) else None
+
+
+def leaving(attributes: Mapping[str, str | list[str]]) -> tuple[str, str] | None:
+    """Why a node with these attributes leaves service once empty, as (what was set, what it
+    means): a seed-002 failure category (it outranks a maintenance category given with it), or an
+    operator's drain (it outranks a hold). None: it stays."""
+    if not attributes:
+        return None
+    failures = categories.failures(attributes)
+    if failures:
+        return ", ".join(failures), "broken"
+    asked = requested(attributes)
+    if asked is not None:
+        return f"{DRAIN}={asked.value}", "drained by an operator"
+    return None

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Generic, TypeVar
 
-from corral.core import categories, drain
+from corral.core import drain
 from corral.core.model import Attempt, AttemptState, Job, JobState, Node, NodeState
 from corral.core.snapshot import Snapshot
 
@@ -127,7 +127,7 @@ class SnapshotIndex:
         self.busy_unworked: dict[str, Node] = {}  # of those, the ones marked busy
         self.idle_working: dict[str, Node] = {}  # nodes marked idle that an active attempt holds
         self.orphaned: set[str] = set()  # ids in `work` of nodes not (or no longer) filed
-        # Idle or busy nodes that leave service once empty (corral.core.lifecycle.leaving: a
+        # Idle or busy nodes that leave service once empty (corral.core.drain.leaving: a
         # seed-002 failure category or an operator's drain): a pass looks at them whatever their
         # state, to shut them down once empty (or at once, drained `now`).
         self.leaving: dict[str, Node] = {}
@@ -301,9 +301,7 @@ class SnapshotIndex:
         self._filed_state[node_id] = node.state
         if schedulable or (filed is not None and filed in SCHEDULABLE):
             self._file_schedulable(node_id, node if schedulable else None)
-        attributes = node.attributes
-        leaves = bool(attributes) and (bool(categories.failures(attributes)) or drain.requested(attributes) is not None)
-        _place(self.leaving, node_id, node, schedulable and leaves)
+        _place(self.leaving, node_id, node, schedulable and drain.leaving(node.attributes) is not None)
         self._classify(node_id)
         measured = (node.used, node.used_at)
         if self._measured.get(node_id) != measured:

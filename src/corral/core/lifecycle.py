@@ -85,7 +85,7 @@ def worker_state(
         return WorkerState.DOWN
     if not heard and ping_is_stale(node, now, settings, observing_since):
         return WorkerState.DOWN
-    if node.attributes and leaving(node) is not None:
+    if node.attributes and drain.leaving(node.attributes) is not None:
         # Broken (seed 004) or drained by an operator: out of service, shut down (and, if the
         # queue needs one, replaced) once its work has ended, or at once when drained `now`.
         if has_work and drain.requested(node.attributes) is not drain.Drain.NOW:
@@ -105,19 +105,6 @@ def in_maintenance(node: Node) -> bool:
     operator hold (`held: true`) or a seed-002 maintenance category (corral.core.categories)."""
     attributes = node.attributes
     return attr.truthy(attributes, attr.HELD) is True or categories.maintenance(attributes)
-
-
-def leaving(node: Node) -> tuple[str, str] | None:
-    """Why the node leaves service once empty, as (what was set, what it means): a seed-002
-    failure category (corral.core.categories; it outranks a maintenance category given with it),
-    or an operator's drain (corral.core.drain; it outranks a hold). None: it stays."""
-    failures = categories.failures(node.attributes)
-    if failures:
-        return ", ".join(failures), "broken"
-    asked = drain.requested(node.attributes)
-    if asked is not None:
-        return f"{drain.DRAIN}={asked.value}", "drained by an operator"
-    return None
 
 
 def ping_is_stale(node: Node, now: float, settings: LifecycleSettings, observing_since: float) -> bool:

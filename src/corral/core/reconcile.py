@@ -124,9 +124,9 @@ def plan_pass(
     # Drained `now` by an operator (Slurm's POWER_DOWN_FORCE, Arvados' kill): down at once, and
     # what runs there is lost as on a failed node.
     killed: dict[str, str] = {}  # node id -> how its work was lost
-    drained_now = f"{drain.DRAIN}={drain.Drain.NOW.value}"
     for node in index.in_node_order(index.leaving.values()) if index.leaving else ():
         if node.id not in down_now and drain.requested(node.attributes) is drain.Drain.NOW:
+            drained_now = f"{drain.DRAIN}={drain.Drain.NOW.value}"
             down_now.add(node.id)
             killed[node.id] = f"node {node.id} shut down by an operator ({drained_now})"
             decisions.node_marks.append(NodeMark(node.id, NodeState.DOWN, f"{drained_now}: shut down by an operator"))
@@ -302,7 +302,7 @@ def plan_pass(
         else []
     )
     # Broken or drained cloud instances (a seed-002 failure category or an operator's drain,
-    # corral.core.lifecycle.leaving) that hold no work after this pass: the lifecycle matrix reads
+    # corral.core.drain.leaving) that hold no work after this pass: the lifecycle matrix reads
     # them down and shuts them down below, so they count for no gang and no longer against
     # max_instances: a replacement boots in this pass.
     retiring = (
@@ -429,7 +429,7 @@ def plan_pass(
         if retiring_ids and node.id in retiring_ids:
             # Broken, drained or expired, and empty: down (an event that says why), then shut down by
             # the matrix, which reads it as the down node it now is.
-            why, meaning = lifecycle.leaving(node) or (
+            why, meaning = drain.leaving(node.attributes) or (
                 f"max_node_age {retry.format_seconds(max_age or 0)}",
                 "older than policy.lifecycle.max_node_age",
             )
