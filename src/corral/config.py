@@ -102,8 +102,10 @@ class ServerConfig(_Strict):
 
     @property
     def ca_file(self) -> Path | None:
-        """What clients verify the server with (None: it speaks plain HTTP)."""
-        return self.tls_ca or self.tls_cert
+        """What clients verify the server with (None: it speaks plain HTTP), as an absolute path:
+        they run in other directories (the CLI, an agent in its own)."""
+        given = self.tls_ca or self.tls_cert
+        return given.resolve() if given else None
 
 
 class StoreConfig(_Strict):

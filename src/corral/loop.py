@@ -185,11 +185,11 @@ class ControlLoop(LiveLoop):
         """The instances of this store's dispatchers (and untagged ones, from before instances
         carried their store). Another store's, under the same `cloud.cluster`, are left alone: they
         are no orphans of this one. Each is recorded once (event `cloud.foreign`)."""
-        own = [inst for inst in instances if inst.store_id in (None, self.store_id)]
-        if len(own) == len(instances):
-            return instances
+        own: list[CloudInstance] = []
         for inst in instances:
-            if inst.store_id not in (None, self.store_id) and inst.id not in self._foreign:
+            if inst.store_id in (None, self.store_id):
+                own.append(inst)
+            elif inst.id not in self._foreign:
                 self._foreign.add(inst.id)
                 message = (
                     f"instance {inst.id} carries cloud.cluster {self.config.cloud.cluster!r} but was booted by "

@@ -68,13 +68,8 @@ def make_cloud(config: Config, server_url: str) -> CloudDriver:
     if config.cloud.driver == "loopback":
         from corral.cloud.loopback import LoopbackCloud
 
-        ca_file = config.server.ca_file
         return LoopbackCloud(
-            config.home,
-            server_url,
-            config.cloud.cluster,
-            config.cloud.ping_interval,
-            ca_file.resolve() if ca_file else None,  # (an agent runs in a directory of its own)
+            config.home, server_url, config.cloud.cluster, config.cloud.ping_interval, config.server.ca_file
         )
     if config.cloud.driver == "ec2":
         from corral.cloud.base import CloudError
@@ -160,10 +155,8 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     app = create_app(runtime)
     info = home / "server.json"
     ca_file = config.server.ca_file
-    # The CLI verifies the server with `ca` (an absolute path: it may run from another directory).
-    info.write_text(
-        json.dumps({"url": url, "pid": os.getpid(), **({"ca": str(ca_file.resolve())} if ca_file else {})}) + "\n"
-    )
+    # The CLI verifies the server with `ca`.
+    info.write_text(json.dumps({"url": url, "pid": os.getpid(), **({"ca": str(ca_file)} if ca_file else {})}) + "\n")
 
     def forget_address() -> None:
         try:

@@ -350,12 +350,12 @@ class Simulation:
         """Whether the next tick's pass could decide something new although no event comes: after
         a drain (the shutdown follows), a shutdown or a job's end (room or budget freed), a boot
         that failed or hit the per-pass limit, boots while work is queued (the planner then sees
-        booting instances where it planned new ones), when the placer says a waiting job may
-        fit after what it placed (`Decisions.revisit`), or when a job some dependency names was
-        placed (it starts at once without a start latency, and `after:` waits for a start). Anything
-        else changes nothing the pass
-        reads: a waiting job still finds no room, and only waits longer (until the clock moves
-        backfill's reservation: `Decisions.revisit_from`, which `run` waits for)."""
+        booting instances where it planned new ones), when the placer says a waiting job may fit
+        after what it placed (`Decisions.revisit`), or when a job some dependency names was placed
+        (it starts at once without a start latency, and `after:` waits for a start). Anything else
+        changes nothing the pass reads: a waiting job still finds no room, and only waits longer
+        (until the clock moves backfill's reservation: `Decisions.revisit_from`, which `run` waits
+        for)."""
         trouble, self._boot_trouble = self._boot_trouble, False
         return bool(
             decisions.job_outcomes
