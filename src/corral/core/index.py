@@ -301,7 +301,9 @@ class SnapshotIndex:
         self._filed_state[node_id] = node.state
         if schedulable or (filed is not None and filed in SCHEDULABLE):
             self._file_schedulable(node_id, node if schedulable else None)
-        _place(self.leaving, node_id, node, schedulable and drain.leaving(node.attributes) is not None)
+        # (Most nodes have no attributes: no call for them, on the simulator's hot path.)
+        leaves = schedulable and bool(node.attributes) and drain.leaving(node.attributes) is not None
+        _place(self.leaving, node_id, node, leaves)
         self._classify(node_id)
         measured = (node.used, node.used_at)
         if self._measured.get(node_id) != measured:
