@@ -1,7 +1,7 @@
 """Simulator benchmark: replay a workload through corral's reconcile pass in both fleet modes.
 
     .venv/bin/python bench/simulate.py [WORKLOAD] [--jobs N] [--modes elastic,fixed] [--fixed TYPE:COUNT]
-        [--trace JOBS:INTERARRIVAL] [--quality] [--no-cost-gate]
+        [--trace JOBS:INTERARRIVAL] [--quality] [--no-cost-gate] [--order priority|submit|fairshare]
 
 Without WORKLOAD it generates (deterministically, in-process) a 100,000-job SWF trace with the
 statistics of a parallel-machine log (corral.workload.synth) and an arrival rate at which the elastic
@@ -101,8 +101,17 @@ def config(mode: str, *, hourly: bool = False, fixed_nodes: list[tuple[str, int]
     )
 
 
-def variant_config(mode: str, variant: str = "") -> Config:
-    """The config of a run: `variant` is "", "hourly", "no-cost-gate" or "fixed:TYPE:COUNT"."""
+def variant_config(mode: str, variant: str = "", order: str = "") -> Config:
+    """The config of a run: `variant` is "", "hourly", "no-cost-gate" or "fixed:TYPE:COUNT"; `order`
+    the queue's order (default: the placement settings')."""
+    cfg = _variant_config(mode, variant)
+    if order:
+        placement = cfg.policy.placement
+        placement.queue = placement.queue.model_copy(update={"order": order})  # (argparse's choices checked it)
+    return cfg
+
+
+def _variant_config(mode: str, variant: str) -> Config:
     if variant == "hourly":
         return config(mode, hourly=True)
     if variant == "no-cost-gate":
@@ -119,11 +128,11 @@ def write_trace(path: Path, trace: SynthParams) -> None:
     path.write_text(to_swf(generate(trace), trace))
 
 
-def run_child(mode: str, workload: Path, limit: int | None, variant: str) -> dict[str, Any]:
+def run_child(mode: str, workload: Path, limit: int | None, variant: str, order: str = "") -> dict[str, Any]:
     jobs = read_workload(workload).jobs
     if limit is not None:
         jobs = jobs[:limit]
-    cfg = variant_config(mode, variant)
+    cfg = variant_config(mode, variant, order)
     started = time.perf_counter()
     sim = Simulation(jobs, cfg).run()
     wall = time.perf_counter() - started
@@ -162,8 +171,8 @@ def peak_vcpus(sim: Simulation) -> float:
     return peak
 
 
-def in_child(mode: str, workload: Path, limit: int | None, variant: str = "") -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", mode, str(workload), "--variant", variant]
+def in_child(mode: str, workload: Path, limit: int | None, variant: str = "", order: str = "") -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", mode, str(workload), "--variant", variant, "--order", order]
     if limit is not None:
         command += ["--jobs", str(limit)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -194,10 +203,16 @@ def main() -> None:
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--order",
+        default="",
+        choices=["", "priority", "submit", "fairshare"],
+        help="the queue's order in the runs (default: the placement settings', priority)",
+    )
     args = parser.parse_args()
 
     if args.child:
-        print(json.dumps(run_child(args.child, args.workload, args.jobs, args.variant)))
+        print(json.dumps(run_child(args.child, args.workload, args.jobs, args.variant, args.order)))
         return
     trace = TRACE
     if args.trace:
@@ -216,7 +231,7 @@ def main() -> None:
         fixed = f"fixed:{args.fixed}" if args.fixed else ""
         name = workload.name if args.workload is not None else f"generated {trace}"
         elastic = "no-cost-gate" if args.no_cost_gate else ""
-        figures = bench(workload, name, args.jobs, args.modes.split(","), args.quality, fixed, elastic)
+        figures = bench(workload, name, args.jobs, args.modes.split(","), args.quality, fixed, elastic, args.order)
     print(json.dumps(figures))
 
 
@@ -228,15 +243,16 @@ def bench(
     quality: bool,
     fixed: str = "",
     elastic: str = "",
+    order: str = "",
 ) -> dict[str, Any]:
-    print(f"workload: {name}")
+    print(f"workload: {name}" + (f"; queue order: {order}" if order else ""))
     print("one core; jobs/s = simulated jobs per wall-clock second of the simulation (reading excluded)")
     header = f"{'mode':<8} {'jobs':>8} {'wall s':>8} {'jobs/s':>8} {'target':>8} {'peak MiB':>9} {'passes':>9}"
     header += f" {'peak fleet':>10} {'mean wait':>10} {'cost $':>11} {'cost/packing':>12}  placer"
     print(header, flush=True)
     runs: dict[str, dict[str, Any]] = {}
     for mode in modes:
-        r = runs[mode] = in_child(mode, workload, limit, fixed if mode == "fixed" else elastic)
+        r = runs[mode] = in_child(mode, workload, limit, fixed if mode == "fixed" else elastic, order)
         print(
             f"{mode:<8} {r['jobs']:>8,} {r['wall_seconds']:>8.1f} {r['jobs_per_second']:>8,.0f}"
             f" {TARGETS.get(mode, 0):>8,.0f} {r['peak_rss_mib']:>9,.0f} {r['passes']:>9,} {r['peak_fleet']:>10,}"
@@ -267,6 +283,8 @@ def bench(
                 "passes",
                 "peak_fleet",
                 "wait_mean_s",
+                "user_wait_median_s",
+                "user_wait_max_s",
                 "cost_usd",
                 "cost_over_packing_bound",
                 "us_per_pass",

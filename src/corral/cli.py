@@ -898,6 +898,45 @@ def _moment(option: str, value: str, now: float) -> float:
         fail(f"{option}: {value!r} is neither a time ago (e.g. 7d, 12h) nor an ISO 8601 time (e.g. 2026-11-01)")
 
 
+@app.command("share")
+def share(as_json: JsonFlag = False) -> None:
+    """Each user's fair-share standing (Slurm's sshare): shares, decayed usage, the factor.
+
+    With policy.placement.queue.order = "fairshare", queued jobs of one priority go in this order:
+    the users who used least for their shares first. Usage is what their runs held (vCPUs by
+    default), halved every half-life, as of the last calc time."""
+    report = call("GET", "/api/share")
+    if as_json:
+        print_json(report)
+        return
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("user", "shares", "norm shares", "usage (h)", "norm usage", "factor", "queued", "running"):
+        table.add_column(column, justify="left" if column == "user" else "right")
+    for row in report["rows"]:
+        table.add_row(
+            row["user"] or "(no user)",
+            f"{row['shares']:g}",
+            f"{row['norm_shares']:.3f}",
+            f"{row['usage'] / 3600:,.1f}",
+            f"{row['norm_usage']:.3f}",
+            f"{row['factor']:.3f}",
+            f"{row['queued']:,}",
+            f"{row['running']:,}",
+        )
+    if report["rows"]:
+        console.print(table)
+    else:
+        console.print("no user has run or queued a job")
+    note = (
+        "the queue is in this order within each priority"
+        if report["order"] == "fairshare"
+        else f'queue.order is "{report["order"]}": this standing does not order the queue'
+    )
+    console.print(
+        f"usage as of {when(report['calc_time'])}, half-life {ago(report['half_life'])}; {note}", highlight=False
+    )
+
+
 @app.command("node")
 def show_node(
     node_id: str,

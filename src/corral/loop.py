@@ -27,7 +27,7 @@ from corral.cloud.base import (
     QuotaExceeded,
 )
 from corral.config import Config
-from corral.core import capacity
+from corral.core import capacity, fairshare
 from corral.core.model import NodeState
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, plan_pass
@@ -85,6 +85,25 @@ class LiveLoop:
         self.observing_since = clock()
         self._serial = threading.Lock()  # a pass and the fleet's shutdown never overlap
         self.stopped = False
+        self._ledger: fairshare.UsageLedger | None = None  # fair share's, read at the first pass
+
+    def fill_usage(self, snapshot: Snapshot, now: float) -> None:
+        """Puts in the snapshot each user's fair-share usage as of the last calc time, brought up to
+        it from the store's runs (read since FORGOTTEN_AFTER_HALF_LIVES half-lives back at the first
+        pass, then since the previous calc time): the usage a fair-share queue is ordered by."""
+        queue = self.config.policy.placement.queue
+        if queue.order != "fairshare":
+            return
+        settings = queue.fairshare
+        calc_time = fairshare.calc_time(now, settings)
+        ledger = self._ledger
+        if ledger is None:
+            ledger = fairshare.UsageLedger(calc_time - fairshare.FORGOTTEN_AFTER_HALF_LIVES * settings.half_life)
+        if calc_time > ledger.as_of:
+            spans = self.store.attempt_spans(ledger.as_of, calc_time)
+            ledger = fairshare.advance(ledger, spans, calc_time, settings)
+        self._ledger = ledger
+        snapshot.fairshare_usage = ledger.usage
 
     def run_pass(self) -> PassReport:
         # One at a time with shutdown_fleet: a stop that ran beside a pass would miss the instances
@@ -146,6 +165,7 @@ class ControlLoop(LiveLoop):
             self.dispatcher_id, list(self.instance_types.values()), self.observing_since
         )
         now = self.clock()
+        self.fill_usage(snapshot, now)
         decisions = decide(snapshot, now, self.config, self.placer, self.planner)
         report = PassReport(decisions)
         self.execute(decisions, snapshot, now, report)

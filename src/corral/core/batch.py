@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from corral.core import dependency, retry
+from corral.core import dependency, fairshare, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, Job, JobState
@@ -344,7 +344,11 @@ def plan_batch_pass(
         blocked, reasons = judged.blocked, judged.reasons
 
     # 6. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm.
-    for job in index.in_queue_order():
+    queue = index.in_queue_order()
+    queue_settings = settings.placement.queue
+    if queue_settings.order == "fairshare":
+        queue = fairshare.ordered(queue, snapshot.fairshare_usage, queue_settings.fairshare)
+    for job in queue:
         if job.id in ended:
             continue
         if job.id in blocked:

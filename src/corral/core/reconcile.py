@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import dependency, drain, lifecycle, retry
+from corral.core import dependency, drain, fairshare, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.model import Job, JobState, Node, NodeState, Resources
@@ -250,6 +250,9 @@ def plan_pass(
         else []
     )
     queue = index.in_queue_order()
+    queue_settings = settings.placement.queue
+    if queue_settings.order == "fairshare":
+        queue = fairshare.ordered(queue, snapshot.fairshare_usage, queue_settings.fairshare)
     seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
     if ended or not_yet or blocked:
         left_out = ended.union(job.id for job in not_yet).union(blocked)

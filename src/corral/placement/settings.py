@@ -86,12 +86,62 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+FAIRSHARE_WEIGHT_NAMES = ("cpu", "ram", "gpu", "scratch")
+
+
+class FairShareSettings(_Strict):
+    """Slurm's fair-share factor (priority/multifactor, classic): used by queue.order = 'fairshare'.
+    See corral.core.fairshare."""
+
+    half_life: Duration = Field(7 * 86400.0, gt=0, description="PriorityDecayHalfLife: usage this long ago counts half")
+    calc_period: Duration = Field(
+        300.0,
+        gt=0,
+        description="PriorityCalcPeriod: usage is brought up to date, and the order can change, at each multiple"
+        " of this on the clock",
+    )
+    shares: dict[str, Float] = Field(
+        default_factory=dict,
+        description="per user: their shares (sacctmgr's Fairshare=); a user with twice the shares may use twice"
+        " as much before their jobs go behind another's",
+    )
+    default_shares: Float = Field(1.0, gt=0, description="the shares of a user not in `shares`")
+    weights: dict[str, Float] = Field(
+        default_factory=lambda: {"cpu": 1.0},
+        description="TRESBillingWeights: what a second of a run costs its user, per vCPU (cpu), GiB of RAM (ram),"
+        " GPU (gpu) and GiB of scratch (scratch), times its nodes",
+    )
+
+    @field_validator("shares")
+    @classmethod
+    def _shares_positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for user, shares in value.items():
+            if not shares > 0:
+                raise ValueError(f"shares of {user!r} must be more than 0, not {shares}")
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _known_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, weight in value.items():
+            if name not in FAIRSHARE_WEIGHT_NAMES:
+                raise ValueError(f"unknown weight {name!r}: one of {', '.join(FAIRSHARE_WEIGHT_NAMES)}")
+            if weight < 0:
+                raise ValueError(f"weight {name!r} must not be negative, not {weight}")
+        if not any(value.values()):
+            raise ValueError("at least one weight must be more than 0, or no run costs anything")
+        return value
+
+
 class QueueSettings(_Strict):
     """Which job gets free room when capacity is bounded."""
 
-    order: Literal["priority", "submit"] = Field(
-        "priority", description="priority then submit time, or submit time alone"
+    order: Literal["priority", "submit", "fairshare"] = Field(
+        "priority",
+        description="priority then submit time; submit time alone; or fairshare: priority, then the users who"
+        " used least for their shares (see fairshare), then submit time",
     )
+    fairshare: FairShareSettings = Field(default_factory=FairShareSettings)
     backfill: Literal["easy", "strict-fifo", "none"] = Field(
         "easy",
         description=(

@@ -3,12 +3,13 @@ notify."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
-from corral.core import accounting
+from corral.core import accounting, fairshare
 from corral.core.dispatchers import is_stale
 from corral.core.model import JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, rule_names
@@ -37,6 +38,8 @@ from corral.server.models import (
     QuietOut,
     RequeueBody,
     ResourcesOut,
+    ShareOut,
+    ShareRowOut,
     StatusOut,
     SubmitBody,
     SubmitResult,
@@ -326,6 +329,28 @@ def usage(
         rows=[UsageRowOut.model_validate(row, from_attributes=True) for row in report.rows[:limit]],
         types=[TypeUsageOut.model_validate(kind, from_attributes=True) for kind in report.types],
     )
+
+
+@router.get("/share")
+def share(runtime: UserRuntime) -> ShareOut:
+    """Each user's fair-share standing (Slurm's sshare), from the runs of the last
+    FORGOTTEN_AFTER_HALF_LIVES half-lives up to the last calc time: the usage a fair-share queue is
+    ordered by. Users with usage, with shares set, or with open jobs."""
+    queue = runtime.config.policy.placement.queue
+    settings = queue.fairshare
+    calc_time = fairshare.calc_time(time.time(), settings)
+    since = calc_time - fairshare.FORGOTTEN_AFTER_HALF_LIVES * settings.half_life
+    spans = runtime.store.attempt_spans(since, calc_time)
+    usage = fairshare.advance(fairshare.UsageLedger(since), spans, calc_time, settings).usage
+    open_jobs = runtime.store.open_jobs_by_user()
+    rows = []
+    for row in fairshare.standing(open_jobs, usage, settings):
+        counts = open_jobs.get(row.user, {})
+        running = counts.get(JobState.CLAIMED.value, 0) + counts.get(JobState.RUNNING.value, 0)
+        rows.append(
+            ShareRowOut(**dataclasses.asdict(row), queued=counts.get(JobState.QUEUED.value, 0), running=running)
+        )
+    return ShareOut(order=queue.order, half_life=settings.half_life, calc_time=calc_time, rows=rows)
 
 
 @router.get("/notify")

@@ -378,6 +378,28 @@ class StatusOut(BaseModel):
     store_id: str = ""  # the store's id, which its instances carry (tag corral-store)
 
 
+class ShareRowOut(BaseModel):
+    """One user's fair-share standing (Slurm's sshare)."""
+
+    user: str
+    shares: float
+    norm_shares: float  # of all the listed users' shares
+    usage: float  # decayed billing-rate seconds (vCPU-seconds with the default weights)
+    norm_usage: float  # of all the listed users' usage
+    factor: float  # Slurm's classic fair-share factor 2^-(norm_usage / norm_shares)
+    queued: int
+    running: int  # claimed or running
+
+
+class ShareOut(BaseModel):
+    """`corral share`: each user's standing, the most deserving first, as of the last calc time."""
+
+    order: str  # policy.placement.queue.order: the standing orders the queue only under "fairshare"
+    half_life: float
+    calc_time: float  # usage is brought up to date at this time (a multiple of calc_period)
+    rows: list[ShareRowOut]
+
+
 class UsageRowOut(BaseModel):
     key: str  # the user, tag or job id
     jobs: int

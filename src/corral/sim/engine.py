@@ -22,7 +22,7 @@ import dataclasses
 import heapq
 import math
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -30,7 +30,8 @@ from typing import Any
 from corral.cloud.base import InsufficientCapacity
 from corral.cloud.sim import SimCloud
 from corral.config import Config
-from corral.core import capacity, retry
+from corral.core import capacity, fairshare, retry
+from corral.core.accounting import AttemptSpan
 from corral.core.dependency import DEPENDENCY, NEVER_SATISFIED
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState, Resources
@@ -172,6 +173,12 @@ class Simulation:
         self.queued = 0  # jobs in QUEUED state
         self._boot_trouble = False  # a boot of this pass failed or was skipped
         self.revisit_from = math.inf  # the last pass's Decisions.revisit_from
+        # Fair share (queue.order = "fairshare"): the ledger as of the last calc time, and the runs
+        # that ended since with some of their time not counted yet (corral.core.fairshare).
+        queue = self.policy.placement.queue
+        self.fairshare = queue.fairshare if queue.order == "fairshare" else None
+        self.ledger = fairshare.UsageLedger(-math.inf)
+        self.ended_spans: list[AttemptSpan] = []
 
         self.records: dict[int, JobRecord] = {}
         self.ended_run: dict[int, float] = {}  # job id -> time its recorded run ended (for waits)
@@ -286,7 +293,13 @@ class Simulation:
             sliding = self.revisit_from if self.queued else math.inf
             # A running job passing its time limit (and grace): the core ends it then.
             limit = next_time_limit_end(self.index, self.policy)
-            due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again, sliding, limit)
+            # Fair share's usage, and so the queue's order, moves on at each calc time.
+            recalc = (
+                fairshare.calc_time(last_pass, self.fairshare) + self.fairshare.calc_period
+                if self.fairshare is not None and self.queued and last_pass > -math.inf
+                else math.inf
+            )
+            due = min(arrival, events[0][0] if events else math.inf, self._next_timer(), again, sliding, limit, recalc)
             if due == math.inf:
                 break
             at = self._grid(due)
@@ -406,6 +419,7 @@ class Simulation:
             index=self.index,
             away=list(self.away.values()) if self.away else (),
             finished=dict(self.finished) if leaves else self.finished,
+            fairshare_usage=self._usage(now) if self.fairshare is not None else {},
         )
         if self.check_index:
             self._check_index(snapshot, now)
@@ -543,8 +557,32 @@ class Simulation:
         self.records[job.id] = JobRecord(outcome.state, spec.submit, run, wait)
         self.last_finish = max(self.last_finish, now)
 
+    def _usage(self, now: float) -> Mapping[str, float]:
+        """Each user's fair-share usage as of the last calc time, as the live loop brings it up to
+        date from the store's runs (`LiveLoop.fill_usage`)."""
+        settings = self.fairshare
+        assert settings is not None
+        calc_time = fairshare.calc_time(now, settings)
+        if calc_time > self.ledger.as_of:
+            spans = [
+                *self.ended_spans,
+                *(self._span(a, None) for a in self.attempts.values() if a.started_at is not None),
+            ]
+            self.ledger = fairshare.advance(self.ledger, spans, calc_time, settings)
+            self.ended_spans = fairshare.still_counting(self.ended_spans, calc_time)
+        return self.ledger.usage
+
+    def _span(self, attempt: Attempt, finished_at: float | None) -> AttemptSpan:
+        assert attempt.started_at is not None
+        user = self.spec_of[attempt.job_id].user
+        return AttemptSpan(
+            attempt.job_id, user, (), (), attempt.resources, attempt.started_at, finished_at, len(attempt.node_ids)
+        )
+
     def _end_attempt(self, attempt: Attempt, now: float) -> None:
         attempt.finished_at = now
+        if self.fairshare is not None and attempt.started_at is not None:
+            self.ended_spans.append(self._span(attempt, now))
         self.index.drop_attempt(attempt.id)
         self.doomed.discard(attempt.id)
         if attempt.started_at is not None:

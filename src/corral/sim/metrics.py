@@ -3,6 +3,9 @@
 Definitions (docs/simulator.md):
 - wait: response time less the recorded run time, for every job whose recorded run ended (it
   includes time lost to retries); mean, median, p95.
+- per user: each user's mean wait (a workload's user field; jobs without one are one user, ""); the
+  median over users, and the worst, say how the typical and the worst-served user fare, however
+  many jobs each submits (fair share, queue.order = "fairshare", is for them).
 - bounded slowdown: max(1, (wait + run) / max(run, 10 s)); plain slowdown: (wait + run) / run.
 - cost: every instance billed from creation to shutdown, rounded up to its type's billing
   granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan.
@@ -57,6 +60,9 @@ class SimResult:
     passes: int
     per_job_bound: float
     packing_bound: float
+    users: int = 0  # distinct users among the jobs whose run ended
+    user_wait_median: float = float("nan")  # the median over users of each one's mean wait
+    user_wait_max: float = float("nan")  # the worst user's mean wait
     wall_seconds: float = 0.0
     horizon_reached: bool = False  # stopped at sim.horizon with work left
     timed_out: int = 0  # of the failed, those the core ended past their time limit (TIMEOUT)
@@ -129,6 +135,9 @@ class SimResult:
             "wait_mean_s": num(self.wait_mean),
             "wait_median_s": num(self.wait_median),
             "wait_p95_s": num(self.wait_p95),
+            "users": self.users,
+            "user_wait_median_s": num(self.user_wait_median),
+            "user_wait_max_s": num(self.user_wait_max),
             "bounded_slowdown_mean": num(self.bounded_slowdown),
             "slowdown_mean": num(self.slowdown),
             "makespan_s": num(self.makespan),
@@ -159,6 +168,11 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
     records = sim.records.values()
     states = [r.state for r in records]
     ran = [r for r in records if r.wait is not None]
+    by_user: dict[str, list[float]] = {}
+    for job_id, record in sim.records.items():
+        if record.wait is not None:
+            by_user.setdefault(sim.spec_of[job_id].user, []).append(record.wait)
+    user_waits = np.array([sum(waits) / len(waits) for waits in by_user.values()], dtype=float)
     waits = np.array([r.wait for r in ran], dtype=float)
     runs = np.array([r.run for r in ran], dtype=float)
     if len(waits):
@@ -238,6 +252,9 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         passes=counters.passes,
         per_job_bound=per_job,
         packing_bound=packing,
+        users=len(user_waits),
+        user_wait_median=float(np.median(user_waits)) if len(user_waits) else float("nan"),
+        user_wait_max=float(user_waits.max()) if len(user_waits) else float("nan"),
         wall_seconds=wall_seconds,
         horizon_reached=sim.stopped_early,
         timed_out=counters.timeouts,

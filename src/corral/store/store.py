@@ -1192,6 +1192,16 @@ class Store:
         self._jobs = fresh
         return jobs
 
+    def open_jobs_by_user(self) -> dict[str, dict[str, int]]:
+        """Each user's open jobs, counted by state (queued, claimed, running)."""
+        user = J.c.spec["user"].as_string()
+        query = select(user, J.c.state, func.count()).where(J.c.state.in_(OPEN_JOB_STATES)).group_by(user, J.c.state)
+        found: dict[str, dict[str, int]] = {}
+        with self.read() as conn:
+            for name, state, count in conn.execute(query).all():
+                found.setdefault(name or "", {})[state] = int(count)
+        return found
+
     def counts(self) -> dict[str, int]:
         with self.read() as conn:
             rows = conn.execute(select(J.c.state, func.count()).group_by(J.c.state)).all()
@@ -1272,23 +1282,34 @@ class Store:
                     N.c.vcpus, N.c.ram_mib, N.c.scratch_mib, N.c.gpus, N.c.created_at, N.c.gone_at,
                 ).where(N.c.created_at < until, or_(N.c.gone_at.is_(None), N.c.gone_at > since))
             ).all()  # fmt: skip
-            attempt_rows = conn.execute(
-                select(
-                    A.c.job_id, J.c.spec["user"].as_string(), J.c.spec["tags"], A.c.node_ids,
-                    A.c.vcpus, A.c.ram_mib, A.c.scratch_mib, A.c.gpus, A.c.started_at, A.c.finished_at,
-                    J.c.spec["nodes"].as_integer(),
-                )
-                .join(J, J.c.id == A.c.job_id)
-                .where(
-                    A.c.started_at.is_not(None),
-                    A.c.started_at < until,
-                    or_(A.c.finished_at.is_(None), A.c.finished_at > since),
-                )
-            ).all()  # fmt: skip
+            attempts = self._attempt_spans(conn, since, until)
         nodes = [
             NodeSpan(r[0], r[1], r[2], r[3], r[4], Resources(r[5], r[6], r[7], r[8]), r[9], r[10]) for r in node_rows
         ]
-        attempts = [
+        return nodes, attempts
+
+    def attempt_spans(self, since: float, until: float) -> list[AttemptSpan]:
+        """The attempts running at some time in [since, until): what fair share charges
+        (`corral.core.fairshare.advance`)."""
+        with self.read() as conn:
+            return self._attempt_spans(conn, since, until)
+
+    @staticmethod
+    def _attempt_spans(conn: Connection, since: float, until: float) -> list[AttemptSpan]:
+        rows = conn.execute(
+            select(
+                A.c.job_id, J.c.spec["user"].as_string(), J.c.spec["tags"], A.c.node_ids,
+                A.c.vcpus, A.c.ram_mib, A.c.scratch_mib, A.c.gpus, A.c.started_at, A.c.finished_at,
+                J.c.spec["nodes"].as_integer(),
+            )
+            .join(J, J.c.id == A.c.job_id)
+            .where(
+                A.c.started_at.is_not(None),
+                A.c.started_at < until,
+                or_(A.c.finished_at.is_(None), A.c.finished_at > since),
+            )
+        ).all()  # fmt: skip
+        return [
             AttemptSpan(
                 r[0],
                 r[1] or "",
@@ -1299,9 +1320,8 @@ class Store:
                 r[9],
                 r[10] or 1,  # a spec stored without `nodes`: one node
             )
-            for r in attempt_rows
+            for r in rows
         ]
-        return nodes, attempts
 
     def held_count(self) -> int:
         with self.read() as conn:
