@@ -804,6 +804,13 @@ def status(as_json: JsonFlag = False) -> None:
     grid.add_row(
         "fleet", Text.assemble(f"{live} nodes, ${report['cost_per_hour']:.3f}/hour", ": " if live else "", by_state)
     )
+    limits = [f"{report['max_instances']} instances"]
+    if report.get("max_vcpus") is not None:
+        limits.append(f"{report['max_vcpus']:g} vcpus")
+    if report.get("max_cost_per_hour") is not None:
+        limits.append(f"${report['max_cost_per_hour']:.3f}/hour")
+    if report["max_instances"] or len(limits) > 1:  # (nothing to say in front of Slurm)
+        grid.add_row("at most", ", ".join(limits))
     for entry in report["fleet"]:
         grid.add_row("", f"{entry['instance_type']}: {entry['nodes']}, ${entry['price_per_hour']:.3f}/hour")
     for backoff in report["backoffs"]:

@@ -3,7 +3,8 @@
 Jobs are taken in queue order. A job first goes on capacity already on its way (instances still
 booting), then on room left in an instance this pass already decided to boot, and only then asks
 for a new instance: the cheapest type that fits it, within `max_instances` and skipping types in
-capacity back-off. A job no instance type can hold is unplaceable, with the reason. For a job that
+capacity back-off, and within `max_vcpus` and `max_cost_per_hour` (`corral.core.limits`). A job no
+instance type can hold is unplaceable, with the reason. For a job that
 asks for more of a node than room (traits, a platform, a reservation), "fits" is also the placement
 filters' word on a new node of the type, and it counts only on instances of such types on their
 way: otherwise it would get an instance it can never run on (the cheaper spot type, for a job that
@@ -39,6 +40,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral.core.limits import LiveFleet
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
 from corral.core.snapshot import Boot
@@ -107,6 +109,7 @@ def plan_boots(
     idle: list[Node] | None = None,
     placement: PlacementSettings | None = None,
     locality: LocalityIndex | None = None,
+    fleet: LiveFleet | None = None,
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
     way with the room they will have. `cost` is the placer's cost gate when it applies to jobs
@@ -116,7 +119,8 @@ def plan_boots(
     placer's settings, whose filters say which types a job that asks for more than room (traits,
     platform, reservation) may run on (None: room alone); `locality` where the pass's work runs,
     for the strict locality hints of a gang that waits while nodes are idle (None: such a gang
-    counts no idle node)."""
+    counts no idle node); `fleet` what the `live_instances` hold, which `max_vcpus` and
+    `max_cost_per_hour` limit (None: nothing, for a caller without those limits set)."""
     idle = idle or []
     if not waiting:
         return BootPlan([], {})
@@ -143,7 +147,8 @@ def plan_boots(
             [(node.id, node.capacity, node.price_per_hour, dict(node.attributes) or None) for node in idle],
             live_instances,
             [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
-            (settings.max_instances, settings.max_boots_per_pass),
+            (settings.max_instances, settings.max_boots_per_pass, settings.max_vcpus, settings.max_cost_per_hour),
+            fleet,
             None if cost is None else (cost.max_extension, tuple(cost.run_fractions), cost.boot_time),
             default_limit,
         )
@@ -166,6 +171,7 @@ def plan_boots(
             default_limit,
             None if placement is None else _Constraints(types, placement, now),
             None if placement is None or not idle else _UpNodes(idle, memo.verdicts_of(placement), now, locality),
+            fleet or LiveFleet(),
         )
         last = memo.last = (inputs, made, until)
     return last[1]
@@ -214,6 +220,7 @@ def _plan_boots(
     default_limit: float | None,
     constraints: _Constraints | None,
     up_nodes: _UpNodes | None,
+    fleet: LiveFleet,
 ) -> tuple[BootPlan, float]:
     """The plan, and the time until which it holds with the same inputs."""
     types_for = order.holding
@@ -224,6 +231,8 @@ def _plan_boots(
     boots: list[Boot] = []
     notes: dict[int, Note] = {}
     budget = max(0, settings.max_instances - live_instances)
+    limits = settings.spend_limits()
+    spending = limits.any  # (the fleet grows with each boot planned: `fleet` below)
     verdicts: dict[tuple[float, float, float, float], bool] = {}
     # Per list of types that hold a request, those not in back-off (a long queue of a capped
     # fleet asks again and again in one pass).
@@ -291,7 +300,13 @@ def _plan_boots(
         else:
             fitting = holding
         refuses: Callable[[_Bin], bool] | None = None
-        if cost is not None and limit is not None and fitting and need <= budget:
+        if (
+            cost is not None
+            and limit is not None
+            and fitting
+            and need <= budget
+            and not (spending and limits.refuses(fleet, fitting[0], need))
+        ):
             refuses = _gate(cost, limit, fitting[0].price_per_hour, verdicts)
         promise = math.inf if limit is None else limit
         if need == 1:
@@ -338,6 +353,18 @@ def _plan_boots(
         if missing > budget:
             notes[job.id] = settled[key] = capped
             continue
+        if spending:
+            never = limits.never(fitting[0], need)
+            if never is not None:
+                # Never, on instances alone (as a gang larger than max_instances).
+                what = f"a {fitting[0].name}" if need == 1 else f"{need} × {fitting[0].name}"
+                reason = f"waiting for resources: {what} would pass {never} on {'its' if need == 1 else 'their'} own"
+                notes[job.id] = settled[key] = (reason, False)
+                continue
+            past = limits.refuses(fleet, fitting[0], missing)
+            if past is not None:
+                notes[job.id] = settled[key] = (f"waiting for resources: {past} reached", False)
+                continue
         # A gang boots what this pass still may; the rest in later passes. Others boot whole or wait.
         now_booted = min(missing, settings.max_boots_per_pass - len(boots))
         if now_booted <= 0:
@@ -359,6 +386,10 @@ def _plan_boots(
                 )
             )
         budget -= now_booted
+        if spending:
+            fleet = LiveFleet(
+                fleet.vcpus + now_booted * cheapest.vcpus, fleet.cost_per_hour + now_booted * cheapest.price_per_hour
+            )
         if need == 1:
             notes[job.id] = (f"waiting for an instance to boot ({cheapest.name})", False)
         else:

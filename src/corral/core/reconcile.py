@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from corral.core import dependency, drain, fairshare, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
+from corral.core.limits import LiveFleet
 from corral.core.model import Job, JobState, Node, NodeState, Resources
 from corral.core.planner import PlannerMemo, plan_boots
 from corral.core.settings import PolicySettings
@@ -344,6 +345,12 @@ def plan_pass(
             locality.add(p.job_id, index.jobs[p.job_id].tags, p.node_ids)
     # Every filed node is in one state's group (down_now holds only live nodes).
     live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now) - len(retiring)
+    # What they hold, for max_vcpus and max_cost_per_hour (only when set: it walks every node).
+    fleet = (
+        LiveFleet.of(n for n in nodes.values() if n.state.live and n.id not in down_now and n.id not in retiring_ids)
+        if settings.boot.spend_limits().any
+        else None
+    )
     plan = plan_boots(
         for_boot,
         booting,
@@ -358,6 +365,7 @@ def plan_pass(
         up_idle,
         settings.placement,
         locality,
+        fleet,
     )
     decisions.boots.extend(plan.boots)
     notes = plan.notes

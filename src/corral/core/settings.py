@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from corral.core.limits import SpendLimits
 from corral.core.model import NodeFailureAction, node_failure_action
 from corral.core.units import Float, Int, parse_duration, parse_size
 from corral.placement.settings import PlacementSettings
@@ -92,6 +93,20 @@ class BootSettings(_Strict):
     capacity_backoff: Duration = Field(
         300.0, description="after an insufficient-capacity error, how long that instance type is not tried"
     )
+    max_vcpus: Float | None = Field(
+        None,
+        gt=0,
+        description="vCPUs of the instances (booting or running) at most (Karpenter's limits.cpu); none: no cap",
+    )
+    max_cost_per_hour: Float | None = Field(
+        None,
+        gt=0,
+        description="the list prices per hour of the instances (booting or running) at most, in the instance types'"
+        " currency: a boot that would pass it waits; none: no cap",
+    )
+
+    def spend_limits(self) -> SpendLimits:
+        return SpendLimits(self.max_vcpus, self.max_cost_per_hour)
 
 
 class DispatchSettings(_Strict):

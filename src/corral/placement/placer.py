@@ -4,7 +4,8 @@ backfill (or strict FIFO, or none) where capacity is bounded.
 Bounded or elastic, per job (`queue.capacity = "auto"`): in an elastic fleet a job that does not
 fit now gets a new instance from the boot planner, so holding running nodes back for it would only
 idle them; a reservation is made only when no instance can be booted for the job: no instance
-types, `max_instances` reached, or every type that could hold it (by the same filters) in capacity
+types, `max_instances` reached, its instances past `max_vcpus` or `max_cost_per_hour`
+(`corral.core.limits`), or every type that could hold it (by the same filters) in capacity
 back-off. `bounded` and `elastic` force one or the other.
 
 Build a placer once per configuration with `make_placer`. Between passes it keeps what the nodes
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from corral.core.limits import LiveFleet, SpendLimits
 from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
@@ -63,11 +65,18 @@ class Capacity:
         now: float,
         memo: FactsMemo | None = None,
         engine: Engine | None = None,
+        limits: SpendLimits | None = None,
     ) -> None:
         self.engine = engine  # whose locality index says where a job's strict `near` targets run
         self.mode = settings.queue.capacity
         self.live = live_count(snapshot)
         self.max_instances = max_instances
+        # max_vcpus and max_cost_per_hour (corral.core.limits): a job whose instances would pass
+        # one is bounded, as one past max_instances.
+        self.limits = limits if limits is not None and limits.any else None
+        self._snapshot, self._now = snapshot, now
+        self._fleet: LiveFleet | None = None
+        self._past_limits: dict[tuple[float, int, int, int, int], bool] = {}
         self.has_types = bool(snapshot.instance_types)
         self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now)
         # Every demand is bounded (a fixed fleet: nothing can be booted): no need to ask per job.
@@ -83,7 +92,31 @@ class Capacity:
             return False  # elastic
         if self.max_instances is not None and self.live + demand.node_count > self.max_instances:
             return True
+        if self.limits is not None and self._past_spend_limits(demand):
+            return True
         return not self.fits.any_fits(demand) or self._pinned_to_running(demand)
+
+    def _past_spend_limits(self, demand: Demand) -> bool:
+        """Whether the instances the boot planner would boot for the demand (its cheapest type that
+        has the room and is not backed off) would take the fleet past a limit."""
+        request = demand.resources
+        key = (request.vcpus, request.ram_mib, request.scratch_mib, request.gpus, demand.node_count)
+        past = self._past_limits.get(key)
+        if past is None:
+            assert self.limits is not None
+            snapshot, now = self._snapshot, self._now
+            if self._fleet is None:
+                gone = (NodeState.SHUTTING_DOWN, NodeState.GONE)
+                self._fleet = LiveFleet.of(n for n in snapshot.nodes if n.state not in gone)
+            holding = [
+                t
+                for t in snapshot.instance_types
+                if request.fits_in(t.capacity) and snapshot.unavailable_types.get(t.name, 0.0) <= now
+            ]
+            cheapest = min(holding, key=lambda t: t.price_per_hour, default=None)
+            past = cheapest is not None and self.limits.refuses(self._fleet, cheapest, demand.node_count) is not None
+            self._past_limits[key] = past
+        return past
 
     def _pinned_to_running(self, demand: Demand) -> bool:
         """Strict `near` hints with a target running: only the targets' nodes (or racks) may take
@@ -149,6 +182,7 @@ def make_placer(
     placement = coerce(settings)
     boot = getattr(settings, "boot", None)
     max_instances: int | None = getattr(boot, "max_instances", None)
+    limits: SpendLimits | None = boot.spend_limits() if boot is not None else None
     memo = FactsMemo(placement)
 
     def placer(
@@ -164,6 +198,7 @@ def make_placer(
             max_instances=max_instances,
             memo=memo,
             explanations=explanations,
+            limits=limits,
         )
 
     return placer
@@ -326,6 +361,7 @@ def place(
     max_instances: int | None = None,
     memo: FactsMemo | None = None,
     explanations: bool = True,
+    limits: SpendLimits | None = None,
 ) -> PlacementResult:
     """Places `queue` in order. Without `explanations`, a job's details hold only where it went
     or the one-line reason it waits, in short (no per-filter explanation, kept scores or
@@ -424,7 +460,7 @@ def place(
     if walk is not None and not explanations and free is None and down is None:
         resumed: Reservation | None | Literal[False] = False
         if walk.bounded:
-            capacity = Capacity(snapshot, settings, max_instances, now, memo, engine)
+            capacity = Capacity(snapshot, settings, max_instances, now, memo, engine, limits)
         if capacity is None or capacity.all_bounded:
             resumed = walk.resume(engine, ordered, now, snapshot, make, timeline.built, default_limit, work.started)
         if resumed is False:
@@ -501,7 +537,7 @@ def place(
         ):
             # Only a job the boot planner can serve is kept off running nodes (by the same filters
             # as everywhere, so a trait no instance type has keeps it bounded).
-            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo, engine)
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo, engine, limits)
             if not capacity.bounded_for(demand):
                 if gate is None:
                     gate = _cost_gate(capacity.fits, arrays, work.latest_ends(), now, settings, placed_before_gate)
@@ -585,7 +621,7 @@ def place(
         reason = details["reason"] or "waiting for resources"
 
         if blocker is None and backfill != "none":
-            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo, engine)
+            capacity = capacity or Capacity(snapshot, settings, max_instances, now, memo, engine, limits)
             if capacity.bounded_for(demand):
                 eligible = engine.static_mask(demand)
                 if down is not None:

@@ -293,6 +293,9 @@ def status(runtime: UserRuntime) -> StatusOut:
             for name, (nodes, cost) in sorted(fleet.by_type.items())
         ],
         cost_per_hour=fleet.cost_per_hour,
+        max_instances=policy.boot.max_instances,
+        max_vcpus=policy.boot.max_vcpus,
+        max_cost_per_hour=policy.boot.max_cost_per_hour,
         backoffs=[BackoffOut(**row) for row in store.backoffs_in_force(now)],
         dispatchers=[
             DispatcherOut(**row, stale=is_stale(row["last_heartbeat"], now, policy)) for row in store.dispatcher_rows()

@@ -373,6 +373,10 @@ class StatusOut(BaseModel):
     nodes: dict[str, int]  # live nodes by state
     fleet: list[FleetTypeOut]
     cost_per_hour: float
+    # The fleet limits in force (policy.boot): a boot that would pass one waits.
+    max_instances: int = 0
+    max_vcpus: float | None = None
+    max_cost_per_hour: float | None = None
     backoffs: list[BackoffOut]  # instance types not tried for now
     dispatchers: list[DispatcherOut]
     store_id: str = ""  # the store's id, which its instances carry (tag corral-store)
