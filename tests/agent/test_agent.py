@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from corral.agent import sysinfo
+from tests.agent.fake_imds import fake_imds
 from tests.agent.peer import Peer, PeerState
 from tests.support import wait_until as wait_for
 
@@ -242,3 +243,18 @@ def test_gang_command_runs_on_the_first_node_only(agents: Agents, peer: Any) -> 
     assert 1 not in state.started
     state.shutdown = True
     assert agent.wait(15) == 0
+
+
+def test_a_spot_interruption_notice_goes_out_with_every_ping_from_when_it_is_given(agents: Agents, peer: Any) -> None:
+    with fake_imds() as (imds_url, imds):
+        agents.start(peer.url, "n1", peer.state.add_token("n1"), "--imds", imds_url)
+        wait_for(lambda: len(peer.state.pings) >= 2 and imds.asked >= 2, 10, "pings that asked the metadata service")
+        assert all("interruption" not in body for body in peer.state.pings)
+        imds.notice = {"action": "terminate", "time": "2026-11-26T06:30:00Z"}
+        wait_for(lambda: "interruption" in peer.state.pings[-1], 10, "a ping with the notice")
+        asked = imds.asked
+        count = len(peer.state.pings)
+        wait_for(lambda: len(peer.state.pings) >= count + 2, 10, "more pings")
+    assert peer.state.pings[-1]["interruption"] == {"action": "terminate", "time": "2026-11-26T06:30:00Z"}
+    assert imds.asked == asked  # a notice is not taken back: not asked again
+    assert any(e["msg"] == "the cloud takes this instance back" for e in agents.log("n1"))

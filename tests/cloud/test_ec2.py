@@ -91,6 +91,7 @@ def test_create_tags_the_instance_and_gives_the_agent_its_server_and_token(
         "--scratch-mib": "8192",
         "--gpus": "0",
         "--work-dir": "/var/lib/corral/agent",
+        "--imds": "http://169.254.169.254",  # asked for spot interruption notices
     }
 
     [listed] = cloud.list()

@@ -27,6 +27,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from corral.agent import logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
+from corral.agent.imds import Imds, Notice
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
 
 EXIT_OK = 0
@@ -50,12 +51,17 @@ class AgentOptions:
     work_wait: float = 20.0
     kill_grace: float = 3.0
     flush_budget: float = 2.0  # at exit, time allowed to report the last output and finishes
+    # EC2's instance metadata service, asked at each ping for a spot interruption notice (None: not
+    # asked; the ec2 driver's instances pass it).
+    imds_url: str | None = None
 
 
 class Agent:
     def __init__(self, options: AgentOptions) -> None:
         self.options = options
         self.client = AgentClient(options.server, ca_file=options.ca_file)
+        self.imds = Imds(options.imds_url) if options.imds_url else None
+        self._noticed: Notice | None = None  # the cloud's notice, once given (it is not taken back)
         self.runner = Runner(options.work_dir, kill_grace=options.kill_grace)
         self.stop = threading.Event()
         self.exit_code = EXIT_OK
@@ -228,11 +234,17 @@ class Agent:
 
     def ping_once(self) -> None:
         vcpus, ram_mib = self.runner.usage()
-        body = {
+        body: dict[str, Any] = {
             "running": [a.attempt_id for a in self.runner.running() if not a.unwanted],
             "finished": self._finished_for_ping(time.time()),
             "used": {"vcpus": vcpus, "ram_mib": ram_mib},
         }
+        if self.imds is not None and self._noticed is None:
+            self._noticed = self.imds.interruption()
+            if self._noticed is not None:
+                logs.warning("the cloud takes this instance back", action=self._noticed.action, at=self._noticed.time)
+        if self._noticed is not None:
+            body["interruption"] = {"action": self._noticed.action, "time": self._noticed.time}
         try:
             answer = self.client.ping(body)
         except Unreachable as exc:

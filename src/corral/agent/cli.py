@@ -48,6 +48,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--work-wait", type=_positive_float, default=20.0, help="long-poll wait for work, seconds")
     p.add_argument("--kill-grace", type=_non_negative_float, default=3.0, help="SIGTERM to SIGKILL delay, seconds")
+    p.add_argument(
+        "--imds",
+        default=None,
+        help="EC2's instance metadata service (http://169.254.169.254), asked at each ping for a spot interruption"
+        " notice, which the server drains the node on (default: not asked)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -111,6 +117,7 @@ def options_from_args(argv: Sequence[str] | None = None) -> tuple[AgentOptions, 
         ca_file=args.ca,
         work_wait=args.work_wait,
         kill_grace=args.kill_grace,
+        imds_url=args.imds,
     )
     return options, args.log_level
 

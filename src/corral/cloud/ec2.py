@@ -70,6 +70,7 @@ IMAGE_CODES_PREFIX = "InvalidAMIID."
 
 AGENT_ENV_FILE = "/etc/corral/agent.env"
 AGENT_CA_FILE = "/etc/corral/server-ca.pem"  # the CA bundle the agent verifies an https server with
+IMDS_URL = "http://169.254.169.254"  # the instance metadata service: the agent asks it for spot interruption notices
 AGENT_UNIT = "corral-agent"
 # The token is written to a systemd environment file: only characters that need no quoting there.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,256}")
@@ -110,7 +111,7 @@ def agent_user_data(
         raise CloudError("ec2: the boot token must be 16 to 256 URL-safe characters")
     ca_file = AGENT_CA_FILE if ca_pem else None
     options = agent_options(server_url, node_id, instance_type, settings.agent_work_dir, ca_file)
-    argv = [*settings.agent_command, *options]
+    argv = [*settings.agent_command, *options, "--imds", IMDS_URL]
     files: list[dict[str, str]] = [
         {
             "path": AGENT_ENV_FILE,

@@ -9,7 +9,12 @@ Set as the node attribute `drain` (`corral node N drain=true`, or `PATCH /api/no
   `on_node_failure` (requeue, cancel or hold) decides what becomes of it;
 - `false` (or no/off/0, or `--unset drain`) before it is empty: back in service (Slurm's RESUME).
 
-`leaving` says why a node leaves service once empty: a drain, or a seed-002 failure category.
+The cloud's notice that it takes an instance back (a spot interruption, which the agent hears from
+EC2's metadata service) drains it the same way, with the attribute `interruption` set to the
+notice ("terminate at 2026-11-26T06:30:00Z"), which then says why it leaves.
+
+`leaving` says why a node leaves service once empty: an interruption notice, a drain, or a seed-002
+failure category.
 
 A leaf module beside `corral.core.categories`: the snapshot index and the lifecycle read it, and
 the placement package reads the spellings of yes and no from it.
@@ -23,6 +28,7 @@ from enum import StrEnum
 from corral.core import categories
 
 DRAIN = "drain"
+INTERRUPTION = "interruption"
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
 
@@ -57,10 +63,14 @@ def requested(attributes: Mapping[str, str | list[str]]) -> Drain | None:
 
 def leaving(attributes: Mapping[str, str | list[str]]) -> tuple[str, str] | None:
     """Why a node with these attributes leaves service once empty, as (what was set, what it
-    means): a seed-002 failure category (it outranks a maintenance category given with it), or an
-    operator's drain (it outranks a hold). None: it stays."""
+    means): the cloud's interruption notice (with the drain it comes with); a seed-002 failure
+    category (it outranks a maintenance category given with it); or an operator's drain (it
+    outranks a hold). None: it stays."""
     if not attributes:
         return None
+    notice = attributes.get(INTERRUPTION)
+    if notice is not None and requested(attributes) is not None:
+        return f"{INTERRUPTION}={notice if isinstance(notice, str) else ','.join(notice)}", "the cloud takes it back"
     failures = categories.failures(attributes)
     if failures:
         return ", ".join(failures), "broken"

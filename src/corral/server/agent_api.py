@@ -10,7 +10,7 @@ import time
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from corral.core import retry
+from corral.core import drain, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
@@ -29,6 +29,7 @@ from corral.server.models import (
     WorkOut,
     error_responses,
 )
+from corral.store import NotFound
 
 router = APIRouter(prefix="/api/agent", responses=error_responses(400, 401, 403, 404, 409, 422))
 log = logging.getLogger("corral.server")
@@ -63,6 +64,22 @@ def warn_scratch_short(runtime: Runtime, node_id: str, promised_mib: int, free_m
     runtime.store.add_event(now, "node.scratch_short", message, node_id=node_id)
 
 
+def interrupted(runtime: Runtime, node_id: str, action: str, when: str, now: float) -> None:
+    """The cloud's notice that it takes the node back (a spot interruption, two minutes ahead): the
+    node is drained at once, as `corral node N drain=true` would (no new work; what runs may end in
+    time), and marked with the notice, which says why it leaves service."""
+    message = f"the cloud takes it back: {action} at {when} (spot interruption notice)"
+    log.warning("node %s: %s", node_id, message)
+    runtime.store.add_event(now, "node.interruption", message, node_id=node_id)
+    attributes: dict[str, str | list[str]] = {
+        drain.DRAIN: drain.Drain.WHEN_EMPTY.value,
+        drain.INTERRUPTION: f"{action} at {when}",
+    }
+    with contextlib.suppress(NotFound):  # (gone meanwhile: nothing to drain)
+        runtime.store.set_node_attributes(node_id, attributes, [], None, now)
+    runtime.wake()
+
+
 def finish_attempt(runtime: Runtime, node_id: str, attempt_id: int, exit_code: int, finished_at: float | None) -> None:
     """Record an exit, at the time the agent saw it, and let the core say what it means for the
     job (complete, retry, failed)."""
@@ -81,6 +98,8 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
     if node["state"] in (NodeState.SHUTTING_DOWN.value, NodeState.GONE.value):
         return PingResult(kill=list(body.running), ack=[f.attempt_id for f in body.finished], shutdown=True)
     runtime.store.record_ping(node_id, Resources(body.used.vcpus, body.used.ram_mib, 0, 0), now)
+    if body.interruption is not None and drain.INTERRUPTION not in (node["attributes"] or {}):
+        interrupted(runtime, node_id, body.interruption.action, body.interruption.time, now)
     acked = []
     for finished in body.finished:
         finish_attempt(runtime, node_id, finished.attempt_id, finished.exit_code, finished.finished_at)

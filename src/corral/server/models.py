@@ -308,10 +308,18 @@ class FinishedIn(Inbound):
     finished_at: Float | None = None
 
 
+class InterruptionIn(Inbound):
+    """The cloud's notice that it takes the instance back (EC2's spot/instance-action)."""
+
+    action: str = Field(max_length=64)  # terminate, stop or hibernate
+    time: str = Field(max_length=64)  # when, as the cloud wrote it
+
+
 class PingBody(Inbound):
     running: list[DbInt] = Field(default_factory=list)
     finished: list[FinishedIn] = Field(default_factory=list)
     used: UsedIn = Field(default_factory=UsedIn)
+    interruption: InterruptionIn | None = None
 
 
 class PingResult(BaseModel):

@@ -30,7 +30,7 @@ from typing import Any
 from corral.cloud.base import InsufficientCapacity
 from corral.cloud.sim import SimCloud
 from corral.config import Config
-from corral.core import capacity, fairshare, retry
+from corral.core import capacity, drain, fairshare, retry
 from corral.core.accounting import AttemptSpan
 from corral.core.dependency import DEPENDENCY, NEVER_SATISFIED
 from corral.core.index import SnapshotIndex
@@ -45,7 +45,7 @@ from corral.sim.settings import ScheduledFailure
 from corral.workload.model import SimJob, shape_gangs
 
 # Event kinds, in the order they are handled when they fall on the same instant.
-PAIR, START, END, FAIL, CANCEL, REPAIR, SCHEDULED_FAIL = range(7)
+PAIR, START, END, FAIL, CANCEL, REPAIR, SCHEDULED_FAIL, NOTICE = range(8)
 # Timer kinds: a policy threshold that may change a pass's answer at that time, if what set the
 # timer still holds then (a node still booting, still idle since the same instant, ...).
 W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START, W_RESERVED, W_EXPIRE = range(8)
@@ -103,6 +103,7 @@ class Counters:
     peak_fleet: int = 0
     peak_queue: int = 0
     explained: int = 0  # passes whose placer explained its choices (the placement engine does)
+    notices: int = 0  # the cloud's notices ahead of failures (sim.failures.notice_by_type) heard by a node up
 
 
 class Simulation:
@@ -652,7 +653,7 @@ class Simulation:
             self._push(ready, PAIR, node_id)
         fails = self.cloud.fails_at(instance.id)
         if fails < math.inf and (ready is None or fails > ready):
-            self._push(fails, FAIL, node_id)
+            self._push_failure(fails, itype.name, node_id)
         self._wake(now + self.policy.lifecycle.boot_grace, W_BOOT, node_id)
         max_age = self.policy.lifecycle.max_node_age
         if max_age is not None:
@@ -691,7 +692,28 @@ class Simulation:
         self._set_pinging(node, True)
         delay = self.cloud.failure_delay(itype.name)
         if delay < math.inf:
-            self._push(now + delay, FAIL, node_id)
+            self._push_failure(now + delay, itype.name, node_id)
+
+    def _push_failure(self, at: float, type_name: str, node_id: str) -> None:
+        """The node's random failure at `at`, and the cloud's notice ahead of it, if its type gets one."""
+        self._push(at, FAIL, node_id)
+        notice = self.config.sim.failures.notice_by_type.get(type_name)
+        if notice:
+            self._push(at - notice, NOTICE, (node_id, at))
+
+    def _notice(self, node_id: str, fails_at: float) -> None:
+        """The cloud's notice that it takes the node back at `fails_at`: the node is drained, as
+        corral's server drains one whose agent hears it (corral.server.agent_api.interrupted)."""
+        node = self.nodes.get(node_id)
+        if node is None or node_id not in self.pinging:
+            return  # not up (yet, or any more): no agent to hear it
+        node.attributes = {
+            **node.attributes,
+            drain.DRAIN: drain.Drain.WHEN_EMPTY.value,
+            drain.INTERRUPTION: f"terminate at {fails_at:g}",
+        }
+        self.index.put_node(node, reshaped=True)
+        self.counters.notices += 1
 
     def _set_pinging(self, node: Node, pinging: bool) -> None:
         """The node's agent pings from now on, or went silent: in the simulator's own list (in the
@@ -772,6 +794,9 @@ class Simulation:
         elif kind == SCHEDULED_FAIL:
             assert isinstance(ref, ScheduledFailure)
             self._scheduled_failure(ref, now)
+        elif kind == NOTICE:
+            assert isinstance(ref, tuple)
+            self._notice(*ref)
 
     def _start(self, attempt: Attempt, now: float) -> None:
         if attempt.state is not AttemptState.ASSIGNED or any(n not in self.pinging for n in attempt.node_ids):

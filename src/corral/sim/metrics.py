@@ -55,6 +55,7 @@ class SimResult:
     shutdowns: int
     capacity_errors: int
     node_failures: int
+    notices: int  # of the failures, those the cloud gave notice of to a node up (sim.failures.notice_by_type)
     requeues: int
     work_lost_vcpu_hours: float  # what running attempts had done when their node failed
     passes: int
@@ -151,6 +152,7 @@ class SimResult:
             "shutdowns": self.shutdowns,
             "capacity_errors": self.capacity_errors,
             "node_failures": self.node_failures,
+            "interruption_notices": self.notices,
             "requeues": self.requeues,
             "work_lost_vcpu_hours": num(self.work_lost_vcpu_hours),
             "passes": self.passes,
@@ -247,6 +249,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         shutdowns=counters.shutdowns,
         capacity_errors=counters.capacity_errors,
         node_failures=counters.node_failures,
+        notices=counters.notices,
         requeues=counters.requeues,
         work_lost_vcpu_hours=counters.lost_vcpu_seconds / 3600.0,
         passes=counters.passes,

@@ -48,6 +48,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("shutdowns", "shutdowns", "{:,}"),
     ("capacity errors", "capacity_errors", "{:,}"),
     ("node failures", "node_failures", "{:,}"),
+    ("of them given notice", "interruption_notices", "{:,}"),
     ("requeues", "requeues", "{:,}"),
     ("work lost to failures (vcpu-h)", "work_lost_vcpu_hours", "{:,.1f}"),
     ("per-job bound (USD)", "per_job_bound_usd", "{:,.2f}"),

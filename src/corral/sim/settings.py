@@ -87,6 +87,15 @@ class FailureSettings(_Strict):
         ),
     )
 
+    notice_by_type: dict[str, Annotated[Duration, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description=(
+            "{name from instance_types = warning}: the cloud's notice before each random failure of that type "
+            "(EC2 spot: '2m'); from then the node is drained, as corral's server drains a node whose agent hears "
+            "a spot interruption notice"
+        ),
+    )
+
     def rate_per_day(self, instance_type: str) -> float:
         return self.per_instance_day_by_type.get(instance_type, self.per_instance_day)
 
