@@ -10,7 +10,9 @@ left out) with:
                (optional; unique)
 `dependency` (Slurm's --dependency, as `corral submit` takes it) names jobs of the workload by their
 `id`; each must be submitted before the job (at an earlier submit_time, or at the same one on an
-earlier line), as a Slurm job can only name a job that exists.
+earlier line), as a Slurm job can only name a job that exists. `array` (Slurm's --array, as
+`corral submit` takes it) makes one job per task, with the array's throttle; its `id` names the
+first task.
 Blank lines and lines starting with `#` are ignored. Numbers must be finite, and times (submit_time,
 not_before) and durations at most 100 years. `time_scale` multiplies the times on the workload's
 clock (submit_time, not_before), not the durations (run_time, time_limit, cancel_after).
@@ -93,11 +95,18 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
             if spec.id is not None and spec.id in named:
                 message = f"{path}:{number}: id: {spec.id} names another job already (line {lines[named[spec.id]][0]})"
             else:
-                job = _to_sim_job(len(jobs) + 1, spec, time_scale)
-                jobs.append(job)
-                lines[job.id] = (number, job.request.to_dependency() if job.request is not None else None)
+                # A job array is a job per task (consecutive ids), as the store makes it; `id`
+                # names its first task, the array's id.
+                array = spec.to_array()
+                first = len(jobs) + 1
+                for task_id in array.task_ids if array is not None else (None,):
+                    job = _to_sim_job(len(jobs) + 1, spec, time_scale)
+                    if task_id is not None:
+                        job.array_job_id, job.array_task_id = first, task_id
+                    jobs.append(job)
+                    lines[job.id] = (number, job.request.to_dependency() if job.request is not None else None)
                 if spec.id is not None:
-                    named[spec.id] = job.id
+                    named[spec.id] = first
                 continue
         if not skip_bad_lines:
             raise WorkloadError(message + " (use --skip-bad-lines to skip such lines)")
