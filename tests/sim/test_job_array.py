@@ -1,5 +1,6 @@
 """Job arrays in a simulation: a JSON Lines job with `array` is a job per task, and the simulator
-keeps no more of them running at once than the array's throttle, by the core's own decision."""
+keeps no more of them running at once than the array's throttle, by the core's own decision; a
+dependency on the array waits for all its tasks."""
 
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ def test_a_workload_array_runs_as_tasks_never_more_at_once_than_its_throttle(tmp
         *((n + 1, 1, n) for n in range(6)),
         (7, None, None),
     ]
-    assert str(jobs[6].dependency) == "afterany:1"  # the workload's id 7 names the first task
+    # The workload's id 7 names the array: every task of it, as Slurm reads a dependency on an array.
+    assert str(jobs[6].dependency) == "afterany:1:2:3:4:5:6"
     sim = Simulation(jobs, config(), check_index=True).run()
     tasks = [sim.records[i] for i in range(1, 7)]
     assert all(r.state is JobState.COMPLETE and r.wait is not None for r in tasks)
     runs = [(r.submit + (r.wait or 0.0), r.submit + (r.wait or 0.0) + r.run) for r in tasks]
     at_once = max(sum(1 for start, end in runs if start <= moment < end) for moment, _ in runs)
     assert at_once == 2  # room for all six (the boot planner would boot for each): the throttle's 2
+    after = sim.records[7]
+    assert after.wait is not None and after.submit + after.wait >= max(end for _, end in runs)

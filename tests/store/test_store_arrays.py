@@ -77,3 +77,14 @@ def test_a_cancel_by_array_marks_its_open_tasks_only(store: Store) -> None:
     assert not store.job_row(other)["cancel_requested"]
     messages = [e["message"] for e in store.list_events(job_id=queued, kind="job.cancel_requested")]
     assert messages == [f"cancel requested (array {done})"]
+
+
+def test_a_dependency_on_an_array_is_stored_as_one_on_each_of_its_tasks(store: Store) -> None:
+    first, second, third = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
+    (after,) = store.submit([JobRequest(command=["y"], dependency=f"afterok:{first}")], NOW)
+    row = store.job_row(after)
+    assert row["spec"]["dependency"] == f"afterok:{first}:{second}:{third}"
+    depends_on, _ = store.dependency_rows(after)
+    assert [d["job_id"] for d in depends_on] == [first, second, third]
+    with pytest.raises(InvalidJobs, match=f"jobs.0.dependency: .*job {first} is a job array's id"):
+        store.submit([JobRequest(command=["z"], dependency=f"afterok:{first}?afterany:{after}")], NOW)

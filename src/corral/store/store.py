@@ -48,7 +48,7 @@ from sqlalchemy.pool import NullPool
 
 from corral.core import job_array
 from corral.core.accounting import AttemptSpan, NodeSpan
-from corral.core.dependency import DEPENDENCY, Dependency
+from corral.core.dependency import DEPENDENCY, Dependency, whole_arrays
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -313,12 +313,14 @@ class Store:
         array's id is its first task's job id. The ids of every job, tasks included, in order."""
         rows: list[dict[str, Any]] = []
         owners: list[int] = []  # the request each row comes from, by its place in `requests`
+        specs: list[dict[str, Any]] = []  # each request's, which its rows share
         for place, r in enumerate(requests):
+            specs.append(r.model_dump(mode="json"))
             row = {
                 "name": r.name,
                 "state": JobState.QUEUED.value,
                 "priority": r.priority,
-                "spec": r.model_dump(mode="json"),
+                "spec": specs[place],
                 "submitted_at": now,
                 "temp_failures": 0,
                 "perm_failures": 0,
@@ -347,6 +349,10 @@ class Store:
         with self.write() as conn:
             if dependencies:
                 self._check_dependencies(conn, dependencies)
+                for place, whole in self._whole_arrays(conn, dependencies).items():
+                    # Stored as judged: the array's tasks by their job ids (its rows share this spec).
+                    dependencies[place] = whole
+                    specs[place]["dependency"] = str(whole)
             result = conn.execute(insert(J).returning(J.c.id, sort_by_parameter_order=True), rows)
             ids = [row[0] for row in result]
             # Each array's id is its first task's job id, known only now.
@@ -399,6 +405,33 @@ class Store:
         ]
         if problems:
             raise InvalidJobs(problems)
+
+    @staticmethod
+    def _whole_arrays(conn: Connection, dependencies: Mapping[int, Dependency]) -> dict[int, Dependency]:
+        """The dependencies that name a job array by its id, each with a condition per task of it
+        (corral.core.dependency.whole_arrays), by their place in the submission. InvalidJobs for
+        one that cannot name an array (with '?')."""
+        named = sorted({job_id for dependency in dependencies.values() for job_id in dependency.job_ids()})
+        tasks_of: dict[int, list[int]] = {}
+        for chunk in _chunks(named):
+            query = select(J.c.array_job_id, J.c.id).where(J.c.array_job_id.in_(chunk)).order_by(J.c.array_task_id)
+            for array_id, job_id in conn.execute(query):
+                tasks_of.setdefault(array_id, []).append(job_id)
+        if not tasks_of:
+            return {}
+        whole: dict[int, Dependency] = {}
+        problems: list[str] = []
+        for place, dependency in dependencies.items():
+            try:
+                expanded = whole_arrays(dependency, tasks_of)
+            except ValueError as exc:
+                problems.append(f"jobs.{place}.dependency: {exc}")
+                continue
+            if expanded is not dependency:
+                whole[place] = expanded
+        if problems:
+            raise InvalidJobs(problems)
+        return whole
 
     def dependency_rows(self, job_id: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The conditions of the job's dependency, with the state of the job each names, and the

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from corral.config import RepeatedKey, unique_keys
-from corral.core.dependency import Dependency, DependencyKind
+from corral.core.dependency import Dependency, DependencyKind, whole_arrays
 from corral.core.settings import Duration
 from corral.core.units import Int
 from corral.jobspec import JobRequest
@@ -78,6 +78,7 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
     jobs: list[SimJob] = []
     named: dict[int, int] = {}  # the workload's ids -> the simulation's
     lines: dict[int, tuple[int, Dependency | None]] = {}  # simulation id -> (line, dependency as written)
+    arrays: dict[int, list[int]] = {}  # an array's simulation id (its first task's) -> its tasks'
     for number, line in numbered_lines(path):
         stats.lines += 1
         text = line.strip()
@@ -103,6 +104,7 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
                     job = _to_sim_job(len(jobs) + 1, spec, time_scale)
                     if task_id is not None:
                         job.array_job_id, job.array_task_id = first, task_id
+                        arrays.setdefault(first, []).append(job.id)
                     jobs.append(job)
                     lines[job.id] = (number, job.request.to_dependency() if job.request is not None else None)
                 if spec.id is not None:
@@ -113,7 +115,7 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
         stats.skip(message)
     jobs.sort(key=lambda j: (j.submit, j.id))
     if any(dependency is not None for _, dependency in lines.values()):
-        jobs = _link_dependencies(path, jobs, named, lines, stats, skip_bad_lines)
+        jobs = _link_dependencies(path, jobs, named, lines, stats, skip_bad_lines, arrays)
     stats.jobs = len(jobs)
     return Workload(jobs, str(path), "jsonl", stats)
 
@@ -125,9 +127,11 @@ def _link_dependencies(
     lines: dict[int, tuple[int, Dependency | None]],
     stats: ReadStats,
     skip_bad_lines: bool,
+    arrays: dict[int, list[int]],
 ) -> list[SimJob]:
-    """Each job's dependency by simulation ids. Jobs are taken in the order they arrive, so that a
-    job skipped for its dependency is no job to those that name it."""
+    """Each job's dependency by simulation ids, a job array's id by each of its tasks' (as the
+    store does). Jobs are taken in the order they arrive, so that a job skipped for its dependency
+    is no job to those that name it."""
     arrived: set[int] = set()
     skipped: set[int] = set()
     kept: list[SimJob] = []
@@ -147,6 +151,11 @@ def _link_dependencies(
                 if problem or target is None:
                     break
                 conditions.append((kind, target))
+            if not problem:
+                try:
+                    linked = whole_arrays(Dependency(tuple(conditions), dependency.any_of), arrays)
+                except ValueError as exc:
+                    problem = str(exc)
             if problem:
                 message = f"{path}:{number}: dependency: {problem}"
                 if not skip_bad_lines:
@@ -154,7 +163,7 @@ def _link_dependencies(
                 stats.skip(message)
                 skipped.add(job.id)
                 continue
-            job.dependency = Dependency(tuple(conditions), dependency.any_of)
+            job.dependency = linked
             if job.request is not None:
                 job.request.dependency = str(job.dependency)  # by simulation ids, as the job is stored
         arrived.add(job.id)
