@@ -77,27 +77,29 @@ def parse(text: str, max_task_id: int = MAX_TASK_ID) -> ArraySpec:
 def _entry(part: str, text: str, max_task_id: int) -> range:
     if not part:
         raise ValueError(f"{text!r}: an empty entry between commas")
+    # Where an error is: the whole text, and the entry when the text has others too.
+    where = repr(text) if part == text.strip() else f"{text!r}: {part!r}"
     span, colon, step_text = part.partition(":")
     first_text, dash, last_text = span.partition("-")
-    first = _task_id(first_text, part, text, max_task_id)
-    last = _task_id(last_text, part, text, max_task_id) if dash else first
+    first = _task_id(first_text, where, text, max_task_id)
+    last = _task_id(last_text, where, text, max_task_id) if dash else first
     step = 1
     if colon:
         if not dash:
-            raise ValueError(f"{text!r}: {part!r}: a step (:N) goes with a range (A-B:N)")
+            raise ValueError(f"{where}: a step (:N) goes with a range (A-B:N)")
         step_text = step_text.strip()
         if not (step_text.isascii() and step_text.isdigit()) or int(step_text) < 1:
-            raise ValueError(f"{text!r}: {part!r}: the step {step_text!r} is not a whole number of at least 1")
+            raise ValueError(f"{where}: the step {step_text!r} is not a whole number of at least 1")
         step = int(step_text)
     if last < first:
-        raise ValueError(f"{text!r}: {part!r}: the range runs backwards ({first} > {last})")
+        raise ValueError(f"{where}: the range runs backwards ({first} > {last})")
     return range(first, last + 1, step)
 
 
-def _task_id(entry: str, part: str, text: str, max_task_id: int) -> int:
+def _task_id(entry: str, where: str, text: str, max_task_id: int) -> int:
     entry = entry.strip()
     if not (entry.isascii() and entry.isdigit()):
-        raise ValueError(f"{text!r}: {part!r}: {entry!r} is not a task id (a whole number from 0)")
+        raise ValueError(f"{where}: {entry!r} is not a task id (a whole number from 0)")
     task_id = int(entry)
     if task_id > max_task_id:
         raise ValueError(f"{text!r}: task id {task_id} is more than {max_task_id} (Slurm's MaxArraySize - 1)")
