@@ -60,3 +60,30 @@ def test_a_stored_spec_with_such_an_entry_is_still_read() -> None:
     hints = JobRequest.stored(spec).to_job(1, 0.0).locality
     assert hints is not None and (hints.near, hints.far) == (("web",), ("tag:", "12"))
     assert JobRequest.stored({"command": ["x"], "locality": {"near": ["007", "tag:db"]}}).locality is not None
+
+
+def test_an_array_is_stored_in_canonical_form_and_a_task_is_a_job_with_its_place() -> None:
+    request = JobRequest(command=["x"], array=" 5-7, 1 %2")
+    assert request.array == "1,5-7%2"
+    task = request.to_job(12, 0.0, array_job_id=10, array_task_id=5)
+    assert (str(task.array), task.array_throttle) == ("10_5", 2)
+    assert task.array is not None
+    assert (task.array.count, task.array.first, task.array.last) == (4, 1, 7)
+    assert JobRequest(command=["x"], array="").array is None
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("0-5000", "'0-5000': task id 5000 is more than 1000"),
+        ("3-1%2", "'3-1': the range runs backwards"),
+        ("0-9%0", "the throttle %0 must be 1 to"),
+        (7, "an array is Slurm's --array text"),
+    ],
+)
+def test_a_bad_array_is_refused_by_field_and_value(given: object, says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], "array": given})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("array",)
+    assert says in error["msg"]

@@ -387,6 +387,14 @@ def submit(
             " afternotok (failed or cancelled); ',' = all must hold, '?' = any one. E.g. afterok:12:13,afterany:14.",
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            metavar="IDS[%N]",
+            help="A job array, as Slurm's --array: one job per task id (0-99, 1,3,5-7, 0-99:4), each with"
+            " CORRAL_ARRAY_TASK_ID; %N at the end runs at most N at once. Prints every task's job id.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`) or a file of jobs; prints the ids."""
@@ -394,6 +402,8 @@ def submit(
     if file is not None:
         if command:
             fail("give either a command or --file, not both")
+        if array is not None:
+            fail("--array: give each job of the file its own 'array' instead")
         requests, places = read_job_file(file)
     else:
         if not command:
@@ -419,6 +429,8 @@ def submit(
             fields["on_node_failure"] = on_node_failure
         if dependency is not None:
             fields["dependency"] = dependency
+        if array is not None:
+            fields["array"] = array
         locality = _locality(near or [], far or [], strict_locality, locality_level)
         if locality is not None:
             fields["locality"] = locality
@@ -469,24 +481,30 @@ def jobs(
     user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
     name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
     tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
+    array: Annotated[int | None, typer.Option(help="Only the tasks of this job array (its id).")] = None,
     limit: Annotated[int, typer.Option(help="At most this many (newest).")] = 1000,
     as_json: JsonFlag = False,
 ) -> None:
-    """List jobs with state, node, attempts, exit code and why they wait."""
+    """List jobs with state, node, attempts, exit code and why they wait; an array's task shows as
+    ARRAY_TASK (Slurm's way) beside its job id."""
     params: dict[str, Any] = {"state": state or [], "limit": limit}
-    params.update({key: value for key, value in (("user", user), ("name", name), ("tag", tag)) if value is not None})
+    filters = (("user", user), ("name", name), ("tag", tag), ("array", array))
+    params.update({key: value for key, value in filters if value is not None})
     rows = call("GET", "/api/jobs", params=params)
     if as_json:
         print_json(rows)
         return
     now = time.time()
     table = Table(show_edge=False, header_style="bold")
-    for column in ("id", "name", "state", "node", "tries", "exit", "resources", "age", "run", "reason"):
+    tasks = any(j.get("array_task_id") is not None for j in rows)
+    columns = ("id", *(("task",) if tasks else ()), "name", "state", "node", "tries", "exit", "resources")
+    for column in (*columns, "age", "run", "reason"):
         table.add_column(column, overflow="fold")
     for j in rows:
         run_time = (j["finished_at"] or now) - j["started_at"] if j["started_at"] else None
         table.add_row(
             str(j["id"]),
+            *((array_task_text(j),) if tasks else ()),
             j["name"] or " ".join(j["command"])[:30],
             Text.assemble(styled(j["state"]), (" held", "yellow") if j["held"] else ""),
             j["node"] or "-",
@@ -498,6 +516,13 @@ def jobs(
             j["wait_reason"] if j["state"] in ("queued", "failed", "cancelled") else "",
         )
     console.print(table)
+
+
+def array_task_text(job: dict[str, Any]) -> str:
+    """A task of a job array as Slurm shows it, ARRAY_TASK ("-" for a job of no array)."""
+    if job.get("array_task_id") is None:
+        return "-"
+    return f"{job['array_job_id']}_{job['array_task_id']}"
 
 
 @app.command("job")
@@ -528,6 +553,12 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
         f"attempts {j['attempts']} (temporary failures {j['temp_failures']})"
     )
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
+    if j.get("array_task_id") is not None:
+        throttle = f"at most {j['array_throttle']} at once" if j["array_throttle"] else "no throttle"
+        console.print(
+            f"  array      task {array_task_text(j)} of array {j['array_job_id']} ({j['array']}; {throttle})",
+            highlight=False,
+        )
     if j["executor_ref"]:  # executor = "slurm": what `scontrol show job` takes
         console.print(f"  slurm job  {j['executor_ref']}", highlight=False)
     if j.get("locality"):
@@ -587,14 +618,15 @@ def cancel(
     user: Annotated[str | None, typer.Option(help="Every open job of this user.")] = None,
     name: Annotated[str | None, typer.Option(help="Every open job of this name.")] = None,
     tag: Annotated[str | None, typer.Option(help="Every open job with this tag.")] = None,
+    array: Annotated[int | None, typer.Option(help="Every open task of this job array (its id).")] = None,
 ) -> None:
     """Cancel jobs, also while they run: by id, or every open job matching all the filters given
-    (Slurm's scancel --state/--user/--name; and a tag)."""
-    filtered = bool(state) or any(value is not None for value in (user, name, tag))
+    (Slurm's scancel --state/--user/--name, scancel ARRAY_ID for a job array's tasks; and a tag)."""
+    filtered = bool(state) or any(value is not None for value in (user, name, tag, array))
     if not job_ids and not filtered:
-        fail("give job ids, or --state, --user, --name or --tag")
+        fail("give job ids, or --state, --user, --name, --tag or --array")
     if filtered:
-        body = {"states": state or None, "user": user, "name": name, "tag": tag}
+        body = {"states": state or None, "user": user, "name": name, "tag": tag, "array": array}
         result = call("POST", "/api/jobs/cancel", json=body)
         ids = result["ids"]
         sys.stdout.write(f"cancel requested for {len(ids)} job{'' if len(ids) == 1 else 's'}")
@@ -669,6 +701,21 @@ def priority(job_id: int, value: int) -> None:
         sys.stdout.write(f"{job_id}: already {j['state']}\n")
     else:
         sys.stdout.write(f"{job_id}: priority {j['priority']}\n")
+
+
+@app.command()
+def throttle(
+    array_job_id: Annotated[int, typer.Argument(help="The job array's id (its first task's job id).")],
+    value: Annotated[int, typer.Argument(help="At most this many tasks claimed or running at once; 0: no limit.")],
+) -> None:
+    """Change a job array's throttle (Slurm's scontrol update JobId=A ArrayTaskThrottle=N).
+
+    Tasks already running go on; no more start than the new throttle allows."""
+    if value < 0:
+        fail(f"throttle {value}: give a number of tasks, or 0 for no limit")
+    result = call("PATCH", f"/api/arrays/{array_job_id}", json={"throttle": value})
+    limit = f"at most {result['throttle']} at once" if result["throttle"] else "no limit"
+    sys.stdout.write(f"array {array_job_id}: {limit} ({result['open']} of its {result['tasks']} tasks open)\n")
 
 
 @app.command()

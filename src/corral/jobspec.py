@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from corral.core import dependency as dependencies
+from corral.core import job_array
 from corral.core.model import GiB, Job, LocalityHints, Resources
 from corral.core.settings import Duration, OnNodeFailure, SizeMiB
 from corral.core.units import Float, Int
@@ -101,6 +102,18 @@ def dependency_text(value: Any) -> Any:
     return None if parsed is None else str(parsed)
 
 
+def array_text(value: Any) -> Any:
+    """A job array's spec as stored: Slurm's text in canonical form ("0-3,7%2"), from any spacing,
+    order or repeats. None (or an empty text) is no array."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("an array is Slurm's --array text, e.g. '0-99%10', '1,3,5-7' or '0-99:4'")
+    if not value.strip():
+        return None
+    return str(job_array.parse(value))
+
+
 class LocalitySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     near: list[LocalityEntry] = Field(default_factory=list, description="job ids or 'tag:NAME'")
@@ -149,6 +162,12 @@ class JobRequest(BaseModel):
         " must hold, '?' = any (afterok:12:13,afterany:14); or a mapping {afterok: [12, 13]}",
     )
 
+    array: Annotated[str | None, BeforeValidator(array_text)] = Field(
+        None,
+        description="Slurm's --array: one job per task id, 0-99, 1,3,5-7, 0-99:4 (ids 0 to"
+        f" {job_array.MAX_TASK_ID}); '%N' at the end runs at most N at once (0-99%10)",
+    )
+
     @field_validator("command")
     @classmethod
     def _command_not_empty(cls, value: list[str]) -> list[str]:
@@ -179,7 +198,17 @@ class JobRequest(BaseModel):
     def to_dependency(self) -> dependencies.Dependency | None:
         return dependencies.parse(self.dependency) if self.dependency else None
 
-    def to_job(self, job_id: int, submitted_at: float) -> Job:
+    def to_array(self) -> job_array.ArraySpec | None:
+        return job_array.parse(self.array) if self.array else None
+
+    def to_job(
+        self, job_id: int, submitted_at: float, array_job_id: int | None = None, array_task_id: int | None = None
+    ) -> Job:
+        """The job; a task of an array given its array's id and its own task id."""
+        spec = self.to_array() if array_task_id is not None else None
+        task = None
+        if spec is not None and array_task_id is not None:
+            task = spec.task(array_job_id or job_id, array_task_id)
         return Job(
             id=job_id,
             command=list(self.command),
@@ -208,4 +237,6 @@ class JobRequest(BaseModel):
             reservation=self.reservation,
             on_node_failure=self.on_node_failure,
             dependency=self.to_dependency(),
+            array=task,
+            array_throttle=spec.throttle if spec is not None else None,
         )

@@ -82,8 +82,8 @@ def test_slurms_text_is_read_and_written_back_in_one_canonical_form() -> None:
         ("afterok:12,afterany:13?after:14", "not both"),
         ("afterfoo:12", "unknown dependency type 'afterfoo'"),
         ("singleton", "singleton is not offered"),
-        ("aftercorr:12", "no job arrays"),
-        ("afterok:12_3", "no job arrays"),
+        ("aftercorr:12", "aftercorr is not offered \\(name each task's own job id"),
+        ("afterok:12_3", "'12_3': name an array's task by its own job id"),
         ("after:12+10", "delay"),
         ("afterok:x", "'x' is not a job id"),
         ("afterok:0", "'0' is not a job id"),
@@ -246,3 +246,16 @@ def test_in_front_of_slurm_a_job_is_submitted_only_once_its_dependency_holds() -
     assert [(o.job_id, o.state, o.reason) for o in never.job_outcomes] == [
         (2, JobState.CANCELLED, "DependencyNeverSatisfied: afterok:1 (job 1 failed)")
     ]
+
+
+def test_a_condition_on_a_job_array_is_one_on_each_of_its_tasks_as_in_slurm() -> None:
+    tasks_of = {5: [5, 6, 7]}
+    parsed = dependency.parse("afterok:5:9,afterany:6")
+    assert parsed is not None
+    assert str(dependency.whole_arrays(parsed, tasks_of)) == "afterok:5:6:7:9,afterany:6"
+    plain = dependency.parse("afterok:9")
+    assert plain is not None and dependency.whole_arrays(plain, tasks_of) is plain
+    any_of = dependency.parse("afterok:5?afternotok:9")
+    assert any_of is not None
+    with pytest.raises(ValueError, match="job 5 is a job array's id, which '\\?' \\(any one condition\\) cannot name"):
+        dependency.whole_arrays(any_of, tasks_of)

@@ -26,7 +26,7 @@ def test_cancel_by_user_and_name_and_list_by_them(corral: Corral) -> None:
     assert corral.cli("cancel", "--user", "alice", "--name", "sweep").stdout == "cancel requested for 0 jobs\n"
 
     refused = corral.cli("cancel", check=False)
-    assert refused.returncode == 1 and "give job ids, or --state, --user, --name or --tag" in refused.stderr
+    assert refused.returncode == 1 and "give job ids, or --state, --user, --name, --tag or --array" in refused.stderr
     bad = corral.cli("cancel", "--state", "waiting", check=False)
     assert bad.returncode == 1 and "states.0" in bad.stderr
     tagged = int(corral.cli("submit", "--tag", "nightly", "--", "sleep", "60").stdout)

@@ -21,7 +21,8 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
    as in `plan_pass`: corral judges dependencies itself, and submits a job to Slurm only once its
    dependency holds, so no `sbatch --dependency` is needed);
 6. eligible queued jobs are claimed and submitted in queue order, up to `max_pending` of this
-   dispatcher's jobs waiting in Slurm; the others, and the jobs not eligible yet, are annotated.
+   dispatcher's jobs waiting in Slurm, and no job array's task beyond its throttle (as in
+   `plan_pass`, `corral.core.job_array`); the others, and the jobs not eligible yet, are annotated.
 
 A job's priority reaches Slurm as its Nice (`nice_for`): at sbatch, and, for a job pending in
 Slurm whose Nice is not its priority's any more (`corral priority`), by a renice.
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from corral.core import dependency, fairshare, retry
+from corral.core import dependency, fairshare, job_array, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, Job, JobState
@@ -343,11 +344,17 @@ def plan_batch_pass(
         )
         blocked, reasons = judged.blocked, judged.reasons
 
-    # 6. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm.
+    # 6. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm, and,
+    # of a job array's tasks, no more than its throttle leaves room for (corral.core.job_array:
+    # claimed tasks count, whether they pend in Slurm or run, as Slurm's own throttle counts them).
     queue = index.in_queue_order()
     queue_settings = settings.placement.queue
     if queue_settings.order == "fairshare":
         queue = fairshare.ordered(queue, snapshot.fairshare_usage, queue_settings.fairshare)
+    eligible = [job for job in queue if job.id not in ended and job.id not in blocked and job.eligible_at() <= now]
+    throttled: Mapping[int, str] = {}
+    if index.throttled_arrays and eligible:
+        _, throttled = job_array.throttle(eligible, index.throttled_arrays, ended)
     for job in queue:
         if job.id in ended:
             continue
@@ -355,11 +362,13 @@ def plan_batch_pass(
             if job.wait_reason != reasons[job.id] or job.unplaceable:
                 decisions.annotations.append(Annotation(job.id, reasons[job.id]))
             continue
-        eligible = job.eligible_at()
-        if eligible > now:
+        if job.eligible_at() > now:
             why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
             if job.wait_reason != why:
                 decisions.annotations.append(Annotation(job.id, why))
+        elif job.id in throttled:
+            if job.wait_reason != throttled[job.id]:
+                decisions.annotations.append(Annotation(job.id, throttled[job.id]))
         elif pending < max_pending:
             decisions.claims.append(job.id)
             pending += 1

@@ -10,6 +10,9 @@ A dependency lists kinds with job ids, `afterok:12:13,afterany:14`: with `,` eve
 (Slurm's default), with `?` any one (`afterok:12?afternotok:12`); a dependency uses one or the
 other, as in Slurm. `afterok:12:13` is two conditions, one per job.
 
+A condition on a job array's id (its first task's job id) is one on each of its tasks, as in Slurm
+(`whole_arrays`, applied when the job is submitted).
+
 A condition that cannot hold any more (afterok on a job that failed or was cancelled, afternotok on
 one that completed) makes the dependency never satisfiable when every one must hold (or when it was
 the last that could, with `?`): Slurm's reason DependencyNeverSatisfied. `judge` is the decision of
@@ -19,7 +22,7 @@ a pass, pure; `step` takes it as both passes do (`corral.core.reconcile.plan_pas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
@@ -42,7 +45,7 @@ class DependencyKind(StrEnum):
 KINDS = tuple(kind.value for kind in DependencyKind)
 # Slurm's other kinds, and why corral does not offer them.
 NOT_OFFERED = {
-    "aftercorr": "corral has no job arrays",
+    "aftercorr": "name each task's own job id instead: corral jobs --array ID lists them",
     "afterburstbuffer": "corral has no burst buffers",
     "singleton": "name the jobs to wait for instead (afterany:ID)",
 }
@@ -113,10 +116,33 @@ def _job_id(entry: str, where: str) -> int:
     if "+" in entry:
         raise ValueError(f"{where!r}: a delay after the job (+minutes) is not offered")
     if "_" in entry:
-        raise ValueError(f"{where!r}: corral has no job arrays ({entry!r})")
+        raise ValueError(
+            f"{where!r}: {entry!r}: name an array's task by its own job id (corral jobs --array ID lists them),"
+            " or its whole array by the array's id"
+        )
     if not (entry.isascii() and entry.isdigit()) or not 1 <= int(entry) <= MAX_JOB_ID:
         raise ValueError(f"{where!r}: {entry!r} is not a job id")
     return int(entry)
+
+
+def whole_arrays(dependency: Dependency, tasks_of: Mapping[int, Sequence[int]]) -> Dependency:
+    """The dependency with each condition on a job array's id (`tasks_of`: array id -> its tasks'
+    job ids) made one per task, as Slurm reads a dependency on an array: every task must satisfy
+    it. Done once, at submission, so that the pass judges job ids only. ValueError for an array
+    under `?` (any one condition): one per task would let any single task satisfy it."""
+    if not any(job_id in tasks_of for _, job_id in dependency.conditions):
+        return dependency
+    if dependency.any_of:
+        named = next(job_id for _, job_id in dependency.conditions if job_id in tasks_of)
+        raise ValueError(
+            f"{dependency}: job {named} is a job array's id, which '?' (any one condition) cannot name; use ','"
+            " or name its tasks' own job ids"
+        )
+    conditions: dict[tuple[DependencyKind, int], None] = {}
+    for kind, job_id in dependency.conditions:
+        for task in tasks_of.get(job_id, (job_id,)):
+            conditions[(kind, task)] = None
+    return Dependency(tuple(conditions), dependency.any_of)
 
 
 # ---- the decision ---------------------------------------------------------------------------------

@@ -108,6 +108,9 @@ class SnapshotIndex:
         self.held: dict[int, Job] = {}
         # Queued jobs (held or not) with a dependency: a pass judges them (corral.core.dependency).
         self.dependent: dict[int, Job] = {}
+        # The open tasks (queued, claimed, running) of each job array with a throttle, by array id:
+        # a pass counts those that run against the throttle (corral.core.job_array).
+        self.throttled_arrays: dict[int, dict[int, Job]] = {}
         # Queued jobs with a requested start or a retry back-off: the only ones that may not be
         # eligible yet (the others are from time 0 on).
         self.deferred: dict[int, Job] = {}
@@ -191,6 +194,21 @@ class SnapshotIndex:
         _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested or job.requeue_requested)
         if job.dependency is not None:  # (a job's dependency never changes: no call for the others)
             _place(self.dependent, job_id, job, job.state is JobState.QUEUED)
+        if job.array is not None:  # (nor does its array: no call for the others)
+            self._file_task(job, bool(job.array_throttle) and not job.state.terminal)
+
+    def _file_task(self, job: Job, member: bool) -> None:
+        assert job.array is not None
+        array_id = job.array.array_job_id
+        tasks = self.throttled_arrays.get(array_id)
+        if member:
+            if tasks is None:
+                tasks = self.throttled_arrays[array_id] = {}
+            tasks[job.id] = job
+        elif tasks is not None:
+            tasks.pop(job.id, None)
+            if not tasks:
+                del self.throttled_arrays[array_id]
 
     def _file_queued(self, job: Job) -> None:
         key = (-job.priority, job.submitted_at, job.id)
@@ -205,6 +223,9 @@ class SnapshotIndex:
         self.queued[job.id] = job
 
     def drop_job(self, job_id: int) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and job.array is not None:
+            self._file_task(job, False)
         for group in (
             self.jobs,
             self.queued,
@@ -424,6 +445,9 @@ class SnapshotIndex:
             "deferred": ids(self.deferred, self.job_order),
             "held": ids(self.held, self.job_order),
             "dependent": ids(self.dependent, self.job_order),
+            "throttled_arrays": {
+                array_id: ids(tasks, self.job_order) for array_id, tasks in sorted(self.throttled_arrays.items())
+            },
             "attempts": list(self.attempts),
             "assigned": sorted(self.assigned),
             "work": sorted(self.work.items()),

@@ -168,6 +168,22 @@ class LocalityHints:
     level: str = "server"  # "server" or "rack"
 
 
+@dataclass(frozen=True, slots=True)
+class ArrayTask:
+    """A job's place in a job array (Slurm's `sbatch --array`, corral.core.job_array): the array's
+    id (its first task's job id, Slurm's SLURM_ARRAY_JOB_ID), this task's id, and the array's task
+    count, lowest and highest task id."""
+
+    array_job_id: int
+    task_id: int
+    count: int
+    first: int
+    last: int
+
+    def __str__(self) -> str:
+        return f"{self.array_job_id}_{self.task_id}"  # as Slurm shows a task
+
+
 @dataclass(slots=True)
 class Job:
     id: int
@@ -211,6 +227,10 @@ class Job:
     held: bool = False
     # Slurm's --dependency: not eligible until the jobs it names got far enough (corral.core.dependency).
     dependency: Dependency | None = None
+    # A task of a job array, and the array's throttle: at most this many of its tasks claimed or
+    # running at once (None: no limit). The throttle can change after submission (corral throttle).
+    array: ArrayTask | None = None
+    array_throttle: int | None = None
 
     def eligible_at(self) -> float:
         return max(self.not_before or 0.0, self.retry_at or 0.0)

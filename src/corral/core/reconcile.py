@@ -16,8 +16,9 @@ Order of a pass:
    time limit plus `dispatch.time_limit_grace` (Slurm's OverTimeLimit) end, and their jobs fail
    (TIMEOUT, not retried); queued jobs whose dependency can never be satisfied are cancelled
    (policy.dispatch.kill_invalid_depend), and those whose dependency does not hold yet wait;
-5. queued jobs are placed on running nodes (held jobs and jobs waiting for a dependency are not:
-   they are left out of the queue);
+5. queued jobs are placed on running nodes (held jobs, jobs waiting for a dependency, and tasks
+   of a job array beyond its throttle, `corral.core.job_array`, are not: they are left out of the
+   queue, so no instance is booted for them either);
 6. the boot planner boots instances for what is left, or says why a job waits;
 7. the lifecycle matrix (seed 000) drains and shuts down nodes;
 8. idle / busy marks follow from the work on each node.
@@ -32,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import dependency, drain, fairshare, lifecycle, retry
+from corral.core import dependency, drain, fairshare, job_array, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.limits import LiveFleet
@@ -258,6 +259,12 @@ def plan_pass(
     if ended or not_yet or blocked:
         left_out = ended.union(job.id for job in not_yet).union(blocked)
         queue = [job for job in queue if job.id not in left_out]
+    # Job arrays' throttles (Slurm's %N): of an array's tasks that could run, only as many go on as
+    # its throttle has room for beside those claimed or running; the others are neither placed nor
+    # booted for.
+    throttled: Mapping[int, str] = {}
+    if index.throttled_arrays and queue:
+        queue, throttled = job_array.throttle(queue, index.throttled_arrays, ended)
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).
@@ -399,6 +406,12 @@ def plan_pass(
         for job in index.in_job_order(index.dependent[job_id] for job_id in blocked):
             why = dependency_reasons[job.id]
             if not job.held and (job.wait_reason != why or job.unplaceable):
+                decisions.annotations.append(Annotation(job.id, why))
+
+    if throttled:
+        for job in index.in_job_order(index.jobs[job_id] for job_id in throttled):
+            why = throttled[job.id]
+            if job.wait_reason != why or job.unplaceable:
                 decisions.annotations.append(Annotation(job.id, why))
 
     # 7. Lifecycle matrix; 8. idle/busy marks. A shell that tracks pings heard at `now` from

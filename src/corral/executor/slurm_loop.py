@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.config import Config
-from corral.core import batch, retry
+from corral.core import batch, job_array, retry
 from corral.core.batch import Phase, Seen, phase_of
 from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
@@ -286,10 +286,12 @@ class SlurmLoop(LiveLoop):
 
     def job_env(self, job: Job, attempt_id: int) -> dict[str, str]:
         """sbatch's environment, which --export=ALL hands to the job: this process's, less corral's
-        credentials, plus the job's env and its ids."""
+        credentials, plus the job's env and its ids (and an array task's, corral.core.job_array)."""
         env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
         env.update(job.env)
         env.update(CORRAL_JOB_ID=str(job.id), CORRAL_ATTEMPT_ID=str(attempt_id))
+        if job.array is not None:
+            env.update(job_array.environment(job.array))
         return env
 
     def _submit(self, job: Job, attempt_id: int, now: float) -> None:

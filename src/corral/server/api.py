@@ -43,6 +43,8 @@ from corral.server.models import (
     StatusOut,
     SubmitBody,
     SubmitResult,
+    ThrottleBody,
+    ThrottleOut,
     TypeUsageOut,
     UsageOut,
     UsageRowOut,
@@ -96,6 +98,10 @@ def job_out(
         needed_by=[DependencyOut(**d) for d in dependencies[1]] if dependencies is not None else None,
         attempt_list=[attempt_out(a) for a in attempts] if attempts is not None else None,
         explanation=row["explanation"] if detail else None,
+        array_job_id=row["array_job_id"],
+        array_task_id=row["array_task_id"],
+        array=spec.get("array") if row["array_task_id"] is not None else None,
+        array_throttle=row["array_throttle"],
     )
 
 
@@ -129,8 +135,11 @@ def list_jobs(
     user: str | None = Query(None, description="only this user's jobs"),
     name: str | None = Query(None, description="only jobs of this name"),
     tag: str | None = Query(None, description="only jobs with this tag"),
+    array: Annotated[
+        int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only the tasks of this job array (its id)")
+    ] = None,
 ) -> list[JobOut]:
-    picked = JobFilter(tuple(s.value for s in state or ()), user, name, tag)
+    picked = JobFilter(tuple(s.value for s in state or ()), user, name, tag, array)
     rows = runtime.store.list_job_rows(limit=limit, picked=picked)
     return [job_out(r) for r in rows]
 
@@ -140,10 +149,19 @@ def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime) -> CancelMat
     """Slurm's `scancel --state/-u/-n`: cancel every open job that matches all the filters given
     (at least one); the ids marked for cancellation."""
     states = tuple(s.value for s in body.states or ())
-    picked = JobFilter(states, body.user, body.name, body.tag)
+    picked = JobFilter(states, body.user, body.name, body.tag, body.array)
     ids = runtime.store.request_cancel_matching(time.time(), picked)
     runtime.wake()
     return CancelMatchingOut(ids=ids)
+
+
+@router.patch("/arrays/{array_job_id}")
+def set_array_throttle(array_job_id: PathId, body: ThrottleBody, runtime: UserRuntime) -> ThrottleOut:
+    """Slurm's `scontrol update JobId=A ArrayTaskThrottle=N`: a job array's throttle, on all its
+    tasks (0: no limit). Running tasks go on; the next pass starts no more than it allows."""
+    result = runtime.store.set_array_throttle(array_job_id, body.throttle, time.time())
+    runtime.wake()
+    return ThrottleOut(**result)
 
 
 @router.get("/jobs/{job_id}")

@@ -46,8 +46,18 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": InvalidOut if code == 422 else ErrorOut} for code in codes}
 
 
+MAX_SUBMITTED = 100_000  # jobs in one submission, an array's tasks each counted
+
+
 class SubmitBody(BaseModel):
-    jobs: list[JobRequest] = Field(min_length=1, max_length=100_000)
+    jobs: list[JobRequest] = Field(min_length=1, max_length=MAX_SUBMITTED)
+
+    @model_validator(mode="after")
+    def _not_too_many_tasks(self) -> SubmitBody:
+        total = sum(len(spec.task_ids) if (spec := job.to_array()) is not None else 1 for job in self.jobs)
+        if total > MAX_SUBMITTED:
+            raise ValueError(f"{total} jobs with the arrays' tasks: at most {MAX_SUBMITTED} in one submission")
+        return self
 
 
 class SubmitResult(BaseModel):
@@ -67,12 +77,28 @@ class CancelMatchingBody(BaseModel):
     user: str | None = Field(None, max_length=200, description="only this user's jobs")
     name: str | None = Field(None, max_length=200, description="only jobs of this name")
     tag: str | None = Field(None, max_length=200, description="only jobs with this tag")
+    array: DbInt | None = Field(None, description="only the tasks of this job array (its id)")
 
     @model_validator(mode="after")
     def _some_filter(self) -> CancelMatchingBody:
-        if not self.states and self.user is None and self.name is None and self.tag is None:
-            raise ValueError("give states, user, name or tag: a cancel that matches every job is not taken")
+        if not self.states and all(value is None for value in (self.user, self.name, self.tag, self.array)):
+            raise ValueError("give states, user, name, tag or array: a cancel that matches every job is not taken")
         return self
+
+
+class ThrottleBody(Inbound):
+    """A job array's new throttle (Slurm's ArrayTaskThrottle): at most this many tasks claimed or
+    running at once; 0: no limit."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    throttle: int = Field(ge=0, le=1_000_000, strict=True, description="0: no limit")
+
+
+class ThrottleOut(BaseModel):
+    array_job_id: int
+    throttle: int | None  # None: no limit
+    tasks: int  # the array's tasks
+    open: int  # of them, those not finished
 
 
 class CancelMatchingOut(BaseModel):
@@ -200,6 +226,12 @@ class JobOut(BaseModel):
     needed_by: list[DependencyOut] | None = None  # one job's view: the jobs whose dependency names it
     attempt_list: list[AttemptOut] | None = None
     explanation: dict[str, Any] | None = None
+    # A task of a job array: the array's id (its first task's job id), the task's id, the array's
+    # spec as submitted (corral submit --array) and its throttle now (None: no limit).
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array: str | None = None
+    array_throttle: int | None = None
 
 
 class NodeOut(BaseModel):

@@ -46,6 +46,11 @@ jobs = Table(
     # A claimed or running job to stop and put back in the queue, held if asked (corral requeue; 0008).
     Column("requeue_requested", Boolean, nullable=False, default=False, server_default=false()),
     Column("requeue_hold", Boolean, nullable=False, default=False, server_default=false()),
+    # A task of a job array (corral submit --array): the array's id (its first task's job id), the
+    # task's id, and the array's throttle, which `corral throttle` changes on every task (0010).
+    Column("array_job_id", Integer),
+    Column("array_task_id", Integer),
+    Column("array_throttle", Integer),
     Column("explanation", JSON),
     Column("node_id", String(64)),
     Column("started_at", Float),
@@ -54,6 +59,8 @@ jobs = Table(
     # By state, and within a state in submission order: the oldest waiting job (Store.oldest_wait)
     # without a sort (0007; it replaced an index of the state alone).
     Index("ix_jobs_state_submitted", "state", "submitted_at", "id"),
+    # An array's tasks in task order (corral jobs --array, cancel --array, throttle).
+    Index("ix_jobs_array", "array_job_id", "array_task_id"),
 )
 
 # A job's dependency (Slurm's --dependency, kept whole in `jobs.spec`), one row per condition: what

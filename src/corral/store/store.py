@@ -46,8 +46,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
 
+from corral.core import job_array
 from corral.core.accounting import AttemptSpan, NodeSpan
-from corral.core.dependency import DEPENDENCY, Dependency
+from corral.core.dependency import DEPENDENCY, Dependency, whole_arrays
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -307,13 +308,19 @@ class Store:
     # ---- jobs ---------------------------------------------------------------------------------
 
     def submit(self, requests: Sequence[JobRequest], now: float) -> list[int]:
-        """Queue jobs in one transaction: all are stored, or (on any error) none."""
-        rows = [
-            {
+        """Queue jobs in one transaction: all are stored, or (on any error) none. A request with an
+        array is one job per task, in task order, each with the whole request as its spec; the
+        array's id is its first task's job id. The ids of every job, tasks included, in order."""
+        rows: list[dict[str, Any]] = []
+        owners: list[int] = []  # the request each row comes from, by its place in `requests`
+        specs: list[dict[str, Any]] = []  # each request's, which its rows share
+        for place, r in enumerate(requests):
+            specs.append(r.model_dump(mode="json"))
+            row = {
                 "name": r.name,
                 "state": JobState.QUEUED.value,
                 "priority": r.priority,
-                "spec": r.model_dump(mode="json"),
+                "spec": specs[place],
                 "submitted_at": now,
                 "temp_failures": 0,
                 "perm_failures": 0,
@@ -324,29 +331,62 @@ class Store:
                 "requeue_requested": False,
                 "requeue_hold": False,
                 "held": False,
+                "array_task_id": None,
+                "array_throttle": None,
                 "updated_at": now,
             }
-            for r in requests
-        ]
+            array = r.to_array()
+            if array is None:
+                rows.append(row)
+                owners.append(place)
+                continue
+            for task_id in array.task_ids:
+                rows.append({**row, "array_task_id": task_id, "array_throttle": array.throttle})
+                owners.append(place)
         if not rows:
             return []
         dependencies = {i: d for i, r in enumerate(requests) if (d := r.to_dependency()) is not None}
         with self.write() as conn:
             if dependencies:
                 self._check_dependencies(conn, dependencies)
+                for place, whole in self._whole_arrays(conn, dependencies).items():
+                    # Stored as judged: the array's tasks by their job ids (its rows share this spec).
+                    dependencies[place] = whole
+                    specs[place]["dependency"] = str(whole)
             result = conn.execute(insert(J).returning(J.c.id, sort_by_parameter_order=True), rows)
             ids = [row[0] for row in result]
+            # Each array's id is its first task's job id, known only now.
+            first_task: dict[int, int] = {}
+            for job_id, place, row in zip(ids, owners, rows, strict=True):
+                if row["array_task_id"] is not None:
+                    first_task.setdefault(place, job_id)
+            if first_task:
+                conn.execute(
+                    update(J).where(J.c.id == bindparam("job_id")).values(array_job_id=bindparam("array_id")),
+                    [
+                        {"job_id": job_id, "array_id": first_task[place]}
+                        for job_id, place, row in zip(ids, owners, rows, strict=True)
+                        if row["array_task_id"] is not None
+                    ],
+                )
             if dependencies:
                 conn.execute(
                     insert(schema.job_dependencies),
                     [
-                        {"job_id": ids[i], "kind": kind.value, "depends_on": named}
-                        for i, dependency in dependencies.items()
+                        {"job_id": job_id, "kind": kind.value, "depends_on": named}
+                        for job_id, place in zip(ids, owners, strict=True)
+                        if (dependency := dependencies.get(place)) is not None
                         for kind, named in dependency.conditions
                     ],
                 )
             self._job_events(
-                conn, now, "job.queued", ((job_id, _summary(req)) for job_id, req in zip(ids, requests, strict=True))
+                conn,
+                now,
+                "job.queued",
+                (
+                    (job_id, _summary(requests[place], first_task.get(place), row["array_task_id"]))
+                    for job_id, place, row in zip(ids, owners, rows, strict=True)
+                ),
             )
         return ids
 
@@ -365,6 +405,33 @@ class Store:
         ]
         if problems:
             raise InvalidJobs(problems)
+
+    @staticmethod
+    def _whole_arrays(conn: Connection, dependencies: Mapping[int, Dependency]) -> dict[int, Dependency]:
+        """The dependencies that name a job array by its id, each with a condition per task of it
+        (corral.core.dependency.whole_arrays), by their place in the submission. InvalidJobs for
+        one that cannot name an array (with '?')."""
+        named = sorted({job_id for dependency in dependencies.values() for job_id in dependency.job_ids()})
+        tasks_of: dict[int, list[int]] = {}
+        for chunk in _chunks(named):
+            query = select(J.c.array_job_id, J.c.id).where(J.c.array_job_id.in_(chunk)).order_by(J.c.array_task_id)
+            for array_id, job_id in conn.execute(query):
+                tasks_of.setdefault(array_id, []).append(job_id)
+        if not tasks_of:
+            return {}
+        whole: dict[int, Dependency] = {}
+        problems: list[str] = []
+        for place, dependency in dependencies.items():
+            try:
+                expanded = whole_arrays(dependency, tasks_of)
+            except ValueError as exc:
+                problems.append(f"jobs.{place}.dependency: {exc}")
+                continue
+            if expanded is not dependency:
+                whole[place] = expanded
+        if problems:
+            raise InvalidJobs(problems)
+        return whole
 
     def dependency_rows(self, job_id: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The conditions of the job's dependency, with the state of the job each names, and the
@@ -500,6 +567,27 @@ class Store:
                 return False
             self._event(conn, now, "job.priority", f"priority set to {priority}", job_id=job_id)
         return True
+
+    def set_array_throttle(self, array_job_id: int, throttle: int, now: float) -> dict[str, Any]:
+        """Change a job array's throttle (Slurm's `scontrol update JobId=A ArrayTaskThrottle=N`; 0:
+        no limit) on all its tasks, with an event on the array's id. Tasks already running go on
+        running under a lower throttle; the next pass starts no more than it allows. NotFound for
+        an id that is no array's. `open`: its tasks not finished yet."""
+        with self.write() as conn:
+            result = conn.execute(
+                update(J)
+                .where(J.c.array_job_id == array_job_id)
+                .values(array_throttle=throttle or None, updated_at=now)
+            )
+            if result.rowcount == 0:
+                raise NotFound(f"no job array {array_job_id} (an array's id is its first task's job id)")
+            open_tasks = conn.execute(
+                select(func.count()).where(J.c.array_job_id == array_job_id, J.c.state.in_(OPEN_JOB_STATES))
+            ).scalar_one()
+            said = f"array throttle set to {throttle}" if throttle else "array throttle removed (no limit)"
+            self._event(conn, now, "job.array_throttle", f"{said}, {result.rowcount} tasks", job_id=array_job_id)
+        tasks = result.rowcount
+        return {"array_job_id": array_job_id, "throttle": throttle or None, "tasks": tasks, "open": open_tasks}
 
     def hold(self, job_id: int, now: float, reason: str = "") -> dict[str, Any]:
         """Hold a queued job (Slurm's `scontrol hold`): it stays queued, and no pass places it or
@@ -734,7 +822,7 @@ class Store:
 
     def work_for(self, node_id: str) -> list[WorkItem]:
         query = (
-            select(A, J.c.spec)
+            select(A, J.c.spec, J.c.array_job_id, J.c.array_task_id)
             .join(J, J.c.id == A.c.job_id)
             .where(A.c.node_id == node_id, A.c.state == AttemptState.ASSIGNED.value)
             .order_by(A.c.id)
@@ -744,12 +832,15 @@ class Store:
         items = []
         for row in rows:
             spec = row.spec
+            env = dict(spec.get("env") or {})
+            if row.array_task_id is not None and spec.get("array"):
+                env.update(job_array.stored_environment(spec["array"], row.array_job_id, row.array_task_id))
             items.append(
                 WorkItem(
                     attempt_id=row.id,
                     job_id=row.job_id,
                     command=list(spec["command"]),
-                    env=dict(spec.get("env") or {}),
+                    env=env,
                     node_ids=list(row.node_ids),
                     resources=Resources(row.vcpus, row.ram_mib, row.scratch_mib, row.gpus),
                 )
@@ -1185,7 +1276,9 @@ class Store:
         for row in rows:
             job = cache.get(row.id)
             if job is None:
-                job = JobRequest.stored(specs[row.id]).to_job(row.id, row.submitted_at)
+                job = JobRequest.stored(specs[row.id]).to_job(
+                    row.id, row.submitted_at, row.array_job_id, row.array_task_id
+                )
             refresh_job(job, row._mapping)
             fresh[row.id] = job
             jobs.append(job)
@@ -1226,8 +1319,9 @@ class Store:
 
     def oldest_wait(self, now: float) -> float | None:
         """How long the longest-waiting job that could run now (queued, not held, not waiting for a
-        dependency, past its retry back-off and its `not_before`) has waited since its submission.
-        None when no job could. A dependency's wait is the one the last pass gave as the reason."""
+        dependency or its array's throttle, past its retry back-off and its `not_before`) has waited
+        since its submission. None when no job could. A dependency's or a throttle's wait is the
+        one the last pass gave as the reason."""
         query = (
             select(J.c.submitted_at, J.c.spec)
             .where(
@@ -1235,6 +1329,7 @@ class Store:
                 J.c.held.is_(False),
                 or_(J.c.retry_at.is_(None), J.c.retry_at <= now),
                 J.c.wait_reason.not_like(f"{DEPENDENCY}%"),
+                J.c.wait_reason.not_like(f"{job_array.THROTTLE_REASON}%"),
             )
             .order_by(J.c.submitted_at, J.c.id)
             .execution_options(yield_per=100)
@@ -1346,17 +1441,19 @@ def _dated(explanation: dict[str, Any], now: float) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """Which jobs a listing or a filtered cancel picks: each field given narrows it (Slurm's
-    squeue/scancel --state, --user, --name; corral's tags)."""
+    squeue/scancel --state, --user, --name, a job array's id; corral's tags)."""
 
     states: tuple[str, ...] = ()
     user: str | None = None  # JobRequest.user
     name: str | None = None
     tag: str | None = None  # one of JobRequest.tags
+    array: int | None = None  # the tasks of this job array (its id)
 
     def describe(self) -> str:
         parts = [f"state {'/'.join(self.states)}"] if self.states else []
         named = (("user", self.user), ("name", self.name), ("tag", self.tag))
-        return ", ".join([*parts, *(f"{what} {value!r}" for what, value in named if value is not None)])
+        parts += [f"{what} {value!r}" for what, value in named if value is not None]
+        return ", ".join([*parts, *([f"array {self.array}"] if self.array is not None else [])])
 
     def clauses(self, dialect: str) -> list[Any]:
         """The WHERE clauses, for the database `dialect` (tags are a JSON list inside the spec)."""
@@ -1367,6 +1464,8 @@ class JobFilter:
             clauses.append(J.c.spec["user"].as_string() == self.user)
         if self.name is not None:
             clauses.append(J.c.name == self.name)
+        if self.array is not None:
+            clauses.append(J.c.array_job_id == self.array)
         if self.tag is not None:
             if dialect == "postgresql":
                 clauses.append(cast(J.c.spec["tags"], JSONB).contains([self.tag]))
@@ -1387,15 +1486,18 @@ def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
         yield list(ids[start : start + size])
 
 
-def _summary(request: JobRequest) -> str:
+def _summary(request: JobRequest, array_job_id: int | None = None, task_id: int | None = None) -> str:
     argv = " ".join(request.command)
     if len(argv) > 80:
         argv = argv[:77] + "..."
-    return f"{request.name + ': ' if request.name else ''}{argv}"
+    task = f"task {array_job_id}_{task_id} of array {request.array}: " if task_id is not None else ""
+    return f"{task}{request.name + ': ' if request.name else ''}{argv}"
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
-    job = JobRequest.stored(row["spec"]).to_job(row["id"], row["submitted_at"])
+    job = JobRequest.stored(row["spec"]).to_job(
+        row["id"], row["submitted_at"], row["array_job_id"], row["array_task_id"]
+    )
     refresh_job(job, row)
     return job
 
@@ -1418,6 +1520,7 @@ def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
     job.held = bool(row["held"])
     job.started_at = row["started_at"]
     job.finished_at = row["finished_at"]
+    job.array_throttle = row["array_throttle"] or None  # 0: no limit
 
 
 def attempt_from_row(row: dict[str, Any]) -> Attempt:

@@ -10,7 +10,9 @@ left out) with:
                (optional; unique)
 `dependency` (Slurm's --dependency, as `corral submit` takes it) names jobs of the workload by their
 `id`; each must be submitted before the job (at an earlier submit_time, or at the same one on an
-earlier line), as a Slurm job can only name a job that exists.
+earlier line), as a Slurm job can only name a job that exists. `array` (Slurm's --array, as
+`corral submit` takes it) makes one job per task, with the array's throttle; its `id` names the
+first task.
 Blank lines and lines starting with `#` are ignored. Numbers must be finite, and times (submit_time,
 not_before) and durations at most 100 years. `time_scale` multiplies the times on the workload's
 clock (submit_time, not_before), not the durations (run_time, time_limit, cancel_after).
@@ -26,7 +28,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from corral.config import RepeatedKey, unique_keys
-from corral.core.dependency import Dependency, DependencyKind
+from corral.core.dependency import Dependency, DependencyKind, whole_arrays
 from corral.core.settings import Duration
 from corral.core.units import Int
 from corral.jobspec import JobRequest
@@ -76,6 +78,7 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
     jobs: list[SimJob] = []
     named: dict[int, int] = {}  # the workload's ids -> the simulation's
     lines: dict[int, tuple[int, Dependency | None]] = {}  # simulation id -> (line, dependency as written)
+    arrays: dict[int, list[int]] = {}  # an array's simulation id (its first task's) -> its tasks'
     for number, line in numbered_lines(path):
         stats.lines += 1
         text = line.strip()
@@ -93,18 +96,26 @@ def read_jsonl(path: Path, *, time_scale: float = 1.0, skip_bad_lines: bool = Fa
             if spec.id is not None and spec.id in named:
                 message = f"{path}:{number}: id: {spec.id} names another job already (line {lines[named[spec.id]][0]})"
             else:
-                job = _to_sim_job(len(jobs) + 1, spec, time_scale)
-                jobs.append(job)
-                lines[job.id] = (number, job.request.to_dependency() if job.request is not None else None)
+                # A job array is a job per task (consecutive ids), as the store makes it; `id`
+                # names its first task, the array's id.
+                array = spec.to_array()
+                first = len(jobs) + 1
+                for task_id in array.task_ids if array is not None else (None,):
+                    job = _to_sim_job(len(jobs) + 1, spec, time_scale)
+                    if task_id is not None:
+                        job.array_job_id, job.array_task_id = first, task_id
+                        arrays.setdefault(first, []).append(job.id)
+                    jobs.append(job)
+                    lines[job.id] = (number, job.request.to_dependency() if job.request is not None else None)
                 if spec.id is not None:
-                    named[spec.id] = job.id
+                    named[spec.id] = first
                 continue
         if not skip_bad_lines:
             raise WorkloadError(message + " (use --skip-bad-lines to skip such lines)")
         stats.skip(message)
     jobs.sort(key=lambda j: (j.submit, j.id))
     if any(dependency is not None for _, dependency in lines.values()):
-        jobs = _link_dependencies(path, jobs, named, lines, stats, skip_bad_lines)
+        jobs = _link_dependencies(path, jobs, named, lines, stats, skip_bad_lines, arrays)
     stats.jobs = len(jobs)
     return Workload(jobs, str(path), "jsonl", stats)
 
@@ -116,9 +127,11 @@ def _link_dependencies(
     lines: dict[int, tuple[int, Dependency | None]],
     stats: ReadStats,
     skip_bad_lines: bool,
+    arrays: dict[int, list[int]],
 ) -> list[SimJob]:
-    """Each job's dependency by simulation ids. Jobs are taken in the order they arrive, so that a
-    job skipped for its dependency is no job to those that name it."""
+    """Each job's dependency by simulation ids, a job array's id by each of its tasks' (as the
+    store does). Jobs are taken in the order they arrive, so that a job skipped for its dependency
+    is no job to those that name it."""
     arrived: set[int] = set()
     skipped: set[int] = set()
     kept: list[SimJob] = []
@@ -138,6 +151,11 @@ def _link_dependencies(
                 if problem or target is None:
                     break
                 conditions.append((kind, target))
+            if not problem:
+                try:
+                    linked = whole_arrays(Dependency(tuple(conditions), dependency.any_of), arrays)
+                except ValueError as exc:
+                    problem = str(exc)
             if problem:
                 message = f"{path}:{number}: dependency: {problem}"
                 if not skip_bad_lines:
@@ -145,7 +163,7 @@ def _link_dependencies(
                 stats.skip(message)
                 skipped.add(job.id)
                 continue
-            job.dependency = Dependency(tuple(conditions), dependency.any_of)
+            job.dependency = linked
             if job.request is not None:
                 job.request.dependency = str(job.dependency)  # by simulation ids, as the job is stored
         arrived.add(job.id)

@@ -54,6 +54,10 @@ class SimJob:
     # Slurm's --dependency on other jobs of the workload, by their simulation ids (`id`); each job
     # it names arrives before this one.
     dependency: Dependency | None = None
+    # A task of a job array (a JSON Lines job with `array`): its array's id (the first task's
+    # simulation id) and its task id.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
 
     @property
     def resources(self) -> Resources:
@@ -61,7 +65,7 @@ class SimJob:
 
     def to_job(self) -> Job:
         if self.request is not None:
-            job = self.request.to_job(self.id, self.submit)
+            job = self.request.to_job(self.id, self.submit, self.array_job_id, self.array_task_id)
         else:
             job = Job(
                 id=self.id,
