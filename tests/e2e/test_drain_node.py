@@ -10,7 +10,9 @@ from tests.e2e.conftest import Corral, wait_until
 def test_drain_lets_work_finish_and_drain_now_requeues_it(corral: Corral) -> None:
     corral.config.write_text(corral.config.read_text().replace("max_instances = 4", "max_instances = 1"))
     corral.start()
-    first = int(corral.cli("submit", "--", "sleep", "3").stdout)
+    # Long enough to outlast the CLI calls below (over a second each on a loaded machine) while it
+    # runs on the drained node.
+    first = int(corral.cli("submit", "--", "sleep", "8").stdout)
     wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
     [node] = corral.live_nodes()
     drained = node["id"]
