@@ -9,6 +9,7 @@ from typing import Any
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
+from corral.loop import decide
 from corral.sim.engine import Simulation
 from corral.sim.metrics import SimResult, measure
 from corral.workload.model import SimJob
@@ -59,3 +60,19 @@ def recorder(seen: list[tuple[Snapshot, float, Decisions]]) -> Callable[[Snapsho
         seen.append((copy.deepcopy(dataclasses.replace(snapshot, index=None)), now, copy.deepcopy(decisions)))
 
     return record
+
+
+Seen = list[tuple[Snapshot, float, Decisions]]
+
+
+def decides_as_live(jobs: list[SimJob], cfg: Config) -> Seen:
+    """Replays the world with explanations, as the live loop places, and asserts that the live
+    loop's `decide` makes each pass's decisions from the same snapshot; returns the passes."""
+    cfg = cfg.model_copy(deep=True)
+    cfg.sim.explanations = True
+    seen: Seen = []
+    sim = Simulation(copy.deepcopy(jobs), cfg, on_pass=recorder(seen)).run()
+    live = sim.live_config()
+    for snapshot, now, decisions in seen:
+        assert decide(snapshot, now, live) == decisions, f"simulator against live loop, at {now}"
+    return seen

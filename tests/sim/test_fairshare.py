@@ -14,12 +14,11 @@ import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
-from corral.loop import decide
 from corral.sim.engine import Simulation
 from corral.sim.run import load_runs
 from corral.sim.run import simulate as simulate_workload
 from corral.workload.model import SimJob
-from tests.sim.helpers import config, job, recorder, simulate
+from tests.sim.helpers import config, decides_as_live, job, simulate
 from tests.sim.test_random_worlds import random_world
 
 
@@ -52,14 +51,8 @@ def test_fair_share_worlds_replay_the_same_skipping_ticks(seed: int) -> None:
 
 
 def test_the_simulator_orders_by_fair_share_as_the_live_loop_would() -> None:
-    jobs, cfg = fair_world(12)
-    cfg.sim.explanations = True
-    seen: list[tuple[Snapshot, float, Decisions]] = []
-    sim = Simulation(copy.deepcopy(jobs), cfg, on_pass=recorder(seen)).run()
-    live = sim.live_config()
+    seen = decides_as_live(*fair_world(12))
     assert any(snapshot.fairshare_usage for snapshot, _, _ in seen)
-    for snapshot, now, decisions in seen:
-        assert decide(snapshot, now, live) == decisions, f"simulator against live loop, at {now}"
 
 
 @pytest.mark.parametrize("order", ["priority", "fairshare"])

@@ -10,10 +10,9 @@ import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
-from corral.loop import decide
 from corral.sim.engine import Simulation
 from corral.workload.model import SimJob
-from tests.sim.helpers import config, job, recorder, simulate
+from tests.sim.helpers import config, decides_as_live, job, simulate
 
 SPOT = {"name": "spot", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.03}
 
@@ -51,10 +50,5 @@ def test_notices_replay_the_same_three_ways() -> None:
     skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True).run()
     ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
     assert skipping.records == ticking.records
-    cfg.sim.explanations = True
-    seen: list[tuple[Snapshot, float, Decisions]] = []
-    sim = Simulation(copy.deepcopy(jobs), cfg, on_pass=recorder(seen)).run()
-    live = sim.live_config()
+    seen = decides_as_live(jobs, cfg)
     assert any(n.attributes.get("interruption") for snapshot, _, _ in seen for n in snapshot.nodes)
-    for snapshot, now, decisions in seen:
-        assert decide(snapshot, now, live) == decisions, f"simulator against live loop, at {now}"

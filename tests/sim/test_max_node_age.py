@@ -9,9 +9,8 @@ import copy
 import pytest
 
 from corral.core.snapshot import Decisions, Snapshot
-from corral.loop import decide
 from corral.sim.engine import Simulation
-from tests.sim.helpers import recorder
+from tests.sim.helpers import decides_as_live
 from tests.sim.test_random_worlds import random_world
 
 
@@ -35,10 +34,5 @@ def test_worlds_with_a_node_lifetime_replay_the_same_skipping_ticks(seed: int) -
 def test_the_simulator_retires_old_nodes_as_the_live_loop_would() -> None:
     jobs, cfg = random_world(28, dependencies=True)
     cfg.policy.lifecycle.max_node_age = 1200.0
-    cfg.sim.explanations = True
-    seen: list[tuple[Snapshot, float, Decisions]] = []
-    sim = Simulation(copy.deepcopy(jobs), cfg, on_pass=recorder(seen)).run()
-    live = sim.live_config()
+    seen = decides_as_live(jobs, cfg)
     assert any(m.reason.startswith("max_node_age") for _, _, d in seen for m in d.node_marks)
-    for snapshot, now, decisions in seen:
-        assert decide(snapshot, now, live) == decisions, f"simulator against live loop, at {now}"

@@ -11,10 +11,9 @@ import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
-from corral.loop import decide
 from corral.sim.engine import Simulation
 from corral.workload.model import SimJob
-from tests.sim.helpers import recorder
+from tests.sim.helpers import decides_as_live
 from tests.sim.test_random_worlds import random_world
 
 
@@ -44,9 +43,4 @@ def test_capped_worlds_replay_the_same_three_ways(seed: int) -> None:
     assert skipping.records == ticking.records
     assert capped, "the cap binds in this world"
 
-    cfg.sim.explanations = True
-    seen: list[tuple[Snapshot, float, Decisions]] = []
-    sim = Simulation(copy.deepcopy(jobs), cfg, on_pass=recorder(seen)).run()
-    live = sim.live_config()
-    for snapshot, now, decisions in seen:
-        assert decide(snapshot, now, live) == decisions, f"simulator against live loop, at {now}"
+    decides_as_live(jobs, cfg)
