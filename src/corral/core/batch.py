@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from corral.core import dependency, fairshare, job_array, retry
+from corral.core import dependency, fairshare, job_array, retry, user_limits
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, Job, JobState
@@ -352,9 +352,12 @@ def plan_batch_pass(
     if queue_settings.order == "fairshare":
         queue = fairshare.ordered(queue, snapshot.fairshare_usage, queue_settings.fairshare)
     eligible = [job for job in queue if job.id not in ended and job.id not in blocked and job.eligible_at() <= now]
-    throttled: Mapping[int, str] = {}
+    throttled: dict[int, str] = {}
     if index.throttled_arrays and eligible:
-        _, throttled = job_array.throttle(eligible, index.throttled_arrays, ended)
+        eligible, throttled = job_array.throttle(eligible, index.throttled_arrays, ended)
+    if eligible and settings.users.limited():
+        _, over_limit = user_limits.hold_back(eligible, index.jobs.values(), ended, settings.users)
+        throttled.update(over_limit)
     for job in queue:
         if job.id in ended:
             continue

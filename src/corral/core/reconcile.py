@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import dependency, drain, fairshare, job_array, lifecycle, retry
+from corral.core import dependency, drain, fairshare, job_array, lifecycle, retry, user_limits
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.limits import LiveFleet
@@ -262,9 +262,13 @@ def plan_pass(
     # Job arrays' throttles (Slurm's %N): of an array's tasks that could run, only as many go on as
     # its throttle has room for beside those claimed or running; the others are neither placed nor
     # booted for.
-    throttled: Mapping[int, str] = {}
+    throttled: dict[int, str] = {}
     if index.throttled_arrays and queue:
         queue, throttled = job_array.throttle(queue, index.throttled_arrays, ended)
+    # Users' limits on their running work (Slurm's MaxJobsPerUser, MaxTRESPerUser=cpu), likewise.
+    if queue and settings.users.limited():
+        queue, over_limit = user_limits.hold_back(queue, index.jobs.values(), ended, settings.users)
+        throttled.update(over_limit)
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).

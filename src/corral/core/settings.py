@@ -133,11 +133,43 @@ class DispatchSettings(_Strict):
     )
 
 
+class UserLimits(_Strict):
+    max_running_jobs: Int | None = Field(
+        None, ge=1, description="Slurm's MaxJobsPerUser: a user's jobs claimed or running at once at most"
+    )
+    max_running_vcpus: Float | None = Field(
+        None,
+        gt=0,
+        description="Slurm's MaxTRESPerUser=cpu: vCPUs a user's claimed or running jobs hold at most (a job"
+        " holds its vcpus times its nodes)",
+    )
+
+
+class UserLimitSettings(UserLimits):
+    """Limits on each user's running work (corral.core.user_limits); none by default."""
+
+    by_user: dict[str, UserLimits] = Field(
+        default_factory=dict,
+        description="per user: their limits instead of the ones above (a limit left out: none for them)",
+    )
+
+    def of(self, user: str) -> UserLimits:
+        return self.by_user.get(user, self)
+
+    def limited(self) -> bool:
+        """Whether any user has a limit (a pass asks nothing otherwise)."""
+        return any(
+            limits.max_running_jobs is not None or limits.max_running_vcpus is not None
+            for limits in (self, *self.by_user.values())
+        )
+
+
 class PolicySettings(_Strict):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
     boot: BootSettings = Field(default_factory=BootSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
+    users: UserLimitSettings = Field(default_factory=UserLimitSettings)
     # The placement engine's own settings (filters, scorers, availability, queue order): see
     # corral.placement.settings and docs/placement.md.
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
