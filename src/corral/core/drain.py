@@ -61,6 +61,13 @@ def requested(attributes: Mapping[str, str | list[str]]) -> Drain | None:
     return Drain.WHEN_EMPTY if flag(text) else None
 
 
+def interruption(notice: str) -> dict[str, str | list[str]]:
+    """The attributes a node the cloud gave notice for gets (`notice`: what is taken back when, as
+    "terminate at 2026-11-26T06:30:00Z"): drained, with the notice. The server sets them when an
+    agent hears EC2's notice; the simulator when its cloud gives one."""
+    return {DRAIN: Drain.WHEN_EMPTY.value, INTERRUPTION: notice}
+
+
 def leaving(attributes: Mapping[str, str | list[str]]) -> tuple[str, str] | None:
     """Why a node with these attributes leaves service once empty, as (what was set, what it
     means): the cloud's interruption notice (with the drain it comes with); a seed-002 failure

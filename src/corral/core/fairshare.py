@@ -120,14 +120,14 @@ class ShareRow:
 def standing(users: Iterable[str], usage: Mapping[str, float], settings: FairShareSettings) -> list[ShareRow]:
     """Every user in `users`, in `usage` or in the settings' shares, the most deserving first."""
     names = sorted(set(users) | set(usage) | set(settings.shares))
-    total_shares = sum(shares_of(user, settings) for user in names) or 1.0
-    total_usage = sum(usage.get(user, 0.0) for user in names)
+    shares = {user: shares_of(user, settings) for user in names}
+    used = {user: usage.get(user, 0.0) for user in names}
+    total_shares, total_used = sum(shares.values()), sum(used.values())
     rows = []
     for user in names:
-        shares = shares_of(user, settings) / total_shares
-        used = usage.get(user, 0.0) / total_usage if total_usage > 0 else 0.0
-        rows.append(
-            ShareRow(user, shares_of(user, settings), shares, usage.get(user, 0.0), used, 2.0 ** (-used / shares))
-        )
+        norm_shares = shares[user] / total_shares
+        norm_usage = used[user] / total_used if total_used > 0 else 0.0
+        factor = 2.0 ** (-norm_usage / norm_shares)
+        rows.append(ShareRow(user, shares[user], norm_shares, used[user], norm_usage, factor))
     rows.sort(key=lambda row: (-row.factor, row.user))
     return rows

@@ -71,12 +71,8 @@ def interrupted(runtime: Runtime, node_id: str, action: str, when: str, now: flo
     message = f"the cloud takes it back: {action} at {when} (spot interruption notice)"
     log.warning("node %s: %s", node_id, message)
     runtime.store.add_event(now, "node.interruption", message, node_id=node_id)
-    attributes: dict[str, str | list[str]] = {
-        drain.DRAIN: drain.Drain.WHEN_EMPTY.value,
-        drain.INTERRUPTION: f"{action} at {when}",
-    }
     with contextlib.suppress(NotFound):  # (gone meanwhile: nothing to drain)
-        runtime.store.set_node_attributes(node_id, attributes, [], None, now)
+        runtime.store.set_node_attributes(node_id, drain.interruption(f"{action} at {when}"), [], None, now)
     runtime.wake()
 
 

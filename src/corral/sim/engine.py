@@ -707,11 +707,7 @@ class Simulation:
         node = self.nodes.get(node_id)
         if node is None or node_id not in self.pinging:
             return  # not up (yet, or any more): no agent to hear it
-        node.attributes = {
-            **node.attributes,
-            drain.DRAIN: drain.Drain.WHEN_EMPTY.value,
-            drain.INTERRUPTION: f"terminate at {fails_at:g}",
-        }
+        node.attributes = {**node.attributes, **drain.interruption(f"terminate at {fails_at:g}")}
         self.index.put_node(node, reshaped=True)
         self.counters.notices += 1
 
