@@ -120,6 +120,10 @@ def test_corral_usage_counts_the_vcpu_hours_of_slurm_jobs_at_no_cost(corral: Cor
         assert rows[job_id]["vcpu_hours"] == pytest.approx(ran * vcpus_in_all / 3600)
     assert rows[gang]["vcpu_hours"] > 0 and rows[single]["vcpu_hours"] > 0
     assert report["billed"] == 0 and report["used"] == 0 and report["types"] == []
+    # No fleet, so no fleet limits: `corral status` says nothing of max_instances.
+    status = corral.cli_json("status")
+    assert (status["max_instances"], status["max_cost_per_hour"]) == (0, None)
+    assert "at most" not in corral.cli("status").stdout
 
 
 def test_a_slurm_job_run_between_two_passes_shows_and_counts_the_time_slurm_says_it_ran(

@@ -13,6 +13,7 @@ from corral.core import accounting, fairshare
 from corral.core.dispatchers import is_stale
 from corral.core.model import JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, rule_names
+from corral.core.settings import BootSettings
 from corral.server.deps import UserRuntime
 from corral.server.models import (
     DB_INT_MAX,
@@ -300,6 +301,8 @@ def status(runtime: UserRuntime) -> StatusOut:
     fleet = store.fleet_counts()
     counts = store.counts()
     policy = runtime.config.policy
+    # In front of Slurm corral boots nothing: no fleet limits to speak of.
+    boot = policy.boot if runtime.config.executor == "agent" else BootSettings(max_instances=0)
     return StatusOut(
         now=now,
         jobs={state.value: counts[state.value] for state in JobState if counts.get(state.value)},
@@ -311,9 +314,9 @@ def status(runtime: UserRuntime) -> StatusOut:
             for name, (nodes, cost) in sorted(fleet.by_type.items())
         ],
         cost_per_hour=fleet.cost_per_hour,
-        max_instances=policy.boot.max_instances,
-        max_vcpus=policy.boot.max_vcpus,
-        max_cost_per_hour=policy.boot.max_cost_per_hour,
+        max_instances=boot.max_instances,
+        max_vcpus=boot.max_vcpus,
+        max_cost_per_hour=boot.max_cost_per_hour,
         backoffs=[BackoffOut(**row) for row in store.backoffs_in_force(now)],
         dispatchers=[
             DispatcherOut(**row, stale=is_stale(row["last_heartbeat"], now, policy)) for row in store.dispatcher_rows()
