@@ -76,3 +76,13 @@ def decides_as_live(jobs: list[SimJob], cfg: Config) -> Seen:
     for snapshot, now, decisions in seen:
         assert decide(snapshot, now, live) == decisions, f"simulator against live loop, at {now}"
     return seen
+
+
+def skips_as_it_ticks(
+    jobs: list[SimJob], cfg: Config, on_pass: Callable[[Snapshot, float, Decisions], None] | None = None
+) -> None:
+    """Asserts that the replay skipping quiet ticks (its kept index checked at every pass; `on_pass`
+    watching it) ends every job as a replay with a pass at every tick does."""
+    skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True, on_pass=on_pass).run()
+    ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
+    assert skipping.records == ticking.records

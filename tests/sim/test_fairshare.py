@@ -6,7 +6,6 @@ small world and in the shipped example)."""
 
 from __future__ import annotations
 
-import copy
 import random
 from pathlib import Path
 
@@ -14,11 +13,10 @@ import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
-from corral.sim.engine import Simulation
 from corral.sim.run import load_runs
 from corral.sim.run import simulate as simulate_workload
 from corral.workload.model import SimJob
-from tests.sim.helpers import config, decides_as_live, job, simulate
+from tests.sim.helpers import config, decides_as_live, job, simulate, skips_as_it_ticks
 from tests.sim.test_random_worlds import random_world
 
 
@@ -44,9 +42,7 @@ def test_fair_share_worlds_replay_the_same_skipping_ticks(seed: int) -> None:
         if snapshot.fairshare_usage:
             orders.append(sorted(snapshot.fairshare_usage, key=snapshot.fairshare_usage.__getitem__))
 
-    skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True, on_pass=watch).run()
-    ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
-    assert skipping.records == ticking.records
+    skips_as_it_ticks(jobs, cfg, watch)
     assert len({tuple(order) for order in orders}) > 1, "the users' standing changes in this world"
 
 

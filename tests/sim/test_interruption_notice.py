@@ -10,9 +10,8 @@ import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
-from corral.sim.engine import Simulation
 from corral.workload.model import SimJob
-from tests.sim.helpers import config, decides_as_live, job, simulate
+from tests.sim.helpers import config, decides_as_live, job, simulate, skips_as_it_ticks
 
 SPOT = {"name": "spot", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.03}
 
@@ -47,8 +46,6 @@ def test_no_work_lands_on_a_node_the_cloud_gave_notice_for(notice: str | None) -
 
 def test_notices_replay_the_same_three_ways() -> None:
     jobs, cfg = world("2m")
-    skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True).run()
-    ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
-    assert skipping.records == ticking.records
+    skips_as_it_ticks(jobs, cfg)
     seen = decides_as_live(jobs, cfg)
     assert any(n.attributes.get("interruption") for snapshot, _, _ in seen for n in snapshot.nodes)

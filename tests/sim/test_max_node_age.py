@@ -4,13 +4,10 @@ and as the live loop's `decide` decides, and old nodes are retired in them."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from corral.core.snapshot import Decisions, Snapshot
-from corral.sim.engine import Simulation
-from tests.sim.helpers import decides_as_live
+from tests.sim.helpers import decides_as_live, skips_as_it_ticks
 from tests.sim.test_random_worlds import random_world
 
 
@@ -25,9 +22,7 @@ def test_worlds_with_a_node_lifetime_replay_the_same_skipping_ticks(seed: int) -
     def watch(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
         retired.extend(m.node_id for m in decisions.node_marks if m.reason.startswith("max_node_age"))
 
-    skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True, on_pass=watch).run()
-    ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
-    assert skipping.records == ticking.records
+    skips_as_it_ticks(jobs, cfg, watch)
     assert retired, "the world retires old nodes"
 
 

@@ -4,16 +4,14 @@ as one that frees room), and as the live loop's `decide` decides; the cap binds 
 
 from __future__ import annotations
 
-import copy
 import random
 
 import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
-from corral.sim.engine import Simulation
 from corral.workload.model import SimJob
-from tests.sim.helpers import decides_as_live
+from tests.sim.helpers import decides_as_live, skips_as_it_ticks
 from tests.sim.test_random_worlds import random_world
 
 
@@ -38,9 +36,7 @@ def test_capped_worlds_replay_the_same_three_ways(seed: int) -> None:
             a.wait_reason for a in decisions.annotations if "max_cost" in a.wait_reason or "max_vcpus" in a.wait_reason
         )
 
-    skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True, on_pass=watch).run()
-    ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
-    assert skipping.records == ticking.records
+    skips_as_it_ticks(jobs, cfg, watch)
     assert capped, "the cap binds in this world"
 
     decides_as_live(jobs, cfg)

@@ -4,16 +4,14 @@ user's room, is followed up), and as the live loop's `decide` decides; the limit
 
 from __future__ import annotations
 
-import copy
 import random
 
 import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
-from corral.sim.engine import Simulation
 from corral.workload.model import SimJob
-from tests.sim.helpers import decides_as_live
+from tests.sim.helpers import decides_as_live, skips_as_it_ticks
 from tests.sim.test_random_worlds import random_world
 
 
@@ -36,8 +34,6 @@ def test_worlds_with_user_limits_replay_the_same_three_ways(seed: int) -> None:
     def watch(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
         held.extend(a.wait_reason for a in decisions.annotations if a.wait_reason.startswith("QOSMax"))
 
-    skipping = Simulation(copy.deepcopy(jobs), cfg, check_index=True, on_pass=watch).run()
-    ticking = Simulation(copy.deepcopy(jobs), cfg, every_tick=True).run()
-    assert skipping.records == ticking.records
+    skips_as_it_ticks(jobs, cfg, watch)
     assert held, "the limits bind in this world"
     decides_as_live(jobs, cfg)

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from corral.core import dependency, fairshare, job_array, retry, user_limits
+from corral.core import admission, dependency, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, Job, JobState
@@ -344,20 +344,13 @@ def plan_batch_pass(
         )
         blocked, reasons = judged.blocked, judged.reasons
 
-    # 6. The queue: claim and submit in queue order while fewer than max_pending wait in Slurm, and,
-    # of a job array's tasks, no more than its throttle leaves room for (corral.core.job_array:
-    # claimed tasks count, whether they pend in Slurm or run, as Slurm's own throttle counts them).
-    queue = index.in_queue_order()
-    queue_settings = settings.placement.queue
-    if queue_settings.order == "fairshare":
-        queue = fairshare.ordered(queue, snapshot.fairshare_usage, queue_settings.fairshare)
+    # 6. The queue: claim and submit in queue order (corral.core.admission) while fewer than
+    # max_pending wait in Slurm, and no more of an array's tasks, or of a user's jobs, than its
+    # throttle or their limits leave room for (claimed jobs count, whether they pend in Slurm or run,
+    # as Slurm's own throttle counts them).
+    queue = admission.in_order(index, snapshot, settings)
     eligible = [job for job in queue if job.id not in ended and job.id not in blocked and job.eligible_at() <= now]
-    throttled: dict[int, str] = {}
-    if index.throttled_arrays and eligible:
-        eligible, throttled = job_array.throttle(eligible, index.throttled_arrays, ended)
-    if eligible and settings.users.limited():
-        _, over_limit = user_limits.hold_back(eligible, index.jobs.values(), ended, settings.users)
-        throttled.update(over_limit)
+    _, throttled = admission.within_limits(eligible, index, ended, settings)
     for job in queue:
         if job.id in ended:
             continue

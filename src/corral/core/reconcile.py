@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import dependency, drain, fairshare, job_array, lifecycle, retry, user_limits
+from corral.core import admission, dependency, drain, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.limits import LiveFleet
@@ -251,24 +251,14 @@ def plan_pass(
         if maybe_not_yet
         else []
     )
-    queue = index.in_queue_order()
-    queue_settings = settings.placement.queue
-    if queue_settings.order == "fairshare":
-        queue = fairshare.ordered(queue, snapshot.fairshare_usage, queue_settings.fairshare)
+    queue = admission.in_order(index, snapshot, settings)
     seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
     if ended or not_yet or blocked:
         left_out = ended.union(job.id for job in not_yet).union(blocked)
         queue = [job for job in queue if job.id not in left_out]
-    # Job arrays' throttles (Slurm's %N): of an array's tasks that could run, only as many go on as
-    # its throttle has room for beside those claimed or running; the others are neither placed nor
-    # booted for.
-    throttled: dict[int, str] = {}
-    if index.throttled_arrays and queue:
-        queue, throttled = job_array.throttle(queue, index.throttled_arrays, ended)
-    # Users' limits on their running work (Slurm's MaxJobsPerUser, MaxTRESPerUser=cpu), likewise.
-    if queue and settings.users.limited():
-        queue, over_limit = user_limits.hold_back(queue, index.jobs.values(), ended, settings.users)
-        throttled.update(over_limit)
+    # Job arrays' throttles (Slurm's %N) and users' limits (MaxJobsPerUser, MaxTRESPerUser=cpu): the
+    # jobs they hold back beside what runs are neither placed nor booted for.
+    queue, throttled = admission.within_limits(queue, index, ended, settings)
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).

@@ -1,0 +1,40 @@
+"""Which queued jobs a pass goes on with, and in which order, for both passes (`plan_pass` and the
+Slurm batch pass, `corral.core.batch`):
+
+- `in_order`: the queue in its order: priority then submission, or, with `queue.order =
+  "fairshare"`, priority then the users' usage per share (`corral.core.fairshare`) then submission;
+- `within_limits`: of the jobs that could run now, those that the limits on running work let on,
+  in that order: a job array's throttle (`corral.core.job_array`), then its user's limits
+  (`corral.core.user_limits`); and the wait reasons of the others, which get no node and no boot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from corral.core import fairshare, job_array, user_limits
+from corral.core.index import SnapshotIndex
+from corral.core.model import Job
+from corral.core.settings import PolicySettings
+from corral.core.snapshot import Snapshot
+
+
+def in_order(index: SnapshotIndex, snapshot: Snapshot, settings: PolicySettings) -> list[Job]:
+    queue = index.in_queue_order()
+    queue_settings = settings.placement.queue
+    if queue_settings.order == "fairshare":
+        return fairshare.ordered(queue, snapshot.fairshare_usage, queue_settings.fairshare)
+    return queue
+
+
+def within_limits(
+    queue: Sequence[Job], index: SnapshotIndex, ended: Collection[int], settings: PolicySettings
+) -> tuple[list[Job], dict[int, str]]:
+    kept = list(queue)
+    held_back: dict[int, str] = {}
+    if index.throttled_arrays and kept:
+        kept, held_back = job_array.throttle(kept, index.throttled_arrays, ended)
+    if kept and settings.users.limited():
+        kept, over_limit = user_limits.hold_back(kept, index.jobs.values(), ended, settings.users)
+        held_back.update(over_limit)
+    return kept, held_back
