@@ -125,7 +125,7 @@ def test_compare_runs_each_config_and_the_report_overlays_them(
     assert runs["patient"]["cost_usd"] > runs["quick"]["cost_usd"]  # idle nodes kept longer cost more
     assert runs["patient"]["boots"] < runs["quick"]["boots"]
     page = (report / "index.html").read_text()
-    for name in ("fleet.png", "cost.png", "waits.png", "utilisation.png"):
+    for name in ("fleet.png", "cost.png", "waits.png", "user-waits.png", "utilisation.png"):
         assert (report / name).stat().st_size > 1000 and name in page
     assert "<th>quick</th><th>patient</th>" in page
 

@@ -77,6 +77,7 @@ class SimResult:
     outside_run: list[str] = field(default_factory=list)
     # For the report; not part of the JSON summary.
     waits: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    user_waits: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)  # each user's mean wait
     trace: Trace = field(default_factory=Trace, repr=False)
     cost_curve: tuple[np.ndarray, np.ndarray] = field(default_factory=lambda: (np.zeros(0), np.zeros(0)), repr=False)
     utilisation_by_type: dict[str, float] = field(default_factory=dict)
@@ -265,6 +266,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         unfinished_reasons=dict(sorted(unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))),
         outside_run=outside_run(sim),
         waits=waits,
+        user_waits=user_waits,
         trace=sim.trace,
         cost_curve=curve,
         utilisation_by_type={

@@ -87,6 +87,7 @@ def write_report(directory: Path, outcome: Outcome) -> Path:
         ("fleet.png", "Fleet size and queue length", _plot_fleet(results)),
         ("cost.png", "Cost accumulated", _plot_cost(results)),
         ("waits.png", "Wait-time distribution", _plot_waits(results)),
+        ("user-waits.png", "Mean wait by user", _plot_user_waits(results)),
         ("utilisation.png", "Utilisation by instance type", _plot_utilisation(results)),
     ]
     for name, _title, figure in plots:
@@ -156,18 +157,36 @@ def _plot_cost(results: list[SimResult]) -> Any:
 
 
 def _plot_waits(results: list[SimResult]) -> Any:
+    return _plot_distribution(
+        [(r.label, r.waits) for r in results],
+        "wait (s, log scale; waits under 1 s drawn at 1 s)",
+        "fraction of jobs waiting at most this long",
+    )
+
+
+def _plot_user_waits(results: list[SimResult]) -> Any:
+    """Each user's mean wait, as a distribution over users: how fair share (or any policy) treats
+    the typical and the worst-served user, whatever the number of jobs each submits."""
+    return _plot_distribution(
+        [(r.label, r.user_waits) for r in results],
+        "a user's mean wait (s, log scale; under 1 s drawn at 1 s)",
+        "fraction of users with a mean wait at most this",
+    )
+
+
+def _plot_distribution(series: list[tuple[str, np.ndarray]], xlabel: str, ylabel: str) -> Any:
     figure, ax = plt.subplots(figsize=(10, 4))
-    for result in results:
-        waits = np.sort(result.waits)
-        if not len(waits):
+    for label, values in series:
+        ordered = np.sort(values)
+        if not len(ordered):
             continue
-        fraction = np.arange(1, len(waits) + 1) / len(waits)
-        ax.step(np.maximum(waits, 1.0), fraction, where="post", label=result.label)
+        fraction = np.arange(1, len(ordered) + 1) / len(ordered)
+        ax.step(np.maximum(ordered, 1.0), fraction, where="post", label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("wait (s, log scale; waits under 1 s drawn at 1 s)")
-    ax.set_ylabel("fraction of jobs waiting at most this long")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1.01)
-    if any(len(r.waits) for r in results):
+    if any(len(values) for _, values in series):
         ax.legend(loc="lower right")
     else:
         ax.text(0.5, 0.5, "no job ran to the end of its run", transform=ax.transAxes, ha="center", va="center")
