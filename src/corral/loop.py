@@ -96,9 +96,7 @@ class LiveLoop:
             return
         settings = queue.fairshare
         calc_time = fairshare.calc_time(now, settings)
-        ledger = self._ledger
-        if ledger is None:
-            ledger = fairshare.UsageLedger(calc_time - fairshare.FORGOTTEN_AFTER_HALF_LIVES * settings.half_life)
+        ledger = self._ledger or fairshare.remembered_from(calc_time, settings)
         if calc_time > ledger.as_of:
             spans = self.store.attempt_spans(ledger.as_of, calc_time)
             ledger = fairshare.advance(ledger, spans, calc_time, settings)

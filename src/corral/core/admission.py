@@ -10,7 +10,7 @@ Slurm batch pass, `corral.core.batch`):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 
 from corral.core import fairshare, job_array, user_limits
 from corral.core.index import SnapshotIndex
@@ -28,13 +28,13 @@ def in_order(index: SnapshotIndex, snapshot: Snapshot, settings: PolicySettings)
 
 
 def within_limits(
-    queue: Sequence[Job], index: SnapshotIndex, ended: Collection[int], settings: PolicySettings
+    queue: list[Job], index: SnapshotIndex, ended: Collection[int], settings: PolicySettings
 ) -> tuple[list[Job], dict[int, str]]:
-    kept = list(queue)
+    """`queue` itself when nothing limits it (the usual pass: no copy)."""
     held_back: dict[int, str] = {}
-    if index.throttled_arrays and kept:
-        kept, held_back = job_array.throttle(kept, index.throttled_arrays, ended)
-    if kept and settings.users.limited():
-        kept, over_limit = user_limits.hold_back(kept, index.jobs.values(), ended, settings.users)
+    if index.throttled_arrays and queue:
+        queue, held_back = job_array.throttle(queue, index.throttled_arrays, ended)
+    if queue and settings.users.limited():
+        queue, over_limit = user_limits.hold_back(queue, index.jobs.values(), ended, settings.users)
         held_back.update(over_limit)
-    return kept, held_back
+    return queue, held_back

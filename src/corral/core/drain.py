@@ -75,13 +75,13 @@ def leaving(attributes: Mapping[str, str | list[str]]) -> tuple[str, str] | None
     outranks a hold). None: it stays."""
     if not attributes:
         return None
+    asked = requested(attributes)
     notice = attributes.get(INTERRUPTION)
-    if notice is not None and requested(attributes) is not None:
+    if notice is not None and asked is not None:
         return f"{INTERRUPTION}={notice if isinstance(notice, str) else ','.join(notice)}", "the cloud takes it back"
     failures = categories.failures(attributes)
     if failures:
         return ", ".join(failures), "broken"
-    asked = requested(attributes)
     if asked is not None:
         return f"{DRAIN}={asked.value}", "drained by an operator"
     return None

@@ -48,6 +48,12 @@ def calc_time(now: float, settings: FairShareSettings) -> float:
     return math.floor(now / period) * period
 
 
+def remembered_from(calc_time: float, settings: FairShareSettings) -> UsageLedger:
+    """An empty ledger as of FORGOTTEN_AFTER_HALF_LIVES half-lives before `calc_time`: where a shell
+    with no ledger yet starts, reading the runs since then."""
+    return UsageLedger(calc_time - FORGOTTEN_AFTER_HALF_LIVES * settings.half_life)
+
+
 def billing_rate(request: Resources, node_count: int, settings: FairShareSettings) -> float:
     """What a second of a run costs its user: weights times the resources per node, times nodes."""
     weights = settings.weights

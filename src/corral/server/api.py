@@ -363,9 +363,9 @@ def share(runtime: UserRuntime) -> ShareOut:
     queue = runtime.config.policy.placement.queue
     settings = queue.fairshare
     calc_time = fairshare.calc_time(time.time(), settings)
-    since = calc_time - fairshare.FORGOTTEN_AFTER_HALF_LIVES * settings.half_life
-    spans = runtime.store.attempt_spans(since, calc_time)
-    usage = fairshare.advance(fairshare.UsageLedger(since), spans, calc_time, settings).usage
+    start = fairshare.remembered_from(calc_time, settings)
+    spans = runtime.store.attempt_spans(start.as_of, calc_time)
+    usage = fairshare.advance(start, spans, calc_time, settings).usage
     open_jobs = runtime.store.open_jobs_by_user()
     rows = []
     for row in fairshare.standing(open_jobs, usage, settings):

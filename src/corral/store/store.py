@@ -1453,7 +1453,9 @@ class JobFilter:
         parts = [f"state {'/'.join(self.states)}"] if self.states else []
         named = (("user", self.user), ("name", self.name), ("tag", self.tag))
         parts += [f"{what} {value!r}" for what, value in named if value is not None]
-        return ", ".join([*parts, *([f"array {self.array}"] if self.array is not None else [])])
+        if self.array is not None:
+            parts.append(f"array {self.array}")
+        return ", ".join(parts)
 
     def clauses(self, dialect: str) -> list[Any]:
         """The WHERE clauses, for the database `dialect` (tags are a JSON list inside the spec)."""
