@@ -981,14 +981,67 @@ def share(as_json: JsonFlag = False) -> None:
         console.print(table)
     else:
         console.print("no user has run or queued a job")
-    note = (
-        "the queue is in this order within each priority"
-        if report["order"] == "fairshare"
-        else f'queue.order is "{report["order"]}": this standing does not order the queue'
-    )
+    note = {
+        "fairshare": "the queue is in this order within each priority",
+        "multifactor": "the factor weighs in each queued job's score (corral queue)",
+    }.get(report["order"], f'queue.order is "{report["order"]}": this standing does not order the queue')
     console.print(
         f"usage as of {when(report['calc_time'])}, half-life {ago(report['half_life'])}; {note}", highlight=False
     )
+
+
+@app.command("queue")
+def queue(
+    limit: Annotated[int, typer.Option(help="At most this many, from the front.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """The queued jobs in the order the next pass takes them, with the factors that order them
+    (Slurm's sprio): priority, then under queue.order = "multifactor" a score of age and fair share.
+
+    Held jobs are left out; a job that cannot run yet (a dependency, a start asked for) keeps its
+    place and says why it waits."""
+    report = call("GET", "/api/queue", params={"limit": limit})
+    if as_json:
+        print_json(report)
+        return
+    rows = report["rows"]
+    factors = [
+        (key, title)
+        for key, title in (("age", "age"), ("fairshare", "fair share"), ("score", "score"))
+        if any(row[key] is not None for row in rows)
+    ]
+    tasks = any(row["array_task_id"] is not None for row in rows)
+    table = Table(show_edge=False, header_style="bold")
+    columns = ("#", "id", *(("task",) if tasks else ()), "user", "name", "priority")
+    for column in (*columns, *(title for _, title in factors), "waited", "reason"):
+        table.add_column(column, justify="left" if column in ("task", "user", "name", "waited", "reason") else "right")
+    now = time.time()
+    for row in rows:
+        table.add_row(
+            str(row["position"]),
+            str(row["id"]),
+            *((array_task_text(row),) if tasks else ()),
+            row["user"] or "-",
+            row["name"] or "-",
+            str(row["priority"]),
+            *(f"{row[key]:,.0f}" if key == "score" else f"{row[key]:.3f}" for key, _ in factors),
+            ago(now - row["submitted_at"]),
+            row["wait_reason"],
+        )
+    if rows:
+        console.print(table)
+    shown = f"{len(rows):,} of {report['queued']:,} queued" if report["queued"] > len(rows) else ""
+    order = report["order"]
+    if order == "multifactor":
+        how = (
+            f"multifactor: priority, then score = {report['weight_age']:g} × age + {report['weight_fairshare']:g}"
+            f" × fair share (age 1 at {ago(report['max_age'])}), as of {when(report['calc_time'])}"
+        )
+    elif order == "fairshare":
+        how = f"fairshare: priority, then the user's usage per share (factor as of {when(report['calc_time'])})"
+    else:
+        how = {"priority": "priority, then submission", "submit": "submission"}.get(order, order)
+    console.print(f"{shown + '; ' if shown else ''}order: {how}" if rows else "no job is queued", highlight=False)
 
 
 @app.command("node")

@@ -92,7 +92,7 @@ class LiveLoop:
         it from the store's runs (read since FORGOTTEN_AFTER_HALF_LIVES half-lives back at the first
         pass, then since the previous calc time): the usage a fair-share queue is ordered by."""
         queue = self.config.policy.placement.queue
-        if queue.order != "fairshare":
+        if not queue.reads_usage():
             return
         settings = queue.fairshare
         calc_time = fairshare.calc_time(now, settings)

@@ -273,14 +273,6 @@ def test_gang_reservation_needs_all_its_nodes() -> None:
     assert placed(result) == {3: ("n1",)}  # LONG ends at +2000, before the gang's start; `longest` would not
 
 
-def test_queue_order_by_submit_time_ignores_priority() -> None:
-    nodes = [node("only", 2, 8)]
-    early, urgent = job(1, 2, submitted_at=1.0), job(2, 2, priority=100, submitted_at=2.0)
-    # The placer gets the queue in priority order; `order: submit` re-sorts it by submission.
-    assert placed(run_pass(nodes, [urgent, early])) == {2: ("only",)}
-    assert placed(run_pass(nodes, [urgent, early], settings={"queue": {"order": "submit"}})) == {1: ("only",)}
-
-
 # Zone "a" exists only on the fleet's nodes, so a job that needs it is bounded however elastic the
 # fleet; a job without traits could get a new instance.
 ZONED = [node("n1", 8, 64, zone="a"), node("n2", 8, 64, zone="a"), node("n3", 8, 64)]

@@ -348,7 +348,7 @@ def plan_batch_pass(
     # max_pending wait in Slurm, and no more of an array's tasks, or of a user's jobs, than its
     # throttle or their limits leave room for (claimed jobs count, whether they pend in Slurm or run,
     # as Slurm's own throttle counts them).
-    queue = admission.in_order(index, snapshot, settings)
+    queue = admission.in_order(index, snapshot, settings, now)
     eligible = [job for job in queue if job.id not in ended and job.id not in blocked and job.eligible_at() <= now]
     _, throttled = admission.within_limits(eligible, index, ended, settings)
     for job in queue:

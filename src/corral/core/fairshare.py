@@ -112,6 +112,32 @@ def ordered(queue: Sequence[Job], usage: Mapping[str, float], settings: FairShar
 
 
 @dataclass(frozen=True, slots=True)
+class Totals:
+    """The shares and usage that Slurm's classic factor normalises by: those of every user with
+    open jobs, with usage or with shares set."""
+
+    shares: float
+    usage: float
+
+    @classmethod
+    def of(cls, users: Iterable[str], usage: Mapping[str, float], settings: FairShareSettings) -> Totals:
+        explicit = settings.shares
+        names = set(users).union(usage, explicit)  # every user in `shares` among them
+        shares = sum(explicit.values()) + settings.default_shares * (len(names) - len(explicit))
+        return cls(shares, sum(usage.values()))
+
+    def norm_shares(self, user: str, settings: FairShareSettings) -> float:
+        return shares_of(user, settings) / self.shares
+
+    def norm_usage(self, user: str, usage: Mapping[str, float]) -> float:
+        return usage.get(user, 0.0) / self.usage if self.usage > 0 else 0.0
+
+    def factor(self, user: str, usage: Mapping[str, float], settings: FairShareSettings) -> float:
+        """Slurm's classic fair-share factor 2^-(norm_usage / norm_shares): 1 unused, 0.5 at par."""
+        return 2.0 ** (-self.norm_usage(user, usage) / self.norm_shares(user, settings))
+
+
+@dataclass(frozen=True, slots=True)
 class ShareRow:
     """One user's standing, as Slurm's sshare shows it."""
 
@@ -125,15 +151,18 @@ class ShareRow:
 
 def standing(users: Iterable[str], usage: Mapping[str, float], settings: FairShareSettings) -> list[ShareRow]:
     """Every user in `users`, in `usage` or in the settings' shares, the most deserving first."""
-    names = sorted(set(users) | set(usage) | set(settings.shares))
-    shares = {user: shares_of(user, settings) for user in names}
-    used = {user: usage.get(user, 0.0) for user in names}
-    total_shares, total_used = sum(shares.values()), sum(used.values())
-    rows = []
-    for user in names:
-        norm_shares = shares[user] / total_shares
-        norm_usage = used[user] / total_used if total_used > 0 else 0.0
-        factor = 2.0 ** (-norm_usage / norm_shares)
-        rows.append(ShareRow(user, shares[user], norm_shares, used[user], norm_usage, factor))
+    names = sorted(set(users).union(usage, settings.shares))
+    totals = Totals.of(names, usage, settings)
+    rows = [
+        ShareRow(
+            user,
+            shares_of(user, settings),
+            totals.norm_shares(user, settings),
+            usage.get(user, 0.0),
+            totals.norm_usage(user, usage),
+            totals.factor(user, usage, settings),
+        )
+        for user in names
+    ]
     rows.sort(key=lambda row: (-row.factor, row.user))
     return rows

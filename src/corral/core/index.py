@@ -211,7 +211,7 @@ class SnapshotIndex:
                 del self.throttled_arrays[array_id]
 
     def _file_queued(self, job: Job) -> None:
-        key = (-job.priority, job.submitted_at, job.id)
+        key = job.queue_key()
         filed = self._queue_keys.get(job.id)
         if filed is None:
             # A newcomer goes at the end of `queued`: in order if it comes after the last job there.

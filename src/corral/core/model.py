@@ -235,6 +235,10 @@ class Job:
     def eligible_at(self) -> float:
         return max(self.not_before or 0.0, self.retry_at or 0.0)
 
+    def queue_key(self) -> tuple[int, float, int]:
+        """Its place in the queue's own order: highest priority first, then oldest submission."""
+        return (-self.priority, self.submitted_at, self.id)
+
 
 @dataclass(slots=True)
 class Attempt:

@@ -251,7 +251,7 @@ def plan_pass(
         if maybe_not_yet
         else []
     )
-    queue = admission.in_order(index, snapshot, settings)
+    queue = admission.in_order(index, snapshot, settings, now)
     seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
     if ended or not_yet or blocked:
         left_out = ended.union(job.id for job in not_yet).union(blocked)

@@ -43,7 +43,7 @@ class Snapshot:
     # the open ones are among `jobs`. Empty when no queued job has a dependency.
     finished: Mapping[int, JobState] = field(default_factory=dict)
     # Each user's decayed usage as of the last fair-share calc time (corral.core.fairshare), which
-    # queue.order = "fairshare" reads; empty under the other orders.
+    # queue.order = "fairshare" and "multifactor" read; empty under the other orders.
     fairshare_usage: Mapping[str, float] = field(default_factory=dict)
 
 

@@ -389,8 +389,8 @@ def place(
         )
     )
     capacity: Capacity | None = None
-    # (plan_pass orders a fair-share queue: that order reads the snapshot's usage.)
-    ordered = sorted(queue, key=lambda j: (j.submitted_at, j.id)) if policy.order == "submit" else list(queue)
+    # The queue comes in its order (corral.core.admission: by priority, submission, fair share...).
+    ordered = list(queue)
 
     # Demands that found no node this pass: the one-line reason and the details of their jobs.
     no_room: dict[tuple[object, ...], tuple[str, dict[str, Any], Demand]] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from corral.core.units import Float, Int, parse_duration
 from corral.placement.availability import RESOURCE_NAMES, AvailabilityPolicy, parse_availability
@@ -90,8 +90,8 @@ FAIRSHARE_WEIGHT_NAMES = ("cpu", "ram", "gpu", "scratch")
 
 
 class FairShareSettings(_Strict):
-    """Slurm's fair-share factor (priority/multifactor, classic): used by queue.order = 'fairshare'.
-    See corral.core.fairshare."""
+    """Slurm's fair-share factor (priority/multifactor, classic): used by queue.order = 'fairshare' and
+    'multifactor'. See corral.core.fairshare."""
 
     half_life: Duration = Field(7 * 86400.0, gt=0, description="PriorityDecayHalfLife: usage this long ago counts half")
     calc_period: Duration = Field(
@@ -133,15 +133,41 @@ class FairShareSettings(_Strict):
         return value
 
 
+class MultifactorSettings(_Strict):
+    """Slurm's multifactor job priority (priority/multifactor): used by queue.order = 'multifactor'.
+    See corral.core.multifactor."""
+
+    weight_age: Float = Field(
+        1000.0, ge=0, description="PriorityWeightAge: what a job that has waited max_age adds to its score"
+    )
+    weight_fairshare: Float = Field(
+        10000.0,
+        ge=0,
+        description="PriorityWeightFairshare: what a user with no usage adds to their jobs' scores (the fair-share"
+        " factor, 1 unused and 0.5 at par, times this; usage as in fairshare)",
+    )
+    max_age: Duration = Field(
+        7 * 86400.0, gt=0, description="PriorityMaxAge: the wait at which the age factor stops growing (reaches 1)"
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> MultifactorSettings:
+        if self.weight_age == 0 and self.weight_fairshare == 0:
+            raise ValueError("weight_age and weight_fairshare are both 0: at least one must be more than 0")
+        return self
+
+
 class QueueSettings(_Strict):
     """Which job gets free room when capacity is bounded."""
 
-    order: Literal["priority", "submit", "fairshare"] = Field(
+    order: Literal["priority", "submit", "fairshare", "multifactor"] = Field(
         "priority",
-        description="priority then submit time; submit time alone; or fairshare: priority, then the users who"
-        " used least for their shares (see fairshare), then submit time",
+        description="priority then submit time; submit time alone; fairshare: priority, then the users who"
+        " used least for their shares (see fairshare), then submit time; or multifactor: priority, then a score"
+        " of the job's age and its user's fair-share factor (see multifactor), then submit time",
     )
     fairshare: FairShareSettings = Field(default_factory=FairShareSettings)
+    multifactor: MultifactorSettings = Field(default_factory=MultifactorSettings)
     backfill: Literal["easy", "strict-fifo", "none"] = Field(
         "easy",
         description=(
@@ -171,6 +197,10 @@ class QueueSettings(_Strict):
         " none: never (such a node's room is not counted). The simulator's fixed fleet only: no down node comes"
         " back in the live loop (it is shut down)",
     )
+
+    def reads_usage(self) -> bool:
+        """Whether the order reads the users' fair-share usage (`Snapshot.fairshare_usage`)."""
+        return self.order in ("fairshare", "multifactor")
 
 
 class CostSettings(_Strict):

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
-from corral.core import accounting, fairshare
+from corral.core import accounting, admission, fairshare, multifactor
 from corral.core.dispatchers import is_stale
-from corral.core.model import JobState, NodeState
+from corral.core.model import Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, rule_names
 from corral.core.settings import BootSettings
 from corral.server.deps import UserRuntime
@@ -36,6 +36,8 @@ from corral.server.models import (
     NotifyStatusOut,
     PathId,
     PriorityBody,
+    QueueOut,
+    QueueRowOut,
     QuietOut,
     RequeueBody,
     ResourcesOut,
@@ -362,10 +364,7 @@ def share(runtime: UserRuntime) -> ShareOut:
     ordered by. Users with usage, with shares set, or with open jobs."""
     queue = runtime.config.policy.placement.queue
     settings = queue.fairshare
-    calc_time = fairshare.calc_time(time.time(), settings)
-    start = fairshare.remembered_from(calc_time, settings)
-    spans = runtime.store.attempt_spans(start.as_of, calc_time)
-    usage = fairshare.advance(start, spans, calc_time, settings).usage
+    calc_time, usage = usage_as_of_calc_time(runtime)
     open_jobs = runtime.store.open_jobs_by_user()
     rows = []
     for row in fairshare.standing(open_jobs, usage, settings):
@@ -375,6 +374,60 @@ def share(runtime: UserRuntime) -> ShareOut:
             ShareRowOut(**dataclasses.asdict(row), queued=counts.get(JobState.QUEUED.value, 0), running=running)
         )
     return ShareOut(order=queue.order, half_life=settings.half_life, calc_time=calc_time, rows=rows)
+
+
+def usage_as_of_calc_time(runtime: UserRuntime) -> tuple[float, dict[str, float]]:
+    """The last fair-share calc time, and each user's usage then, from the runs of the last
+    FORGOTTEN_AFTER_HALF_LIVES half-lives: what the live loop's passes order the queue by."""
+    settings = runtime.config.policy.placement.queue.fairshare
+    calc_time = fairshare.calc_time(time.time(), settings)
+    start = fairshare.remembered_from(calc_time, settings)
+    spans = runtime.store.attempt_spans(start.as_of, calc_time)
+    return calc_time, dict(fairshare.advance(start, spans, calc_time, settings).usage)
+
+
+@router.get("/queue")
+def queue_order(runtime: UserRuntime, limit: int = Query(1000, ge=1, le=100_000)) -> QueueOut:
+    """Slurm's sprio with squeue's order: the queued jobs that are not held, in the order the next
+    pass takes them (`corral.core.admission`), with the factors that order them. Jobs not eligible
+    yet (a dependency, a start asked for) hold their place and say why they wait."""
+    settings = runtime.config.policy.placement.queue
+    jobs = sorted(runtime.store.queued_jobs(), key=Job.queue_key)
+    reads_usage, multifactor_order = settings.reads_usage(), settings.order == "multifactor"
+    calc_time, usage = usage_as_of_calc_time(runtime) if reads_usage else (time.time(), {})
+    users = list(runtime.store.open_jobs_by_user()) if reads_usage else []
+    ordered = admission.ordered(jobs, users, usage, calc_time, settings)[:limit]
+    factors = multifactor.scored(ordered, users, usage, calc_time, settings) if multifactor_order else {}
+    totals = fairshare.Totals.of(users, usage, settings.fairshare)
+    weights = settings.multifactor
+    out = []
+    for position, job in enumerate(ordered, start=1):
+        factor = factors.get(job.id)
+        out.append(
+            QueueRowOut(
+                position=position,
+                id=job.id,
+                array_job_id=job.array.array_job_id if job.array else None,
+                array_task_id=job.array.task_id if job.array else None,
+                name=job.name,
+                user=job.user,
+                priority=job.priority,
+                submitted_at=job.submitted_at,
+                age=factor.age if factor else None,
+                fairshare=totals.factor(job.user, usage, settings.fairshare) if reads_usage else None,
+                score=factor.score if factor else None,
+                wait_reason=job.wait_reason,
+            )
+        )
+    return QueueOut(
+        order=settings.order,
+        calc_time=calc_time,
+        weight_age=weights.weight_age if multifactor_order else None,
+        weight_fairshare=weights.weight_fairshare if multifactor_order else None,
+        max_age=weights.max_age if multifactor_order else None,
+        queued=len(jobs),
+        rows=out,
+    )
 
 
 @router.get("/notify")

@@ -438,10 +438,39 @@ class ShareRowOut(BaseModel):
 class ShareOut(BaseModel):
     """`corral share`: each user's standing, the most deserving first, as of the last calc time."""
 
-    order: str  # policy.placement.queue.order: the standing orders the queue only under "fairshare"
+    order: str  # policy.placement.queue.order: "fairshare" and "multifactor" read the standing
     half_life: float
     calc_time: float  # usage is brought up to date at this time (a multiple of calc_period)
     rows: list[ShareRowOut]
+
+
+class QueueRowOut(BaseModel):
+    """One queued job where the next pass takes it, with its priority factors (Slurm's sprio)."""
+
+    position: int  # 1 first
+    id: int
+    array_job_id: int | None
+    array_task_id: int | None
+    name: str
+    user: str
+    priority: int
+    submitted_at: float
+    age: float | None  # multifactor: 0 just submitted, 1 at max_age
+    fairshare: float | None  # fairshare and multifactor: the user's fair-share factor
+    score: float | None  # multifactor: weight_age * age + weight_fairshare * fairshare
+    wait_reason: str
+
+
+class QueueOut(BaseModel):
+    """`corral queue`: the queued jobs (not held) in the order the next pass takes them."""
+
+    order: str  # policy.placement.queue.order
+    calc_time: float  # ages and usage as of this time (a multiple of fairshare.calc_period)
+    weight_age: float | None  # multifactor's weights, under that order
+    weight_fairshare: float | None
+    max_age: float | None
+    queued: int  # all of them; `rows` holds the first `limit`
+    rows: list[QueueRowOut]
 
 
 class UsageRowOut(BaseModel):

@@ -174,10 +174,10 @@ class Simulation:
         self.queued = 0  # jobs in QUEUED state
         self._boot_trouble = False  # a boot of this pass failed or was skipped
         self.revisit_from = math.inf  # the last pass's Decisions.revisit_from
-        # Fair share (queue.order = "fairshare"): the ledger as of the last calc time, and the runs
+        # Fair share (queue.order = "fairshare" or "multifactor"): the ledger as of the last calc time, and the runs
         # that ended since with some of their time not counted yet (corral.core.fairshare).
         queue = self.policy.placement.queue
-        self.fairshare = queue.fairshare if queue.order == "fairshare" else None
+        self.fairshare = queue.fairshare if queue.reads_usage() else None
         self.ledger = fairshare.UsageLedger(-math.inf)
         self.ended_spans: list[AttemptSpan] = []
 
@@ -294,7 +294,7 @@ class Simulation:
             sliding = self.revisit_from if self.queued else math.inf
             # A running job passing its time limit (and grace): the core ends it then.
             limit = next_time_limit_end(self.index, self.policy)
-            # Fair share's usage, and so the queue's order, moves on at each calc time.
+            # Fair share's usage and the jobs' ages, and so the queue's order, move on at each calc time.
             recalc = (
                 fairshare.calc_time(last_pass, self.fairshare) + self.fairshare.calc_period
                 if self.fairshare is not None and self.queued and last_pass > -math.inf

@@ -1285,6 +1285,12 @@ class Store:
         self._jobs = fresh
         return jobs
 
+    def queued_jobs(self) -> list[Job]:
+        """The queued jobs that are not held: those a pass orders (`corral queue`)."""
+        query = select(J).where(J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
+        with self.read() as conn:
+            return [job_from_row(dict(row._mapping)) for row in conn.execute(query)]
+
     def open_jobs_by_user(self) -> dict[str, dict[str, int]]:
         """Each user's open jobs, counted by state (queued, claimed, running)."""
         user = J.c.spec["user"].as_string()
