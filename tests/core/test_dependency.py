@@ -75,6 +75,18 @@ def test_slurms_text_is_read_and_written_back_in_one_canonical_form() -> None:
     assert dependency.parse("  ") is None
 
 
+@pytest.mark.parametrize("text", ["afterok:12?afterok:13", "afterok:12:13?afternotok:14", "after:1?after:2?after:3"])
+def test_any_one_condition_is_still_any_one_once_written_back(text: str) -> None:
+    # The store keeps the canonical text and reads it back: a `?` of one kind was written
+    # "afterok:12:13", which reads as every one (a job meant to run after either was cancelled
+    # when the first failed).
+    parsed = dependency.parse(text)
+    assert parsed is not None
+    again = dependency.parse(str(parsed))
+    assert again == parsed
+    assert again is not None and again.any_of
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

@@ -88,3 +88,11 @@ def test_a_dependency_on_an_array_is_stored_as_one_on_each_of_its_tasks(store: S
     assert [d["job_id"] for d in depends_on] == [first, second, third]
     with pytest.raises(InvalidJobs, match=f"jobs.0.dependency: .*job {first} is a job array's id"):
         store.submit([JobRequest(command=["z"], dependency=f"afterok:{first}?afterany:{after}")], NOW)
+
+
+def test_a_job_array_under_any_one_condition_of_one_kind_is_refused(store: Store) -> None:
+    # `afterok:A?afterok:B` was stored as `afterok:A:B` (every one), so the '?' check never saw it.
+    first, _, _ = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
+    (other,) = store.submit([JobRequest(command=["y"])], NOW)
+    with pytest.raises(InvalidJobs, match=f"jobs.0.dependency: .*job {first} is a job array's id"):
+        store.submit([JobRequest(command=["z"], dependency=f"afterok:{first}?afterok:{other}")], NOW)

@@ -63,7 +63,11 @@ class Dependency:
         return tuple(dict.fromkeys(job_id for _, job_id in self.conditions))
 
     def __str__(self) -> str:
-        """The canonical text: a kind's ids together, kinds in the order first given."""
+        """The canonical text: a kind's ids together, kinds in the order first given. Under `?`
+        with one kind, each condition is written alone: `afterok:12:13` reads back as `,` (every
+        one), so `afterok:12?afterok:13` would be stored as its opposite."""
+        if self.any_of and len({kind for kind, _ in self.conditions}) == 1:
+            return ANY_OF.join(f"{kind.value}:{job_id}" for kind, job_id in self.conditions)
         by_kind: dict[DependencyKind, list[int]] = {}
         for kind, job_id in self.conditions:
             by_kind.setdefault(kind, []).append(job_id)
