@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from corral.core import job_array, user_limits
 from corral.core.model import GiB, InstanceType, JobState, NodeState
-from corral.core.snapshot import JobOutcome
+from corral.core.snapshot import Annotation, JobOutcome
 from corral.server.metrics import Metrics
 from corral.store import Store
 
@@ -77,6 +78,25 @@ def test_the_oldest_wait_is_of_the_job_that_could_run_now(store: Store) -> None:
         claim(store, job_id, now=NOW + 62)
     metrics.refresh(store, NOW + 63)
     assert figure(metrics, "corral_queue_oldest_wait_seconds") == 0  # held and not-yet jobs do not count
+
+
+def test_a_job_its_users_limits_or_its_arrays_throttle_hold_back_is_not_a_wait_that_starves(store: Store) -> None:
+    # A user at policy.users' limits (or with a job larger than they may ever hold) waits by their
+    # own rule, as an array's task does behind its throttle: neither may set off the queue alert,
+    # for hours, while no one else's job waits.
+    over_jobs, over_cpus, throttled, due = submit(store, 4, now=NOW - 900)
+    store.annotate_many(
+        [
+            Annotation(over_jobs, f"{user_limits.JOBS_REASON}: bob runs at most 2 jobs at once"),
+            Annotation(over_cpus, f"{user_limits.CPU_REASON}: it needs 6 vCPUs, more than alice may hold (4)"),
+            Annotation(throttled, f"{job_array.THROTTLE_REASON}: array 1 runs at most 2 tasks at once"),
+        ],
+        {},
+        NOW - 899,
+    )
+    assert store.oldest_wait(NOW) == 900  # the one that could run
+    claim(store, due, now=NOW - 10)
+    assert store.oldest_wait(NOW) is None
 
 
 def test_waits_and_event_counts_are_of_what_happened_since_the_server_started(store: Store) -> None:

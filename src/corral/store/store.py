@@ -46,7 +46,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
 
-from corral.core import job_array
+from corral.core import job_array, user_limits
 from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.dependency import DEPENDENCY, Dependency, whole_arrays
 from corral.core.model import (
@@ -1325,9 +1325,11 @@ class Store:
 
     def oldest_wait(self, now: float) -> float | None:
         """How long the longest-waiting job that could run now (queued, not held, not waiting for a
-        dependency or its array's throttle, past its retry back-off and its `not_before`) has waited
-        since its submission. None when no job could. A dependency's or a throttle's wait is the
-        one the last pass gave as the reason."""
+        dependency, its array's throttle or its user's limits, past its retry back-off and its
+        `not_before`) has waited since its submission. None when no job could. A dependency's, a
+        throttle's or a user limit's wait is the one the last pass gave as the reason: a user kept
+        to their own limits (or a job larger than they may ever hold) starves nobody, as a throttle
+        does not."""
         query = (
             select(J.c.submitted_at, J.c.spec)
             .where(
@@ -1336,6 +1338,8 @@ class Store:
                 or_(J.c.retry_at.is_(None), J.c.retry_at <= now),
                 J.c.wait_reason.not_like(f"{DEPENDENCY}%"),
                 J.c.wait_reason.not_like(f"{job_array.THROTTLE_REASON}%"),
+                J.c.wait_reason.not_like(f"{user_limits.JOBS_REASON}%"),
+                J.c.wait_reason.not_like(f"{user_limits.CPU_REASON}%"),
             )
             .order_by(J.c.submitted_at, J.c.id)
             .execution_options(yield_per=100)
