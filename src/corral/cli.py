@@ -555,8 +555,11 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j.get("array_task_id") is not None:
         throttle = f"at most {j['array_throttle']} at once" if j["array_throttle"] else "no throttle"
+        # The spec's ids only: its %N is the throttle it was submitted with, which `corral throttle`
+        # may since have changed ("0-5%2; at most 3 at once" contradicted itself).
+        ids = str(j["array"]).partition("%")[0]
         console.print(
-            f"  array      task {array_task_text(j)} of array {j['array_job_id']} ({j['array']}; {throttle})",
+            f"  array      task {array_task_text(j)} of array {j['array_job_id']} ({ids}; {throttle})",
             highlight=False,
         )
     if j["executor_ref"]:  # executor = "slurm": what `scontrol show job` takes

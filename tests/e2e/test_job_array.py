@@ -41,3 +41,9 @@ def test_an_array_runs_its_tasks_with_their_ids_never_more_at_once_than_its_thro
     )
     wait_until(lambda: all(corral.jobs()[int(i)]["state"] == "cancelled" for i in sleepers), 60, "the sleepers to end")
     assert all(corral.jobs()[i]["state"] == "complete" for i in ids)
+
+    # `corral job` gives the throttle in force, not the one the spec was submitted with.
+    held_back = corral.cli("submit", "--array", "0-1%1", "--", "sleep", "60").stdout.split()
+    corral.cli("throttle", held_back[0], "2")
+    assert f"of array {held_back[0]} (0-1; at most 2 at once)" in corral.cli("job", held_back[1]).stdout
+    corral.cli("cancel", "--array", held_back[0])
