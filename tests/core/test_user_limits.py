@@ -14,6 +14,7 @@ from corral.core.snapshot import Decisions, Snapshot
 
 NOW = 1000.0
 BIG = InstanceType("big", 16, 64 * GiB, 0.80)
+COUNTED = " (running, or before this job in the queue)"
 
 
 def limited(**users: object) -> PolicySettings:
@@ -40,8 +41,8 @@ def test_a_user_at_their_job_limit_waits_and_others_go_on() -> None:
     snapshot = world(job(2, "alice"), job(3, "alice"), job(4, "bob"), job(5, "bob"), job(6, "bob"))
     decisions = plan_pass(snapshot, NOW, limited(max_running_jobs=2))
     assert sorted(p.job_id for p in decisions.placements) == [2, 4, 5]
-    assert reasons(decisions)[3] == "QOSMaxJobsPerUserLimit: alice runs at most 2 jobs at once"
-    assert reasons(decisions)[6] == "QOSMaxJobsPerUserLimit: bob runs at most 2 jobs at once"
+    assert reasons(decisions)[3] == f"QOSMaxJobsPerUserLimit: alice runs at most 2 jobs at once{COUNTED}"
+    assert reasons(decisions)[6] == f"QOSMaxJobsPerUserLimit: bob runs at most 2 jobs at once{COUNTED}"
 
     # bob's own limits instead (none), alice's the default.
     decisions = plan_pass(snapshot, NOW, limited(max_running_jobs=2, by_user={"bob": {}}))
@@ -61,7 +62,22 @@ def test_a_vcpu_limit_counts_a_gangs_nodes() -> None:
     decisions = plan_pass(snapshot, NOW, limited(max_running_vcpus=4))
     assert sorted(p.job_id for p in decisions.placements) == [2]
     assert reasons(decisions)[3] == "QOSMaxCpuPerUserLimit: it needs 6 vCPUs, more than alice may hold (4)"
-    assert reasons(decisions)[4] == "QOSMaxCpuPerUserLimit: alice holds at most 4 vCPUs at once"
+    assert reasons(decisions)[4] == f"QOSMaxCpuPerUserLimit: alice holds at most 4 vCPUs at once{COUNTED}"
+
+
+def test_a_job_nothing_can_hold_does_not_hold_back_its_users_others() -> None:
+    huge, small = job(2, "bob", vcpus=64), job(3, "bob")
+    settings = limited(max_running_jobs=1)
+    decisions = plan_pass(world(huge, small), NOW, settings)
+    # The first pass lets the huge job through (it counts), and finds nothing could ever hold it.
+    assert decisions.placements == [] and reasons(decisions)[3].startswith("QOSMaxJobsPerUserLimit: bob runs")
+    (note,) = [a for a in decisions.annotations if a.job_id == 2]
+    assert note.unplaceable
+    # From then on it waits for the config to change, not holding bob's small job back.
+    huge.unplaceable, huge.wait_reason = True, note.wait_reason
+    decisions = plan_pass(world(huge, small), NOW, settings)
+    assert [p.job_id for p in decisions.placements] == [3]
+    assert 2 not in reasons(decisions)  # its reason stands
 
 
 def test_in_front_of_slurm_a_user_beyond_the_limit_is_not_claimed() -> None:

@@ -87,7 +87,7 @@ def test_a_job_its_users_limits_or_its_arrays_throttle_hold_back_is_not_a_wait_t
     over_jobs, over_cpus, throttled, due = submit(store, 4, now=NOW - 900)
     store.annotate_many(
         [
-            Annotation(over_jobs, f"{user_limits.JOBS_REASON}: bob runs at most 2 jobs at once"),
+            Annotation(over_jobs, f"{user_limits.JOBS_REASON}: bob runs at most 2 jobs at once (...)"),
             Annotation(over_cpus, f"{user_limits.CPU_REASON}: it needs 6 vCPUs, more than alice may hold (4)"),
             Annotation(throttled, f"{job_array.THROTTLE_REASON}: array 1 runs at most 2 tasks at once"),
         ],

@@ -7,7 +7,9 @@ vCPUs held by them (a job holds its vcpus times its nodes).
 jobs go on to be placed, in queue order, while the user's limits leave room beside what already
 runs; the others wait with Slurm's reason (`QOSMaxJobsPerUserLimit`, `QOSMaxCpuPerUserLimit`) and
 no instance is booted for them. Another user's jobs are not held back by them. As for an array's
-throttle, a job let through counts against its user in the pass even if no node takes it.
+throttle, a job let through counts against its user in the pass even if no node takes it; but not a
+job the last pass found nothing could ever hold (`Job.unplaceable`: larger than every instance type
+and node), which would otherwise hold its user's later jobs back for as long as it waits.
 
 Pure: the caller gives the queue in order and the open jobs.
 """
@@ -26,6 +28,7 @@ JOBS_REASON = "QOSMaxJobsPerUserLimit"  # Slurm's reason words, which a Slurm us
 CPU_REASON = "QOSMaxCpuPerUserLimit"
 _ACTIVE = (JobState.CLAIMED, JobState.RUNNING)
 _SLACK = 1e-9
+_COUNTED = " (running, or before this job in the queue)"
 
 
 def vcpus_of(job: Job) -> float:
@@ -49,17 +52,21 @@ def hold_back(
     kept: list[Job] = []
     held_back: dict[int, str] = {}
     for job in queue:
+        if job.unplaceable:
+            kept.append(job)  # it keeps its own reason, and no place among its user's jobs
+            continue
         user = job.user
         limits = settings.of(user)
         who = user or "(no user)"
         most_jobs, most_vcpus = limits.max_running_jobs, limits.max_running_vcpus
         need = vcpus_of(job)
         if most_jobs is not None and jobs.get(user, 0) + 1 > most_jobs:
-            held_back[job.id] = f"{JOBS_REASON}: {who} runs at most {most_jobs} jobs at once"
+            jobs_text = "1 job" if most_jobs == 1 else f"{most_jobs} jobs"
+            held_back[job.id] = f"{JOBS_REASON}: {who} runs at most {jobs_text} at once{_COUNTED}"
         elif most_vcpus is not None and need > most_vcpus + _SLACK:
             held_back[job.id] = f"{CPU_REASON}: it needs {need:g} vCPUs, more than {who} may hold ({most_vcpus:g})"
         elif most_vcpus is not None and vcpus.get(user, 0.0) + need > most_vcpus + _SLACK:
-            held_back[job.id] = f"{CPU_REASON}: {who} holds at most {most_vcpus:g} vCPUs at once"
+            held_back[job.id] = f"{CPU_REASON}: {who} holds at most {most_vcpus:g} vCPUs at once{_COUNTED}"
         else:
             jobs[user] = jobs.get(user, 0) + 1
             vcpus[user] = vcpus.get(user, 0.0) + need
