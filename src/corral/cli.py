@@ -430,6 +430,8 @@ def submit(
         if dependency is not None:
             fields["dependency"] = dependency
         if array is not None:
+            if not array.strip():  # (a job file's empty "array" is no array; an empty option is a slip)
+                fail("--array: no task ids (write e.g. 0-99, 1,3,5-7 or 0-99:4, with %N to throttle)")
             fields["array"] = array
         locality = _locality(near or [], far or [], strict_locality, locality_level)
         if locality is not None:
@@ -974,7 +976,7 @@ def share(as_json: JsonFlag = False) -> None:
             row["user"] or "(no user)",
             f"{row['shares']:g}",
             f"{row['norm_shares']:.3f}",
-            f"{row['usage'] / 3600:,.1f}",
+            f"{row['usage'] / 3600:,.{1 if row['usage'] >= 36_000 else 3}f}",
             f"{row['norm_usage']:.3f}",
             f"{row['factor']:.3f}",
             f"{row['queued']:,}",

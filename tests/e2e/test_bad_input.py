@@ -36,6 +36,7 @@ def running(corral: Corral) -> Corral:
         (["--not-before", "tomorrow", "--", "x"], "--not-before: not a time: 'tomorrow'"),
         (["--on-node-failure", "requeue-later", "--", "x"], "--on-node-failure: unknown action 'requeue-later'"),
         (["--on-node-failure", "migrate", "--", "x"], "--on-node-failure: 'migrate' is not offered: corral cannot"),
+        (["--array", " ", "--", "x"], "--array: no task ids"),
     ],
 )
 def test_malformed_submissions_are_refused_by_field(running: Corral, args: list[str], message: str) -> None:
