@@ -238,3 +238,20 @@ def test_durations_and_sizes_are_finite(value: object) -> None:
     if not isinstance(value, str):  # a size string must have the shape of one ("nan" is just not a size)
         with pytest.raises(ValueError, match="not a finite size"):
             parse_size(value)
+
+
+def test_limits_under_which_nothing_can_boot_are_warned_of() -> None:
+    types = [{"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1}]
+    fine = Config.model_validate({"instance_types": types, "policy": {"boot": {"max_cost_per_hour": 0.1}}})
+    assert fine.warnings() == []
+    starved = Config.model_validate(
+        {"instance_types": types, "policy": {"boot": {"max_cost_per_hour": 0.05, "max_vcpus": 1}}}
+    )
+    assert starved.warnings() == [
+        "policy.boot.max_cost_per_hour ($0.05/h) is below every instance type's price (the cheapest, small,"
+        " costs $0.1/h): nothing can boot",
+        "policy.boot.max_vcpus (1) is below every instance type's vCPUs (the smallest, small, has 2): nothing can boot",
+    ]
+    # In front of Slurm corral boots nothing: no warning.
+    starved.executor = "slurm"
+    assert starved.warnings() == []

@@ -1181,6 +1181,8 @@ def config_check(file: Path) -> None:
     except ConfigError as exc:
         fail(str(exc), 2)
     console.print(f"{file}: OK ({len(config.instance_types)} instance types, store {config.store_url})")
+    for warning in config.warnings():
+        console.print(Text.assemble(("warning", "yellow"), f": {warning}"))
 
 
 @config_app.command("show")

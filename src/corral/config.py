@@ -391,6 +391,28 @@ class Config(_Strict):
             raise ValueError(f"instance type names must be unique; repeated: {', '.join(dupes)}")
         return value
 
+    def warnings(self) -> list[str]:
+        """What is valid but surely not meant: limits under which no instance type can ever boot
+        (with the agent executor; in front of Slurm corral boots nothing)."""
+        types = self.instance_types
+        if self.executor != "agent" or not types:
+            return []
+        boot = self.policy.boot
+        found = []
+        cheapest = min(types, key=lambda t: t.price_per_hour)
+        if boot.max_cost_per_hour is not None and boot.max_cost_per_hour < cheapest.price_per_hour:
+            found.append(
+                f"policy.boot.max_cost_per_hour (${boot.max_cost_per_hour:,.4g}/h) is below every instance type's"
+                f" price (the cheapest, {cheapest.name}, costs ${cheapest.price_per_hour:,.4g}/h): nothing can boot"
+            )
+        smallest = min(types, key=lambda t: t.vcpus)
+        if boot.max_vcpus is not None and boot.max_vcpus < smallest.vcpus:
+            found.append(
+                f"policy.boot.max_vcpus ({boot.max_vcpus:g}) is below every instance type's vCPUs (the smallest,"
+                f" {smallest.name}, has {smallest.vcpus:g}): nothing can boot"
+            )
+        return found
+
     @model_validator(mode="after")
     def _consistent(self) -> Config:
         """What no one key says alone: the instance types the [sim] section names exist (outages

@@ -178,6 +178,8 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
 
     runtime.on_stop.append(forget_address)
     log.info("corral listening on %s (data in %s, store %s)", url, home, store.url.split("@")[-1])
+    for warning in config.warnings():
+        log.warning("config: %s", warning)
     server = CorralServer(
         uvicorn.Config(
             app,

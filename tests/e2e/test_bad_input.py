@@ -132,6 +132,13 @@ def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:
     good.write_text("policy:\n  lifecycle:\n    idle_grace: 5m\n")
     assert subprocess.run([CORRAL, "config", "check", str(good)], capture_output=True).returncode == 0
 
+    # Valid, but nothing could ever boot: said, and still OK (it may be meant for a while).
+    capped = tmp_path / "capped.toml"
+    capped.write_text("[policy.boot]\nmax_cost_per_hour = 0.01\n")
+    result = subprocess.run([CORRAL, "config", "check", str(capped)], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "warning: policy.boot.max_cost_per_hour ($0.01/h) is below every instance type's price" in result.stdout
+
 
 def test_a_job_no_instance_type_can_hold_is_marked_unplaceable_not_left_silently(running: Corral) -> None:
     from tests.e2e.conftest import wait_until

@@ -114,6 +114,10 @@ def simulate_command(
         runs = load_runs(configs, seed)
     except ConfigError as exc:
         fail(str(exc))
+    for run in runs:
+        if run.config.sim.fleet.mode == "elastic":
+            for warning in run.config.warnings():
+                err.print(f"[yellow]warning[/] ({run.label}): {escape(warning)}")
 
     bar = Progress(
         TextColumn("{task.description}"),
