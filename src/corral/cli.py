@@ -35,6 +35,7 @@ from corral.config import (
     read_text,
     unique_keys,
 )
+from corral.core.model import JobState
 from corral.core.units import parse_duration
 from corral.jobspec import JobRequest, to_epoch
 from corral.placement import attributes as attr
@@ -604,14 +605,71 @@ def logs(
     job_id: int,
     attempt: Annotated[int | None, typer.Option(help="A given attempt (default: the last).")] = None,
     all_attempts: Annotated[bool, typer.Option("--all", help="Every attempt, each with a header.")] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing the output as it comes (tail -f), through retries, until the job (or the"
+            " --attempt given) ends.",
+        ),
+    ] = False,
 ) -> None:
     """Print a job's output."""
+    if follow:
+        if all_attempts:
+            fail("--follow prints each attempt as it comes: not with --all")
+        follow_logs(job_id, attempt)
+        return
     params: dict[str, Any] = {"all_attempts": all_attempts}
     if attempt is not None:
         params["attempt"] = attempt
     data = call("GET", f"/api/jobs/{job_id}/logs", params=params)
     sys.stdout.buffer.write(data if isinstance(data, bytes) else json.dumps(data).encode())
     sys.stdout.flush()
+
+
+FOLLOW_EVERY = 1.0  # seconds between two looks at a followed job
+TERMINAL = frozenset(state.value for state in JobState if state.terminal)
+
+
+def follow_logs(job_id: int, attempt_id: int | None) -> None:
+    """Print the output of a job's attempts as it arrives, the next attempt's (a retry, a requeue)
+    after a header, until the job has ended (or the attempt asked for has). The job's state is read
+    before its output: an attempt's finish is reported only after its output got through, so the
+    output read after an end is the whole of it."""
+    current: int | None = None
+    offset = 0
+    told_waiting = False
+    while True:
+        job = call("GET", f"/api/jobs/{job_id}")
+        attempts = job["attempt_list"]
+        if attempt_id is not None:
+            attempts = [a for a in attempts if a["id"] == attempt_id]
+            if not attempts:
+                fail(f"job {job_id} has no attempt {attempt_id}")
+        # The rest of the attempt followed so far (it may have ended since), then each later one whole.
+        for each in attempts:
+            if current is not None and each["id"] < current:
+                continue
+            if each["id"] != current:
+                if current is not None:
+                    sys.stdout.write(f"==> attempt {each['id']} on {each['node'] or '-'} <==\n")
+                current, offset = each["id"], 0
+            data = call("GET", f"/api/jobs/{job_id}/logs", params={"attempt": current, "offset": offset})
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+            offset += len(data)
+        ended = attempts[-1]["finished_at"] is not None if attempt_id is not None else job["state"] in TERMINAL
+        if not attempts and (ended or not told_waiting):
+            reason = f": {job['wait_reason']}" if job["wait_reason"] else ""
+            what = "it never ran" if ended else "waiting for it to start"
+            err.print(escape(f"job {job_id} is {job['state']}{reason}; {what}"), highlight=False)
+            told_waiting = True
+        if ended:
+            return
+        time.sleep(FOLLOW_EVERY)
 
 
 @app.command()

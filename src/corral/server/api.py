@@ -217,9 +217,19 @@ def set_priority(job_id: JobId, body: PriorityBody, runtime: UserRuntime) -> Job
 
 
 @router.get("/jobs/{job_id}/logs", responses={200: {"content": {"application/octet-stream": {}}}})
-def job_logs(job_id: JobId, runtime: UserRuntime, attempt: IdFilter = None, all_attempts: bool = False) -> Any:
+def job_logs(
+    job_id: JobId,
+    runtime: UserRuntime,
+    attempt: IdFilter = None,
+    all_attempts: bool = False,
+    offset: Annotated[
+        int, Query(ge=0, le=2**62, description="from this byte of one attempt's output on (corral logs --follow)")
+    ] = 0,
+) -> Any:
     from fastapi.responses import Response
 
+    if offset and all_attempts:
+        raise HTTPException(422, "offset reads one attempt's output: not with all_attempts")
     attempts = runtime.store.attempts_of(job_id)
     runtime.store.job_row(job_id)  # 404 for an unknown job
     if attempt is not None:
@@ -232,7 +242,7 @@ def job_logs(job_id: JobId, runtime: UserRuntime, attempt: IdFilter = None, all_
     for a in attempts:
         if all_attempts:
             chunks.append(f"==> attempt {a['id']} on {a['node_id']} ({a['state']}) <==\n".encode())
-        chunks.append(runtime.logs.read(job_id, a["id"]))
+        chunks.append(runtime.logs.read(job_id, a["id"], offset))
     return Response(b"".join(chunks), media_type="application/octet-stream")
 
 

@@ -29,6 +29,12 @@ class LogStore:
             handle.seek(offset)
             handle.write(data)
 
-    def read(self, job_id: int, attempt_id: int) -> bytes:
+    def read(self, job_id: int, attempt_id: int, offset: int = 0) -> bytes:
+        """The output stored from byte `offset` on (none past its end)."""
         path = self.path(job_id, attempt_id)
-        return path.read_bytes() if path.exists() else b""
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return b""

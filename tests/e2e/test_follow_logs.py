@@ -1,0 +1,40 @@
+"""`corral logs --follow` (tail -f, kubectl logs -f): a job's output is printed while it runs,
+through a retry (after a header naming the new attempt), and the command ends by itself once the
+job has ended, with nothing of the output lost."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.e2e.conftest import CORRAL, Corral, wait_until
+
+
+def test_follow_prints_output_as_it_comes_through_a_retry_and_ends_with_the_job(corral: Corral, tmp_path: Path) -> None:
+    corral.start()
+    marker = tmp_path / "tried"
+    # The first attempt prints, sleeps, prints and fails; the second (marker there) completes.
+    script = f"echo first; sleep 4; echo second; [ -e {marker} ] || {{ touch {marker}; exit 3; }}"
+    job_id = int(corral.cli("submit", "--max-retries", "1", "--", "sh", "-c", script).stdout)
+    follower = subprocess.Popen(
+        [CORRAL, "logs", "--follow", str(job_id)], env=corral.env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == "first\n"
+        # Printed while the job still runs: its first attempt sleeps before it goes on.
+        assert corral.jobs()[job_id]["state"] == "running"
+        rest, _ = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0
+    assert corral.jobs()[job_id]["state"] == "complete"
+    (retry,) = [line for line in rest.splitlines() if line.startswith("==> attempt")]
+    assert rest.replace(retry + "\n", "") == "second\nfirst\nsecond\n"
+
+    # A job that never ran: said, and over at once.
+    later = int(corral.cli("submit", "--not-before", "2099-01-01", "--", "true").stdout)
+    corral.cli("cancel", str(later))
+    wait_until(lambda: corral.jobs()[later]["state"] == "cancelled", 30, "the cancel")
+    result = corral.cli("logs", "-f", str(later))
+    assert result.stdout == "" and "it never ran" in result.stderr
