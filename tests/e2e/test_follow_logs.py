@@ -31,6 +31,9 @@ def test_follow_prints_output_as_it_comes_through_a_retry_and_ends_with_the_job(
     assert corral.jobs()[job_id]["state"] == "complete"
     (retry,) = [line for line in rest.splitlines() if line.startswith("==> attempt")]
     assert rest.replace(retry + "\n", "") == "second\nfirst\nsecond\n"
+    first_attempt = corral.cli_json("job", str(job_id))["attempt_list"][0]["id"]
+    tail = corral.api("GET", f"/api/jobs/{job_id}/logs", params={"attempt": first_attempt, "offset": 6})
+    assert tail.content == b"second\n"
 
     # A job that never ran: said, and over at once.
     later = int(corral.cli("submit", "--not-before", "2099-01-01", "--", "true").stdout)
