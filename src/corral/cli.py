@@ -782,6 +782,80 @@ def throttle(
 
 
 @app.command()
+def update(
+    job_id: int,
+    name: Annotated[str | None, typer.Option(help="A new name.")] = None,
+    vcpus: Annotated[str | None, typer.Option(help="vCPUs per node (queued jobs only).")] = None,
+    ram: Annotated[str | None, typer.Option(help="RAM per node, e.g. 4GiB (queued jobs only).")] = None,
+    scratch: Annotated[str | None, typer.Option(help="Scratch per node (queued jobs only).")] = None,
+    gpus: Annotated[str | None, typer.Option(help="GPUs per node (queued jobs only).")] = None,
+    nodes: Annotated[str | None, typer.Option(help="Nodes of a gang (queued jobs only).")] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(help="A new time limit (2h; 0: none), or +D to add D to the one it has (Slurm's TimeLimit=+)."),
+    ] = None,
+    not_before: Annotated[
+        str | None, typer.Option(help="Not before this time, ISO 8601 (queued jobs only); 'now' for no wait.")
+    ] = None,
+    max_retries: Annotated[str | None, typer.Option(help="Retries after a non-zero exit.")] = None,
+) -> None:
+    """Change what a job asked for (Slurm's scontrol update JobId=).
+
+    Resources, nodes and a requested start only while it is queued: a job that asked for more
+    than any instance type holds can be made placeable without losing its id (or the jobs that
+    depend on it). Its time limit (also +D, as Slurm's TimeLimit=+2:00:00), retries and name also
+    while it runs. Every change is an event (job.updated)."""
+    given = {
+        "name": name,
+        "vcpus": vcpus,
+        "ram": ram,
+        "scratch": scratch,
+        "gpus": gpus,
+        "nodes": nodes,
+        "not_before": time.time() if not_before == "now" else not_before,
+        "max_retries": max_retries,
+    }
+    body: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+    if time_limit is not None:
+        if time_limit.startswith("+"):
+            body["time_limit_add"] = time_limit[1:]
+        else:
+            body["time_limit"] = time_limit
+    if not body:
+        fail("nothing to change: give --time-limit, --vcpus, --ram, --name, ... (corral update --help)")
+    try:
+        result = request("POST", f"/api/jobs/{job_id}/update", json=body)
+    except Refused as exc:
+        # The API names a body's field ("body.ram: ..."), the store a spec's ("ram: ..."): as options here.
+        fail(re.sub(r"(?:body\.)?\b(" + "|".join(given) + r"|time_limit(?:_add)?)\b:", _as_option, str(exc)))
+    changes = result["changes"]
+    if not changes:
+        sys.stdout.write(f"{job_id}: nothing changed (it had those already)\n")
+        return
+    said = ", ".join(
+        f"{key} {_update_value(key, old)} -> {_update_value(key, new)}" for key, (old, new) in changes.items()
+    )
+    sys.stdout.write(f"{job_id}: {said}\n")
+
+
+def _as_option(match: re.Match[str]) -> str:
+    field = match[1].removesuffix("_add")
+    return f"--{field.replace('_', '-')}:"
+
+
+def _update_value(key: str, value: Any) -> str:
+    if value is None or (key == "time_limit" and not value):
+        return "none"
+    if key == "time_limit":
+        return ago(value)
+    if key == "not_before":
+        return when(value)
+    if key in ("ram", "scratch"):
+        return f"{value:g} MiB"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@app.command()
 def explain(job_id: int, as_json: JsonFlag = False) -> None:
     """Why a job waits, or where it was placed and why.
 

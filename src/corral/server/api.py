@@ -28,6 +28,8 @@ from corral.server.models import (
     FleetTypeOut,
     HoldBody,
     JobOut,
+    JobUpdateBody,
+    JobUpdateOut,
     NodeAttributesBody,
     NodeOut,
     NotifyRuleOut,
@@ -214,6 +216,29 @@ def set_priority(job_id: JobId, body: PriorityBody, runtime: UserRuntime) -> Job
     runtime.store.set_priority(job_id, body.priority, time.time())
     runtime.wake()
     return job_out(runtime.store.job_row(job_id))
+
+
+@router.post("/jobs/{job_id}/update", responses=error_responses(409))
+def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobUpdateOut:
+    """Slurm's `scontrol update JobId=`: change what a job asked for. Resources, nodes and its
+    requested start only while it is queued (409 otherwise); its time limit, retries and name also
+    while it is claimed or running. In front of Slurm, a claimed or running job's time limit is
+    Slurm's to change (409)."""
+    changes = {key: getattr(body, key) for key in body.model_fields_set if key != "time_limit_add"}
+    if runtime.config.executor == "slurm" and {"time_limit", "time_limit_add"} & body.model_fields_set:
+        state = runtime.store.job_row(job_id)["state"]
+        if state in (JobState.CLAIMED.value, JobState.RUNNING.value):
+            raise HTTPException(
+                409,
+                f"job {job_id} is {state} in Slurm: change its time limit there (scontrol update JobId=..."
+                " TimeLimit=...), where it is enforced",
+            )
+    try:
+        result = runtime.store.update_job(job_id, changes, time.time(), body.time_limit_add)
+    except NotQueued as exc:
+        raise HTTPException(409, str(exc)) from None
+    runtime.wake()
+    return JobUpdateOut(**result)
 
 
 @router.get("/jobs/{job_id}/logs", responses={200: {"content": {"application/octet-stream": {}}}})

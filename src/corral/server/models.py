@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from corral.core import drain
 from corral.core.model import JobState
+from corral.core.settings import Duration, SizeMiB
 from corral.core.units import Float, Int
-from corral.jobspec import MAX_PRIORITY, JobRequest, to_epoch
+from corral.jobspec import MAX_PRIORITY, EpochSeconds, JobRequest, to_epoch
 from corral.placement import attributes as attr
 
 # The store's integer columns (ids, exit codes, pids, MiB) are 32 bits on PostgreSQL and 64 on
@@ -67,6 +68,39 @@ class SubmitResult(BaseModel):
 class PriorityBody(Inbound):
     # Strict: JSON's false would be taken for 0, which cancels the job.
     priority: int = Field(ge=0, le=MAX_PRIORITY, strict=True)
+
+
+class JobUpdateBody(Inbound):
+    """What to change of a job (Slurm's `scontrol update JobId=`), each field as at submission; a
+    field left out is left as it is. Resources, nodes and not_before only while the job is queued."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    name: str | None = None
+    vcpus: Float | None = None
+    ram: SizeMiB | None = None
+    scratch: SizeMiB | None = None
+    gpus: Int | None = None
+    nodes: Int | None = None
+    time_limit: Duration | None = Field(None, description="seconds or a duration ('2h'); 0 or null: no limit")
+    time_limit_add: Duration | None = Field(
+        None, description="added to the time limit it has (Slurm's TimeLimit=+2:00:00); not with time_limit"
+    )
+    not_before: EpochSeconds | None = None
+    max_retries: Int | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> JobUpdateBody:
+        if not self.model_fields_set:
+            raise ValueError("nothing to change: give at least one field")
+        if "time_limit" in self.model_fields_set and "time_limit_add" in self.model_fields_set:
+            raise ValueError("time_limit and time_limit_add: give one of them")
+        return self
+
+
+class JobUpdateOut(BaseModel):
+    id: int
+    state: str
+    changes: dict[str, list[Any]]  # each field changed: its old and its new value (as stored)
 
 
 class CancelMatchingBody(BaseModel):

@@ -51,6 +51,9 @@ jobs = Table(
     Column("array_job_id", Integer),
     Column("array_task_id", Integer),
     Column("array_throttle", Integer),
+    # How many times `spec` was changed after submission (corral update; 0011): a dispatcher that
+    # keeps the job built from its spec builds it again when this moved.
+    Column("spec_rev", Integer, nullable=False, default=0, server_default="0"),
     Column("explanation", JSON),
     Column("node_id", String(64)),
     Column("started_at", Float),

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import (
     Connection,
     Engine,
@@ -163,7 +164,7 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine, self.reader = make_engines(url)
-        self._jobs: dict[int, Job] = {}  # the open jobs of the last snapshot, by id
+        self._jobs: dict[int, tuple[int, Job]] = {}  # the open jobs of the last snapshot, by id, with their spec_rev
         self._store_id: str | None = None
 
     def close(self) -> None:
@@ -567,6 +568,64 @@ class Store:
                 return False
             self._event(conn, now, "job.priority", f"priority set to {priority}", job_id=job_id)
         return True
+
+    def update_job(
+        self, job_id: int, changes: Mapping[str, Any], now: float, time_limit_add: float | None = None
+    ) -> dict[str, Any]:
+        """Change what a job asked for (Slurm's `scontrol update JobId=`): `changes` are JobRequest
+        fields, `time_limit_add` seconds added to its time limit (TimeLimit=+). Its resources, nodes
+        and requested start only while it is queued (a run keeps what it was placed with); its time
+        limit, retries and name also while it is claimed or running. The new spec is validated
+        whole, as at submission (InvalidJobs naming the field); `spec_rev` goes up, so every
+        dispatcher builds the job again, and a queued job is judged afresh (not unplaceable). The
+        event job.updated names each change; `changes` in the result, each field's old and new
+        value. NotQueued for a change the job's state does not take."""
+        unknown = sorted(set(changes) - UPDATABLE)
+        if unknown:
+            raise InvalidJobs([f"{name}: cannot be changed (only {', '.join(sorted(UPDATABLE))})" for name in unknown])
+        with self.write() as conn:
+            row = conn.execute(select(J.c.state, J.c.spec, J.c.spec_rev).where(J.c.id == job_id)).first()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            state = JobState(row.state)
+            if state.terminal:
+                raise NotQueued(f"job {job_id} is {state.value}: a finished job cannot change (submit it again)")
+            wanted = dict(changes)
+            if time_limit_add is not None:
+                limit = row.spec.get("time_limit")
+                if not limit:  # (0 is no limit, as Slurm's --time=0)
+                    raise InvalidJobs([f"time_limit: job {job_id} has no time limit to add to (set one)"])
+                wanted["time_limit"] = limit + time_limit_add
+            queued_only = sorted(set(wanted) & UPDATABLE_WHILE_QUEUED)
+            if queued_only and state is not JobState.QUEUED:
+                raise NotQueued(
+                    f"job {job_id} is {state.value}: {', '.join(queued_only)} change only while it is queued"
+                    " (its time limit, retries and name also while it runs)"
+                )
+            try:
+                request = JobRequest.stored({**row.spec, **wanted})
+            except ValidationError as exc:
+                raise InvalidJobs(
+                    [f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+                ) from None
+            spec = request.model_dump(mode="json")
+            changed = {key: (row.spec.get(key), spec[key]) for key in wanted if row.spec.get(key) != spec[key]}
+            if changed:
+                values: dict[str, Any] = {"spec": spec, "name": request.name, "spec_rev": row.spec_rev + 1}
+                if state is JobState.QUEUED:
+                    values.update(unplaceable=False)
+                # The state and revision read are in the UPDATE itself: a job claimed meanwhile
+                # does not take a change of what it was placed with.
+                result = conn.execute(
+                    update(J)
+                    .where(J.c.id == job_id, J.c.state == row.state, J.c.spec_rev == row.spec_rev)
+                    .values(**values, updated_at=now)
+                )
+                if result.rowcount == 0:
+                    raise NotQueued(f"job {job_id} changed meanwhile (claimed, started or updated): try again")
+                said = "; ".join(f"{key} {_shown(old)} -> {_shown(new)}" for key, (old, new) in changed.items())
+                self._event(conn, now, "job.updated", said, job_id=job_id)
+        return {"id": job_id, "state": state.value, "changes": {key: list(pair) for key, pair in changed.items()}}
 
     def set_array_throttle(self, array_job_id: int, throttle: int, now: float) -> dict[str, Any]:
         """Change a job array's throttle (Slurm's `scontrol update JobId=A ArrayTaskThrottle=N`; 0:
@@ -1267,20 +1326,22 @@ class Store:
         is built from its spec once and kept between passes; a pass only refreshes the columns
         that move (state, priority, failures...). The core never mutates a snapshot."""
         cache = self._jobs
-        missing = [row.id for row in rows if row.id not in cache]
+        missing = [row.id for row in rows if (kept := cache.get(row.id)) is None or kept[0] != row.spec_rev]
         specs: dict[int, Any] = {}
         for chunk in _chunks(missing):
             specs.update((row.id, row.spec) for row in conn.execute(select(J.c.id, J.c.spec).where(J.c.id.in_(chunk))))
-        fresh: dict[int, Job] = {}
+        fresh: dict[int, tuple[int, Job]] = {}
         jobs = []
         for row in rows:
-            job = cache.get(row.id)
-            if job is None:
+            kept = cache.get(row.id)
+            if kept is None or kept[0] != row.spec_rev:  # new, or its spec changed (corral update)
                 job = JobRequest.stored(specs[row.id]).to_job(
                     row.id, row.submitted_at, row.array_job_id, row.array_task_id
                 )
+            else:
+                job = kept[1]
             refresh_job(job, row._mapping)
-            fresh[row.id] = job
+            fresh[row.id] = (row.spec_rev, job)
             jobs.append(job)
         self._jobs = fresh
         return jobs
@@ -1504,6 +1565,15 @@ def _summary(request: JobRequest, array_job_id: int | None = None, task_id: int 
         argv = argv[:77] + "..."
     task = f"task {array_job_id}_{task_id} of array {request.array}: " if task_id is not None else ""
     return f"{task}{request.name + ': ' if request.name else ''}{argv}"
+
+
+# What `update_job` changes: only while the job is queued, and also while it runs.
+UPDATABLE_WHILE_QUEUED = frozenset({"vcpus", "ram", "scratch", "gpus", "nodes", "not_before"})
+UPDATABLE = UPDATABLE_WHILE_QUEUED | {"time_limit", "max_retries", "name"}
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
