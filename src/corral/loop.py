@@ -87,6 +87,12 @@ class LiveLoop:
         self.stopped = False
         self._ledger: fairshare.UsageLedger | None = None  # fair share's, read at the first pass
 
+    @property
+    def usage_ledger(self) -> fairshare.UsageLedger | None:
+        """Fair share's ledger as of the last pass's calc time (None before the first pass, and
+        under an order that reads no usage): what GET /api/share and /api/queue go on from."""
+        return self._ledger
+
     def fill_usage(self, snapshot: Snapshot, now: float) -> None:
         """Puts in the snapshot each user's fair-share usage as of the last calc time, brought up to
         it from the store's runs (read since FORGOTTEN_AFTER_HALF_LIVES half-lives back at the first

@@ -412,12 +412,15 @@ def share(runtime: UserRuntime) -> ShareOut:
 
 
 def usage_as_of_calc_time(runtime: UserRuntime) -> tuple[float, dict[str, float]]:
-    """The last fair-share calc time, and each user's usage then, from the runs of the last
-    FORGOTTEN_AFTER_HALF_LIVES half-lives: what the live loop's passes order the queue by."""
+    """The last fair-share calc time, and each user's usage then: what the live loop's passes order
+    the queue by. From the loop's own ledger, brought up to the calc time, where it keeps one (a
+    fair-share or multifactor order); else from the runs of the last FORGOTTEN_AFTER_HALF_LIVES
+    half-lives, as the loop's first pass reads them."""
     settings = runtime.config.policy.placement.queue.fairshare
     calc_time = fairshare.calc_time(time.time(), settings)
-    start = fairshare.remembered_from(calc_time, settings)
-    spans = runtime.store.attempt_spans(start.as_of, calc_time)
+    kept = runtime.loop.usage_ledger if runtime.loop is not None else None
+    start = kept if kept is not None and kept.as_of <= calc_time else fairshare.remembered_from(calc_time, settings)
+    spans = runtime.store.attempt_spans(start.as_of, calc_time) if calc_time > start.as_of else []
     return calc_time, dict(fairshare.advance(start, spans, calc_time, settings).usage)
 
 
