@@ -716,14 +716,16 @@ def requeue(
         bool, typer.Option("--hold", help="Hold them once queued, until `corral release` (scontrol requeuehold).")
     ] = False,
 ) -> None:
-    """Stop claimed or running jobs and queue them again (Slurm's `scontrol requeue`).
+    """Stop claimed or running jobs and queue them again, or queue finished ones again (Slurm's
+    `scontrol requeue`).
 
-    The run is killed; the job waits in the queue as before and runs again, counting no failure."""
+    A run is killed; the job waits in the queue as before and runs again, counting no failure. A
+    finished job (complete, failed, cancelled) is queued again at once, as a job submitted now."""
     each_job(
         job_ids,
         "requeue",
         lambda r: (
-            "requeue requested"
+            ("queued again" if r["state"] == "queued" else "requeue requested")
             if r["changed"]
             else "requeue already requested"
             if r["state"] in ("claimed", "running")

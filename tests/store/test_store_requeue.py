@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.store import NotFound, NotRunning, Store
+from corral.store import NotFound, Store
 
 from .storekit import NOW, after_exit, claim, event_kinds, submit
 from .test_store_hold import World
@@ -60,16 +60,50 @@ def test_a_cancel_outranks_a_requeue(store: Store) -> None:
     assert store.job_row(world.job_id)["state"] == "cancelled"
 
 
-def test_only_a_claimed_or_running_job_is_requeued(store: Store) -> None:
-    queued, done = submit(store, count=2)
+def test_a_queued_job_has_nothing_to_requeue(store: Store) -> None:
+    [queued] = submit(store)
     assert store.request_requeue(queued, NOW) == {"id": queued, "state": "queued", "changed": False}
-    attempt = claim(store, done)
-    store.finish_attempt(attempt, "n1", 1, NOW + 1, after_exit(1, attempt))
-    with pytest.raises(NotRunning, match=f"job {done} is failed: only a claimed or running job can be requeued"):
-        store.request_requeue(done, NOW + 2)
     with pytest.raises(NotFound):
-        store.request_requeue(done + 100, NOW)
-    assert not store.job_row(queued)["requeue_requested"] and store.job_row(done)["state"] == "failed"
+        store.request_requeue(queued + 100, NOW)
+    assert not store.job_row(queued)["requeue_requested"] and event_kinds(store, queued) == ["job.queued"]
+
+
+def test_a_finished_job_is_queued_again_at_once_as_if_submitted_now(store: Store) -> None:
+    """Slurm requeues a finished batch job too: a failed run fixed (its input, or its request with
+    corral update) runs again under the same id, so what depends on it can still go on."""
+    failed, cancelled = submit(store, count=2, max_retries=1)
+    attempt = claim(store, failed)
+    store.finish_attempt(attempt, "n1", 3, NOW + 1, after_exit(3, attempt))
+    row = store.job_row(failed)
+    assert row["state"] == "queued" and row["perm_failures"] == 1  # its one retry, then failed for good:
+    attempt = claim(store, failed, now=NOW + 2)
+    store.finish_attempt(attempt, "n1", 3, NOW + 3, after_exit(3, attempt))
+    assert store.job_row(failed)["state"] == "failed"
+
+    assert store.request_requeue(failed, NOW + 10) == {"id": failed, "state": "queued", "changed": True}
+    row = store.job_row(failed)
+    assert row["state"] == "queued" and row["submitted_at"] == NOW + 10 and row["wait_reason"] == ""
+    assert row["exit_code"] is None and row["finished_at"] is None and row["node_id"] is None
+    assert row["perm_failures"] == 0 and row["temp_failures"] == 0  # a fresh budget: its retry again
+    assert row["attempt_count"] == 2  # its attempts stay its record
+    said = [e["message"] for e in store.list_events(job_id=failed) if e["kind"] == "job.requeued"]
+    assert said[-1] == "queued again by an operator after it ended (failed, exit 3)"
+    assert claim(store, failed, now=NOW + 11) > 0
+
+
+def test_a_job_cancelled_by_priority_0_is_requeued_with_its_submitted_priority(store: Store) -> None:
+    """Else the next pass would cancel it again; requeued held, it waits for a release."""
+    world = World(store, priority=3)
+    store.set_priority(world.job_id, 0, NOW + 1)
+    world.pass_at(NOW + 2)
+    assert store.job_row(world.job_id)["state"] == "cancelled"
+    assert store.request_requeue(world.job_id, NOW + 3, hold=True)["changed"]
+    row = store.job_row(world.job_id)
+    assert row["state"] == "queued" and row["priority"] == 3 and row["held"]
+    assert row["wait_reason"] == "held by an operator: requeued with --hold"
+    assert event_kinds(store, world.job_id)[-2:] == ["job.requeued", "job.held"]
+    world.pass_at(NOW + 4)
+    assert store.job_row(world.job_id)["state"] == "queued"  # held: neither cancelled nor run
 
 
 def test_requeue_with_hold_queues_the_job_held_until_released(store: Store) -> None:

@@ -43,6 +43,9 @@ def after_temp_failure(
     )
 
 
+REQUEUED_HELD = "held by an operator: requeued with --hold"
+
+
 def on_request(job: Job, attempt_ids: tuple[int, ...] = ()) -> JobOutcome | None:
     """What a user's request does to a job the index flags: priority 0 or a cancel request cancels
     it (seed 001); a requeue request (Slurm's `scontrol requeue`) stops its run and queues it again
@@ -52,7 +55,7 @@ def on_request(job: Job, attempt_ids: tuple[int, ...] = ()) -> JobOutcome | None
         reason = "priority set to 0" if job.priority == 0 else "cancelled by request"
         return JobOutcome(job.id, JobState.CANCELLED, reason, attempt_ids)
     if job.requeue_requested and job.state is not JobState.QUEUED:
-        hold = "held by an operator: requeued with --hold" if job.requeue_hold else ""
+        hold = REQUEUED_HELD if job.requeue_hold else ""
         return JobOutcome(job.id, JobState.QUEUED, "requeued by request", attempt_ids, requeued=True, hold=hold)
     return None
 

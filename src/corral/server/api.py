@@ -55,7 +55,7 @@ from corral.server.models import (
     UsageRowOut,
     error_responses,
 )
-from corral.store import JobFilter, NotQueued, NotRunning
+from corral.store import JobFilter, NotQueued
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 422))
 
@@ -192,14 +192,12 @@ def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) 
         raise HTTPException(409, str(exc)) from None
 
 
-@router.post("/jobs/{job_id}/requeue", responses=error_responses(409))
+@router.post("/jobs/{job_id}/requeue")
 def requeue_job(job_id: JobId, runtime: UserRuntime, body: RequeueBody | None = None) -> dict[str, Any]:
     """Slurm's `scontrol requeue` (with `{"hold": true}`: `requeuehold`): the next pass stops a
-    claimed or running job's run and queues it again, counting no failure. 409 for a finished job."""
-    try:
-        result = runtime.store.request_requeue(job_id, time.time(), hold=body.hold if body else False)
-    except NotRunning as exc:
-        raise HTTPException(409, str(exc)) from None
+    claimed or running job's run and queues it again, counting no failure; a finished job is queued
+    again at once, as a job submitted now."""
+    result = runtime.store.request_requeue(job_id, time.time(), hold=body.hold if body else False)
     runtime.wake()
     return result
 

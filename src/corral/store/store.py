@@ -47,7 +47,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import NullPool
 
-from corral.core import job_array, user_limits
+from corral.core import job_array, retry, user_limits
 from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.dependency import DEPENDENCY, Dependency, whole_arrays
 from corral.core.model import (
@@ -103,10 +103,6 @@ class NotFound(LookupError):
 
 class NotQueued(ValueError):
     """A change that only a queued job takes (a hold), asked of a job in another state."""
-
-
-class NotRunning(ValueError):
-    """A change that only a claimed or running job takes (a requeue), asked of a finished job."""
 
 
 class InvalidJobs(ValueError):
@@ -507,10 +503,12 @@ class Store:
         return {"id": job_id, "state": state, "changed": changed}
 
     def request_requeue(self, job_id: int, now: float, hold: bool = False) -> dict[str, Any]:
-        """Mark a claimed or running job to be put back in the queue (Slurm's `scontrol requeue`;
-        `hold`: and held, `scontrol requeuehold`): the next pass stops its run and queues it again,
-        counting no failure. `changed` is False for a queued job (nothing to requeue) and for one
-        already marked; NotRunning for a finished job (its state is final: submit it again)."""
+        """Slurm's `scontrol requeue` (`hold`: and held, `scontrol requeuehold`). A claimed or running
+        job is marked: the next pass stops its run and queues it again, counting no failure. A
+        finished job (complete, failed, cancelled) is queued again here and now, as a job submitted
+        now, with a fresh failure budget and its submitted priority: nothing runs to stop, and its
+        attempts stay its record. `changed` is False for a queued job (nothing to requeue) and for
+        one already marked."""
         with self.write() as conn:
             # The state check is in the UPDATE itself, as in request_cancel.
             result = conn.execute(
@@ -522,16 +520,54 @@ class Store:
                 )
                 .values(requeue_requested=True, requeue_hold=hold, updated_at=now)
             )
-            state = conn.execute(select(J.c.state).where(J.c.id == job_id)).scalar()
-            if state is None:
+            row = conn.execute(select(J.c.state, J.c.exit_code, J.c.spec).where(J.c.id == job_id)).first()
+            if row is None:
                 raise NotFound(f"no job {job_id}")
+            state = row.state
             changed = result.rowcount == 1
             if changed:
                 said = "requeue and hold requested" if hold else "requeue requested"
                 self._event(conn, now, "job.requeue_requested", said, job_id=job_id)
             elif JobState(state).terminal:
-                raise NotRunning(f"job {job_id} is {state}: only a claimed or running job can be requeued")
+                changed = self._requeue_finished(conn, job_id, row, now, hold)
+                if changed:
+                    state = JobState.QUEUED.value
         return {"id": job_id, "state": state, "changed": changed}
+
+    def _requeue_finished(self, conn: Connection, job_id: int, row: Any, now: float, hold: bool) -> bool:
+        why = retry.REQUEUED_HELD if hold else ""
+        result = conn.execute(
+            update(J)
+            .where(J.c.id == job_id, J.c.state == row.state)  # (not run again meanwhile by another call)
+            .values(
+                state=JobState.QUEUED.value,
+                # A job cancelled by priority 0 would be cancelled again at once.
+                priority=row.spec.get("priority") or 1,
+                submitted_at=now,
+                exit_code=None,
+                started_at=None,
+                finished_at=None,
+                node_id=None,
+                claimed_by=None,
+                retry_at=None,
+                temp_failures=0,
+                perm_failures=0,
+                cancel_requested=False,
+                requeue_requested=False,
+                requeue_hold=False,
+                unplaceable=False,
+                held=hold,
+                wait_reason=why,
+                updated_at=now,
+            )
+        )
+        if result.rowcount == 0:
+            return False
+        ended = f"{row.state}, exit {row.exit_code}" if row.exit_code is not None else row.state
+        self._event(conn, now, "job.requeued", f"queued again by an operator after it ended ({ended})", job_id=job_id)
+        if hold:
+            self._event(conn, now, "job.held", why, job_id=job_id)
+        return True
 
     def request_cancel_matching(self, now: float, picked: JobFilter) -> list[int]:
         """Mark every open job `picked` picks for cancellation, as Slurm's `scancel
