@@ -114,6 +114,31 @@ def test_coarse_billing_keeps_an_idle_node_until_the_end_of_its_paid_hour() -> N
     assert r.cost == pytest.approx(0.05)
 
 
+def test_an_instance_kept_warm_is_billed_until_the_last_job_ends_and_the_fleet_is_down_to_its_floor() -> None:
+    # min_instances = 1 keeps a node up for ever; the run ends once no job is left and the fleet is
+    # down to that floor, as a fixed fleet's does. The node boots at 0 and pairs at 60; the job runs
+    # from 60 to 660: the node is billed for 660 s (not until an idle timer that changes nothing).
+    cfg = config(policy={"lifecycle": {"min_instances": 1}})
+    sim, r = simulate([job(1, run=600)], cfg)
+    assert (r.completed, r.boots, r.makespan) == (1, 1, 660)
+    assert sim.end_time == 660
+    assert r.cost == pytest.approx(660 * 0.10 / 3600)
+    # A run cut at its time limit: its recorded end (a day later) is ignored, and bills nothing.
+    sim, r = simulate([job(1, run=86400, time_limit=100)], cfg)
+    assert (r.failed, r.timed_out, r.makespan) == (1, 1, 160)
+    assert r.cost == pytest.approx(160 * 0.10 / 3600) and sim.end_time == 160
+    # Failures drawn for the instances (a day apart on average) come after the workload: the one
+    # kept warm would fail and be replaced again and again until the horizon, a week on, and the
+    # gang's other node, shut down after the job, would fail too (nothing happens then). The run
+    # ends when that node is shut down, and the node kept warm is billed until then.
+    failing = config(policy={"lifecycle": {"min_instances": 1}}, sim={"failures": {"per_instance_day": 1}})
+    sim, r = simulate([job(1, run=600, nodes=2)], failing)
+    assert (r.completed, r.boots, r.node_failures, r.makespan) == (1, 2, 0, 660)
+    ends = sorted(i.terminated_at or sim.end_time for i in sim.cloud.instances.values())
+    assert sim.end_time == ends[0] == ends[1] == 721  # idle from 660, drained at 720, shut down at 721
+    assert r.instance_hours == pytest.approx(2 * 721 / 3600)
+
+
 def test_insufficient_capacity_backs_the_type_off_and_the_next_cheapest_is_booted() -> None:
     cfg = config(sim={"capacity": {"outages": [{"instance_type": "small", "start": 0, "end": 10_000}]}})
     sim, r = simulate([job(1, run=600)], cfg)

@@ -288,8 +288,12 @@ class Simulation:
         progress_every = 2000
         while True:
             arrival = specs[self._next_arrival].submit if self._next_arrival < len(specs) else math.inf
-            if self.fixed and arrival == math.inf and self._nothing_left_to_run():
-                break  # a fixed fleet has nothing left to do; its failures and repairs would go on forever
+            if arrival == math.inf and self._workload_over():
+                # A fixed fleet's failures and repairs, and the failures of an elastic fleet's
+                # instances kept warm (min_instances) and their replacements, would go on forever;
+                # the recorded ends of runs cut at their time limits, and the failures drawn for
+                # instances long shut down, change nothing. Instances still up are billed to here.
+                break
             # Backfill's reservation may move with the clock alone then.
             sliding = self.revisit_from if self.queued else math.inf
             # A running job passing its time limit (and grace): the core ends it then.
@@ -322,6 +326,13 @@ class Simulation:
                 self.progress(at)
         self.end_time = max(self.now, self.last_finish)
         return self
+
+    def _workload_over(self) -> bool:
+        """No open job can run any more and the fleet is down to what the policy keeps up for ever
+        (a fixed fleet's nodes; an elastic fleet's min_instances)."""
+        if not self.fixed and len(self.nodes) > self.policy.lifecycle.min_instances:
+            return False  # instances still to drain and shut down: their idle time is billed
+        return self._nothing_left_to_run()
 
     def _nothing_left_to_run(self) -> bool:
         """No open job can run any more: there are none, or every one is held (nobody releases a

@@ -7,7 +7,7 @@ Definitions (docs/simulator.md):
   median over users, and the worst, say how the typical and the worst-served user fare, however
   many jobs each submits (fair share, queue.order = "fairshare", is for them).
 - bounded slowdown: max(1, (wait + run) / max(run, 10 s)); plain slowdown: (wait + run) / run.
-- cost: every instance billed from creation to shutdown, rounded up to its type's billing
+- cost: every instance billed from creation to shutdown (or the end of the run), rounded up to its type's billing
   granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan.
 - utilisation: vcpu-seconds held by attempts / vcpu-seconds billed.
 - work lost: vcpu-hours that running attempts had done when a node of theirs failed (they run
