@@ -202,6 +202,16 @@ def test_a_job_asking_for_retries_runs_again_after_a_non_zero_exit() -> None:
     assert r.requeues == 2 and r.failed == 1 and sim.records[1].wait is not None
 
 
+def test_a_job_cancelled_during_its_retry_has_no_wait_though_its_first_run_ended() -> None:
+    # The first run ends at 160 (exit 3, retried at once); the user cancels the second at 200. Its
+    # run never ended, as that of a job cancelled in its first run: it is in no wait, slowdown or
+    # bound (the first run's end is not its end).
+    request = JobRequest(command=["x"], max_retries=1)
+    sim, r = simulate([job(1, run=100, exit_code=3, request=request, cancel_at=200.0)], config())
+    assert (r.requeues, r.cancelled) == (1, 1)
+    assert sim.records[1].wait is None and len(r.waits) == 0 and r.per_job_bound == 0
+
+
 def test_an_attempt_whose_agent_never_starts_it_times_out_and_is_retried() -> None:
     cfg = config(sim={"start_latency": 200}, policy={"dispatch": {"start_timeout": 120}})
     _, r = simulate([job(1, run=10)], cfg, every_tick=False)

@@ -543,6 +543,8 @@ class Simulation:
         job.held = bool(outcome.hold)
         if outcome.state is JobState.QUEUED:
             self.counters.requeues += 1
+            # The run that ended is not the job's end: only that of the attempt it ends with is.
+            self.ended_run.pop(job.id, None)
             if outcome.hold:
                 # Nobody releases it in a simulation: it stays queued, held, and is counted among
                 # the jobs that never finished, with this reason.
