@@ -112,6 +112,9 @@ def test_coarse_billing_keeps_an_idle_node_until_the_end_of_its_paid_hour() -> N
     # Idle from 660, but the seed-000 billing window opens only in the last 300 s of the hour.
     assert instance.terminated_at is not None and 3300 <= instance.terminated_at <= 3600
     assert r.cost == pytest.approx(0.05)
+    # The report's cost curve ends at the cost: the rest of the paid hour is billed at shutdown.
+    times, cost = r.cost_curve
+    assert times[-1] == r.end_time and cost[-1] == pytest.approx(r.cost)
 
 
 def test_an_instance_kept_warm_is_billed_until_the_last_job_ends_and_the_fleet_is_down_to_its_floor() -> None:

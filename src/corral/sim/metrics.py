@@ -206,13 +206,19 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         billed = np.array([i.billed_seconds(end) for i in instances], dtype=float)
         prices = np.array([i.itype.price_per_hour for i in instances], dtype=float)
         created = np.array([i.instance.created_at for i in instances], dtype=float)
+        stopped = np.array([i.terminated_at if i.terminated_at is not None else end for i in instances], dtype=float)
         cost = float((billed * prices).sum() / 3600.0)
         hours = float(billed.sum() / 3600.0)
         for inst, seconds in zip(instances, billed, strict=True):
             billed_vcpu[inst.itype.name] = billed_vcpu.get(inst.itype.name, 0.0) + inst.itype.vcpus * seconds
         times = np.linspace(start, max(start, end), curve_points)
         if len(instances):
-            elapsed = np.clip(times[:, None] - created[None, :], 0.0, billed[None, :])
+            # Each instance's bill grows with its time up until it stops, and is then what it was
+            # billed (its last period, or its minimum, rounded up): the curve ends at the cost.
+            elapsed = np.clip(times[:, None] - created[None, :], 0.0, None)
+            elapsed = np.where(
+                times[:, None] >= stopped[None, :], billed[None, :], np.minimum(elapsed, billed[None, :])
+            )
             curve = (times, (elapsed * prices[None, :]).sum(axis=1) / 3600.0)
         else:
             curve = (times, np.zeros_like(times))
