@@ -6,6 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from corral.cloud.base import CloudInstance
 from corral.cloud.sim import SimCloud
 from corral.config import Config
@@ -147,3 +149,46 @@ def test_a_dispatchers_clean_stop_leaves_the_other_dispatchers_nodes_and_work_al
     assert row_b is not None and row_b["state"] == "booting" and len(cloud_b.list()) == 1
     assert store.job_row(job_a)["state"] == "queued"
     assert store.job_row(job_b)["state"] == "claimed" and store.job_row(job_b)["temp_failures"] == 0
+
+
+class Killed(BaseException):
+    """The process dies (SIGKILL, systemd's stop timeout) in the middle of a cloud call."""
+
+
+class DiesInDestroy(SimCloud):
+    """A cloud whose `destroy` never returns the first time: corral is killed while waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__(CONFIG.core_instance_types(), SimSettings(), time.time)
+        self.die = True
+
+    def destroy(self, instance_id: str) -> None:
+        if self.die:
+            self.die = False
+            raise Killed
+        super().destroy(instance_id)
+
+
+def test_a_shutdown_cut_short_by_a_crash_is_finished_by_the_next_corral(tmp_path: Path) -> None:
+    """A crash between a node's `shutting_down` record and the cloud's destroy left the instance
+    running for ever: no pass looks at a node shutting down, and an instance with a live node is no
+    orphan. With the loopback cloud its agent and the attempt it ran lived on beside the job's
+    next run; on EC2 the instance stayed up, billed."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    store.submit([JobRequest(command=["true"])], time.time())
+    cloud = DiesInDestroy()
+    loop = ControlLoop(store, cloud, CONFIG, "d-test")
+    loop.run_pass()
+    [node] = store.node_rows()
+    with pytest.raises(Killed):
+        loop.shutdown_fleet("corral stopped")
+    row = store.node_row(node["id"])
+    assert row is not None and row["state"] == "shutting_down" and len(cloud.list()) == 1
+
+    restarted = ControlLoop(store, cloud, CONFIG, "d-test")
+    restarted.run_pass()
+
+    assert node["instance_id"] not in {inst.id for inst in cloud.list()}
+    row = store.node_row(node["id"])
+    assert row is not None and row["state"] == "gone" and "cut short" in row["reason"]

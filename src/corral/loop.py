@@ -197,6 +197,14 @@ class ControlLoop(LiveLoop):
             mine = row["dispatcher_id"] in (None, self.dispatcher_id)
             if mine and row["instance_id"] and node_id not in by_node:
                 self.store.mark_node(node_id, NodeState.GONE, "instance disappeared from the cloud", now)
+            elif mine and row["state"] == NodeState.SHUTTING_DOWN.value and node_id in by_node:
+                # A shutdown that a crash (or a SIGKILL during a clean stop) cut short between its
+                # record and the cloud's answer. No pass looks at a node shutting down again, and the
+                # instance is no orphan (its node is live): finish it, or it runs, and is billed, for
+                # ever, with whatever its agent still ran (the job already runs again elsewhere).
+                log.info("finishing the shutdown of node %s (instance %s)", node_id, by_node[node_id].id)
+                self._destroy(by_node[node_id].id)
+                self.store.mark_node(node_id, NodeState.GONE, "shut down (its shutdown was cut short)", self.clock())
         for inst in instances:
             if inst.node_id not in live_nodes:
                 log.info("destroying orphan instance %s (node %s)", inst.id, inst.node_id)
