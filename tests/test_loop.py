@@ -192,3 +192,37 @@ def test_a_shutdown_cut_short_by_a_crash_is_finished_by_the_next_corral(tmp_path
     assert node["instance_id"] not in {inst.id for inst in cloud.list()}
     row = store.node_row(node["id"])
     assert row is not None and row["state"] == "gone" and "cut short" in row["reason"]
+
+
+class DiesInCreate(SimCloud):
+    """A cloud whose `create` starts the instance, but corral is killed before it hears the answer."""
+
+    def __init__(self) -> None:
+        super().__init__(CONFIG.core_instance_types(), SimSettings(), time.time)
+
+    def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
+        super().create(instance_type, node_id, boot_token, tags)
+        raise Killed
+
+
+def test_a_node_booted_as_corral_crashed_gets_its_instance_id_from_the_tags(tmp_path: Path) -> None:
+    """A crash between the node's record and the instance id left the node without one: `corral
+    nodes` showed no instance, its shutdown destroyed nothing (the instance went only as an orphan,
+    a pass later, with a misleading `node.orphan` event)."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    store.submit([JobRequest(command=["true"])], time.time())
+    cloud = DiesInCreate()
+    with pytest.raises(Killed):
+        ControlLoop(store, cloud, CONFIG, "d-test").run_pass()
+    [node] = store.node_rows()
+    [instance] = cloud.list()
+    assert node["instance_id"] is None
+
+    restarted = ControlLoop(store, cloud, CONFIG, "d-test")
+    restarted.sync_cloud(time.time())
+
+    row = store.node_row(node["id"])
+    assert row is not None and row["instance_id"] == instance.id
+    restarted.shutdown_fleet("corral stopped")
+    assert cloud.list() == [] and store.list_events(kind="node.orphan") == []

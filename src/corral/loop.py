@@ -195,6 +195,12 @@ class ControlLoop(LiveLoop):
         live_nodes = {row["id"]: row for row in self.store.node_rows()}
         for node_id, row in live_nodes.items():
             mine = row["dispatcher_id"] in (None, self.dispatcher_id)
+            if mine and not row["instance_id"] and node_id in by_node:
+                # A crash between the node's record and the cloud's answer to its boot: the tags say
+                # which instance it is. Without its id the node's shutdown would destroy nothing (the
+                # next pass's orphan sweep did) and a vanished instance would go unnoticed.
+                row["instance_id"] = by_node[node_id].id
+                self.store.set_instance_id(node_id, row["instance_id"])
             if mine and row["instance_id"] and node_id not in by_node:
                 self.store.mark_node(node_id, NodeState.GONE, "instance disappeared from the cloud", now)
             elif mine and row["state"] == NodeState.SHUTTING_DOWN.value and node_id in by_node:
