@@ -91,6 +91,23 @@ def test_jobs_wait_for_a_booting_node_instead_of_booting_another() -> None:
     assert "waiting for an instance to boot (n1)" in decisions.annotations[0].wait_reason
 
 
+def test_a_node_that_booted_while_corral_was_down_gets_its_boot_grace_from_the_restart() -> None:
+    """Its agent came up while the server was down and retries its pairing: the first pass after a
+    restart shut it down as never paired and booted a replacement (a second boot, billed), as it
+    would have a silent node had staleness not counted from the restart too."""
+    grace = PolicySettings().lifecycle.boot_grace
+    booting = Node(id="n1", instance_type="small", capacity=SMALL.capacity, price_per_hour=0.1, created_at=0)
+    restarted_at = grace + 100.0
+    snap = Snapshot([job(1)], [], [booting], TYPES, observing_since=restarted_at)
+    decisions = plan_pass(snap, restarted_at + 1, settings())
+    assert decisions.node_decisions == [] and decisions.boots == []
+    assert "waiting for an instance to boot (n1)" in decisions.annotations[0].wait_reason
+    # Still silent a full boot grace after the restart: shut down, and a new one booted.
+    later = plan_pass(dataclasses.replace(snap, index=None), restarted_at + grace + 1, settings())
+    assert [(d.node_id, d.action) for d in later.node_decisions] == [("n1", NodeAction.START_SHUTDOWN)]
+    assert [b.instance_type for b in later.boots] == ["small"]
+
+
 def test_a_job_larger_than_every_type_is_unplaceable_with_the_reason() -> None:
     snap = Snapshot(jobs=[job(1, ram_gib=40)], attempts=[], nodes=[], instance_types=TYPES)
     decisions = plan_pass(snap, 0.0, settings())

@@ -124,8 +124,11 @@ def billing_window(node: Node, now: float, settings: LifecycleSettings) -> Billi
     return BillingWindow.OPEN if period - into_period <= settings.shutdown_window else BillingWindow.CLOSED
 
 
-def boot_grace(node: Node, now: float, settings: LifecycleSettings) -> BootGrace:
-    return BootGrace.BOOT_WAIT if now - node.created_at < settings.boot_grace else BootGrace.BOOT_EXCEEDED
+def boot_grace(node: Node, now: float, settings: LifecycleSettings, observing_since: float = 0.0) -> BootGrace:
+    """Counted from the boot, or from a restart of the observer if later: an agent that came up while
+    corral was down has been retrying its pairing and needs a moment to be heard, as a ping does."""
+    booted = max(node.created_at, observing_since)
+    return BootGrace.BOOT_WAIT if now - booted < settings.boot_grace else BootGrace.BOOT_EXCEEDED
 
 
 def idle_grace(node: Node, worker: WorkerState, now: float, settings: LifecycleSettings) -> IdleGrace:
@@ -143,7 +146,7 @@ def state_tuple(
     return (
         worker,
         billing_window(node, now, settings),
-        boot_grace(node, now, settings),
+        boot_grace(node, now, settings, observing_since),
         idle_grace(node, worker, now, settings),
     )
 

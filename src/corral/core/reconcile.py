@@ -299,7 +299,7 @@ def plan_pass(
         [
             (n, n.capacity)
             for n in index.in_node_order(by_state[NodeState.BOOTING].values())
-            if lifecycle.boot_grace(n, now, lifecycle_settings) is lifecycle.BootGrace.BOOT_WAIT
+            if lifecycle.boot_grace(n, now, lifecycle_settings, observing) is lifecycle.BootGrace.BOOT_WAIT
             # (a drained one is shut down once it pairs: nothing waits for it)
             and not (n.attributes and drain.requested(n.attributes) is not None)
         ]
@@ -474,7 +474,9 @@ def plan_pass(
                     quiet.idle_wait and now - node.state_changed_at < idle_grace
                 ):
                     continue
-            elif current is NodeState.BOOTING and quiet.boot_wait and now - node.created_at < boot_grace:
+            elif (
+                current is NodeState.BOOTING and quiet.boot_wait and now - max(node.created_at, observing) < boot_grace
+            ):
                 continue
         heard = silent_ones is not None and node.id not in silent_ones
         state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard)
