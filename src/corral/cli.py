@@ -1035,6 +1035,13 @@ def usage(
     params: dict[str, Any] = {"since": _moment("--since", since, now), "by": by, "limit": limit}
     if until is not None:
         params["until"] = _moment("--until", until, now)
+    end = params.get("until", now)
+    if params["since"] >= end:
+        # Said here, in the times given: the API's refusal speaks in epoch seconds (1.79568e+09).
+        fail(
+            f"--since {since!r} is {when(params['since'])}, which must be before until"
+            f" ({'--until ' + repr(until) + ' is ' if until is not None else 'now, '}{when(end)})"
+        )
     report = call("GET", "/api/usage", params=params)
     if as_json:
         print_json(report)

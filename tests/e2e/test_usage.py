@@ -52,6 +52,13 @@ def test_usage_names_a_bad_window_or_grouping(corral: Corral) -> None:
     assert result.returncode != 0 and "--by" in result.stderr and "'user', 'tag' or 'job'" in result.stderr
     result = corral.cli("usage", "--since", "1h", "--until", "2h", check=False)
     assert result.returncode != 0 and "must be before until" in result.stderr
+    # In the times given, not the API's epoch seconds ("since (1.79568e+09) must be before until
+    # (1.79568e+09)": two numbers that read as equal).
+    assert "--since '1h' is " in result.stderr and "--until '2h' is " in result.stderr
+    assert "e+09" not in result.stderr
+    result = corral.cli("usage", "--since", "2099-01-01", check=False)
+    assert result.returncode != 0 and "--since '2099-01-01' is 2099-01-01 00:00:00" in result.stderr
+    assert "(now, " in result.stderr
     # As every 422 of the API (its OpenAPI schema says so): a list of lines.
     refused = corral.api("GET", "/api/usage", params={"since": 100, "until": 50})
     assert refused.status_code == 422 and refused.json() == {"detail": ["since (100) must be before until (50)"]}
