@@ -131,6 +131,9 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
             lines = [re.sub(r"^query\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(d)) for d in detail]
             detail = "\n  " + "\n  ".join(lines)
         raise Refused(f"{detail}")
+    if response.is_redirect:
+        # No route of the API redirects a request the CLI makes as it meant it: a path gone wrong.
+        raise Refused(f"{method} {path}: the server answered {response.status_code}, not a result")
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()
     return response.content
@@ -1215,6 +1218,9 @@ def show_node(
         if not sep or not key:
             fail(f"not KEY=VALUE: {change!r}")
         attributes[key] = value.split(",") if "," in value else value
+    if not node_id.strip() or "/" in node_id:
+        # It would name another route of the API ('' is /api/nodes, which answers with a redirect).
+        fail(f"no live node {node_id!r} (corral nodes lists them)")
     body = {"set": attributes, "unset": unset or [], "rack": rack}
     row = call("PATCH", f"/api/nodes/{node_id}", json=body)
     if as_json:

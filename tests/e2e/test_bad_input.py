@@ -416,3 +416,12 @@ def test_a_node_writes_only_its_own_attempts_output_and_leaves_no_hole(running: 
     assert httpx.post(log, params={"offset": 6}, content=b"world", headers=headers["n-own"]).status_code == 200
     assert running.cli("logs", str(job_id)).stdout == "hello world"
     assert max(p.stat().st_size for p in (running.home / "logs").rglob("*.log")) == len("hello world")
+
+
+@pytest.mark.parametrize("node_id", ["", " ", "a/b"])
+def test_a_node_id_no_node_can_have_is_named_not_a_traceback(running: Corral, node_id: str) -> None:
+    """`corral node '' drain=true` sent PATCH /api/nodes/, which the server redirects to /api/nodes:
+    the CLI took the empty redirect for a node and ended in a TypeError traceback."""
+    result = running.cli("node", node_id, "drain=true", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"no live node {node_id!r}" in result.stderr
