@@ -108,6 +108,22 @@ def client() -> httpx.Client:
         fail(f"{url_from}: not a valid URL: {url!r} ({exc})")
 
 
+def _why_unreachable() -> str:
+    """What server.json says of a server that does not answer: after a crash (SIGKILL, OOM) it names
+    a process that is gone, which is the operator's answer ("start it again"), not the socket's."""
+    if os.environ.get("CORRAL_URL"):
+        return ""
+    info = default_home() / "server.json"
+    try:
+        _url, pid, _ca = read_server_info(info)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return f" ({info} names pid {pid}, which is not running: corral ended without a clean stop; start it again)"
+    except (OSError, DamagedServerInfo):
+        return ""
+    return ""
+
+
 class Refused(Exception):
     """The server refused a request (4xx/5xx); the message is its detail."""
 
@@ -119,7 +135,7 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
         with client() as http:
             response = http.request(method, path, **kwargs)
     except httpx.TransportError as exc:
-        fail(f"cannot reach corral: {exc}")
+        fail(f"cannot reach corral at {http.base_url}: {exc}{_why_unreachable()}")
     if response.status_code >= 400:
         try:
             body = response.json()

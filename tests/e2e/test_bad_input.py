@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -425,3 +426,15 @@ def test_a_node_id_no_node_can_have_is_named_not_a_traceback(running: Corral, no
     result = running.cli("node", node_id, "drain=true", check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"no live node {node_id!r}" in result.stderr
+
+
+def test_a_crashed_corral_is_said_so_with_its_address(corral: Corral) -> None:
+    """After a SIGKILL the CLI said only "cannot reach corral: [Errno 111] Connection refused": not
+    where it looked, nor that the corral server.json names is gone (start it again)."""
+    corral.start()
+    url = json.loads((corral.home / "server.json").read_text())["url"]
+    pid = corral.process.pid if corral.process is not None else 0
+    corral.stop(signal.SIGKILL)
+    result = corral.cli("jobs", check=False)
+    assert result.returncode == 1 and f"cannot reach corral at {url}: " in result.stderr
+    assert f"names pid {pid}, which is not running" in result.stderr
