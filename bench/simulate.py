@@ -1,7 +1,7 @@
 """Simulator benchmark: replay a workload through corral's reconcile pass in both fleet modes.
 
     .venv/bin/python bench/simulate.py [WORKLOAD] [--jobs N] [--modes elastic,fixed] [--fixed TYPE:COUNT]
-        [--trace JOBS:INTERARRIVAL] [--quality] [--no-cost-gate] [--order priority|submit|fairshare]
+        [--trace JOBS:INTERARRIVAL] [--quality] [--no-cost-gate] [--order priority|submit|fairshare|multifactor]
 
 Without WORKLOAD it generates (deterministically, in-process) a 100,000-job SWF trace with the
 statistics of a parallel-machine log (corral.workload.synth) and an arrival rate at which the elastic
@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument(
         "--order",
         default="",
-        choices=["", "priority", "submit", "fairshare"],
+        choices=["", "priority", "submit", "fairshare", "multifactor"],
         help="the queue's order in the runs (default: the placement settings', priority)",
     )
     args = parser.parse_args()

@@ -27,6 +27,8 @@ class PeerState:
     secrets: dict[str, str] = field(default_factory=dict)  # secret -> node id
     queue: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempts not yet reported started
     started: dict[int, int] = field(default_factory=dict)  # attempt -> pid
+    started_at: dict[int, float] = field(default_factory=dict)  # attempt -> the start time reported
+    starts_down: bool = False  # "started" answers 503, as a server that is down
     unwanted: set[int] = field(default_factory=set)  # "started" answers 409
     logs: dict[int, bytearray] = field(default_factory=dict)
     finished: dict[int, tuple[int, float]] = field(default_factory=dict)
@@ -115,8 +117,11 @@ def build_app(state: PeerState) -> Starlette:
         aid = int(request.path_params["aid"])
         body = await request.json()
         with state.lock:
+            if state.starts_down:
+                return JSONResponse({"detail": "down"}, status_code=503)
             state.queue.pop(aid, None)
             state.started[aid] = body["pid"]
+            state.started_at[aid] = body["started_at"]
             if aid in state.unwanted:
                 return JSONResponse({"detail": "cancelled"}, status_code=409)
         return JSONResponse({})

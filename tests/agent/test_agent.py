@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,6 +231,21 @@ def test_work_survives_a_server_restart(agents: Agents, tmp_path: Path) -> None:
         state.shutdown = True
         assert agent.wait(15) == 0
         peer.stop()
+
+
+def test_a_start_report_held_back_by_an_outage_gives_the_time_it_started(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    state.starts_down = True  # the server is down when the agent would report the start
+    state.assign(1, "n1", ["sleep", "60"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: any(e["msg"] == "attempt started" for e in agents.log("n1")), 15, "the attempt to start")
+    time.sleep(1.5)
+    back = time.time()
+    state.starts_down = False
+    wait_for(lambda: 1 in state.started, 15, "the start report once the server is back")
+    assert state.started_at[1] < back - 1.0  # when it started, not when the report got through
+    state.shutdown = True
+    assert agent.wait(15) == 0
 
 
 def test_gang_command_runs_on_the_first_node_only(agents: Agents, peer: Any) -> None:

@@ -67,6 +67,16 @@ def test_attempt_started_moves_the_job_to_running_once(store: Store) -> None:
     assert store.work_for("n1") == []  # no longer handed out
 
 
+def test_a_start_is_never_recorded_before_the_attempt_was_placed(store: Store) -> None:
+    """An agent's clock behind the server's: its start time is taken no earlier than the claim."""
+    [job_id] = submit(store)
+    attempt_id = claim(store, job_id, nodes=["n1"], now=NOW + 10)
+    assert store.attempt_started(attempt_id, "n1", 7, NOW + 4)
+    assert store.job_row(job_id)["started_at"] == NOW + 10
+    attempt = store.attempt_row(attempt_id)
+    assert attempt is not None and attempt["started_at"] == NOW + 10
+
+
 def test_attempt_started_on_a_cancelled_attempt_is_refused(store: Store) -> None:
     [job_id] = submit(store)
     attempt_id = claim(store, job_id, nodes=["n1"])

@@ -394,7 +394,7 @@ class Agent:
         if attempt.start_reported:
             return
         try:
-            self.client.started(attempt.attempt_id, attempt.pid)
+            self.client.started(attempt.attempt_id, attempt.pid, attempt.started_at)
         except Rejected as exc:
             # 409: cancelled while it was on its way here. Anything else: the server wants no part of it.
             logs.info("server does not want this attempt; killing it", attempt_id=attempt.attempt_id, error=str(exc))

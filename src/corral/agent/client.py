@@ -112,8 +112,9 @@ class AgentClient:
         attempts = data.get("attempts") if isinstance(data, dict) else None
         return attempts if isinstance(attempts, list) else []
 
-    def started(self, attempt_id: int, pid: int) -> None:
-        self.request("POST", f"/api/agent/attempts/{attempt_id}/started", json={"pid": pid})
+    def started(self, attempt_id: int, pid: int, started_at: float) -> None:
+        body = {"pid": pid, "started_at": started_at}
+        self.request("POST", f"/api/agent/attempts/{attempt_id}/started", json=body)
 
     def log(self, attempt_id: int, offset: int, chunk: bytes) -> None:
         self.request("POST", f"/api/agent/attempts/{attempt_id}/log", params={"offset": offset}, content=chunk)

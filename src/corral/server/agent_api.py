@@ -143,7 +143,12 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
 
 @router.post("/attempts/{attempt_id}/started")
 def started(attempt_id: AttemptId, body: StartedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
-    if not runtime.store.attempt_started(attempt_id, node["id"], body.pid, time.time()):
+    """The agent started an attempt, at the time it gives (not later than now: a clock ahead of the
+    server's does not make a run start in the future): a report held back while the server was down
+    does not shorten the run that time limits and usage count."""
+    now = time.time()
+    at = now if body.started_at is None else min(now, body.started_at)
+    if not runtime.store.attempt_started(attempt_id, node["id"], body.pid, at):
         raise HTTPException(409, "attempt no longer wanted")
     return {"ok": True}
 

@@ -396,6 +396,8 @@ class PingResult(BaseModel):
 
 class StartedBody(Inbound):
     pid: DbInt
+    # When the agent started it: a report held back by a server outage is not the start.
+    started_at: Float | None = None
 
 
 class FinishedBody(Inbound):

@@ -972,6 +972,7 @@ class Store:
                 return False
             if attempt.state == AttemptState.RUNNING.value:
                 return True
+            now = max(now, attempt.assigned_at)  # (a clock behind the server's: not before it was placed)
             job_values: dict[str, Any] = {"state": JobState.RUNNING.value, "started_at": now, "updated_at": now}
             if ran_on is not None:
                 job_values.update(node_id=ran_on[:64], wait_reason="")
