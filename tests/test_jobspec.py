@@ -62,6 +62,14 @@ def test_a_stored_spec_with_such_an_entry_is_still_read() -> None:
     assert JobRequest.stored({"command": ["x"], "locality": {"near": ["007", "tag:db"]}}).locality is not None
 
 
+def test_an_empty_tag_is_refused_by_field_but_a_stored_one_is_still_read() -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], "tags": ["web", " "]})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("tags",) and error["msg"] == "Value error, a tag must have a name, not ' '"
+    assert JobRequest.stored({"command": ["x"], "tags": [""]}).tags == [""]
+
+
 def test_an_array_is_stored_in_canonical_form_and_a_task_is_a_job_with_its_place() -> None:
     request = JobRequest(command=["x"], array=" 5-7, 1 %2")
     assert request.array == "1,5-7%2"

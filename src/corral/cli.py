@@ -1270,6 +1270,12 @@ def events(
     for e in rows:
         table.add_row(when(e["at"]), e["kind"], str(e["job_id"] or ""), e["node_id"] or "", e["message"])
     console.print(table)
+    if not rows and kind and "%" not in kind:
+        kinds = call("GET", "/api/events/kinds")
+        if not any(known.startswith(kind) for known in kinds):
+            # A misspelt kind would read as "nothing happened" (a kind may also just not have happened yet).
+            recorded = ", ".join(kinds) or "none yet"
+            err.print(escape(f"no event of a kind starting {kind!r} was recorded; the kinds recorded: {recorded}"))
 
 
 @notify_app.command("skip")

@@ -176,6 +176,15 @@ class JobRequest(BaseModel):
             raise ValueError("the command is empty")
         return value
 
+    @field_validator("tags")
+    @classmethod
+    def _tags_named(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # An empty tag matches no `tag:` hint and reads as nothing in a listing (stored jobs keep theirs).
+        for tag in value:
+            if not tag.strip() and not (info.context and info.context.get("stored")):
+                raise ValueError(f"a tag must have a name, not {tag!r}")
+        return value
+
     @field_validator("time_limit")
     @classmethod
     def _zero_is_no_limit(cls, value: float | None) -> float | None:

@@ -106,8 +106,8 @@ def test_a_job_in_back_off_or_before_its_start_waits_with_the_reason() -> None:
     decisions = plan(world(Job(1, ["x"], retry_at=NOW + 5), Job(2, ["x"], not_before=NOW + 60)))
     assert decisions.claims == []
     assert {n.job_id: n.wait_reason for n in decisions.annotations} == {
-        1: "back-off",
-        2: "not before a requested start time",
+        1: "back-off after a temporary failure, until 1970-01-01 00:16:45 UTC",
+        2: "not before its requested start, 1970-01-01 00:17:40 UTC",
     }
 
 

@@ -632,7 +632,10 @@ def test_not_before_and_back_off_hold_a_job() -> None:
     decisions = plan_pass(snap, 1000.0, settings())
     assert decisions.placements == []
     reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
-    assert reasons == {1: "not before a requested start time", 2: "back-off"}
+    assert reasons == {
+        1: "not before its requested start, 1970-01-01 00:33:20 UTC",
+        2: "back-off after a temporary failure, until 1970-01-01 00:25:00 UTC",
+    }
     n1.last_ping_at = 1600.0
     assert [p.job_id for p in plan_pass(snap, 1600.0, settings()).placements] == [2]
 

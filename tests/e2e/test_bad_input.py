@@ -438,3 +438,10 @@ def test_a_crashed_corral_is_said_so_with_its_address(corral: Corral) -> None:
     result = corral.cli("jobs", check=False)
     assert result.returncode == 1 and f"cannot reach corral at {url}: " in result.stderr
     assert f"names pid {pid}, which is not running" in result.stderr
+
+
+def test_a_misspelt_event_kind_is_answered_with_the_kinds_recorded(running: Corral) -> None:
+    result = running.cli("events", "--kind", "job.queud")
+    assert "no event of a kind starting 'job.queud' was recorded" in result.stderr
+    assert "job.queued" in result.stderr.split("the kinds recorded:")[1]
+    assert "no event of a kind" not in running.cli("events", "--kind", "job.queued").stderr

@@ -359,7 +359,7 @@ def plan_batch_pass(
                 decisions.annotations.append(Annotation(job.id, reasons[job.id]))
             continue
         if job.eligible_at() > now:
-            why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
+            why = job.not_yet_reason()
             if job.wait_reason != why:
                 decisions.annotations.append(Annotation(job.id, why))
         elif job.id in throttled:

@@ -11,6 +11,7 @@ permanent failure (PermFail) or retries exhausted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -234,6 +235,13 @@ class Job:
 
     def eligible_at(self) -> float:
         return max(self.not_before or 0.0, self.retry_at or 0.0)
+
+    def not_yet_reason(self) -> str:
+        """Why it waits while not eligible yet, and until when (UTC: a stored reason is read anywhere)."""
+        until = datetime.fromtimestamp(self.eligible_at(), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if (self.not_before or 0.0) >= (self.retry_at or 0.0):
+            return f"not before its requested start, {until}"
+        return f"back-off after a temporary failure, until {until}"
 
     def queue_key(self) -> tuple[int, float, int]:
         """Its place in the queue's own order: highest priority first, then oldest submission."""

@@ -392,7 +392,7 @@ def plan_pass(
     for job in index.in_job_order(not_yet) if not_yet else ():
         if job.id in blocked:
             continue  # its dependency says why it waits
-        why = "not before a requested start time" if (job.not_before or 0) >= (job.retry_at or 0) else "back-off"
+        why = job.not_yet_reason()
         if job.wait_reason != why:
             decisions.annotations.append(Annotation(job.id, why))
     if blocked:

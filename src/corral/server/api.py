@@ -330,6 +330,12 @@ def list_events(
     return [EventOut(**row) for row in runtime.store.list_events(job, node, kind, limit)]
 
 
+@router.get("/events/kinds")
+def event_kinds(runtime: UserRuntime) -> list[str]:
+    """The kinds of event recorded, sorted: what `kind` may name (or start)."""
+    return runtime.store.event_kinds()
+
+
 @router.get("/status")
 def status(runtime: UserRuntime) -> StatusOut:
     store, now = runtime.store, time.time()

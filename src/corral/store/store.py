@@ -226,6 +226,11 @@ class Store:
         rows.reverse()
         return rows
 
+    def event_kinds(self) -> list[str]:
+        """The kinds of event recorded, sorted (from the kind index)."""
+        with self.read() as conn:
+            return list(conn.execute(select(schema.events.c.kind).distinct().order_by(schema.events.c.kind)).scalars())
+
     def events_after(self, event_id: int, limit: int = 500) -> list[dict[str, Any]]:
         """The events with an id above `event_id`, oldest first, at most `limit`."""
         query = select(schema.events).where(schema.events.c.id > event_id).order_by(schema.events.c.id).limit(limit)
