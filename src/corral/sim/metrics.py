@@ -167,6 +167,9 @@ class SimResult:
         }
 
 
+_CURVE_SLICE = 2048  # instances per slice of the cost curve's sum
+
+
 def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400) -> SimResult:
     records = sim.records.values()
     states = [r.state for r in records]
@@ -212,16 +215,17 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         for inst, seconds in zip(instances, billed, strict=True):
             billed_vcpu[inst.itype.name] = billed_vcpu.get(inst.itype.name, 0.0) + inst.itype.vcpus * seconds
         times = np.linspace(start, max(start, end), curve_points)
-        if len(instances):
-            # Each instance's bill grows with its time up until it stops, and is then what it was
-            # billed (its last period, or its minimum, rounded up): the curve ends at the cost.
-            elapsed = np.clip(times[:, None] - created[None, :], 0.0, None)
-            elapsed = np.where(
-                times[:, None] >= stopped[None, :], billed[None, :], np.minimum(elapsed, billed[None, :])
-            )
-            curve = (times, (elapsed * prices[None, :]).sum(axis=1) / 3600.0)
-        else:
-            curve = (times, np.zeros_like(times))
+        accumulated = np.zeros_like(times)
+        # Each instance's bill grows with its time up until it stops, and is then what it was billed
+        # (its last period, or its minimum, rounded up): the curve ends at the cost. A slice of the
+        # instances at a time: a run's tens of thousands of instances at every point of the curve
+        # would take hundreds of MiB at once.
+        for first in range(0, len(instances), _CURVE_SLICE):
+            part = slice(first, first + _CURVE_SLICE)
+            elapsed = np.clip(times[:, None] - created[None, part], 0.0, billed[None, part])
+            elapsed = np.where(times[:, None] >= stopped[None, part], billed[None, part], elapsed)
+            accumulated += elapsed @ prices[part] / 3600.0
+        curve = (times, accumulated)
     busy = sim.busy_vcpu_seconds
     total_billed = sum(billed_vcpu.values())
     per_job, packing = cost_bounds(sim)
