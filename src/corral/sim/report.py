@@ -111,13 +111,14 @@ def _since_start(result: SimResult, times: np.ndarray, unit: float) -> np.ndarra
     return (times - result.start_time) / unit
 
 
-def _thin(x: np.ndarray, ys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """At most MAX_POINTS points, keeping each bucket's maximum so that peaks survive."""
+def _thin(x: np.ndarray, ys: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    """At most MAX_POINTS points: each bucket's least and greatest value, so that both the peaks and
+    the troughs survive (a bucket's maximum alone would show a queue that never empties)."""
     if len(x) <= MAX_POINTS:
-        return x, ys
+        return x, [(y, y) for y in ys]
     edges = np.linspace(0, len(x), MAX_POINTS + 1).astype(int)
     starts = edges[:-1]
-    return x[starts], [np.maximum.reduceat(y, starts) for y in ys]
+    return x[starts], [(np.minimum.reduceat(y, starts), np.maximum.reduceat(y, starts)) for y in ys]
 
 
 def _plot_fleet(results: list[SimResult]) -> Any:
@@ -126,12 +127,14 @@ def _plot_fleet(results: list[SimResult]) -> Any:
     for result in results:
         trace = result.trace
         times = np.frombuffer(trace.time, dtype=float)
-        x, (fleet, queued) = _thin(
+        x, series = _thin(
             _since_start(result, times, unit),
             [np.frombuffer(trace.fleet, dtype=float), np.frombuffer(trace.queued, dtype=float)],
         )
-        fleet_ax.step(x, fleet, where="post", label=result.label, linewidth=1)
-        queue_ax.step(x, queued, where="post", label=result.label, linewidth=1)
+        for ax, (low, high) in zip((fleet_ax, queue_ax), series, strict=True):
+            (line,) = ax.step(x, high, where="post", label=result.label, linewidth=1)
+            if low is not high:  # thinned: the band is each bucket's range
+                ax.fill_between(x, low, high, step="post", color=line.get_color(), alpha=0.25, linewidth=0)
     fleet_ax.set_ylabel("instances (booting or running)")
     queue_ax.set_ylabel("jobs queued")
     queue_ax.set_xlabel(f"{unit_name} since the first submission")
@@ -147,7 +150,8 @@ def _plot_cost(results: list[SimResult]) -> Any:
     unit, unit_name = _time_unit(results)
     for result in results:
         times, cost = result.cost_curve
-        ax.plot(_since_start(result, times, unit), cost, label=f"{result.label} (${result.cost:,.0f})")
+        shown = f"${result.cost:,.0f}" if result.cost >= 100 else f"${result.cost:,.2f}"  # (not "$0")
+        ax.plot(_since_start(result, times, unit), cost, label=f"{result.label} ({shown})")
     ax.set_xlabel(f"{unit_name} since the first submission")
     ax.set_ylabel("cost so far (USD)")
     ax.legend(loc="upper left")
