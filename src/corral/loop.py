@@ -116,7 +116,15 @@ class LiveLoop:
         with self._serial:
             if self.stopped:
                 return PassReport(Decisions())
-            report = self._run_pass()
+            # Passes of the dispatchers sharing the store, one at a time (Store.pass_lock): what a
+            # pass places and boots is counted on its snapshot. A peer stuck in its pass is waited
+            # for half of dispatcher_stale at most, before anyone judges this one silent.
+            with self.store.pass_lock(self.config.policy.dispatch.dispatcher_stale / 2) as serialised:
+                if not serialised:
+                    log.warning(
+                        "another dispatcher's pass held the store's pass lock too long; this pass runs beside it"
+                    )
+                report = self._run_pass()
         if self.notifier is not None:
             self.notifier.after_pass()  # never raises; the actions run on its own thread
         return report

@@ -40,11 +40,13 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from corral.core import job_array, retry, user_limits
@@ -70,6 +72,8 @@ from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
 from corral.store.schema import nodes as N
 
+# PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
+LOCK_NOT_AVAILABLE = "55P03"
 ACTIVE_ATTEMPT_STATES = (AttemptState.ASSIGNED.value, AttemptState.RUNNING.value)
 OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNING.value)
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
@@ -172,6 +176,45 @@ class Store:
         from corral.store.migrate import upgrade
 
         upgrade(self.engine)
+
+    @contextmanager
+    def pass_lock(self, timeout: float) -> Iterator[bool]:
+        """One reconcile pass at a time among the dispatchers sharing a PostgreSQL store.
+
+        A pass decides on a snapshot and then claims and boots: the claim is atomic per job, but
+        what the pass counted (a node's free room, `policy.boot.max_instances`, an array's
+        throttle, a user's running jobs) is not re-checked. Two passes that overlap both place
+        work in the same free room: each dispatcher put a 2-vCPU job on the same 2-vCPU node in
+        the same millisecond, and both ran. A session advisory lock (per schema) serialises the
+        passes; a dispatcher killed in its pass loses its session, and the lock with it.
+
+        Yields whether the lock is held: False when another dispatcher's pass held it for
+        `timeout` seconds (a stuck peer must not stop the others: the pass then runs unserialised,
+        as before). SQLite: always True, nothing taken (several dispatchers share PostgreSQL)."""
+        if self.engine.dialect.name != "postgresql":
+            yield True
+            return
+        key = "hashtext('corral.pass'), hashtext(current_schema())"
+        with self.engine.connect() as conn:
+            try:
+                # SET LOCAL: the timeout ends with this transaction; the session lock outlives it.
+                conn.execute(
+                    text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{max(1, int(timeout * 1000))}"}
+                )
+                conn.execute(text(f"SELECT pg_advisory_lock({key})"))
+                conn.commit()
+                held = True
+            except OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                    raise
+                conn.rollback()  # lock_timeout: another dispatcher's pass held it that long
+                held = False
+            try:
+                yield held
+            finally:
+                if held:
+                    conn.execute(text(f"SELECT pg_advisory_unlock({key})"))
+                    conn.commit()
 
     @contextmanager
     def write(self) -> Iterator[Connection]:

@@ -1,0 +1,89 @@
+"""Dispatchers sharing a PostgreSQL store take their passes one at a time (Store.pass_lock): what a
+pass places is counted on its snapshot, so two overlapping passes fill the same free room."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from corral.cloud.sim import SimCloud
+from corral.config import Config
+from corral.core.model import GiB, InstanceType
+from corral.core.snapshot import Decisions, Snapshot
+from corral.jobspec import JobRequest
+from corral.loop import ControlLoop, PassReport
+from corral.sim.settings import SimSettings
+from corral.store import Store
+
+from .storekit import add_node
+
+CONFIG = Config.model_validate(
+    {
+        "instance_types": [{"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1}],
+        # The one node is all there is: no boot hides a placement on it.
+        "policy": {"boot": {"max_instances": 1}},
+    }
+)
+SMALL = InstanceType("small", vcpus=2.0, ram_mib=4 * GiB, price_per_hour=0.1)
+
+
+def two_vcpus(name: str, priority: int = 1) -> JobRequest:
+    return JobRequest(name=name, command=["true"], vcpus=2, ram="1GiB", priority=priority)
+
+
+def test_a_second_holder_waits_for_the_first_and_gives_up_after_its_timeout(store: Store) -> None:
+    other = Store(store.url)
+    try:
+        with store.pass_lock(5.0) as first:
+            assert first
+            if store.engine.dialect.name == "postgresql":
+                with other.pass_lock(0.2) as second:
+                    assert not second, "two passes held the lock at once"
+        with other.pass_lock(5.0) as after:
+            assert after
+    finally:
+        other.close()
+
+
+class OverlappedBy(ControlLoop):
+    """A dispatcher whose pass, between its snapshot and its claims, is overtaken: a job is
+    submitted, and the other dispatcher's pass runs (as far as it gets in a second)."""
+
+    def __init__(self, store: Store, other: ControlLoop) -> None:
+        super().__init__(store, SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time), CONFIG, "d-a")
+        self.other = other
+        self.overtaking: threading.Thread | None = None
+
+    def execute(self, decisions: Decisions, snapshot: Snapshot, now: float, report: PassReport) -> None:
+        self.store.submit([two_vcpus("urgent", priority=10)], time.time())
+        self.overtaking = threading.Thread(target=self.other.run_pass)
+        self.overtaking.start()
+        self.overtaking.join(1.0)
+        super().execute(decisions, snapshot, now, report)
+
+
+def test_two_dispatchers_passes_never_fill_the_same_free_room(store: Store) -> None:
+    """Seen live: two dispatchers each put a 2-vCPU job on the same idle 2-vCPU node, 2 ms apart,
+    and both ran there at once. Each pass had counted the node free."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("several dispatchers share a PostgreSQL store")
+    add_node(store, "n1", time.time(), SMALL)
+    store.submit([two_vcpus("first")], time.time())
+    store_b = Store(store.url)
+    try:
+        loop_b = ControlLoop(store_b, SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time), CONFIG, "d-b")
+        loop_a = OverlappedBy(store, loop_b)
+        loop_a.run_pass()
+        assert loop_a.overtaking is not None
+        loop_a.overtaking.join(30)
+        assert not loop_a.overtaking.is_alive()
+
+        active = [a for a in store.load_snapshot("d-a", [SMALL], 0.0).attempts if "n1" in a.node_ids]
+        assert sum(a.resources.vcpus for a in active) <= SMALL.vcpus, (
+            f"node n1 (2 vCPUs) was given {[(a.job_id, a.dispatcher_id) for a in active]}"
+        )
+        assert len(active) == 1
+    finally:
+        store_b.close()
