@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -109,3 +113,45 @@ def test_upgrade_from_0002_keeps_the_jobs_there_and_none_is_held(empty_store: St
     [job] = empty_store.load_snapshot("d1", [], NOW).jobs
     assert not job.held and job.on_node_failure is None
     assert empty_store.hold(row["id"], NOW)["changed"] and empty_store.job_row(row["id"])["held"] is True
+
+
+MIGRATE_WHEN_TOLD = """
+import sys, time
+from pathlib import Path
+from corral.store import Store
+store = Store(sys.argv[1])
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.005)
+store.migrate()
+store.close()
+"""
+
+
+def test_dispatchers_started_at_once_on_an_empty_database_both_migrate_it(db_url: str, tmp_path: Path) -> None:
+    """Seen live: two `corral run` started together on a new PostgreSQL database; one died with
+    'cannot open the store ...: duplicate key value violates unique constraint
+    "pg_type_typname_nsp_index"' (both created alembic_version at once)."""
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIGRATE_WHEN_TOLD, db_url, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    time.sleep(1.5)  # every process imported and waiting
+    go.touch()
+    errors = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            errors.append(err.strip().splitlines()[-1])
+    assert errors == []
+    store = Store(db_url)
+    try:
+        assert current_revision(store) == head_revision(store)
+    finally:
+        store.close()
