@@ -64,11 +64,10 @@ class OverlappedBy(ControlLoop):
         super().execute(decisions, snapshot, now, report)
 
 
+@pytest.mark.parametrize("backend", ["postgresql"])  # several dispatchers share a PostgreSQL store
 def test_two_dispatchers_passes_never_fill_the_same_free_room(store: Store) -> None:
     """Seen live: two dispatchers each put a 2-vCPU job on the same idle 2-vCPU node, 2 ms apart,
     and both ran there at once. Each pass had counted the node free."""
-    if store.engine.dialect.name != "postgresql":
-        pytest.skip("several dispatchers share a PostgreSQL store")
     add_node(store, "n1", time.time(), SMALL)
     store.submit([two_vcpus("first")], time.time())
     store_b = Store(store.url)
