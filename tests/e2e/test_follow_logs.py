@@ -1,12 +1,15 @@
 """`corral logs --follow` (tail -f, kubectl logs -f): a job's output is printed while it runs,
 through a retry (after a header naming the new attempt), and the command ends by itself once the
-job has ended, with nothing of the output lost."""
+job has ended, with nothing of the output lost; and output another dispatcher keeps says where it is."""
 
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
+from corral.core.model import GiB, InstanceType
+from corral.store import Store
 from tests.e2e.conftest import CORRAL, Corral, wait_until
 
 
@@ -41,3 +44,21 @@ def test_follow_prints_output_as_it_comes_through_a_retry_and_ends_with_the_job(
     wait_until(lambda: corral.jobs()[later]["state"] == "cancelled", 30, "the cancel")
     result = corral.cli("logs", "-f", str(later))
     assert result.stdout == "" and "it never ran" in result.stderr
+
+
+def test_output_kept_by_another_dispatcher_says_where_it_is(corral: Corral) -> None:
+    """Several dispatchers share a store: an agent sends its output to the server of the dispatcher
+    that booted its node. Asked through another, `corral logs` says so instead of printing nothing."""
+    corral.start()
+    later = int(corral.cli("submit", "--not-before", "2099-01-01", "--", "echo", "elsewhere").stdout)
+    store = Store(f"sqlite:///{corral.home / 'corral.db'}")
+    try:
+        small = InstanceType("small", 2, 2 * GiB, 0.085)
+        store.create_node("n-theirs", small, "boot-theirs", time.time(), "test", dispatcher_id="d-other")
+        attempt = store.claim(later, "d-other", ["n-theirs"], small.capacity, time.time())
+    finally:
+        store.close()
+    result = corral.cli("logs", str(later), check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    assert f"the output of attempt {attempt} is kept by dispatcher d-other" in result.stderr
+    assert "(the output of attempt" in corral.cli("logs", "--all", str(later)).stdout

@@ -265,8 +265,25 @@ def job_logs(
     for a in attempts:
         if all_attempts:
             chunks.append(f"==> attempt {a['id']} on {a['node_id']} ({a['state']}) <==\n".encode())
-        chunks.append(runtime.logs.read(job_id, a["id"], offset))
+        keeper = None if runtime.logs.path(job_id, a["id"]).exists() else kept_elsewhere(runtime, a)
+        if keeper is not None and not all_attempts:
+            raise HTTPException(409, keeper)
+        chunks.append(f"({keeper})\n".encode() if keeper else runtime.logs.read(job_id, a["id"], offset))
     return Response(b"".join(chunks), media_type="application/octet-stream")
+
+
+def kept_elsewhere(runtime: UserRuntime, attempt: dict[str, Any]) -> str | None:
+    """Where an attempt's output is, when another dispatcher sharing the store booted its node: the
+    agent sends it to that dispatcher's server, which keeps it (an empty answer would read as "it
+    printed nothing")."""
+    node = runtime.store.node_row(attempt["node_id"])
+    keeper = node["dispatcher_id"] if node else None
+    if runtime.loop is None or keeper in (None, runtime.loop.dispatcher_id):
+        return None
+    return (
+        f"the output of attempt {attempt['id']} is kept by dispatcher {keeper}, whose server its node"
+        f" {attempt['node_id']} reports to: read it through that server (CORRAL_URL)"
+    )
 
 
 @router.get("/jobs/{job_id}/explain")
