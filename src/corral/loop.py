@@ -28,7 +28,7 @@ from corral.cloud.base import (
 )
 from corral.config import Config
 from corral.core import capacity, fairshare
-from corral.core.model import NodeState
+from corral.core.model import AttemptState, NodeState
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, plan_pass
 from corral.core.snapshot import Decisions, NodeAction, Snapshot
@@ -266,6 +266,14 @@ class ControlLoop(LiveLoop):
                 report.started_nodes.add(placement.node_ids[0])
                 if placement.job_id in decisions.explanations:
                     self.store.set_explanation(job.id, decisions.explanations[job.id], now)
+        if len(snapshot.dispatchers) > 1:
+            # Work another dispatcher sharing the store placed: the agents of this one's nodes
+            # long-poll this server, which that claim did not wake (they would wait out their poll).
+            report.started_nodes.update(
+                attempt.node_ids[0]
+                for attempt in snapshot.attempts
+                if attempt.state is AttemptState.ASSIGNED and attempt.dispatcher_id != self.dispatcher_id
+            )
         self.store.annotate_many(decisions.annotations, decisions.explanations, now)
         self.refresh_explanations(decisions, now)
         # The back-off table as this pass learns it: after an insufficient-capacity error the pass's

@@ -86,3 +86,15 @@ def test_two_dispatchers_passes_never_fill_the_same_free_room(store: Store) -> N
         assert len(active) == 1
     finally:
         store_b.close()
+
+
+def test_a_pass_wakes_its_nodes_for_work_another_dispatcher_placed_there(store: Store) -> None:
+    """The agent of a node long-polls the server of the dispatcher that booted it: another's claim
+    does not wake it, so that server's next pass names the node among those given work."""
+    loop_a = ControlLoop(store, SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time), CONFIG, "d-a")
+    loop_b = ControlLoop(store, SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time), CONFIG, "d-b")
+    assert loop_a.run_pass().started_nodes == set()  # (each heartbeats: a knows of b after b's pass)
+    add_node(store, "n1", time.time(), SMALL)
+    store.submit([two_vcpus("theirs")], time.time())
+    assert loop_b.run_pass().started_nodes == {"n1"}  # b placed it, on a node b's server does not serve
+    assert loop_a.run_pass().started_nodes == {"n1"}
