@@ -40,6 +40,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral.core.capacity import is_available
 from corral.core.limits import LiveFleet
 from corral.core.model import GiB, InstanceType, Job, Node, Resources
 from corral.core.settings import BootSettings
@@ -93,6 +94,40 @@ def why_no_type_fits(request: Resources, types: list[InstanceType]) -> str | Non
         if wanted > largest + 1e-9:
             return f"no instance type has {fmt.format(wanted)} (the largest has {fmt.format(largest)})"
     return f"no single instance type has {request.describe()} together"
+
+
+def warm_boots(
+    live_after: int,
+    min_instances: int,
+    types: list[InstanceType],
+    unavailable: dict[str, float],
+    now: float,
+    settings: BootSettings,
+    fleet: LiveFleet | None,
+    planned: list[Boot],
+) -> list[Boot]:
+    """The boots that bring the live instances (booting ones, and `planned`, this pass's boots for
+    jobs, counted in `live_after`) up to `lifecycle.min_instances`, as an autoscaling group keeps its
+    minimum size: a fleet that starts empty, or lost a kept node (a failure, an expiry), is brought
+    back to its floor without waiting for work. The cheapest type not in capacity back-off, within
+    max_instances, max_boots_per_pass and the spend limits (`fleet`: what the live instances hold,
+    None when no spend limit is set)."""
+    count = min(min(min_instances, settings.max_instances) - live_after, settings.max_boots_per_pass - len(planned))
+    available = [t for t in types if is_available(t.name, unavailable, now)]
+    if count <= 0 or not available:
+        return []
+    cheapest = min(available, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib, t.name))
+    limits = settings.spend_limits()
+    if limits.any and fleet is not None:
+        by_name = {t.name: t for t in types}
+        booked = [by_name[boot.instance_type] for boot in planned if boot.instance_type in by_name]
+        after = LiveFleet(
+            fleet.vcpus + sum(t.vcpus for t in booked), fleet.cost_per_hour + sum(t.price_per_hour for t in booked)
+        )
+        while count > 0 and limits.refuses(after, cheapest, count) is not None:
+            count -= 1
+    reason = f"min_instances ({min_instances}): keeping {min_instances} up"
+    return [Boot(cheapest.name, reason) for _ in range(count)]
 
 
 def plan_boots(

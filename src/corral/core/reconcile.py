@@ -38,7 +38,7 @@ from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.limits import LiveFleet
 from corral.core.model import Job, JobState, Node, NodeState, Resources
-from corral.core.planner import PlannerMemo, plan_boots
+from corral.core.planner import PlannerMemo, plan_boots, warm_boots
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import (
     Annotation,
@@ -369,6 +369,19 @@ def plan_pass(
         fleet,
     )
     decisions.boots.extend(plan.boots)
+    # 6b. The fleet's floor (lifecycle.min_instances): booted up to it, not only kept from draining.
+    decisions.boots.extend(
+        warm_boots(
+            live + len(plan.boots),
+            lifecycle_settings.min_instances,
+            snapshot.instance_types,
+            snapshot.unavailable_types,
+            now,
+            settings.boot,
+            fleet,
+            plan.boots,
+        )
+    )
     notes = plan.notes
     if not notes:
         # The placer's reason; an Annotation only where it differs from what the job shows (as
@@ -411,7 +424,7 @@ def plan_pass(
     # 7. Lifecycle matrix; 8. idle/busy marks. A shell that tracks pings heard at `now` from
     # every node not listed silent (whose `last_ping_at` it need not have written, then).
     silent_ones = index.silent
-    live_after = live + len(plan.boots)
+    live_after = live + len(decisions.boots)
     # Nodes without work, counted only where a drain is possible at all (a fixed fleet keeps every node).
     if live_after <= lifecycle_settings.min_instances:
         idle_count = 0

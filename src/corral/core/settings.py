@@ -75,7 +75,12 @@ class LifecycleSettings(_Strict):
     shutdown_window: Duration = Field(
         300.0, description="with coarse billing, the part at the end of each paid period when shutdown is allowed"
     )
-    min_instances: Int = Field(0, ge=0, description="nodes kept up however idle; at most policy.boot.max_instances")
+    min_instances: Int = Field(
+        0,
+        ge=0,
+        description="nodes kept up: never drained below this, and booted up to it (the cheapest type) without"
+        " waiting for work; at most policy.boot.max_instances",
+    )
     max_node_age: Duration | None = Field(
         None,
         gt=0,
