@@ -1006,9 +1006,8 @@ def status(as_json: JsonFlag = False) -> None:
     nodes = report["nodes"]
     live = sum(nodes.values())
     by_state = Text(", ").join(Text.assemble((f"{count} ", ""), styled(state)) for state, count in nodes.items())
-    grid.add_row(
-        "fleet", Text.assemble(f"{live} nodes, ${report['cost_per_hour']:.3f}/hour", ": " if live else "", by_state)
-    )
+    size = f"{live} nodes, {report['vcpus']:g} vcpus, ${report['cost_per_hour']:.3f}/hour"
+    grid.add_row("fleet", Text.assemble(size, ": " if live else "", by_state))
     limits = [f"{report['max_instances']} instances"]
     if report.get("max_vcpus") is not None:
         limits.append(f"{report['max_vcpus']:g} vcpus")

@@ -31,6 +31,7 @@ def test_status_shows_jobs_the_longest_wait_the_fleet_bill_back_offs_and_dispatc
     assert sum(report["nodes"].values()) == len(live) >= 1
     assert abs(report["cost_per_hour"] - sum(live.values())) < 1e-6
     assert [(t["instance_type"], t["nodes"]) for t in report["fleet"]] == [("small", len(live))]
+    assert report["vcpus"] == 2 * len(live)  # a small has 2
     assert [(b["instance_type"], b["reason"]) for b in report["backoffs"]] == [
         ("medium", "InsufficientInstanceCapacity in us-east-1a")
     ]
@@ -44,7 +45,7 @@ def test_status_shows_jobs_the_longest_wait_the_fleet_bill_back_offs_and_dispatc
 
     text = corral.cli("status").stdout
     assert "3 queued, 1 running, 1 held" in text
-    assert f"{len(live)} nodes, ${sum(live.values()):.3f}/hour" in text
+    assert f"{len(live)} nodes, {2 * len(live)} vcpus, ${sum(live.values()):.3f}/hour" in text
     assert "medium for 9m" in text and "InsufficientInstanceCapacity" in text
     assert f"pid {dispatcher['pid']}" in text
     assert f"{report['store_id']} (its instances' corral-store tag)" in text

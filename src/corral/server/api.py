@@ -372,6 +372,7 @@ def status(runtime: UserRuntime) -> StatusOut:
             for name, (nodes, cost) in sorted(fleet.by_type.items())
         ],
         cost_per_hour=fleet.cost_per_hour,
+        vcpus=fleet.vcpus,
         max_instances=boot.max_instances,
         max_vcpus=boot.max_vcpus,
         max_cost_per_hour=boot.max_cost_per_hour,

@@ -449,6 +449,7 @@ class StatusOut(BaseModel):
     nodes: dict[str, int]  # live nodes by state
     fleet: list[FleetTypeOut]
     cost_per_hour: float
+    vcpus: float = 0.0  # what the live nodes hold
     # The fleet limits in force (policy.boot): a boot that would pass one waits.
     max_instances: int = 0
     max_vcpus: float | None = None

@@ -95,6 +95,7 @@ _LATEST_REF = (
 class FleetCounts:
     by_state: dict[str, int] = field(default_factory=dict)  # live nodes per state
     by_type: dict[str, tuple[int, float]] = field(default_factory=dict)  # (nodes, summed price per hour)
+    vcpus: float = 0.0  # what the live nodes hold (policy.boot.max_vcpus counts them)
 
     @property
     def cost_per_hour(self) -> float:
@@ -1457,14 +1458,15 @@ class Store:
     def fleet_counts(self) -> FleetCounts:
         """The live nodes (every dispatcher's), counted by state and by instance type."""
         query = (
-            select(N.c.state, N.c.instance_type, func.count(), func.sum(N.c.price_per_hour))
+            select(N.c.state, N.c.instance_type, func.count(), func.sum(N.c.price_per_hour), func.sum(N.c.vcpus))
             .where(N.c.state.in_(LIVE_NODE_STATES))
             .group_by(N.c.state, N.c.instance_type)
         )
         fleet = FleetCounts()
         with self.read() as conn:
-            for node_state, instance_type, count, price in conn.execute(query):
+            for node_state, instance_type, count, price, vcpus in conn.execute(query):
                 fleet.by_state[node_state] = fleet.by_state.get(node_state, 0) + count
+                fleet.vcpus += float(vcpus or 0.0)
                 nodes, cost = fleet.by_type.get(instance_type, (0, 0.0))
                 fleet.by_type[instance_type] = (nodes + count, cost + float(price or 0.0))
         return fleet
