@@ -984,6 +984,19 @@ def node_note(row: dict[str, Any]) -> str:
 
 
 @app.command()
+def dashboard() -> None:
+    """Print the address of the dashboard: the system at a glance in a browser (status, queue, nodes,
+    recent events), refreshed every few seconds.
+
+    The address carries the API token once: the page trades it for a cookie. Open it on the machine
+    (or through a tunnel to it): the server listens on 127.0.0.1 by default."""
+    with client() as http:
+        token = http.headers.get("Authorization", "").removeprefix("Bearer ")
+        address = http.base_url.join("/dashboard").copy_add_param("token", token)
+    sys.stdout.write(f"{address}\n")
+
+
+@app.command()
 def status(as_json: JsonFlag = False) -> None:
     """The system at a glance: jobs, the longest wait, the fleet and its bill.
 

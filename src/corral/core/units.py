@@ -95,3 +95,14 @@ def _finite_size(mib: float, value: Any) -> int:
     if mib < 0:
         raise ValueError("a size cannot be negative")
     return int(round(mib))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as people read it: seconds, minutes, hours or days, one decimal above a minute."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

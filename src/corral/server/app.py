@@ -147,10 +147,11 @@ def create_app(runtime: Runtime) -> FastAPI:
     def health() -> dict[str, Any]:
         return {"ok": True, "dispatcher": runtime.loop.dispatcher_id if runtime.loop else None}
 
-    from corral.server import agent_api, api
+    from corral.server import agent_api, api, dashboard
 
     app.include_router(api.router)
     app.include_router(agent_api.router)
+    app.include_router(dashboard.router)
     return app
 
 

@@ -15,9 +15,9 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from corral.config import ConfigError
-from corral.core.units import parse_size
+from corral.core.units import format_duration, parse_size
 from corral.sim.engine import SimulationError
-from corral.sim.report import ROWS, format_duration, format_value, write_report
+from corral.sim.report import ROWS, format_value, write_report
 from corral.sim.run import Outcome, WorkloadOptions, default_workers, load_runs, simulate
 from corral.workload import Format, WorkloadError
 

@@ -15,6 +15,7 @@ matplotlib.use("Agg")  # files only; never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from corral.core.units import format_duration  # noqa: E402
 from corral.sim.metrics import SimResult  # noqa: E402
 from corral.sim.run import Outcome  # noqa: E402
 
@@ -68,16 +69,6 @@ def format_value(value: Any, fmt: str) -> str:
     if fmt == "duration":
         return format_duration(float(value))
     return fmt.format(value)
-
-
-def format_duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def write_report(directory: Path, outcome: Outcome) -> Path:

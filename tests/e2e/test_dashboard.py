@@ -1,0 +1,36 @@
+"""The dashboard of a running corral (/dashboard): `corral dashboard` prints its address with the
+API token, which the page trades for a cookie of its own path; it shows the queue, the nodes and the
+recent events as the CLI does, everything users wrote escaped; without the token it refuses."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.e2e.conftest import Corral, wait_until
+
+
+def test_the_dashboard_shows_the_system_to_whoever_has_the_token(corral: Corral) -> None:
+    corral.start()
+    running = int(corral.cli("submit", "--name", "<b>loud</b>", "--", "sleep", "30").stdout)
+    corral.cli("submit", "--vcpus", "99", "--", "true")  # no type holds it: it stays queued
+    wait_until(lambda: corral.jobs()[running]["state"] == "running", 60, "the job to run")
+
+    address = corral.cli("dashboard").stdout.strip()
+    token = (corral.home / "token").read_text().strip()
+    assert address == f"{corral.base}/dashboard?token={token}"
+    verify = corral.verify
+    assert httpx.get(f"{corral.base}/dashboard", verify=verify).status_code == 401
+    assert httpx.get(f"{corral.base}/dashboard?token=wrong", verify=verify).status_code == 401
+
+    with httpx.Client(verify=verify, follow_redirects=True) as browser:
+        signed_in = browser.get(address)  # follows the redirect, with the cookie it set
+        assert [r.status_code for r in signed_in.history] == [303] and signed_in.url.path == "/dashboard"
+        assert "token" not in str(signed_in.url)
+        cookie = signed_in.history[0].headers["set-cookie"]
+        assert "HttpOnly" in cookie and "Path=/dashboard" in cookie and "SameSite=strict" in cookie
+        page = signed_in.text
+    assert signed_in.status_code == 200
+    assert "no instance type has 99 vcpus" in page  # the queue, with why it waits
+    (node,) = corral.live_nodes()
+    assert node["id"] in page and "job.running" in page  # the nodes and the events
+    assert "&lt;b&gt;loud&lt;/b&gt;" in page and "<b>loud</b>" not in page
