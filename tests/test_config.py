@@ -68,6 +68,11 @@ def test_durations_and_sizes_are_read_as_people_write_them(tmp_path: Path) -> No
         ("[policy.dispatch]\nstart_timeout = 0\n", "policy.dispatch.start_timeout: Input should be greater than 0"),
         ("[loop]\ninterval = 0\n", "loop.interval: Input should be greater than 0"),
         (
+            '[health_check]\ncommand = ["nhc"]\ncategory = "broken"\n',
+            "health_check.category: 'broken': a *-failure or *-maintenance category",
+        ),
+        ('[health_check]\ncommand = [" "]\n', "health_check.command: the command's program is empty"),
+        (
             '[policy.retry]\non_node_failure = "notify"\n',
             "policy.retry.on_node_failure: 'notify' is not offered: a lost node is shut down",
         ),

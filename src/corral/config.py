@@ -319,6 +319,38 @@ class CloudConfig(_Strict):
     ec2: Ec2Config = Field(default_factory=Ec2Config)
 
 
+class HealthCheckConfig(_Strict):
+    """Node health checks (Slurm's HealthCheckProgram; corral.core.health): the agents run `command`
+    every `interval`; a node whose check fails is put in `category`."""
+
+    command: list[str] = Field(
+        default_factory=list,
+        description="the check, an argument list run by each agent (e.g. ['/usr/sbin/nhc']); exit 0: healthy;"
+        " empty: no check",
+    )
+    interval: Duration = Field(300.0, gt=0, description="HealthCheckInterval: seconds between two checks on a node")
+    timeout: Duration = Field(60.0, gt=0, description="a check that has not exited by then has failed (and is killed)")
+    category: str = Field(
+        "software-failure",
+        description="what a failed check makes the node: a *-failure category (shut down once empty and replaced)"
+        " or a *-maintenance one (kept out of service)",
+    )
+
+    @field_validator("category")
+    @classmethod
+    def _a_category_that_acts(cls, value: str) -> str:
+        if not value.endswith(("-failure", "-maintenance")):
+            raise ValueError(f"{value!r}: a *-failure or *-maintenance category (e.g. software-failure)")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _a_program(cls, value: list[str]) -> list[str]:
+        if value and not value[0].strip():
+            raise ValueError("the command's program is empty")
+        return value
+
+
 class LoopConfig(_Strict):
     interval: Duration = Field(1.0, gt=0, description="seconds between reconcile passes (a submission wakes it early)")
 
@@ -362,6 +394,7 @@ class Config(_Strict):
     store: StoreConfig = Field(default_factory=StoreConfig)
     cloud: CloudConfig = Field(default_factory=CloudConfig)
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    health_check: HealthCheckConfig = Field(default_factory=HealthCheckConfig)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=_default_instance_types)
     executor: Literal["agent", "slurm"] = Field(
         "agent", description="how jobs run: 'agent' on the nodes corral boots, 'slurm' through sbatch (no cloud)"

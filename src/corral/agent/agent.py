@@ -2,7 +2,9 @@
 
 - ping (main thread): reports running and finished attempts and load; obeys kill / ack / shutdown;
 - work (thread): long-polls for attempts assigned to this node and starts them at once;
-- reporter (thread): reaps exited attempts, streams their output, reports starts and finishes.
+- reporter (thread): reaps exited attempts, streams their output, reports starts and finishes;
+and, when the server gives one at pairing, a health check (thread) whose latest result each ping
+carries (corral.agent.health).
 
 The server may vanish at any moment (SIGKILL, restart). The agent never lets that touch its running
 work: every report is retried until the server is back, which is how a restarted server re-adopts
@@ -27,6 +29,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from corral.agent import logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
+from corral.agent.health import HealthChecker
 from corral.agent.imds import Imds, Notice
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
 
@@ -62,6 +65,7 @@ class Agent:
         self.client = AgentClient(options.server, ca_file=options.ca_file)
         self.imds = Imds(options.imds_url) if options.imds_url else None
         self._noticed: Notice | None = None  # the cloud's notice, once given (it is not taken back)
+        self.health: HealthChecker | None = None  # the check the server asked for at pairing, if any
         self.runner = Runner(options.work_dir, kill_grace=options.kill_grace)
         self.stop = threading.Event()
         self.exit_code = EXIT_OK
@@ -167,6 +171,12 @@ class Agent:
         if self.options.ping_interval is None and isinstance(answer.get("ping_interval"), int | float):
             self.ping_interval = max(0.05, float(answer["ping_interval"]))
         logs.info("paired", node_id=answer.get("node_id", self.options.node_id), ping_interval=self.ping_interval)
+        check = answer.get("health_check")
+        if isinstance(check, dict) and check.get("command"):
+            self.health = HealthChecker(
+                [str(arg) for arg in check["command"]], float(check["interval"]), float(check["timeout"]), self.stop
+            )
+            self.health.start()
         return True
 
     def _sleep(self, seconds: float) -> None:
@@ -245,6 +255,9 @@ class Agent:
                 logs.warning("the cloud takes this instance back", action=self._noticed.action, at=self._noticed.time)
         if self._noticed is not None:
             body["interruption"] = {"action": self._noticed.action, "time": self._noticed.time}
+        checked = self.health.latest if self.health is not None else None
+        if checked is not None:
+            body["health"] = {"ok": checked.ok, "message": checked.message}
         try:
             answer = self.client.ping(body)
         except Unreachable as exc:

@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from corral.core import drain, retry
+from corral.core import drain, health, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
@@ -18,6 +19,7 @@ from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.logstore import LogGap
 from corral.server.models import (
     FinishedBody,
+    HealthCheckOut,
     PairBody,
     PairResult,
     PathId,
@@ -47,7 +49,15 @@ def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
     if body.work_dir_free_mib is not None and body.work_dir_free_mib < capacity.scratch_mib:
         warn_scratch_short(runtime, body.node_id, capacity.scratch_mib, body.work_dir_free_mib, now)
     runtime.wake()
-    return PairResult(node_id=body.node_id, secret=secret, ping_interval=runtime.config.cloud.ping_interval)
+    check = runtime.config.health_check
+    return PairResult(
+        node_id=body.node_id,
+        secret=secret,
+        ping_interval=runtime.config.cloud.ping_interval,
+        health_check=HealthCheckOut(command=check.command, interval=check.interval, timeout=check.timeout)
+        if check.command
+        else None,
+    )
 
 
 def warn_scratch_short(runtime: Runtime, node_id: str, promised_mib: int, free_mib: int, now: float) -> None:
@@ -76,6 +86,21 @@ def interrupted(runtime: Runtime, node_id: str, action: str, when: str, now: flo
     runtime.wake()
 
 
+def checked(runtime: Runtime, node: dict[str, Any], ok: bool, message: str, now: float) -> None:
+    """The agent's health check (corral.core.health): a failure puts the node in the configured
+    category, a pass after one takes it back; each change is an event."""
+    found = health.change(node["attributes"] or {}, ok, message, runtime.config.health_check.category)
+    if found is None:
+        return
+    setting, unsetting = found
+    said = f"health check failed: {message}" if not ok else "health check passes again"
+    log.log(logging.INFO if ok else logging.WARNING, "node %s: %s", node["id"], said)
+    runtime.store.add_event(now, "node.health_check", said, node_id=node["id"])
+    with contextlib.suppress(NotFound):  # (gone meanwhile)
+        runtime.store.set_node_attributes(node["id"], setting, unsetting, None, now)
+    runtime.wake()
+
+
 def finish_attempt(runtime: Runtime, node_id: str, attempt_id: int, exit_code: int, finished_at: float | None) -> None:
     """Record an exit, at the time the agent saw it, and let the core say what it means for the
     job (complete, retry, failed)."""
@@ -96,6 +121,8 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
     runtime.store.record_ping(node_id, Resources(body.used.vcpus, body.used.ram_mib, 0, 0), now)
     if body.interruption is not None and drain.INTERRUPTION not in (node["attributes"] or {}):
         interrupted(runtime, node_id, body.interruption.action, body.interruption.time, now)
+    if body.health is not None:
+        checked(runtime, node, body.health.ok, body.health.message, now)
     acked = []
     for finished in body.finished:
         finish_attempt(runtime, node_id, finished.attempt_id, finished.exit_code, finished.finished_at)

@@ -357,10 +357,19 @@ class PairBody(Inbound):
     pid: DbInt | None = None
 
 
+class HealthCheckOut(BaseModel):
+    """The check the agent runs (health_check in the config): `command` every `interval` seconds."""
+
+    command: list[str]
+    interval: float
+    timeout: float
+
+
 class PairResult(BaseModel):
     node_id: str
     secret: str
     ping_interval: float
+    health_check: HealthCheckOut | None = None  # None: no check
 
 
 class UsedIn(Inbound):
@@ -381,11 +390,19 @@ class InterruptionIn(Inbound):
     time: str = Field(max_length=64)  # when, as the cloud wrote it
 
 
+class HealthIn(Inbound):
+    """The agent's latest health check: passed or not, and its word (the first line it printed)."""
+
+    ok: bool = Field(strict=True)
+    message: str = Field("", max_length=500)
+
+
 class PingBody(Inbound):
     running: list[DbInt] = Field(default_factory=list)
     finished: list[FinishedIn] = Field(default_factory=list)
     used: UsedIn = Field(default_factory=UsedIn)
     interruption: InterruptionIn | None = None
+    health: HealthIn | None = None  # None: no check has run (or none is configured)
 
 
 class PingResult(BaseModel):

@@ -1,0 +1,38 @@
+"""Node health checks in a running corral (health_check; Slurm's HealthCheckProgram): the agent runs
+the check the server gives it at pairing; a failure puts the node in the failure category, with an
+event, so it takes no new work; a pass again takes that back, and what ran there goes on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.e2e.conftest import Corral, wait_until
+
+
+def test_a_failing_check_takes_the_node_out_of_service_and_a_passing_one_puts_it_back(corral: Corral) -> None:
+    sick = corral.home / "sick"
+    corral.config.write_text(
+        corral.config.read_text() + f'\n[health_check]\ncommand = ["test", "!", "-e", "{sick}"]\ninterval = "0.3s"\n'
+    )
+    corral.start()
+    job = int(corral.cli("submit", "--", "sleep", "60").stdout)
+    wait_until(lambda: corral.jobs()[job]["state"] == "running", 60, "the job to run")
+    (node,) = corral.live_nodes()
+
+    def health_events() -> list[str]:
+        return [e["message"] for e in corral.cli_json("events", "--kind", "node.health_check")]
+
+    def attributes() -> dict[str, Any]:
+        return dict(corral.cli_json("node", node["id"])["attributes"])
+
+    sick.touch()
+    wait_until(lambda: health_events() == ["health check failed: exit 1"], 30, "the failed check")
+    assert attributes() == {"category": "software-failure", "health_check": "failed: exit 1"}
+    waiting = int(corral.cli("submit", "--", "true").stdout)  # a broken node takes no new work
+
+    sick.unlink()
+    wait_until(lambda: len(health_events()) == 2, 30, "the check passing again")
+    assert health_events()[-1] == "health check passes again" and attributes() == {}
+    assert corral.jobs()[job]["state"] == "running"  # what ran there went on
+    wait_until(lambda: corral.jobs()[waiting]["state"] == "complete", 60, "the job that waited to run")
+    corral.cli("cancel", str(job))
