@@ -34,3 +34,11 @@ def test_the_dashboard_shows_the_system_to_whoever_has_the_token(corral: Corral)
     (node,) = corral.live_nodes()
     assert node["id"] in page and "job.running" in page  # the nodes and the events
     assert "&lt;b&gt;loud&lt;/b&gt;" in page and "<b>loud</b>" not in page
+
+    # Charts of the jobs and the fleet, once the server has two samples (one every 10 s of passes).
+    def charts() -> str:
+        page = httpx.get(f"{corral.base}/dashboard", cookies={"corral_token": token}, verify=verify).text
+        return page if page.count("<svg") == 2 else ""
+
+    page = wait_until(charts, 40, "the charts")
+    assert "queued (peak 1)" in page and "running (peak 1)" in page and "nodes (peak 1)" in page

@@ -8,6 +8,7 @@ under a second; otherwise it runs every `loop.interval`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import secrets
@@ -23,12 +24,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral.config import Config
+from corral.core.model import JobState
 from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.server.metrics import Metrics
 from corral.store import InvalidJobs, NotFound, Store
 
 log = logging.getLogger("corral.server")
+
+HISTORY_EVERY = 10.0  # seconds between two samples of the dashboard's charts
+HISTORY_SAMPLES = 720  # two hours of them
 
 
 @dataclass
@@ -49,6 +54,11 @@ class Runtime:
     # which ends the process before any code after the server's run.
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     stopping: bool = False
+    # The dashboard's charts: (time, jobs queued, jobs claimed or running, live nodes, $/hour), one
+    # sample every HISTORY_EVERY seconds of passes, the last HISTORY_SAMPLES of them.
+    history: collections.deque[tuple[float, int, int, int, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=HISTORY_SAMPLES)
+    )
 
     def __post_init__(self) -> None:
         self.metrics.event_cursor = self.store.last_event_id()
@@ -63,6 +73,12 @@ class Runtime:
         if event is None:
             event = self.node_events[node_id] = asyncio.Event()
         return event
+
+    def _sample(self) -> tuple[float, int, int, int, float]:
+        counts, fleet = self.store.counts(), self.store.fleet_counts()
+        running = counts.get(JobState.CLAIMED.value, 0) + counts.get(JobState.RUNNING.value, 0)
+        queued, nodes = counts.get(JobState.QUEUED.value, 0), sum(fleet.by_state.values())
+        return time.time(), queued, running, nodes, fleet.cost_per_hour
 
     def release_waiters(self) -> None:
         """Stopping: answer every agent long-poll now (safe from a signal handler's thread)."""
@@ -94,6 +110,8 @@ class Runtime:
                 continue
             self.metrics.passes.inc()
             self.metrics.pass_seconds.observe(report.duration)
+            if not self.history or time.time() - self.history[-1][0] >= HISTORY_EVERY:
+                self.history.append(await asyncio.to_thread(self._sample))
             for node_id in report.started_nodes:
                 self.node_event(node_id).set()
             if report.decisions.job_outcomes or report.decisions.node_marks:

@@ -90,6 +90,7 @@ def _page(runtime: Runtime) -> str:
         f"<h1>corral</h1><p class='dim'>dispatcher {escape(dispatcher)}, {escape(_when(now))};"
         f" refreshed every {REFRESH_SECONDS} s</p>",
         _summary(status.model_dump()),
+        _charts(list(runtime.history)),
         f"<h2>Queue ({queue.queued:,} queued, order {escape(queue.order)})</h2>",
         _table(
             ["#", "job", "user", "name", "priority", "score", "waited", "reason"],
@@ -158,6 +159,52 @@ def _summary(status: dict[str, Any]) -> str:
         for b in status["backoffs"]
     ]
     return "<table>" + "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows) + "</table>"
+
+
+def _charts(history: list[tuple[float, int, int, int, float]]) -> str:
+    """The last samples the server took (Runtime.history) as line charts: the jobs, the fleet."""
+    if len(history) < 2:
+        return "<p class='dim'>charts: a sample every few seconds of passes; two are needed</p>"
+    times = [sample[0] for sample in history]
+    jobs = _chart(
+        "jobs", times, [("queued", [s[1] for s in history], "#b58900"), ("running", [s[2] for s in history], "#2aa198")]
+    )
+    fleet = _chart(
+        "fleet",
+        times,
+        [("nodes", [s[3] for s in history], "#268bd2"), ("$/hour", [s[4] for s in history], "#dc322f")],
+    )
+    return f"<div>{jobs}{fleet}</div>"
+
+
+def _chart(title: str, times: list[float], series: list[tuple[str, list[float], str]]) -> str:
+    """An inline SVG of step lines, each series scaled to its own peak (named in its legend)."""
+    width, height, left, top = 460, 120, 4, 18
+    start, span = times[0], (times[-1] - times[0]) or 1.0
+
+    def x(t: float) -> float:
+        return left + (t - start) / span * (width - 2 * left)
+
+    lines, legend = [], []
+    for i, (label, values, colour) in enumerate(series):
+        peak = max(values) or 1.0
+        points = []
+        for t, value in zip(times, values, strict=True):
+            y = top + (1 - value / peak) * (height - top - 4)
+            points.append(f"{x(t):.1f},{y:.1f}")
+        lines.append(f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{' '.join(points)}'/>")
+        shown = f"{max(values):,.3f}" if label.startswith("$") else f"{max(values):,.0f}"
+        legend.append(
+            f"<text x='{left + 150 * i}' y='12' font-size='11' fill='{colour}'>{escape(label)} (peak {shown})</text>"
+        )
+    axis = (
+        f"<text x='{width - left}' y='{height}' font-size='10' text-anchor='end' fill='#777'>"
+        f"{escape(title)}: the last {escape(format_duration(span))}</text>"
+    )
+    return (
+        f"<svg width='{width}' height='{height + 4}' style='margin-right:1.5em' role='img'>"
+        f"{''.join(legend)}{''.join(lines)}{axis}</svg>"
+    )
 
 
 def _state(state: str) -> str:
