@@ -1,5 +1,6 @@
 """The dashboard: one page, served by the server at /dashboard, with what `corral status`, `corral
-queue`, `corral nodes` and `corral events` say, refreshed every few seconds. Read-only, and built
+queue`, `corral nodes` and `corral events` say, and charts of the jobs and the fleet over the last
+two hours, refreshed every few seconds. Read-only, and built
 from the API's own answers (corral.server.api), so it says what the CLI says.
 
 A browser cannot send the API's bearer token: `corral dashboard` prints the page's address with the
@@ -178,7 +179,7 @@ def _charts(history: list[tuple[float, int, int, int, float]]) -> str:
 
 
 def _chart(title: str, times: list[float], series: list[tuple[str, list[float], str]]) -> str:
-    """An inline SVG of step lines, each series scaled to its own peak (named in its legend)."""
+    """An inline SVG of lines, each series scaled to its own peak (named in its legend)."""
     width, height, left, top = 460, 120, 4, 18
     start, span = times[0], (times[-1] - times[0]) or 1.0
 
