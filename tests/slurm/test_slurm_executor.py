@@ -225,6 +225,39 @@ def test_requeue_scancels_the_running_slurm_job_and_submits_the_job_again(
     corral.until_state(job_id, "cancelled")
 
 
+def test_a_clean_stop_records_the_slurm_jobs_that_ended_since_the_last_pass_instead_of_running_them_again(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    """Ctrl-C requeued every attempt still active in corral, also those whose Slurm job had ended
+    since the last pass (up to loop.interval earlier): a completed job was run a second time."""
+    done = corral.submit("echo", "once", ram=128)
+    failed = corral.submit("sh", "-c", "exit 3", ram=128)
+    running = corral.submit("sleep", "300", ram=128)
+    corral.until(
+        lambda: all(corral.attempts(j) and corral.attempts(j)[0]["executor_ref"] for j in (done, failed, running)),
+        10,
+        "all submitted",
+    )
+    refs = {j: corral.attempts(j)[0]["executor_ref"] for j in (done, failed, running)}
+    # No pass sees them end: corral stops first.
+    wait_until(
+        lambda: slurm.state(refs[done]) == "COMPLETED" and slurm.state(refs[failed]) == "FAILED",
+        20,
+        "two of the slurm jobs to end",
+    )
+    corral.loop.shutdown_fleet("corral stopped")
+
+    assert (corral.job(done)["state"], corral.job(done)["exit_code"]) == ("complete", 0)
+    assert (corral.job(failed)["state"], corral.job(failed)["exit_code"]) == ("failed", 3)
+    assert [a["state"] for a in corral.attempts(done)] == ["exited"]
+    assert corral.output(done) == "once\n"
+    # What still ran is scancelled and requeued, as before.
+    assert corral.job(running)["state"] == "queued" and corral.job(running)["temp_failures"] == 1
+    wait_until(lambda: slurm.state(refs[running]) == "CANCELLED", 20, "the running slurm job to be cancelled")
+    # The stop submitted nothing new.
+    assert len(corral.attempts(running)) == 1
+
+
 def nice_of(slurm: SlurmCluster, ref: str) -> int:
     (field,) = [word for word in slurm.show_job(ref).split() if word.startswith("Nice=")]
     return int(field.removeprefix("Nice="))

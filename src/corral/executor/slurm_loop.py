@@ -70,11 +70,21 @@ class SlurmLoop(LiveLoop):
     def _run_pass(self) -> PassReport:
         started = self.clock()
         self.store.heartbeat(self.dispatcher_id, started, socket.gethostname(), os.getpid())
+        decisions = self._follow(started, submit=True)
+        if decisions is None:
+            return PassReport(Decisions(), duration=self.clock() - started)
+        report = PassReport(Decisions(job_outcomes=decisions.job_outcomes))
+        report.duration = self.clock() - started
+        return report
+
+    def _follow(self, started: float, submit: bool) -> batch.BatchDecisions | None:
+        """List Slurm's jobs, ask the core what they mean, and carry it out; None while squeue
+        fails. `submit`: also claim queued jobs and sbatch them (not in a clean stop's last look)."""
         try:
             listing = self.slurm.squeue()
         except SlurmError as exc:
             self._slurm_unreachable(str(exc), started)
-            return PassReport(Decisions(), duration=self.clock() - started)
+            return None
         if self._unreachable:
             self.store.add_event(started, "slurm.reachable", "squeue answers again")
             self._unreachable = ""
@@ -95,11 +105,13 @@ class SlurmLoop(LiveLoop):
         decisions = batch.plan_batch_pass(
             snapshot, now, self.config.policy, seen, settings.max_pending, settings.nice_base
         )
+        if not submit:
+            # A stop records what Slurm did since the last pass, and sends Slurm nothing new (it
+            # requeues an attempt claimed but not submitted yet); queued jobs keep their reasons.
+            decisions = dataclasses.replace(decisions, submit=[], claims=[], annotations=[], renice=[])
         self._orphans(snapshot, ours, now)
         self._execute(decisions, snapshot, seen, now)
-        report = PassReport(Decisions(job_outcomes=decisions.job_outcomes))
-        report.duration = self.clock() - started
-        return report
+        return decisions
 
     def _slurm_unreachable(self, message: str, now: float) -> None:
         if message != self._unreachable:
@@ -329,6 +341,11 @@ class SlurmLoop(LiveLoop):
     def _shutdown_fleet(self, reason: str) -> None:
         """scancel this dispatcher's Slurm jobs and requeue their jobs as temporary failures
         (with --keep-fleet this is not called: the Slurm jobs run on, for the next corral)."""
+        # A last look at Slurm first: a job that ended since the last pass (up to loop.interval
+        # ago) is recorded as it ended, complete or failed, instead of being requeued and run a
+        # second time. If squeue fails, every attempt is requeued, as before.
+        with self.store.pass_lock(self.config.policy.dispatch.dispatcher_stale / 2):
+            self._follow(self.clock(), submit=False)
         now = self.clock()
         snapshot = self.store.load_snapshot(self.dispatcher_id, [], 0.0)
         jobs = {job.id: job for job in snapshot.jobs}
