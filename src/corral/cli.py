@@ -535,7 +535,9 @@ def jobs(
             resources_text(j["resources"], j["nodes"]),
             ago(now - j["submitted_at"]),
             ago(run_time),
-            j["wait_reason"] if j["state"] in ("queued", "failed", "cancelled") else "",
+            # A claimed job's reason is why it waits in an executor's queue: Slurm's (squeue's
+            # NODELIST(REASON)); the claim clears any other.
+            j["wait_reason"] if j["state"] in ("queued", "claimed", "failed", "cancelled") else "",
         )
     console.print(table)
 
@@ -595,7 +597,7 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     if j.get("needed_by"):
         needed = ", ".join(f"{d['job_id']} ({d['kind']}, {d['state']})" for d in j["needed_by"])
         console.print(f"  needed by  {needed}", highlight=False)
-    if j["wait_reason"] and j["state"] == "queued":
+    if j["wait_reason"] and j["state"] in ("queued", "claimed"):
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     elif j["wait_reason"] and j["state"] in ("complete", "failed", "cancelled"):
         console.print(f"  ended      {j['wait_reason']}", highlight=False)

@@ -100,6 +100,26 @@ def test_a_clean_stop_scancels_and_requeues_this_dispatchers_slurm_jobs(corral: 
     assert row["state"] in ("queued", "claimed", "running")
 
 
+def test_a_job_pending_in_slurm_shows_slurms_reason_in_corral_jobs_and_corral_job(
+    corral: Corral, slurm: SlurmCluster
+) -> None:
+    """The reason was recorded ("slurm: Resources") but `corral jobs` and `corral job` showed a
+    reason only for queued and ended jobs: a job waiting in Slurm's queue said nothing of why."""
+    corral.start()
+    submit = ("submit", "--vcpus", "2", "--ram", "128MiB", "--", "sleep", "300")
+    for _ in slurm.nodes:  # fills both nodes
+        int(corral.cli(*submit).stdout)
+    waiting = int(corral.cli(*submit).stdout)
+    # Slurm's reason once it has tried to schedule the job ("None" until then: "slurm: pending").
+    reasons = ("slurm: Resources", "slurm: Priority")
+    wait_until(lambda: corral.jobs()[waiting]["wait_reason"] in reasons, 30, "slurm's reason")
+    assert corral.jobs()[waiting]["state"] == "claimed"
+    (line,) = [line for line in corral.cli("jobs", "--state", "claimed").stdout.splitlines() if f" {waiting} " in line]
+    assert any(reason in line for reason in reasons), line
+    shown = corral.cli("job", str(waiting)).stdout
+    assert any(f"waiting    {reason}\n" in shown for reason in reasons), shown
+
+
 def test_corral_usage_counts_the_vcpu_hours_of_slurm_jobs_at_no_cost(corral: Corral) -> None:
     """Slurm's nodes are not instances corral booted: their work counts, their cost is 0."""
     corral.start()
