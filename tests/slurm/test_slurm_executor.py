@@ -4,6 +4,7 @@ watches with squeue and scontrol, scancels, and re-adopts its Slurm jobs after a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import subprocess
 import time
 import uuid
@@ -17,6 +18,7 @@ from corral.config import Config, load_config
 from corral.core import accounting
 from corral.core.model import JobState
 from corral.core.snapshot import JobOutcome
+from corral.executor.slurm import SlurmJob
 from corral.executor.slurm_loop import SlurmLoop
 from corral.jobspec import JobRequest
 from corral.store import Store
@@ -384,6 +386,42 @@ def test_a_slurm_job_whose_attempt_corral_ended_is_scancelled_as_an_orphan(
     corral.loop.run_pass()
     wait_until(lambda: slurm.state(attempt["executor_ref"]) == "CANCELLED", 20, "the orphan to be scancelled")
     assert any("slurm.orphan" in e["kind"] for e in corral.store.list_events(kind="slurm."))
+
+
+def test_a_slurm_job_corral_scancelled_is_no_orphan_while_slurm_completes_it(
+    corral: Dispatcher, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `corral cancel` of a running job was followed by a slurm.orphan event ("slurm job N
+    runs attempt A, which corral ended; scancelled") and a second scancel: the pass right after the
+    scancel saw the job COMPLETING (Slurm's CANCELLED with the completing flag), which is no
+    orphan. A real orphan's event names its corral job."""
+    job_id = corral.submit("sleep", "300", ram=128)
+    corral.until_state(job_id, "running")
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    corral.store.request_cancel(job_id, time.time())
+    corral.loop.run_pass()
+    assert corral.job(job_id)["state"] == "cancelled"
+    # What squeue says in the milliseconds after the scancel, made to last.
+    real = corral.loop.slurm.squeue
+
+    def completing() -> list[SlurmJob]:
+        return [dataclasses.replace(j, state="COMPLETING") if j.id == ref else j for j in real()]
+
+    monkeypatch.setattr(corral.loop.slurm, "squeue", completing)
+    corral.loop.run_pass()
+    assert not corral.store.list_events(kind="slurm.orphan")
+
+    # A job still running for an attempt corral ended is an orphan, named by its corral job.
+    orphan = corral.submit("sleep", "300", ram=128)
+    monkeypatch.setattr(corral.loop.slurm, "squeue", real)
+    corral.until_state(orphan, "running")
+    attempt = corral.attempts(orphan)[0]
+    outcome = JobOutcome(orphan, JobState.QUEUED, "claim released", (attempt["id"],), temp_failure=True)
+    assert corral.store.apply_outcome(outcome, time.time())
+    corral.store.request_cancel(orphan, time.time())
+    corral.loop.run_pass()
+    (event,) = corral.store.list_events(kind="slurm.orphan")
+    assert event["job_id"] == orphan and f"slurm job {attempt['executor_ref']} " in event["message"]
 
 
 def slurm_jobs_of(slurm: SlurmCluster, corral: Dispatcher, job_id: int) -> list[str]:

@@ -172,10 +172,15 @@ class SlurmLoop(LiveLoop):
         squeue ran before the snapshot was read, and an attempt is created before its sbatch, so a
         listed job whose attempt is not active has ended in corral."""
         active = {a.id for a in snapshot.attempts}
+        # COMPLETING: the job has ended and Slurm is cleaning its nodes up; nothing to scancel. A
+        # job corral itself scancelled shows so to the pass right after (squeue: CANCELLED with
+        # the COMPLETING flag), and was reported as an orphan after every `corral cancel`.
         orphans = [
             (attempt_id, j)
             for attempt_id, j in ours.items()
-            if attempt_id not in active and phase_of(j.state) in batch.ACTIVE
+            if attempt_id not in active
+            and phase_of(j.state) in batch.ACTIVE
+            and batch.base_state(j.state) != "COMPLETING"
         ]
         if not orphans:
             return
@@ -186,8 +191,12 @@ class SlurmLoop(LiveLoop):
             log.warning("scancel of orphan slurm jobs %s failed: %s", ", ".join(refs), exc)
             return
         for attempt_id, j in orphans:
+            ids = j.corral_ids(self.cluster)
             self.store.add_event(
-                now, "slurm.orphan", f"slurm job {j.id} runs attempt {attempt_id}, which corral ended; scancelled"
+                now,
+                "slurm.orphan",
+                f"slurm job {j.id} runs attempt {attempt_id}, which corral ended; scancelled",
+                job_id=ids[0] if ids else None,
             )
 
     def _execute(self, decisions: batch.BatchDecisions, snapshot: Snapshot, seen: dict[int, Seen], now: float) -> None:
