@@ -80,6 +80,24 @@ def test_the_oldest_wait_is_of_the_job_that_could_run_now(store: Store) -> None:
     assert figure(metrics, "corral_queue_oldest_wait_seconds") == 0  # held and not-yet jobs do not count
 
 
+def test_a_job_pending_in_slurms_queue_waits_unless_held_there(store: Store) -> None:
+    """In front of Slurm most jobs wait claimed, in Slurm's queue ("slurm: Resources"): `corral
+    status` said "no job that could run is waiting" and the queue's alert figure read 0 while
+    they waited for hours."""
+    in_slurm, held_in_slurm = submit(store, 2, now=NOW - 300)
+    for job_id in (in_slurm, held_in_slurm):
+        claim(store, job_id, now=NOW - 290)
+    metrics = started_metrics(store)
+    metrics.refresh(store, NOW)
+    assert figure(metrics, "corral_queue_oldest_wait_seconds") == 0  # claimed, no reason yet: not waiting
+
+    store.set_claimed_wait_reasons({in_slurm: "slurm: Resources", held_in_slurm: "slurm: JobHeldAdmin"}, NOW - 280)
+    metrics.refresh(store, NOW)
+    assert figure(metrics, "corral_queue_oldest_wait_seconds") == 300
+    store.set_claimed_wait_reasons({in_slurm: "slurm: JobHeldUser"}, NOW - 10)
+    assert store.oldest_wait(NOW) is None  # held in Slurm, by someone's choice
+
+
 def test_a_job_its_users_limits_or_its_arrays_throttle_hold_back_is_not_a_wait_that_starves(store: Store) -> None:
     # A user at policy.users' limits (or with a job larger than they may ever hold) waits by their
     # own rule, as an array's task does behind its throttle: neither may set off the queue alert,

@@ -90,6 +90,10 @@ ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
 # The states in which a node of the job failed: the node-failure policy (on_node_failure) decides
 # what that does to the job, as for a lost node of corral's own.
 NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+# A claimed job's wait reason while it pends in Slurm's queue: this, then Slurm's reason.
+SLURM_REASON = "slurm: "
+# Slurm's reasons of a job held there (scontrol hold, sbatch --hold): it waits by someone's choice.
+HELD_REASON = "JobHeld"
 # Pending reasons not worth a job's wait reason (they say nothing the state does not).
 QUIET_REASONS = frozenset({"", "None", "(null)"})
 # Slurm's Nice range (22.05: "Nice value out of range (+/- 2147483645)").
@@ -289,7 +293,7 @@ def plan_batch_pass(
         if phase is Phase.PENDING:
             pending += 1
             reason = observed.reason if observed.reason not in QUIET_REASONS else "pending"
-            note = f"slurm: {reason}"
+            note = f"{SLURM_REASON}{reason}"
             if note != job.wait_reason:
                 decisions.pending_reasons[job.id] = note
             # Only a pending job's Nice matters (Slurm orders its queue by it); a renice that

@@ -49,7 +49,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from corral.core import job_array, retry, user_limits
+from corral.core import batch, job_array, retry, user_limits
 from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.dependency import DEPENDENCY, Dependency, whole_arrays
 from corral.core.model import (
@@ -1482,18 +1482,27 @@ class Store:
         `not_before`) has waited since its submission. None when no job could. A dependency's, a
         throttle's or a user limit's wait is the one the last pass gave as the reason: a user kept
         to their own limits (or a job larger than they may ever hold) starves nobody, as a throttle
-        does not."""
+        does not. In front of Slurm, a claimed job pending in Slurm's queue waits too (most waits
+        are there, up to slurm.max_pending), unless it is held there."""
+        queued = and_(
+            J.c.state == JobState.QUEUED.value,
+            J.c.held.is_(False),
+            or_(J.c.retry_at.is_(None), J.c.retry_at <= now),
+            J.c.wait_reason.not_like(f"{DEPENDENCY}%"),
+            J.c.wait_reason.not_like(f"{job_array.THROTTLE_REASON}%"),
+            J.c.wait_reason.not_like(f"{user_limits.JOBS_REASON}%"),
+            J.c.wait_reason.not_like(f"{user_limits.CPU_REASON}%"),
+        )
+        # Only the Slurm pass gives a claimed job a reason (the claim clears any other), and only
+        # while Slurm says it pends.
+        in_slurm = and_(
+            J.c.state == JobState.CLAIMED.value,
+            J.c.wait_reason.like(f"{batch.SLURM_REASON}%"),
+            J.c.wait_reason.not_like(f"{batch.SLURM_REASON}{batch.HELD_REASON}%"),
+        )
         query = (
             select(J.c.submitted_at, J.c.spec)
-            .where(
-                J.c.state == JobState.QUEUED.value,
-                J.c.held.is_(False),
-                or_(J.c.retry_at.is_(None), J.c.retry_at <= now),
-                J.c.wait_reason.not_like(f"{DEPENDENCY}%"),
-                J.c.wait_reason.not_like(f"{job_array.THROTTLE_REASON}%"),
-                J.c.wait_reason.not_like(f"{user_limits.JOBS_REASON}%"),
-                J.c.wait_reason.not_like(f"{user_limits.CPU_REASON}%"),
-            )
+            .where(or_(queued, in_slurm))
             .order_by(J.c.submitted_at, J.c.id)
             .execution_options(yield_per=100)
         )
