@@ -234,7 +234,9 @@ def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobU
     try:
         result = runtime.store.update_job(job_id, changes, time.time(), body.time_limit_add)
     except NotQueued as exc:
-        raise HTTPException(409, str(exc)) from None
+        running = "retries and name" if runtime.config.executor == "slurm" else "time limit, retries and name"
+        said = f"{exc} (its {running} also while it runs)" if "only while it is queued" in str(exc) else str(exc)
+        raise HTTPException(409, said) from None
     runtime.wake()
     return JobUpdateOut(**result)
 

@@ -685,7 +685,6 @@ class Store:
             if queued_only and state is not JobState.QUEUED:
                 raise NotQueued(
                     f"job {job_id} is {state.value}: {', '.join(queued_only)} change only while it is queued"
-                    " (its time limit, retries and name also while it runs)"
                 )
             try:
                 request = JobRequest.stored({**row.spec, **wanted})
