@@ -35,7 +35,7 @@ def test_the_dashboard_shows_the_system_to_whoever_has_the_token(corral: Corral)
     assert node["id"] in page and "job.running" in page  # the nodes and the events
     assert "&lt;b&gt;loud&lt;/b&gt;" in page and "<b>loud</b>" not in page
 
-    # Charts of the jobs and the fleet, once the server has two samples (one every 10 s of passes).
+    # Charts of the jobs and the fleet, once the server has two samples (one every 5 s of passes).
     def charts() -> str:
         page = httpx.get(f"{corral.base}/dashboard", cookies={"corral_token": token}, verify=verify).text
         return page if page.count("<svg") == 2 else ""

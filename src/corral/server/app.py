@@ -32,8 +32,8 @@ from corral.store import InvalidJobs, NotFound, Store
 
 log = logging.getLogger("corral.server")
 
-HISTORY_EVERY = 10.0  # seconds between two samples of the dashboard's charts
-HISTORY_SAMPLES = 720  # two hours of them
+HISTORY_EVERY = 5.0  # seconds between two samples of the dashboard's charts
+HISTORY_SAMPLES = 1440  # two hours of them
 
 
 @dataclass
