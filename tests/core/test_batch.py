@@ -247,6 +247,13 @@ def test_a_slurm_timeout_is_recorded_as_corrals_own_timeout_never_retried() -> N
     assert outcome.state is JobState.FAILED and outcome.timeout and outcome.exit_code == 0
     assert outcome.reason == "TIMEOUT: ran past its time limit of 2h (slurm job 77 TIMEOUT)"
 
+    # Slurm keeps limits in whole minutes: a limit of 5 s ran a minute there, and the reason says so.
+    short, attempt = claimed(2, 11, running=True, time_limit=5.0)
+    outcome = batch.exit_outcome(short, 0, 11, "slurm job 78 TIMEOUT")
+    assert outcome.reason == (
+        "TIMEOUT: ran past its time limit of 5s (slurm job 78 TIMEOUT; Slurm's limit is whole minutes: 1m)"
+    )
+
 
 @pytest.mark.parametrize(
     ("state", "reason", "says"),

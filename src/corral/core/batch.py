@@ -35,6 +35,7 @@ long as Slurm says, not 0 s.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -213,7 +214,11 @@ def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "") ->
     as corral's own pass records one (`retry.after_timeout`: failed, never retried, event
     job.timeout), whatever the exit code Slurm gives it (often 0)."""
     if detail.endswith(f" {TIMEOUT}"):
-        outcome = retry.after_timeout(job, job.time_limit, (attempt_id,), detail)
+        limit = job.time_limit
+        if limit is not None and limit % 60:
+            # Slurm keeps time limits in whole minutes: what it enforced is the asked one rounded up.
+            detail += f"; Slurm's limit is whole minutes: {retry.format_seconds(math.ceil(limit / 60) * 60)}"
+        outcome = retry.after_timeout(job, limit, (attempt_id,), detail)
         return dataclasses.replace(outcome, exit_code=exit_code)
     outcome = retry.after_exit(job, exit_code, (attempt_id,))
     return dataclasses.replace(outcome, reason=f"{outcome.reason} ({detail})") if detail else outcome
