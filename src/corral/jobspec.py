@@ -249,3 +249,16 @@ class JobRequest(BaseModel):
             array=task,
             array_throttle=spec.throttle if spec is not None else None,
         )
+
+
+def describe_validation_errors(errors: Any) -> list[str]:
+    """pydantic errors as lines that name the field: "jobs.0.ram: a size cannot be negative" (the API's
+    422s, and a change of a stored job's spec)."""
+    lines = []
+    for item in errors:
+        loc = [str(part) for part in item.get("loc", ()) if part not in ("body",)]
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        if item.get("type") == "extra_forbidden":
+            message = "unknown field"
+        lines.append(f"{'.'.join(loc) or 'body'}: {message}")
+    return lines

@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral.config import Config
 from corral.core.model import JobState
+from corral.jobspec import describe_validation_errors
 from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.server.metrics import Metrics
@@ -171,18 +172,6 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(agent_api.router)
     app.include_router(dashboard.router)
     return app
-
-
-def describe_validation_errors(errors: Any) -> list[str]:
-    """pydantic errors as lines that name the field: "jobs.0.ram: a size cannot be negative"."""
-    lines = []
-    for item in errors:
-        loc = [str(part) for part in item.get("loc", ()) if part not in ("body",)]
-        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
-        if item.get("type") == "extra_forbidden":
-            message = "unknown field"
-        lines.append(f"{'.'.join(loc) or 'body'}: {message}")
-    return lines
 
 
 def new_api_token() -> str:

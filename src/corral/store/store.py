@@ -66,7 +66,7 @@ from corral.core.model import (
     check_job_transition,
 )
 from corral.core.snapshot import Annotation, JobOutcome, Snapshot
-from corral.jobspec import JobRequest
+from corral.jobspec import JobRequest, describe_validation_errors
 from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
@@ -689,9 +689,7 @@ class Store:
             try:
                 request = JobRequest.stored({**row.spec, **wanted})
             except ValidationError as exc:
-                raise InvalidJobs(
-                    [f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
-                ) from None
+                raise InvalidJobs(describe_validation_errors(exc.errors())) from None
             spec = request.model_dump(mode="json")
             changed = {key: (row.spec.get(key), spec[key]) for key in wanted if row.spec.get(key) != spec[key]}
             if changed:
