@@ -56,6 +56,7 @@ from corral.server.models import (
     error_responses,
 )
 from corral.store import JobFilter, NotQueued
+from corral.store.store import UPDATABLE_WHILE_RUNNING
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 422))
 
@@ -223,20 +224,13 @@ def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobU
     while it is claimed or running. In front of Slurm, a claimed or running job's time limit is
     Slurm's to change (409)."""
     changes = {key: getattr(body, key) for key in body.model_fields_set if key != "time_limit_add"}
-    if runtime.config.executor == "slurm" and {"time_limit", "time_limit_add"} & body.model_fields_set:
-        state = runtime.store.job_row(job_id)["state"]
-        if state in (JobState.CLAIMED.value, JobState.RUNNING.value):
-            raise HTTPException(
-                409,
-                f"job {job_id} is {state} in Slurm: change its time limit there (scontrol update JobId=..."
-                " TimeLimit=...), where it is enforced",
-            )
+    # In front of Slurm, Slurm enforces a running job's time limit (scontrol update changes it there).
+    slurm = runtime.config.executor == "slurm"
+    while_running = UPDATABLE_WHILE_RUNNING - {"time_limit"} if slurm else UPDATABLE_WHILE_RUNNING
     try:
-        result = runtime.store.update_job(job_id, changes, time.time(), body.time_limit_add)
+        result = runtime.store.update_job(job_id, changes, time.time(), body.time_limit_add, while_running)
     except NotQueued as exc:
-        running = "retries and name" if runtime.config.executor == "slurm" else "time limit, retries and name"
-        said = f"{exc} (its {running} also while it runs)" if "only while it is queued" in str(exc) else str(exc)
-        raise HTTPException(409, said) from None
+        raise HTTPException(409, str(exc)) from None
     runtime.wake()
     return JobUpdateOut(**result)
 

@@ -77,6 +77,9 @@ LOCK_NOT_AVAILABLE = "55P03"
 ACTIVE_ATTEMPT_STATES = (AttemptState.ASSIGNED.value, AttemptState.RUNNING.value)
 OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNING.value)
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
+# What `update_job` changes: while the job runs too, and in all (the rest only while it is queued).
+UPDATABLE_WHILE_RUNNING = frozenset({"time_limit", "max_retries", "name"})
+UPDATABLE = UPDATABLE_WHILE_RUNNING | {"vcpus", "ram", "scratch", "gpus", "nodes", "not_before"}
 LIVE_NODE_STATES = tuple(s.value for s in NodeState if s is not NodeState.GONE)
 # A job's latest attempt's executor id (the Slurm job id), beside the job's row: what an operator
 # takes to `scontrol show job`.
@@ -655,12 +658,18 @@ class Store:
         return True
 
     def update_job(
-        self, job_id: int, changes: Mapping[str, Any], now: float, time_limit_add: float | None = None
+        self,
+        job_id: int,
+        changes: Mapping[str, Any],
+        now: float,
+        time_limit_add: float | None = None,
+        while_running: frozenset[str] = UPDATABLE_WHILE_RUNNING,
     ) -> dict[str, Any]:
         """Change what a job asked for (Slurm's `scontrol update JobId=`): `changes` are JobRequest
         fields, `time_limit_add` seconds added to its time limit (TimeLimit=+). Its resources, nodes
-        and requested start only while it is queued (a run keeps what it was placed with); its time
-        limit, retries and name also while it is claimed or running. The new spec is validated
+        and requested start only while it is queued (a run keeps what it was placed with); the
+        fields in `while_running` (its time limit, retries and name; in front of Slurm, which
+        enforces a running job's time limit, not that) also while it is claimed or running. The new spec is validated
         whole, as at submission (InvalidJobs naming the field); `spec_rev` goes up, so every
         dispatcher builds the job again, and a queued job is judged afresh (not unplaceable). The
         event job.updated names each change; `changes` in the result, each field's old and new
@@ -681,10 +690,11 @@ class Store:
                 if not limit:  # (0 is no limit, as Slurm's --time=0)
                     raise InvalidJobs([f"time_limit: job {job_id} has no time limit to add to (set one)"])
                 wanted["time_limit"] = limit + time_limit_add
-            queued_only = sorted(set(wanted) & UPDATABLE_WHILE_QUEUED)
+            queued_only = sorted(set(wanted) - while_running)
             if queued_only and state is not JobState.QUEUED:
                 raise NotQueued(
                     f"job {job_id} is {state.value}: {', '.join(queued_only)} change only while it is queued"
+                    f" (its {', '.join(sorted(while_running))} also while it runs)"
                 )
             try:
                 request = JobRequest.stored({**row.spec, **wanted})
@@ -1663,11 +1673,6 @@ def _summary(request: JobRequest, array_job_id: int | None = None, task_id: int 
         argv = argv[:77] + "..."
     task = f"task {array_job_id}_{task_id} of array {request.array}: " if task_id is not None else ""
     return f"{task}{request.name + ': ' if request.name else ''}{argv}"
-
-
-# What `update_job` changes: only while the job is queued, and also while it runs.
-UPDATABLE_WHILE_QUEUED = frozenset({"vcpus", "ram", "scratch", "gpus", "nodes", "not_before"})
-UPDATABLE = UPDATABLE_WHILE_QUEUED | {"time_limit", "max_retries", "name"}
 
 
 def _shown(value: Any) -> str:
