@@ -453,12 +453,15 @@ def queue_order(runtime: UserRuntime, limit: int = Query(1000, ge=1, le=100_000)
     calc_time, usage = usage_as_of_calc_time(runtime) if reads_usage else (time.time(), {})
     users = list(runtime.store.open_jobs_by_user()) if reads_usage else []
     ordered = admission.ordered(jobs, users, usage, calc_time, settings)[:limit]
+    # (The rows shown are scored again, few as they are: the order took every queued job's score.)
     factors = multifactor.scored(ordered, users, usage, calc_time, settings) if multifactor_order else {}
-    totals = fairshare.Totals.of(users, usage, settings.fairshare)
+    fair = reads_usage and not multifactor_order
+    totals = fairshare.Totals.of(users, usage, settings.fairshare) if fair else None
     weights = settings.multifactor
     out = []
     for position, job in enumerate(ordered, start=1):
         factor = factors.get(job.id)
+        share = totals.factor(job.user, usage, settings.fairshare) if totals else None
         out.append(
             QueueRowOut(
                 position=position,
@@ -470,7 +473,7 @@ def queue_order(runtime: UserRuntime, limit: int = Query(1000, ge=1, le=100_000)
                 priority=job.priority,
                 submitted_at=job.submitted_at,
                 age=factor.age if factor else None,
-                fairshare=totals.factor(job.user, usage, settings.fairshare) if reads_usage else None,
+                fairshare=factor.fairshare if factor else share,
                 score=factor.score if factor else None,
                 wait_reason=job.wait_reason,
             )
