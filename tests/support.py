@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypedDict
 
+import uvicorn
+
+from corral.config import Config
 from corral.core.dependency import Dependency
 from corral.core.model import JobState, LocalityHints, NodeFailureAction, NodeState, Resources
+from corral.server.app import Runtime, create_app
+from corral.server.logstore import LogStore
+from corral.store import Store
 
 
 class JobFields(TypedDict, total=False):
@@ -89,3 +98,23 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def served_app(data_dir: Path, config: Config | None = None) -> Iterator[tuple[str, Store]]:
+    """corral's server app (no control loop) on a real store, served over HTTP on 127.0.0.1 in a
+    thread: its address, and the store to arrange and read."""
+    store = Store(f"sqlite:///{data_dir / 'corral.db'}")
+    store.migrate()
+    runtime = Runtime(config=config or Config(), store=store, logs=LogStore(data_dir / "logs"), api_token="t")
+    server = uvicorn.Server(uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), 10, "the server to start")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}", store
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        store.close()

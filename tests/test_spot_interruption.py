@@ -4,23 +4,18 @@ the pure pass then retires it as soon as it is empty, saying why."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from corral.config import Config
 from corral.core.model import Attempt, AttemptState, GiB, InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Snapshot
-from corral.server.app import Runtime, create_app
-from corral.server.logstore import LogStore
 from corral.store import Store
-from tests.support import wait_until
+from tests.support import served_app
 
 SMALL = InstanceType("small", 2, 4 * GiB, 0.10)
 NOTICE = {"action": "terminate", "time": "2026-11-26T06:30:00Z"}
@@ -28,18 +23,8 @@ NOTICE = {"action": "terminate", "time": "2026-11-26T06:30:00Z"}
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
-    store.migrate()
-    runtime = Runtime(config=Config(), store=store, logs=LogStore(tmp_path / "logs"), api_token="t", loop=None)
-    server = uvicorn.Server(uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), 10, "the server to start")
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", store
-    server.should_exit = True
-    thread.join(10)
-    store.close()
+    with served_app(tmp_path) as served:
+        yield served
 
 
 def test_the_server_drains_a_node_the_cloud_takes_back_once(served: tuple[str, Store]) -> None:

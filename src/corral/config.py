@@ -21,6 +21,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, TAG_STORE
 from corral.core.batch import DEFAULT_NICE_BASE, NICE_LIMIT
+from corral.core.health import parse_max_unhealthy
 from corral.core.model import GiB, InstanceType
 from corral.core.notify import NotifyRule, rule_names
 from corral.core.settings import Duration, PolicySettings, SizeMiB
@@ -335,6 +336,18 @@ class HealthCheckConfig(_Strict):
         description="what a failed check makes the node: a *-failure category (shut down once empty and replaced)"
         " or a *-maintenance one (kept out of service)",
     )
+    max_unhealthy: str = Field(
+        "20%",
+        description="failed checks take nodes out of service only while at most this many nodes fail theirs:"
+        " a count ('3') or a share of the nodes in service ('20%', rounded up, so one node may always go);"
+        " past it a failure is recorded and told but not acted on (a check failing everywhere is likelier"
+        " the check's fault, or a shared file system's, than every node's)",
+    )
+
+    @field_validator("max_unhealthy", mode="before")
+    @classmethod
+    def _a_count_or_share(cls, value: object) -> str:
+        return parse_max_unhealthy(value)
 
     @field_validator("category")
     @classmethod

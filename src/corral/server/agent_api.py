@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from corral.core import drain, health, retry
+from corral.core import categories, drain, health, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
@@ -88,16 +88,35 @@ def interrupted(runtime: Runtime, node_id: str, action: str, when: str, now: flo
 
 def checked(runtime: Runtime, node: dict[str, Any], ok: bool, message: str, now: float) -> None:
     """The agent's health check (corral.core.health): a failure puts the node in the configured
-    category, a pass after one takes it back; each change is an event."""
-    found = health.change(node["attributes"] or {}, ok, message, runtime.config.health_check.category)
+    category while few enough nodes fail theirs, a pass after one takes it back; each change is an
+    event."""
+    attributes = node["attributes"] or {}
+    check = runtime.config.health_check
+    failing = paired = 0
+    may_act = True
+    if not ok and check.category not in categories.of(attributes):
+        failing, paired = runtime.health_tally.count(runtime.store, health.HEALTH, now)
+        failing += health.HEALTH not in attributes  # this node, not counted yet
+        may_act = health.may_take_out(failing, paired, check.max_unhealthy)
+    found = health.change(attributes, ok, message, check.category, may_act)
     if found is None:
         return
     setting, unsetting = found
     said = f"health check failed: {message}" if not ok else "health check passes again"
+    if not may_act:
+        said += (
+            f"; not taken out of service: {failing} of {paired} nodes fail their check, more than"
+            f" health_check.max_unhealthy = {check.max_unhealthy} lets go (the check, or something the"
+            " nodes share, is likelier at fault)"
+        )
     log.log(logging.INFO if ok else logging.WARNING, "node %s: %s", node["id"], said)
     runtime.store.add_event(now, "node.health_check", said, node_id=node["id"])
     with contextlib.suppress(NotFound):  # (gone meanwhile)
         runtime.store.set_node_attributes(node["id"], setting, unsetting, None, now)
+    if health.HEALTH in setting and health.HEALTH not in attributes:
+        runtime.health_tally.changed(+1)
+    elif health.HEALTH in unsetting:
+        runtime.health_tally.changed(-1)
     runtime.wake()
 
 

@@ -11,7 +11,9 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -38,6 +40,31 @@ HISTORY_SAMPLES = 1440  # two hours of them
 
 
 @dataclass
+class HealthTally:
+    """The nodes whose latest health check failed, and the paired nodes, for the budget of
+    corral.core.health: counted in the store at most once per `fresh_for` seconds (every ping of a
+    failing node asks), and kept current in between by the failures and recoveries this server
+    records, so that failures reported at once are not each weighed against the same count."""
+
+    fresh_for: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counted_at: float = -math.inf
+    failing: int = 0
+    paired: int = 0
+
+    def count(self, store: Store, attribute: str, now: float) -> tuple[int, int]:
+        with self.lock:
+            if now - self.counted_at >= self.fresh_for:
+                self.failing, self.paired = store.health_tally(attribute)
+                self.counted_at = now
+            return self.failing, self.paired
+
+    def changed(self, failing: int) -> None:
+        with self.lock:
+            self.failing = max(0, self.failing + failing)
+
+
+@dataclass
 class Runtime:
     config: Config
     store: Store
@@ -61,8 +88,11 @@ class Runtime:
         default_factory=lambda: collections.deque(maxlen=HISTORY_SAMPLES)
     )
 
+    health_tally: HealthTally = field(init=False)
+
     def __post_init__(self) -> None:
         self.metrics.event_cursor = self.store.last_event_id()
+        self.health_tally = HealthTally(fresh_for=self.config.cloud.ping_interval)
 
     def wake(self) -> None:
         """Ask for a pass now; safe from any thread."""

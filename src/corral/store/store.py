@@ -1284,6 +1284,14 @@ class Store:
         rows.reverse()
         return rows
 
+    def health_tally(self, attribute: str) -> tuple[int, int]:
+        """(nodes carrying `attribute`, nodes) among the paired nodes that have not begun to leave:
+        the nodes whose latest health check failed, of those it runs on (corral.core.health)."""
+        paired = (NodeState.IDLE.value, NodeState.BUSY.value, NodeState.DRAINING.value, NodeState.DOWN.value)
+        with self.read() as conn:
+            rows = conn.execute(select(N.c.attributes).where(N.c.state.in_(paired))).all()
+        return sum(1 for (attributes,) in rows if attribute in (attributes or {})), len(rows)
+
     def node_row(self, node_id: str) -> dict[str, Any] | None:
         with self.read() as conn:
             row = conn.execute(select(N).where(N.c.id == node_id)).first()
