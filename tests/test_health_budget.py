@@ -50,6 +50,7 @@ def test_a_check_failing_on_most_nodes_takes_out_only_the_budget(tmp_path: Path)
             ("n1", "health check failed: exit 1"),
             *((node_id, held.format(n)) for n, node_id in enumerate(NODES[1:], start=2)),
         ]
+        assert failing_checks(url) == (5, 4)  # corral status: "5 nodes fail ... (4 kept in service ...)"
 
         # Four of five fail still: n2 stays in service.
         ping("n1", ok=True)
@@ -67,6 +68,7 @@ def test_a_check_failing_on_most_nodes_takes_out_only_the_budget(tmp_path: Path)
             "n5": {},
         }
         assert health_events(store)[-1] == ("n2", "health check failed: exit 1")
+        assert failing_checks(url) == (1, 0)
 
 
 def attributes(store: Store) -> dict[str, dict[str, Any]]:
@@ -76,3 +78,8 @@ def attributes(store: Store) -> dict[str, dict[str, Any]]:
 def health_events(store: Store) -> list[tuple[str, str]]:
     events = sorted(store.list_events(kind="node.health_check"), key=lambda e: e["id"])
     return [(e["node_id"], e["message"]) for e in events]
+
+
+def failing_checks(url: str) -> tuple[int, int]:
+    status = httpx.get(f"{url}/api/status", headers={"Authorization": "Bearer t"}).json()
+    return status["failing_checks"], status["failing_checks_in_service"]

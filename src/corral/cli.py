@@ -1036,6 +1036,17 @@ def status(as_json: JsonFlag = False) -> None:
         grid.add_row(
             "backed off", f"{backoff['instance_type']} for {ago(backoff['until'] - now)} more: {backoff['reason']}"
         )
+    if report["failing_checks"]:
+        kept = report["failing_checks_in_service"]
+        grid.add_row(
+            "health",
+            Text.assemble(
+                f"{report['failing_checks']} nodes fail their health check",
+                (f" ({kept} kept in service: more than health_check.max_unhealthy fail at once)", "red")
+                if kept
+                else "",
+            ),
+        )
     for dispatcher in report["dispatchers"]:
         heard = f"heartbeat {ago(now - dispatcher['last_heartbeat'])} ago"
         grid.add_row(

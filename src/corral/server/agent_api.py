@@ -95,7 +95,7 @@ def checked(runtime: Runtime, node: dict[str, Any], ok: bool, message: str, now:
     failing = paired = 0
     may_act = True
     if not ok and check.category not in categories.of(attributes):
-        failing, paired = runtime.health_tally.count(runtime.store, health.HEALTH, now)
+        failing, paired = runtime.health_tally.count(runtime.store, now)
         failing += health.HEALTH not in attributes  # this node, not counted yet
         may_act = health.may_take_out(failing, paired, check.max_unhealthy)
     found = health.change(attributes, ok, message, check.category, may_act)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
-from corral.core import accounting, admission, fairshare, multifactor
+from corral.core import accounting, admission, categories, fairshare, health, multifactor
 from corral.core.dispatchers import is_stale
 from corral.core.model import Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, rule_names
@@ -357,6 +357,8 @@ def status(runtime: UserRuntime) -> StatusOut:
     policy = runtime.config.policy
     # In front of Slurm corral boots nothing: no fleet limits to speak of.
     boot = policy.boot if runtime.config.executor == "agent" else BootSettings(max_instances=0)
+    failing = [a for a in store.paired_node_attributes() if health.HEALTH in a]
+    category = runtime.config.health_check.category
     return StatusOut(
         now=now,
         jobs={state.value: counts[state.value] for state in JobState if counts.get(state.value)},
@@ -373,6 +375,8 @@ def status(runtime: UserRuntime) -> StatusOut:
         max_vcpus=boot.max_vcpus,
         max_cost_per_hour=boot.max_cost_per_hour,
         backoffs=[BackoffOut(**row) for row in store.backoffs_in_force(now)],
+        failing_checks=len(failing),
+        failing_checks_in_service=sum(1 for a in failing if category not in categories.of(a)),
         dispatchers=[
             DispatcherOut(**row, stale=is_stale(row["last_heartbeat"], now, policy)) for row in store.dispatcher_rows()
         ],

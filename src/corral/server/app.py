@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral.config import Config
+from corral.core import health
 from corral.core.model import JobState
 from corral.jobspec import describe_validation_errors
 from corral.loop import LiveLoop
@@ -52,10 +53,11 @@ class HealthTally:
     failing: int = 0
     paired: int = 0
 
-    def count(self, store: Store, attribute: str, now: float) -> tuple[int, int]:
+    def count(self, store: Store, now: float) -> tuple[int, int]:
         with self.lock:
             if now - self.counted_at >= self.fresh_for:
-                self.failing, self.paired = store.health_tally(attribute)
+                paired = store.paired_node_attributes()
+                self.failing, self.paired = sum(1 for a in paired if health.HEALTH in a), len(paired)
                 self.counted_at = now
             return self.failing, self.paired
 

@@ -472,6 +472,10 @@ class StatusOut(BaseModel):
     max_vcpus: float | None = None
     max_cost_per_hour: float | None = None
     backoffs: list[BackoffOut]  # instance types not tried for now
+    # Paired nodes whose latest health check failed, and how many of them stay in service because
+    # too many fail at once (health_check.max_unhealthy).
+    failing_checks: int = 0
+    failing_checks_in_service: int = 0
     dispatchers: list[DispatcherOut]
     store_id: str = ""  # the store's id, which its instances carry (tag corral-store)
 

@@ -1284,13 +1284,13 @@ class Store:
         rows.reverse()
         return rows
 
-    def health_tally(self, attribute: str) -> tuple[int, int]:
-        """(nodes carrying `attribute`, nodes) among the paired nodes that have not begun to leave:
-        the nodes whose latest health check failed, of those it runs on (corral.core.health)."""
+    def paired_node_attributes(self) -> list[dict[str, str | list[str]]]:
+        """The attributes of each paired node that has not begun to leave (idle, busy, draining,
+        down): the nodes a health check runs on (corral.core.health)."""
         paired = (NodeState.IDLE.value, NodeState.BUSY.value, NodeState.DRAINING.value, NodeState.DOWN.value)
         with self.read() as conn:
             rows = conn.execute(select(N.c.attributes).where(N.c.state.in_(paired))).all()
-        return sum(1 for (attributes,) in rows if attribute in (attributes or {})), len(rows)
+        return [dict(attributes or {}) for (attributes,) in rows]
 
     def node_row(self, node_id: str) -> dict[str, Any] | None:
         with self.read() as conn:
