@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypedDict
 
+import pytest
 import uvicorn
 
 from corral.config import Config
@@ -118,3 +122,34 @@ def served_app(data_dir: Path, config: Config | None = None) -> Iterator[tuple[s
         server.should_exit = True
         thread.join(10)
         store.close()
+
+
+def debian_packages_missing(packages: list[str], missing: Callable[[], list[str]]) -> str | None:
+    """Why what `missing` names (programs, files) cannot be had here, installing Debian's `packages`
+    first if need be (as root, with apt-get); None once nothing is missing."""
+    if not missing():
+        return None
+    if os.geteuid() != 0:
+        return f"{', '.join(missing())} missing, and the tests do not run as root to install {' '.join(packages)}"
+    if shutil.which("apt-get") is None:
+        return f"{', '.join(missing())} missing, and there is no apt-get"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    command = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        # The package lists may be missing (a fresh container): update once and try again.
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=600, check=False)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0 or missing():
+        return f"installing {' '.join(packages)} failed: {done.stderr.strip()[-500:]}"
+    return None
+
+
+def require(unavailable: str | None, what: str) -> None:
+    """Skip with the reason why a real part is not here; under CI=true that is a failure instead:
+    CI never goes green without them."""
+    if unavailable is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: {what} must run, but {unavailable}", pytrace=False)
+    pytest.skip(unavailable)

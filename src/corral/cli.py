@@ -346,6 +346,10 @@ def submit(
         Path | None, typer.Option("--file", "-f", help="Submit the jobs in a .jsonl or .yaml file.")
     ] = None,
     name: Annotated[str, typer.Option(help="A name for the job.")] = "",
+    image: Annotated[
+        str | None,
+        typer.Option(help="Run the command in this container image (podman or docker on the node: [containers])."),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")] = None,
     vcpus: Annotated[float, typer.Option(help="vCPUs per node.")] = 1.0,
     ram: Annotated[str, typer.Option(help="RAM per node, e.g. 512MiB, 4GiB.")] = "1GiB",
@@ -441,6 +445,8 @@ def submit(
             "max_retries": max_retries,
             "tags": tag or [],
         }
+        if image is not None:
+            fields["image"] = image
         if not_before:
             fields["not_before"] = not_before
         if time_limit:
@@ -568,6 +574,8 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
         )
     )
     console.print(f"  command    {' '.join(j['command'])}", highlight=False)
+    if j.get("image"):
+        console.print(f"  image      {j['image']}", highlight=False)
     console.print(f"  resources  {resources_text(j['resources'], j['nodes'])}")
     console.print(
         f"  submitted  {when(j['submitted_at'])}   started {when(j['started_at'])}   finished {when(j['finished_at'])}"

@@ -320,6 +320,29 @@ class CloudConfig(_Strict):
     ec2: Ec2Config = Field(default_factory=Ec2Config)
 
 
+class ContainersConfig(_Strict):
+    """The container engine the agents run jobs with an image through (corral.agent.container):
+    podman or docker, whose `run` takes the same options."""
+
+    program: list[str] = Field(
+        default_factory=lambda: ["podman"],
+        description="the engine's program and its global options, an argument list: ['podman'], ['docker'],"
+        " ['podman', '--runtime', 'runc']",
+    )
+    run_args: list[str] = Field(
+        default_factory=list,
+        description="more options for the engine's run, before the image: e.g. ['--network=none'],"
+        " ['--gpus', 'all'], ['--pull=never']",
+    )
+
+    @field_validator("program")
+    @classmethod
+    def _a_program(cls, value: list[str]) -> list[str]:
+        if not value or not value[0].strip():
+            raise ValueError("the engine's program is empty (e.g. ['podman'])")
+        return value
+
+
 class HealthCheckConfig(_Strict):
     """Node health checks (Slurm's HealthCheckProgram; corral.core.health): the agents run `command`
     every `interval`; a node whose check fails is put in `category`."""
@@ -408,6 +431,7 @@ class Config(_Strict):
     cloud: CloudConfig = Field(default_factory=CloudConfig)
     loop: LoopConfig = Field(default_factory=LoopConfig)
     health_check: HealthCheckConfig = Field(default_factory=HealthCheckConfig)
+    containers: ContainersConfig = Field(default_factory=ContainersConfig)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=_default_instance_types)
     executor: Literal["agent", "slurm"] = Field(
         "agent", description="how jobs run: 'agent' on the nodes corral boots, 'slurm' through sbatch (no cloud)"

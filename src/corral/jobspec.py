@@ -126,6 +126,9 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     command: list[str] = Field(description="argv; run without a shell", json_schema_extra={"minItems": 1})
+    image: str | None = Field(
+        None, description="a container image to run the command in ([containers]: podman or docker); none: on the node"
+    )
     name: str = ""
     env: dict[str, str] = Field(default_factory=dict)
     vcpus: Float = Field(1.0, gt=0)
@@ -174,6 +177,14 @@ class JobRequest(BaseModel):
         if not value or not value[0].strip():
             # A program name of spaces is no program: it would only fail on the node (exit 127).
             raise ValueError("the command is empty")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _an_image_name(cls, value: str | None) -> str | None:
+        # The engine would read a leading '-' as an option, and a name with spaces is none.
+        if value is not None and (not value or value.startswith("-") or any(c.isspace() for c in value)):
+            raise ValueError(f"not an image name: {value!r} (e.g. docker.io/library/python:3.12)")
         return value
 
     @field_validator("tags")

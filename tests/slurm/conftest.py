@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_until
+from tests.support import debian_packages_missing, require, wait_until
 
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 PROGRAMS = ["sbatch", "squeue", "scontrol", "scancel", "sinfo", "slurmctld", "slurmd", "munge"]
@@ -42,31 +42,11 @@ def _missing() -> list[str]:
 @functools.cache
 def slurm_unavailable() -> str | None:
     """Why a real Slurm cannot be started here (installing it first if need be), or None."""
-    if not _missing():
-        return None
-    if os.geteuid() != 0:
-        return f"Slurm is not installed ({', '.join(_missing())} missing) and the tests do not run as root"
-    if shutil.which("apt-get") is None:
-        return f"Slurm is not installed ({', '.join(_missing())} missing) and there is no apt-get"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    command = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        # The package lists may be missing (a fresh container): update once and try again.
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=600, check=False)
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0 or _missing():
-        return f"installing Slurm failed ({' '.join(command)}): {done.stderr.strip()[-500:]}"
-    return None
+    return debian_packages_missing(PACKAGES, _missing)
 
 
 def require_slurm() -> None:
-    reason = slurm_unavailable()
-    if reason is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true: the Slurm tests must run, but {reason}", pytrace=False)
-    pytest.skip(reason)
+    require(slurm_unavailable(), "the Slurm tests")
 
 
 def free_ports(count: int) -> list[int]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential, wait_random
 
-from corral.agent import logs, sysinfo
+from corral.agent import container, logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
 from corral.agent.health import HealthChecker
 from corral.agent.imds import Imds, Notice
@@ -177,6 +177,11 @@ class Agent:
                 [str(arg) for arg in check["command"]], float(check["interval"]), float(check["timeout"]), self.stop
             )
             self.health.start()
+        engine = answer.get("containers")
+        if isinstance(engine, dict) and engine.get("program"):
+            self.runner.engine = container.Engine(
+                tuple(str(arg) for arg in engine["program"]), tuple(str(arg) for arg in engine.get("run_args") or ())
+            )
         return True
 
     def _sleep(self, seconds: float) -> None:

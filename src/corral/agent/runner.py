@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.agent import sysinfo
+from corral.agent import container, sysinfo
 
 # Variables that carry the agent's own credentials; a job must never see them.
 AGENT_SECRET_VARS = frozenset({"CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET"})
@@ -39,6 +39,7 @@ class AttemptSpec:
     env: dict[str, str]
     node_ids: list[str]
     resources: dict[str, Any]
+    image: str | None = None  # run the command in this container image (corral.agent.container)
 
     @classmethod
     def from_json(cls, data: Any) -> AttemptSpec:
@@ -63,7 +64,12 @@ class AttemptSpec:
         resources = data.get("resources") or {}
         if not isinstance(resources, dict):
             raise BadAttempt("attempt.resources: must be an object")
-        return cls(need("attempt_id", int), need("job_id", int), list(command), dict(env), list(node_ids), resources)
+        image = data.get("image")
+        if image is not None and (not isinstance(image, str) or not image):
+            raise BadAttempt(f"attempt.image: must be an image name (got {image!r})")
+        return cls(
+            need("attempt_id", int), need("job_id", int), list(command), dict(env), list(node_ids), resources, image
+        )
 
 
 @dataclass(slots=True)
@@ -133,12 +139,14 @@ class Runner:
         self.lock = threading.RLock()
         self.attempts: dict[int, Attempt] = {}
         self.closed = False
+        # The container engine that runs attempts with an image; the server names it at pairing.
+        self.engine: container.Engine | None = None
         (work_dir / "attempts").mkdir(parents=True, exist_ok=True)
         (work_dir / "logs").mkdir(parents=True, exist_ok=True)
 
-    def environment(self, spec: AttemptSpec) -> dict[str, str]:
-        env = dict(self.base_env)
-        env.update({k: v for k, v in spec.env.items() if k not in AGENT_SECRET_VARS})
+    def job_environment(self, spec: AttemptSpec) -> dict[str, str]:
+        """The variables the job itself sets, and corral's."""
+        env = {k: v for k, v in spec.env.items() if k not in AGENT_SECRET_VARS}
         env.update(
             CORRAL_JOB_ID=str(spec.job_id),
             CORRAL_ATTEMPT_ID=str(spec.attempt_id),
@@ -146,6 +154,19 @@ class Runner:
             CORRAL_NNODES=str(max(1, len(spec.node_ids))),
         )
         return env
+
+    def environment(self, spec: AttemptSpec) -> dict[str, str]:
+        return {**self.base_env, **self.job_environment(spec)}
+
+    def argv(self, spec: AttemptSpec, cwd: Path) -> list[str]:
+        """The attempt's command, or for a job with an image the engine's `run` of it. An image and
+        no engine (a server that names none): the job cannot run here, as a missing program cannot."""
+        if spec.image is None:
+            return spec.command
+        if self.engine is None:
+            raise FileNotFoundError(2, "no container engine given to this agent ([containers] in the config)")
+        names = self.job_environment(spec)
+        return container.run_argv(self.engine, spec.attempt_id, spec.image, spec.command, cwd, names)
 
     def start(self, spec: AttemptSpec, now: float | None = None) -> Attempt | None:
         """Start the attempt's command; None once the runner is closed (the agent is exiting). A
@@ -163,8 +184,9 @@ class Runner:
                 try:
                     if not spec.command:
                         raise FileNotFoundError(2, "empty command")
+                    argv = self.argv(spec, cwd)
                     proc = subprocess.Popen(
-                        spec.command,
+                        argv,
                         cwd=cwd,
                         env=self.environment(spec),
                         stdin=subprocess.DEVNULL,
@@ -176,7 +198,7 @@ class Runner:
                 except OSError as exc:
                     missing = isinstance(exc, FileNotFoundError | NotADirectoryError)
                     code = EXIT_NOT_FOUND if missing else EXIT_CANNOT_EXECUTE
-                    name = spec.command[0] if spec.command else ""
+                    name = spec.command[0] if spec.command and spec.image is None else (spec.image or "")
                     out.write(f"corral-agent: cannot run {name!r}: {exc.strerror or exc}\n".encode())
                     attempt = Attempt(spec, log_path, None, started_at, exit_code=code, finished_at=time.time())
                     self.attempts[spec.attempt_id] = attempt
@@ -197,7 +219,23 @@ class Runner:
             sig = signal.SIGKILL if hard else signal.SIGTERM
             attempt.killed_hard = attempt.killed_hard or hard
             signal_session(attempt.proc.pid, sig)
+            if hard:
+                self._kill_container(attempt)
             return True
+
+    def _kill_container(self, attempt: Attempt) -> None:
+        """A SIGKILL reaches the engine's client, not the container it started (the engine runs
+        that): kill it by name as well. Not waited for: the lock is held."""
+        if attempt.spec.image is None or self.engine is None:
+            return
+        with contextlib.suppress(OSError):
+            subprocess.Popen(
+                container.kill_argv(self.engine, attempt.attempt_id),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def poll(self) -> list[Attempt]:
         """Reap attempts whose command ended and escalate overdue kills; returns the newly exited."""
@@ -221,6 +259,7 @@ class Runner:
                 ):
                     attempt.killed_hard = True
                     signal_session(attempt.proc.pid, signal.SIGKILL)
+                    self._kill_container(attempt)
         return done
 
     def running(self) -> list[Attempt]:

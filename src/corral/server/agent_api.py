@@ -18,6 +18,7 @@ from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.logstore import LogGap
 from corral.server.models import (
+    ContainersOut,
     FinishedBody,
     HealthCheckOut,
     PairBody,
@@ -49,7 +50,7 @@ def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
     if body.work_dir_free_mib is not None and body.work_dir_free_mib < capacity.scratch_mib:
         warn_scratch_short(runtime, body.node_id, capacity.scratch_mib, body.work_dir_free_mib, now)
     runtime.wake()
-    check = runtime.config.health_check
+    check, containers = runtime.config.health_check, runtime.config.containers
     return PairResult(
         node_id=body.node_id,
         secret=secret,
@@ -57,6 +58,7 @@ def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
         health_check=HealthCheckOut(command=check.command, interval=check.interval, timeout=check.timeout)
         if check.command
         else None,
+        containers=ContainersOut(program=containers.program, run_args=containers.run_args),
     )
 
 
@@ -173,6 +175,7 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
                 attempt_id=i.attempt_id,
                 job_id=i.job_id,
                 command=i.command,
+                image=i.image,
                 env=i.env,
                 node_ids=i.node_ids,
                 resources=ResourcesOut(

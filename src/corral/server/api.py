@@ -81,6 +81,7 @@ def job_out(
         attempts=row["attempt_count"],
         temp_failures=row["temp_failures"],
         command=list(spec["command"]),
+        image=spec.get("image"),
         resources=ResourcesOut(
             vcpus=spec["vcpus"], ram_mib=spec["ram"], scratch_mib=spec["scratch"], gpus=spec["gpus"]
         ),
@@ -128,6 +129,18 @@ def attempt_out(row: dict[str, Any]) -> AttemptOut:
 
 @router.post("/jobs", status_code=201)
 def submit(body: SubmitBody, runtime: UserRuntime) -> SubmitResult:
+    if runtime.config.executor == "slurm":
+        # Slurm runs the command on its nodes, where corral's agent and [containers] are not.
+        images = [i for i, job in enumerate(body.jobs) if job.image is not None]
+        if images:
+            raise HTTPException(
+                422,
+                [
+                    f"jobs.{i}.image: a container image runs on corral's agents, not in front of Slurm: run the"
+                    " site's container tool in the command instead (e.g. srun --container-image, Pyxis)"
+                    for i in images
+                ],
+            )
     ids = runtime.store.submit(body.jobs, time.time())
     runtime.wake()
     return SubmitResult(ids=ids)

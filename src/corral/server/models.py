@@ -241,6 +241,7 @@ class JobOut(BaseModel):
     resources: ResourcesOut
     nodes: int
     submitted_at: float
+    image: str | None = None  # the container image the command runs in
     started_at: float | None
     finished_at: float | None
     wait_reason: str  # why a queued job waits; why an ended job ended (Slurm's Reason)
@@ -365,11 +366,19 @@ class HealthCheckOut(BaseModel):
     timeout: float
 
 
+class ContainersOut(BaseModel):
+    """The container engine that runs jobs with an image ([containers] in the config)."""
+
+    program: list[str]
+    run_args: list[str]
+
+
 class PairResult(BaseModel):
     node_id: str
     secret: str
     ping_interval: float
     health_check: HealthCheckOut | None = None  # None: no check
+    containers: ContainersOut
 
 
 class UsedIn(Inbound):
@@ -426,6 +435,7 @@ class WorkItemOut(BaseModel):
     attempt_id: int
     job_id: int
     command: list[str]
+    image: str | None = None  # run the command in this container image
     env: dict[str, str]
     node_ids: list[str]
     resources: ResourcesOut

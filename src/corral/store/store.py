@@ -162,6 +162,7 @@ class WorkItem:
     env: dict[str, str]
     node_ids: list[str]
     resources: Resources
+    image: str | None = None
 
 
 class Store:
@@ -994,6 +995,7 @@ class Store:
                     env=env,
                     node_ids=list(row.node_ids),
                     resources=Resources(row.vcpus, row.ram_mib, row.scratch_mib, row.gpus),
+                    image=spec.get("image"),
                 )
             )
         return items

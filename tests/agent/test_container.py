@@ -1,0 +1,61 @@
+"""Jobs with a container image, as the agent's runner starts them through a real podman
+(corral.agent.container): the command runs in the image, in the attempt's directory (mounted at its
+own path), with the job's environment and corral's variables but not the agent's, and its exit code
+is the command's; a kill the command ignores ends with the container killed and removed, not left
+running under the engine."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from corral.agent.container import Engine, name_of
+from corral.agent.runner import AttemptSpec, Runner
+from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers_named
+from tests.support import wait_until
+
+ENGINE = Engine(PROGRAM, RUN_ARGS)
+
+
+def spec(attempt_id: int, image: str, command: list[str], env: dict[str, str] | None = None) -> AttemptSpec:
+    return AttemptSpec(attempt_id, 7, command, env or {}, ["n1"], {}, image)
+
+
+def test_a_job_runs_in_its_image_with_its_environment_and_exit_code(tmp_path: Path) -> None:
+    image = busybox_image()
+    runner = Runner(tmp_path, base_env={"PATH": "/usr/bin:/bin", "AGENT_ONLY": "secretish"})
+    runner.engine = ENGINE
+    script = 'echo "$GREETING job $CORRAL_JOB_ID [$AGENT_ONLY] $PATH"; pwd; echo kept > out.txt; exit 3'
+    attempt = runner.start(spec(901, image, ["sh", "-c", script], {"GREETING": "hello"}))
+    assert attempt is not None
+    wait_until(lambda: runner.poll() or attempt.exited, 120, "the container to end")
+    cwd = tmp_path / "attempts" / "901"
+    assert attempt.exit_code == 3
+    assert attempt.log_path.read_text() == f"hello job 7 [] /bin\n{cwd}\n"  # the image's PATH, not the agent's
+    assert (cwd / "out.txt").read_text() == "kept\n"  # written in the attempt's directory on the node
+    assert containers_named(name_of(901)) == []  # removed once ended
+
+
+def test_a_container_that_ignores_sigterm_is_removed_after_the_grace(tmp_path: Path) -> None:
+    image = busybox_image()
+    runner = Runner(tmp_path, kill_grace=1.0)
+    runner.engine = ENGINE
+    name = name_of(902)
+    try:
+        attempt = runner.start(spec(902, image, ["sh", "-c", "trap '' TERM; echo up; while true; do sleep 1; done"]))
+        assert attempt is not None
+        wait_until(lambda: attempt.log_path.read_text() == "up\n", 120, "the container to start")
+        assert runner.kill(902)
+        wait_until(lambda: runner.poll() or attempt.exited, 60, "the attempt to end")
+        assert attempt.killed_hard
+        # The engine's client is killed after the grace, and the container by the engine's `kill`.
+        wait_until(lambda: containers_named(name) == [], 60, "the container to be removed")
+    finally:
+        subprocess.run([*PROGRAM, "rm", "--force", name], capture_output=True, check=False, timeout=60)
+
+
+def test_an_image_without_an_engine_cannot_run(tmp_path: Path) -> None:
+    runner = Runner(tmp_path)  # a server that named no engine
+    attempt = runner.start(spec(903, "localhost/anything:1", ["true"]))
+    assert attempt is not None and attempt.exit_code == 127
+    assert "no container engine" in attempt.log_path.read_text()

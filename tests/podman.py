@@ -1,0 +1,74 @@
+"""A real container engine for the tests of jobs with an image: Debian's podman, installed when
+missing as Slurm is for its tests (root and apt-get; otherwise the tests skip, and fail under
+CI=true), and a small image made here from Debian's static busybox (`podman import` of a root file
+system: no registry is reached).
+
+This machine's kernel needs two settings, which the tests give through corral's own [containers]
+options (as an operator would, or in containers.conf): runc, since crun refuses its mixed cgroup v1
+and v2 mounts, and limits no higher than the sandbox's own (`--ulimit`), which it may not raise.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.support import debian_packages_missing, require
+
+PACKAGES = ["podman", "runc", "busybox-static"]
+PROGRAM = ("podman", "--runtime", "runc")
+RUN_ARGS = ("--network=none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
+IMAGE = "localhost/corral-test-busybox:1"
+TOOLS = ("sh", "echo", "cat", "env", "pwd", "sleep", "trap", "test")
+
+
+def _missing() -> list[str]:
+    return [p for p in ("podman", "runc", "busybox") if shutil.which(p) is None]
+
+
+@functools.cache
+def podman_unavailable() -> str | None:
+    return debian_packages_missing(PACKAGES, _missing)
+
+
+@functools.cache
+def _image() -> str:
+    if subprocess.run([*PROGRAM, "image", "exists", IMAGE], check=False).returncode != 0:
+        busybox = shutil.which("busybox")
+        assert busybox is not None
+        with tempfile.TemporaryDirectory() as scratch:
+            root = Path(scratch) / "root"
+            (root / "bin").mkdir(parents=True)
+            shutil.copy(busybox, root / "bin" / "busybox")
+            for tool in TOOLS:
+                (root / "bin" / tool).symlink_to("busybox")
+            tarball = Path(scratch) / "root.tar"
+            subprocess.run(["tar", "-C", str(root), "-cf", str(tarball), "."], check=True)
+            subprocess.run(
+                [*PROGRAM, "import", "--change", "ENV PATH=/bin", str(tarball), IMAGE],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+    return IMAGE
+
+
+def busybox_image() -> str:
+    """The test image's name, podman installed and the image made first if need be."""
+    require(podman_unavailable(), "the container tests")
+    return _image()
+
+
+def containers_named(name: str) -> list[str]:
+    """The ids of the containers of this name, running or not."""
+    listed = subprocess.run(
+        [*PROGRAM, "ps", "--all", "--quiet", "--filter", f"name=^{name}$"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return listed.stdout.split()
