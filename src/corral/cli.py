@@ -419,6 +419,14 @@ def submit(
             " CORRAL_ARRAY_TASK_ID; %N at the end runs at most N at once. Prints every task's job id.",
         ),
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait for the jobs to end, as sbatch --wait: exit 0 if all completed, else the highest exit code"
+            " of a failed job, or 1 for one that ended without one (cancelled, TIMEOUT, lost nodes).",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`) or a file of jobs; prints the ids."""
@@ -478,6 +486,31 @@ def submit(
     else:
         for job_id in result["ids"]:
             sys.stdout.write(f"{job_id}\n")
+    if wait:
+        sys.stdout.flush()
+        raise typer.Exit(wait_for_jobs(result["ids"]))
+
+
+def wait_for_jobs(job_ids: list[int]) -> int:
+    """Wait until every job has ended, looking at one open job at a time (a thousand jobs cost no
+    more requests than one), and give sbatch --wait's exit code. Ctrl-C leaves the jobs running."""
+    worst = 0
+    remaining = list(job_ids)
+    try:
+        with err.status(f"waiting for {len(remaining)} job(s) to end") as shown:
+            while remaining:
+                job = call("GET", f"/api/jobs/{remaining[0]}")
+                if JobState(job["state"]).terminal:
+                    remaining.pop(0)
+                    if job["state"] != JobState.COMPLETE.value:
+                        worst = max(worst, job["exit_code"] or 1)
+                    shown.update(f"waiting for {len(remaining)} job(s) to end")
+                    continue
+                time.sleep(FOLLOW_EVERY)
+    except KeyboardInterrupt:
+        error(f"stopped waiting; the jobs go on ({len(remaining)} not ended, e.g. {remaining[0]})")
+        return 130
+    return worst
 
 
 def _login_name() -> str:

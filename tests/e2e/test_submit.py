@@ -26,6 +26,20 @@ def test_a_start_time_long_past_means_no_wait(corral: Corral) -> None:
         assert corral.cli_json("job", str(job_id))["not_before"] < 0
 
 
+def test_submit_wait_ends_with_the_jobs_and_gives_their_exit_code(corral: Corral) -> None:
+    """As sbatch --wait: the command returns once the jobs ended, 0 if all completed, else the
+    highest exit code of those that failed."""
+    corral.start()
+    done = corral.cli("submit", "--wait", "--", "true")
+    assert done.returncode == 0 and corral.jobs()[int(done.stdout)]["state"] == "complete"
+    array = corral.cli(
+        "submit", "--wait", "--array", "0-2", "--", "sh", "-c", "exit $CORRAL_ARRAY_TASK_ID", check=False
+    )
+    ids = [int(line) for line in array.stdout.split()]
+    assert array.returncode == 2, array.stderr
+    assert [corral.jobs()[i]["state"] for i in ids] == ["complete", "failed", "failed"]  # all ended first
+
+
 def test_submit_gives_locality_hints_and_the_job_keeps_them(corral: Corral) -> None:
     """Jobs could carry near/far hints (seed 003) only from a job file or the API."""
     corral.start()
