@@ -35,6 +35,7 @@ from corral.config import (
     read_text,
     unique_keys,
 )
+from corral.core import health
 from corral.core.model import JobState
 from corral.core.units import parse_duration
 from corral.jobspec import JobRequest, to_epoch
@@ -1016,11 +1017,11 @@ def nodes(
 
 
 def node_note(row: dict[str, Any]) -> str:
-    """What an operator set that takes a node out of service (a drain, a hold, a category), then
-    the reason of its state."""
+    """What takes a node out of service (a drain, a hold, a category) or would (a failed health
+    check: kept in service while too many nodes fail theirs), then the reason of its state."""
     memo = [
         f"{key}={value if isinstance(value, str) else ','.join(value)}"
-        for key in (attr.DRAIN, attr.HELD, attr.CATEGORY)
+        for key in (attr.DRAIN, attr.HELD, attr.CATEGORY, health.HEALTH)
         if (value := row["attributes"].get(key))
     ]
     return "; ".join([*memo, row["reason"]] if row["reason"] else memo)

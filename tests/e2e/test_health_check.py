@@ -28,6 +28,7 @@ def test_a_failing_check_takes_the_node_out_of_service_and_a_passing_one_puts_it
     sick.touch()
     wait_until(lambda: health_events() == ["health check failed: exit 1"], 30, "the failed check")
     assert attributes() == {"category": "software-failure", "health_check": "failed: exit 1"}
+    assert "health_check=failed: exit 1" in corral.cli("nodes").stdout.replace("\n", " ")
     waiting = int(corral.cli("submit", "--", "true").stdout)  # a broken node takes no new work
 
     sick.unlink()
