@@ -143,6 +143,9 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         from corral.executor.slurm_loop import SlurmLoop
 
         loop = SlurmLoop(store, config, dispatcher_id, home / "logs")
+        refused = loop.check_settings()
+        if refused is not None:
+            raise SystemExit(f"error: {refused}")
     else:
         loop = ControlLoop(store, make_cloud(config, url), config, dispatcher_id)
     runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)

@@ -284,6 +284,53 @@ def test_a_slurm_node_failure_is_judged_by_the_node_failure_policy(state: str) -
     assert not requeued.hold and requeued.retry_at == NOW + 5  # not a node failure: retried
 
 
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        # sbatch's stderr as corral reads it, from Slurm 22.05 (tests/slurm) and slurm_errno.c.
+        (
+            "Memory specification can not be satisfied; Batch job submission failed:"
+            " Requested node configuration is not available",
+            batch.Refusal.REQUEST,
+        ),
+        ("Invalid generic resource (gres) specification", batch.Refusal.REQUEST),
+        ("Temporary disk specification can not be satisfied", batch.Refusal.REQUEST),
+        ("Batch job submission failed: Node count specification invalid", batch.Refusal.REQUEST),
+        (
+            "Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)",
+            batch.Refusal.REQUEST,
+        ),
+        (
+            "invalid partition specified: nope; Batch job submission failed: Invalid partition name specified",
+            batch.Refusal.SETTING,
+        ),
+        (
+            "Batch job submission failed: Invalid account or account/partition combination specified",
+            batch.Refusal.SETTING,
+        ),
+        ("Batch job submission failed: Invalid qos specification", batch.Refusal.SETTING),
+        ("Batch job submission failed: Invalid --nice value", batch.Refusal.SETTING),
+        (
+            "Batch job submission failed: Unable to contact slurm controller (connect failure)",
+            batch.Refusal.TEMPORARY,
+        ),
+        ("Batch job submission failed: Socket timed out on send/recv operation", batch.Refusal.TEMPORARY),
+        ("Batch job submission failed: Resource temporarily unavailable", batch.Refusal.TEMPORARY),
+        (
+            "Batch job submission failed: Job violates accounting/QOS policy"
+            " (job submit limit, user's size and/or time limits)",
+            batch.Refusal.TEMPORARY,
+        ),
+        ("sbatch did not answer within 30s", batch.Refusal.TEMPORARY),
+        ("something a newer Slurm says", batch.Refusal.TEMPORARY),
+    ],
+)
+def test_sbatchs_errors_are_refusals_of_the_request_or_of_the_settings_or_temporary(
+    message: str, kind: batch.Refusal
+) -> None:
+    assert batch.sbatch_refusal(message) is kind
+
+
 def test_a_slurm_job_cancelled_outside_corral_cancels_the_job_and_says_so() -> None:
     job, attempt = claimed(1, 10, running=True)
     (outcome,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "CANCELLED")}).job_outcomes

@@ -76,7 +76,7 @@ class Dispatcher:
         return [f"{e['kind']}: {e['message']}" for e in self.store.list_events(job_id=job_id)]
 
 
-def make_config(home: Path, slurm: SlurmCluster, **slurm_keys: Any) -> Config:
+def make_config(home: Path, slurm: SlurmCluster, retry: dict[str, Any] | None = None, **slurm_keys: Any) -> Config:
     # Each test is a corral of its own on the shared Slurm: its own cluster tag, or its jobs (whose
     # ids start at 1 again) would be taken for another test's.
     return load_config(
@@ -85,7 +85,7 @@ def make_config(home: Path, slurm: SlurmCluster, **slurm_keys: Any) -> Config:
         cloud={"cluster": f"t-{uuid.uuid4().hex[:8]}"},
         executor="slurm",
         slurm={"conf": str(slurm.conf), **slurm_keys},
-        policy={"retry": {"backoff_initial": 0.5}},
+        policy={"retry": {"backoff_initial": 0.5, **(retry or {})}},
     )
 
 
@@ -334,15 +334,51 @@ def test_a_node_failing_under_a_slurm_job_applies_the_node_failure_policy(
         wait_until(lambda: slurm.node_state(node) in ("idle", "mixed", "allocated"), 30, f"{node} to come back")
 
 
-def test_sbatch_refusing_a_job_is_a_temporary_failure_with_slurms_message(tmp_path: Path, slurm: SlurmCluster) -> None:
-    corral = Dispatcher(tmp_path, make_config(tmp_path, slurm, partition="no-such-partition"))
-    job_id = corral.submit("true")
+def test_sbatch_refusing_a_jobs_request_fails_it_at_once_and_the_next_job_is_submitted(corral: Dispatcher) -> None:
+    """More memory than any node has: Slurm refuses the sbatch for good, and the job fails at once
+    with Slurm's message, as sbatch fails for a Slurm user (not retried, max_retries or not); the
+    job behind it goes to Slurm in the same pass."""
+    too_big = corral.submit("true", ram=99_999, max_retries=2)
+    fine = corral.submit("true", ram=128)
     corral.loop.run_pass()
-    row = corral.job(job_id)
+    row = corral.job(too_big)
+    assert row["state"] == "failed" and row["temp_failures"] == 0, row
+    assert row["wait_reason"] == (
+        "sbatch refused: Memory specification can not be satisfied;"
+        " Batch job submission failed: Requested node configuration is not available"
+    )
+    assert [a["state"] for a in corral.attempts(too_big)] == ["exited"]
+    assert any(e.startswith("job.failed: sbatch refused: ") for e in corral.events(too_big))
+    assert corral.attempts(fine)[0]["executor_ref"] is not None
+    corral.until_state(fine, "complete")
+
+
+def test_slurm_refusing_corrals_own_settings_is_said_at_start_and_fails_no_job(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """A partition that does not exist is the operator's setting, shared by every job: the check
+    `corral run` makes at start names it; if Slurm refuses it later, the job is requeued as a
+    temporary failure and the pass submits no more, instead of failing the whole queue."""
+    corral = Dispatcher(tmp_path, make_config(tmp_path, slurm, partition="no-such-partition"))
+    assert corral.loop.check_settings() == (
+        "Slurm refuses corral's sbatch settings (slurm.partition='no-such-partition'):"
+        " invalid partition specified: no-such-partition; allocation failure: Invalid partition name specified"
+    )
+    first, second = corral.submit("true"), corral.submit("true")
+    corral.loop.run_pass()
+    row = corral.job(first)
     assert row["state"] == "queued" and row["temp_failures"] == 1
-    assert "sbatch failed" in row["wait_reason"] and "invalid partition" in row["wait_reason"].lower()
-    assert corral.attempts(job_id)[0]["state"] == "tempfail"
+    assert row["wait_reason"].startswith(
+        "sbatch failed: invalid partition specified: no-such-partition;"
+        " Batch job submission failed: Invalid partition name specified (corral's slurm settings:"
+    )
+    assert corral.attempts(first)[0]["state"] == "tempfail"
+    assert corral.job(second)["state"] == "queued" and corral.attempts(second) == []  # not tried this pass
     corral.store.close()
+    (tmp_path / "fine").mkdir()
+    fine = Dispatcher(tmp_path / "fine", make_config(tmp_path / "fine", slurm))
+    assert fine.loop.check_settings() is None
+    fine.store.close()
 
 
 def test_a_restarted_dispatcher_re_adopts_its_slurm_jobs_without_submitting_twice(

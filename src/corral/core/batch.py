@@ -104,6 +104,61 @@ NICE_LIMIT = 2_147_483_645
 DEFAULT_NICE_BASE = 1
 
 
+class Refusal(StrEnum):
+    """What an `sbatch` that failed means (`sbatch_refusal`)."""
+
+    REQUEST = "request"  # Slurm refuses the job's own request for good: the job fails at once
+    SETTING = "setting"  # Slurm refuses corral's slurm settings, the same for every job
+    TEMPORARY = "temporary"  # anything else: slurmctld unreachable, busy, timed out; retried
+
+
+# sbatch's refusals of what the job itself asks (its CPUs, memory, GPUs, scratch, nodes, time limit),
+# which no retry changes: Slurm's own messages (slurm_errno.c, and sbatch's checks before it asks
+# slurmctld), lower case. Seen from Slurm 22.05 here: `--mem` above every node's RealMemory gives
+# the first two, `--gres=gpu:1` without GPUs and `--tmp` above TmpDisk the next two. The others
+# come with EnforcePartLimits (a job over a partition's MaxTime, MaxNodes, MaxCPUsPerNode...).
+# Without it Slurm accepts such a job and leaves it pending (Reason PartitionConfig,
+# PartitionTimeLimit...), which corral shows as the job's wait reason, as squeue does.
+REQUEST_REFUSALS = (
+    "requested node configuration is not available",
+    "memory specification can not be satisfied",
+    "invalid generic resource (gres) specification",
+    "temporary disk specification can not be satisfied",
+    "node count specification invalid",
+    "more processors requested than permitted",
+    "memory required by task is not available",
+    "requested time limit is invalid",
+)
+# Refusals of what corral's slurm settings ask for every job (slurm.partition, account,
+# extra_args, nice_base): an operator's to fix, not the job's. Failing each job at once for them
+# would empty corral's queue on one typo, so they stay temporary failures (the pass submits no
+# more), and `corral run` checks the settings when it starts (`sbatch --test-only`).
+SETTING_REFUSALS = (
+    "invalid partition name specified",
+    "invalid account or account/partition combination specified",
+    "invalid qos specification",
+    "requested reservation is invalid",
+    "invalid feature specification",
+    "invalid node name specified",
+    "access/permission denied",
+    "invalid wckey specification",
+    "invalid --nice value",
+)
+
+
+def sbatch_refusal(message: str) -> Refusal:
+    """What sbatch's error `message` means. Only messages known to be final are: an unknown one
+    (a newer Slurm's, a transient one such as "Unable to contact slurm controller", "Socket timed
+    out", "Resource temporarily unavailable", "Job violates accounting/QOS policy", which is also
+    a user's submit limit) is temporary, retried with back-off up to policy.retry.max_temp_failures."""
+    text = message.lower()
+    if any(known in text for known in REQUEST_REFUSALS):
+        return Refusal.REQUEST
+    if any(known in text for known in SETTING_REFUSALS):
+        return Refusal.SETTING
+    return Refusal.TEMPORARY
+
+
 def nice_for(priority: int, nice_base: int = DEFAULT_NICE_BASE) -> int:
     """The Slurm Nice of a job of corral priority `priority`: `nice_base - priority`, within
     Slurm's range. A higher priority is a lower Nice, and Slurm subtracts the Nice from its own

@@ -43,6 +43,15 @@ def after_temp_failure(
     )
 
 
+def after_refusal(job: Job, reason: str, attempt_ids: tuple[int, ...] = ()) -> JobOutcome:
+    """The batch scheduler refused the job's own request for good (Slurm: more memory or CPUs than
+    any node has, a time limit over the partition's): the job fails at once, as `sbatch` fails for
+    a Slurm user, and is not retried, whatever its `max_retries`: it would be refused again."""
+    if job.cancel_requested or job.priority == 0:
+        return JobOutcome(job.id, JobState.CANCELLED, f"cancelled after: {reason}", attempt_ids)
+    return JobOutcome(job.id, JobState.FAILED, reason, attempt_ids)
+
+
 REQUEUED_HELD = "held by an operator: requeued with --hold"
 
 

@@ -1,4 +1,4 @@
-"""Slurm's commands, as corral calls them: `sbatch`, `squeue`, `scontrol show job`, `scontrol
+"""Slurm's commands, as corral calls them: `sbatch` (and `sbatch --test-only`), `squeue`, `scontrol show job`, `scontrol
 update` (a job's Nice), `scancel`.
 
 Argument lists, never a shell string; every call has a timeout. A command that fails, times out
@@ -101,6 +101,18 @@ def parse_time(text: str) -> float | None:
         return None
 
 
+# The prefix Slurm's commands put before each error line ("sbatch: error: "), which says nothing
+# once the message is a job's reason.
+ERROR_PREFIX = re.compile(r"^\w+: error: ")
+
+
+def error_message(stderr: str) -> str:
+    """A Slurm command's error output as one line: "Memory specification can not be satisfied;
+    Batch job submission failed: Requested node configuration is not available"."""
+    lines = (ERROR_PREFIX.sub("", line.strip()) for line in stderr.splitlines())
+    return "; ".join(line for line in lines if line)
+
+
 def parse_squeue(text: str) -> list[SlurmJob]:
     jobs = []
     for line in text.splitlines():
@@ -156,8 +168,7 @@ class Slurm:
         except OSError as exc:
             raise SlurmError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
         if done.returncode != 0:
-            message = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
-            raise SlurmError(message or f"{args[0]} exited {done.returncode}")
+            raise SlurmError(error_message(done.stderr) or f"{args[0]} exited {done.returncode}")
         return done.stdout
 
     def sbatch(self, options: Sequence[str], script: Path, argv: Sequence[str], env: Mapping[str, str]) -> str:
@@ -167,6 +178,11 @@ class Slurm:
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed no job id: {out!r}")
         return job_id
+
+    def test_only(self, options: Sequence[str], script: Path, argv: Sequence[str]) -> None:
+        """`sbatch --test-only`: Slurm validates the request and submits nothing (SlurmError:
+        refused, with Slurm's message)."""
+        self.run(["sbatch", "--test-only", *options, str(script), *argv])
 
     def squeue(self) -> list[SlurmJob]:
         """Every job Slurm lists, also those ended within MinJobAge (`--states=all`)."""

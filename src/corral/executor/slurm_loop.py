@@ -230,12 +230,13 @@ class SlurmLoop(LiveLoop):
         attempts = {a.id: a for a in snapshot.attempts}
         for attempt_id in decisions.submit:
             attempt = attempts[attempt_id]
-            self._submit(jobs[attempt.job_id], attempt.id, now)
+            if not self._submit(jobs[attempt.job_id], attempt.id, now):
+                return  # the claims wait for the next pass too, queued with their reasons
         for job_id in decisions.claims:
             job = jobs[job_id]
             claimed = self.store.claim(job.id, self.dispatcher_id, (SLURM_NODE,), job.resources, now)
-            if claimed is not None:
-                self._submit(job, claimed, now)
+            if claimed is not None and not self._submit(job, claimed, now):
+                return
 
     def _renice(self, renices: list[batch.Renice], now: float) -> None:
         """`scontrol update` each Nice; a refusal (an unprivileged user's negative Nice) is recorded
@@ -263,6 +264,27 @@ class SlurmLoop(LiveLoop):
                 f"slurm job {renice.ref}: Nice={renice.nice} (priority {renice.priority})",
                 job_id=renice.job_id,
             )
+
+    def check_settings(self) -> str | None:
+        """Whether Slurm accepts corral's own sbatch settings (slurm.partition, account,
+        extra_args), asked once at start with `sbatch --test-only` of a 1-CPU job: what is wrong,
+        or None. A typo there would otherwise show only as every job's sbatch failing. Slurm not
+        answering is no verdict (None, logged): the passes say so (`slurm.unreachable`)."""
+        settings = self.config.slurm
+        options = ["--output=/dev/null"]
+        options += [f"--partition={settings.partition}"] if settings.partition else []
+        options += [f"--account={settings.account}"] if settings.account else []
+        try:
+            self.slurm.test_only([*options, *settings.extra_args], self.script, ["true"])
+        except SlurmError as exc:
+            if batch.sbatch_refusal(str(exc)) is batch.Refusal.TEMPORARY:
+                log.warning("could not check the slurm settings with sbatch --test-only: %s", exc)
+                return None
+            asked = [f"slurm.partition={settings.partition!r}"] if settings.partition else []
+            asked += [f"slurm.account={settings.account!r}"] if settings.account else []
+            asked += [f"slurm.extra_args={settings.extra_args!r}"] if settings.extra_args else []
+            return f"Slurm refuses corral's sbatch settings ({', '.join(asked) or 'none set'}): {exc}"
+        return None
 
     # ---- sbatch -------------------------------------------------------------------------------
 
@@ -315,7 +337,8 @@ class SlurmLoop(LiveLoop):
             env.update(job_array.environment(job.array))
         return env
 
-    def _submit(self, job: Job, attempt_id: int, now: float) -> None:
+    def _submit(self, job: Job, attempt_id: int, now: float) -> bool:
+        """sbatch the attempt; False if Slurm failed in a way that the next sbatch would too."""
         try:
             self.output_path(job.id, attempt_id).parent.mkdir(parents=True, exist_ok=True)
             self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -323,15 +346,25 @@ class SlurmLoop(LiveLoop):
                 self.sbatch_options(job, attempt_id), self.script, job.command, self.job_env(job, attempt_id)
             )
         except (SlurmError, OSError) as exc:
-            # slurmctld down, a refused request: a temporary failure, with Slurm's message. A
-            # submission that did happen (sbatch timed out after it) is scancelled as an orphan.
+            # With Slurm's message as the reason (batch.sbatch_refusal): a request Slurm refuses
+            # for good fails the job at once, as sbatch fails for a Slurm user; anything else (slurmctld
+            # unreachable or busy, a refused setting of corral's) is a temporary failure, and the
+            # pass submits no more: the next sbatch would most likely fail the same way, each after
+            # up to command_timeout. A submission that did happen (sbatch timed out after it) is
+            # scancelled as an orphan.
             log.warning("sbatch of job %s failed: %s", job.id, exc)
-            outcome = retry.after_temp_failure(
-                job, now, self.config.policy.retry, f"sbatch failed: {exc}", (attempt_id,)
-            )
+            kind = batch.sbatch_refusal(str(exc)) if isinstance(exc, SlurmError) else batch.Refusal.TEMPORARY
+            if kind is batch.Refusal.REQUEST:
+                outcome = retry.after_refusal(job, f"sbatch refused: {exc}", (attempt_id,))
+            else:
+                why = f"sbatch failed: {exc}"
+                if kind is batch.Refusal.SETTING:
+                    why += " (corral's slurm settings: partition, account, extra_args, nice_base)"
+                outcome = retry.after_temp_failure(job, now, self.config.policy.retry, why, (attempt_id,))
             self.store.apply_outcome(outcome, now)
-            return
+            return kind is batch.Refusal.REQUEST
         self.store.set_executor_ref(attempt_id, ref, f"attempt {attempt_id} submitted as slurm job {ref}", now)
+        return True
 
     def _collect_output(self, job_id: int, attempt_id: int) -> None:
         """Copy an ended attempt's output into the log store when it was written elsewhere."""
