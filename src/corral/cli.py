@@ -614,9 +614,14 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
     console.print(
         f"  submitted  {when(j['submitted_at'])}   started {when(j['started_at'])}   finished {when(j['finished_at'])}"
     )
+    # Preemptions are no failures (they spend no retry budget) but are counted all the same, as
+    # Slurm's Restarts: one per attempt that ended so.
+    preempted = sum(1 for a in j["attempt_list"] or () if a["state"] == "preempted")
     console.print(
         f"  exit code  {'-' if j['exit_code'] is None else j['exit_code']}   node {j['node'] or '-'}   "
-        f"attempts {j['attempts']} (temporary failures {j['temp_failures']})"
+        f"attempts {j['attempts']} (temporary failures {j['temp_failures']}"
+        + (f", preempted {preempted}" if preempted else "")
+        + ")"
     )
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j.get("array_task_id") is not None:

@@ -281,7 +281,21 @@ def test_a_slurm_node_failure_is_judged_by_the_node_failure_policy(state: str) -
     assert outcome.reason.startswith(f"slurm job 77 {state} (NodeDown); requeued and held")
     preempted = {10: Seen(10, "77", "PREEMPTED", None, "", "c1")}
     (requeued,) = plan(world(job, attempts=(attempt,)), preempted).job_outcomes
-    assert not requeued.hold and requeued.retry_at == NOW + 5  # not a node failure: retried
+    assert not requeued.hold and requeued.preempted  # not a node failure
+
+
+def test_a_preempted_job_is_requeued_at_once_counting_no_failure_however_often() -> None:
+    """Slurm's PreemptMode=REQUEUE requeues without limit: a job preempted for the sixth time by
+    higher-priority work is queued again, with no back-off, not failed (max_temp_failures 5)."""
+    job, attempt = claimed(1, 10, running=True)
+    job = dataclasses.replace(job, temp_failures=5)
+    (outcome,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "PREEMPTED")}).job_outcomes
+    assert outcome.state is JobState.QUEUED and outcome.retry_at is None
+    assert outcome.preempted and not outcome.temp_failure and not outcome.perm_failure
+    assert outcome.reason == "slurm job 77 PREEMPTED; requeued (a preemption is not a failure)"
+    cancelled = dataclasses.replace(job, cancel_requested=True)
+    (outcome,) = plan(world(cancelled, attempts=(attempt,)), {10: Seen(10, "77", "PREEMPTED")}).job_outcomes
+    assert outcome.state is JobState.CANCELLED
 
 
 @pytest.mark.parametrize(

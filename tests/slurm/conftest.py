@@ -5,7 +5,8 @@ with the reason, unless `CI=true`, where that is a failure: CI never goes green 
 Everything lives in a temporary directory: its own munge socket, state, spool and logs, ports
 picked free, so it collides with no other Slurm on the machine. The settings are those found to
 work here (shared/notes/slurm-on-one-machine.md): proctrack/linuxproc and no cgroups, cons_tres
-with DefMemPerCPU, no accounting (exit codes come from `scontrol show job`).
+with DefMemPerCPU, no accounting (exit codes come from `scontrol show job`); a second partition
+whose jobs preempt the default one's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 PROGRAMS = ["sbatch", "squeue", "scontrol", "scancel", "sinfo", "slurmctld", "slurmd", "munge"]
 MUNGED = "/usr/sbin/munged"
 NODES = ("c1", "c2")
+# A partition over the same nodes whose jobs preempt those of the default one (partition_prio,
+# PreemptMode=REQUEUE): a real preemption on one machine.
+PREEMPTOR = "high"
 
 
 def _missing() -> list[str]:
@@ -92,7 +96,8 @@ class SlurmCluster:
         return self.run("squeue", "--noheader", "--states=all", "--format=%T", "--jobs", job_id).strip()
 
     def node_state(self, node: str) -> str:
-        return self.run("sinfo", "--noheader", "--Node", "--format=%T", "--nodes", node).strip()
+        # A line per partition the node is in: the same state on each.
+        return self.run("sinfo", "--noheader", "--Node", "--format=%T", "--nodes", node).split()[0]
 
     def jobs(self) -> list[str]:
         return self.run("squeue", "--noheader", "--states=all", "--format=%i|%T|%k").splitlines()
@@ -134,6 +139,9 @@ MpiDefault=none
 ReturnToService=2
 NodeName=c[1-{len(NODES)}] NodeHostname=localhost NodeAddr=127.0.0.1 Port={first}-{last} CPUs=2 RealMemory=4000
 PartitionName=debug Nodes=c[1-{len(NODES)}] Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName={PREEMPTOR} Nodes=c[1-{len(NODES)}] PriorityTier=10 MaxTime=INFINITE State=UP
 """
     )
     return conf
@@ -212,7 +220,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
             out = subprocess.run(
                 ["sinfo", "--noheader", "--format=%T %D"], env=cluster.env, capture_output=True, text=True, timeout=10
             ).stdout
-            return out.strip() == f"idle {len(NODES)}"
+            return set(out.split("\n")) - {""} == {f"idle {len(NODES)}"}  # a line per partition
 
         wait_until(idle, 30, "the Slurm nodes to be idle", interval=0.1)
         yield cluster

@@ -22,7 +22,7 @@ from corral.executor.slurm import SlurmJob
 from corral.executor.slurm_loop import SlurmLoop
 from corral.jobspec import JobRequest
 from corral.store import Store
-from tests.slurm.conftest import SlurmCluster
+from tests.slurm.conftest import PREEMPTOR, SlurmCluster
 from tests.support import wait_until
 
 
@@ -191,12 +191,15 @@ def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
     waiting = corral.submit("sleep", "300", vcpus=2, ram=128)
     for job_id in running:
         corral.until_state(job_id, "running")
-    row = corral.until(
-        lambda: (r := corral.job(waiting))["wait_reason"].startswith("slurm:") and r, 20, "a pending reason"
-    )
     # Slurm's own reason: Resources, or Priority when it has already planned the nodes for an older
-    # pending job (seen once on the shared Slurm).
-    assert row["state"] == "claimed" and row["wait_reason"] in ("slurm: Resources", "slurm: Priority")
+    # pending job (seen once on the shared Slurm). Right after sbatch, until Slurm's scheduler has
+    # looked at the job, its reason is None ("slurm: pending").
+    row = corral.until(
+        lambda: (r := corral.job(waiting))["wait_reason"] in ("slurm: Resources", "slurm: Priority") and r,
+        20,
+        "Slurm's pending reason",
+    )
+    assert row["state"] == "claimed"
 
     ref = corral.attempts(running[0])[0]["executor_ref"]
     assert slurm.state(ref) == "RUNNING"
@@ -332,6 +335,36 @@ def test_a_node_failing_under_a_slurm_job_applies_the_node_failure_policy(
         with contextlib.suppress(subprocess.CalledProcessError):
             slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
         wait_until(lambda: slurm.node_state(node) in ("idle", "mixed", "allocated"), 30, f"{node} to come back")
+
+
+def test_a_preempted_slurm_job_is_requeued_without_spending_the_failure_budget(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """A real preemption: a job of the higher-tier partition takes every CPU, Slurm ends corral's
+    job PREEMPTED (--no-requeue), and corral queues it again at once, counting no temporary
+    failure (max_temp_failures = 0 here: one would fail it), so it runs again once Slurm lets it."""
+    corral = Dispatcher(tmp_path, make_config(tmp_path, slurm, retry={"max_temp_failures": 0}))
+    job_id = corral.submit("sleep", "300", vcpus=2, ram=128)
+    corral.until_state(job_id, "running")
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    slurm.run(
+        "sbatch",
+        f"--partition={PREEMPTOR}",
+        "--nodes=2",
+        "--cpus-per-task=2",
+        "--mem=128M",
+        "--output=/dev/null",
+        "--wrap=sleep 1",
+    )
+    corral.until(lambda: len(corral.attempts(job_id)) == 2, 30, "the job to be submitted again")
+    row = corral.until_state(job_id, "running")
+    assert row["temp_failures"] == 0
+    first, second = corral.attempts(job_id)
+    assert first["state"] == "preempted"
+    assert first["reason"] == f"slurm job {ref} PREEMPTED; requeued (a preemption is not a failure)"
+    assert second["executor_ref"] not in (None, ref)
+    assert f"job.requeued: slurm job {ref} PREEMPTED; requeued (a preemption is not a failure)" in corral.events(job_id)
+    corral.store.close()
 
 
 def test_sbatch_refusing_a_jobs_request_fails_it_at_once_and_the_next_job_is_submitted(corral: Dispatcher) -> None:

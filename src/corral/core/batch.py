@@ -13,8 +13,9 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
    pending (annotated with Slurm's reason), running, ended with an exit code (complete, or failed
    unless the job asks for retries: `retry.after_exit`; TIMEOUT: failed, never retried, as corral's
    own pass ends a job at its time limit, `exit_outcome`), lost with a node (NODE_FAIL, BOOT_FAIL:
-   the node-failure policy, `retry.after_node_failure`), lost otherwise (PREEMPTED, vanished from
-   Slurm's listing: `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral;
+   the node-failure policy, `retry.after_node_failure`), preempted (PREEMPTED: requeued, not a
+   failure, `retry.after_preemption`), lost otherwise (REVOKED, vanished from Slurm's listing:
+   `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral;
 4. an attempt claimed but never submitted (the dispatcher stopped between the claim and `sbatch`)
    is submitted;
 5. queued jobs whose dependency can never be satisfied are cancelled (`corral.core.dependency`,
@@ -91,6 +92,9 @@ ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
 # The states in which a node of the job failed: the node-failure policy (on_node_failure) decides
 # what that does to the job, as for a lost node of corral's own.
 NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+# Slurm stopped the job for higher-priority work (PreemptMode=REQUEUE or CANCEL; corral's jobs are
+# --no-requeue, so Slurm ends them): requeued, not a failure (`retry.after_preemption`).
+PREEMPTED = "PREEMPTED"
 # A claimed job's wait reason while it pends in Slurm's queue: this, then Slurm's reason.
 SLURM_REASON = "slurm: "
 # Slurm's reasons of a job held there (scontrol hold, sbatch --hold): it waits by someone's choice.
@@ -387,6 +391,8 @@ def plan_batch_pass(
             if base_state(observed.state) in NODE_FAILURES:  # seed 002 §5.4.6
                 node = observed.nodes or slurm_job
                 decisions.job_outcomes.append(retry.after_node_failure(job, now, settings.retry, node, ids, why))
+            elif base_state(observed.state) == PREEMPTED:
+                decisions.job_outcomes.append(retry.after_preemption(job, why, ids))
             else:
                 decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, why, ids))
         else:  # cancelled in Slurm, and not by corral (corral's own cancel ended the attempt)

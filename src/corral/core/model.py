@@ -42,6 +42,7 @@ class AttemptState(StrEnum):
     TEMPFAIL = "tempfail"  # infrastructure failure: node lost, never started, dispatcher died
     CANCELLED = "cancelled"
     TIMEOUT = "timeout"  # ended by corral past its job's time limit (Slurm's TIMEOUT)
+    PREEMPTED = "preempted"  # Slurm preempted it for higher-priority work: not a failure
 
     @property
     def active(self) -> bool:

@@ -43,6 +43,18 @@ def after_temp_failure(
     )
 
 
+def after_preemption(job: Job, reason: str, attempt_ids: tuple[int, ...] = ()) -> JobOutcome:
+    """Slurm preempted the job's run for higher-priority work: queued again at once, as Slurm's
+    PreemptMode=REQUEUE requeues a job, and without limit. Not a failure: nothing failed, and a job
+    preempted again and again by a busy higher tier must not fail for it, so neither the back-off
+    nor `max_temp_failures` applies (the attempt ends `preempted`, which counts the preemptions)."""
+    if job.cancel_requested or job.priority == 0:
+        return JobOutcome(job.id, JobState.CANCELLED, f"cancelled after: {reason}", attempt_ids)
+    return JobOutcome(
+        job.id, JobState.QUEUED, f"{reason}; requeued (a preemption is not a failure)", attempt_ids, preempted=True
+    )
+
+
 def after_refusal(job: Job, reason: str, attempt_ids: tuple[int, ...] = ()) -> JobOutcome:
     """The batch scheduler refused the job's own request for good (Slurm: more memory or CPUs than
     any node has, a time limit over the partition's): the job fails at once, as `sbatch` fails for

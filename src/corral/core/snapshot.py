@@ -112,6 +112,9 @@ class JobOutcome:
     timeout: bool = False
     # Requeued by request (QUEUED; Slurm's scontrol requeue): its attempts end cancelled.
     requeued: bool = False
+    # Requeued after Slurm preempted it (QUEUED): its attempts end `preempted`, and no failure is
+    # counted (Slurm's PreemptMode=REQUEUE requeues without limit).
+    preempted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

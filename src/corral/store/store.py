@@ -910,6 +910,8 @@ class Store:
             attempt_state = AttemptState.TIMEOUT
         elif outcome.requeued:
             attempt_state = AttemptState.CANCELLED  # stopped by request
+        elif outcome.preempted:
+            attempt_state = AttemptState.PREEMPTED
         row = conn.execute(select(J.c.state).where(J.c.id == outcome.job_id).with_for_update()).first()
         if row is None:
             return False
