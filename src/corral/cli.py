@@ -773,8 +773,17 @@ def hold(
 ) -> None:
     """Hold queued jobs (Slurm's `scontrol hold`) until `corral release`.
 
-    A held job stays queued, but is not run, and no instance is booted for it."""
-    each_job(job_ids, "hold", lambda r: "held" if r["changed"] else "already held", {"reason": reason})
+    A held job stays queued, but is not run, and no instance is booted for it. In front of Slurm, a
+    claimed job (pending in Slurm) is taken back from Slurm's queue and held."""
+
+    def said(result: dict[str, Any]) -> str:
+        if result.get("taken_back"):
+            return "pending in Slurm: the next pass takes it back from Slurm's queue and holds it" + (
+                "" if result["changed"] else " (asked already)"
+            )
+        return "held" if result["changed"] else "already held"
+
+    each_job(job_ids, "hold", said, {"reason": reason})
 
 
 @app.command()
@@ -905,6 +914,8 @@ def update(
     said = ", ".join(
         f"{key} {_update_value(key, old)} -> {_update_value(key, new)}" for key, (old, new) in changes.items()
     )
+    if result.get("taken_back"):
+        said += " (it was pending in Slurm: the next pass takes it back and submits it again)"
     sys.stdout.write(f"{job_id}: {said}\n")
 
 

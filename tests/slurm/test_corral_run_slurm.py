@@ -119,6 +119,18 @@ def test_a_job_pending_in_slurm_shows_slurms_reason_in_corral_jobs_and_corral_jo
     shown = corral.cli("job", str(waiting)).stdout
     assert any(f"waiting    {reason}\n" in shown for reason in reasons), shown
 
+    # A job pending in Slurm takes `corral update` and `corral hold`, as `scontrol update` and
+    # `scontrol hold` take a pending Slurm job (they were refused: "only while it is queued").
+    said = corral.cli("update", str(waiting), "--ram", "256MiB").stdout
+    assert said.startswith(f"{waiting}: ram ") and said.endswith(
+        " (it was pending in Slurm: the next pass takes it back and submits it again)\n"
+    )
+    wait_until(lambda: len(corral.cli_json("job", str(waiting))["attempt_list"]) == 2, 30, "a new Slurm job")
+    said = corral.cli("hold", str(waiting)).stdout
+    assert said == f"{waiting}: pending in Slurm: the next pass takes it back from Slurm's queue and holds it\n"
+    wait_until(lambda: corral.jobs()[waiting]["held"], 30, "the job held in corral's queue")
+    assert corral.jobs()[waiting]["state"] == "queued"
+
 
 def test_corral_usage_counts_the_vcpu_hours_of_slurm_jobs_at_no_cost(corral: Corral) -> None:
     """Slurm's nodes are not instances corral booted: their work counts, their cost is 0."""

@@ -212,6 +212,36 @@ def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
     assert corral.attempts(running[0])[0]["state"] == "cancelled"
 
 
+def test_a_job_pending_in_slurm_is_held_or_updated_by_taking_it_back_from_slurm(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    """What `scontrol hold` and `scontrol update` do to a pending Slurm job: `corral hold` of a job
+    waiting in Slurm's queue scancels its Slurm job and holds it in corral's queue until released;
+    `corral update` of one gets it submitted again with the new request. Neither counts a failure."""
+    for _ in range(2):  # both nodes full
+        corral.until_state(corral.submit("sleep", "300", vcpus=2, ram=128), "running")
+    held, updated = (corral.submit("sleep", "300", vcpus=2, ram=128) for _ in range(2))
+    corral.loop.run_pass()
+    refs = [corral.attempts(job_id)[0]["executor_ref"] for job_id in (held, updated)]
+    assert all(refs) and [corral.job(job_id)["state"] for job_id in (held, updated)] == ["claimed"] * 2
+    assert corral.store.hold(held, time.time(), take_back=True)["taken_back"]
+    result = corral.store.update_job(updated, {"ram": 256, "time_limit": 600}, time.time(), take_back=True)
+    assert result["taken_back"] and result["changes"] == {"ram": [128, 256], "time_limit": [None, 600.0]}
+    corral.until(lambda: len(corral.attempts(updated)) == 2, 20, "the updated job to be submitted again")
+
+    row = corral.job(held)
+    assert row["state"] == "queued" and row["held"] and row["temp_failures"] == 0
+    assert slurm.state(refs[0]) == "CANCELLED" and corral.attempts(held)[0]["state"] == "cancelled"
+    assert corral.job(updated)["temp_failures"] == 0 and slurm.state(refs[1]) == "CANCELLED"
+    new_ref = corral.attempts(updated)[1]["executor_ref"]
+    shown = slurm.show_job(new_ref)
+    assert "MinMemoryNode=256M" in shown and "TimeLimit=00:10:00" in shown, shown
+    corral.loop.run_pass()
+    assert len(corral.attempts(held)) == 1  # held: not submitted
+    corral.store.release(held, time.time())
+    corral.until(lambda: len(corral.attempts(held)) == 2, 20, "the released job to be submitted again")
+
+
 def test_requeue_scancels_the_running_slurm_job_and_submits_the_job_again(
     corral: Dispatcher, slurm: SlurmCluster
 ) -> None:

@@ -58,6 +58,25 @@ def test_only_a_queued_job_can_be_held(store: Store) -> None:
     assert not store.job_row(job_id)["held"] and event_kinds(store, job_id) == ["job.queued", "job.claimed"]
 
 
+def test_in_front_of_slurm_a_claimed_job_is_taken_back_and_held_and_a_running_one_refused(store: Store) -> None:
+    """A claimed job only waits in Slurm's queue (the API passes take_back in front of Slurm), as a
+    pending job that `scontrol hold` holds: it is marked for the pass to take back and hold, as
+    `corral requeue --hold`. A running one is refused with what to do instead."""
+    [job_id, running] = submit(store, 2)
+    claim(store, job_id)
+    taken = {"id": job_id, "state": "claimed", "held": False, "changed": True, "taken_back": True}
+    assert store.hold(job_id, NOW + 1, take_back=True) == taken
+    assert store.hold(job_id, NOW + 2, take_back=True) == {**taken, "changed": False}  # asked already
+    row = store.job_row(job_id)
+    assert row["requeue_requested"] and row["requeue_hold"]
+    assert event_kinds(store, job_id) == ["job.queued", "job.claimed", "job.requeue_requested"]
+    attempt = claim(store, running)
+    store.attempt_started(attempt, "n1", None, NOW + 1)
+    refused = f"job {running} is running: only a queued or claimed job can be held .corral requeue --hold {running}"
+    with pytest.raises(NotQueued, match=refused):
+        store.hold(running, NOW + 2, take_back=True)
+
+
 def test_a_held_job_can_be_cancelled_and_is_no_longer_held(store: Store) -> None:
     [job_id] = submit(store)
     store.hold(job_id, NOW)

@@ -28,6 +28,7 @@ def test_a_queued_jobs_request_changes_and_the_next_snapshot_sees_it(store: Stor
         "id": job_id,
         "state": "queued",
         "changes": {"vcpus": [64.0, 2.0], "ram": [GiB, 512], "name": ["job-0", "smaller"]},
+        "taken_back": False,
     }
     after = snapshot_job(store, job_id)
     assert after.resources.vcpus == 2 and after.resources.ram_mib == 512 and after.name == "smaller"
@@ -50,6 +51,27 @@ def test_a_running_jobs_time_limit_changes_but_not_what_it_was_placed_with(store
     with pytest.raises(NotQueued, match=f"job {job_id} is claimed: nodes, vcpus change only while it is queued"):
         store.update_job(job_id, {"vcpus": 2, "nodes": 2}, NOW + 2)
     assert snapshot_job(store, job_id).resources.vcpus == 1
+
+
+def test_in_front_of_slurm_a_claimed_job_takes_any_change_and_is_taken_back_to_be_submitted_again(
+    store: Store,
+) -> None:
+    """A claimed job only waits in Slurm's queue (the API passes take_back in front of Slurm):
+    `scontrol update` changes a pending job, so corral's update does too, and marks it for the
+    pass to take back (scancel) and queue again, counting nothing, as a requeue request."""
+    [job_id] = submit(store)
+    claim(store, job_id)
+    result = store.update_job(job_id, {"vcpus": 2}, NOW + 1, take_back=True)
+    assert result == {"id": job_id, "state": "claimed", "changes": {"vcpus": [1.0, 2.0]}, "taken_back": True}
+    row = store.job_row(job_id)
+    assert row["requeue_requested"] and not row["held"] and row["spec"]["vcpus"] == 2
+    (updated,) = [e for e in store.list_events(job_id=job_id) if e["kind"] == "job.updated"]
+    assert updated["message"] == "vcpus 1 -> 2 (it waited in Slurm: the next pass takes it back and submits it again)"
+    # A change a claimed job takes anyway (its name) takes nothing back.
+    [other] = submit(store)
+    claim(store, other)
+    assert store.update_job(other, {"name": "x"}, NOW + 1, take_back=True)["taken_back"] is False
+    assert not store.job_row(other)["requeue_requested"]
 
 
 def test_bad_changes_name_the_field_and_change_nothing(store: Store) -> None:

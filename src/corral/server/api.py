@@ -199,11 +199,16 @@ def cancel_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
 @router.post("/jobs/{job_id}/hold", responses=error_responses(409))
 def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any]:
     """Slurm's `scontrol hold`: a queued job stays queued and is not placed (nor booted for) until
-    released. 409 for a job that is not queued."""
+    released. In front of Slurm, a claimed job (pending in Slurm's queue) is taken back by the
+    next pass and held (`taken_back`). 409 for a job that is not queued (nor claimed)."""
+    take_back = runtime.config.executor == "slurm"
     try:
-        return runtime.store.hold(job_id, time.time(), body.reason if body else "")
+        result = runtime.store.hold(job_id, time.time(), body.reason if body else "", take_back=take_back)
     except NotQueued as exc:
         raise HTTPException(409, str(exc)) from None
+    if result.get("taken_back"):
+        runtime.wake()
+    return result
 
 
 @router.post("/jobs/{job_id}/requeue")
@@ -234,14 +239,17 @@ def set_priority(job_id: JobId, body: PriorityBody, runtime: UserRuntime) -> Job
 def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobUpdateOut:
     """Slurm's `scontrol update JobId=`: change what a job asked for. Resources, nodes and its
     requested start only while it is queued (409 otherwise); its time limit, retries and name also
-    while it is claimed or running. In front of Slurm, a claimed or running job's time limit is
-    Slurm's to change (409)."""
+    while it is claimed or running. In front of Slurm, a running job's time limit is Slurm's to
+    change (409), and a claimed job (pending in Slurm's queue) takes every change: the next pass
+    takes it back from Slurm and submits it again."""
     changes = {key: getattr(body, key) for key in body.model_fields_set if key != "time_limit_add"}
     # In front of Slurm, Slurm enforces a running job's time limit (scontrol update changes it there).
     slurm = runtime.config.executor == "slurm"
     while_running = UPDATABLE_WHILE_RUNNING - {"time_limit"} if slurm else UPDATABLE_WHILE_RUNNING
     try:
-        result = runtime.store.update_job(job_id, changes, time.time(), body.time_limit_add, while_running)
+        result = runtime.store.update_job(
+            job_id, changes, time.time(), body.time_limit_add, while_running, take_back=slurm
+        )
     except NotQueued as exc:
         raise HTTPException(409, str(exc)) from None
     runtime.wake()

@@ -101,6 +101,9 @@ class JobUpdateOut(BaseModel):
     id: int
     state: str
     changes: dict[str, list[Any]]  # each field changed: its old and its new value (as stored)
+    # In front of Slurm, a claimed job changed: the next pass takes it back from Slurm's queue
+    # (scancel) and submits it again with the new request.
+    taken_back: bool = False
 
 
 class CancelMatchingBody(BaseModel):

@@ -665,6 +665,7 @@ class Store:
         now: float,
         time_limit_add: float | None = None,
         while_running: frozenset[str] = UPDATABLE_WHILE_RUNNING,
+        take_back: bool = False,
     ) -> dict[str, Any]:
         """Change what a job asked for (Slurm's `scontrol update JobId=`): `changes` are JobRequest
         fields, `time_limit_add` seconds added to its time limit (TimeLimit=+). Its resources, nodes
@@ -674,7 +675,11 @@ class Store:
         whole, as at submission (InvalidJobs naming the field); `spec_rev` goes up, so every
         dispatcher builds the job again, and a queued job is judged afresh (not unplaceable). The
         event job.updated names each change; `changes` in the result, each field's old and new
-        value. NotQueued for a change the job's state does not take."""
+        value. NotQueued for a change the job's state does not take. `take_back` (in front of
+        Slurm, where a claimed job only waits in Slurm's queue, as a pending job a Slurm user would
+        `scontrol update`): a claimed job takes every change too, and is marked as
+        `request_requeue` marks it, so that the next pass scancels its Slurm job and queues it
+        again, counting nothing, to be submitted with the new request."""
         unknown = sorted(set(changes) - UPDATABLE)
         if unknown:
             raise InvalidJobs([f"{name}: cannot be changed (only {', '.join(sorted(UPDATABLE))})" for name in unknown])
@@ -692,7 +697,8 @@ class Store:
                     raise InvalidJobs([f"time_limit: job {job_id} has no time limit to add to (set one)"])
                 wanted["time_limit"] = limit + time_limit_add
             queued_only = sorted(set(wanted) - while_running)
-            if queued_only and state is not JobState.QUEUED:
+            resubmit = bool(queued_only) and take_back and state is JobState.CLAIMED
+            if queued_only and state is not JobState.QUEUED and not resubmit:
                 raise NotQueued(
                     f"job {job_id} is {state.value}: {', '.join(queued_only)} change only while it is queued"
                     f" (its {', '.join(sorted(while_running))} also while it runs)"
@@ -707,6 +713,8 @@ class Store:
                 values: dict[str, Any] = {"spec": spec, "name": request.name, "spec_rev": row.spec_rev + 1}
                 if state is JobState.QUEUED:
                     values.update(unplaceable=False)
+                if resubmit:
+                    values.update(requeue_requested=True)
                 # The state and revision read are in the UPDATE itself: a job claimed meanwhile
                 # does not take a change of what it was placed with.
                 result = conn.execute(
@@ -717,8 +725,15 @@ class Store:
                 if result.rowcount == 0:
                     raise NotQueued(f"job {job_id} changed meanwhile (claimed, started or updated): try again")
                 said = "; ".join(f"{key} {_shown(old)} -> {_shown(new)}" for key, (old, new) in changed.items())
+                if resubmit:
+                    said += " (it waited in Slurm: the next pass takes it back and submits it again)"
                 self._event(conn, now, "job.updated", said, job_id=job_id)
-        return {"id": job_id, "state": state.value, "changes": {key: list(pair) for key, pair in changed.items()}}
+        return {
+            "id": job_id,
+            "state": state.value,
+            "changes": {key: list(pair) for key, pair in changed.items()},
+            "taken_back": resubmit and bool(changed),
+        }
 
     def set_array_throttle(self, array_job_id: int, throttle: int, now: float) -> dict[str, Any]:
         """Change a job array's throttle (Slurm's `scontrol update JobId=A ArrayTaskThrottle=N`; 0:
@@ -741,11 +756,32 @@ class Store:
         tasks = result.rowcount
         return {"array_job_id": array_job_id, "throttle": throttle or None, "tasks": tasks, "open": open_tasks}
 
-    def hold(self, job_id: int, now: float, reason: str = "") -> dict[str, Any]:
+    def hold(self, job_id: int, now: float, reason: str = "", take_back: bool = False) -> dict[str, Any]:
         """Hold a queued job (Slurm's `scontrol hold`): it stays queued, and no pass places it or
         boots for it until `release`. `changed` is False for a job already held; NotQueued for a
-        job that is not queued (claimed or running: cancel it, or hold it once it is requeued)."""
+        job that is not queued (claimed or running: cancel it, or hold it once it is requeued).
+        `take_back` (in front of Slurm, where a claimed job waits in Slurm's queue, for hours maybe,
+        as a pending Slurm job a Slurm user would `scontrol hold`): a claimed job is marked as
+        `request_requeue(hold=True)` marks it, and the next pass scancels its Slurm job and queues
+        it held, counting nothing (`taken_back` in the result)."""
         why = f"held by an operator: {reason}" if reason else "held by an operator"
+        if take_back:
+            with self.write() as conn:
+                taken = conn.execute(
+                    update(J)
+                    .where(J.c.id == job_id, J.c.state == JobState.CLAIMED.value, J.c.requeue_requested.is_(False))
+                    .values(requeue_requested=True, requeue_hold=True, updated_at=now)
+                )
+                if taken.rowcount == 1:
+                    said = "hold requested while it waits in Slurm: the next pass takes it back (scancel) and holds it"
+                    self._event(conn, now, "job.requeue_requested", said, job_id=job_id)
+                    return {
+                        "id": job_id,
+                        "state": JobState.CLAIMED.value,
+                        "held": False,
+                        "changed": True,
+                        "taken_back": True,
+                    }
         with self.write() as conn:
             # The state check is in the UPDATE itself, as in request_cancel.
             result = conn.execute(
@@ -753,14 +789,21 @@ class Store:
                 .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
                 .values(held=True, wait_reason=why, unplaceable=False, updated_at=now)
             )
-            row = conn.execute(select(J.c.state, J.c.held).where(J.c.id == job_id)).first()
+            row = conn.execute(select(J.c.state, J.c.held, J.c.requeue_hold).where(J.c.id == job_id)).first()
             if row is None:
                 raise NotFound(f"no job {job_id}")
             changed = result.rowcount == 1
             if changed:
                 self._event(conn, now, "job.held", why, job_id=job_id)
+            elif take_back and row.state == JobState.CLAIMED.value and row.requeue_hold:
+                # Asked twice before the pass took it back: nothing more to do.
+                return {"id": job_id, "state": row.state, "held": False, "changed": False, "taken_back": True}
             elif row.state != JobState.QUEUED.value:
-                raise NotQueued(f"job {job_id} is {row.state}: only a queued job can be held")
+                also = " or claimed" if take_back else ""
+                raise NotQueued(
+                    f"job {job_id} is {row.state}: only a queued{also} job can be held"
+                    f" (corral requeue --hold {job_id} stops its run and holds it)"
+                )
         return {"id": job_id, "state": row.state, "held": True, "changed": changed}
 
     def release(self, job_id: int, now: float) -> dict[str, Any]:
