@@ -214,9 +214,10 @@ def test_a_job_pending_in_slurm_with_another_prioritys_nice_is_reniced() -> None
     snapshot = world(
         raised, same, unknown, running, attempts=(raised_attempt, same_attempt, unknown_attempt, running_attempt)
     )
-    assert plan(snapshot, seen).renice == [batch.Renice(1, "77", -49, 50)]
+    # Each with the Nice Slurm had (an admin's `scontrol update` may have set it: the shell says so).
+    assert plan(snapshot, seen).renice == [batch.Renice(1, "77", -49, 50, was=0)]
     assert batch.plan_batch_pass(snapshot, NOW, PolicySettings(), seen, 100, nice_base=50).renice == [
-        batch.Renice(2, "78", 0, 50)
+        batch.Renice(2, "78", 0, 50, was=-49)
     ]
 
 

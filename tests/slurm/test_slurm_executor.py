@@ -317,6 +317,14 @@ def test_a_jobs_priority_is_its_slurm_nice_at_sbatch_and_when_it_changes(
     corral.store.set_priority(second, 100, time.time())
     corral.until(lambda: nice_of(slurm, refs[second]) == -99, 20, "the renice")
     assert any(f"slurm job {refs[second]}: Nice=-99 (priority 100)" in e for e in corral.events(second))
+    # An admin's Nice: reset to the priority's, and the event says it was set outside corral.
+    slurm.run("scontrol", "update", f"JobId={refs[first]}", "Nice=7")
+    corral.until(lambda: nice_of(slurm, refs[first]) == 0, 20, "the admin's Nice reset")
+    said = (
+        f"slurm.reniced: slurm job {refs[first]}: Nice=0 (priority 1); its Nice=7 was set outside corral,"
+        f" and corral's priority decides (corral priority {first} N changes it)"
+    )
+    assert said in corral.events(first), corral.events(first)
     corral.store.request_cancel(running[0], time.time())
     corral.until_state(second, "running")
     assert corral.job(first)["state"] == "claimed" and corral.job(urgent)["state"] == "claimed"

@@ -232,6 +232,7 @@ class Renice:
     ref: str  # the Slurm job id
     nice: int  # the Nice it should have
     priority: int  # the corral priority it comes from
+    was: int | None = None  # the Nice Slurm reports for it (an admin's `scontrol update` may have set it)
 
 
 @dataclass(slots=True)
@@ -364,7 +365,7 @@ def plan_batch_pass(
             # failed is tried again while the Nice Slurm reports differs.
             wanted = nice_for(job.priority, nice_base)
             if observed.nice is not None and observed.nice != wanted:
-                decisions.renice.append(Renice(job.id, observed.ref, wanted, job.priority))
+                decisions.renice.append(Renice(job.id, observed.ref, wanted, job.priority, observed.nice))
         elif phase is Phase.RUNNING:
             if attempt.state is AttemptState.ASSIGNED:
                 decisions.started.append(start_of(observed, attempt, now))

@@ -64,6 +64,10 @@ class SlurmLoop(LiveLoop):
         self.script.write_text(BATCH_SCRIPT)
         self._unreachable = ""  # Slurm's last error while it cannot be asked, to record it once
         self._renice_refused: dict[str, int] = {}  # Slurm job id -> the Nice Slurm refused it, to record it once
+        # Slurm job id -> the Nice this process gave it (sbatch, renice): a pending job found with
+        # another was reniced outside corral (`scontrol update JobId=.. Nice=..`), which the event
+        # says. Not known after a restart: the renice is then recorded as any other.
+        self._nice_given: dict[str, int] = {}
 
     # ---- a pass -------------------------------------------------------------------------------
 
@@ -207,6 +211,8 @@ class SlurmLoop(LiveLoop):
                 self.slurm.scancel(decisions.cancel)
             except SlurmError as exc:  # the next pass scancels them as orphans
                 log.warning("scancel %s failed: %s", ", ".join(decisions.cancel), exc)
+        pending = {observed.ref for observed in seen.values()}
+        self._nice_given = {ref: nice for ref, nice in self._nice_given.items() if ref in pending}
         self._renice(decisions.renice, now)
         # Starts before exits: a Slurm job that ran between two passes is recorded as started first.
         # Each at Slurm's own time (its event too, as an agent's exit is at the agent's time): the
@@ -258,12 +264,17 @@ class SlurmLoop(LiveLoop):
                     )
                 continue
             self._renice_refused.pop(renice.ref, None)
-            self.store.add_event(
-                now,
-                "slurm.reniced",
-                f"slurm job {renice.ref}: Nice={renice.nice} (priority {renice.priority})",
-                job_id=renice.job_id,
-            )
+            said = f"slurm job {renice.ref}: Nice={renice.nice} (priority {renice.priority})"
+            given = self._nice_given.get(renice.ref)
+            if given is not None and renice.was is not None and renice.was != given:
+                # corral's priority orders corral's queue and Slurm's alike: an admin's Nice would
+                # be one order in Slurm and another in corral, so it is reset, and said so.
+                said += (
+                    f"; its Nice={renice.was} was set outside corral, and corral's priority decides"
+                    f" (corral priority {renice.job_id} N changes it)"
+                )
+            self._nice_given[renice.ref] = renice.nice
+            self.store.add_event(now, "slurm.reniced", said, job_id=renice.job_id)
 
     def check_settings(self) -> str | None:
         """Whether Slurm accepts corral's own sbatch settings (slurm.partition, account,
@@ -364,6 +375,7 @@ class SlurmLoop(LiveLoop):
             self.store.apply_outcome(outcome, now)
             return kind is batch.Refusal.REQUEST
         self.store.set_executor_ref(attempt_id, ref, f"attempt {attempt_id} submitted as slurm job {ref}", now)
+        self._nice_given[ref] = batch.nice_for(job.priority, self.config.slurm.nice_base)
         return True
 
     def _collect_output(self, job_id: int, attempt_id: int) -> None:
