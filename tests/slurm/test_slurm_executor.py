@@ -127,6 +127,21 @@ def test_jobs_run_through_slurm_with_their_exit_codes_output_and_resources(
     assert any(f"submitted as slurm job {attempt['executor_ref']}" in e for e in corral.events(sized))
 
 
+def test_a_relative_data_directory_still_gets_each_jobs_output(
+    tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`corral run --home data`: Slurm reads a relative --output from the job's working directory
+    (slurm.work_dir), where no such directory is, so every job failed at launch
+    (JobLaunchFailure, "exit 181") with no output."""
+    monkeypatch.chdir(tmp_path)
+    Path("data").mkdir()  # (as `corral run` makes it)
+    corral = Dispatcher(Path("data"), make_config(Path("data"), slurm))
+    job_id = corral.submit("echo", "hello")
+    assert corral.until_state(job_id, "complete", "failed")["state"] == "complete"
+    assert corral.output(job_id) == "hello\n"
+    corral.store.close()
+
+
 def test_a_slurm_job_that_ran_between_two_passes_is_recorded_with_slurms_start_and_end(
     corral: Dispatcher, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

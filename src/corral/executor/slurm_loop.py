@@ -56,9 +56,12 @@ class SlurmLoop(LiveLoop):
         settings = config.slurm
         self.slurm = slurm or Slurm(settings.bin_dir, settings.conf, settings.command_timeout)
         self.cluster = config.cloud.cluster
+        # Absolute: Slurm reads a relative --output from the job's working directory, not from
+        # corral's (`corral run --home data` failed every job at launch, with no output).
+        log_root = log_root.absolute()
         self.logs = LogStore(log_root)  # where `corral logs` reads an attempt's output
-        self.output_dir = settings.output_dir or log_root
-        self.work_dir = settings.work_dir or config.home / "slurm" / "work"
+        self.output_dir = Path(settings.output_dir or log_root).absolute()
+        self.work_dir = Path(settings.work_dir or config.home / "slurm" / "work").absolute()
         self.script = config.home / "slurm" / "corral-batch.sh"
         self.script.parent.mkdir(parents=True, exist_ok=True)
         self.script.write_text(BATCH_SCRIPT)
