@@ -125,7 +125,7 @@ def test_a_job_pending_in_slurm_shows_slurms_reason_in_corral_jobs_and_corral_jo
     assert said.startswith(f"{waiting}: ram ") and said.endswith(
         " (it was pending in Slurm: the next pass takes it back and submits it again)\n"
     )
-    wait_until(lambda: len(corral.cli_json("job", str(waiting))["attempt_list"]) == 2, 30, "a new Slurm job")
+    wait_until(lambda: corral.jobs()[waiting]["attempts"] == 2, 30, "a new Slurm job")
     said = corral.cli("hold", str(waiting)).stdout
     assert said == f"{waiting}: pending in Slurm: the next pass takes it back from Slurm's queue and holds it\n"
     wait_until(lambda: corral.jobs()[waiting]["held"], 30, "the job held in corral's queue")
