@@ -92,7 +92,7 @@ ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
 # The states in which a node of the job failed: the node-failure policy (on_node_failure) decides
 # what that does to the job, as for a lost node of corral's own.
 NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
-# Slurm stopped the job for higher-priority work (PreemptMode=REQUEUE or CANCEL; corral's jobs are
+# Slurm stopped the job for higher-priority work (PreemptMode=REQUEUE, as tried here; corral's jobs are
 # --no-requeue, so Slurm ends them): requeued, not a failure (`retry.after_preemption`).
 PREEMPTED = "PREEMPTED"
 # A claimed job's wait reason while it pends in Slurm's queue: this, then Slurm's reason.
