@@ -17,6 +17,7 @@ import pytest
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import Resources
+from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.notifier import Notifier
 from corral.sim.settings import SimSettings
@@ -189,4 +190,53 @@ def test_a_commands_corral_cli_reaches_the_corral_that_runs_it(tmp_path: Path, m
     [seen] = lines(out)
     assert seen["CORRAL_HOME"] == str(tmp_path / "home") and seen["CORRAL_NODE_ID"] == "n-1"
     assert "CORRAL_URL" not in seen and "CORRAL_TOKEN" not in seen
+    store.close()
+
+
+def test_an_instance_that_vanishes_from_the_cloud_is_a_node_down_a_rule_on_it_hears_of(
+    tmp_path: Path, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """A spot reclaim or a terminate from the console: the instance is no longer listed. The node
+    went straight to `gone`, so a rule on `node.down` (the seed's GEVENTCFG[nodedown]) heard nothing
+    of the commonest node failure on a cloud, though the job on it was lost."""
+    url, posted = receiver
+    config = Config.model_validate(
+        {
+            "home": tmp_path,
+            "instance_types": [{"name": "small", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1}],
+            "notify": [{"name": "nodedown", "on": ["node.down"], "webhook": url}],
+        }
+    )
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    clock = [START]
+    types = config.core_instance_types()
+    cloud = SimCloud(types, SimSettings(), lambda: clock[0])
+    loop = ControlLoop(store, cloud, config, "d-test", lambda: clock[0])
+    loop.notifier = Notifier(store, config.notify, lambda: clock[0])
+    loop.run_pass()
+    store.create_node("n-a", types[0], "token-n-a", clock[0], "test")
+    instance = cloud.create(types[0], "n-a", "token-n-a", {})
+    store.set_instance_id("n-a", instance.id)
+    assert store.pair_node("n-a", "token-n-a", Resources(2, 4096), "host", clock[0])
+    [job_id] = store.submit([JobRequest(command=["sleep", "600"])], clock[0])
+    loop.run_pass()
+    [attempt] = store.attempts_of(job_id)
+    assert attempt["node_id"] == "n-a"
+
+    cloud.destroy(instance.id)  # taken back by the cloud, not by corral
+    clock[0] += 1
+    loop.run_pass()
+    loop.notifier.close()
+
+    events = [(e["kind"], e["message"]) for e in store.list_events(node_id="n-a") if e["kind"].startswith("node.")]
+    assert events[-2:] == [
+        ("node.down", f"instance {instance.id} disappeared from the cloud"),
+        ("node.gone", "instance disappeared from the cloud"),
+    ]
+    assert [(p["rule"], p["event"]["node_id"], p["summary"]) for p in posted] == [
+        ("nodedown", "n-a", f"node.down: instance {instance.id} disappeared from the cloud")
+    ]
+    [requeued] = store.list_events(kind="job.requeued")
+    assert requeued["message"].startswith("node n-a lost; retry 1/")
     store.close()

@@ -210,6 +210,12 @@ class ControlLoop(LiveLoop):
                 row["instance_id"] = by_node[node_id].id
                 self.store.set_instance_id(node_id, row["instance_id"])
             if mine and row["instance_id"] and node_id not in by_node:
+                if row["state"] != NodeState.SHUTTING_DOWN.value:
+                    # Not corral's shutdown (a spot reclaim, a terminate from the console): the node
+                    # failed, and says so as a silent one does (node.down, which [[notify]] rules
+                    # page on), before its record ends.
+                    vanished = f"instance {row['instance_id']} disappeared from the cloud"
+                    self.store.mark_node(node_id, NodeState.DOWN, vanished, now)
                 self.store.mark_node(node_id, NodeState.GONE, "instance disappeared from the cloud", now)
             elif mine and row["state"] == NodeState.SHUTTING_DOWN.value and node_id in by_node:
                 # A shutdown that a crash (or a SIGKILL during a clean stop) cut short between its
