@@ -32,11 +32,14 @@ WRITE_ENV = (
 
 class Receiver(BaseHTTPRequestHandler):
     posted: list[dict[str, Any]] = []
+    refuse: list[int] = []  # statuses to answer the next requests with (a receiver that is down), then 204
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).posted.append(json.loads(body))
-        self.send_response(204)
+        status = type(self).refuse.pop(0) if type(self).refuse else 204
+        if status < 400:
+            type(self).posted.append(json.loads(body))
+        self.send_response(status)
         self.end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -80,8 +83,13 @@ def test_a_node_going_down_runs_the_command_and_the_webhook_once_and_a_restart_s
             "notify": [
                 {"name": "page", "on": ["node.down"], "command": [sys.executable, "-c", WRITE_ENV, str(out)]},
                 {"name": "hook", "on": ["node.down"], "webhook": url, "rearm": "20m"},
-                {"name": "broken", "on": ["node.down"], "command": [sys.executable, "-c", "raise SystemExit(3)"]},
-                {"name": "hangs", "on": ["node.down"], "timeout": 0.5, "command": ["sleep", "30"]},
+                {
+                    "name": "broken",
+                    "on": ["node.down"],
+                    "retries": 0,
+                    "command": [sys.executable, "-c", "raise SystemExit(3)"],
+                },
+                {"name": "hangs", "on": ["node.down"], "timeout": 0.5, "retries": 0, "command": ["sleep", "30"]},
             ],
         }
     )
@@ -135,7 +143,8 @@ def test_a_node_going_down_runs_the_command_and_the_webhook_once_and_a_restart_s
 def test_a_webhook_that_cannot_be_reached_is_a_notify_failed_event(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
     store.migrate()
-    rules = Config.model_validate({"notify": [{"on": ["job."], "webhook": "http://127.0.0.1:9/x", "timeout": 2}]})
+    rule = {"on": ["job."], "webhook": "http://127.0.0.1:9/x", "timeout": 2, "retries": 0}
+    rules = Config.model_validate({"notify": [rule]})
     notifier = Notifier(store, rules.notify, lambda: START)
     assert notifier.after_pass() == 0
     store.add_event(START, "job.failed", "exit 1", job_id=7)
@@ -239,4 +248,53 @@ def test_an_instance_that_vanishes_from_the_cloud_is_a_node_down_a_rule_on_it_he
     ]
     [requeued] = store.list_events(kind="job.requeued")
     assert requeued["message"].startswith("node n-a lost; retry 1/")
+    store.close()
+
+
+def test_a_failed_webhook_is_tried_again_after_a_while_and_across_a_restart_and_sent_once(
+    tmp_path: Path, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """The receiver is down (HTTP 503) when a job fails: the page was lost, a notify.failed event
+    the only trace. It is tried again 10 s later, and a corral stopped meanwhile tries it at its
+    next start, once; a rule whose every try fails ends as a notify.failed event saying so."""
+    url, posted = receiver
+    Receiver.refuse[:] = [503]
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    rules = Config.model_validate(
+        {
+            "notify": [
+                {"name": "chat", "on": ["job.failed"], "webhook": url},
+                {"name": "dead", "on": ["job.failed"], "webhook": "http://127.0.0.1:9/x", "retries": 1},
+            ]
+        }
+    ).notify
+    notifier = Notifier(store, rules, lambda: START)
+    notifier.after_pass()
+    store.add_event(START, "job.failed", "exit 1", job_id=7, node_id="n-1")
+    assert notifier.after_pass() == 2
+
+    def retrying() -> list[dict[str, Any]]:
+        notifier.after_pass()  # keeps in the store what the worker handed back
+        cursor = store.notify_cursor()
+        assert cursor is not None
+        return list(cursor[1].get("retry", []))
+
+    wait_for(lambda: len(retrying()) == 2)
+    assert {(r["rule"], r["tries"], r["due"]) for r in retrying()} == {("chat", 1, START + 10), ("dead", 1, START + 10)}
+    assert posted == [] and store.list_events(kind="notify.failed") == []
+    assert notifier.after_pass() == 0  # not due yet
+    notifier.close()  # a restart before the retry is due
+
+    again = Notifier(store, rules, lambda: START + 10)
+    assert again.after_pass() == 2
+    wait_for(lambda: len(posted) == 1 and store.list_events(kind="notify.failed") != [])
+    again.close()
+    assert [(p["rule"], p["event"]["job_id"], p["event"]["node_id"]) for p in posted] == [("chat", 7, "n-1")]
+    [failed] = store.list_events(kind="notify.failed")
+    assert failed["message"].startswith("rule dead on event") and failed["message"].endswith("(tried 2 times)")
+    assert failed["job_id"] == 7 and failed["node_id"] == "n-1"
+    cursor = store.notify_cursor()
+    assert cursor is not None and "retry" not in cursor[1]
+    assert Notifier(store, rules, lambda: START + 5000).after_pass() == 0  # nothing is sent twice
     store.close()

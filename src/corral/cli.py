@@ -1423,6 +1423,14 @@ def notify_status(as_json: JsonFlag = False) -> None:
         else:  # rearmed, with a count the next notification for the subject carries
             line = f"rearmed for {q['subject']}; its next notification carries {q['suppressed']} suppressed"
         console.print(f"  {q['rule']}: {line}", highlight=False)
+    for r in data.get("retrying", []):
+        about = ", ".join(f"{k.split('_')[0]} {r[k]}" for k in ("node_id", "job_id") if r[k] is not None)
+        failed = f"failed {r['tries']} times ({r['error']})" if r["tries"] else "not sent before a stop"
+        console.print(
+            f"  {r['rule']}: event {r['event_id']} ({r['kind']}{', ' + about if about else ''}) {failed};"
+            f" next try {when(r['due'])}",
+            highlight=False,
+        )
 
 
 @config_app.command("check")

@@ -15,12 +15,16 @@ worker thread, which runs each action with the rule's timeout. The loop never wa
   connection error, a timeout or a status of 400 or more is a failure.
 - A rule with neither writes the notification to corral's log.
 
-A failure is an event `notify.failed` (with the job and node of the event it was about), and never
-stops the loop. The cursor moves before the actions run, so a restart never sends a notification
-twice; notifications still queued when corral stops are given `STOP_GRACE` seconds to go out
-(at most once, not at least once). On the first start the cursor is put at the newest event: the
-history before it is not notified. Dispatchers sharing a store share the cursor: each event is
-notified once, by whichever dispatcher reads it first (give them the same rules).
+A failed action is tried again (corral.core.notify.retry_delay, up to the rule's `retries`): the
+worker hands it back, and the next `after_pass` keeps it in the cursor's state (`retry`) and queues
+it when due, so a retry outlives a restart. After the last try the failure is an event
+`notify.failed` (with the job and node of the event it was about); it never stops the loop. The
+cursor moves before the actions run, so a restart never sends a notification twice; at a stop the
+queue is given `STOP_GRACE` seconds, and what it did not send is kept for the next start. A
+notification in flight when corral is killed is lost (at most once). On the first start the cursor
+is put at the newest event: the history before it is not notified. Dispatchers sharing a store
+share the cursor: each event is notified once, by whichever dispatcher reads it first (give them
+the same rules); a retry, by whichever takes it from the cursor's state first.
 """
 
 from __future__ import annotations
@@ -38,7 +42,18 @@ from typing import Any
 
 import httpx
 
-from corral.core.notify import NOTIFY_KINDS, Event, Notification, NotifyRule, NotifyState, decide, describe
+from corral.core.notify import (
+    NOTIFY_KINDS,
+    Event,
+    Notification,
+    NotifyRule,
+    NotifyState,
+    Retry,
+    decide,
+    describe,
+    retry_delay,
+    rule_names,
+)
 from corral.store import Store
 
 log = logging.getLogger("corral.notify")
@@ -46,6 +61,7 @@ log = logging.getLogger("corral.notify")
 BATCH = 500  # events read per call; a backlog is worked through over the next passes
 QUEUE_MAX = 1000  # notifications waiting for the worker; past it they are dropped (and a failure recorded)
 STOP_GRACE = 10.0
+RETRY_KEY = "retry"  # the cursor state's list of notifications to try again (corral.core.notify.Retry)
 
 
 class Notifier:
@@ -62,14 +78,18 @@ class Notifier:
             for name in ("CORRAL_URL", "CORRAL_TOKEN"):
                 self.base_env.pop(name, None)
             self.base_env["CORRAL_HOME"] = str(home)
-        self._queue: queue.Queue[Notification | None] = queue.Queue(QUEUE_MAX)
+        self._queue: queue.Queue[tuple[Notification, int] | None] = queue.Queue(QUEUE_MAX)  # (note, failed tries)
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()  # one after_pass at a time (the loop's and the stop's)
+        self._back: list[Retry] = []  # failures the worker hands back, for after_pass to keep in the store
+        self._back_lock = threading.Lock()
+        self._closing = False  # the stop's last look: nothing more is sent, what is left is kept
 
     # ---- deciding (the loop's thread) ---------------------------------------------------------
 
     def after_pass(self) -> int:
-        """Notify the events since the last call; the number of notifications queued. Never raises."""
+        """Notify the events since the last call, and the retries now due; the number of
+        notifications queued. Never raises."""
         try:
             with self._lock:
                 return self._after_pass()
@@ -84,42 +104,72 @@ class Notifier:
         if cursor is None:  # first start: from now on, not the history
             self.store.advance_notify_cursor(None, self.store.last_event_id(), NotifyState().to_json(), self.clock())
             return 0
-        last_id, state_json = cursor
+        last_id, state_json, moved_at = cursor
+        names = rule_names(self.rules)
+        with self._back_lock:  # the worker's failures to try again
+            back, self._back = self._back, []
+        retries = [r for data in state_json.get(RETRY_KEY, []) if (r := Retry.from_json(data, names))] + back
         rows = self.store.events_after(last_id, BATCH)
-        if not rows:
+        now = self.clock()
+        due = [] if self._closing else [r for r in retries if r.due <= now]
+        if not rows and not due and not back:
             return 0
         events = [
             Event(row["id"], row["at"], row["kind"], row["message"] or "", row["job_id"], row["node_id"])
             for row in rows
         ]
-        now = self.clock()
         notes, state = decide(self.rules, events, NotifyState.from_json(state_json), now)
-        if not self.store.advance_notify_cursor(last_id, events[-1].id, state.to_json(), now):
-            return 0  # another dispatcher took these events
-        for note in notes:
+        kept = [r for r in retries if all(r is not d for d in due)]
+        if self._closing:  # stopping: what this last look finds goes out after the restart
+            kept += [Retry(note, 0, now) for note in notes]
+            notes = []
+        new_state = {**state.to_json(), RETRY_KEY: [r.to_json() for r in kept]} if kept else state.to_json()
+        new_id = events[-1].id if events else last_id
+        if not self.store.advance_notify_cursor(last_id, new_id, new_state, now, moved_at=moved_at):
+            with self._back_lock:  # another dispatcher moved it first; these are tried next pass
+                self._back[:0] = back
+            return 0
+        queued = [(note, 0) for note in notes] + [(r.note, r.tries) for r in due]
+        for note, tries in queued:
             self._start_worker()
             try:
-                self._queue.put_nowait(note)
+                self._queue.put_nowait((note, tries))
             except queue.Full:
                 self._failed(note, f"{QUEUE_MAX} notifications already waiting; dropped")
-        return len(notes)
+        return len(queued)
 
     def close(self, grace: float = STOP_GRACE) -> None:
-        """Notify what the last pass left, give the queued notifications `grace` seconds, stop."""
+        """Notify what the last pass left, give the queued notifications `grace` seconds, then
+        keep in the store what is still to be tried (the retries, what the grace did not send) for
+        the next start, and stop."""
         self.after_pass()
         worker = self._worker
-        if worker is None:
-            return
-        deadline = time.monotonic() + grace
-        while worker.is_alive() and time.monotonic() < deadline:
-            try:
-                self._queue.put(None, timeout=0.1)
-                break
-            except queue.Full:
-                continue
-        worker.join(max(0.0, deadline - time.monotonic()))
-        if worker.is_alive():
-            log.warning("notifier stopped with %d notifications not sent", self._queue.qsize())
+        if worker is not None:
+            deadline = time.monotonic() + grace
+            while worker.is_alive() and time.monotonic() < deadline:
+                try:
+                    self._queue.put(None, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            worker.join(max(0.0, deadline - time.monotonic()))
+            unsent = 0
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    unsent += 1
+                    with self._back_lock:
+                        self._back.append(Retry(item[0], item[1], self.clock()))
+            if worker.is_alive():
+                # The one it is on is lost or sent: at most once.
+                log.warning(
+                    "notifier stopped with an action still running; %d waiting are kept for the next start", unsent
+                )
+        self._closing = True
+        self.after_pass()
 
     # ---- acting (the worker thread) -----------------------------------------------------------
 
@@ -130,26 +180,47 @@ class Notifier:
 
     def _work(self) -> None:
         while True:
-            note = self._queue.get()
-            if note is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            note, tries = item
             try:
-                self.deliver(note)
+                error = self.deliver(note)
             except Exception as exc:  # a bug in an action must not stop the others
                 log.exception("notification %s failed", note.rule)
-                self._failed(note, f"{type(exc).__name__}: {exc}")
+                error = f"{type(exc).__name__}: {exc}"
+            if error:
+                self._try_again(note, tries + 1, error)
 
-    def deliver(self, note: Notification) -> None:
+    def _try_again(self, note: Notification, tries: int, error: str) -> None:
+        """After the action's `tries`-th failure: a retry after a while, or, past the rule's
+        `retries`, a notify.failed event."""
+        retries = self.rules[note.index].retries
+        if tries > retries:
+            self._failed(note, error if tries == 1 else f"{error} (tried {tries} times)")
+            return
+        delay = retry_delay(tries)
+        log.warning(
+            "notify %s on event %d failed (%s); try %d of %d in %gs",
+            note.rule,
+            note.event.id,
+            error,
+            tries + 1,
+            retries + 1,
+            delay,
+        )
+        with self._back_lock:
+            self._back.append(Retry(note, tries, self.clock() + delay, error))
+
+    def deliver(self, note: Notification) -> str:
+        """Carry out the notification's action: what went wrong, or "" when it went out."""
         rule = self.rules[note.index]
         if rule.command is not None:
-            error = self._run(rule, note)
-        elif rule.webhook is not None:
-            error = self._post(rule, rule.webhook, note)
-        else:
-            log.warning("notify %s: %s", note.rule, describe(note))
-            return
-        if error:
-            self._failed(note, error)
+            return self._run(rule, note)
+        if rule.webhook is not None:
+            return self._post(rule, rule.webhook, note)
+        log.warning("notify %s: %s", note.rule, describe(note))
+        return ""
 
     def _run(self, rule: NotifyRule, note: Notification) -> str:
         assert rule.command is not None

@@ -19,6 +19,7 @@ state as the last call left it and `now`, and returns the notifications and the 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -67,6 +68,13 @@ class NotifyRule(BaseModel):
     threshold: Int | None = Field(None, ge=1, description="fire only when this many matching events fall in `window`")
     window: Duration = Field(600.0, gt=0, description="the time a threshold's events must fall within")
     timeout: Duration = Field(10.0, gt=0, le=300, description="an action that takes longer has failed")
+    retries: Int = Field(
+        5,
+        ge=0,
+        le=20,
+        description="a failed action is tried again this many times, after 10 s, 40 s, 160 s, 640 s, then every"
+        " 30 min (kept across a restart); then it is a notify.failed event",
+    )
 
     @field_validator("on")
     @classmethod
@@ -127,6 +135,56 @@ class Notification:
     subject: str
     suppressed: int = 0  # matching events (a threshold rule: crossings) not notified since the last
     count: int = 1  # the events it is about: a threshold rule's events in its window
+
+
+RETRY_FIRST = 10.0  # the wait before the first retry of a failed action; each next one is 4 times longer
+RETRY_MAX = 1800.0
+
+
+def retry_delay(tries: int) -> float:
+    """The wait before the next try of an action that has failed `tries` times (1 or more): long
+    enough for a webhook's service to come back from a restart or a deploy, and growing."""
+    return min(RETRY_FIRST * 4.0 ** (tries - 1), RETRY_MAX)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A notification whose action failed `tries` times, to be tried again at `due` (or, with no
+    try yet, one a stop left unsent). Kept in the cursor's state, so that a restart sends it."""
+
+    note: Notification
+    tries: int
+    due: float
+    error: str = ""  # the last failure
+
+    def to_json(self) -> dict[str, Any]:
+        note = self.note
+        return {
+            "rule": note.rule,
+            "event": dataclasses.asdict(note.event),
+            "subject": note.subject,
+            "suppressed": note.suppressed,
+            "count": note.count,
+            "tries": self.tries,
+            "due": self.due,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], names: list[str]) -> Retry | None:
+        """None when its rule is no longer configured (its index is looked up by name: the rules
+        may have been reordered across a restart)."""
+        if data["rule"] not in names:
+            return None
+        note = Notification(
+            data["rule"],
+            names.index(data["rule"]),
+            Event(**data["event"]),
+            data["subject"],
+            int(data["suppressed"]),
+            int(data["count"]),
+        )
+        return cls(note, int(data["tries"]), float(data["due"]), str(data.get("error", "")))
 
 
 @dataclass

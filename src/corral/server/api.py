@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, Query
 from corral.core import accounting, admission, categories, fairshare, health, multifactor
 from corral.core.dispatchers import is_stale
 from corral.core.model import Job, JobState, NodeState
-from corral.core.notify import NotifyRule, NotifyState, rule_names
+from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names
 from corral.core.settings import BootSettings
 from corral.server.deps import UserRuntime
 from corral.server.models import (
@@ -43,6 +43,7 @@ from corral.server.models import (
     QuietOut,
     RequeueBody,
     ResourcesOut,
+    RetryOut,
     ShareOut,
     ShareRowOut,
     StatusOut,
@@ -538,7 +539,23 @@ def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
     counts = {
         name: sum(1 for at in state.recent.get(name, []) if at > now - window) for name, window in windows.items()
     }
+    waiting = (cursor["state"] if cursor else {}).get("retry", [])
+    retries = [r for data in waiting if (r := Retry.from_json(data, names))]
+    retrying = [
+        RetryOut(
+            rule=r.note.rule,
+            event_id=r.note.event.id,
+            kind=r.note.event.kind,
+            job_id=r.note.event.job_id,
+            node_id=r.note.event.node_id,
+            tries=r.tries,
+            due=r.due,
+            error=r.error,
+        )
+        for r in sorted(retries, key=lambda r: r.due)
+    ]
     return NotifyStatusOut(
+        retrying=retrying,
         rules=[_rule_out(name, rule) for name, rule in zip(names, rules, strict=True)],
         last_event_id=cursor["last_event_id"] if cursor else None,
         moved_at=cursor["updated_at"] if cursor else None,

@@ -320,6 +320,19 @@ class QuietOut(BaseModel):
     suppressed: int  # matching events since, not notified
 
 
+class RetryOut(BaseModel):
+    """A notification whose action failed (or a stop left unsent), to be tried again at `due`."""
+
+    rule: str
+    event_id: int
+    kind: str
+    job_id: int | None
+    node_id: str | None
+    tries: int  # failed tries so far
+    due: float
+    error: str  # the last failure
+
+
 class NotifyStatusOut(BaseModel):
     rules: list[NotifyRuleOut]  # the running corral's [[notify]] rules
     last_event_id: int | None  # the last event the notifier handled; None: it has never run
@@ -328,6 +341,7 @@ class NotifyStatusOut(BaseModel):
     waiting: int | None  # events after the cursor: handled after the next pass (500 a pass)
     quiet: list[QuietOut]
     threshold_counts: dict[str, int]  # threshold rule -> its events within its window now
+    retrying: list[RetryOut] = []  # failed actions waiting for their next try, soonest first
 
 
 class NotifySkipBody(BaseModel):

@@ -291,12 +291,15 @@ class Store:
 
     # ---- the notifier's cursor ----------------------------------------------------------------
 
-    def notify_cursor(self, name: str = "notify") -> tuple[int, dict[str, Any]] | None:
-        """The notifier's last handled event id and its rearm state; None before its first run."""
+    def notify_cursor(self, name: str = "notify") -> tuple[int, dict[str, Any], float] | None:
+        """The notifier's last handled event id, its state (rearm, retries) and when it was last
+        moved; None before its first run."""
         table = schema.notify_cursor
         with self.read() as conn:
-            row = conn.execute(select(table.c.last_event_id, table.c.state).where(table.c.name == name)).first()
-        return None if row is None else (int(row[0]), dict(row[1]))
+            row = conn.execute(
+                select(table.c.last_event_id, table.c.state, table.c.updated_at).where(table.c.name == name)
+            ).first()
+        return None if row is None else (int(row[0]), dict(row[1]), float(row[2]))
 
     def notify_cursor_status(self, name: str = "notify") -> dict[str, Any] | None:
         """The cursor's row as `corral notify status` shows it (last_event_id, updated_at, state),
@@ -312,18 +315,28 @@ class Store:
         return {**status, "waiting": int(waiting or 0)}
 
     def advance_notify_cursor(
-        self, old_id: int | None, new_id: int, state: dict[str, Any], now: float, name: str = "notify"
+        self,
+        old_id: int | None,
+        new_id: int,
+        state: dict[str, Any],
+        now: float,
+        name: str = "notify",
+        moved_at: float | None = None,
     ) -> bool:
         """Move the cursor from `old_id` (None: it does not exist yet) to `new_id`, with the new
-        state; False if another dispatcher moved it first (it notifies those events, not this one)."""
+        state; False if another dispatcher moved it first (it notifies those events, not this one).
+        With `moved_at` (the cursor's `updated_at` as read), also False if it was written since: a
+        write that leaves the event id (retries taken) must not undo another's."""
         table = schema.notify_cursor
         values = {"last_event_id": new_id, "state": state, "updated_at": now}
         with self.write() as conn:
             if old_id is None:
                 stmt = _upsert(conn, table).values(name=name, **values).on_conflict_do_nothing()
                 return conn.execute(stmt).rowcount == 1
-            stmt2 = update(table).where(table.c.name == name, table.c.last_event_id == old_id).values(**values)
-            return conn.execute(stmt2).rowcount == 1
+            stmt2 = update(table).where(table.c.name == name, table.c.last_event_id == old_id)
+            if moved_at is not None:
+                stmt2 = stmt2.where(table.c.updated_at == moved_at)
+            return conn.execute(stmt2.values(**values)).rowcount == 1
 
     def move_notify_cursor(self, to: int, now: float, name: str = "notify") -> int | None:
         """Put the cursor at event `to` (an operator's `corral notify skip`), with an event
