@@ -247,7 +247,7 @@ def test_an_instance_that_vanishes_from_the_cloud_is_a_node_down_a_rule_on_it_he
         ("nodedown", "n-a", f"node.down: instance {instance.id} disappeared from the cloud")
     ]
     [requeued] = store.list_events(kind="job.requeued")
-    assert requeued["message"].startswith("node n-a lost; retry 1/")
+    assert requeued["message"].startswith("node n-a lost; retry 1/") and requeued["node_id"] == "n-a"
     store.close()
 
 

@@ -118,6 +118,7 @@ def test_a_gang_that_loses_any_of_its_nodes_gets_the_policy_once() -> None:
     decisions = plan_pass(Snapshot([j], [a], [alive, silent], TYPES), 1000.0, policy())
     (outcome,) = decisions.job_outcomes
     assert outcome.state is JobState.CANCELLED and outcome.reason.startswith("node n2 lost; cancelled")
+    assert outcome.node_id == "n2"  # its event names the node lost, not the gang's first
 
 
 def test_other_temporary_failures_are_not_node_failures() -> None:

@@ -30,6 +30,18 @@ def test_a_rule_fires_on_its_kinds_exact_or_by_their_start() -> None:
     assert notes[2].subject == "job:7" and notes[0].subject == "node:n-1"
 
 
+def test_a_job_event_is_about_its_job_though_it_names_its_node() -> None:
+    # Two jobs failing on one node within the rearm time: two notifications, not one.
+    rules = [rule(on=["job.failed"], rearm="1h")]
+    events = [
+        Event(i, float(i), "job.failed", "exit 1", job_id=job, node_id="n-1") for i, job in ((1, 7), (2, 8), (3, 7))
+    ]
+    notes, _ = decide(rules, events, NotifyState(), 10.0)
+    assert [(n.event.id, n.subject) for n in notes] == [(1, "job:7"), (2, "job:8")]
+    failed = Event(4, 4.0, "notify.failed", "rule x on event 1: HTTP 500", job_id=7, node_id="n-1")
+    assert failed.subject() == "node:n-1"  # not a job's event: its node, as before
+
+
 def test_rearm_suppresses_a_subject_and_the_next_notification_counts_what_it_suppressed() -> None:
     rules = [rule(on=["node.down"], rearm="20m")]
     state = NotifyState()

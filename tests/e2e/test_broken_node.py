@@ -28,13 +28,14 @@ def test_a_node_in_a_failure_category_finishes_its_job_then_is_shut_down_and_rep
 
     kinds = [(e["kind"], e["message"]) for e in corral.cli_json("events", "--node", broken)]
     after = kinds[[k for k, _ in kinds].index("node.attributes") :]
-    assert [k for k, _ in after if k != "node.idle"][:4] == [
+    assert [k for k, _ in after if k.startswith("node.") and k != "node.idle"][:4] == [
         "node.attributes",
         "node.down",
         "node.shutting_down",
         "node.gone",
     ], after
     assert ("node.down", "hardware-failure: broken, no work left on it") in after
+    assert ("job.complete", "exit 0") in after  # the job that ran on, listed with the node it ran on
     assert not (corral.home / "loopback").exists() or not any(
         broken in p.read_text() for p in (corral.home / "loopback").glob("*/instance.json")
     )

@@ -200,3 +200,25 @@ def test_a_timeout_fails_the_job_ends_the_attempt_for_the_agent_to_kill_and_igno
     # The agent kills it and reports the exit (SIGTERM: 143): the job stays failed, not retried.
     assert not store.finish_attempt(attempt_id, "n1", 143, NOW + 65, after_exit(143, attempt_id))
     assert store.job_row(job_id)["state"] == JobState.FAILED.value
+
+
+def test_a_jobs_end_names_the_node_it_ran_on_and_a_node_failure_the_node_lost(store: Store) -> None:
+    """`corral events --node N` listed N's own changes but not the jobs that failed there or were
+    lost with it, and a notification of a job.failed had no node to say where it failed."""
+    one, two = submit(store, 2)
+    first = claim(store, one, nodes=["n1"])
+    assert store.attempt_started(first, "n1", 7, NOW + 1)
+    assert store.finish_attempt(first, "n1", 3, NOW + 5, after_exit(3, first))
+    gang = claim(store, two, nodes=["n1", "n2"])
+    lost = retry.after_node_failure(store.job(two), NOW + 9, retry.RetrySettings(), "n2", (gang,))
+    assert store.apply_outcome(lost, NOW + 9)
+
+    assert [(e["kind"], e["job_id"]) for e in store.list_events(node_id="n1", kind="job.")] == [
+        ("job.claimed", one),
+        ("job.running", one),
+        ("job.failed", one),
+        ("job.claimed", two),
+    ]
+    [requeued] = store.list_events(node_id="n2")
+    assert (requeued["kind"], requeued["job_id"]) == ("job.requeued", two)
+    assert requeued["message"].startswith("node n2 lost; retry 1/")

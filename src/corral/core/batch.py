@@ -391,7 +391,9 @@ def plan_batch_pass(
             ids = attempt_ids(job.id)
             if base_state(observed.state) in NODE_FAILURES:  # seed 002 §5.4.6
                 node = observed.nodes or slurm_job
-                decisions.job_outcomes.append(retry.after_node_failure(job, now, settings.retry, node, ids, why))
+                lost = retry.after_node_failure(job, now, settings.retry, node, ids, why)
+                # Its event names the attempt's node, as job.claimed does: Slurm's node list is no corral node.
+                decisions.job_outcomes.append(dataclasses.replace(lost, node_id=None))
             elif base_state(observed.state) == PREEMPTED:
                 decisions.job_outcomes.append(retry.after_preemption(job, why, ids))
             else:

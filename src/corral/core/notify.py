@@ -6,11 +6,12 @@ kinds it is `on`, the action it runs (a command or a webhook, carried out by the
 for that subject until `rearm` has passed since it fired; the matching events in between are
 counted, and the next notification for that subject says how many were suppressed.
 
-The subject (`rearm_per = "subject"`, the default) is the event's node, else its job, else the rule
-as a whole: a node going down again and again pages once per rearm time, while another node going
-down pages at once. `rearm_per = "rule"` makes the rule as a whole the subject. A threshold rule
-(`threshold = N`, `window`) fires when N matching events fall within `window`; its subject is the
-rule as a whole, and what it suppresses are crossings of the threshold.
+The subject (`rearm_per = "subject"`, the default) is a job event's job, else the event's node,
+else its job, else the rule as a whole: a node going down again and again pages once per rearm
+time, while another node going down pages at once. `rearm_per = "rule"` makes the rule as a
+whole the subject. A threshold rule (`threshold = N`, `window`) fires when N matching events fall
+within `window`; its subject is the rule as a whole, and what it suppresses are crossings of the
+threshold.
 
 Times are the events' own (`at`), so a notifier that catches up after a restart judges the rearm
 time as it would have live. `decide` is pure: it takes the rules, the new events in id order, the
@@ -120,6 +121,10 @@ class Event:
     node_id: str | None = None
 
     def subject(self) -> str:
+        # A job's event is about the job, though it names the node it ran on: two jobs failing on
+        # one node are two notifications, a job failing again within the rearm time is one.
+        if self.job_id is not None and self.kind.startswith("job."):
+            return f"job:{self.job_id}"
         if self.node_id is not None:
             return f"node:{self.node_id}"
         if self.job_id is not None:

@@ -13,6 +13,8 @@ no class or partition level).
 
 from __future__ import annotations
 
+import dataclasses
+
 from corral.core.model import Job, JobState, NodeFailureAction
 from corral.core.settings import RetrySettings
 from corral.core.snapshot import JobOutcome
@@ -135,10 +137,17 @@ def after_node_failure(
     lost = lost or f"node {node_id} lost"
     action, source = node_failure_policy(job, settings)
     if action == "requeue" or job.cancel_requested or job.priority == 0:
-        return after_temp_failure(job, now, settings, lost, attempt_ids)
+        return dataclasses.replace(after_temp_failure(job, now, settings, lost, attempt_ids), node_id=node_id)
     decided = f"on_node_failure={action}: {source}"
     if action == "cancel":
-        return JobOutcome(job.id, JobState.CANCELLED, f"{lost}; cancelled ({decided})", attempt_ids, temp_failure=True)
+        return JobOutcome(
+            job.id,
+            JobState.CANCELLED,
+            f"{lost}; cancelled ({decided})",
+            attempt_ids,
+            temp_failure=True,
+            node_id=node_id,
+        )
     # Hold: an operator decides when it runs again, so no back-off and no budget (the failure is
     # counted all the same, and the budget applies again to the failures after a release).
     return JobOutcome(
@@ -148,4 +157,5 @@ def after_node_failure(
         attempt_ids,
         temp_failure=True,
         hold=f"held after a node failure ({decided}) until released",
+        node_id=node_id,
     )

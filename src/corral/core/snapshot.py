@@ -115,6 +115,9 @@ class JobOutcome:
     # Requeued after Slurm preempted it (QUEUED): its attempts end `preempted`, and no failure is
     # counted (Slurm's PreemptMode=REQUEUE requeues without limit).
     preempted: bool = False
+    # The node its event names: the lost node of a node failure (a gang's may be any of its
+    # nodes); None: the first node of its last attempt, if it has one.
+    node_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

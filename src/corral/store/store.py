@@ -1023,9 +1023,16 @@ class Store:
         kind = "job.requeued" if outcome.state is JobState.QUEUED else f"job.{outcome.state.value}"
         if outcome.timeout:
             kind = "job.timeout"  # failed, as a Slurm user looks for it (TIMEOUT)
-        self._event(conn, now, kind, outcome.reason, job_id=outcome.job_id)
+        # The node it ran on (or lost), as job.claimed and job.running name it: `corral events
+        # --node N` lists what N's failure did to its jobs, and a notification says where a job failed.
+        node_id = outcome.node_id
+        if node_id is None and outcome.attempt_ids:
+            node_id = conn.execute(
+                select(A.c.node_id).where(A.c.id.in_(outcome.attempt_ids)).order_by(A.c.id.desc()).limit(1)
+            ).scalar()
+        self._event(conn, now, kind, outcome.reason, outcome.job_id, node_id)
         if outcome.hold:
-            self._event(conn, now, "job.held", outcome.hold, job_id=outcome.job_id)
+            self._event(conn, now, "job.held", outcome.hold, outcome.job_id, node_id)
         return True
 
     # ---- attempts as the agent reports them --------------------------------------------------
