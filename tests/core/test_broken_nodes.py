@@ -98,3 +98,17 @@ def test_a_kept_index_files_broken_nodes_as_a_fresh_one_does() -> None:
     node.state = NodeState.DOWN
     kept.put_node(node)
     assert kept.leaving == {}
+
+
+def test_any_failure_or_maintenance_category_takes_no_work_not_only_the_listed_ones() -> None:
+    """A site's own category (seed 002: "site specified"): `gpu-failure` made the node broken for
+    the lifecycle but the placer still put the queued job on it, so the broken node ran new work
+    (and, fed by the queue, never emptied to be shut down); `network-maintenance` took work too."""
+    for category in ("gpu-failure", "network-maintenance"):
+        decisions = plan_pass(Snapshot([job(1)], [], [broken("n1", category)], TYPES), NOW, settings())
+        assert decisions.placements == [], category
+        assert [b.instance_type for b in decisions.boots] == ["small"]
+    marks = plan_pass(Snapshot([job(1)], [], [broken("n1", "gpu-failure")], TYPES), NOW, settings()).node_marks
+    assert [(m.node_id, m.state, m.reason) for m in marks] == [
+        ("n1", NodeState.DOWN, "gpu-failure: broken, no work left on it")
+    ]

@@ -130,7 +130,10 @@ class Reference:
                 or any(role in s.blocked_roles for role in attr.values(n.attributes.get("role")))
             ),
             "reservation": self._reservation_ok(n, job),
-            "category": not any(c in s.blocking_categories for c in attr.values(n.attributes.get("category"))),
+            "category": not any(
+                c in s.blocking_categories or c.endswith(("-failure", "-maintenance"))
+                for c in attr.values(n.attributes.get("category"))
+            ),
             "max-jobs": ref.jobs < self._max_jobs(n),
             "capness": self._capness_ok(ref, job),
             "platform": job.min_platform is None

@@ -2,8 +2,9 @@
 
 A node's `category` attribute (a string or a list; set by an operator or a trigger with
 `corral node NODE category=...`) names what the node is doing or what is wrong with it. The
-placement filters decide which categories take no work (`placement.blocking_categories`); the
-lifecycle matrix (seed 000) reads two families of them:
+placement filters decide which categories take no work (`placement.blocking_categories`, and the
+two families below whatever it lists: `out_of_service`); the lifecycle matrix (seed 000) reads the
+two families:
 - maintenance (`hardware-maintenance`, `software-maintenance`, `emergency-maintenance`, any
   `*-maintenance`): Slurm's "maint", busy: left alone, never drained;
 - failure (`hardware-failure`, `network-failure`, `storage-failure`, `software-failure`,
@@ -15,7 +16,7 @@ may not be imported by the index.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 CATEGORY = "category"
 MAINTENANCE_SUFFIX = "-maintenance"
@@ -31,6 +32,13 @@ def of(attributes: Mapping[str, str | list[str]]) -> tuple[str, ...]:
 
 def maintenance(attributes: Mapping[str, str | list[str]]) -> bool:
     return any(c.endswith(MAINTENANCE_SUFFIX) for c in of(attributes))
+
+
+def out_of_service(values: Iterable[str]) -> bool:
+    """Whether these categories take a node out of service whatever `blocking_categories` says:
+    a failure or maintenance category, which the lifecycle reads as broken or as maintenance. A
+    node placed on would never empty (a broken one), or would be in maintenance with work on it."""
+    return any(c.endswith((FAILURE_SUFFIX, MAINTENANCE_SUFFIX)) for c in values)
 
 
 def failures(attributes: Mapping[str, str | list[str]]) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from corral.core import drain
+from corral.core import categories, drain
 from corral.core.index import SCHEDULABLE
 from corral.core.model import ZERO, Node, Resources
 from corral.placement import attributes as attr
@@ -148,7 +148,9 @@ class FleetFacts:
         )
         if attr.CATEGORY in a:
             self.categories[i] = attr.values(a[attr.CATEGORY])
-            self.category_blocked[i] = bool(set(self.categories[i]) & self._blocking)
+            self.category_blocked[i] = bool(set(self.categories[i]) & self._blocking) or categories.out_of_service(
+                self.categories[i]
+            )
         name = attr.first(a, attr.RESERVATION)
         # A reservation past its end time no longer holds; code 0 is "none".
         until = attr.number(a, attr.RESERVATION_UNTIL)

@@ -259,7 +259,8 @@ class PlacementSettings(_Strict):
     )
     blocking_categories: list[str] = Field(
         default_factory=lambda: list(DEFAULT_BLOCKING_CATEGORIES),
-        description="nodes whose `category` attribute is one of these take no work (seed 002 categories)",
+        description="nodes whose `category` attribute is one of these take no work (seed 002 categories);"
+        " any `*-failure` or `*-maintenance` category takes none, listed or not",
     )
     reboot_horizon: Duration = Field(
         30 * 86400.0, gt=0, description="a planned reboot farther away than this scores as if none were planned"
