@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from corral import notifier as notifier_module
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import Resources
@@ -297,4 +298,32 @@ def test_a_failed_webhook_is_tried_again_after_a_while_and_across_a_restart_and_
     cursor = store.notify_cursor()
     assert cursor is not None and "retry" not in cursor[1]
     assert Notifier(store, rules, lambda: START + 5000).after_pass() == 0  # nothing is sent twice
+    store.close()
+
+
+def test_retries_waiting_are_bounded_and_what_is_past_the_bound_is_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retries live in the cursor's state, written at every pass with events: a receiver down
+    for long under a busy queue must not make it grow without end."""
+    monkeypatch.setattr(notifier_module, "RETRIES_KEPT", 2)
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    rules = Config.model_validate({"notify": [{"on": ["job."], "webhook": "http://127.0.0.1:9/x"}]}).notify
+    notifier = Notifier(store, rules, lambda: START)
+    notifier.after_pass()
+    for job_id in (1, 2, 3):
+        store.add_event(START, "job.failed", "exit 1", job_id=job_id)
+    assert notifier.after_pass() == 3
+
+    def waiting() -> int:
+        notifier.after_pass()
+        cursor = store.notify_cursor()
+        assert cursor is not None
+        return len(cursor[1].get("retry", []))
+
+    wait_for(lambda: waiting() == 2 and store.list_events(kind="notify.failed") != [])
+    notifier.close()
+    [failed] = store.list_events(kind="notify.failed")
+    assert failed["job_id"] == 3 and failed["message"].endswith("2 notifications already waiting for a retry")
     store.close()

@@ -61,6 +61,7 @@ log = logging.getLogger("corral.notify")
 BATCH = 500  # events read per call; a backlog is worked through over the next passes
 QUEUE_MAX = 1000  # notifications waiting for the worker; past it they are dropped (and a failure recorded)
 STOP_GRACE = 10.0
+RETRIES_KEPT = 1000  # notifications waiting for a retry; past it the newest are given up (a failure recorded)
 RETRY_KEY = "retry"  # the cursor state's list of notifications to try again (corral.core.notify.Retry)
 
 
@@ -119,16 +120,22 @@ class Notifier:
             for row in rows
         ]
         notes, state = decide(self.rules, events, NotifyState.from_json(state_json), now)
-        kept = [r for r in retries if all(r is not d for d in due)]
+        taken = {id(r) for r in due}
+        kept = [r for r in retries if id(r) not in taken]
         if self._closing:  # stopping: what this last look finds goes out after the restart
             kept += [Retry(note, 0, now) for note in notes]
             notes = []
+        # The state is written at every pass with events: a receiver down for long under a busy
+        # queue must not make it grow without end. The newest past the bound are given up.
+        kept, given_up = kept[:RETRIES_KEPT], kept[RETRIES_KEPT:]
         new_state = {**state.to_json(), RETRY_KEY: [r.to_json() for r in kept]} if kept else state.to_json()
         new_id = events[-1].id if events else last_id
         if not self.store.advance_notify_cursor(last_id, new_id, new_state, now, moved_at=moved_at):
             with self._back_lock:  # another dispatcher moved it first; these are tried next pass
                 self._back[:0] = back
             return 0
+        for r in given_up:
+            self._failed(r.note, f"{r.error or 'not sent'}; {RETRIES_KEPT} notifications already waiting for a retry")
         queued = [(note, 0) for note in notes] + [(r.note, r.tries) for r in due]
         for note, tries in queued:
             self._start_worker()
