@@ -34,3 +34,19 @@ def test_a_drain_is_true_false_or_now_and_anything_else_is_refused_by_name() -> 
         NodeAttributesBody(set={"drain": "soon"})
     with pytest.raises(ValidationError, match=r"drain: \['now', 'true'\] is not true, false or now"):
         NodeAttributesBody(set={"drain": ["now", "true"]})
+
+
+def test_a_category_in_moabs_spelling_is_stored_as_corral_reads_it() -> None:
+    """`corral node N category=HardwareFailure` (seed 002's Moab names it so) was stored as given: a
+    category nothing reads, so the node went on taking work, unbroken, without a word."""
+    assert NodeAttributesBody(set={"category": "HardwareFailure"}).set == {"category": "hardware-failure"}
+    given = ["EmergencyMaintenance", "HWFailure", "storage_failure", "Site1", "gpu-failure"]
+    stored = ["emergency-maintenance", "hw-failure", "storage-failure", "site1", "gpu-failure"]
+    assert NodeAttributesBody(set={"category": given}).set == {"category": stored}
+
+
+def test_blocking_categories_are_read_in_the_same_spelling() -> None:
+    from corral.placement.settings import PlacementSettings
+
+    settings = PlacementSettings.model_validate({"blocking_categories": ["Benchmark", "GridReservation"]})
+    assert settings.blocking_categories == ["benchmark", "grid-reservation"]

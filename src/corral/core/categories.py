@@ -16,11 +16,20 @@ may not be imported by the index.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 CATEGORY = "category"
 MAINTENANCE_SUFFIX = "-maintenance"
 FAILURE_SUFFIX = "-failure"
+
+
+def normalise(name: str) -> str:
+    """A category as corral spells it: Moab's `HardwareFailure`, `HWFailure`, `EmergencyMaintenance`
+    or `hardware_failure` is `hardware-failure`, `hw-failure`, `emergency-maintenance`: the families
+    are read by their `-failure` / `-maintenance` ending, which Moab's spelling hides."""
+    kebab = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", name.strip())
+    return re.sub(r"[\s_]+", "-", kebab).lower()
 
 
 def of(attributes: Mapping[str, str | list[str]]) -> tuple[str, ...]:

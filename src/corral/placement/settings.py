@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from corral.core import categories
 from corral.core.units import Float, Int, parse_duration
 from corral.placement.availability import RESOURCE_NAMES, AvailabilityPolicy, parse_availability
 
@@ -289,6 +290,13 @@ class PlacementSettings(_Strict):
             if name not in SCORER_NAMES:
                 raise ValueError(f"unknown scorer {name!r} (known: {', '.join(SCORER_NAMES)})")
         return value
+
+    @field_validator("blocking_categories")
+    @classmethod
+    def _as_nodes_carry_them(cls, value: list[str]) -> list[str]:
+        # A node's category is stored so spelt (corral node N category=HardwareFailure): a list in
+        # Moab's spelling would match none.
+        return [categories.normalise(name) for name in value]
 
     @field_validator("availability")
     @classmethod

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from corral.core import drain
+from corral.core import categories, drain
 from corral.core.model import JobState
 from corral.core.settings import Duration, SizeMiB
 from corral.core.units import Float, Int
@@ -198,6 +198,12 @@ class NodeAttributesBody(BaseModel):
                 raise ValueError(f"{key}: {text!r} is not true or false")
             elif key == attr.DRAIN and (text is None or not drain.readable(text)):
                 raise ValueError(f"{key}: {value!r} is not true, false or now")
+            elif key == attr.CATEGORY:
+                # Moab's spelling (HardwareFailure) would be a category nothing reads: the node
+                # would go on taking work, unbroken, without a word.
+                value = (
+                    categories.normalise(value) if isinstance(value, str) else [categories.normalise(v) for v in value]
+                )
             out[key] = value
         return out
 
