@@ -129,3 +129,15 @@ def test_an_operator_sets_a_live_nodes_attributes_and_rack_and_the_snapshot_read
         store.set_node_attributes("n1", {"held": "false"}, [], None, NOW + 4)
     with pytest.raises(NotFound):
         store.set_node_attributes("n9", {}, [], None, NOW + 4)
+
+
+def test_the_notify_cursor_is_moved_only_from_the_state_it_was_read_in(store: Store) -> None:
+    """A write that leaves the event id where it was (the notifier taking its retries) must not
+    undo another dispatcher's: it names the `updated_at` it read, to the float."""
+    assert store.advance_notify_cursor(None, 5, {}, NOW + 0.123456789)
+    assert not store.advance_notify_cursor(None, 9, {}, NOW + 1)  # another dispatcher's first start came first
+    cursor = store.notify_cursor()
+    assert cursor is not None and cursor[0] == 5 and cursor[2] == NOW + 0.123456789
+    assert store.advance_notify_cursor(5, 5, {"retry": [1]}, NOW + 1.5, moved_at=cursor[2])
+    assert not store.advance_notify_cursor(5, 5, {"retry": []}, NOW + 2, moved_at=cursor[2])  # read before that
+    assert store.notify_cursor() == (5, {"retry": [1]}, NOW + 1.5)

@@ -331,8 +331,10 @@ class Store:
         values = {"last_event_id": new_id, "state": state, "updated_at": now}
         with self.write() as conn:
             if old_id is None:
-                stmt = _upsert(conn, table).values(name=name, **values).on_conflict_do_nothing()
-                return conn.execute(stmt).rowcount == 1
+                # (RETURNING: under PostgreSQL the rowcount of an INSERT ... ON CONFLICT DO NOTHING
+                # did not say 1 for a row it inserted.)
+                stmt = _upsert(conn, table).values(name=name, **values).on_conflict_do_nothing().returning(table.c.name)
+                return conn.execute(stmt).first() is not None
             stmt2 = update(table).where(table.c.name == name, table.c.last_event_id == old_id)
             if moved_at is not None:
                 stmt2 = stmt2.where(table.c.updated_at == moved_at)
