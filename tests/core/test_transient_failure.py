@@ -56,7 +56,8 @@ def test_a_start_timeout_reserves_the_node_and_work_goes_elsewhere_this_pass() -
         NodeReserve(
             "n1",
             1300.0,
-            "TRANSIENT_FAILURE: reserved until 1300 (attempt 11 of job 1 not started on n1 within the start timeout)",
+            "TRANSIENT_FAILURE: reserved until 1970-01-01 00:21:40 UTC"
+            " (attempt 11 of job 1 not started on n1 within the start timeout)",
         )
     ]
     # Job 1 is requeued (a temporary failure), job 2 runs on, job 3 goes on n2.
@@ -77,7 +78,7 @@ def test_the_recorded_reservation_keeps_work_off_the_node_until_it_ends() -> Non
 
     during = plan_pass(world(1299.0), 1299.0, settings)
     assert during.placements == [] and during.node_reservations == []
-    assert "1 TRANSIENT_FAILURE: reserved until 1300" in str(during.explanations[3])
+    assert "1 TRANSIENT_FAILURE: reserved until 1970-01-01 00:21:40 UTC" in str(during.explanations[3])
     after = plan_pass(world(1300.0), 1300.0, settings)
     assert [(p.job_id, p.node_ids) for p in after.placements] == [(3, ("n1",))]
 
@@ -145,6 +146,15 @@ def test_the_state_filter_reads_the_attribute_and_kept_facts_expire_with_it() ->
     nodes = [reserved(idle_node("n1"), 1300.0), idle_node("n2")]
     facts = FleetFacts(nodes, PlacementSettings(), 1000.0)
     assert facts.schedulable.tolist() == [False, True]
-    assert facts.why_unschedulable[0] == "TRANSIENT_FAILURE: reserved until 1300"
+    assert facts.why_unschedulable[0] == "TRANSIENT_FAILURE: reserved until 1970-01-01 00:21:40 UTC"
     assert facts.valid_at(1299.0) and not facts.valid_at(1300.0)
     assert FleetFacts(nodes, PlacementSettings(), 1300.0).schedulable.tolist() == [True, True]
+
+
+def test_the_reservations_end_reads_as_a_time_to_the_second() -> None:
+    """At a real time the event said "reserved until 1.7957e+09": unreadable, and ten minutes off."""
+    world = late_world()
+    start = 1_795_696_045.0  # 2026-11-26 12:27:25 UTC
+    world = dataclasses.replace(world, nodes=[dataclasses.replace(n, last_ping_at=start) for n in world.nodes])
+    (held,) = plan_pass(world, start, policy(300)).node_reservations
+    assert held.reason.startswith("TRANSIENT_FAILURE: reserved until 2026-11-26 12:32:25 UTC (attempt 11 of job 1")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TypeAlias
 
 from corral.core.categories import CATEGORY  # seed 002 node category, e.g. "hardware-maintenance"; may be a list
@@ -59,8 +60,9 @@ VersionKey: TypeAlias = tuple[tuple[int, int, str], ...]
 
 
 def transient_failure(until: float) -> str:
-    """Why a node under a transient failure's reservation takes no work (seed 002 §5.4.5)."""
-    return f"TRANSIENT_FAILURE: reserved until {until:g}"
+    """Why a node under a transient failure's reservation takes no work (seed 002 §5.4.5): its end
+    as a time a reader knows (the epoch seconds in `%g` read '1.7957e+09', ten minutes off)."""
+    return f"TRANSIENT_FAILURE: reserved until {datetime.fromtimestamp(until, UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 def values(value: AttributeValue | None) -> tuple[str, ...]:
