@@ -1032,14 +1032,19 @@ def nodes(
     console.print(f"{sum(1 for n in rows if n['state'] != 'gone')} live nodes, ${hourly:.3f}/hour")
 
 
-def node_note(row: dict[str, Any]) -> str:
-    """What takes a node out of service (a drain, a hold, a category) or would (a failed health
-    check: kept in service while too many nodes fail theirs), then the reason of its state."""
+def node_note(row: dict[str, Any], now: float | None = None) -> str:
+    """What takes a node out of service (a drain, a hold, a category; a transient failure's
+    reservation while it lasts) or would (a failed health check: kept in service while too many
+    nodes fail theirs), then the reason of its state."""
+    attributes = row["attributes"]
     memo = [
         f"{key}={value if isinstance(value, str) else ','.join(value)}"
         for key in (attr.DRAIN, attr.HELD, attr.CATEGORY, health.HEALTH)
-        if (value := row["attributes"].get(key))
+        if (value := attributes.get(key))
     ]
+    until = attr.number(attributes, attr.FAILURE_RESERVED_UNTIL)
+    if until > (time.time() if now is None else now):
+        memo.append(f"transient failure: no work until {when(until)}")
     return "; ".join([*memo, row["reason"]] if row["reason"] else memo)
 
 
