@@ -561,13 +561,36 @@ def test_a_job_no_instance_type_accepts_boots_nothing_and_says_why() -> None:
     decisions = plan_pass(snap, 0.0, settings())
     assert decisions.boots == []
     (note,) = decisions.annotations
-    # Not unplaceable: a node that is no instance (a standalone agent) may have the trait.
-    assert not note.unplaceable
+    # Unplaceable, as a job larger than every type: every node is an instance corral boots, so
+    # only an operator's `corral node NODE gpu_model=a100` could ever run it (the placer, which
+    # runs first every pass, would then place it). Before, it waited for ever, counted against
+    # its user's policy.users limits.
+    assert note.unplaceable
     # The filter's counts are over the instance types (it said "0 of 2 nodes have it").
     assert note.wait_reason == (
-        "waiting for a node: no instance type with room for it meets its constraints"
-        " (small-spot: TRAITS_MISMATCH: needs gpu_model=a100 (0 of 2 instance types have it))"
+        "no instance type with room for it meets its constraints"
+        " (TRAITS_MISMATCH: needs gpu_model=a100 (0 of 2 instance types have it))"
     )
+
+
+def test_jobs_no_instance_type_accepts_each_get_their_own_filter_s_reason() -> None:
+    """Before, the second job (same room, another constraint) got the first's reason: job 2,
+    which asks for a platform, read "TRAITS_MISMATCH: needs gpu_model=a100", in `corral jobs`
+    and in the simulator's "never finished" note alike. And a platform was described on the
+    cheapest type alone ("no instance type reports a platform version") when another reports
+    one: the user needs the newest there is."""
+    newer = dataclasses.replace(LARGE, attributes=(("platform", "1.10"),))
+    snap = Snapshot(
+        jobs=[job(1, traits={"gpu_model": "a100"}), job(2, min_platform="2.0"), job(3, min_platform="2.0")],
+        attempts=[],
+        nodes=[],
+        instance_types=[SMALL, newer],
+    )
+    notes = {n.job_id: n for n in plan_pass(snap, 0.0, settings()).annotations}
+    assert notes[1].wait_reason.endswith("(TRAITS_MISMATCH: needs gpu_model=a100 (0 of 2 instance types have it))")
+    assert notes[2].wait_reason.endswith("(PLATFORM_TOO_OLD: needs platform >= 2.0; the newest is 1.10 on new:large)")
+    assert notes[3] == dataclasses.replace(notes[2], job_id=3)
+    assert all(n.unplaceable for n in notes.values())
 
 
 def test_why_no_instance_type_meets_a_job_s_constraints_speaks_of_types() -> None:
@@ -595,6 +618,7 @@ def test_why_no_instance_type_meets_a_job_s_constraints_speaks_of_types() -> Non
         snap = Snapshot(jobs=[one], attempts=[], nodes=[], instance_types=types)
         (note,) = plan_pass(snap, 0.0, settings()).annotations
         assert note.wait_reason.endswith(f"{expected})"), note.wait_reason
+        assert note.unplaceable
 
 
 def test_a_gang_larger_than_a_pass_may_boot_boots_over_several_passes() -> None:

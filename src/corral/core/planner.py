@@ -318,9 +318,11 @@ def _plan_boots(
             allowed = [t for t in holding if t.name in accepted]
             if not allowed:
                 # Booting one would never run it (a job that must not run on spot, and only spot
-                # types have the room): it waits for a node that is no instance, if any comes.
+                # types have the room): no instance type can hold it. Not kept in `settled`: jobs
+                # that ask for different traits or platforms share that key (no type accepts
+                # either), and each gets its own filter's words.
                 assert constraints is not None
-                notes[job.id] = settled[key] = (constraints.none_accepted(job, holding), False)
+                notes[job.id] = constraints.none_accepted(job, holding)
                 continue
             # (A list of this job's own: not kept in fitting_of, whose keys are the ids of lists.)
             holding = allowed
@@ -460,6 +462,7 @@ class _Constraints:
     def __init__(self, types: list[InstanceType], placement: PlacementSettings, now: float) -> None:
         self._args = (types, placement, now)
         self._ranker: TypeRanker | None = None
+        self._notes: dict[tuple[object, ...], Note] = {}
 
     def ranker(self) -> TypeRanker:
         if self._ranker is None:
@@ -470,9 +473,17 @@ class _Constraints:
     def accepting(self, job: Job) -> frozenset[str]:
         return self.ranker().accepting(Demand.of(job))
 
-    def none_accepted(self, job: Job, holding: list[InstanceType]) -> str:
-        why = self.ranker().why_not(Demand.of(job), holding[0].name)
-        return f"waiting for a node: no instance type with room for it meets its constraints ({holding[0].name}: {why})"
+    def none_accepted(self, job: Job, holding: list[InstanceType]) -> Note:
+        """The note of a job no type with room for it accepts: unplaceable (as a job larger than
+        every type), with the filter that rules the last of those types out, described over them
+        all (the newest platform among them, not that of the cheapest)."""
+        demand = Demand.of(job)
+        key = (demand.key[:4], tuple(t.name for t in holding))
+        note = self._notes.get(key)
+        if note is None:
+            why = self.ranker().why_none(demand, [t.name for t in holding])
+            note = self._notes[key] = (f"no instance type with room for it meets its constraints ({why})", True)
+        return note
 
 
 # What a job asks of a node as the filters read it (traits, forbidden traits, platform,

@@ -118,10 +118,22 @@ class TypeRanker:
             cached = self._accepting[key] = frozenset(t.name for i, t in enumerate(self.types) if mask[i])
         return cached
 
-    def why_not(self, demand: Demand, instance_type: str) -> str:
-        """Why the filters rule a new node of the type out for the demand ("TRAITS_MISMATCH: ...")."""
-        names = [t.name for t in self.types]
-        return self._why_not(demand, names.index(instance_type))
+    def why_none(self, demand: Demand, names: Sequence[str]) -> str:
+        """Why the filters rule out a new node of every one of the types `names` for the demand:
+        the filter, in the configured order, that removes the last of them, described over those
+        still standing then ("PLATFORM_TOO_OLD: needs platform >= 2; the newest is 1.10 on
+        new:big"), as `explain` names the filter that empties the nodes."""
+        engine = self.engine
+        wanted = set(names)
+        alive = np.array([t.name in wanted for t in self.types], dtype=bool)
+        for f in engine.filters:
+            mask = f.mask(engine.arrays, demand, None)
+            if mask is None:
+                continue
+            if not (alive & mask).any():
+                return f"{f.code}: {f.describe(engine.arrays, demand, alive, None, ())}"
+            alive &= mask
+        return "does not fit"
 
     def _why_not(self, demand: Demand, i: int) -> str:
         """The first filter, in the configured order, that rules type i out, described on it alone."""
