@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from placement_helpers import job, node, placed, run_pass
+from placement_helpers import job, node, placed, run_pass, running
 
-from corral.core.model import GiB, InstanceType
+from corral.core.model import GiB, InstanceType, Resources
 
 
 def rows(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -46,11 +46,23 @@ def test_instance_types_are_named_when_none_is_large_enough() -> None:
 
 
 def test_gang_reason_counts_nodes() -> None:
-    nodes = [node("a"), node("b", ram_gib=4)]
+    """The figure is of the gang's 2nd best node, the room the request must come down to. Before,
+    it named the largest ("the largest free is 32 GiB on a"), which reads as if 8 GiB fitted."""
+    nodes = [node("a"), node("b", ram_gib=4), node("c", ram_gib=2)]
     result = run_pass(nodes, [job(1, ram_gib=8, nodes=2)])
     assert result.reasons[1] == (
-        "INSUFFICIENT_RAM: needs 8 GiB RAM, the largest free is 32 GiB on a (the job needs 2 nodes, 1 remain)"
+        "INSUFFICIENT_RAM: needs 8 GiB RAM, the 2nd largest free is 4 GiB on b (the job needs 2 nodes, 1 remain)"
     )
+
+
+def test_with_no_nearest_miss_the_figures_are_of_the_nodes_the_filter_removed() -> None:
+    """No node passes every filter but min-cpu (none has a GPU free). Before, its figures came from
+    every node, here one an admin reservation had already taken ("the largest free is 8 vcpu on
+    held"), a reason that says 1 vcpu is needed and 8 are free; now from the node min-cpu removed."""
+    nodes = [node("held", reservation="team-a"), node("full", vcpus=2)]
+    busy = running(1, 9, ["full"], Resources(2.0, GiB))
+    result = run_pass(nodes, [job(1, gpus=1)], attempts=[busy], other_jobs=[job(9, vcpus=2)])
+    assert result.reasons[1] == "INSUFFICIENT_CPU: needs 1 vcpu, the largest free is 0 vcpu on full"
 
 
 def test_gang_placed_on_distinct_nodes() -> None:

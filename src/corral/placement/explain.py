@@ -76,7 +76,10 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
             shown = removed if before - after else failing
             row["sample"] = [a.ids[j] for j in np.flatnonzero(shown)[: engine.settings.explain_sample]]
             others = prefix & suffix[i + 1] if not quick else prefix
-            scope = others if others.any() else np.ones(a.n, dtype=bool)
+            # With no node that only this filter stops, the nodes still standing when it runs:
+            # the figures are then of a node it removed, not of one an earlier filter took
+            # (the free vcpus of a node held by a reservation say nothing about the request).
+            scope = others if others.any() else prefix if prefix.any() else np.ones(a.n, dtype=bool)
             row["detail"] = f.describe(a, demand, scope, resolved, types)
         if emptied:
             reason = f"{f.code}: {row.get('detail', '')}".rstrip(": ")

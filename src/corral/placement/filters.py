@@ -3,7 +3,8 @@
 A filter's `mask` returns a boolean array over all nodes, or None when it removes nothing for this
 job (the common case, which saves the work of combining an all-true array). `describe` explains,
 with quantities, why nodes fail it; it looks at `scope`, the nodes that pass every *other* filter
-(or all nodes when there are none), so the nearest miss it names is one that only this filter stops.
+(or, when there are none, the nodes still standing when it runs; all nodes when none is), so the
+nearest miss it names is one that only this filter stops.
 
 `static` filters depend only on the job's constraints and on facts that do not change within a
 pass; the engine caches their combined mask per distinct constraint set.
@@ -205,6 +206,11 @@ def _unit(resource: Resource, amount: float) -> str:
     return f"{amount:g} GPU"
 
 
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 _TYPE_CAPACITY = {
     Resource.CPU: lambda t: float(t.vcpus),
     Resource.RAM: lambda t: float(t.ram_mib),
@@ -259,7 +265,14 @@ def _resource_filter(resource: Resource) -> tuple[Mask, Describe]:
         if a.n:
             free = np.where(scope, a.room[resource], -np.inf)
             best = int(free.argmax())
-            text += f", the largest free is {_unit(resource, max(0.0, free[best]))} on {a.ids[best]}"
+            need = d.node_count
+            rank = "largest"
+            if need > 1 and np.count_nonzero(scope) >= need:
+                # A gang fits only if its need-th best node does: that node's room is what the
+                # request must come down to (the largest alone would say it fits).
+                best = int(np.argsort(-free, kind="stable")[need - 1])
+                rank = f"{_ordinal(need)} largest"
+            text += f", the {rank} free is {_unit(resource, max(0.0, free[best]))} on {a.ids[best]}"
             policy = a.policy[resource]
             if policy is Policy.COMBINED:
                 unrequested = a.capacity[resource, best] * a.ratio[resource] - a.dedicated[resource, best]
