@@ -972,7 +972,8 @@ def print_filter_explanation(detail: dict[str, Any]) -> None:
     for f in detail["filters"]:
         style = "" if f.get("failed") else "dim"
         table.add_row(
-            f["filter"],
+            # With seed 003's name (DAPI's hard-filter-min-ram), which a user may know it by.
+            f["filter"] + (f"\n({f['seed']})" if f.get("seed") else ""),
             f["code"],
             str(f.get("removed", 0)),
             str(f.get("failed", 0)),
@@ -986,6 +987,19 @@ def print_filter_explanation(detail: dict[str, Any]) -> None:
     nearest = detail.get("nearest")
     if nearest:
         console.print(f"  nearest miss: {nearest['node']} fails {', '.join(nearest['fails'])}", highlight=False)
+    locality = detail.get("locality")
+    if locality:
+        # Soft hints fail no node, so their row says nothing: what they resolved to is here.
+        parts = [f"{'strict' if locality.get('strict') else 'preferred'}, {locality.get('level', 'server')} level"]
+        for key, label in (
+            ("near_running", "near"),
+            ("far_running", "far from"),
+            ("not_running", "not running, so ignored"),
+            ("not_understood", "not understood, so ignored"),
+        ):
+            if locality.get(key):
+                parts.append(f"{label}: {', '.join(locality[key])}")
+        console.print(f"  locality: {'; '.join(parts)}", highlight=False)
 
 
 def print_placement_scores(detail: dict[str, Any]) -> None:
@@ -999,6 +1013,9 @@ def print_placement_scores(detail: dict[str, Any]) -> None:
         scores = node.get("scores", {})
         table.add_row(label, f"{node['score']:.3f}", *(f"{scores.get(n, 0.0):.2f}" for n in names))
     console.print(table)
+    for note in detail.get("notes", []):
+        # Locality hints that were dropped or constrained nothing: the job ran, but not as asked.
+        console.print(f"  note: {note}", highlight=False)
 
 
 @app.command()

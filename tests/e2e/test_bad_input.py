@@ -145,11 +145,20 @@ def test_a_job_no_instance_type_can_hold_is_marked_unplaceable_not_left_silently
     from tests.e2e.conftest import wait_until
 
     job_id = running.cli("submit", "--ram", "40GiB", "--", "true").stdout.strip()
+    # (Submitted now, to run on the keeper's node while the other is judged.)
+    ran = running.cli("submit", "--near", "99999", "--far", "tag:nosuch", "--", "true").stdout.strip()
     job = wait_until(lambda: (j := running.cli_json("job", job_id))["unplaceable"] and j, 30, "the job to be marked")
     assert job["state"] == "queued"
     assert job["wait_reason"] == "no instance type has 40 GiB RAM (the largest has 8 GiB RAM)"
-    assert "UNPLACEABLE: no instance type has 40 GiB RAM" in running.cli("explain", job_id).stdout
+    shown = running.cli("explain", job_id).stdout
+    assert "UNPLACEABLE: no instance type has 40 GiB RAM" in shown
+    # The filter also by seed 003's name (DAPI's), which a user may search for.
+    assert "(hard-filter-min-ram)" in shown
     assert [e["kind"] for e in running.cli_json("events", "--job", job_id)] == ["job.queued", "job.unplaceable"]
+    # A placed job's hints that named no running job: before, `corral explain` printed its scores
+    # only, and that its hints constrained nothing was in the JSON alone (as are hints dropped for room).
+    wait_until(lambda: running.cli_json("job", ran)["state"] == "complete", 60, "the job with hints to run")
+    assert "note: locality: not running, so ignored: 99999, tag:nosuch" in running.cli("explain", ran).stdout
 
 
 def test_explain_follows_the_fleet_while_the_reason_stays_the_same(running: Corral) -> None:

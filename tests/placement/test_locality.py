@@ -64,7 +64,11 @@ def test_strict_hints_are_a_hard_filter() -> None:
         other_jobs=[WEB, DB, job(300)],
     )
     assert placed(result) == {}
-    assert result.reasons[1] == "LOCALITY: strict: near tag:db (on b1; none of those passes the other filters)"
+    # Which filters the target's node fails: what the request must give up to run there. Before,
+    # the reason stopped at "none of those passes the other filters".
+    assert result.reasons[1] == (
+        "LOCALITY: strict: near tag:db (on b1; none of those passes the other filters: b1 fails INSUFFICIENT_CPU)"
+    )
     assert result.details[1]["locality"]["near_running"] == ["tag:db"]
 
 
@@ -90,6 +94,8 @@ def test_strict_far_leaves_no_node() -> None:
 def test_targets_not_running_constrain_nothing() -> None:
     result = choose([job(1, near=["tag:cache", "999"], strict=True)])
     assert 1 in placed(result)
+    # The placed job's details say so (`corral explain` prints its notes); before, they said nothing.
+    assert result.details[1]["notes"] == ["locality: not running, so ignored: tag:cache, 999"]
 
 
 def test_jobs_placed_earlier_in_the_pass_are_targets() -> None:

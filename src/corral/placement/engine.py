@@ -402,6 +402,9 @@ class Engine:
         need = demand.node_count
         resolved = self.resolve(demand)
         notes: list[str] = []
+        if resolved is not None and (resolved.near.absent or resolved.far.absent or resolved.unknown):
+            # A placed job's hints that constrained nothing: the user asked, and should see why.
+            notes.extend(_ignored_entries(resolved))
         allowed = resolved.allowed() if resolved is not None and self.locality_filter else None
         if resolved is not None and allowed is not None:
             narrowed = mask & allowed
@@ -694,6 +697,16 @@ class Engine:
 
 _SHARED = Evaluation(None, None)  # of every choice made from shared work: no mask, no notes; never changed
 _NO_DEMAND = Demand(job_id=-1, resources=Resources(0.0, 0, 0, 0))  # static scorers ignore the job
+
+
+def _ignored_entries(resolved: Resolved) -> list[str]:
+    notes = []
+    absent = resolved.near.absent + resolved.far.absent
+    if absent:
+        notes.append(f"locality: not running, so ignored: {', '.join(absent)}")
+    if resolved.unknown:
+        notes.append(f"locality: not understood, so ignored: {', '.join(resolved.unknown)} (use a job id or tag:NAME)")
+    return notes
 
 
 def _inert(name: str, arrays: NodeArrays) -> bool:

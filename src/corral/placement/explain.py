@@ -18,6 +18,7 @@ import numpy as np
 from corral.placement.arrays import Bools
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
+from corral.placement.filters import CROWDED
 from corral.placement.locality import Resolved
 
 
@@ -33,6 +34,18 @@ def _masks(engine: Engine, demand: Demand, resolved: Resolved | None, everything
         m = f.mask(a, demand, resolved)
         masks.append(everything if m is None else m)
     return masks
+
+
+def _near_misses(engine: Engine, masks: list[Bools], resolved: Resolved) -> str:
+    """Which filters the nodes near a strict `near` hint's targets fail ("b1 fails
+    INSUFFICIENT_CPU"): what the request must give up to run there."""
+    a = engine.arrays
+    side = resolved.near.racks if resolved.hints.level == "rack" else resolved.near.nodes
+    parts = []
+    for i in np.flatnonzero(side)[: engine.settings.explain_sample]:
+        fails = [f.code for f, m in zip(engine.filters, masks, strict=True) if f.name != "locality" and not m[i]]
+        parts.append(f"{a.ids[i]} fails {', '.join(fails)}")
+    return "; ".join(parts)
 
 
 def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str, Any]:
@@ -81,6 +94,8 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
             # (the free vcpus of a node held by a reservation say nothing about the request).
             scope = others if others.any() else prefix if prefix.any() else np.ones(a.n, dtype=bool)
             row["detail"] = f.describe(a, demand, scope, resolved, types)
+            if f.name == "locality" and resolved is not None and CROWDED in row["detail"]:
+                row["detail"] = row["detail"].replace(CROWDED, f"{CROWDED}: {_near_misses(engine, masks, resolved)}")
         if emptied:
             reason = f"{f.code}: {row.get('detail', '')}".rstrip(": ")
             if need > 1:

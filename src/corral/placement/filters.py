@@ -296,6 +296,9 @@ def _resource_filter(resource: Resource) -> tuple[Mask, Describe]:
 # --- locality ------------------------------------------------------------------------------------
 
 
+CROWDED = "none of those passes the other filters"  # explain.py names the filters they fail
+
+
 def _locality(a: NodeArrays, d: Demand, loc: Resolved | None) -> Bools | None:
     return None if loc is None else loc.allowed()
 
@@ -313,7 +316,7 @@ def _describe_locality(
     if loc.near.running:
         side = loc.near.racks if level == "rack" else loc.near.nodes
         where = _sample(a, side) if side.any() else "no node that takes work"
-        crowded = "; none of those passes the other filters" if side.any() and not (side & scope).any() else ""
+        crowded = f"; {CROWDED}" if side.any() and not (side & scope).any() else ""
         parts.append(f"near {', '.join(loc.near.running)} (on {where}{crowded})")
     absent = loc.near.absent + loc.far.absent
     if absent:
