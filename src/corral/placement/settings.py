@@ -243,10 +243,12 @@ class PlacementSettings(_Strict):
     )
     weights: dict[str, Float] = Field(
         default_factory=lambda: dict(DEFAULT_WEIGHTS),
-        description="scorer weights for placing on running nodes; a negative weight reverses a scorer",
+        description="scorer weights for placing on running nodes; a negative weight reverses a scorer. A table"
+        " given replaces the defaults: a scorer left out (locality, random: the tie-break) weighs 0",
     )
     boot_weights: dict[str, Float] = Field(
-        default_factory=lambda: dict(DEFAULT_BOOT_WEIGHTS), description="scorer weights for ranking instance types"
+        default_factory=lambda: dict(DEFAULT_BOOT_WEIGHTS),
+        description="scorer weights for ranking instance types (a table given replaces the defaults)",
     )
     availability: str = Field("COMBINED", description="seed 002 syntax, e.g. 'DEDICATED:PROC COMBINED:MEM'")
     overprovision: dict[str, Float] = Field(
