@@ -70,6 +70,26 @@ def test_an_empty_tag_is_refused_by_field_but_a_stored_one_is_still_read() -> No
     assert JobRequest.stored({"command": ["x"], "tags": [""]}).tags == [""]
 
 
+@pytest.mark.parametrize(
+    ("traits", "says"),
+    [
+        ({"accel": []}, "accel: no value, not [] (give one, or '*' for any value)"),
+        ({"accel": ""}, "accel: no value, not '' (give one, or '*' for any value)"),
+        ({"zone": ["a", " "]}, "zone: no value, not ['a', ' '] (give one, or '*' for any value)"),
+        ({"": "x"}, "a trait must have a name, not ''"),
+    ],
+)
+def test_a_trait_without_a_name_or_value_is_refused_by_field(traits: dict[str, object], says: str) -> None:
+    """Before, such a job was queued and could never be placed ("needs accel= (0 of 3 instance
+    types have it)"); as a forbidden trait it forbade nothing."""
+    for field in ("traits", "forbidden_traits"):
+        with pytest.raises(ValidationError) as refused:
+            JobRequest.model_validate({"command": ["x"], field: traits})
+        (error,) = refused.value.errors()
+        assert error["loc"] == (field,) and error["msg"] == f"Value error, {says}"
+        assert getattr(JobRequest.stored({"command": ["x"], field: traits}), field) == traits
+
+
 def test_an_array_is_stored_in_canonical_form_and_a_task_is_a_job_with_its_place() -> None:
     request = JobRequest(command=["x"], array=" 5-7, 1 %2")
     assert request.array == "1,5-7%2"

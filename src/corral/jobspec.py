@@ -196,6 +196,21 @@ class JobRequest(BaseModel):
                 raise ValueError(f"a tag must have a name, not {tag!r}")
         return value
 
+    @field_validator("traits", "forbidden_traits")
+    @classmethod
+    def _traits_named(cls, value: dict[str, str | list[str]], info: ValidationInfo) -> dict[str, str | list[str]]:
+        # A blank key or value matches no node attribute: the job could never be placed (or, as a
+        # forbidden trait, forbids nothing), and waited with "needs accel= (0 of 3 have it)".
+        if info.context and info.context.get("stored"):
+            return value
+        for key, wanted in value.items():
+            if not key.strip():
+                raise ValueError(f"a trait must have a name, not {key!r}")
+            values = [wanted] if isinstance(wanted, str) else wanted
+            if not values or any(not v.strip() for v in values):
+                raise ValueError(f"{key}: no value, not {wanted!r} (give one, or '*' for any value)")
+        return value
+
     @field_validator("time_limit")
     @classmethod
     def _zero_is_no_limit(cls, value: float | None) -> float | None:
