@@ -267,6 +267,17 @@ def _parse_env(values: list[str]) -> dict[str, str]:
     return env
 
 
+def _parse_traits(option: str, values: list[str]) -> dict[str, str | list[str]]:
+    """KEY=VALUE options as a job's traits: a key given twice takes either value (a list)."""
+    traits: dict[str, list[str]] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"{option} {item!r}: write KEY=VALUE (VALUE '*' for any value)")
+        traits.setdefault(key, []).append(value)
+    return {key: found[0] if len(found) == 1 else found for key, found in traits.items()}
+
+
 def read_job_file(path: Path) -> tuple[list[JobRequest], list[str]]:
     """Jobs from a JSON Lines or YAML file, and where each is ("line 3", "item 2"); every error
     names its line or item and field."""
@@ -326,6 +337,8 @@ def _locality(near: list[str], far: list[str], strict: bool, level: str) -> dict
 # The submit option of each JobRequest field whose name differs from it.
 _OPTION_OF_FIELD: dict[tuple[int | str, ...], str] = {
     ("tags",): "--tag",
+    ("traits",): "--trait",
+    ("forbidden_traits",): "--forbid",
     ("locality", "near"): "--near",
     ("locality", "far"): "--far",
     ("locality", "strict"): "--strict-locality",
@@ -392,6 +405,31 @@ def submit(
     locality_level: Annotated[
         str, typer.Option(help="What --near/--far mean: 'server' (the same node) or 'rack' (the same rack).")
     ] = "server",
+    trait: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="Run only on a node whose attribute KEY is VALUE (Slurm's --constraint); repeatable; the same KEY"
+            " twice: either value; VALUE '*': any. corral nodes / corral node show nodes' attributes.",
+        ),
+    ] = None,
+    forbid: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="Never run on a node whose attribute KEY is VALUE (e.g. capacity=spot); repeatable; VALUE '*': a"
+            " node that has KEY at all.",
+        ),
+    ] = None,
+    min_platform: Annotated[
+        str | None, typer.Option(help="Run only on a node whose platform attribute is at least this version.")
+    ] = None,
+    reservation: Annotated[
+        str | None, typer.Option(help="An admin reservation whose nodes the job may use (besides unreserved ones).")
+    ] = None,
+    cpu_capped: Annotated[
+        bool, typer.Option("--cpu-capped", help="A CPU-capped job: it shares no node with uncapped jobs.")
+    ] = False,
     on_node_failure: Annotated[
         str | None,
         typer.Option(
@@ -471,6 +509,16 @@ def submit(
         locality = _locality(near or [], far or [], strict_locality, locality_level)
         if locality is not None:
             fields["locality"] = locality
+        if trait:
+            fields["traits"] = _parse_traits("--trait", trait)
+        if forbid:
+            fields["forbidden_traits"] = _parse_traits("--forbid", forbid)
+        if min_platform is not None:
+            fields["min_platform"] = min_platform
+        if reservation is not None:
+            fields["reservation"] = reservation
+        if cpu_capped:
+            fields["cpu_capped"] = True
         try:
             requests = [JobRequest.model_validate(fields)]
         except ValidationError as exc:
@@ -637,6 +685,9 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
         console.print(f"  slurm job  {j['executor_ref']}", highlight=False)
     if j.get("locality"):
         console.print(f"  locality   {locality_text(j['locality'])}", highlight=False)
+    asks = constraints_text(j)
+    if asks:
+        console.print(f"  runs on    {asks}", highlight=False)
     if j.get("dependency"):
         console.print(f"  dependency {j['dependency']}", highlight=False)
         for d in j.get("depends_on") or []:
@@ -959,6 +1010,24 @@ def explain(job_id: int, as_json: JsonFlag = False) -> None:
         print_placement_scores(detail)
     elif not data["wait_reason"]:
         console.print("  no explanation recorded")
+
+
+def constraints_text(j: dict[str, Any]) -> str:
+    """What a job asks of a node besides room, as the placement filters read it ("accel=a10|l4;
+    not capacity=spot; platform >= 1.10; reservation team-a; CPU-capped")."""
+
+    def values(value: str | list[str]) -> str:
+        return value if isinstance(value, str) else "|".join(value)
+
+    parts = [f"{key}={values(value)}" for key, value in (j.get("traits") or {}).items()]
+    parts += [f"not {key}={values(value)}" for key, value in (j.get("forbidden_traits") or {}).items()]
+    if j.get("min_platform"):
+        parts.append(f"platform >= {j['min_platform']}")
+    if j.get("reservation"):
+        parts.append(f"reservation {j['reservation']}")
+    if j.get("cpu_capped"):
+        parts.append("CPU-capped")
+    return "; ".join(parts)
 
 
 def print_filter_explanation(detail: dict[str, Any]) -> None:

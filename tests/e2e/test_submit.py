@@ -57,7 +57,16 @@ def test_submit_gives_locality_hints_and_the_job_keeps_them(corral: Corral) -> N
     assert corral.cli_json("job", preferred)["locality"] == {
         "near": [], "far": [first], "strict": False, "level": "server"
     }  # fmt: skip
-    corral.cli("cancel", first, replica, preferred)
+    # What a job asks of a node besides room: before, only a job file or the API could ask it, and
+    # `corral job` did not show it (an UNPLACEABLE "needs accel=h100" named a trait it did not list).
+    pinned = corral.cli(
+        "submit", "--trait", "accel=a10", "--trait", "accel=l4", "--trait", "zone=*", "--forbid", "capacity=spot",
+        "--min-platform", "1.10", "--reservation", "team-a", "--cpu-capped", "--", "true",
+    ).stdout.strip()  # fmt: skip
+    shown = corral.cli("job", pinned).stdout
+    asks = "accel=a10|l4; zone=*; not capacity=spot; platform >= 1.10; reservation team-a; CPU-capped"
+    assert f"runs on    {asks}" in shown
+    corral.cli("cancel", first, replica, preferred, pinned)
 
 
 BAD_HINTS = [
@@ -66,6 +75,7 @@ BAD_HINTS = [
     (["--far", "7", "--far", "-3"], "--far: not a job id or tag:NAME: '-3'"),
     (["--near", "7", "--locality-level", "row"], "--locality-level: Input should be 'server' or 'rack'"),
     (["--strict-locality"], "--strict-locality and --locality-level say how to keep --near or --far"),
+    (["--trait", "accel"], "--trait 'accel': write KEY=VALUE (VALUE '*' for any value)"),
 ]
 
 

@@ -262,6 +262,13 @@ class JobOut(BaseModel):
     executor_ref: str | None = None  # its latest attempt's executor_ref: the Slurm job id
     not_before: float | None = None  # epoch seconds: not started before then (--not-before)
     locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
+    # What it asks of a node besides room, as submitted (--trait, --forbid, --min-platform,
+    # --reservation, --cpu-capped): what the placement filters read.
+    traits: dict[str, str | list[str]] = Field(default_factory=dict)
+    forbidden_traits: dict[str, str | list[str]] = Field(default_factory=dict)
+    min_platform: str | None = None
+    reservation: str = ""
+    cpu_capped: bool = False
     user: str = ""  # whose job it is (corral usage --by user)
     tags: list[str] = Field(default_factory=list)
     # Slurm's --dependency as stored ("afterok:12:13,afterany:14"; '?' between conditions: any one).
