@@ -642,7 +642,9 @@ def test_a_gang_of_more_nodes_than_max_instances_says_so() -> None:
     decisions = plan_pass(snap, 100.0, settings(max_instances=3))
     assert decisions.boots == []
     (note,) = decisions.annotations
-    assert note.wait_reason == "waiting for resources: needs 4 nodes, max_instances is 3" and not note.unplaceable
+    # Unplaceable: every node is an instance, so it can never run under this config. Before, it
+    # waited unflagged ("waiting for resources: ..."), for ever.
+    assert note.wait_reason == "needs 4 nodes, max_instances is 3" and note.unplaceable
 
 
 def test_not_before_and_back_off_hold_a_job() -> None:

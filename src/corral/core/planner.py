@@ -382,10 +382,12 @@ def _plan_boots(
             )
             continue
         if need > settings.max_instances and need > 1:
-            # Never, under this config, on instances alone: said plainly (not unplaceable: nodes
-            # that are not instances may hold it once they have room).
-            reason = f"waiting for resources: needs {need} nodes, max_instances is {settings.max_instances}"
-            notes[job.id] = settled[key] = (reason, False)
+            # Never, under this config: every node is an instance the loop boots, so it is
+            # unplaceable as a job larger than every type (the placer, which runs first, still
+            # places it on running nodes that have room, as after a restart that lowered the limit).
+            # Before, it waited for ever unflagged, counted against its user's policy.users limits.
+            reason = f"needs {need} nodes, max_instances is {settings.max_instances}"
+            notes[job.id] = settled[key] = (reason, True)
             continue
         if missing > budget:
             notes[job.id] = settled[key] = capped
@@ -393,10 +395,10 @@ def _plan_boots(
         if spending:
             never = limits.never(fitting[0], need)
             if never is not None:
-                # Never, on instances alone (as a gang larger than max_instances).
+                # Never, under this config (as a gang larger than max_instances): unplaceable.
                 what = f"a {fitting[0].name}" if need == 1 else f"{need} × {fitting[0].name}"
-                reason = f"waiting for resources: {what} would pass {never} on {'its' if need == 1 else 'their'} own"
-                notes[job.id] = settled[key] = (reason, False)
+                reason = f"{what} would pass {never} on {'its' if need == 1 else 'their'} own"
+                notes[job.id] = settled[key] = (reason, True)
                 continue
             past = limits.refuses(fleet, fitting[0], missing)
             if past is not None:
