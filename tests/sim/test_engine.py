@@ -230,6 +230,16 @@ def test_fixed_fleet_never_boots_and_jobs_wait_their_turn() -> None:
     assert r.utilisation == pytest.approx(3 * 100 * 2 / (2 * 2 * 200))
 
 
+def test_a_job_left_waiting_gets_the_live_loop_s_reason_in_the_report() -> None:
+    """A replay explains no waiting job (for speed); the jobs it leaves queued get the reasons the
+    live loop's placer would give them. Before, this one was counted under "waiting for resources"."""
+    cfg = config(sim={"fleet": {"mode": "fixed", "nodes": [{"instance_type": "small", "count": 1}]}, "horizon": 600})
+    request = JobRequest(command=["x"], traits={"accel": "h100"})
+    _, r = simulate([job(1, run=100), job(2, run=100, request=request)], cfg)
+    assert r.completed == 1
+    assert r.unfinished_reasons == {"TRAITS_MISMATCH: needs accel=h100 (0 of 1 nodes have it)": 1}
+
+
 def test_fixed_fleet_repairs_a_failed_node() -> None:
     cfg = config(
         sim={

@@ -325,7 +325,36 @@ class Simulation:
             if self.progress is not None and self.counters.passes % progress_every == 0:
                 self.progress(at)
         self.end_time = max(self.now, self.last_finish)
+        if self.queued and not self.config.sim.explanations:
+            self._explain_leftovers()
         return self
+
+    def _explain_leftovers(self) -> None:
+        """The jobs still queued at the end get the reasons the live loop would give them (its
+        placer explains every waiting job; this run's did not, for speed): one pass more, whose
+        decisions are not carried out, over the world as the run left it. Before, a fixed fleet's
+        report counted a job asking for a trait no node has under "waiting for resources"."""
+        now = self.now
+        for node in self.pinging.values():
+            node.last_ping_at = now  # heard from now, as the index promises the core
+        snapshot = Snapshot(
+            jobs=list(self.jobs.values()),
+            attempts=list(self.attempts.values()),
+            nodes=list(self.nodes.values()),
+            instance_types=self.types,
+            dispatcher_id=DISPATCHER,
+            unavailable_types=self.unavailable,
+            observing_since=self.start_time,
+            away=list(self.away.values()),
+            finished=dict(self.finished),
+            fairshare_usage=self._usage(now) if self.fairshare is not None else {},
+        )
+        decisions = plan_pass(snapshot, now, self.policy, make_placer(self.policy), PlannerMemo())
+        for note in decisions.annotations:
+            job = self.jobs.get(note.job_id)
+            if job is not None and job.state is JobState.QUEUED:
+                job.wait_reason = note.wait_reason
+                job.unplaceable = note.unplaceable
 
     def _workload_over(self) -> bool:
         """No open job can run any more and the fleet is down to what the policy keeps up for ever
