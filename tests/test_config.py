@@ -260,3 +260,21 @@ def test_limits_under_which_nothing_can_boot_are_warned_of() -> None:
     # In front of Slurm corral boots nothing: no warning.
     starved.executor = "slurm"
     assert starved.warnings() == []
+
+
+def test_placement_filters_left_out_that_keep_jobs_off_nodes_that_cannot_run_them_are_warned_of() -> None:
+    """Before, `filters = ["traits", "min-ram"]` (written, say, to reorder an explanation) was taken
+    silently: jobs went to booting nodes and to nodes without the vcpus they asked for."""
+    placement = {"filters": ["traits", "min-ram"]}
+    assert Config.model_validate({"policy": {"placement": placement}}).warnings() == [
+        "policy.placement.filters leaves out state: jobs may be placed on nodes that are booting, draining, held"
+        " or down",
+        "policy.placement.filters leaves out min-cpu, min-disk, gpus: jobs may be placed on nodes without room for"
+        " them (policy.placement.overprovision lets requests pass capacity by a ratio)",
+    ]
+    assert (
+        Config.model_validate(
+            {"policy": {"placement": {"filters": ["min-ram", "min-cpu", "state", "gpus", "min-disk"]}}}
+        ).warnings()
+        == []
+    )

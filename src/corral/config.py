@@ -163,6 +163,28 @@ class InstanceTypeConfig(_Strict):
         )
 
 
+# Filters that keep a job off a node that cannot run it (not taking work; too small).
+_ROOM_FILTERS = ("min-ram", "min-cpu", "min-disk", "gpus")
+
+
+def _filter_warnings(filters: list[str]) -> list[str]:
+    """A list of filters that leaves out `state` or a resource filter: valid (a filter may be
+    turned off), but jobs then go to booting, draining or down nodes, or beyond a node's room."""
+    found = []
+    if "state" not in filters:
+        found.append(
+            "policy.placement.filters leaves out state: jobs may be placed on nodes that are booting, draining,"
+            " held or down"
+        )
+    room = [name for name in _ROOM_FILTERS if name not in filters]
+    if room:
+        found.append(
+            f"policy.placement.filters leaves out {', '.join(room)}: jobs may be placed on nodes without room for"
+            " them (policy.placement.overprovision lets requests pass capacity by a ratio)"
+        )
+    return found
+
+
 _AWS_ID = r"[0-9a-f]{8}(?:[0-9a-f]{9})?"
 _AMI = re.compile(rf"^ami-{_AWS_ID}$")  # image_id's pattern, and each of image_ids'
 
@@ -462,13 +484,16 @@ class Config(_Strict):
         return value
 
     def warnings(self) -> list[str]:
-        """What is valid but surely not meant: limits under which no instance type can ever boot
-        (with the agent executor; in front of Slurm corral boots nothing)."""
+        """What is valid but surely not meant: limits under which no instance type can ever boot,
+        placement filters left out that keep jobs off nodes that cannot run them (with the agent
+        executor; in front of Slurm corral boots and places nothing)."""
         types = self.instance_types
-        if self.executor != "agent" or not types:
+        if self.executor != "agent":
             return []
+        found = _filter_warnings(self.policy.placement.filters)
+        if not types:
+            return found
         boot = self.policy.boot
-        found = []
         cheapest = min(types, key=lambda t: t.price_per_hour)
         if boot.max_cost_per_hour is not None and boot.max_cost_per_hour < cheapest.price_per_hour:
             found.append(
