@@ -624,8 +624,10 @@ def jobs(
             ago(now - j["submitted_at"]),
             ago(run_time),
             # A claimed job's reason is why it waits in an executor's queue: Slurm's (squeue's
-            # NODELIST(REASON)); the claim clears any other.
-            j["wait_reason"] if j["state"] in ("queued", "claimed", "failed", "cancelled") else "",
+            # NODELIST(REASON)); the claim clears any other. A job that can never run says so, as
+            # `corral job` and `corral explain` do.
+            ("UNPLACEABLE: " if j["unplaceable"] and j["state"] == "queued" else "")
+            + (j["wait_reason"] if j["state"] in ("queued", "claimed", "failed", "cancelled") else ""),
         )
     console.print(table)
 

@@ -154,6 +154,8 @@ def test_a_job_no_instance_type_can_hold_is_marked_unplaceable_not_left_silently
     assert "UNPLACEABLE: no instance type has 40 GiB RAM" in shown
     # The filter also by seed 003's name (DAPI's), which a user may search for.
     assert "(hard-filter-min-ram)" in shown
+    # And the listing marks it (before, only `corral job` and `corral explain` did).
+    assert "UNPLACEABLE" in running.cli("jobs").stdout
     assert [e["kind"] for e in running.cli_json("events", "--job", job_id)] == ["job.queued", "job.unplaceable"]
     # A placed job's hints that named no running job: before, `corral explain` printed its scores
     # only, and that its hints constrained nothing was in the JSON alone (as are hints dropped for room).
