@@ -55,6 +55,14 @@ def test_soft_near_is_ignored_when_the_target_has_no_room_and_the_details_say_so
     assert "hints ignored" in " ".join(result.details[1]["notes"])
 
 
+def test_a_gang_s_soft_hints_ignored_for_too_few_nodes_say_how_many_met_them() -> None:
+    """Before, the note said "they would leave no node that fits" with two nodes in the rack."""
+    result = choose([job(1, nodes=3, near=["tag:web"], level="rack")])
+    assert len(placed(result)[1]) == 3
+    (note,) = result.details[1]["notes"]
+    assert note == "soft locality: hints ignored, they would leave 2 of the 3 nodes the job needs"
+
+
 def test_strict_hints_are_a_hard_filter() -> None:
     full_b1 = running(3, 300, ["b1"], Resources(7, 10 * GiB))
     result = run_pass(

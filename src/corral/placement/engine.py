@@ -418,7 +418,13 @@ class Engine:
                         f"soft locality: 'near {', '.join(resolved.near.running)}' ignored, no node there has room"
                     )
                 elif np.count_nonzero(mask) >= need:
-                    notes.append("soft locality: hints ignored, they would leave no node that fits")
+                    if need == 1:
+                        notes.append("soft locality: hints ignored, they would leave no node that fits")
+                    else:  # (a gang: some may meet them, too few)
+                        kept = int(np.count_nonzero(narrowed))
+                        notes.append(
+                            f"soft locality: hints ignored, they would leave {kept} of the {need} nodes the job needs"
+                        )
         if resolved is None and need == 1:
             return Evaluation(mask, None, None, notes)  # an empty set shows in the best score
         return Evaluation(mask, int(np.count_nonzero(mask)), resolved, notes)
