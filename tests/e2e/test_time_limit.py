@@ -4,6 +4,8 @@ agents and a real command: the job ends failed with TIMEOUT, its process is kill
 
 from __future__ import annotations
 
+import json
+import signal
 from pathlib import Path
 
 from tests.e2e.conftest import Corral, wait_until
@@ -47,3 +49,40 @@ command = ["sh", "-c", "echo \\"$CORRAL_EVENT_KIND $CORRAL_JOB_ID\\" >> {told}"]
     wait_until(lambda: not still_sleeping(), 30, "the timed-out command to be killed")
     wait_until(lambda: corral.jobs()[within]["state"] == "complete", 60, "the job within its limit to complete")
     wait_until(lambda: told.exists() and told.read_text() == f"job.timeout {limited}\n", 30, "the notification")
+
+
+def test_a_job_past_its_time_limit_while_corral_is_down_is_ended_by_its_agent(corral: Corral) -> None:
+    # slurmstepd's way: the node enforces the limit when the controller cannot. Before, the command
+    # ran on for as long as corral was down, and an exit after the restart counted as a success.
+    corral.start()
+    job_id = int(corral.cli("submit", "--time-limit", "4s", "--", "sh", "-c", "echo started; exec sleep 300").stdout)
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "running", 60, "the job to run")
+    assert corral.stop(signal.SIGKILL) == -signal.SIGKILL
+    pid = running_pid(corral.home, job_id)
+
+    def sleeping() -> bool:
+        try:
+            return (Path("/proc") / str(pid) / "cmdline").read_bytes() == b"sleep\x00300\x00"
+        except OSError:
+            return False
+
+    wait_until(lambda: not sleeping(), 60, "the agent to end the command at its time limit")
+    corral.start()
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "failed", 60, "the exit to be reported")
+    job = corral.cli_json("job", str(job_id))
+    (attempt,) = job["attempt_list"]
+    assert attempt["state"] == "timeout" and attempt["exit_code"] == 128 + signal.SIGTERM, attempt
+    assert attempt["reason"].startswith("TIMEOUT: ran past its time limit of 4s (ended by the agent on "), attempt
+    timeouts = corral.cli_json("events", "--job", str(job_id), "--kind", "job.timeout")
+    assert [e["message"] for e in timeouts] == [attempt["reason"]]
+    assert corral.cli("logs", str(job_id)).stdout == "started\n"
+
+
+def running_pid(home: Path, job_id: int) -> int:
+    """The pid of the job's command, from its agent's log (corral is down: no event to read it from)."""
+    for log in home.glob("loopback/*/agent.log"):
+        for line in log.read_text().splitlines():
+            entry = json.loads(line) if line.startswith("{") else {}
+            if entry.get("msg") == "attempt started" and entry.get("job_id") == job_id:
+                return int(entry["pid"])
+    raise AssertionError(f"no agent log says job {job_id} started")

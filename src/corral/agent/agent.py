@@ -31,7 +31,7 @@ from corral.agent import container, logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
 from corral.agent.health import HealthChecker
 from corral.agent.imds import Imds, Notice
-from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
+from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_limit
 
 EXIT_OK = 0
 EXIT_PAIRING_REFUSED = 2
@@ -40,6 +40,10 @@ EXIT_NODE_UNKNOWN = 3
 LOG_CHUNK = 256 * 1024
 REPORT_TICK = 0.2  # output is batched this long before it is sent
 LOG_STUCK_AFTER = 30.0  # a finish waits this long for its log to get through before it is reported anyway
+# An attempt past its time limit is the server's to end (its pass sends the kill in a ping answer);
+# the agent ends it itself only this much later (at least; 3 ping intervals if longer), which is
+# when the server has evidently not: it is down, or cut off from this node.
+LIMIT_SLACK = 5.0
 
 
 @dataclass(slots=True)
@@ -71,6 +75,7 @@ class Agent:
         self.exit_code = EXIT_OK
         self.forgotten = False
         self.ping_interval = options.ping_interval or 2.0
+        self.limit_slack = max(LIMIT_SLACK, 3 * self.ping_interval)
         # Attempts finished and reported in this agent's life: never start one of them again, whatever
         # a confused or restarted server lists. Bounded, oldest out first.
         self._done: collections.OrderedDict[int, None] = collections.OrderedDict()
@@ -170,6 +175,7 @@ class Agent:
             return False
         if self.options.ping_interval is None and isinstance(answer.get("ping_interval"), int | float):
             self.ping_interval = max(0.05, float(answer["ping_interval"]))
+            self.limit_slack = max(LIMIT_SLACK, 3 * self.ping_interval)
         logs.info("paired", node_id=answer.get("node_id", self.options.node_id), ping_interval=self.ping_interval)
         check = answer.get("health_check")
         if isinstance(check, dict) and check.get("command"):
@@ -238,13 +244,14 @@ class Agent:
                 continue
             stuck = attempt.log_failing_since is not None and now - attempt.log_failing_since > LOG_STUCK_AFTER
             if attempt.log_done or stuck:
-                out.append(
-                    {
-                        "attempt_id": attempt.attempt_id,
-                        "exit_code": attempt.exit_code,
-                        "finished_at": attempt.finished_at,
-                    }
-                )
+                finish: dict[str, Any] = {
+                    "attempt_id": attempt.attempt_id,
+                    "exit_code": attempt.exit_code,
+                    "finished_at": attempt.finished_at,
+                }
+                if attempt.timed_out:
+                    finish["timed_out"] = True
+                out.append(finish)
         return out
 
     def ping_once(self) -> None:
@@ -280,6 +287,16 @@ class Agent:
                 logs.info("killing attempt on the server's request", attempt_id=attempt_id)
             elif self.runner.get(attempt_id) is None:
                 self._cancelled.add(attempt_id)
+        limits = answer.get("time_limits")
+        for key, value in limits.items() if isinstance(limits, dict) else ():
+            # The limits as they stand now (an operator may change a running job's): what the agent
+            # enforces should the server go away.
+            attempt = self.runner.get(int(key)) if str(key).isdigit() else None
+            if attempt is not None:
+                try:
+                    attempt.time_limit = run_limit(value, f"time_limits[{key}]")
+                except BadAttempt as exc:
+                    logs.error("unusable time limit from the server", error=str(exc))
         for attempt_id in _ints(answer.get("ack")):
             attempt = self.runner.get(attempt_id)
             if attempt is not None and attempt.exited:
@@ -391,6 +408,15 @@ class Agent:
         dead server costs one failed request per round, not one per attempt."""
         for attempt in self.runner.poll():
             logs.info("attempt exited", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
+        for attempt in self.runner.past_time_limit(self.limit_slack):
+            # slurmstepd's way: a limit holds even when the controller cannot be reached.
+            logs.warning(
+                "attempt ran past its time limit and the server has not ended it; killing it",
+                attempt_id=attempt.attempt_id,
+                time_limit=attempt.time_limit,
+            )
+            attempt.timed_out = True
+            self.runner.kill(attempt.attempt_id)
         for attempt in self.runner.all():
             if attempt.unwanted:
                 if attempt.exited:
@@ -453,7 +479,7 @@ class Agent:
     def report_finished(self, attempt: Attempt) -> None:
         assert attempt.exit_code is not None and attempt.finished_at is not None
         try:
-            self.client.finished(attempt.attempt_id, attempt.exit_code, attempt.finished_at)
+            self.client.finished(attempt.attempt_id, attempt.exit_code, attempt.finished_at, attempt.timed_out)
         except Rejected as exc:
             logs.warning("the server refused a finish; dropping it", attempt_id=attempt.attempt_id, error=str(exc))
         else:

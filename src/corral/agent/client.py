@@ -119,10 +119,10 @@ class AgentClient:
     def log(self, attempt_id: int, offset: int, chunk: bytes) -> None:
         self.request("POST", f"/api/agent/attempts/{attempt_id}/log", params={"offset": offset}, content=chunk)
 
-    def finished(self, attempt_id: int, exit_code: int, finished_at: float, timeout: float | None = None) -> None:
-        self.request(
-            "POST",
-            f"/api/agent/attempts/{attempt_id}/finished",
-            json={"exit_code": exit_code, "finished_at": finished_at},
-            timeout=timeout,
-        )
+    def finished(
+        self, attempt_id: int, exit_code: int, finished_at: float, timed_out: bool = False, timeout: float | None = None
+    ) -> None:
+        body: dict[str, Any] = {"exit_code": exit_code, "finished_at": finished_at}
+        if timed_out:
+            body["timed_out"] = True  # ended at its time limit by the agent itself
+        self.request("POST", f"/api/agent/attempts/{attempt_id}/finished", json=body, timeout=timeout)

@@ -40,6 +40,9 @@ class AttemptSpec:
     node_ids: list[str]
     resources: dict[str, Any]
     image: str | None = None  # run the command in this container image (corral.agent.container)
+    # Seconds of run after which corral ends it (None: never); the agent ends it itself if the
+    # server has not, a little later (see Agent.limit_slack).
+    time_limit: float | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> AttemptSpec:
@@ -67,9 +70,26 @@ class AttemptSpec:
         image = data.get("image")
         if image is not None and (not isinstance(image, str) or not image):
             raise BadAttempt(f"attempt.image: must be an image name (got {image!r})")
+        time_limit = run_limit(data.get("time_limit"), "attempt.time_limit")
         return cls(
-            need("attempt_id", int), need("job_id", int), list(command), dict(env), list(node_ids), resources, image
+            need("attempt_id", int),
+            need("job_id", int),
+            list(command),
+            dict(env),
+            list(node_ids),
+            resources,
+            image,
+            time_limit,
         )
+
+
+def run_limit(value: Any, field: str) -> float | None:
+    """A time limit as the server sends it: seconds, or None for none. BadAttempt names `field` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise BadAttempt(f"{field}: must be a number of seconds, at least 0, or null (got {value!r})")
+    return float(value)
 
 
 @dataclass(slots=True)
@@ -91,6 +111,10 @@ class Attempt:
     log_failing_since: float | None = None
     kill_requested_at: float | None = None
     killed_hard: bool = False
+    # Seconds of run after which corral ends it (None: never): the spec's, then the latest a ping gave.
+    time_limit: float | None = None
+    timed_out: bool = False  # the agent ended it at its time limit, the server not having done so
+    started_monotonic: float = 0.0
     cpu_seconds_seen: float = 0.0
     cpu_sampled_at: float = 0.0
 
@@ -203,7 +227,9 @@ class Runner:
                     attempt = Attempt(spec, log_path, None, started_at, exit_code=code, finished_at=time.time())
                     self.attempts[spec.attempt_id] = attempt
                     return attempt
-            attempt = Attempt(spec, log_path, proc, started_at)
+            attempt = Attempt(
+                spec, log_path, proc, started_at, time_limit=spec.time_limit, started_monotonic=time.monotonic()
+            )
             self.attempts[spec.attempt_id] = attempt
             return attempt
 
@@ -261,6 +287,21 @@ class Runner:
                     signal_session(attempt.proc.pid, signal.SIGKILL)
                     self._kill_container(attempt)
         return done
+
+    def past_time_limit(self, slack: float) -> list[Attempt]:
+        """Running attempts that have run `slack` seconds past their time limit and that nothing is
+        killing yet. Measured on the monotonic clock from the start: a clock step does not end a run."""
+        now = time.monotonic()
+        with self.lock:
+            return [
+                a
+                for a in self.attempts.values()
+                if not a.exited
+                and a.proc is not None
+                and a.kill_requested_at is None
+                and a.time_limit is not None
+                and now - a.started_monotonic >= a.time_limit + slack
+            ]
 
     def running(self) -> list[Attempt]:
         with self.lock:

@@ -122,11 +122,21 @@ def checked(runtime: Runtime, node: dict[str, Any], ok: bool, message: str, now:
     runtime.wake()
 
 
-def finish_attempt(runtime: Runtime, node_id: str, attempt_id: int, exit_code: int, finished_at: float | None) -> None:
+def finish_attempt(
+    runtime: Runtime,
+    node_id: str,
+    attempt_id: int,
+    exit_code: int,
+    finished_at: float | None,
+    timed_out: bool = False,
+) -> None:
     """Record an exit, at the time the agent saw it, and let the core say what it means for the
-    job (complete, retry, failed)."""
+    job (complete, retry, failed; TIMEOUT when the agent ended it at its time limit)."""
 
     def outcome_of(job: Job) -> JobOutcome:
+        if timed_out:
+            said = f"ended by the agent on {node_id}, the server not having ended it in time"
+            return retry.after_timeout(job, job.time_limit, (attempt_id,), said)
         return retry.after_exit(job, exit_code, (attempt_id,))
 
     if runtime.store.finish_attempt(attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at):
@@ -146,12 +156,26 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
         checked(runtime, node, body.health.ok, body.health.message, now)
     acked = []
     for finished in body.finished:
-        finish_attempt(runtime, node_id, finished.attempt_id, finished.exit_code, finished.finished_at)
+        finish_attempt(
+            runtime, node_id, finished.attempt_id, finished.exit_code, finished.finished_at, finished.timed_out
+        )
         acked.append(finished.attempt_id)
     for attempt_id in body.running:
         # A start report lost to a server restart: the agent's word that it runs is enough.
         runtime.store.attempt_started(attempt_id, node_id, 0, now)
-    return PingResult(kill=runtime.store.attempts_to_kill(node_id, body.running), ack=acked, shutdown=False)
+    wanted = runtime.store.wanted_attempts(node_id, body.running)
+    return PingResult(
+        kill=[a for a in body.running if a not in wanted],
+        ack=acked,
+        shutdown=False,
+        time_limits={a: run_limit(runtime, limit) for a, limit in wanted.items()},
+    )
+
+
+def run_limit(runtime: Runtime, time_limit: float | None) -> float | None:
+    """The seconds of run after which corral ends an attempt of a job with this time limit (None: never)."""
+    grace = runtime.config.policy.dispatch.time_limit_grace
+    return None if time_limit is None or grace is None else time_limit + grace
 
 
 @router.get("/work")
@@ -184,6 +208,7 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
                     scratch_mib=i.resources.scratch_mib,
                     gpus=i.resources.gpus,
                 ),
+                time_limit=run_limit(runtime, i.time_limit),
             )
             for i in items
         ]
@@ -225,5 +250,5 @@ async def log_chunk(
 
 @router.post("/attempts/{attempt_id}/finished")
 def finished(attempt_id: AttemptId, body: FinishedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
-    finish_attempt(runtime, node["id"], attempt_id, body.exit_code, body.finished_at)
+    finish_attempt(runtime, node["id"], attempt_id, body.exit_code, body.finished_at, body.timed_out)
     return {"ok": True}

@@ -420,6 +420,8 @@ class FinishedIn(Inbound):
     attempt_id: DbInt
     exit_code: DbInt
     finished_at: Float | None = None
+    # The agent ended it at its time limit itself (the server was not there to): a TIMEOUT.
+    timed_out: bool = False
 
 
 class InterruptionIn(Inbound):
@@ -448,6 +450,9 @@ class PingResult(BaseModel):
     kill: list[int]
     ack: list[int]
     shutdown: bool
+    # For each running attempt still wanted: the seconds of run after which corral ends it (its
+    # job's time limit plus policy.dispatch.time_limit_grace; None: never), as they stand now.
+    time_limits: dict[int, float | None] = {}
 
 
 class StartedBody(Inbound):
@@ -459,6 +464,7 @@ class StartedBody(Inbound):
 class FinishedBody(Inbound):
     exit_code: DbInt
     finished_at: Float | None = None
+    timed_out: bool = False  # as FinishedIn's
 
 
 class WorkItemOut(BaseModel):
@@ -469,6 +475,9 @@ class WorkItemOut(BaseModel):
     env: dict[str, str]
     node_ids: list[str]
     resources: ResourcesOut
+    # Seconds of run after which corral ends it (time limit plus grace; None: never): the agent
+    # ends it itself if the server has not by then, as slurmstepd enforces a step's limit locally.
+    time_limit: float | None = None
 
 
 class WorkOut(BaseModel):

@@ -163,6 +163,7 @@ class WorkItem:
     node_ids: list[str]
     resources: Resources
     image: str | None = None
+    time_limit: float | None = None  # the job's, in seconds (None: none)
 
 
 class Store:
@@ -1063,6 +1064,7 @@ class Store:
                     node_ids=list(row.node_ids),
                     resources=Resources(row.vcpus, row.ram_mib, row.scratch_mib, row.gpus),
                     image=spec.get("image"),
+                    time_limit=spec.get("time_limit"),
                 )
             )
         return items
@@ -1138,7 +1140,15 @@ class Store:
             if exited is None:
                 return False
             job, at = exited
-            self._apply_outcome(conn, outcome_of(job), at)
+            outcome = outcome_of(job)
+            if self._apply_outcome(conn, outcome, at) and outcome.timeout:
+                # Ended at its time limit by its node (the agent's own enforcement while the server
+                # was away): the attempt reads as one corral timed out, with its exit code kept.
+                conn.execute(
+                    update(A)
+                    .where(A.c.id == attempt_id)
+                    .values(state=AttemptState.TIMEOUT.value, reason=outcome.reason)
+                )
         return True
 
     def _record_exit(
@@ -1168,18 +1178,22 @@ class Store:
 
     def attempts_to_kill(self, node_id: str, running: Sequence[int]) -> list[int]:
         """Of the attempts an agent says it runs, those corral no longer wants running there."""
-        if not running:
-            return []
-        with self.read() as conn:
-            wanted = {
-                r.id
-                for r in conn.execute(
-                    select(A.c.id).where(
-                        A.c.id.in_(list(running)), A.c.node_id == node_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES)
-                    )
-                )
-            }
+        wanted = self.wanted_attempts(node_id, running)
         return [a for a in running if a not in wanted]
+
+    def wanted_attempts(self, node_id: str, running: Sequence[int]) -> dict[int, float | None]:
+        """Of the attempts an agent says it runs, those corral still wants running there, each with
+        its job's time limit as it stands now (None: none), which the agent enforces itself while
+        the server is away (a limit changed during the run reaches it this way)."""
+        if not running:
+            return {}
+        with self.read() as conn:
+            rows = conn.execute(
+                select(A.c.id, J.c.spec)
+                .join(J, J.c.id == A.c.job_id)
+                .where(A.c.id.in_(list(running)), A.c.node_id == node_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
+            ).all()
+        return {row.id: row.spec.get("time_limit") for row in rows}
 
     # ---- attempts run by an executor (Slurm) ------------------------------------------------
 
