@@ -274,3 +274,21 @@ def test_a_spot_interruption_notice_goes_out_with_every_ping_from_when_it_is_giv
     assert peer.state.pings[-1]["interruption"] == {"action": "terminate", "time": "2026-11-26T06:30:00Z"}
     assert imds.asked == asked  # a notice is not taken back: not asked again
     assert any(e["msg"] == "the cloud takes this instance back" for e in agents.log("n1"))
+
+
+def test_a_kill_sends_one_sigterm_then_sigkill_after_the_grace(agents: Agents, peer: Any) -> None:
+    # The grace is the command's time to clean up (Slurm's KillWait): a SIGTERM again at every ping
+    # would interrupt the cleanup it started at the first.
+    state = peer.state
+    state.assign(1, "n1", ["sh", "-c", "trap 'echo TERM' TERM; echo ready; while :; do sleep 0.05; done"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: "ready" in state.log_text(1), 15, "the attempt to start")
+    with state.lock:
+        state.kill.add(1)
+    wait_for(lambda: 1 in state.finished, 15, "the attempt to be killed")
+    assert state.finished[1][0] == 128 + signal.SIGKILL
+    assert state.log_text(1).splitlines().count("TERM") == 1  # (sh may also say its sleep was Terminated)
+    killing = [e for e in agents.log("n1") if e["msg"] == "killing attempt on the server's request"]
+    assert len(killing) == 1
+    state.shutdown = True
+    assert agent.wait(15) == 0

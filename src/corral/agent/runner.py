@@ -146,7 +146,8 @@ def signal_session(session: int, sig: int) -> None:
     """Signal an attempt's process group, then any stragglers of its session that moved to another group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(session, sig)
-    for pid in sysinfo.session_members(session):
+    # (Not the group's own members again: a second SIGTERM would cut short the cleanup the first began.)
+    for pid in sysinfo.session_members(session, outside_group=session):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
 
@@ -235,13 +236,18 @@ class Runner:
 
     def kill(self, attempt_id: int, hard: bool = False) -> bool:
         """SIGTERM the attempt's process group now (SIGKILL if `hard`); `poll` escalates to SIGKILL
-        after `kill_grace`. False if there is no such running attempt."""
+        after `kill_grace`. False if there is no such running attempt, or if it is being killed
+        already and `hard` is not asked for: one SIGTERM, as Slurm sends, for the grace is the
+        command's time to clean up, which another SIGTERM (the server repeats its kill at every
+        ping) would interrupt."""
         with self.lock:
             attempt = self.attempts.get(attempt_id)
             if attempt is None or attempt.proc is None or attempt.exited:
                 return False
             if attempt.kill_requested_at is None:
                 attempt.kill_requested_at = time.monotonic()
+            elif not hard:
+                return False
             sig = signal.SIGKILL if hard else signal.SIGTERM
             attempt.killed_hard = attempt.killed_hard or hard
             signal_session(attempt.proc.pid, sig)

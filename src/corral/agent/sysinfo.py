@@ -89,9 +89,9 @@ def all_stats() -> list[ProcStat]:
     return out
 
 
-def session_members(session: int) -> list[int]:
-    """Live (non-zombie) processes of a session."""
-    return [s.pid for s in all_stats() if s.session == session and s.state != "Z"]
+def session_members(session: int, outside_group: int | None = None) -> list[int]:
+    """Live (non-zombie) processes of a session; with `outside_group`, those not in that process group."""
+    return [s.pid for s in all_stats() if s.session == session and s.state != "Z" and s.pgrp != outside_group]
 
 
 @dataclass(frozen=True, slots=True)
