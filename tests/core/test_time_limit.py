@@ -162,3 +162,20 @@ def test_a_bad_grace_is_refused_naming_the_key_and_what_is_allowed(value: object
     assert "time_limit_grace" in str(error.value)
     if value == "forever":
         assert "'unlimited'" in str(error.value)
+
+
+def test_a_restarted_corral_judges_a_run_it_did_not_see_start_once_its_agent_could_be_heard() -> None:
+    # corral was down while the job ran: the job may have ended within its limit on its node, and
+    # the agent's report be on its way. The first pass after the restart must not fail it TIMEOUT.
+    restarted = STARTED + 3600.0
+    snapshot = dataclasses.replace(world(running(1, 60.0)), observing_since=restarted)
+    ping_stale = policy().lifecycle.ping_stale
+    assert plan(snapshot, restarted + 1.0, policy()).job_outcomes == []
+    (outcome,) = plan(snapshot, restarted + ping_stale + 1.0, policy()).job_outcomes
+    assert outcome.timeout
+    # A run this corral saw start is judged at its limit, as ever.
+    runs, attempt = running(2, 60.0)
+    seen = dataclasses.replace(attempt, started_at=restarted + 1.0, assigned_at=restarted)
+    snapshot = dataclasses.replace(world((runs, seen)), observing_since=restarted)
+    (outcome,) = plan(snapshot, restarted + 61.0, policy()).job_outcomes
+    assert outcome.timeout and outcome.job_id == 2

@@ -14,7 +14,8 @@ Order of a pass:
 4. jobs with priority 0 or a cancel request are cancelled, and those with a requeue request are
    stopped and queued again; then running attempts past their job's
    time limit plus `dispatch.time_limit_grace` (Slurm's OverTimeLimit) end, and their jobs fail
-   (TIMEOUT, not retried); queued jobs whose dependency can never be satisfied are cancelled
+   (TIMEOUT, not retried; a run older than the observer only once `ping_stale` has passed);
+   queued jobs whose dependency can never be satisfied are cancelled
    (policy.dispatch.kill_invalid_depend), and those whose dependency does not hold yet wait;
 5. queued jobs are placed on running nodes (held jobs, jobs waiting for a dependency, and tasks
    of a job array beyond its throttle, `corral.core.job_array`, are not: they are left out of the
@@ -180,7 +181,14 @@ def plan_pass(
     grace = settings.dispatch.time_limit_grace
     if grace is not None and index.limits and index.next_limit() <= now - grace:
         said = f"+ {retry.format_seconds(grace)} grace, policy.dispatch.time_limit_grace" if grace else ""
+        # A run that started before this observer (a restarted corral) may have ended on its node
+        # while no one was listening, and its agent's report may not be in yet: its limit is judged
+        # once agents have had ping_stale to be heard, as a node's silence is. (Before, a job that
+        # ended well within its limit during an outage could be failed TIMEOUT by the first pass.)
+        settling = now - observing <= ping_stale
         for _, attempt_id in index.limits_reached(now - grace):
+            if settling and (active[attempt_id].started_at or 0.0) < observing:
+                continue
             job_id = active[attempt_id].job_id
             timed_out = index.jobs.get(job_id)
             if timed_out is None or job_id in ended:
