@@ -134,6 +134,24 @@ def test_wrong_boot_token_exits_non_zero(agents: Agents, peer: Any) -> None:
     assert any("pairing refused" in e["msg"] for e in agents.log("n1"))
 
 
+def test_a_wrong_server_address_is_said_so_not_blamed_on_the_token(agents: Agents, peer: Any) -> None:
+    # A URL with a path that is not corral's: before, "the boot token is wrong or already used".
+    agent = agents.start(peer.url + "/corral", "n1", peer.state.add_token("n1"))
+    assert agent.wait(15) == 2
+    (refused,) = [e for e in agents.log("n1") if e["msg"].startswith("pairing refused")]
+    assert refused["msg"] == (
+        f"pairing refused: {peer.url}/corral has no corral agent API (HTTP 404): is --server right? exiting"
+    )
+
+
+def test_a_server_address_without_a_scheme_is_a_command_line_error(agents: Agents) -> None:
+    # Before, the agent retried its pairing for ever ("Request URL is missing an 'http://' ...").
+    agent = agents.start("127.0.0.1:8642", "n1", "token")
+    assert agent.wait(15) == 2
+    said = (agents.tmp_path / "n1.log").read_text()
+    assert "--server: '127.0.0.1:8642' is not an http:// or https:// URL" in said
+
+
 def test_standalone_mode_reads_local_capacity(agents: Agents, peer: Any, tmp_path: Path) -> None:
     token = peer.state.add_token("solo")
     agent = agents.start(peer.url, "solo", token, capacity=False)

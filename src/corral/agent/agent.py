@@ -164,11 +164,18 @@ class Agent:
             logs.info("stopped before pairing")
             return False
         except (Rejected, Unauthorized) as exc:
-            logs.error(
-                "pairing refused: the boot token is wrong or already used; exiting",
-                node_id=self.options.node_id,
-                error=str(exc),
-            )
+            status = exc.status if isinstance(exc, Rejected) else 401
+            if status == 404:
+                # Not a boot token problem: the URL reaches something that is not a corral server.
+                said = (
+                    f"pairing refused: {self.options.server} has no corral agent API (HTTP 404):"
+                    " is --server right? exiting"
+                )
+            elif status == 403:
+                said = "pairing refused: the boot token is wrong or already used, or the node id unknown; exiting"
+            else:
+                said = f"pairing refused by the server (HTTP {status}); exiting"
+            logs.error(said, node_id=self.options.node_id, server=self.options.server, error=str(exc))
             self.exit_code = EXIT_PAIRING_REFUSED
             return False
         if self.stop.is_set():

@@ -11,6 +11,7 @@ import os
 import socket
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from corral.agent import logs, sysinfo
 from corral.agent.agent import AgentOptions, run_agent
@@ -95,6 +96,10 @@ def options_from_args(argv: Sequence[str] | None = None) -> tuple[AgentOptions, 
     boot_token = args.boot_token or os.environ.get("CORRAL_BOOT_TOKEN")
     if not boot_token:
         p.error("--boot-token (or $CORRAL_BOOT_TOKEN) is required")
+    server = urlsplit(args.server)
+    if server.scheme not in ("http", "https") or not server.hostname:
+        # httpx would refuse it at every request, and the agent retry its pairing for ever.
+        p.error(f"--server: {args.server!r} is not an http:// or https:// URL (e.g. http://corral.example:8642)")
     if args.ca is not None and not Path(args.ca).is_file():
         p.error(f"--ca: {args.ca} is not a file")
     node_id = args.node_id or socket.gethostname()
