@@ -38,6 +38,7 @@ class PeerState:
     forget: bool = False  # answer 401 to everything
     closing: bool = False  # the server is stopping: end long-polls now
     ping_interval: float = 0.2
+    log_delay: float = 0.0  # seconds each log chunk takes to be taken (a slow server or link)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_token(self, node_id: str) -> str:
@@ -132,6 +133,7 @@ def build_app(state: PeerState) -> Starlette:
         aid = int(request.path_params["aid"])
         offset = int(request.query_params["offset"])
         data = await request.body()
+        await asyncio.sleep(state.log_delay)
         with state.lock:
             buf = state.logs.setdefault(aid, bytearray())
             if offset > len(buf):

@@ -310,3 +310,20 @@ def test_a_kill_sends_one_sigterm_then_sigkill_after_the_grace(agents: Agents, p
     assert len(killing) == 1
     state.shutdown = True
     assert agent.wait(15) == 0
+
+
+def test_a_job_flooding_its_output_does_not_hold_back_the_others_finishes(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    state.log_delay = 0.05  # 12 MiB take ~2.4 s to send
+    big = 12 * 1024 * 1024
+    state.assign(1, "n1", ["sh", "-c", f"head -c {big} /dev/zero; exec sleep 60"])
+    state.assign(2, "n1", ["sh", "-c", "sleep 0.5; echo done"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: 2 in state.finished, 30, "the quiet job's finish")
+    # Before, its finish waited for the whole backlog the flooding job had when a round began.
+    with state.lock:
+        assert len(state.logs.get(1, b"")) < big
+    assert state.log_text(2) == "done\n"
+    wait_for(lambda: len(state.logs.get(1, b"")) == big, 60, "the flood's output, all of it")
+    state.shutdown = True
+    assert agent.wait(15) == 0

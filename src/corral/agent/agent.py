@@ -38,6 +38,9 @@ EXIT_PAIRING_REFUSED = 2
 EXIT_NODE_UNKNOWN = 3
 
 LOG_CHUNK = 256 * 1024
+# An attempt's output shipped in one reporting round at most: one that floods its log must not hold
+# back the output, starts and finishes of the others on the node until its whole backlog is sent.
+LOG_ROUND = 4 * 1024 * 1024
 REPORT_TICK = 0.2  # output is batched this long before it is sent
 LOG_STUCK_AFTER = 30.0  # a finish waits this long for its log to get through before it is reported anyway
 # An attempt past its time limit is the server's to end (its pass sends the kill in a ping answer);
@@ -401,18 +404,22 @@ class Agent:
 
     def report_loop(self) -> None:
         while not self.stop.is_set():
+            behind = False
             try:
-                self.report_once()
+                behind = self.report_once()
             except Unreachable as exc:
                 self._server_down(exc)
             except Unauthorized as exc:
                 self.forget_node(exc)
                 return
-            self.stop.wait(REPORT_TICK)
+            # Output left over from the round's share is sent on at once, not after a tick.
+            self.stop.wait(0 if behind else REPORT_TICK)
 
-    def report_once(self) -> None:
+    def report_once(self) -> bool:
         """One round of reports; raises Unreachable at the first sign the server is gone, so that a
-        dead server costs one failed request per round, not one per attempt."""
+        dead server costs one failed request per round, not one per attempt. True if some output
+        was left for the next round (an attempt sends at most LOG_ROUND per round)."""
+        behind = False
         for attempt in self.runner.poll():
             logs.info("attempt exited", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
         for attempt in self.runner.past_time_limit(self.limit_slack):
@@ -434,12 +441,13 @@ class Agent:
                 if not attempt.start_reported:
                     continue
             if not attempt.log_done:
-                self.ship_log(attempt)
+                behind = self.ship_log(attempt) or behind
             if attempt.exited and attempt.log_done:
                 if attempt.abandoned:
                     self._mark_done(attempt)
                 else:
                     self.report_finished(attempt)
+        return behind
 
     def report_started(self, attempt: Attempt) -> None:
         if attempt.start_reported:
@@ -455,8 +463,10 @@ class Agent:
         attempt.start_reported = True
         self._server_back()
 
-    def ship_log(self, attempt: Attempt) -> None:
-        size = attempt.log_size()
+    def ship_log(self, attempt: Attempt) -> bool:
+        """Send what the attempt has written since the last call, up to LOG_ROUND; True if more is left."""
+        written = attempt.log_size()
+        size = min(written, attempt.log_offset + LOG_ROUND)
         while attempt.log_offset < size:
             try:
                 with open(attempt.log_path, "rb") as f:
@@ -465,7 +475,7 @@ class Agent:
             except OSError as exc:
                 logs.error("cannot read attempt output", attempt_id=attempt.attempt_id, error=str(exc))
                 attempt.log_done = True
-                return
+                return False
             if not chunk:
                 break
             try:
@@ -473,7 +483,7 @@ class Agent:
             except Rejected as exc:
                 logs.warning("server refused output; sending no more", attempt_id=attempt.attempt_id, error=str(exc))
                 attempt.log_done = True
-                return
+                return False
             except Unreachable:
                 if attempt.log_failing_since is None:
                     attempt.log_failing_since = time.time()
@@ -482,6 +492,7 @@ class Agent:
             attempt.log_failing_since = None
         if attempt.exited and attempt.log_offset >= attempt.log_size():
             attempt.log_done = True
+        return attempt.log_offset < written
 
     def report_finished(self, attempt: Attempt) -> None:
         assert attempt.exit_code is not None and attempt.finished_at is not None
