@@ -54,6 +54,23 @@ def test_a_container_that_ignores_sigterm_is_removed_after_the_grace(tmp_path: P
         subprocess.run([*PROGRAM, "rm", "--force", name], capture_output=True, check=False, timeout=60)
 
 
+def test_a_containers_load_is_measured(tmp_path: Path) -> None:
+    """The engine runs the container, outside the client's session: its processes' CPU time is
+    the attempt's load all the same (corral nodes, the utilised placement policies)."""
+    image = busybox_image()
+    runner = Runner(tmp_path)
+    runner.engine = ENGINE
+    name = name_of(904)
+    try:
+        attempt = runner.start(spec(904, image, ["sh", "-c", "echo up; while :; do :; done"]))
+        assert attempt is not None
+        wait_until(lambda: attempt.log_path.read_text() == "up\n", 120, "the container to start")
+        runner.usage()  # the first look finds the container and starts the count
+        wait_until(lambda: runner.usage()[0] > 0.3, 30, "the container's busy loop to show as load", interval=1.0)
+    finally:
+        subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", name], capture_output=True, check=False, timeout=60)
+
+
 def test_an_image_without_an_engine_cannot_run(tmp_path: Path) -> None:
     runner = Runner(tmp_path)  # a server that named no engine
     attempt = runner.start(spec(903, "localhost/anything:1", ["true"]))

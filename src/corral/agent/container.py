@@ -42,6 +42,11 @@ def run_argv(
     return [*argv, *engine.run_args, image, *command]
 
 
+def pid_argv(engine: Engine, attempt_id: int) -> list[str]:
+    """Prints the host pid of the container's first process (0 once it has stopped)."""
+    return [*engine.program, "inspect", "--format", "{{.State.Pid}}", name_of(attempt_id)]
+
+
 def kill_argv(engine: Engine, attempt_id: int) -> list[str]:
     """SIGKILL, both engines' default for `kill`; `--rm` then removes the container."""
     return [*engine.program, "kill", name_of(attempt_id)]

@@ -117,6 +117,8 @@ class Attempt:
     started_monotonic: float = 0.0
     cpu_seconds_seen: float = 0.0
     cpu_sampled_at: float = 0.0
+    # A container's processes run in a session of the engine's (container_session), not the client's.
+    container_session: int | None = None
 
     @property
     def attempt_id(self) -> int:
@@ -351,23 +353,50 @@ class Runner:
 
     def usage(self) -> tuple[float, int]:
         """(vCPUs in use, RSS MiB) of the running attempts. An attempt's vCPUs are the CPU seconds its
-        session consumed since the previous call (or its start) over the wall time in between."""
+        session (and its container's) consumed since the previous call (or its start) over the wall
+        time in between."""
         now = time.time()
         with self.lock:
             running = {a.proc.pid: a for a in self.attempts.values() if not a.exited and a.proc is not None}
-        usage = sysinfo.usage_by_session(set(running))
+        for attempt in running.values():
+            if attempt.spec.image is not None and attempt.container_session is None:
+                attempt.container_session = self._container_session(attempt)
+        containers = {a.container_session for a in running.values() if a.container_session is not None}
+        usage = sysinfo.usage_by_session(set(running) | containers)
         vcpus = 0.0
         rss = 0
         for session, attempt in running.items():
-            sample = usage.get(session)
-            if sample is None:
+            samples = [usage.get(s) for s in (session, attempt.container_session) if s is not None]
+            measured = [sample for sample in samples if sample is not None]
+            if not measured:
                 continue
+            cpu_seconds = sum(sample.cpu_seconds for sample in measured)
             since = max(attempt.cpu_sampled_at, attempt.started_at)
             # A process reaped by init takes its CPU time with it, so the total can drop: never go negative.
-            delta = max(0.0, sample.cpu_seconds - attempt.cpu_seconds_seen)
+            delta = max(0.0, cpu_seconds - attempt.cpu_seconds_seen)
             if now - since > 0.05:
                 vcpus += delta / (now - since)
-                attempt.cpu_seconds_seen = max(attempt.cpu_seconds_seen, sample.cpu_seconds)
+                attempt.cpu_seconds_seen = max(attempt.cpu_seconds_seen, cpu_seconds)
                 attempt.cpu_sampled_at = now
-            rss += sample.rss_bytes
+            rss += sum(sample.rss_bytes for sample in measured)
         return round(vcpus, 3), rss // (1024 * 1024)
+
+    def _container_session(self, attempt: Attempt) -> int | None:
+        """The session of the container's first process, which the engine (not the client) runs:
+        None until the engine says it runs."""
+        if self.engine is None:
+            return None
+        try:
+            inspected = subprocess.run(
+                container.pid_argv(self.engine, attempt.attempt_id),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        pid = inspected.stdout.strip()
+        stat = sysinfo.read_stat(int(pid)) if pid.isdigit() and int(pid) > 0 else None
+        return stat.session if stat is not None else None
