@@ -100,6 +100,7 @@ class Reference:
         versions = sorted({attr.version_key(v) for n in self.nodes if (v := attr.first(n.attributes, "platform"))})
         self.versions = versions
         self.ram_scale = max((n.capacity.ram_mib for n in self.nodes), default=1) * max(1.0, self.ratio[1]) or 1.0
+        self.gpu_scale = max((n.capacity.gpus for n in self.nodes), default=1) * max(1.0, self.ratio[3]) or 1.0
         self.seed = pass_seed(self.now, self.settings.tie_break_seed)
         self.known_hardware = [
             h for n in self.nodes if not math.isnan(h := attr.number(n.attributes, "hardware_priority"))
@@ -226,6 +227,7 @@ class Reference:
         out: dict[str, float] = {}
         out["pack"] = 1.0 - (room_ram - want[1]) / self.ram_scale
         out["spread"] = (room_ram - want[1]) / self.ram_scale
+        out["pack-gpus"] = 1.0 - (self.room(ref, 3) - want[3]) / self.gpu_scale
         rows = [0, 1] + [r for r in (2, 3) if want[r] > 0]
         fractions = []
         for r in rows:

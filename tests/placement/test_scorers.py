@@ -29,6 +29,19 @@ def test_pack_counts_free_room_after_running_work() -> None:
     assert placed(result) == {1: ("a",)}
 
 
+def test_pack_gpus_keeps_jobs_without_gpus_off_free_gpus_and_packs_gpu_jobs() -> None:
+    # RAM alone (pack) would take the GPU node for a CPU job: it has the least RAM free.
+    nodes = [node("gpu", 8, 15, gpus=1), node("cpu", 8, 16)]
+    assert first_choice(nodes, **only(pack=1)) == "gpu"
+    assert first_choice(nodes) == "cpu"  # the defaults weigh free GPUs as much as free RAM
+    # A GPU job fills the node whose GPUs are partly used first.
+    four = [node("fresh", 32, 128, gpus=4), node("half", 32, 128, gpus=4)]
+    attempts = [running(1, 100, ["half"], Resources(1, GiB, 0, 2))]
+    gpu_job = job(1, 1, 1, gpus=1)
+    result = run_pass(four, [gpu_job], attempts=attempts, other_jobs=[job(100)], settings=only(**{"pack-gpus": 1}))
+    assert placed(result) == {1: ("half",)}
+
+
 def test_balanced_prefers_even_use() -> None:
     # A cpu-heavy job: on "ramheavy" it would leave cpu and RAM equally used.
     nodes = [node("even", 8, 32), node("ramheavy", 8, 32)]

@@ -339,6 +339,10 @@ class NodeArrays:
         ram = self.capacity[Resource.RAM] if f.listed is None else self.capacity[Resource.RAM][f.listed]
         self.ram_scale = float(ram.max() * max(1.0, self.ratio[Resource.RAM])) if len(ram) else 1.0
         self.ram_scale = self.ram_scale or 1.0
+        # The same for GPUs; a fleet without any gets 1, where every node's free GPUs are 0.
+        gpus = self.capacity[Resource.GPU] if f.listed is None else self.capacity[Resource.GPU][f.listed]
+        self.gpu_scale = float(gpus.max() * max(1.0, self.ratio[Resource.GPU])) if len(gpus) else 1.0
+        self.gpu_scale = self.gpu_scale or 1.0
 
     def refleet(self, filled: list[int]) -> None:
         """The facts changed where nodes came (`filled`, slots that held none) or changed state:

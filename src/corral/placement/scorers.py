@@ -237,6 +237,29 @@ def _spread_one(s: PassScores, d: Demand, i: int, loc: Resolved | None, noise: f
 
 
 _RAM = int(Resource.RAM)  # a plain int indexes faster than the enum
+_GPU = int(Resource.GPU)
+
+
+def _pack_gpus_base(s: PassScores, idx: Index) -> Floats:
+    result: Floats = 1.0 - s.arrays.room[Resource.GPU][idx] / s.arrays.gpu_scale
+    return result
+
+
+def _pack_gpus_base_one(s: PassScores, i: int) -> float:
+    return 1.0 - float(s.arrays.room[_GPU, i]) / s.arrays.gpu_scale
+
+
+def _pack_gpus(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
+    """Least free GPUs after placement: a job that asks for none keeps off nodes whose GPUs are free
+    (a GPU instance it held would keep GPU jobs waiting, and is the dearest to keep up), and GPU
+    jobs fill partly used GPU nodes first (pack's rule, for the scarce resource)."""
+    free_after = (s.arrays.room[Resource.GPU][idx] - d.amounts[Resource.GPU]) / s.arrays.gpu_scale
+    result: Floats = 1.0 - free_after
+    return result
+
+
+def _pack_gpus_one(s: PassScores, d: Demand, i: int, loc: Resolved | None, noise: float) -> float:
+    return 1.0 - (float(s.arrays.room[_GPU, i]) - d.amounts[_GPU]) / s.arrays.gpu_scale
 
 
 def _balanced(s: PassScores, d: Demand, idx: Index, loc: Resolved | None, noise: float) -> Floats:
@@ -323,6 +346,7 @@ SCORERS: dict[str, Scorer] = {
     for sc in (
         Scorer("pack", "sort-min-ram", _pack, _pack_base, one=_pack_one, base_one=_pack_base_one),
         Scorer("spread", "sort-max-ram", _spread, _free_ram_now, one=_spread_one, base_one=_free_ram_now_one),
+        Scorer("pack-gpus", "", _pack_gpus, _pack_gpus_base, one=_pack_gpus_one, base_one=_pack_gpus_base_one),
         Scorer("balanced", "", _balanced),
         Scorer("platform", "RFD 24 newest platform", _attribute("platform"), _attribute_base("platform"), True),
         Scorer("reboot", "RFD 24 next_reboot_date", _attribute("reboot"), _attribute_base("reboot"), True),

@@ -39,6 +39,7 @@ FILTER_NAMES: tuple[str, ...] = (
 SCORER_NAMES: tuple[str, ...] = (
     "pack",  # sort-min-ram: least free RAM after placement
     "spread",  # sort-max-ram: most free RAM after placement
+    "pack-gpus",  # least free GPUs after placement: jobs without GPUs keep off free GPUs
     "balanced",  # even use of cpu and RAM (kube-scheduler's NodeResourcesBalancedAllocation)
     "platform",  # newest platform version (RFD 24)
     "reboot",  # farthest next reboot date (RFD 24)
@@ -53,6 +54,7 @@ SCORER_NAMES: tuple[str, ...] = (
 # keep packing first and let the others decide between nodes that pack about equally well.
 DEFAULT_WEIGHTS: dict[str, float] = {
     "pack": 1.0,
+    "pack-gpus": 1.0,
     "platform": 0.5,
     "reboot": 0.25,
     "hardware": 0.25,
