@@ -29,6 +29,7 @@ from corral.loop import ControlLoop, LiveLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
 from corral.store import Store
+from corral.store.migrate import StoreTooNew
 
 log = logging.getLogger("corral.serve")
 
@@ -119,6 +120,11 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         reason = without_password(str(getattr(exc, "orig", None) or exc))
         raise SystemExit(
             f"error: cannot open the store {without_password(config.store_url)} (store.url): {reason}"
+        ) from None
+    except StoreTooNew as exc:
+        store.close()
+        raise SystemExit(
+            f"error: the store {without_password(config.store_url)} (store.url) was migrated by a newer corral: {exc}"
         ) from None
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
     dispatcher_id = read_or_create(home / "dispatcher-id", f"d-{socketlib.gethostname()}-{secrets.token_hex(3)}")

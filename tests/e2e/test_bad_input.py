@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
 
+from corral.store import Store
+from corral.store.migrate import alembic_config
 from tests.e2e.conftest import CORRAL, Corral
 
 
@@ -370,6 +374,28 @@ def test_corral_run_with_a_store_it_cannot_open_says_so(tmp_path: Path) -> None:
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     assert f"cannot open the store sqlite:///{tmp_path}/no/such/dir/corral.db (store.url)" in result.stderr
+
+
+def test_corral_run_on_a_store_a_newer_corral_migrated_says_so(tmp_path: Path) -> None:
+    # After an upgrade and a roll back to the older corral, `corral run` printed Alembic's
+    # traceback, "Can't locate revision identified by '0099'", and nothing an operator could act on.
+    home = tmp_path / "home"
+    home.mkdir()
+    store = Store(f"sqlite:///{home}/corral.db")
+    store.migrate()
+    head = ScriptDirectory.from_config(alembic_config(store.engine)).get_current_head()
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    store.close()
+    env = {**os.environ, "CORRAL_HOME": str(home)}
+    command = [CORRAL, "run", "--port", "0"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert (
+        f"error: the store sqlite:///{home}/corral.db (store.url) was migrated by a newer corral"
+        f": its schema is at revision 0099, which this corral does not know (its newest is {head}): run the newer"
+        " corral, or restore a backup taken before the upgrade"
+    ) in result.stderr, result.stderr
 
 
 def test_the_openapi_spec_describes_the_errors_the_api_returns(running: Corral) -> None:
