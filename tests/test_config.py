@@ -77,6 +77,11 @@ def test_durations_and_sizes_are_read_as_people_write_them(tmp_path: Path) -> No
             "policy.retry.on_node_failure: 'notify' is not offered: a lost node is shut down",
         ),
         ('[policy.retry]\non_node_failure = "park"\n', "policy.retry.on_node_failure: unknown action 'park'"),
+        # A typo in a rule's kinds passed the check, and the rule never fired: no event has that kind.
+        (
+            '[[notify]]\non = ["node.", "node.dwn"]\n',
+            "notify.0.on: 'node.dwn' matches no event kind corral records (did you mean 'node.down'?)",
+        ),
         ("[cloud]\nping_interval = 0\n", "cloud.ping_interval: Input should be greater than 0"),
         # nan and inf, in lists and tables too
         ("[policy.placement.weights]\npack = nan\n", "policy.placement.weights.pack: Input should be a finite number"),

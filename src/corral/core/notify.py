@@ -21,12 +21,14 @@ state as the last call left it and `now`, and returns the notifications and the 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from corral.core.events import EVENT_KINDS, matching_kinds
 from corral.core.settings import Duration
 from corral.core.units import Int
 
@@ -83,6 +85,14 @@ class NotifyRule(BaseModel):
         for kind in value:
             if kind != "*" and not re.fullmatch(r"[a-z_]+(\.[a-z_]*)?", kind):
                 raise ValueError(f"{kind!r} is not an event kind or its start (e.g. 'node.down', 'node.')")
+            if not matching_kinds(kind):
+                # 'node.dwn' passed `corral config check` and the rule never fired: no event has it.
+                close = difflib.get_close_matches(kind, EVENT_KINDS, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(
+                    f"{kind!r} matches no event kind corral records{hint}; the operator guide lists them"
+                    " (Notifications and triggers)"
+                )
         return value
 
     @field_validator("webhook")
