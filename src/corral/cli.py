@@ -92,6 +92,12 @@ def client() -> httpx.Client:
         token_file = home / "token"
         token_from = str(token_file)
         token = token_file.read_text().strip() if token_file.exists() else ""
+        if not token:
+            # An empty Bearer header failed in httpx as "cannot reach corral: Illegal header value".
+            fail(
+                f"no API token: set CORRAL_TOKEN to the server's (the token file in its data directory;"
+                f" {token_file} is missing or empty)"
+            )
     if not (token.isascii() and token.isprintable()):
         # A pasted typographic quote or a line break: no HTTP header can carry it.
         fail(f"{token_from}: the API token has a character no token has (not ASCII, or a control character)")

@@ -326,6 +326,12 @@ def test_a_bad_url_token_or_server_file_is_an_error_that_names_it(running: Corra
     assert "CORRAL_URL: not a valid URL: 'http://[::1'" in jobs(CORRAL_URL="http://[::1").stderr
     for token in ("‘pasted’", "two\nlines"):
         assert "CORRAL_TOKEN: the API token has a character no token has" in jobs(CORRAL_TOKEN=token).stderr
+    # CORRAL_URL from another machine, where no token file is: this was "cannot reach corral at
+    # http://...: Illegal header value b'Bearer '".
+    elsewhere = running.home / "elsewhere"
+    away = jobs(CORRAL_URL=running.base, CORRAL_HOME=str(elsewhere)).stderr
+    assert "error: no API token: set CORRAL_TOKEN to the server's (the token file in its data directory;" in away
+    assert f"{elsewhere}/token is missing or empty)" in away
     info = running.home / "server.json"
     written = info.read_text()
     info.write_text('{"url": ')  # cut short (a full disk)
