@@ -152,7 +152,7 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
         if isinstance(detail, list):
             # A query parameter is the CLI's option of the same name ("query.limit" is --limit).
             lines = [re.sub(r"^query\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(d)) for d in detail]
-            detail = "\n  " + "\n  ".join(lines)
+            detail = lines[0] if len(lines) == 1 else "\n  " + "\n  ".join(lines)
         raise Refused(f"{detail}")
     if response.is_redirect:
         # No route of the API redirects a request the CLI makes as it meant it: a path gone wrong.
@@ -1420,7 +1420,11 @@ def show_node(
         # It would name another route of the API ('' is /api/nodes, which answers with a redirect).
         fail(f"no live node {node_id!r} (corral nodes lists them)")
     body = {"set": attributes, "unset": unset or [], "rack": rack}
-    row = call("PATCH", f"/api/nodes/{node_id}", json=body)
+    try:
+        row = request("PATCH", f"/api/nodes/{node_id}", json=body)
+    except Refused as exc:
+        # A bad value names the attribute as typed (drain=soon), not the API's body field ("set: drain: ...").
+        fail(re.sub(r"(^|\n  )set: ", r"\1", str(exc)))
     if as_json:
         print_json(row)
         return

@@ -363,6 +363,17 @@ def test_a_server_file_damaged_while_corral_runs_is_one_line_at_stop(corral: Cor
     assert not info.exists()  # the CLI says no corral runs, not that the file is damaged
 
 
+def test_a_refusal_of_one_value_is_one_line(running: Corral) -> None:
+    # It was "error: " and, on the line below, "  --ram: not a size: 'lots'".
+    job = running.cli("submit", "--not-before", "2099-01-01", "--", "true").stdout.strip()
+    bad = running.cli("update", job, "--ram", "lots", check=False)
+    assert bad.returncode == 1
+    assert bad.stderr == "error: --ram: not a size: 'lots' (write MiB, or e.g. '512MiB', '4GiB')\n"
+    # The attribute as the operator typed it (drain=soon), not the API's body field ("set: drain: ...").
+    refused = running.cli("node", "n-1a2b", "drain=soon", check=False)
+    assert refused.returncode == 1 and refused.stderr == "error: drain: 'soon' is not true, false or now\n"
+
+
 def test_cancel_goes_on_past_an_id_that_is_wrong(running: Corral) -> None:
     first, second = (running.cli("submit", "--", "sleep", "60").stdout.strip() for _ in range(2))
     result = running.cli("cancel", first, "999", second, check=False)
