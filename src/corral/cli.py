@@ -284,6 +284,19 @@ def _parse_traits(option: str, values: list[str]) -> dict[str, str | list[str]]:
     return {key: found[0] if len(found) == 1 else found for key, found in traits.items()}
 
 
+JOB_FILE_FORMS = "a job file is JSON Lines, one job's object per line, or a YAML list of jobs (.yaml, .yml)"
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return "a boolean" if isinstance(value, bool) else "a number"
+
+
 def read_job_file(path: Path) -> tuple[list[JobRequest], list[str]]:
     """Jobs from a JSON Lines or YAML file, and where each is ("line 3", "item 2"); every error
     names its line or item and field."""
@@ -310,11 +323,16 @@ def read_job_file(path: Path) -> tuple[list[JobRequest], list[str]]:
             try:
                 entries.append((f"line {number}", json.loads(line, object_pairs_hook=unique_keys)))
             except json.JSONDecodeError as exc:
-                fail(f"{path}: line {number}: not valid JSON: {exc.msg}")
+                fail(f"{path}: line {number}: not valid JSON: {exc.msg} ({JOB_FILE_FORMS})")
             except RepeatedKey as exc:
                 repeated.append(f"{path}: line {number}: {exc}")
     requests, places, problems = [], [], repeated
     for where, entry in entries:
+        if not isinstance(entry, dict):
+            # A JSON array of jobs on one line read as "(job): Input should be a valid dictionary or
+            # instance of JobRequest".
+            problems.append(f"{path}: {where}: not a job, but {_json_kind(entry)} ({JOB_FILE_FORMS})")
+            continue
         try:
             requests.append(JobRequest.model_validate(entry))
             places.append(where)

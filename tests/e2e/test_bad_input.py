@@ -72,6 +72,18 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
     assert "line 8: locality.near.1: not a job id or tag:NAME: '12a'" in result.stderr
     assert "line 8: locality.far.0: not a job id or tag:NAME: 'tag:'" in result.stderr
     assert len(running.jobs()) == 1
+    # A JSON array of jobs, as a .json file holds one: it read "(job): Input should be a valid
+    # dictionary or instance of JobRequest", and spread over lines, "not valid JSON: Expecting value".
+    forms = "a job file is JSON Lines, one job's object per line, or a YAML list of jobs (.yaml, .yml)"
+    array = tmp_path / "jobs.json"
+    array.write_text('[{"command": ["echo", "1"]}]\n"echo 2"\n')
+    result = running.cli("submit", "-f", str(array), check=False)
+    assert f"{array}: line 1: not a job, but a list ({forms})" in result.stderr, result.stderr
+    assert f"{array}: line 2: not a job, but a string ({forms})" in result.stderr
+    array.write_text('[\n  {"command": ["echo", "1"]}\n]\n')
+    result = running.cli("submit", "-f", str(array), check=False)
+    assert f"{array}: line 1: not valid JSON: Expecting value ({forms})" in result.stderr, result.stderr
+    assert len(running.jobs()) == 1
 
 
 def test_yaml_job_files_are_read_too(running: Corral, tmp_path: Path) -> None:
