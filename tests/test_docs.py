@@ -121,3 +121,24 @@ def test_every_corral_command_and_option_the_docs_show_exists(path: str) -> None
                 if option.startswith("-") and option not in commands[tuple(name)]:
                     wrong.append(f"corral {' '.join(name)} {option}")
     assert wrong == [], f"{path} shows what the CLI does not have: {sorted(set(wrong))}"
+
+
+def test_every_metric_the_operator_guide_names_is_exported() -> None:
+    from corral.server.metrics import Metrics
+
+    families = list(Metrics().registry.collect())
+    exported = {sample.name for family in families for sample in family.samples}
+    # A labelled counter has no sample until its first increment: its name is the family's plus _total.
+    exported |= {family.name + ("_total" if family.type == "counter" else "") for family in families}
+    named = set(re.findall(r"`(corral_[a-z_]+)", (ROOT / "docs" / "operator-guide.md").read_text()))
+    assert named and named <= exported, sorted(named - exported)
+
+
+def test_every_agent_option_docs_agent_md_shows_exists_and_the_table_has_them_all() -> None:
+    from corral.agent.cli import parser
+
+    options = {o for action in parser()._actions for o in action.option_strings} - {"-h", "--help"}
+    shown = {o for span in code_of("docs/agent.md") for o in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", span)}
+    table = set(re.findall(r"^\| `(--[a-z-]+)` \|", (ROOT / "docs" / "agent.md").read_text(), re.M))
+    assert shown <= options, sorted(shown - options)
+    assert table == options
