@@ -23,6 +23,7 @@ name = "burst"
 on = ["job.queued"]
 threshold = 5
 window = "10m"
+rearm = "30m"
 """
 
 
@@ -52,6 +53,8 @@ def test_notify_status_shows_the_position_the_rules_and_what_is_kept_quiet(corra
     assert f"handled events up to {newest} (newest {newest}, 0 waiting)" in shown
     assert "queued: quiet for * until" in shown and "(2 suppressed so far)" in shown
     assert "5 in 10m00s (now 3)" in shown
+    # A threshold rule's subject is the rule as a whole, whatever rearm_per says: it read "per subject".
+    assert status["rules"][2]["rearm_per"] == "rule" and "30m00s per rule" in shown
     assert "SECRET" not in shown
 
 

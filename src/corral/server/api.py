@@ -599,7 +599,8 @@ def _rule_out(name: str, rule: NotifyRule) -> NotifyRuleOut:
         on=list(rule.on),
         action=action,
         rearm=rule.rearm,
-        rearm_per=rule.rearm_per,
+        # A threshold rule's subject is the rule as a whole (corral.core.notify), whatever rearm_per says.
+        rearm_per="rule" if rule.threshold is not None else rule.rearm_per,
         threshold=rule.threshold,
         window=rule.window,
     )
