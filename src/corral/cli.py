@@ -1561,7 +1561,8 @@ def config_check(file: Path) -> None:
         config = load_config(file)
     except ConfigError as exc:
         fail(str(exc), 2)
-    console.print(f"{file}: OK ({len(config.instance_types)} instance types, store {config.store_url})")
+    types = len(config.instance_types)
+    console.print(f"{file}: OK ({types} instance type{'' if types == 1 else 's'}, store {config.store_url})")
     for warning in config.warnings():
         console.print(Text.assemble(("warning", "yellow"), f": {warning}"))
 

@@ -148,6 +148,10 @@ def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("policy:\n  lifecycle:\n    idle_grace: 5m\n")
     assert subprocess.run([CORRAL, "config", "check", str(good)], capture_output=True).returncode == 0
+    one = tmp_path / "one.toml"
+    one.write_text('[[instance_types]]\nname = "a"\nvcpus = 2\nram = "4GiB"\nprice_per_hour = 0.1\n')
+    checked = subprocess.run([CORRAL, "config", "check", str(one)], capture_output=True, text=True).stdout
+    assert checked.startswith(f"{one}: OK (1 instance type, store ")  # it read "1 instance types"
 
     # Valid, but nothing could ever boot: said, and still OK (it may be meant for a while).
     capped = tmp_path / "capped.toml"
