@@ -6,11 +6,13 @@ running under the engine."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from corral.agent.container import Engine, name_of
-from corral.agent.runner import AttemptSpec, Runner
+from corral.agent.runner import Attempt, AttemptSpec, Runner
 from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers_named
 from tests.support import wait_until
 
@@ -36,39 +38,41 @@ def test_a_job_runs_in_its_image_with_its_environment_and_exit_code(tmp_path: Pa
     assert containers_named(name_of(901)) == []  # removed once ended
 
 
-def test_a_container_that_ignores_sigterm_is_removed_after_the_grace(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def started(tmp_path: Path, attempt_id: int, script: str, kill_grace: float = 3.0) -> Iterator[tuple[Runner, Attempt]]:
+    """A container running `script` (which prints "up" first) through a runner, removed at the end."""
     image = busybox_image()
-    runner = Runner(tmp_path, kill_grace=1.0)
+    runner = Runner(tmp_path, kill_grace=kill_grace)
     runner.engine = ENGINE
-    name = name_of(902)
     try:
-        attempt = runner.start(spec(902, image, ["sh", "-c", "trap '' TERM; echo up; while true; do sleep 1; done"]))
+        attempt = runner.start(spec(attempt_id, image, ["sh", "-c", f"echo up; {script}"]))
         assert attempt is not None
         wait_until(lambda: attempt.log_path.read_text() == "up\n", 120, "the container to start")
+        yield runner, attempt
+    finally:
+        subprocess.run(
+            [*PROGRAM, "rm", "--force", "--time", "0", name_of(attempt_id)],
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+
+
+def test_a_container_that_ignores_sigterm_is_removed_after_the_grace(tmp_path: Path) -> None:
+    with started(tmp_path, 902, "trap '' TERM; while true; do sleep 1; done", kill_grace=1.0) as (runner, attempt):
         assert runner.kill(902)
         wait_until(lambda: runner.poll() or attempt.exited, 60, "the attempt to end")
         assert attempt.killed_hard
         # The engine's client is killed after the grace, and the container by the engine's `kill`.
-        wait_until(lambda: containers_named(name) == [], 60, "the container to be removed")
-    finally:
-        subprocess.run([*PROGRAM, "rm", "--force", name], capture_output=True, check=False, timeout=60)
+        wait_until(lambda: containers_named(name_of(902)) == [], 60, "the container to be removed")
 
 
 def test_a_containers_load_is_measured(tmp_path: Path) -> None:
     """The engine runs the container, outside the client's session: its processes' CPU time is
     the attempt's load all the same (corral nodes, the utilised placement policies)."""
-    image = busybox_image()
-    runner = Runner(tmp_path)
-    runner.engine = ENGINE
-    name = name_of(904)
-    try:
-        attempt = runner.start(spec(904, image, ["sh", "-c", "echo up; while :; do :; done"]))
-        assert attempt is not None
-        wait_until(lambda: attempt.log_path.read_text() == "up\n", 120, "the container to start")
+    with started(tmp_path, 904, "while :; do :; done") as (runner, _):
         runner.usage()  # the first look finds the container and starts the count
         wait_until(lambda: runner.usage()[0] > 0.3, 30, "the container's busy loop to show as load", interval=1.0)
-    finally:
-        subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", name], capture_output=True, check=False, timeout=60)
 
 
 def test_an_image_without_an_engine_cannot_run(tmp_path: Path) -> None:
