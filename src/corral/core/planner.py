@@ -385,7 +385,6 @@ def _plan_boots(
             # Never, under this config: every node is an instance the loop boots, so it is
             # unplaceable as a job larger than every type (the placer, which runs first, still
             # places it on running nodes that have room, as after a restart that lowered the limit).
-            # Before, it waited for ever unflagged, counted against its user's policy.users limits.
             reason = f"needs {need} nodes, max_instances is {settings.max_instances}"
             notes[job.id] = settled[key] = (reason, True)
             continue

@@ -183,8 +183,8 @@ def plan_pass(
         said = f"+ {retry.format_seconds(grace)} grace, policy.dispatch.time_limit_grace" if grace else ""
         # A run that started before this observer (a restarted corral) may have ended on its node
         # while no one was listening, and its agent's report may not be in yet: its limit is judged
-        # once agents have had ping_stale to be heard, as a node's silence is. (Before, a job that
-        # ended well within its limit during an outage could be failed TIMEOUT by the first pass.)
+        # once agents have had ping_stale to be heard, as a node's silence is: a job that
+        # ended well within its limit during an outage is not failed TIMEOUT before its exit is heard.
         settling = now - observing <= ping_stale
         for _, attempt_id in index.limits_reached(now - grace):
             if settling and (active[attempt_id].started_at or 0.0) < observing:
