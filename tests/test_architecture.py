@@ -4,6 +4,8 @@ the core without the live shells. Checked on the source, so a violation fails be
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,11 @@ def test_the_guard_sees_a_violation() -> None:
         assert clock_calls(sample) == ["time.time"]
     finally:
         sample.unlink()
+
+
+def test_the_cli_does_not_load_matplotlib() -> None:
+    """Every `corral` command pays its module's imports, and matplotlib's take about a second: only
+    `corral simulate --report` loads it."""
+    probe = "import sys, corral.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "[]"

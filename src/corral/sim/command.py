@@ -17,8 +17,8 @@ from rich.table import Table
 from corral.config import ConfigError
 from corral.core.units import format_duration, parse_size
 from corral.sim.engine import SimulationError
-from corral.sim.report import ROWS, format_value, write_report
 from corral.sim.run import Outcome, WorkloadOptions, default_workers, load_runs, simulate
+from corral.sim.summary import ROWS, format_value
 from corral.workload import Format, WorkloadError
 
 CONFIG_SUFFIXES = (".toml", ".yaml", ".yml")
@@ -142,6 +142,8 @@ def simulate_command(
         fail(str(exc))
 
     if report is not None:
+        from corral.sim.report import write_report  # matplotlib: only a run with --report loads it
+
         page = write_report(report, outcome)
         err.print(f"report written to {page}")
     if as_json:

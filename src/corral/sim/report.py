@@ -15,60 +15,11 @@ matplotlib.use("Agg")  # files only; never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from corral.core.units import format_duration  # noqa: E402
 from corral.sim.metrics import SimResult  # noqa: E402
 from corral.sim.run import Outcome  # noqa: E402
+from corral.sim.summary import ROWS, format_value  # noqa: E402
 
 MAX_POINTS = 4000
-
-# (label, JSON key, format) of the rows of the summary table, shared with the terminal table.
-ROWS: list[tuple[str, str, str]] = [
-    ("jobs", "jobs", "{:,}"),
-    ("completed", "completed", "{:,}"),
-    ("failed", "failed", "{:,}"),
-    ("timed out (of failed)", "jobs_timed_out", "{:,}"),
-    ("cancelled", "cancelled", "{:,}"),
-    ("never finished", "unfinished", "{:,}"),
-    ("stopped at the horizon", "horizon_reached", "yes/no"),
-    ("run as gangs", "gangs", "{:,}"),
-    ("mean wait", "wait_mean_s", "duration"),
-    ("median wait", "wait_median_s", "duration"),
-    ("p95 wait", "wait_p95_s", "duration"),
-    ("users", "users", "{:,}"),
-    ("median user's mean wait", "user_wait_median_s", "duration"),
-    ("worst user's mean wait", "user_wait_max_s", "duration"),
-    ("mean bounded slowdown", "bounded_slowdown_mean", "{:.2f}"),
-    ("mean slowdown", "slowdown_mean", "{:.2f}"),
-    ("makespan", "makespan_s", "duration"),
-    ("instance-hours billed", "instance_hours", "{:,.1f}"),
-    ("cost (USD)", "cost_usd", "{:,.2f}"),
-    ("utilisation", "utilisation", "{:.1%}"),
-    ("peak fleet", "peak_fleet", "{:,}"),
-    ("peak queue", "peak_queue", "{:,}"),
-    ("boots", "boots", "{:,}"),
-    ("shutdowns", "shutdowns", "{:,}"),
-    ("capacity errors", "capacity_errors", "{:,}"),
-    ("node failures", "node_failures", "{:,}"),
-    ("of them given notice", "interruption_notices", "{:,}"),
-    ("requeues", "requeues", "{:,}"),
-    ("work lost to failures (vcpu-h)", "work_lost_vcpu_hours", "{:,.1f}"),
-    ("per-job bound (USD)", "per_job_bound_usd", "{:,.2f}"),
-    ("cost / per-job bound", "cost_over_per_job_bound", "{:.3f}"),
-    ("packing bound (USD)", "packing_bound_usd", "{:,.2f}"),
-    ("cost / packing bound", "cost_over_packing_bound", "{:.3f}"),
-    ("reconcile passes", "passes", "{:,}"),
-    ("simulated jobs/s", "jobs_per_second", "{:,.0f}"),
-]
-
-
-def format_value(value: Any, fmt: str) -> str:
-    if value is None:
-        return "-"
-    if fmt == "yes/no":
-        return "yes" if value else "no"
-    if fmt == "duration":
-        return format_duration(float(value))
-    return fmt.format(value)
 
 
 def write_report(directory: Path, outcome: Outcome) -> Path:
