@@ -1,0 +1,25 @@
+"""Test-session settings shared by every suite.
+
+The suite runs in parallel workers (pytest-xdist, `--dist loadgroup`; see pyproject.toml): most tests
+own their temp dirs, ports and PostgreSQL schemas. Tests that share one real part of the machine run
+in one worker, in a group: the Slurm cluster the Slurm suite starts (one per worker that needs it
+would double its cost), and the podman image the container tests make.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+GROUPS = {
+    "tests/slurm/": "slurm",
+    "tests/agent/test_container.py": "podman",
+    "tests/e2e/test_container_job.py": "podman",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        for prefix, group in GROUPS.items():
+            if path.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
