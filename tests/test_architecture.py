@@ -115,9 +115,20 @@ def test_the_guard_sees_a_violation() -> None:
         sample.unlink()
 
 
+def loaded_by(module: str, packages: tuple[str, ...]) -> list[str]:
+    """Which of `packages` importing `module` loads, in a fresh interpreter."""
+    probe = f"import sys, {module}; print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r}))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    return [name.strip(" '") for name in done.stdout.strip().strip("[]").split(",") if name.strip()]
+
+
 def test_the_cli_does_not_load_matplotlib() -> None:
     """Every `corral` command pays its module's imports, and matplotlib's take about a second: only
     `corral simulate --report` loads it."""
-    probe = "import sys, corral.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))"
-    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
-    assert loaded.stdout.strip() == "[]"
+    assert loaded_by("corral.cli", ("matplotlib",)) == []
+
+
+def test_the_agent_starts_without_numpy_or_the_config_models() -> None:
+    """Every node starts an agent (and a loopback cloud one per instance): it loads neither NumPy nor
+    pydantic, which the server's configuration and placement need and the agent does not."""
+    assert loaded_by("corral.agent.cli", ("numpy", "pydantic", "sqlalchemy", "matplotlib")) == []

@@ -27,7 +27,6 @@ from corral.config import (
     DamagedServerInfo,
     RepeatedKey,
     UnreadableFile,
-    default_home,
     is_yaml,
     load_config,
     load_yaml,
@@ -38,6 +37,7 @@ from corral.config import (
 from corral.core import health
 from corral.core.model import JobState
 from corral.core.units import parse_duration
+from corral.home import default_home
 from corral.jobspec import JobRequest, to_epoch
 from corral.placement import attributes as attr
 from corral.sim.command import register as register_simulate

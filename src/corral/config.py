@@ -7,7 +7,6 @@ is reported with its key path and the reason: `policy.lifecycle.idle_grace: not 
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
 import types
@@ -26,19 +25,11 @@ from corral.core.model import GiB, InstanceType
 from corral.core.notify import NotifyRule, rule_names
 from corral.core.settings import Duration, PolicySettings, SizeMiB
 from corral.core.units import Float, Int
+from corral.home import DEFAULT_PORT, default_home
 from corral.sim.settings import SimSettings
 
-DEFAULT_PORT = 8642
 _STAR_NOTE = "; or '*' for every type"
 CORRAL_TAGS = (TAG_CLUSTER, TAG_NODE_ID, TAG_INSTANCE_TYPE, TAG_STORE)
-
-
-def default_home() -> Path:
-    """CORRAL_HOME, else ~/.local/share/corral."""
-    env = os.environ.get("CORRAL_HOME")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".local" / "share" / "corral"
 
 
 class DamagedServerInfo(ValueError):

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from corral.agent import logs, sysinfo
 from corral.agent.agent import AgentOptions, run_agent
-from corral.config import DEFAULT_PORT, default_home
+from corral.home import DEFAULT_PORT, default_home
 
 
 def parser() -> argparse.ArgumentParser:
