@@ -78,7 +78,6 @@ class Agent:
         self.exit_code = EXIT_OK
         self.forgotten = False
         self.ping_interval = options.ping_interval or 2.0
-        self.limit_slack = max(LIMIT_SLACK, 3 * self.ping_interval)
         # Attempts finished and reported in this agent's life: never start one of them again, whatever
         # a confused or restarted server lists. Bounded, oldest out first.
         self._done: collections.OrderedDict[int, None] = collections.OrderedDict()
@@ -185,7 +184,6 @@ class Agent:
             return False
         if self.options.ping_interval is None and isinstance(answer.get("ping_interval"), int | float):
             self.ping_interval = max(0.05, float(answer["ping_interval"]))
-            self.limit_slack = max(LIMIT_SLACK, 3 * self.ping_interval)
         logs.info("paired", node_id=answer.get("node_id", self.options.node_id), ping_interval=self.ping_interval)
         check = answer.get("health_check")
         if isinstance(check, dict) and check.get("command"):
@@ -199,6 +197,11 @@ class Agent:
                 tuple(str(arg) for arg in engine["program"]), tuple(str(arg) for arg in engine.get("run_args") or ())
             )
         return True
+
+    @property
+    def limit_slack(self) -> float:
+        """How long past its time limit an attempt runs before the agent ends it itself."""
+        return max(LIMIT_SLACK, 3 * self.ping_interval)
 
     def _sleep(self, seconds: float) -> None:
         self.stop.wait(seconds)

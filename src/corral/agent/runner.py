@@ -366,8 +366,7 @@ class Runner:
         vcpus = 0.0
         rss = 0
         for session, attempt in running.items():
-            samples = [usage.get(s) for s in (session, attempt.container_session) if s is not None]
-            measured = [sample for sample in samples if sample is not None]
+            measured = [usage[s] for s in (session, attempt.container_session) if s in usage]
             if not measured:
                 continue
             cpu_seconds = sum(sample.cpu_seconds for sample in measured)

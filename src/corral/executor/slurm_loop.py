@@ -285,11 +285,8 @@ class SlurmLoop(LiveLoop):
         or None. A typo there would otherwise show only as every job's sbatch failing. Slurm not
         answering is no verdict (None, logged): the passes say so (`slurm.unreachable`)."""
         settings = self.config.slurm
-        options = ["--output=/dev/null"]
-        options += [f"--partition={settings.partition}"] if settings.partition else []
-        options += [f"--account={settings.account}"] if settings.account else []
         try:
-            self.slurm.test_only([*options, *settings.extra_args], self.script, ["true"])
+            self.slurm.test_only(["--output=/dev/null", *self.settings_options()], self.script, ["true"])
         except SlurmError as exc:
             if batch.sbatch_refusal(str(exc)) is batch.Refusal.TEMPORARY:
                 log.warning("could not check the slurm settings with sbatch --test-only: %s", exc)
@@ -335,10 +332,13 @@ class SlurmLoop(LiveLoop):
             options.append(f"--tmp={res.scratch_mib}M")
         if job.time_limit is not None:
             options.append(f"--time={slurm_time(job.time_limit)}")
-        if settings.partition:
-            options.append(f"--partition={settings.partition}")
-        if settings.account:
-            options.append(f"--account={settings.account}")
+        return [*options, *self.settings_options()]
+
+    def settings_options(self) -> list[str]:
+        """What corral's slurm settings ask of every job: --partition, --account, extra_args."""
+        settings = self.config.slurm
+        options = [f"--partition={settings.partition}"] if settings.partition else []
+        options += [f"--account={settings.account}"] if settings.account else []
         return [*options, *settings.extra_args]
 
     def job_env(self, job: Job, attempt_id: int) -> dict[str, str]:
