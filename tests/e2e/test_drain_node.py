@@ -4,15 +4,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.e2e.conftest import Corral, wait_until
 
 
-def test_drain_lets_work_finish_and_drain_now_requeues_it(corral: Corral) -> None:
+def test_drain_lets_work_finish_and_drain_now_requeues_it(corral: Corral, tmp_path: Path) -> None:
     corral.config.write_text(corral.config.read_text().replace("max_instances = 4", "max_instances = 1"))
     corral.start()
-    # Long enough to outlast the CLI calls below (over a second each on a loaded machine) while it
-    # runs on the drained node.
-    first = int(corral.cli("submit", "--", "sleep", "8").stdout)
+    # Runs on the drained node until the test lets it end: a fixed sleep was outlasted by the CLI
+    # calls below on a loaded machine, and the drained node was gone before `corral nodes` looked.
+    go = tmp_path / "go"
+    first = int(corral.cli("submit", "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.2; done").stdout)
     wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
     [node] = corral.live_nodes()
     drained = node["id"]
@@ -24,6 +27,8 @@ def test_drain_lets_work_finish_and_drain_now_requeues_it(corral: Corral) -> Non
     second = int(corral.cli("submit", "--", "sleep", "30").stdout)
 
     # The drain kills nothing; the second job waits for a node of its own (max_instances = 1).
+    assert corral.jobs()[first]["state"] == "running" and corral.jobs()[second]["state"] == "queued"
+    go.touch()
     wait_until(lambda: corral.jobs()[first]["state"] == "complete", 60, "the running job to finish")
     wait_until(lambda: corral.jobs()[second]["state"] == "running", 90, "the second job to run elsewhere")
     [replacement] = corral.live_nodes()
