@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -133,13 +135,21 @@ def debian_packages_missing(packages: list[str], missing: Callable[[], list[str]
         return f"{', '.join(missing())} missing, and the tests do not run as root to install {' '.join(packages)}"
     if shutil.which("apt-get") is None:
         return f"{', '.join(missing())} missing, and there is no apt-get"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    command = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        # The package lists may be missing (a fresh container): update once and try again.
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=600, check=False)
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    # The test workers install at once on a fresh machine (Slurm in one, podman in another), and
+    # dpkg takes one at a time: each waits its turn here, then finds what the other put in.
+    with open(Path(tempfile.gettempdir()) / "corral-tests-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not missing():
+            return None
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        # Waits for an apt run outside the tests (unattended upgrades) rather than failing at once.
+        apt = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
+        command = [*apt, "install", "-y", "--no-install-recommends", *packages]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            # The package lists may be missing (a fresh container): update once and try again.
+            subprocess.run([*apt, "update"], env=env, capture_output=True, timeout=900, check=False)
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0 or missing():
         return f"installing {' '.join(packages)} failed: {done.stderr.strip()[-500:]}"
     return None
