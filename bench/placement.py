@@ -28,9 +28,11 @@ from rich.table import Table
 
 from corral.core.model import Attempt, AttemptState, GiB, InstanceType, Job, LocalityHints, Node, NodeState, Resources
 from corral.core.snapshot import Snapshot
-from corral.placement import PlacementSettings, build_engine, explain, make_placer
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
+from corral.placement.explain import explain
+from corral.placement.placer import build_engine, make_placer
+from corral.placement.settings import PlacementSettings
 
 NOW = 1_000_000.0
 SHAPES = [  # (vcpus, GiB RAM, GPUs, share of the fleet)

@@ -32,8 +32,8 @@ from corral.core.model import AttemptState, NodeState
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, plan_pass
 from corral.core.snapshot import Decisions, NodeAction, Snapshot
-from corral.placement import make_placer
 from corral.placement.attributes import FAILURE_RESERVED_UNTIL
+from corral.placement.placer import make_placer
 from corral.store import NotFound, Store
 
 if TYPE_CHECKING:

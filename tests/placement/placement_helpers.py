@@ -18,7 +18,8 @@ from corral.core.model import (
 )
 from corral.core.settings import BootSettings, PolicySettings
 from corral.core.snapshot import PlacementResult, Snapshot
-from corral.placement import PlacementSettings, make_placer
+from corral.placement.placer import make_placer
+from corral.placement.settings import PlacementSettings
 
 NOW = 10_000.0
 

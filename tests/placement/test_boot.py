@@ -6,7 +6,8 @@ from placement_helpers import job
 
 from corral.core.model import GiB, InstanceType
 from corral.core.settings import PolicySettings
-from corral.placement import PlacementSettings, TypeRank, rank_instance_types
+from corral.placement.boot import TypeRank, rank_instance_types
+from corral.placement.settings import PlacementSettings
 
 TYPES = [
     InstanceType("small", 2, 8 * GiB, 0.10),
@@ -50,7 +51,7 @@ def test_types_in_capacity_back_off_do_not_fit_for_now() -> None:
 
 
 def test_any_fits_agrees_with_the_ranking() -> None:
-    from corral.placement import TypeRanker
+    from corral.placement.boot import TypeRanker
     from corral.placement.demand import Demand
 
     cases = [job(1, 4, 12), job(2, 1, 1, traits={"zone": "b"}), job(3, 1, 1, gpus=1), job(4, 64, 1)]

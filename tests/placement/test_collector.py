@@ -11,8 +11,8 @@ from placement_helpers import NOW, job, node
 
 import corral.placement.placer as placer_module
 from corral.core.snapshot import Snapshot
-from corral.placement import make_placer
 from corral.placement.collector import collector_paused
+from corral.placement.placer import make_placer
 
 
 @pytest.fixture(autouse=True)

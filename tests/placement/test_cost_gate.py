@@ -10,11 +10,11 @@ from corral.core.model import Attempt, GiB, InstanceType, Job, JobState, Node, N
 from corral.core.reconcile import plan_pass
 from corral.core.settings import BootSettings, PolicySettings
 from corral.core.snapshot import Snapshot
-from corral.placement import PlacementSettings, make_placer
 from corral.placement.arrays import NodeArrays
 from corral.placement.demand import Demand
 from corral.placement.lifetime import CostGate, expected_extension, node_ends, offers
-from corral.placement.placer import COSTLY_REASON
+from corral.placement.placer import COSTLY_REASON, make_placer
+from corral.placement.settings import PlacementSettings
 from corral.placement.work import measure_load
 
 HOUR = 3600.0

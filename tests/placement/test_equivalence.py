@@ -8,7 +8,8 @@ from random_fleets import World, world
 from reference import Reference
 
 from corral.core.snapshot import Snapshot
-from corral.placement import PlacementSettings, make_placer
+from corral.placement.placer import make_placer
+from corral.placement.settings import PlacementSettings
 
 
 def engine_choices(w: World) -> dict[int, tuple[str, ...]]:

@@ -94,7 +94,7 @@ def test_explanations_are_json_serialisable() -> None:
 def test_explain_job_outside_a_pass_sees_every_node() -> None:
     from corral.core.model import NodeState
     from corral.core.snapshot import Snapshot
-    from corral.placement import explain_job
+    from corral.placement.placer import explain_job
 
     nodes = [node("up", ram_gib=8), node("draining", ram_gib=64, state=NodeState.DRAINING)]
     details = explain_job(Snapshot(jobs=[], attempts=[], nodes=nodes, instance_types=[]), job(1, ram_gib=32), 0.0)

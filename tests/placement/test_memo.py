@@ -14,10 +14,10 @@ from corral.core.model import Attempt, GiB, InstanceType, Job, Node, Resources
 from corral.core.reconcile import Placer
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import PlacementResult, Snapshot
-from corral.placement import PlacementSettings, build_engine, make_placer
 from corral.placement import arrays as arrays_module
 from corral.placement import placer as placer_module
-from corral.placement.placer import FactsMemo
+from corral.placement.placer import FactsMemo, build_engine, make_placer
+from corral.placement.settings import PlacementSettings
 
 SETTINGS = PolicySettings.model_validate({"placement": {"queue": {"capacity": "auto"}}})
 

@@ -8,7 +8,7 @@ from corral.core.model import GiB, InstanceType
 from corral.core.reconcile import plan_pass
 from corral.core.settings import BootSettings, PolicySettings
 from corral.core.snapshot import Snapshot
-from corral.placement import make_placer
+from corral.placement.placer import make_placer
 
 
 def test_plan_pass_with_the_engine() -> None:

@@ -9,8 +9,9 @@ from random_fleets import World, world
 
 from corral.core.model import Job, NodeState
 from corral.core.snapshot import Snapshot
-from corral.placement import PlacementSettings, make_placer
 from corral.placement.availability import Policy, Resource
+from corral.placement.placer import make_placer
+from corral.placement.settings import PlacementSettings
 
 EPS = 1e-6
 RESOURCE_FILTER = ["min-cpu", "min-ram", "min-disk", "gpus"]  # a filter turned off checks nothing

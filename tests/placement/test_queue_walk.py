@@ -15,10 +15,10 @@ from placement_helpers import NOW, job, node, running
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, AttemptState, Job, NodeState
 from corral.core.snapshot import PlacementResult, Snapshot
-from corral.placement import PlacementSettings
 from corral.placement import placer as placer_module
 from corral.placement.backfill import Reservation
 from corral.placement.placer import FactsMemo, QueueWalk
+from corral.placement.settings import PlacementSettings
 
 
 @pytest.mark.parametrize("starts", ["when placed", "passes later"])

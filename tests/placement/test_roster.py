@@ -13,9 +13,9 @@ from placement_helpers import NOW, job, node, running
 from corral.core.index import SnapshotIndex
 from corral.core.model import Attempt, GiB, InstanceType, Job, Node, NodeState, Resources
 from corral.core.snapshot import Snapshot
-from corral.placement import PlacementSettings
 from corral.placement import placer as placer_module
 from corral.placement.placer import FactsMemo
+from corral.placement.settings import PlacementSettings
 
 WEIGHTS = {"pack": 1.0, "platform": 0.5, "hardware": 0.25, "reboot": 0.25, "failures": 0.5, "random": 0.0001}
 

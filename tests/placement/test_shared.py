@@ -16,10 +16,11 @@ from random_fleets import World, world
 
 from corral.core.model import GiB, Resources
 from corral.core.snapshot import PlacementResult, Snapshot
-from corral.placement import PlacementSettings, build_engine, make_placer
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
+from corral.placement.placer import build_engine, make_placer
 from corral.placement.scorers import SCORERS
+from corral.placement.settings import PlacementSettings
 
 # Scorers whose score moves only with the node (or not at all), so a request's ranking can be
 # shared; "balanced" and "price" depend on the request and turn sharing off.

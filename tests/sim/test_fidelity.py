@@ -13,7 +13,7 @@ from corral.config import Config
 from corral.core.reconcile import plan_pass
 from corral.core.snapshot import Decisions, Snapshot
 from corral.loop import decide
-from corral.placement import make_placer
+from corral.placement.placer import make_placer
 from corral.sim.engine import Simulation
 from corral.sim.metrics import measure
 from corral.workload.model import SimJob

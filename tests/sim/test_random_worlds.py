@@ -24,7 +24,7 @@ from corral.core.planner import PlannerMemo
 from corral.core.reconcile import plan_pass
 from corral.core.snapshot import Decisions, Snapshot
 from corral.loop import decide
-from corral.placement import make_placer
+from corral.placement.placer import make_placer
 from corral.sim.engine import Simulation
 from corral.workload.model import SimJob
 from tests.sim.helpers import config, job, recorder, summary

@@ -51,10 +51,10 @@ from corral.core.snapshot import (
     PlacementResult,
     Snapshot,
 )
-from corral.placement import make_placer
 from corral.placement.attributes import transient_failure
 from corral.placement.lifetime import gate_settings
 from corral.placement.locality import LocalityIndex, pinned_to_running
+from corral.placement.placer import make_placer
 
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)

@@ -20,7 +20,7 @@ from corral.core import categories, drain
 from corral.core.index import SCHEDULABLE
 from corral.core.model import ZERO, Node, Resources
 from corral.placement import attributes as attr
-from corral.placement.availability import RESOURCES, AvailabilityPolicy, Policy, Resource, room
+from corral.placement.availability import RESOURCES, AvailabilityPolicy, Policy, Resource
 from corral.placement.settings import PlacementSettings
 
 Floats = npt.NDArray[np.float64]
@@ -528,10 +528,28 @@ def _stack(items: Iterable[Resources]) -> Floats:
     )
 
 
+def room(
+    policy: Policy,
+    capacity: npt.NDArray[np.float64],
+    dedicated: npt.NDArray[np.float64],
+    utilized: npt.NDArray[np.float64],
+    ratio: float,
+) -> npt.NDArray[np.float64]:
+    """Room for new work on each node, for one resource (arrays over nodes, or scalars in arrays).
+
+    `ratio` lifts the DEDICATED ceiling (overprovisioning requests); measured use is physical, so
+    the UTILIZED side always stops at the real capacity."""
+    if policy is Policy.DEDICATED:
+        return capacity * ratio - dedicated
+    if policy is Policy.UTILIZED:
+        return capacity - utilized
+    return np.minimum(capacity * ratio - dedicated, capacity - utilized)
+
+
 def _room_left(
     policies: list[Policy], ratios: list[float], capacity: list[float], dedicated: list[float], utilized: list[float]
 ) -> list[float]:
-    """`availability.room` for one node's column, resource by resource, on Python floats."""
+    """`room` for one node's column, resource by resource, on Python floats."""
     result = []
     for r, policy in enumerate(policies):
         if policy is Policy.DEDICATED:

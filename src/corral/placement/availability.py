@@ -15,9 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
-import numpy as np
-import numpy.typing as npt
-
 
 class Resource(IntEnum):
     """Rows of the node arrays, in this order."""
@@ -109,21 +106,3 @@ def parse_availability(text: str) -> AvailabilityPolicy:
     fallback = default or Policy.COMBINED
     per = tuple(chosen.get(r, fallback) for r in RESOURCES)
     return AvailabilityPolicy((per[0], per[1], per[2], per[3]))
-
-
-def room(
-    policy: Policy,
-    capacity: npt.NDArray[np.float64],
-    dedicated: npt.NDArray[np.float64],
-    utilized: npt.NDArray[np.float64],
-    ratio: float,
-) -> npt.NDArray[np.float64]:
-    """Room for new work on each node, for one resource (arrays over nodes, or scalars in arrays).
-
-    `ratio` lifts the DEDICATED ceiling (overprovisioning requests); measured use is physical, so
-    the UTILIZED side always stops at the real capacity."""
-    if policy is Policy.DEDICATED:
-        return capacity * ratio - dedicated
-    if policy is Policy.UTILIZED:
-        return capacity - utilized
-    return np.minimum(capacity * ratio - dedicated, capacity - utilized)

@@ -6,7 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Annotated, NoReturn, cast
+from typing import TYPE_CHECKING, Annotated, NoReturn, cast
 
 import typer
 from rich.console import Console
@@ -16,10 +16,11 @@ from rich.table import Table
 
 from corral.config import ConfigError
 from corral.core.units import format_duration, parse_size
-from corral.sim.engine import SimulationError
-from corral.sim.run import Outcome, WorkloadOptions, default_workers, load_runs, simulate
 from corral.sim.summary import ROWS, format_value
-from corral.workload import Format, WorkloadError
+
+if TYPE_CHECKING:
+    from corral.sim.run import Outcome
+    from corral.workload import Format
 
 CONFIG_SUFFIXES = (".toml", ".yaml", ".yml")
 
@@ -70,6 +71,11 @@ def simulate_command(
     ] = None,
 ) -> None:
     """Replay WORKLOAD through corral's reconcile pass on a simulated cloud: cost, waits, a report."""
+    # Here, not at the top: the engine loads NumPy, which no other CLI command needs.
+    from corral.sim.engine import SimulationError
+    from corral.sim.run import WorkloadOptions, default_workers, load_runs, simulate
+    from corral.workload import WorkloadError
+
     err = Console(stderr=True)
 
     def fail(message: str) -> NoReturn:
@@ -88,7 +94,7 @@ def simulate_command(
     if fmt not in ("auto", "swf", "jsonl"):
         fail(f"--format must be auto, swf or jsonl (got {fmt!r})")
     options = WorkloadOptions(
-        fmt=cast(Format, fmt), scale=scale, time_scale=time_scale, skip_bad_lines=skip_bad_lines, limit=limit
+        fmt=cast("Format", fmt), scale=scale, time_scale=time_scale, skip_bad_lines=skip_bad_lines, limit=limit
     )
     for name, value in (("--scale", scale), ("--time-scale", time_scale)):
         if value is not None and not (math.isfinite(value) and value > 0):

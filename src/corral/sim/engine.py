@@ -39,8 +39,8 @@ from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, idle_nodes_can_drain, next_time_limit_end, plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Decisions, JobOutcome, NodeAction, PlacementResult, Snapshot
-from corral.placement import make_placer
 from corral.placement.attributes import FAILURE_RESERVED_UNTIL
+from corral.placement.placer import make_placer
 from corral.sim.settings import ScheduledFailure
 from corral.workload.model import SimJob, shape_gangs
 
