@@ -542,8 +542,8 @@ _QUIET = _quiet_states(lifecycle.DEFAULT_MATRIX)
 def next_time_limit_end(index: SnapshotIndex, settings: PolicySettings) -> float:
     """The time from which a pass ends a running attempt at its job's time limit with nothing else
     happening (inf: none): a shell that skips quiet passes (the simulator) runs one then."""
-    grace = settings.dispatch.time_limit_grace
-    return math.inf if grace is None else index.next_limit() + grace
+    end = settings.dispatch.enforced_limit(index.next_limit())
+    return math.inf if end is None else end
 
 
 def idle_nodes_can_drain(settings: PolicySettings, most_live: int) -> bool:

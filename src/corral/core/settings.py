@@ -137,6 +137,11 @@ class DispatchSettings(_Strict):
         " kill_invalid_depend); false: it stays queued with that reason until cancelled",
     )
 
+    def enforced_limit(self, time_limit: float | None) -> float | None:
+        """When corral ends a run with this time limit (seconds of run, or a time when given the
+        end of a limit): the limit plus the grace; None when either is none."""
+        return None if time_limit is None or self.time_limit_grace is None else time_limit + self.time_limit_grace
+
 
 class UserLimits(_Strict):
     max_running_jobs: Int | None = Field(

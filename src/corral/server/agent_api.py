@@ -168,14 +168,8 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
         kill=[a for a in body.running if a not in wanted],
         ack=acked,
         shutdown=False,
-        time_limits={a: enforced_limit(runtime, limit) for a, limit in wanted.items()},
+        time_limits={a: runtime.config.policy.dispatch.enforced_limit(limit) for a, limit in wanted.items()},
     )
-
-
-def enforced_limit(runtime: Runtime, time_limit: float | None) -> float | None:
-    """The seconds of run after which corral ends an attempt of a job with this time limit (None: never)."""
-    grace = runtime.config.policy.dispatch.time_limit_grace
-    return None if time_limit is None or grace is None else time_limit + grace
 
 
 @router.get("/work")
@@ -208,7 +202,7 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
                     scratch_mib=i.resources.scratch_mib,
                     gpus=i.resources.gpus,
                 ),
-                time_limit=enforced_limit(runtime, i.time_limit),
+                time_limit=runtime.config.policy.dispatch.enforced_limit(i.time_limit),
             )
             for i in items
         ]
