@@ -137,3 +137,10 @@ def wait_for_lock_waiters(store: Store, count: int, timeout: float = 20.0) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"{waiting} of {count} store calls blocked after {timeout}s")
         time.sleep(0.01)
+
+
+def attempts_to_kill(store: Store, node_id: str, running: list[int]) -> list[int]:
+    """Of the attempts an agent says it runs, those its ping's answer tells it to kill (as the agent
+    API reads them off `wanted_attempts`)."""
+    wanted = store.wanted_attempts(node_id, running)
+    return [a for a in running if a not in wanted]

@@ -7,7 +7,7 @@ from corral.core.model import AttemptState, Job, JobState, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.store import Store
 
-from .storekit import NOW, ONE_CPU, SMALL, after_exit, claim, event_kinds, snapshot_of_tables, submit
+from .storekit import NOW, ONE_CPU, SMALL, after_exit, attempts_to_kill, claim, event_kinds, snapshot_of_tables, submit
 
 MEASURED = Resources(3.5, 7000, 50_000, 0)  # what the agent reports: a little less than the type's nominal
 
@@ -87,7 +87,7 @@ def test_attempt_started_on_a_cancelled_attempt_is_refused(store: Store) -> None
 
     assert store.attempt_started(attempt_id, "n1", 4242, NOW + 3) is False  # the agent must kill it
     assert snapshot_of_tables(store) == before
-    assert store.attempts_to_kill("n1", [attempt_id]) == [attempt_id]
+    assert attempts_to_kill(store, "n1", [attempt_id]) == [attempt_id]
 
 
 def test_attempt_started_after_a_requeue_is_refused(store: Store) -> None:
@@ -175,9 +175,9 @@ def test_attempts_to_kill_lists_only_attempts_no_longer_wanted(store: Store) -> 
     unknown = max(a_assigned, a_running, a_cancelled, a_exited, a_elsewhere) + 100
 
     reported = [a_running, a_cancelled, a_assigned, a_exited, a_elsewhere, unknown]
-    assert store.attempts_to_kill("n1", reported) == [a_cancelled, a_exited, a_elsewhere, unknown]
-    assert store.attempts_to_kill("n2", [a_elsewhere]) == []
-    assert store.attempts_to_kill("n1", []) == []
+    assert attempts_to_kill(store, "n1", reported) == [a_cancelled, a_exited, a_elsewhere, unknown]
+    assert attempts_to_kill(store, "n2", [a_elsewhere]) == []
+    assert attempts_to_kill(store, "n1", []) == []
 
 
 def test_a_timeout_fails_the_job_ends_the_attempt_for_the_agent_to_kill_and_ignores_its_late_exit(
@@ -196,7 +196,7 @@ def test_a_timeout_fails_the_job_ends_the_attempt_for_the_agent_to_kill_and_igno
     assert attempt["reason"] == "TIMEOUT: ran past its time limit of 1m"
     # The event a Slurm user looks for (and a [[notify]] rule names), not job.failed.
     assert event_kinds(store, job_id) == ["job.queued", "job.claimed", "job.running", "job.timeout"]
-    assert store.attempts_to_kill("n1", [attempt_id]) == [attempt_id]
+    assert attempts_to_kill(store, "n1", [attempt_id]) == [attempt_id]
     # The agent kills it and reports the exit (SIGTERM: 143): the job stays failed, not retried.
     assert not store.finish_attempt(attempt_id, "n1", 143, NOW + 65, after_exit(143, attempt_id))
     assert store.job_row(job_id)["state"] == JobState.FAILED.value

@@ -7,7 +7,7 @@ from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
 from corral.store import Store
 
-from .storekit import NOW, SMALL, add_node, claim, event_kinds, submit
+from .storekit import NOW, SMALL, add_node, attempts_to_kill, claim, event_kinds, submit
 
 POLICY = PolicySettings()  # dispatcher_stale 60 s, start_timeout 120 s, ping_stale 60 s
 STALE = NOW + POLICY.dispatch.dispatcher_stale + 10  # A's last heartbeat was at NOW
@@ -92,7 +92,7 @@ def test_claims_of_a_stale_dispatcher_are_released_by_another_as_tempfails(store
     assert store.job_row(queued)["state"] == JobState.QUEUED.value
 
     # The released jobs' agent is told to stop them; the next pass finds nothing left to release.
-    assert store.attempts_to_kill("n1", [a_attempts[a_running]]) == [a_attempts[a_running]]
+    assert attempts_to_kill(store, "n1", [a_attempts[a_running]]) == [a_attempts[a_running]]
     again = plan_pass(store.load_snapshot("disp-b", [SMALL], NOW - 1000), STALE + 1, POLICY)
     assert again.job_outcomes == []
 

@@ -8,7 +8,7 @@ import pytest
 
 from corral.store import NotFound, Store
 
-from .storekit import NOW, after_exit, claim, event_kinds, submit
+from .storekit import NOW, after_exit, attempts_to_kill, claim, event_kinds, submit
 from .test_store_hold import World
 
 
@@ -26,7 +26,7 @@ def test_a_running_job_is_requeued_by_the_next_pass_without_a_failure_and_runs_a
     assert row["wait_reason"] == "requeued by request"
     # The attempt ends cancelled: the agent's next poll no longer finds it active and kills it.
     assert world.attempt()["state"] == "cancelled" and world.attempt()["reason"] == "requeued by request"
-    assert store.attempts_to_kill("n1", [world.attempt_id]) == [world.attempt_id]
+    assert attempts_to_kill(store, "n1", [world.attempt_id]) == [world.attempt_id]
     assert world.messages("job.requeued") == ["requeued by request"]
 
     world.pass_at(NOW + 4)  # claimed again at once, on the node it had

@@ -1176,11 +1176,6 @@ class Store:
         row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
         return job_from_row(dict(row._mapping)), at
 
-    def attempts_to_kill(self, node_id: str, running: Sequence[int]) -> list[int]:
-        """Of the attempts an agent says it runs, those corral no longer wants running there."""
-        wanted = self.wanted_attempts(node_id, running)
-        return [a for a in running if a not in wanted]
-
     def wanted_attempts(self, node_id: str, running: Sequence[int]) -> dict[int, float | None]:
         """Of the attempts an agent says it runs, those corral still wants running there, each with
         its job's time limit as it stands now (None: none), which the agent enforces itself while
