@@ -319,3 +319,23 @@ def test_a_fixed_partition_answers_how_long_jobs_wait_under_fifo_or_easy(backfil
     sim, _ = simulate(jobs, cfg)
     assert sim.records[2].wait == 999
     assert sim.records[3].wait == c_wait
+
+
+@pytest.mark.parametrize("fleet", ["elastic", "fixed"])
+def test_a_run_stopped_at_the_horizon_bills_and_counts_the_work_up_to_it(fleet: str) -> None:
+    """Before, a run whose next event lay past the horizon ended at its last pass: an instance
+    running a long job for the whole hour to the horizon was billed for a minute or two (a fixed
+    fleet for nothing), and the job's time on it counted as idle."""
+    sim_section: dict[str, object] = {"horizon": 3600}
+    if fleet == "fixed":
+        sim_section["fleet"] = {"mode": "fixed", "nodes": [{"instance_type": "small", "count": 1}]}
+    _, r = simulate([job(1, run=86400, vcpus=2)], config(sim=sim_section))
+    assert r.horizon_reached and r.unfinished_reasons == {"running at the end": 1}
+    started = 60 if fleet == "elastic" else 0  # an elastic fleet's instance pairs at 60
+    assert r.end_time == 3600
+    # The report's fleet curve goes on to the horizon with the instance up, as its cost curve does.
+    assert (r.trace.time[-1], r.trace.fleet[-1], r.trace.running[-1]) == (3600, 1, 1)
+    assert r.cost_curve[0][-1] == 3600
+    assert r.instance_hours == pytest.approx(1.0) and r.cost == pytest.approx(0.10)
+    assert r.utilisation == pytest.approx((3600 - started) / 3600)
+    assert r.utilisation_by_type == {"small": pytest.approx((3600 - started) / 3600)}

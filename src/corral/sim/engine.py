@@ -312,6 +312,19 @@ class Simulation:
                 at = last_pass + tick
             if at > self.stop_at:
                 self.stopped_early = not self._nothing_left_to_run()
+                if self.stopped_early:
+                    # Nothing happens before the horizon (the next pass is past it), and the world,
+                    # its instances and the work on them, runs until then: the bill and the busy
+                    # time go up to it, not to the last pass.
+                    self.now = max(self.now, self.stop_at)
+                    trace = self.trace  # the report's fleet and queue curves go on to it too
+                    for series, value in (
+                        (trace.time, self.now),
+                        (trace.fleet, len(self.nodes)),
+                        (trace.queued, self.queued),
+                        (trace.running, len(self.attempts)),
+                    ):
+                        series.append(value)
                 break
             self._advance(at)
             while wakes and wakes[0][0] <= at:
@@ -635,6 +648,20 @@ class Simulation:
                 node = self.nodes.get(node_id)
                 name = node.instance_type if node is not None else "?"
                 busy[name] = busy.get(name, 0.0) + held
+
+    def busy_vcpu_seconds_until(self, end: float) -> dict[str, float]:
+        """Busy vcpu-seconds per instance type: those of the attempts that ended, and of those
+        still running at `end` (a run stopped at its horizon), up to it."""
+        busy = dict(self.busy_vcpu_seconds)
+        for attempt in self.attempts.values():
+            if attempt.started_at is None:
+                continue
+            held = max(0.0, end - attempt.started_at) * attempt.resources.vcpus
+            for node_id in attempt.node_ids:
+                node = self.nodes.get(node_id)
+                name = node.instance_type if node is not None else "?"
+                busy[name] = busy.get(name, 0.0) + held
+        return busy
 
     def _place(self, job_id: int, node_ids: tuple[str, ...], now: float) -> None:
         job = self.jobs[job_id]

@@ -8,8 +8,10 @@ Definitions (docs/simulator.md):
   many jobs each submits (fair share, queue.order = "fairshare", is for them).
 - bounded slowdown: max(1, (wait + run) / max(run, 10 s)); plain slowdown: (wait + run) / run.
 - cost: every instance billed from creation to shutdown (or the end of the run), rounded up to its type's billing
-  granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan.
-- utilisation: vcpu-seconds held by attempts / vcpu-seconds billed.
+  granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan (to the
+  horizon, if the run was stopped there).
+- utilisation: vcpu-seconds held by attempts (those still running at a horizon, up to it) /
+  vcpu-seconds billed.
 - work lost: vcpu-hours that running attempts had done when a node of theirs failed (they run
   again from the start, if their retries allow).
 - per-job bound: sum of run x nodes x price of the cheapest type that holds one node's request.
@@ -100,7 +102,9 @@ class SimResult:
         """What a reader of the figures must know: work the figures leave out."""
         notes = []
         if self.horizon_reached:
-            notes.append("stopped at sim.horizon with work left: the figures cover only what ended before it")
+            notes.append(
+                "stopped at sim.horizon with work left: the job figures cover only the jobs that ended before it"
+            )
         if self.unfinished:
             reasons = list(self.unfinished_reasons.items())  # the most common first
             shown = "; ".join(f"{count:,} {reason}" for reason, count in reasons[:3])
@@ -197,12 +201,15 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
     makespan = sim.last_finish - start
     billed_vcpu: dict[str, float] = {}
     if sim.fixed:
-        span = max(0.0, sim.last_finish - start)
+        # Owned from the first submission to the last job's end, or to the horizon if the run was
+        # stopped there with work on the nodes.
+        until = end if sim.stopped_early else sim.last_finish
+        span = max(0.0, until - start)
         cost = sum(t.price_per_hour for t in sim.fixed_nodes) * span / 3600.0
         hours = len(sim.fixed_nodes) * span / 3600.0
         for t in sim.fixed_nodes:
             billed_vcpu[t.name] = billed_vcpu.get(t.name, 0.0) + t.vcpus * span
-        times = np.linspace(start, max(start, sim.last_finish), curve_points)
+        times = np.linspace(start, max(start, until), curve_points)
         curve = (times, (times - start) * sum(t.price_per_hour for t in sim.fixed_nodes) / 3600.0)
     else:
         instances = list(sim.cloud.instances.values())
@@ -226,7 +233,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
             elapsed = np.where(times[:, None] >= stopped[None, part], billed[None, part], elapsed)
             accumulated += elapsed @ prices[part] / 3600.0
         curve = (times, accumulated)
-    busy = sim.busy_vcpu_seconds
+    busy = sim.busy_vcpu_seconds_until(end)
     total_billed = sum(billed_vcpu.values())
     per_job, packing = cost_bounds(sim)
     counters = sim.counters
