@@ -339,3 +339,17 @@ def test_a_run_stopped_at_the_horizon_bills_and_counts_the_work_up_to_it(fleet: 
     assert r.instance_hours == pytest.approx(1.0) and r.cost == pytest.approx(0.10)
     assert r.utilisation == pytest.approx((3600 - started) / 3600)
     assert r.utilisation_by_type == {"small": pytest.approx((3600 - started) / 3600)}
+
+
+def test_a_fixed_partition_runs_a_large_swf_job_on_the_type_it_has_enough_nodes_of() -> None:
+    """100 thin nodes and 2 fat ones, as on-premises partitions often are: a 70-processor job fits
+    no node, and 3 fat nodes would be the fewest that hold it, but there are only 2. Before, it
+    was shaped for 3 fat nodes all the same and never ran (TOO_FEW_NODES); it runs on 70 thin ones."""
+    thin = {"name": "thin", "vcpus": 1, "ram": "2GiB", "price_per_hour": 0.01}
+    fat = {"name": "fat", "vcpus": 32, "ram": "64GiB", "price_per_hour": 0.5}
+    nodes = [{"instance_type": "thin", "count": 100}, {"instance_type": "fat", "count": 2}]
+    cfg = config(instance_types=[thin, fat], sim={"fleet": {"mode": "fixed", "nodes": nodes}})
+    sim, r = simulate([job(1, run=100, procs=70, ram_per_proc=1024), job(2, run=100, procs=60, ram_per_proc=1024)], cfg)
+    assert (r.completed, r.unfinished, r.gangs) == (2, 0, 2)
+    # The 60-processor job still takes the fewest nodes, the two fat ones (30 each).
+    assert [(s.nodes, s.vcpus) for s in sim.specs] == [(70, 1), (2, 30)]

@@ -22,6 +22,7 @@ import dataclasses
 import heapq
 import math
 from array import array
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -144,7 +145,9 @@ class Simulation:
         self.times = PassTimes()
         self.placer = self._timed(make_placer(self.policy, explanations=sim.explanations))
         self.planner = PlannerMemo()
-        self.gangs = shape_gangs(jobs, self.types)  # jobs larger than any one node: run as gangs
+        # Jobs larger than any one node run as gangs (of a fixed fleet, on a type it has enough of).
+        counts = Counter(t.name for t in self.fixed_nodes) if self.fixed else None
+        self.gangs = shape_gangs(jobs, self.types, counts)
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
         # The jobs some job's dependency names, and the end states of those that ended: the core

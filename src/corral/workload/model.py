@@ -6,7 +6,7 @@ import gzip
 import io
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,11 +139,13 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
             raise WorkloadError(f"{path}: cannot read: {exc}") from exc
 
 
-def shape_gangs(jobs: list[SimJob], types: list[InstanceType]) -> int:
+def shape_gangs(jobs: list[SimJob], types: list[InstanceType], counts: Mapping[str, int] | None = None) -> int:
     """Fit each SWF job to the instance types: one node if some type holds it, else a gang of the
-    fewest nodes of one type (ties go to the cheaper gang), processors spread evenly. Jobs that
-    not even one processor's share fits are left as one node; the core reports them unplaceable.
-    Returns how many jobs became gangs."""
+    fewest nodes of one type (ties go to the cheaper gang), processors spread evenly. `counts`: a
+    fixed fleet's nodes per type; a type with fewer nodes than its gang needs is passed over (if
+    every type is, the fewest nodes are taken all the same, and the core reports the job). Jobs
+    that not even one processor's share fits are left as one node; the core reports them
+    unplaceable. Returns how many jobs became gangs."""
     gangs = 0
     cache: dict[tuple[int, float, float, int], tuple[float, int, int]] = {}
     for job in jobs:
@@ -152,14 +154,19 @@ def shape_gangs(jobs: list[SimJob], types: list[InstanceType]) -> int:
         key = (job.procs, job.vcpus_per_proc, job.ram_per_proc, job.gpus)
         shape = cache.get(key)
         if shape is None:
-            shape = cache[key] = _shape(job.procs, job.vcpus_per_proc, job.ram_per_proc, job.gpus, types)
+            shape = cache[key] = _shape(job.procs, job.vcpus_per_proc, job.ram_per_proc, job.gpus, types, counts)
         job.vcpus, job.ram_mib, job.nodes = shape
         gangs += job.nodes > 1
     return gangs
 
 
 def _shape(
-    procs: int, vcpus_per_proc: float, ram_per_proc: float, gpus: int, types: list[InstanceType]
+    procs: int,
+    vcpus_per_proc: float,
+    ram_per_proc: float,
+    gpus: int,
+    types: list[InstanceType],
+    counts: Mapping[str, int] | None = None,
 ) -> tuple[float, int, int]:
     def request(per_node: int) -> tuple[float, int]:
         return per_node * vcpus_per_proc, max(1, math.ceil(per_node * ram_per_proc))
@@ -167,7 +174,9 @@ def _shape(
     whole = request(procs)
     if not types or any(_fits(whole, gpus, t) for t in types):
         return whole[0], whole[1], 1
-    best: tuple[int, float, InstanceType] | None = None
+    # (nodes, cost per hour) of the best gang: of a type with enough nodes, and of any type.
+    best: tuple[int, float] | None = None
+    best_any: tuple[int, float] | None = None
     for t in types:
         if not _fits(request(1), gpus, t):
             continue
@@ -177,12 +186,15 @@ def _shape(
         while not _fits(request(math.ceil(procs / n)), gpus, t):
             n += 1
         n = math.ceil(procs / math.ceil(procs / n))  # same per-node share on as few nodes as possible
-        candidate = (n, n * t.price_per_hour, t)
-        if best is None or candidate[:2] < best[:2]:
+        candidate = (n, n * t.price_per_hour)
+        if best_any is None or candidate < best_any:
+            best_any = candidate
+        if (counts is None or counts.get(t.name, 0) >= n) and (best is None or candidate < best):
             best = candidate
-    if best is None:
+    chosen = best or best_any
+    if chosen is None:
         return whole[0], whole[1], 1
-    n = best[0]
+    n = chosen[0]
     per_node = request(math.ceil(procs / n))
     return per_node[0], per_node[1], n
 
