@@ -1586,3 +1586,7 @@ def config_reference() -> None:
 
 
 register_simulate(app)
+
+
+if __name__ == "__main__":  # python -m corral.cli, as the `corral` script
+    app()

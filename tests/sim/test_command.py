@@ -332,3 +332,21 @@ def test_an_error_shows_the_bad_value_as_written(app: typer.Typer, tmp_path: Pat
     result = runner.invoke(app, ["simulate", str(workload), "--no-progress"])
     assert result.exit_code == 2
     assert "ram: not a size: '[red]'" in " ".join(result.output.split())
+
+
+def test_python_dash_m_corral_cli_runs_the_command(tmp_path: Path) -> None:
+    """`python -m corral.cli simulate ...` (from a checkout, without the `corral` script): before,
+    it imported the module, printed nothing and exited 0, as if the replay had run."""
+    import subprocess
+    import sys
+
+    import corral
+
+    workload = tmp_path / "one.jsonl"
+    workload.write_text('{"run_time": 100, "vcpus": 1, "ram": "1GiB"}\n')
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    env = {**os.environ, "PYTHONPATH": str(Path(corral.__file__).parent.parent)}
+    args = [sys.executable, "-m", "corral.cli", "simulate", str(workload), "-c", str(cfg), "--json", "--no-progress"]
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["runs"][0]["completed"] == 1
