@@ -252,6 +252,9 @@ def test_fixed_fleet_repairs_a_failed_node() -> None:
     assert (r.node_failures, r.requeues, r.completed, r.boots) == (1, 1, 1, 0)
     assert r.wait_mean == 1111
     assert r.work_lost_vcpu_hours == pytest.approx(50 * 2 / 3600)
+    # Busy while the job ran: 0 to 50, until the node broke (not until its silence was noticed at
+    # 111: before, that minute on a dead node counted as busy), then 1111 to 1211.
+    assert r.utilisation == pytest.approx((50 + 100) * 2 / (1211 * 2))
 
 
 def test_a_gang_that_loses_a_node_loses_the_work_of_all_its_nodes_once() -> None:

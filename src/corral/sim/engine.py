@@ -167,7 +167,9 @@ class Simulation:
         self.away: dict[str, Node] = {}  # a fixed fleet's failed nodes, down until repaired
         self.instance_of: dict[str, str] = {}
         self.unavailable: dict[str, float] = {}
-        self.doomed: set[int] = set()  # attempts whose node broke: their exit is never reported
+        # Attempts whose node broke, and when: their exit is never reported, and they did no work
+        # from then (though the core learns of it only when the node's silence goes stale).
+        self.doomed: dict[int, float] = {}
         self.events: list[tuple[float, int, int, object]] = []
         self.wakes: list[tuple[float, int, int, Any]] = []
         self._seq = 0
@@ -643,9 +645,9 @@ class Simulation:
         if self.fairshare is not None and attempt.started_at is not None:
             self.ended_spans.append(self._span(attempt, now))
         self.index.drop_attempt(attempt.id)
-        self.doomed.discard(attempt.id)
+        broke = self.doomed.pop(attempt.id, None)
         if attempt.started_at is not None:
-            held = (now - attempt.started_at) * attempt.resources.vcpus
+            held = max(0.0, (now if broke is None else broke) - attempt.started_at) * attempt.resources.vcpus
             busy = self.busy_vcpu_seconds
             for node_id in attempt.node_ids:
                 node = self.nodes.get(node_id)
@@ -659,7 +661,7 @@ class Simulation:
         for attempt in self.attempts.values():
             if attempt.started_at is None:
                 continue
-            held = max(0.0, end - attempt.started_at) * attempt.resources.vcpus
+            held = max(0.0, self.doomed.get(attempt.id, end) - attempt.started_at) * attempt.resources.vcpus
             for node_id in attempt.node_ids:
                 node = self.nodes.get(node_id)
                 name = node.instance_type if node is not None else "?"
@@ -907,7 +909,7 @@ class Simulation:
             self.cloud.fail(instance_id)
         for attempt in self.attempts.values():
             if node_id in attempt.node_ids and attempt.id not in self.doomed:
-                self.doomed.add(attempt.id)
+                self.doomed[attempt.id] = now
                 if attempt.state is AttemptState.RUNNING and attempt.started_at is not None:
                     done = (now - attempt.started_at) * attempt.resources.vcpus * len(attempt.node_ids)
                     self.counters.lost_vcpu_seconds += done

@@ -10,8 +10,8 @@ Definitions (docs/simulator.md):
 - cost: every instance billed from creation to shutdown (or the end of the run), rounded up to its type's billing
   granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan (to the
   horizon, if the run was stopped there).
-- utilisation: vcpu-seconds held by attempts (those still running at a horizon, up to it) /
-  vcpu-seconds billed.
+- utilisation: vcpu-seconds held by attempts (those still running at a horizon, up to it; those
+  whose node failed, up to the failure) / vcpu-seconds billed.
 - work lost: vcpu-hours that running attempts had done when a node of theirs failed (they run
   again from the start, if their retries allow).
 - per-job bound: sum of run x nodes x price of the cheapest type that holds one node's request.
