@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from corral.core.events import EVENT_KINDS
 from corral.core.model import JobState, NodeState
 from corral.store import Store
 
@@ -53,6 +54,11 @@ class Metrics:
         self.events = Counter(
             "corral_events", "Events written since this server started, by kind", ["kind"], registry=registry
         )
+        # Every kind from 0: a series that first appears at 1 is no increase to Prometheus, so
+        # `increase(corral_events_total{kind="capacity.unavailable"}[15m]) > 0` would miss the
+        # first capacity error after each start.
+        for kind in EVENT_KINDS:
+            self.events.labels(kind)
         self.passes = Counter("corral_passes", "Reconcile passes run", registry=registry)
         self.pass_errors = Counter("corral_pass_errors", "Reconcile passes that raised", registry=registry)
         self.pass_seconds = Histogram("corral_pass_seconds", "Duration of a reconcile pass", registry=registry)
