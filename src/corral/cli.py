@@ -169,6 +169,18 @@ def call(method: str, path: str, **kwargs: Any) -> Any:
         fail(str(exc))
 
 
+MAX_LIMIT = 100_000  # the most rows a listing of the API gives at once
+
+
+def listed(path: str, params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The newest `limit` rows of a listing (oldest first), and whether there were more: one row
+    more is asked for, and dropped (a listing cut at its limit without a word reads as complete)."""
+    if not 1 <= limit < MAX_LIMIT:
+        return call("GET", path, params={**params, "limit": limit}), False
+    rows = call("GET", path, params={**params, "limit": limit + 1})
+    return rows[-limit:], len(rows) > limit
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
@@ -621,10 +633,10 @@ def jobs(
 ) -> None:
     """List jobs with state, node, attempts, exit code and why they wait; an array's task shows as
     ARRAY_TASK (Slurm's way) beside its job id."""
-    params: dict[str, Any] = {"state": state or [], "limit": limit}
+    params: dict[str, Any] = {"state": state or []}
     filters = (("user", user), ("name", name), ("tag", tag), ("array", array))
     params.update({key: value for key, value in filters if value is not None})
-    rows = call("GET", "/api/jobs", params=params)
+    rows, more = listed("/api/jobs", params, limit)
     if as_json:
         print_json(rows)
         return
@@ -654,6 +666,8 @@ def jobs(
             + (j["wait_reason"] if j["state"] in ("queued", "claimed", "failed", "cancelled") else ""),
         )
     console.print(table)
+    if more:
+        err.print(f"the newest {len(rows):,} jobs shown; there are more (--limit)", highlight=False)
 
 
 def array_task_text(job: dict[str, Any]) -> str:
@@ -1456,15 +1470,33 @@ def events(
     job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
     node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
     kind: Annotated[str | None, typer.Option(help="Kind or its start, e.g. job.requeued, job.cancel or node.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only events since: a time ago (2h, 7d) or an ISO 8601 time (2026-11-01T02:00).")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Only events before this time, as --since.")] = None,
+    before: Annotated[
+        int | None, typer.Option(help="Only events older than this event id: the page before one shown.")
+    ] = None,
     limit: Annotated[int, typer.Option(help="The newest this many.")] = 200,
     as_json: JsonFlag = False,
 ) -> None:
-    """List state changes of jobs and nodes."""
+    """List state changes of jobs and nodes, oldest first: the newest --limit of those that match
+    (sacct -S/-E's window with --since/--until; --before pages back)."""
+    now = time.time()
     params: dict[str, Any] = {"limit": limit}
-    for key, value in (("job", job), ("node", node), ("kind", kind)):
+    for key, value in (("job", job), ("node", node), ("kind", kind), ("before", before)):
         if value is not None:
             params[key] = value
-    rows = call("GET", "/api/events", params=params)
+    if since is not None:
+        params["since"] = _moment("--since", since, now)
+    if until is not None:
+        params["until"] = _moment("--until", until, now)
+        if since is not None and params["since"] >= params["until"]:
+            fail(
+                f"--since {since!r} is {when(params['since'])}, which must be before"
+                f" --until {until!r} ({when(params['until'])})"
+            )
+    rows, more = listed("/api/events", params, limit)
     if as_json:
         print_json(rows)
         return
@@ -1474,6 +1506,13 @@ def events(
     for e in rows:
         table.add_row(when(e["at"]), e["kind"], str(e["job_id"] or ""), e["node_id"] or "", e["message"])
     console.print(table)
+    if more:
+        err.print(
+            escape(
+                f"the newest {len(rows):,} events shown; older ones: --before {rows[0]['id']} (or a larger --limit)"
+            ),
+            highlight=False,
+        )
     if not rows and kind and "%" not in kind:
         kinds = call("GET", "/api/events/kinds")
         if not any(known.startswith(kind) for known in kinds):

@@ -366,8 +366,18 @@ def list_events(
     node: str | None = None,
     kind: str | None = None,
     limit: int = Query(200, ge=1, le=100_000),
+    before: Annotated[
+        int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only events with a lower id: the page before")
+    ] = None,
+    since: Annotated[float | None, Query(allow_inf_nan=False, description="only events at or after (epoch s)")] = None,
+    until: Annotated[float | None, Query(allow_inf_nan=False, description="only events before (epoch s)")] = None,
 ) -> list[EventOut]:
-    return [EventOut(**row) for row in runtime.store.list_events(job, node, kind, limit)]
+    """The newest `limit` events that match every filter given, oldest first. An older page: the
+    same filters with `before` the first id of this one."""
+    if since is not None and until is not None and not since < until:
+        raise HTTPException(422, [f"since ({since:.0f}) must be before until ({until:.0f})"])
+    rows = runtime.store.list_events(job, node, kind, limit, before=before, since=since, until=until)
+    return [EventOut(**row) for row in rows]
 
 
 @router.get("/events/kinds")

@@ -259,9 +259,25 @@ class Store:
             self._event(conn, now, kind, message, job_id, node_id)
 
     def list_events(
-        self, job_id: int | None = None, node_id: str | None = None, kind: str | None = None, limit: int = 200
+        self,
+        job_id: int | None = None,
+        node_id: str | None = None,
+        kind: str | None = None,
+        limit: int = 200,
+        before: int | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[dict[str, Any]]:
+        """The newest `limit` events that match, oldest first: of a job, a node, a kind (or its
+        start), with an id below `before` (the next page back), at or after `since` and before
+        `until` (epoch seconds)."""
         query = select(schema.events)
+        if before is not None:
+            query = query.where(schema.events.c.id < before)
+        if since is not None:
+            query = query.where(schema.events.c.at >= since)
+        if until is not None:
+            query = query.where(schema.events.c.at < until)
         if job_id is not None:
             query = query.where(schema.events.c.job_id == job_id)
         if node_id is not None:

@@ -1,0 +1,29 @@
+"""`corral jobs` against corral's server app: what a listing leaves out, it says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.jobspec import JobRequest
+from corral.store import Store
+from tests.server.cli import corral, corral_json
+from tests.support import served_app
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    with served_app(tmp_path) as served:
+        yield served
+
+
+def test_a_job_listing_cut_at_its_limit_says_so(served: tuple[str, Store]) -> None:
+    url, store = served
+    store.submit([JobRequest(command=["true"], name=f"job-{i}") for i in range(3)], 1000.0)
+    cut = corral(url, "jobs", "--limit", "2")
+    assert "job-1" in cut.stdout and "job-2" in cut.stdout and "job-0" not in cut.stdout
+    assert "the newest 2 jobs shown; there are more (--limit)" in cut.stderr
+    assert [j["name"] for j in corral_json(url, "jobs", "--limit", "2")] == ["job-1", "job-2"]
+    assert "there are more" not in corral(url, "jobs", "--limit", "3").stderr
