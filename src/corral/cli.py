@@ -150,8 +150,10 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
         except ValueError:
             detail = response.text
         if isinstance(detail, list):
-            # A query parameter is the CLI's option of the same name ("query.limit" is --limit).
-            lines = [re.sub(r"^query\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(d)) for d in detail]
+            # A query parameter is the CLI's option of the same name ("query.limit" is --limit, and
+            # "query.state.1" the second --state), a path's the argument ("path.job_id" is JOB_ID).
+            lines = [re.sub(r"^query\.(\w+)(?:\.\d+)?", _as_flag, str(d)) for d in detail]
+            lines = [re.sub(r"^path\.(\w+)", lambda m: m[1].upper(), line) for line in lines]
             detail = lines[0] if len(lines) == 1 else "\n  " + "\n  ".join(lines)
         raise Refused(f"{detail}")
     if response.is_redirect:
@@ -160,6 +162,10 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()
     return response.content
+
+
+def _as_flag(match: re.Match[str]) -> str:
+    return "--" + match[1].replace("_", "-")
 
 
 def call(method: str, path: str, **kwargs: Any) -> Any:
@@ -621,9 +627,46 @@ def _submit_refusal(detail: str, file: Path | None, places: list[str]) -> str:
     return "nothing was submitted:\n  " + "\n  ".join(lines)
 
 
+# Slurm's job state names and codes (squeue -t, sacct -s) for the states they mean here.
+SLURM_STATES = {
+    "pending": "queued",
+    "pd": "queued",
+    "running": "running",
+    "r": "running",
+    "completed": "complete",
+    "cd": "complete",
+    "cancelled": "cancelled",
+    "canceled": "cancelled",
+    "ca": "cancelled",
+    "failed": "failed",
+    "f": "failed",
+}
+
+
+def job_states(values: list[str] | None) -> list[str]:
+    """--state values as corral's job states: in any case, several at once (queued,running), or as
+    Slurm names them (PENDING, PD, R, COMPLETED, CD, CA, F); a value that is none names itself."""
+    states: list[str] = []
+    for value in values or []:
+        for given in value.split(","):
+            word = given.strip().lower()
+            state = word if word in {s.value for s in JobState} else SLURM_STATES.get(word)
+            if state is None:
+                fail(
+                    f"--state {given.strip()!r}: not a job state; give {', '.join(s.value for s in JobState)}"
+                    " (or Slurm's PENDING, RUNNING, COMPLETED, CANCELLED, FAILED, or PD, R, CD, CA, F)"
+                )
+            if state not in states:
+                states.append(state)
+    return states
+
+
 @app.command()
 def jobs(
-    state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state; repeatable.")] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(help="Only jobs in this state (queued, running, ...; or Slurm's PD, R, ...); repeatable, or a,b."),
+    ] = None,
     user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
     name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
     tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
@@ -633,7 +676,7 @@ def jobs(
 ) -> None:
     """List jobs with state, node, attempts, exit code and why they wait; an array's task shows as
     ARRAY_TASK (Slurm's way) beside its job id."""
-    params: dict[str, Any] = {"state": state or []}
+    params: dict[str, Any] = {"state": job_states(state)}
     filters = (("user", user), ("name", name), ("tag", tag), ("array", array))
     params.update({key: value for key, value in filters if value is not None})
     rows, more = listed("/api/jobs", params, limit)
@@ -848,7 +891,7 @@ def cancel(
     if not job_ids and not filtered:
         fail("give job ids, or --state, --user, --name, --tag or --array")
     if filtered:
-        body = {"states": state or None, "user": user, "name": name, "tag": tag, "array": array}
+        body = {"states": job_states(state) or None, "user": user, "name": name, "tag": tag, "array": array}
         result = call("POST", "/api/jobs/cancel", json=body)
         ids = result["ids"]
         sys.stdout.write(f"cancel requested for {len(ids)} job{'' if len(ids) == 1 else 's'}")

@@ -187,7 +187,14 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": describe_validation_errors(exc.errors())}, status_code=422)
+        errors = exc.errors()
+        for item in errors:
+            if item.get("type") == "json_invalid":
+                # Not a bad value but no JSON at all (error_responses: a 400, with a detail).
+                at = item.get("loc", ("body", 0))[-1]
+                why = (item.get("ctx") or {}).get("error", "invalid")
+                return JSONResponse({"detail": f"the body is not JSON: {why} (at character {at})"}, status_code=400)
+        return JSONResponse({"detail": describe_validation_errors(_naming_input(errors))}, status_code=422)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> PlainTextResponse:
@@ -204,6 +211,21 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(agent_api.router)
     app.include_router(dashboard.router)
     return app
+
+
+def _naming_input(errors: Any) -> list[dict[str, Any]]:
+    """A bad query or path parameter's error with the value given ("query.state.0: Input should
+    be 'queued', ... (got 'bogus')"): of several values, or a value the user's shell made, which
+    one is refused is not otherwise said. (A body's values are the caller's own document, and may
+    be large: named by their field alone.)"""
+    out = []
+    for item in errors:
+        given = item.get("input")
+        where = item.get("loc", ())
+        if where and where[0] in ("query", "path") and isinstance(given, str | int | float) and len(str(given)) <= 80:
+            item = {**item, "msg": f"{item.get('msg', 'invalid')} (got {given!r})"}
+        out.append(item)
+    return out
 
 
 def new_api_token() -> str:

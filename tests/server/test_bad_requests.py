@@ -1,0 +1,59 @@
+"""Bad requests to corral's server app, through the real CLI and over HTTP: each refusal names the
+value refused and where it was given, with the status the API documents, and nothing stored is lost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.jobspec import JobRequest
+from corral.store import Store
+from tests.server.cli import corral, corral_json
+from tests.support import served_app
+
+TOKEN = {"Authorization": "Bearer t"}
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    with served_app(tmp_path) as (url, store):
+        store.submit([JobRequest(command=["true"], name=name) for name in ("first", "second")], 1000.0)
+        yield url, store
+
+
+def test_state_filters_take_slurm_names_and_name_the_one_refused(served: tuple[str, Store]) -> None:
+    url, _store = served
+    # squeue -t PENDING / -t PD,R: what an operator from Slurm types.
+    for spelling in (["--state", "PENDING"], ["--state", "pd,R"], ["--state", "Queued"]):
+        assert [j["name"] for j in corral_json(url, "jobs", *spelling)] == ["first", "second"], spelling
+    assert corral_json(url, "jobs", "--state", "CD") == []
+    # Which of several values is wrong, named as typed (it said "--state.0: Input should be ...").
+    for command in ("jobs", "cancel"):
+        bad = corral(url, command, "--state", "queued", "--state", "bogus", check=False)
+        assert bad.returncode == 1
+        assert bad.stderr.startswith("error: --state 'bogus': not a job state; give queued, claimed, running"), bad
+    # Over HTTP, the parameter and the value refused.
+    answer = httpx.get(f"{url}/api/jobs", params={"state": ["queued", "bogus"]}, headers=TOKEN)
+    assert answer.status_code == 422
+    assert answer.json()["detail"] == [
+        "query.state.1: Input should be 'queued', 'claimed', 'running', 'complete', 'cancelled' or 'failed'"
+        " (got 'bogus')"
+    ]
+
+
+def test_a_job_id_past_the_store_names_the_argument_and_the_value(served: tuple[str, Store]) -> None:
+    url, _store = served
+    bad = corral(url, "job", "99999999999", check=False)
+    assert bad.returncode == 1
+    assert bad.stderr == "error: JOB_ID: Input should be less than or equal to 2147483647 (got '99999999999')\n"
+
+
+def test_a_body_that_is_not_json_is_a_400_and_submits_nothing(served: tuple[str, Store]) -> None:
+    url, store = served
+    answer = httpx.post(f"{url}/api/jobs", content=b'{"jobs": [', headers={**TOKEN, "Content-Type": "application/json"})
+    assert answer.status_code == 400
+    assert answer.json() == {"detail": "the body is not JSON: Expecting value (at character 10)"}
+    assert [j["name"] for j in store.list_job_rows()] == ["first", "second"]
