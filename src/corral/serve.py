@@ -18,6 +18,7 @@ import os
 import secrets
 import socket
 import socket as socketlib
+from datetime import datetime
 from pathlib import Path
 
 import uvicorn
@@ -39,7 +40,10 @@ class KeyValueFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage().replace('"', "'")
-        line = f"ts={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname.lower()} "
+        # RFC 3339 with the UTC offset: a log shipper (Loki, Vector) reads a time without one as
+        # UTC, which the local time of a host elsewhere is not.
+        at = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
+        line = f"ts={at} level={record.levelname.lower()} "
         line += f'logger={record.name} msg="{message}"'
         if record.exc_info:
             line += " exc=" + json.dumps(self.formatException(record.exc_info))
