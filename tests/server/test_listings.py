@@ -27,3 +27,15 @@ def test_a_job_listing_cut_at_its_limit_says_so(served: tuple[str, Store]) -> No
     assert "the newest 2 jobs shown; there are more (--limit)" in cut.stderr
     assert [j["name"] for j in corral_json(url, "jobs", "--limit", "2")] == ["job-1", "job-2"]
     assert "there are more" not in corral(url, "jobs", "--limit", "3").stderr
+
+
+def test_the_output_of_a_job_that_never_ran_says_so(served: tuple[str, Store]) -> None:
+    """An empty answer read as "it ran and printed nothing"."""
+    url, store = served
+    [job_id] = store.submit([JobRequest(command=["true"])], 1000.0)
+    store.hold(job_id, 1001.0, "input not ready")
+    never = corral(url, "logs", str(job_id), check=False)
+    assert never.returncode == 1 and never.stdout == ""
+    assert never.stderr == f"error: job {job_id} has not run: it is queued (held by an operator: input not ready)\n"
+    # --all lists every attempt: none, and no error.
+    assert corral(url, "logs", "--all", str(job_id)).stdout == ""

@@ -262,7 +262,9 @@ def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobU
     return JobUpdateOut(**result)
 
 
-@router.get("/jobs/{job_id}/logs", responses={200: {"content": {"application/octet-stream": {}}}})
+@router.get(
+    "/jobs/{job_id}/logs", responses={200: {"content": {"application/octet-stream": {}}}, **error_responses(409)}
+)
 def job_logs(
     job_id: JobId,
     runtime: UserRuntime,
@@ -277,7 +279,11 @@ def job_logs(
     if offset and all_attempts:
         raise HTTPException(422, "offset reads one attempt's output: not with all_attempts")
     attempts = runtime.store.attempts_of(job_id)
-    runtime.store.job_row(job_id)  # 404 for an unknown job
+    job = runtime.store.job_row(job_id)  # 404 for an unknown job
+    if not attempts and not all_attempts:
+        # An empty answer would read as "it ran and printed nothing".
+        why = f" ({job['wait_reason']})" if job["wait_reason"] else ""
+        raise HTTPException(409, f"job {job_id} has not run: it is {job['state']}{why}")
     if attempt is not None:
         attempts = [a for a in attempts if a["id"] == attempt]
         if not attempts:
