@@ -160,6 +160,11 @@ def test_an_exit_without_a_start_report_still_counts_as_run(store: Store) -> Non
 
     assert store.finish_attempt(attempt_id, "n1", 2, NOW + 9, outcome_of)  # the start report was lost
     assert seen[0].state is JobState.RUNNING and seen[0].started_at == NOW + 9
+    # Its history says so too: corral events went from job.claimed to job.failed, as if it never ran.
+    assert event_kinds(store, job_id) == ["job.queued", "job.claimed", "job.running", "job.failed"]
+    running = store.list_events(job_id=job_id, kind="job.running")[0]
+    assert running["at"] == NOW + 9 and running["node_id"] == "n1"
+    assert running["message"] == f"attempt {attempt_id} (its start was not reported: seen at its exit)"
 
 
 def test_attempts_to_kill_lists_only_attempts_no_longer_wanted(store: Store) -> None:

@@ -1183,12 +1183,16 @@ class Store:
         if ended.rowcount != 1:
             return None
         if attempt.state == AttemptState.ASSIGNED.value:
-            # The start report was lost (e.g. a server restart): the job did run.
-            conn.execute(
+            # The start report was lost (e.g. a server restart): the job did run, and its history
+            # says so (every state change is an event).
+            started = conn.execute(
                 update(J)
                 .where(J.c.id == attempt.job_id, J.c.state == JobState.CLAIMED.value)
                 .values(state=JobState.RUNNING.value, started_at=at)
             )
+            if started.rowcount == 1:
+                said = f"attempt {attempt_id} (its start was not reported: seen at its exit)"
+                self._event(conn, at, "job.running", said, attempt.job_id, node_id)
         row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
         return job_from_row(dict(row._mapping)), at
 
