@@ -28,7 +28,7 @@ def test_cancel_by_user_and_name_and_list_by_them(corral: Corral) -> None:
     refused = corral.cli("cancel", check=False)
     assert refused.returncode == 1 and "give job ids, or --state, --user, --name, --tag or --array" in refused.stderr
     bad = corral.cli("cancel", "--state", "waiting", check=False)
-    assert bad.returncode == 1 and "states.0" in bad.stderr
+    assert bad.returncode == 1 and "--state 'waiting': not a job state" in bad.stderr
     tagged = int(corral.cli("submit", "--tag", "nightly", "--", "sleep", "60").stdout)
     assert [j["id"] for j in corral.cli_json("jobs", "--tag", "nightly")] == [tagged]
     assert corral.cli("cancel", "--tag", "nightly").stdout == f"cancel requested for 1 job: {tagged}\n"
