@@ -9,6 +9,7 @@ some order; the assertions there are those that must hold for any order.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -21,6 +22,7 @@ from corral.core.model import AttemptState, JobState
 from corral.core.settings import RetrySettings
 from corral.store import Store
 
+from .conftest import pg_schema, require_postgresql
 from .storekit import (
     NOW,
     SideTransaction,
@@ -230,3 +232,36 @@ def test_dispatchers_recording_the_same_unavailable_type_at_once_all_succeed(
         {"instance_type": "big", "until": NOW + 900, "reason": f"no capacity ({NOW + 900:.0f})"}
     ]
     assert len(store.list_events(kind="capacity.unavailable")) == len(untils)
+
+
+def test_an_event_committed_after_a_later_written_one_is_still_read_after_it(pool: ThreadPoolExecutor) -> None:
+    """The notifier and /metrics read events by 'id above the last one seen'. On PostgreSQL, a
+    transaction that wrote its event first and committed last took the lower id, and a reader
+    between the two commits moved past it: it was never read (a job.failed never paged). SQLite
+    has one writer at a time, so this is PostgreSQL's alone."""
+    require_postgresql()
+    with pg_schema() as url:
+        store = Store(url)
+        try:
+            store.migrate()
+            [job_id] = submit(store)
+            cursor = store.last_event_id()
+            written, commit = threading.Event(), threading.Event()
+
+            def slow_writer() -> None:
+                with store.write() as conn:
+                    Store._event(conn, NOW, "job.slow", "written first, committed last", job_id)
+                    written.set()
+                    assert commit.wait(RESULT_TIMEOUT)
+
+            slow = pool.submit(slow_writer)
+            assert written.wait(RESULT_TIMEOUT)
+            store.add_event(NOW, "job.fast", "written last, committed first", job_id)
+            first_read = store.events_after(cursor)  # a reader between the two commits
+            commit.set()
+            slow.result(RESULT_TIMEOUT)
+            second_read = store.events_after(first_read[-1]["id"] if first_read else cursor)
+            assert [e["kind"] for e in first_read] == ["job.fast"]
+            assert [e["kind"] for e in second_read] == ["job.slow"]
+        finally:
+            store.close()

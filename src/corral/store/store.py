@@ -154,6 +154,23 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
     return sqlite_engine(True), sqlite_engine(False)
 
 
+_PENDING_EVENTS = "corral.pending_events"  # a write transaction's events, in Connection.info
+
+
+def _insert_events(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert a transaction's events as its last statements, so that event ids follow commit order.
+
+    The notifier and the metrics read events by "id above the last one seen". With ids taken
+    mid-transaction, a transaction that took id 10 and committed after another's id 11 was read
+    past and never seen on PostgreSQL (a failed job never paged anyone). Taken last, and on
+    PostgreSQL under a transaction lock (per schema) that commit releases, each transaction's ids
+    are above those of every transaction that committed before it. The lock is the last one taken
+    and its holder only inserts and commits, so it cannot deadlock. SQLite has one writer at a time."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('corral.events'), hashtext(current_schema()))"))
+    conn.execute(insert(schema.events), rows)
+
+
 @dataclass(slots=True)
 class WorkItem:
     attempt_id: int
@@ -224,8 +241,15 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
+        """A write transaction. Its events are inserted as it commits (`_insert_events`)."""
         with self.engine.begin() as conn:
-            yield conn
+            try:
+                yield conn
+                events = conn.info.pop(_PENDING_EVENTS, None)
+                if events:
+                    _insert_events(conn, events)
+            finally:
+                conn.info.pop(_PENDING_EVENTS, None)  # the connection goes back to the pool
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -243,14 +267,14 @@ class Store:
         job_id: int | None = None,
         node_id: str | None = None,
     ) -> None:
-        conn.execute(insert(schema.events).values(at=now, kind=kind, job_id=job_id, node_id=node_id, message=message))
+        row = {"at": now, "kind": kind, "job_id": job_id, "node_id": node_id, "message": message}
+        conn.info.setdefault(_PENDING_EVENTS, []).append(row)
 
     @staticmethod
     def _job_events(conn: Connection, now: float, kind: str, messages: Iterable[tuple[int, str]]) -> None:
-        """One event of `kind` per (job id, message), in one statement: a batch's jobs."""
+        """One event of `kind` per (job id, message): a batch's jobs."""
         rows = [{"at": now, "kind": kind, "job_id": job_id, "node_id": None, "message": m} for job_id, m in messages]
-        if rows:
-            conn.execute(insert(schema.events), rows)
+        conn.info.setdefault(_PENDING_EVENTS, []).extend(rows)
 
     def add_event(
         self, now: float, kind: str, message: str = "", job_id: int | None = None, node_id: str | None = None
