@@ -7,7 +7,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from corral.jobspec import JobRequest, to_epoch
+from corral.jobspec import MAX_NAME, JobRequest, to_epoch
+from corral.store import schema
 
 
 @pytest.mark.parametrize(
@@ -68,6 +69,17 @@ def test_an_empty_tag_is_refused_by_field_but_a_stored_one_is_still_read() -> No
     (error,) = refused.value.errors()
     assert error["loc"] == ("tags",) and error["msg"] == "Value error, a tag must have a name, not ' '"
     assert JobRequest.stored({"command": ["x"], "tags": [""]}).tags == [""]
+
+
+def test_a_name_longer_than_the_store_keeps_is_refused_but_a_stored_one_is_still_read() -> None:
+    """jobs.name holds MAX_NAME characters: PostgreSQL refuses more (SQLite kept a longer one)."""
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], "name": "n" * (MAX_NAME + 1)})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("name",)
+    assert error["msg"] == f"Value error, a name has at most {MAX_NAME} characters, not {MAX_NAME + 1}"
+    assert JobRequest.stored({"command": ["x"], "name": "n" * 300}).name == "n" * 300
+    assert getattr(schema.jobs.c.name.type, "length", None) == MAX_NAME
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,9 @@ from corral.core.settings import Duration, OnNodeFailure, SizeMiB
 from corral.core.units import Float, Int
 
 MAX_PRIORITY = 1_000_000
+# The longest job name the store keeps (jobs.name is VARCHAR(200): PostgreSQL refuses a longer one,
+# which reached the user as "Internal Server Error"; SQLite kept it whole).
+MAX_NAME = 200
 
 
 def to_epoch(value: Any) -> Any:
@@ -177,6 +180,14 @@ class JobRequest(BaseModel):
         if not value or not value[0].strip():
             # A program name of spaces is no program: it would only fail on the node (exit 127).
             raise ValueError("the command is empty")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name_fits(cls, value: str, info: ValidationInfo) -> str:
+        # A job stored before names were checked (SQLite kept a longer one) still loads.
+        if len(value) > MAX_NAME and not (info.context and info.context.get("stored")):
+            raise ValueError(f"a name has at most {MAX_NAME} characters, not {len(value)}")
         return value
 
     @field_validator("image")

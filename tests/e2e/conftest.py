@@ -155,3 +155,45 @@ def corral(tmp_path: Path) -> Iterator[Corral]:
     cloud = LoopbackCloud(home, "", "corral", 0.5)
     for leftover in cloud.list():
         cloud.destroy(leftover.id)
+
+
+@dataclass
+class Dispatchers:
+    """`corral run` processes, each with a data directory of its own, sharing one PostgreSQL store
+    (a schema of their own, dropped afterwards): what an operator runs for several dispatchers."""
+
+    root: Path
+    store_url: str
+    started: list[Corral] = field(default_factory=list)
+
+    def new(self, extra_config: str = "") -> Corral:
+        """A corral on the shared store, not started yet."""
+        name = f"d{len(self.started) + 1}"
+        home = self.root / name
+        home.mkdir()
+        config = self.root / f"{name}.toml"
+        # [store] last: the extra config may add keys to the sections CONFIG opens.
+        config.write_text(f'{CONFIG}\n{extra_config}\n[store]\nurl = "{self.store_url}"\n')
+        instance = Corral(home=home, port=free_port(), config=config)
+        self.started.append(instance)
+        return instance
+
+
+@pytest.fixture
+def dispatchers(tmp_path: Path) -> Iterator[Dispatchers]:
+    from tests.store.conftest import pg_schema, require_postgresql
+
+    require_postgresql()
+    with pg_schema() as url:
+        group = Dispatchers(tmp_path, url)
+        try:
+            yield group
+        finally:
+            for instance in group.started:
+                if instance.process is not None:
+                    if instance.process.poll() is None:
+                        instance.stop()
+                    instance.process = None
+                cloud = LoopbackCloud(instance.home, "", "corral", 0.5)
+                for leftover in cloud.list():
+                    cloud.destroy(leftover.id)

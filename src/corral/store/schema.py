@@ -21,13 +21,15 @@ from sqlalchemy import (
     false,
 )
 
+from corral.jobspec import MAX_NAME
+
 metadata = MetaData()
 
 jobs = Table(
     "jobs",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(200), nullable=False, default=""),
+    Column("name", String(MAX_NAME), nullable=False, default=""),  # (a longer name is refused)
     Column("state", String(16), nullable=False),
     Column("priority", Integer, nullable=False),
     Column("spec", JSON, nullable=False),

@@ -761,6 +761,9 @@ class Store:
                 )
             try:
                 request = JobRequest.stored({**row.spec, **wanted})
+                if "name" in wanted:
+                    # What the job had is read as stored; a new name is checked as at submission.
+                    JobRequest.model_validate({"command": request.command, "name": request.name})
             except ValidationError as exc:
                 raise InvalidJobs(describe_validation_errors(exc.errors())) from None
             spec = request.model_dump(mode="json")
