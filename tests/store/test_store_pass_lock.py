@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,7 +18,7 @@ from corral.loop import ControlLoop, PassReport
 from corral.sim.settings import SimSettings
 from corral.store import Store
 
-from .storekit import add_node
+from .storekit import add_node, wait_for_lock_waiters
 
 CONFIG = Config.model_validate(
     {
@@ -33,14 +34,21 @@ def two_vcpus(name: str, priority: int = 1) -> JobRequest:
     return JobRequest(name=name, command=["true"], vcpus=2, ram="1GiB", priority=priority)
 
 
-def test_a_second_holder_waits_for_the_first_and_gives_up_after_its_timeout(store: Store) -> None:
+def test_a_second_holder_waits_for_the_first(store: Store) -> None:
     other = Store(store.url)
     try:
-        with store.pass_lock(5.0) as first:
-            assert first
-            if store.engine.dialect.name == "postgresql":
-                with other.pass_lock(0.2) as second:
-                    assert not second, "two passes held the lock at once"
+        with ThreadPoolExecutor(1) as pool:
+            with store.pass_lock(5.0) as first:
+                assert first
+
+                def second_pass() -> bool:
+                    with other.pass_lock(30.0) as second:
+                        return second
+
+                waiting = pool.submit(second_pass)
+                wait_for_lock_waiters(store, 1)
+                assert not waiting.done() or store.engine.dialect.name != "postgresql", "two passes at once"
+            assert waiting.result(timeout=30)
         with other.pass_lock(5.0) as after:
             assert after
     finally:
@@ -98,3 +106,24 @@ def test_a_pass_wakes_its_nodes_for_work_another_dispatcher_placed_there(store: 
     store.submit([two_vcpus("theirs")], time.time())
     assert loop_b.run_pass().started_nodes == {"n1"}  # b placed it, on a node b's server does not serve
     assert loop_a.run_pass().started_nodes == {"n1"}
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # several dispatchers share a PostgreSQL store
+def test_a_dispatcher_stuck_in_its_pass_is_fenced_and_the_others_take_turns_again(store: Store) -> None:
+    """Seen live: a dispatcher frozen (SIGSTOP) in its pass kept the pass lock for as long as it
+    lived; every pass of the two others waited out half of dispatcher_stale for it, and then ran
+    beside the other's, unserialised (the double placement the lock is there to stop)."""
+    other, third = Store(store.url), Store(store.url)
+    try:
+        with store.pass_lock(30.0) as stuck:
+            assert stuck
+            with other.pass_lock(0.3) as taken:
+                assert taken, "the stuck pass still held the lock: this pass ran beside it"
+            with third.pass_lock(0.3) as next_turn:
+                assert next_turn
+        # The stuck pass ends (it lost its turn: a warning, no error), and takes its turn again later.
+        with store.pass_lock(0.3) as again:
+            assert again
+    finally:
+        other.close()
+        third.close()

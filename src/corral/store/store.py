@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,7 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from corral.core import batch, job_array, retry, user_limits
@@ -71,6 +72,8 @@ from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
 from corral.store.schema import nodes as N
+
+log = logging.getLogger("corral.store")
 
 # PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
 LOCK_NOT_AVAILABLE = "55P03"
@@ -211,33 +214,83 @@ class Store:
         the same millisecond, and both ran. A session advisory lock (per schema) serialises the
         passes; a dispatcher killed in its pass loses its session, and the lock with it.
 
-        Yields whether the lock is held: False when another dispatcher's pass held it for
-        `timeout` seconds (a stuck peer must not stop the others: the pass then runs unserialised,
-        as before). SQLite: always True, nothing taken (several dispatchers share PostgreSQL)."""
+        A dispatcher stuck in its pass (frozen, hung on a call) keeps its session and the lock:
+        one whose pass has held the lock for `timeout` seconds is fenced off, its session ended
+        (pg_terminate_backend), and the lock is taken. Else every other dispatcher waited
+        `timeout` at each of its passes for as long as the stuck one lived, and then ran beside
+        the others, unserialised. A fenced pass that goes on ends without its turn (a warning).
+
+        Yields whether the lock is held: False when it could not be had within `timeout` even so
+        (a holder this role may not end: the pass then runs unserialised, as before). SQLite:
+        always True, nothing taken (several dispatchers share PostgreSQL)."""
         if self.engine.dialect.name != "postgresql":
             yield True
             return
         key = "hashtext('corral.pass'), hashtext(current_schema())"
         with self.engine.connect() as conn:
-            try:
-                # SET LOCAL: the timeout ends with this transaction; the session lock outlives it.
-                conn.execute(
-                    text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{max(1, int(timeout * 1000))}"}
-                )
-                conn.execute(text(f"SELECT pg_advisory_lock({key})"))
-                conn.commit()
-                held = True
-            except OperationalError as exc:
-                if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                    raise
-                conn.rollback()  # lock_timeout: another dispatcher's pass held it that long
-                held = False
+            held = self._take_pass_lock(conn, key, timeout) or (
+                self._fence_pass_holder(conn, timeout) and self._take_pass_lock(conn, key, timeout)
+            )
             try:
                 yield held
             finally:
                 if held:
-                    conn.execute(text(f"SELECT pg_advisory_unlock({key})"))
-                    conn.commit()
+                    try:
+                        conn.execute(text(f"SELECT pg_advisory_unlock({key})"))
+                        conn.commit()
+                    except DBAPIError as exc:
+                        # Its session was ended (fenced by another dispatcher after this pass held the
+                        # lock too long, or the connection was lost): the lock went with it.
+                        log.warning(
+                            "this pass lost its turn (the store's pass lock) before it ended: %s", exc.orig or exc
+                        )
+
+    @staticmethod
+    def _take_pass_lock(conn: Connection, key: str, timeout: float) -> bool:
+        try:
+            # SET LOCAL: the timeout ends with this transaction; the session lock outlives it.
+            conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{max(1, int(timeout * 1000))}"})
+            conn.execute(text(f"SELECT pg_advisory_lock({key})"))
+            conn.commit()
+            return True
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            conn.rollback()  # lock_timeout: another dispatcher's pass held it that long
+            return False
+
+    @staticmethod
+    def _fence_pass_holder(conn: Connection, timeout: float) -> bool:
+        """End the session of a dispatcher whose pass has held the pass lock for `timeout` seconds
+        (a pass that took it since is left alone). False if there was none, or it may not be ended."""
+        holders = text(
+            "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND l.classid = hashtext('corral.pass')::oid AND l.objid = hashtext(current_schema())::oid"
+            " AND a.pid <> pg_backend_pid() AND a.state_change <= clock_timestamp() - make_interval(secs => :held)"
+        )
+        try:
+            pids = list(conn.execute(holders, {"held": timeout}).scalars())
+            fenced = [
+                pid for pid in pids if conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+            ]
+            conn.commit()
+        except DBAPIError as exc:
+            conn.rollback()
+            log.warning(
+                "another dispatcher's pass held the store's pass lock too long and cannot be fenced: %s",
+                exc.orig or exc,
+            )
+            return False
+        if fenced:
+            log.warning(
+                "another dispatcher's pass held the store's pass lock for over %gs: its session (backend %s) was"
+                " ended, and the lock taken over",
+                timeout,
+                ", ".join(map(str, fenced)),
+            )
+        return bool(fenced)
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
