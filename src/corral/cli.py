@@ -1281,11 +1281,14 @@ def status(as_json: JsonFlag = False) -> None:
         )
     for dispatcher in report["dispatchers"]:
         heard = f"heartbeat {ago(now - dispatcher['last_heartbeat'])} ago"
+        stale = (" (stale: its claims are released)", "red") if dispatcher["stale"] else ""
+        if dispatcher.get("stopped_at") is not None:
+            # A clean stop, not a crash: what it left behind is in its event dispatcher.stopped.
+            heard, stale = f"stopped {ago(now - dispatcher['stopped_at'])} ago", ""
         grid.add_row(
             "dispatcher",
             Text.assemble(
-                f"{dispatcher['id']} on {dispatcher['host'] or '?'} pid {dispatcher['pid'] or '?'}, {heard}",
-                (" (stale: its claims are released)", "red") if dispatcher["stale"] else "",
+                f"{dispatcher['id']} on {dispatcher['host'] or '?'} pid {dispatcher['pid'] or '?'}, {heard}", stale
             ),
         )
     grid.add_row("store", f"{report['store_id']} (its instances' corral-store tag)")

@@ -3,7 +3,10 @@ processes on one store, driven through the real CLI."""
 
 from __future__ import annotations
 
+import signal
+
 from tests.e2e.conftest import Dispatchers
+from tests.support import wait_until
 
 
 def test_a_job_name_longer_than_the_store_keeps_is_refused_by_field(dispatchers: Dispatchers) -> None:
@@ -22,3 +25,32 @@ def test_a_job_name_longer_than_the_store_keeps_is_refused_by_field(dispatchers:
     assert [j["name"] for j in corral.jobs().values()] == ["keeper"]
     corral.cli("submit", "--name", "x" * 200, *later, "--", "true")  # the longest it keeps
     assert sorted(len(j["name"]) for j in corral.jobs().values()) == [6, 200]
+
+
+def test_status_tells_a_dispatcher_stopped_cleanly_from_one_that_crashed(dispatchers: Dispatchers) -> None:
+    """Seen: after Ctrl-C of one of two dispatchers, `corral status` on the other showed it in red,
+    'stale: its claims are released', for ever, as it showed one killed -9; no event said it stopped."""
+    survivor, stopped, crashed = dispatchers.new(), dispatchers.new(), dispatchers.new()
+    for corral in (survivor, stopped, crashed):
+        corral.start()
+    ids = {
+        name: (c.home / "dispatcher-id").read_text().strip() for name, c in [("stopped", stopped), ("crashed", crashed)]
+    }
+    wait_until(lambda: len(survivor.cli_json("status")["dispatchers"]) == 3, 30, "three dispatchers heartbeating")
+    stopped.stop(signal.SIGINT)
+    crashed.stop(signal.SIGKILL)
+
+    report = {d["id"]: d for d in survivor.cli_json("status")["dispatchers"]}
+    assert report[ids["stopped"]]["stopped_at"] is not None
+    assert report[ids["crashed"]]["stopped_at"] is None  # a crash is no clean stop: it falls silent
+    [line] = [line for line in survivor.cli("status").stdout.splitlines() if ids["stopped"] in line]
+    assert "stopped" in line and "heartbeat" not in line and "stale" not in line, line
+    [event] = [e for e in survivor.cli_json("events", "--kind", "dispatcher.stopped")]
+    assert event["message"].startswith(ids["stopped"]) and "its work requeued, its fleet shut down" in event["message"]
+
+    stopped.start()  # the same data directory: the same dispatcher, running again
+    wait_until(
+        lambda: {d["id"]: d for d in survivor.cli_json("status")["dispatchers"]}[ids["stopped"]]["stopped_at"] is None,
+        30,
+        "the restarted dispatcher's heartbeat",
+    )

@@ -48,6 +48,7 @@ EVENT_KINDS: dict[str, str] = {
     "cloud.foreign": "an instance of this cloud.cluster booted by another corral store, left alone",
     "dispatcher.registered": "a dispatcher started on the store",
     "dispatcher.restarted": "a dispatcher restarted with the same data directory",
+    "dispatcher.stopped": "a dispatcher stopped cleanly (Ctrl-C, SIGTERM), with what it left behind",
     "slurm.unreachable": "squeue failed: passes change nothing",
     "slurm.reachable": "squeue answers again",
     "slurm.orphan": "a Slurm job of an attempt corral ended was scancelled",

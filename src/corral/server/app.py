@@ -161,15 +161,23 @@ def create_app(runtime: Runtime) -> FastAPI:
         try:
             yield
         finally:
-            if task is not None:
+            if task is not None and runtime.loop is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
                 if runtime.stop_fleet_on_exit:
                     log.info("stopping: requeueing running work and shutting the fleet down")
-                    await asyncio.to_thread(runtime.loop.shutdown_fleet, "corral stopped")  # type: ignore[union-attr]
+                    await asyncio.to_thread(runtime.loop.shutdown_fleet, "corral stopped")
+                    left = "its work requeued, its fleet shut down"
                 else:
                     log.info("stopping: the fleet and its work keep running for the next corral (--keep-fleet)")
+                    left = "its fleet and work kept for its next start (--keep-fleet)"
+                try:
+                    await asyncio.to_thread(
+                        runtime.store.dispatcher_stopped, runtime.loop.dispatcher_id, time.time(), left
+                    )
+                except Exception:  # the store gone too: the others see it fall silent, as after a crash
+                    log.exception("cannot record this dispatcher's stop in the store")
             for stop in runtime.on_stop:
                 stop()
 

@@ -502,6 +502,7 @@ class DispatcherOut(BaseModel):
     pid: int | None
     started_at: float
     last_heartbeat: float
+    stopped_at: float | None = None  # when it stopped cleanly (None: it runs, or it went silent)
     stale: bool  # silent longer than policy.dispatch.dispatcher_stale: its claims are released
 
 

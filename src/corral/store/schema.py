@@ -145,6 +145,7 @@ dispatchers = Table(
     Column("last_heartbeat", Float, nullable=False),
     Column("host", String(255), nullable=False, default=""),
     Column("pid", Integer),
+    Column("stopped_at", Float),  # when it stopped cleanly (None: it runs, or it crashed)
 )
 
 events = Table(

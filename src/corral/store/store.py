@@ -1520,13 +1520,25 @@ class Store:
             moved = conn.execute(
                 update(table)
                 .where(table.c.id == dispatcher_id)
-                .values(last_heartbeat=now, started_at=now, host=host, pid=pid)
+                .values(last_heartbeat=now, started_at=now, host=host, pid=pid, stopped_at=None)
             )
             if moved.rowcount == 1:
                 self._event(conn, now, "dispatcher.restarted", f"{dispatcher_id} on {host} pid {pid}")
                 return
             conn.execute(insert(table).values(id=dispatcher_id, started_at=now, last_heartbeat=now, host=host, pid=pid))
             self._event(conn, now, "dispatcher.registered", f"{dispatcher_id} on {host} pid {pid}")
+
+    def dispatcher_stopped(self, dispatcher_id: str, now: float, what: str) -> None:
+        """The dispatcher stopped cleanly (`what` it left behind): `corral status` shows it stopped,
+        not as one that went silent, with an event `dispatcher.stopped`. Its next heartbeat (a
+        restart) clears the mark."""
+        table = schema.dispatchers
+        with self.write() as conn:
+            row = conn.execute(select(table.c.host, table.c.pid).where(table.c.id == dispatcher_id)).first()
+            if row is None:
+                return  # stopped before its first pass registered it
+            conn.execute(update(table).where(table.c.id == dispatcher_id).values(stopped_at=now))
+            self._event(conn, now, "dispatcher.stopped", f"{dispatcher_id} on {row.host} pid {row.pid}: {what}")
 
     def set_unavailable(
         self, instance_type: str, until: float, reason: str, now: float, event_kind: str = "capacity.unavailable"
