@@ -60,6 +60,18 @@ def setup_logging(level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+# The longest dispatcher id the store keeps (dispatchers.id, jobs.claimed_by, nodes.dispatcher_id are
+# VARCHAR(64)): on PostgreSQL every pass of a dispatcher with a longer one failed.
+MAX_DISPATCHER_ID = 64
+
+
+def new_dispatcher_id(hostname: str) -> str:
+    """d-<host>-<6 hex digits>, the host cut so that the id fits the store (a hostname may have 64
+    characters, an FQDN more)."""
+    suffix = secrets.token_hex(3)
+    return f"d-{hostname[: MAX_DISPATCHER_ID - len(suffix) - 3]}-{suffix}"
+
+
 def read_or_create(path: Path, make: str) -> str:
     if path.exists():
         return path.read_text().strip()
@@ -131,7 +143,12 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
             f"error: the store {without_password(config.store_url)} (store.url) was migrated by a newer corral: {exc}"
         ) from None
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
-    dispatcher_id = read_or_create(home / "dispatcher-id", f"d-{socketlib.gethostname()}-{secrets.token_hex(3)}")
+    dispatcher_id = read_or_create(home / "dispatcher-id", new_dispatcher_id(socketlib.gethostname()))
+    if not dispatcher_id or len(dispatcher_id) > MAX_DISPATCHER_ID:
+        raise SystemExit(
+            f"error: {home / 'dispatcher-id'}: a dispatcher id has 1 to {MAX_DISPATCHER_ID} characters, not"
+            f" {len(dispatcher_id)} (the store keeps no more)"
+        )
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

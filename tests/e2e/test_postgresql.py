@@ -4,8 +4,10 @@ processes on one store, driven through the real CLI."""
 from __future__ import annotations
 
 import signal
+import subprocess
 
-from tests.e2e.conftest import Dispatchers
+from corral.serve import MAX_DISPATCHER_ID, new_dispatcher_id
+from tests.e2e.conftest import CORRAL, Dispatchers
 from tests.support import wait_until
 
 
@@ -54,3 +56,23 @@ def test_status_tells_a_dispatcher_stopped_cleanly_from_one_that_crashed(dispatc
         30,
         "the restarted dispatcher's heartbeat",
     )
+
+
+def test_a_dispatcher_id_longer_than_the_store_keeps_is_refused_at_start(dispatchers: Dispatchers) -> None:
+    """Seen: with a dispatcher-id of 69 characters (made from a long hostname, or written by hand)
+    every pass on PostgreSQL failed ('value too long for type character varying(64)'): the
+    dispatcher answered the CLI, and ran nothing."""
+    corral = dispatchers.new()
+    (corral.home / "dispatcher-id").write_text("d-" + "h" * 60 + "-abcdef\n")
+    command = [CORRAL, "run", "--config", str(corral.config), "--port", "0"]
+    refused = subprocess.run(command, env=corral.env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert (
+        f"error: {corral.home / 'dispatcher-id'}: a dispatcher id has 1 to 64 characters, not 69" in refused.stderr
+    ), refused.stderr
+
+
+def test_a_dispatcher_id_made_from_the_longest_hostname_fits_the_store() -> None:
+    made = new_dispatcher_id("h" * 64)  # Linux's HOST_NAME_MAX; an FQDN may be longer still
+    assert len(made) == MAX_DISPATCHER_ID and made.startswith("d-hhh")
+    assert len(new_dispatcher_id("vm")) == len("d-vm-") + 6
