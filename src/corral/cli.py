@@ -216,6 +216,11 @@ def money(dollars: float) -> str:
     return f"${dollars:,.2f}" if dollars >= 1 or dollars == 0 else f"${dollars:.4f}"
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 node', '2 nodes', '1,200 jobs'."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def resources_text(r: dict[str, Any], nodes: int = 1) -> str:
     text = f"{r['vcpus']:g}c {r['ram_mib'] / 1024:g}G"
     if r.get("gpus"):
@@ -894,7 +899,7 @@ def cancel(
         body = {"states": job_states(state) or None, "user": user, "name": name, "tag": tag, "array": array}
         result = call("POST", "/api/jobs/cancel", json=body)
         ids = result["ids"]
-        sys.stdout.write(f"cancel requested for {len(ids)} job{'' if len(ids) == 1 else 's'}")
+        sys.stdout.write(f"cancel requested for {counted(len(ids), 'job')}")
         sys.stdout.write(f": {', '.join(map(str, ids))}\n" if ids else "\n")
     if job_ids:
         each_job(job_ids, "cancel", lambda r: "cancel requested" if r["changed"] else f"already {r['state']}")
@@ -1198,7 +1203,7 @@ def nodes(
         )
     console.print(table)
     hourly = sum(n["price_per_hour"] for n in rows if n["state"] != "gone")
-    console.print(f"{sum(1 for n in rows if n['state'] != 'gone')} live nodes, ${hourly:.3f}/hour")
+    console.print(f"{counted(sum(1 for n in rows if n['state'] != 'gone'), 'live node')}, ${hourly:.3f}/hour")
 
 
 def node_note(row: dict[str, Any], now: float | None = None) -> str:
@@ -1253,7 +1258,7 @@ def status(as_json: JsonFlag = False) -> None:
     nodes = report["nodes"]
     live = sum(nodes.values())
     by_state = Text(", ").join(Text.assemble((f"{count} ", ""), styled(state)) for state, count in nodes.items())
-    size = f"{live} nodes, {report['vcpus']:g} vcpus, ${report['cost_per_hour']:.3f}/hour"
+    size = f"{counted(live, 'node')}, {report['vcpus']:g} vcpus, ${report['cost_per_hour']:.3f}/hour"
     grid.add_row("fleet", Text.assemble(size, ": " if live else "", by_state))
     limits = [f"{report['max_instances']} instances"]
     if report.get("max_vcpus") is not None:
@@ -1270,10 +1275,11 @@ def status(as_json: JsonFlag = False) -> None:
         )
     if report["failing_checks"]:
         kept = report["failing_checks_in_service"]
+        failing = report["failing_checks"]
         grid.add_row(
             "health",
             Text.assemble(
-                f"{report['failing_checks']} nodes fail their health check",
+                "1 node fails its health check" if failing == 1 else f"{failing} nodes fail their health check",
                 (f" ({kept} kept in service: more than health_check.max_unhealthy fail at once)", "red")
                 if kept
                 else "",
@@ -1359,7 +1365,8 @@ def usage(
         console.print(fleet)
     used_share = f" ({report['used'] / billed:.0%})" if billed else ""
     console.print(
-        f"{report['jobs']:,} jobs ran; the fleet billed {money(billed)}, of which jobs used {money(report['used'])}"
+        f"{counted(report['jobs'], 'job')} ran; the fleet billed {money(billed)},"
+        f" of which jobs used {money(report['used'])}"
         f"{used_share}; {money(report['unattributed'])} went to idle and booting nodes and room no job asked for",
         highlight=False,
     )

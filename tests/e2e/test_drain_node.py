@@ -23,7 +23,8 @@ def test_drain_lets_work_finish_and_drain_now_requeues_it(corral: Corral, tmp_pa
     corral.cli("node", drained, "drain=true")
     listed = {n["id"]: n for n in corral.cli_json("nodes")}
     assert listed[drained]["attributes"]["drain"] == "true"
-    assert "drain=true" in corral.cli("nodes").stdout
+    listing = corral.cli("nodes").stdout
+    assert "drain=true" in listing and "\n1 live node, $" in listing
     second = int(corral.cli("submit", "--", "sleep", "30").stdout)
 
     # The drain kills nothing; the second job waits for a node of its own (max_instances = 1).

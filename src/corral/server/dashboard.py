@@ -147,7 +147,7 @@ def _summary(status: dict[str, Any]) -> str:
         jobs += f", {status['held']:,} held"
     oldest = status["oldest_wait"]
     live = sum(status["nodes"].values())
-    fleet = f"{live} nodes, {status['vcpus']:g} vcpus, ${status['cost_per_hour']:.3f}/hour"
+    fleet = f"{live} node{'' if live == 1 else 's'}, {status['vcpus']:g} vcpus, ${status['cost_per_hour']:.3f}/hour"
     if live:
         fleet += ": " + ", ".join(f"{count} {_state(state)}" for state, count in status["nodes"].items())
     rows = [
