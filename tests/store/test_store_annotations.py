@@ -51,3 +51,20 @@ def test_refreshed_explanations_replace_those_of_queued_jobs_only(store: Store) 
     assert rows[waiting]["explanation"] == {**later, "at": 4.0}
     assert rows[waiting]["wait_reason"] == "no node has room"  # only the explanation is replaced
     assert rows[claimed]["explanation"] == {**first, "at": 2.0}  # no longer waiting: left as it was
+
+
+def test_a_job_claimed_or_held_since_the_pass_read_it_is_not_called_unplaceable(store: Store) -> None:
+    """The pass found no place for three jobs; before it wrote so, one was claimed (by another
+    dispatcher) and one held. Only the job still waiting is unplaceable, with its event."""
+    waiting, claimed, held = store.submit([JobRequest(command=["x"]) for _ in range(3)], 1.0)
+    assert store.claim(claimed, "d2", ["n1"], Resources(), 2.0) is not None
+    store.hold(held, 2.0)
+    notes = [
+        Annotation(job_id, "no instance type has 40 GiB RAM", unplaceable=True) for job_id in (held, claimed, waiting)
+    ]
+    store.annotate_many(notes, {}, 3.0)
+
+    assert [e["job_id"] for e in store.list_events(kind="job.unplaceable")] == [waiting]
+    rows = {r["id"]: r for r in store.list_job_rows()}
+    assert rows[waiting]["unplaceable"] and not rows[claimed]["unplaceable"] and not rows[held]["unplaceable"]
+    assert rows[held]["wait_reason"] == "held by an operator"

@@ -20,7 +20,8 @@ import pytest
 from corral.core import retry
 from corral.core.model import AttemptState, JobState
 from corral.core.settings import RetrySettings
-from corral.store import Store
+from corral.core.snapshot import Annotation
+from corral.store import JobFilter, Store
 
 from .conftest import pg_schema, require_postgresql
 from .storekit import (
@@ -31,6 +32,7 @@ from .storekit import (
     claim,
     event_kinds,
     lock_waiters,
+    request,
     submit,
     wait_for_lock_waiters,
 )
@@ -265,3 +267,73 @@ def test_an_event_committed_after_a_later_written_one_is_still_read_after_it(poo
             assert [e["kind"] for e in second_read] == ["job.slow"]
         finally:
             store.close()
+
+
+# Writers of many job rows in one transaction, by their side of the race: a pass (the loop, the
+# Slurm loop) and the CLI (through the API server). Each pass writer is given the two jobs in the
+# order a pass may hand them over (queue order, grouped by reason: not by id); each returns what
+# the jobs' rows must show once it has run.
+def pass_annotates(store: Store, later: int, earlier: int) -> Callable[[dict[str, object]], bool]:
+    notes = [Annotation(later, "waiting: b"), Annotation(earlier, "waiting: a")]
+    store.annotate_many(notes, {}, NOW + 1)
+    return lambda row: row["wait_reason"] == ("waiting: b" if row["id"] == later else "waiting: a")
+
+
+def pass_annotates_with_explanations(store: Store, later: int, earlier: int) -> Callable[[dict[str, object]], bool]:
+    notes = [Annotation(later, "waiting: b"), Annotation(earlier, "waiting: a")]
+    store.annotate_many(notes, {later: {"why": "b"}, earlier: {"why": "a"}}, NOW + 1)
+    return lambda row: row["wait_reason"] == ("waiting: b" if row["id"] == later else "waiting: a")
+
+
+def pass_refreshes_explanations(store: Store, later: int, earlier: int) -> Callable[[dict[str, object]], bool]:
+    store.refresh_explanations({later: {"why": "b"}, earlier: {"why": "a"}}, NOW + 1)
+    return lambda row: row["explanation"] == {"why": "b" if row["id"] == later else "a", "at": NOW + 1}
+
+
+def pass_sets_slurm_reasons(store: Store, later: int, earlier: int) -> Callable[[dict[str, object]], bool]:
+    store.set_claimed_wait_reasons({later: "slurm: Priority", earlier: "slurm: Resources"}, NOW + 1)
+    return lambda row: row["wait_reason"] == ("slurm: Priority" if row["id"] == later else "slurm: Resources")
+
+
+def cli_cancels_the_users_jobs(store: Store, first: int, second: int) -> Callable[[dict[str, object]], bool]:
+    assert store.request_cancel_matching(NOW + 2, JobFilter(user="alice")) == [first, second]
+    return lambda row: row["cancel_requested"] is True
+
+
+def cli_throttles_the_array(store: Store, first: int, second: int) -> Callable[[dict[str, object]], bool]:
+    assert store.set_array_throttle(first, 1, NOW + 2)["tasks"] == 2
+    return lambda row: row["array_throttle"] == 1
+
+
+@pytest.mark.parametrize("cli", [cli_cancels_the_users_jobs, cli_throttles_the_array])
+@pytest.mark.parametrize(
+    "pass_writer",
+    [pass_annotates, pass_annotates_with_explanations, pass_refreshes_explanations, pass_sets_slurm_reasons],
+)
+def test_a_pass_and_a_cli_call_writing_the_same_jobs_both_succeed(
+    store: Store,
+    pool: ThreadPoolExecutor,
+    pass_writer: Callable[[Store, int, int], Callable[[dict[str, object]], bool]],
+    cli: Callable[[Store, int, int], Callable[[dict[str, object]], bool]],
+) -> None:
+    """A pass writes why the queue waits while `corral cancel --user` (or `corral throttle`) marks
+    the same jobs. Each takes its rows' locks one by one; taken in different orders (the pass's in
+    queue order, the CLI's in the order the database scans them) each held a row the other wanted:
+    PostgreSQL aborted one (deadlock detected), so the CLI answered 500 with nothing cancelled, or
+    the pass failed. Taken in one order (job id), the second waits for the first: both succeed."""
+    first, second = store.submit([request("sweep", user="alice", array="0-1")], NOW)
+    if pass_writer is pass_sets_slurm_reasons:  # what a Slurm pass writes is about claimed jobs
+        claim(store, first)
+        claim(store, second)
+
+    # Another client holds the second job's row until both calls wait, then rolls back (a commit
+    # would leave a new version of the row, which both waiters would race to lock).
+    with SideTransaction(store) as side:
+        side.execute(f"UPDATE jobs SET updated_at = updated_at WHERE id = {second}")
+        passed = run_blocked(pool, store, partial(pass_writer, store, second, first), waiting=1)
+        cancelled = run_blocked(pool, store, partial(cli, store, first, second), waiting=2)
+
+    pass_shows, cli_shows = passed.result(RESULT_TIMEOUT), cancelled.result(RESULT_TIMEOUT)
+    rows = [store.job_row(first), store.job_row(second)]
+    assert [pass_shows(row) for row in rows] == [True, True], rows
+    assert [cli_shows(row) for row in rows] == [True, True], rows

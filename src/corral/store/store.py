@@ -12,6 +12,14 @@ job row (SELECT ... FOR UPDATE on PostgreSQL; SQLite's write lock covers the who
 reads and changes its attempts. Every writer of attempts follows this order, so under PostgreSQL's
 READ COMMITTED a decision is never taken on a state another transaction has just changed, and two
 writers never deadlock on a job and its attempt.
+
+A write of many jobs takes their rows' locks in one order, job id ascending (`_locking`: SELECT
+... ORDER BY id FOR NO KEY UPDATE, then the UPDATEs; or one single-row UPDATE per job, in id order).
+Taken in any other order (a pass's in queue order, grouped by reason; `corral cancel --user`'s in
+the order the database scans the table), two such writes each held a row the other wanted, and
+PostgreSQL aborted one (deadlock detected): the CLI answered 500, or the pass failed. A write of one
+job holds no other job's row, so it never closes such a cycle. FOR NO KEY UPDATE, the lock an UPDATE
+takes, leaves alone the key-share locks of a submission whose dependency names the job.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Row,
+    Select,
     and_,
     bindparam,
     cast,
@@ -308,6 +317,11 @@ class Store:
     def read(self) -> Iterator[Connection]:
         with self.reader.connect() as conn:
             yield conn
+
+    @staticmethod
+    def _lock_jobs(conn: Connection, *where: Any) -> list[int]:
+        """Lock the jobs that match `where` (`_locking`), and return their ids, ascending."""
+        return [int(job_id) for job_id in conn.execute(_locking(select(J.c.id).where(*where))).scalars()]
 
     # ---- events -------------------------------------------------------------------------------
 
@@ -736,17 +750,14 @@ class Store:
         --state/-u/-n` does: one transaction, an event per job. The ids marked, in order (a job
         already marked, or finished, is not among them)."""
         with self.write() as conn:
-            marked = conn.execute(
-                update(J)
-                .where(
-                    J.c.state.not_in(TERMINAL_JOB_STATES),
-                    J.c.cancel_requested.is_(False),
-                    *picked.clauses(conn.dialect.name),
-                )
-                .values(cancel_requested=True, updated_at=now)
-                .returning(J.c.id)
+            ids = self._lock_jobs(
+                conn,
+                J.c.state.not_in(TERMINAL_JOB_STATES),
+                J.c.cancel_requested.is_(False),
+                *picked.clauses(conn.dialect.name),
             )
-            ids = sorted(int(job_id) for job_id in marked.scalars())
+            for chunk in _chunks(ids):
+                conn.execute(update(J).where(J.c.id.in_(chunk)).values(cancel_requested=True, updated_at=now))
             message = f"cancel requested ({picked.describe()})"
             self._job_events(conn, now, "job.cancel_requested", ((job_id, message) for job_id in ids))
         return ids
@@ -853,19 +864,17 @@ class Store:
         running under a lower throttle; the next pass starts no more than it allows. NotFound for
         an id that is no array's. `open`: its tasks not finished yet."""
         with self.write() as conn:
-            result = conn.execute(
-                update(J)
-                .where(J.c.array_job_id == array_job_id)
-                .values(array_throttle=throttle or None, updated_at=now)
-            )
-            if result.rowcount == 0:
+            task_ids = self._lock_jobs(conn, J.c.array_job_id == array_job_id)
+            if not task_ids:
                 raise NotFound(f"no job array {array_job_id} (an array's id is its first task's job id)")
+            for chunk in _chunks(task_ids):
+                conn.execute(update(J).where(J.c.id.in_(chunk)).values(array_throttle=throttle or None, updated_at=now))
             open_tasks = conn.execute(
                 select(func.count()).where(J.c.array_job_id == array_job_id, J.c.state.in_(OPEN_JOB_STATES))
             ).scalar_one()
             said = f"array throttle set to {throttle}" if throttle else "array throttle removed (no limit)"
-            self._event(conn, now, "job.array_throttle", f"{said}, {result.rowcount} tasks", job_id=array_job_id)
-        tasks = result.rowcount
+            self._event(conn, now, "job.array_throttle", f"{said}, {len(task_ids)} tasks", job_id=array_job_id)
+        tasks = len(task_ids)
         return {"array_job_id": array_job_id, "throttle": throttle or None, "tasks": tasks, "open": open_tasks}
 
     def hold(self, job_id: int, now: float, reason: str = "", take_back: bool = False) -> dict[str, Any]:
@@ -939,14 +948,15 @@ class Store:
         if not notes:
             return
         with self.write() as conn:
-            newly_unplaceable = {n.job_id for n in notes if n.unplaceable}
-            if newly_unplaceable:
-                already = set()
-                for chunk in _chunks(sorted(newly_unplaceable)):
-                    already |= {
-                        r.id for r in conn.execute(select(J.c.id).where(J.c.id.in_(chunk), J.c.unplaceable.is_(True)))
-                    }
-                newly_unplaceable -= already
+            # The jobs still queued are locked first, in id order (the notes come in queue order);
+            # not a job claimed or held since the pass read it (a held one's reason says it is held).
+            queued = and_(J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
+            was_unplaceable: dict[int, bool] = {}
+            for chunk in _chunks(sorted({n.job_id for n in notes})):
+                query = _locking(select(J.c.id, J.c.unplaceable).where(J.c.id.in_(chunk), queued))
+                was_unplaceable.update((row.id, bool(row.unplaceable)) for row in conn.execute(query))
+            notes = [n for n in notes if n.job_id in was_unplaceable]
+            newly_unplaceable = {n.job_id for n in notes if n.unplaceable and not was_unplaceable[n.job_id]}
             groups: dict[tuple[str, bool], list[int]] = {}
             explained = []
             for note in notes:
@@ -954,19 +964,17 @@ class Store:
                     explained.append(note)
                 else:
                     groups.setdefault((note.wait_reason, note.unplaceable), []).append(note.job_id)
-            # Not a job held since the pass read it: its reason says it is held.
-            queued = and_(J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
             for (reason, unplaceable), ids in groups.items():
                 for chunk in _chunks(ids):
                     conn.execute(
                         update(J)
-                        .where(J.c.id.in_(chunk), queued)
+                        .where(J.c.id.in_(chunk))
                         .values(wait_reason=reason, unplaceable=unplaceable, updated_at=now)
                     )
             for note in explained:
                 conn.execute(
                     update(J)
-                    .where(J.c.id == note.job_id, queued)
+                    .where(J.c.id == note.job_id)
                     .values(
                         wait_reason=note.wait_reason,
                         unplaceable=note.unplaceable,
@@ -988,7 +996,8 @@ class Store:
         whose explanation did (the fleet moved under them), in one transaction."""
         if not explanations:
             return
-        rows = [{"job_id": job_id, "dated": _dated(e, now)} for job_id, e in explanations.items()]
+        # One row at a time, in id order (the lock order of a write of many jobs).
+        rows = [{"job_id": job_id, "dated": _dated(e, now)} for job_id, e in sorted(explanations.items())]
         with self.write() as conn:
             conn.execute(
                 update(J)
@@ -1320,7 +1329,8 @@ class Store:
                 update(J)
                 .where(J.c.id == bindparam("job_id"), J.c.state == JobState.CLAIMED.value)
                 .values(wait_reason=bindparam("reason"), updated_at=now),
-                [{"job_id": job_id, "reason": reason} for job_id, reason in reasons.items()],
+                # One row at a time, in id order (the lock order of a write of many jobs).
+                [{"job_id": job_id, "reason": reason} for job_id, reason in sorted(reasons.items())],
             )
 
     # ---- nodes --------------------------------------------------------------------------------
@@ -1852,6 +1862,14 @@ class JobFilter:
                 tags = func.json_each(J.c.spec, "$.tags").table_valued("value")
                 clauses.append(exists(select(literal(1)).select_from(tags).where(tags.c.value == self.tag)))
         return clauses
+
+
+def _locking(query: Select[Any]) -> Select[Any]:
+    """`query`, a read of job rows, locking each row it reads, in id order: the lock order of a
+    write of many jobs (see the module's docstring). On PostgreSQL a row another transaction holds
+    is waited for, and then judged again by the query's WHERE as it now stands (FOR NO KEY UPDATE:
+    the lock an UPDATE takes). SQLite's write lock already covers every row."""
+    return query.order_by(J.c.id).with_for_update(key_share=True)
 
 
 def _upsert(conn: Connection, table: Any) -> Any:
