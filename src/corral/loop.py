@@ -25,6 +25,7 @@ from corral.cloud.base import (
     ImageUnusable,
     InsufficientCapacity,
     QuotaExceeded,
+    TypeUnusable,
 )
 from corral.config import Config
 from corral.core import capacity, fairshare
@@ -338,16 +339,22 @@ class ControlLoop(LiveLoop):
         self.store.create_node(node_id, itype, boot_token, now, reason, self.dispatcher_id)
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {TAG_STORE: self.store_id})
-        except (InsufficientCapacity, QuotaExceeded, ImageUnusable) as exc:
+        except (InsufficientCapacity, QuotaExceeded, TypeUnusable) as exc:
             # An account limit (EC2's vCPU quota is per group of types) is, to the planner, a type
             # that cannot be had for now, as a capacity error is: it boots another type that fits.
-            # So is a type whose AMI cannot boot (a config mistake, told apart by its event): the
-            # other types boot on, as Karpenter's other node pools do beside one with a bad image.
+            # So is a type the cloud will not boot as configured (a bad AMI, a name it does not
+            # know: a config mistake, told apart by its event): the other types boot on, as
+            # Karpenter's other node pools do beside one with a bad image.
             until = capacity.record_insufficient_capacity(unavailable, type_name, now, self.config.policy.boot)
-            kind = "type.image_unusable" if isinstance(exc, ImageUnusable) else "capacity.unavailable"
+            if isinstance(exc, ImageUnusable):
+                kind = "type.image_unusable"
+            elif isinstance(exc, TypeUnusable):
+                kind = "type.unusable"
+            else:
+                kind = "capacity.unavailable"
             self.store.set_unavailable(type_name, until, str(exc), now, kind)
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
-            if isinstance(exc, ImageUnusable):
+            if isinstance(exc, TypeUnusable):
                 log.warning("boot of %s failed: %s; %s not booted for %g s", type_name, exc, type_name, until - now)
             return
         except CloudError as exc:

@@ -39,6 +39,14 @@ MESSAGES = {
     "RequestLimitExceeded": "Request limit exceeded.",
     "InvalidParameterValue": "Value (x) for parameter foo is invalid.",
 }
+# EC2's answers to a launch of an instance type it will not boot as configured (HTTP 400): a name
+# it does not know, and a type whose AMI is of another architecture.
+UNKNOWN_TYPE = "Invalid value '{type}' for InstanceType."
+WRONG_ARCHITECTURE = (
+    "The architecture 'arm64' of the specified instance type does not match the architecture 'x86_64' of the"
+    " specified AMI. Specify an instance type and an AMI that have matching architectures, and try again. You can"
+    " use 'describe-instance-types' or 'describe-images' to discover the architecture of the instance type or AMI."
+)
 # EC2 answers capacity errors as server errors (HTTP 500), throttling with 503, the rest with 400.
 STATUS = {"InsufficientInstanceCapacity": 500, "RequestLimitExceeded": 503}
 
@@ -115,9 +123,11 @@ def inject(
     code: str,
     when: Callable[[dict[str, str]], bool] = lambda params: True,
     times: int | None = None,
+    message: str | None = None,
 ) -> Injected:
     """Answer `operation` requests for which `when(params)` holds with EC2's `code` error (at most
-    `times` of them); the others go on to moto."""
+    `times` of them), saying `message` (default: EC2's usual words for the code); the others go on
+    to moto."""
     record = Injected()
 
     def before_send(request: Any, **_: Any) -> AWSResponse | None:
@@ -128,8 +138,8 @@ def inject(
         if not when(params) or (times is not None and len(record.calls) >= times):
             return None
         record.calls.append(params)
-        message = MESSAGES.get(code, code).format(type=params.get("InstanceType", ""))
-        return error_response(request.url, code, message, STATUS.get(code, 400))
+        said = (message or MESSAGES.get(code, code)).format(type=params.get("InstanceType", ""))
+        return error_response(request.url, code, said, STATUS.get(code, 400))
 
     client.meta.events.register(f"before-send.ec2.{operation}", before_send)
     return record

@@ -22,11 +22,12 @@ from corral.cloud.base import (
     InsufficientCapacity,
     QuotaExceeded,
     Throttled,
+    TypeUnusable,
 )
 from corral.cloud.ec2 import AGENT_CA_FILE, AGENT_ENV_FILE, Ec2Cloud, agent_user_data
 from corral.config import Config, ConfigError, Ec2Config, RootVolumeConfig, load_config
 from corral.core.model import InstanceType
-from tests.cloud.ec2_support import free_port, inject
+from tests.cloud.ec2_support import UNKNOWN_TYPE, WRONG_ARCHITECTURE, free_port, inject
 
 C5 = InstanceType(name="c5.large", vcpus=2, ram_mib=4096, price_per_hour=0.085, scratch_mib=8192)
 M5 = InstanceType(name="m5.large", vcpus=2, ram_mib=8192, price_per_hour=0.096)
@@ -252,6 +253,31 @@ def test_quota_throttling_and_other_errors_map_to_corrals_types(settings: Ec2Con
     with pytest.raises(CloudError, match="RunInstances: InvalidParameterValue: Value") as raised:
         cloud.create(M5, "n-2", TOKEN, {})
     assert type(raised.value) is CloudError
+    assert cloud.list() == []
+
+
+def test_a_refusal_that_names_the_instance_type_is_that_types_error(
+    settings: Ec2Config, cluster: str, image_id: str
+) -> None:
+    """The loop backs off the type of an ImageUnusable or TypeUnusable and lets the others boot; a
+    plain CloudError pauses every boot."""
+    cloud = Ec2Cloud(settings, cluster, "http://h:1")
+    refusals = [
+        ("InvalidParameterValue", WRONG_ARCHITECTURE, ImageUnusable, f"AMI {image_id} of instance type c5.large: "),
+        (
+            "InvalidParameterCombination",
+            "Enhanced networking with the Elastic Network Adapter (ENA) is required for the '{type}' instance type."
+            " Ensure that you are using an AMI that is enabled for ENA.",
+            ImageUnusable,
+            f"AMI {image_id} of instance type c5.large: .*ENA",
+        ),
+        ("InvalidParameterValue", UNKNOWN_TYPE, TypeUnusable, "instance type c5.large: .*Invalid value 'c5.large'"),
+    ]
+    for code, message, kind, words in refusals:
+        refused = inject(cloud.client, "RunInstances", code, times=1, message=message)
+        with pytest.raises(kind, match=words) as raised:
+            cloud.create(C5, "n-1", TOKEN, {})
+        assert raised.value.instance_type == "c5.large" and len(refused.calls) == 1
     assert cloud.list() == []
 
 

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
 from corral.cloud.ec2 import Ec2Cloud
 from corral.config import Config, Ec2Config
@@ -15,7 +17,7 @@ from corral.core.model import InstanceType
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.store import Store
-from tests.cloud.ec2_support import inject
+from tests.cloud.ec2_support import UNKNOWN_TYPE, WRONG_ARCHITECTURE, inject
 
 TYPES = [
     {"name": "c5.large", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.085},
@@ -198,6 +200,48 @@ def test_an_unknown_ami_backs_its_type_off_and_the_other_types_boot_on(
     second = loop.run_pass()
     assert [b.instance_type for b in second.decisions.boots] == ["m5.large"]
     assert {tags_of(ec2, i.id)[TAG_INSTANCE_TYPE] for i in cloud.list()} == {"m5.large"}
+    loop.shutdown_fleet("corral stopped")
+
+
+@pytest.mark.parametrize(
+    ("said", "kind", "names"),
+    [
+        (WRONG_ARCHITECTURE, "type.image_unusable", "The architecture 'arm64' of the specified instance type"),
+        (UNKNOWN_TYPE, "type.unusable", "Invalid value 'c5.large' for InstanceType"),
+    ],
+    ids=["ami-of-another-architecture", "unknown-type-name"],
+)
+def test_a_type_ec2_refuses_as_configured_is_backed_off_and_the_other_types_boot_on(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any, said: str, kind: str, names: str
+) -> None:
+    """EC2 answers a launch of one type with a 400 that names the type: a Graviton type left on the
+    x86 image_id, or a typo in its name. That is the config's fault and the type's, as a missing
+    AMI is. Before, it read as an account-wide error: every boot paused, and the type, never backed
+    off, stayed the cheapest that fits, so each pass tried it again first: no instance of any type
+    booted while the jobs waited."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    refused = inject(
+        cloud.client,
+        "RunInstances",
+        "InvalidParameterValue",
+        when=lambda p: p["InstanceType"] == "c5.large",
+        message=said,
+    )
+    [job_id] = store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+
+    loop.run_pass()
+    [failed] = store.node_rows(include_gone=True)
+    assert failed["state"] == "gone" and failed["instance_type"] == "c5.large"
+    assert names in failed["reason"] and "no boot for" not in failed["reason"]
+    [event] = store.list_events(kind=kind)
+    assert event["message"].startswith("c5.large until") and names in event["message"]
+    assert store.list_events(kind="capacity.unavailable") == []
+
+    clock.now += 1
+    second = loop.run_pass()
+    assert [b.instance_type for b in second.decisions.boots] == ["m5.large"] and len(refused.calls) == 1
+    assert {tags_of(ec2, i.id)[TAG_INSTANCE_TYPE] for i in cloud.list()} == {"m5.large"}
+    assert store.job_row(job_id)["wait_reason"].startswith("waiting for an instance to boot")
     loop.shutdown_fleet("corral stopped")
 
 

@@ -36,14 +36,20 @@ class QuotaExceeded(CloudError):
     """An account limit (vCPU quota, instance limit) stops the request."""
 
 
-class ImageUnusable(CloudError):
-    """The image an instance type boots (its AMI) cannot be booted: missing, not shared with the
-    account, not available, or of a kind corral cannot use. The type's fault, not the cloud's:
-    it is backed off as a type without capacity is, and the other types boot on."""
+class TypeUnusable(CloudError):
+    """The cloud will not boot this instance type as configured (EC2 does not know its name, say).
+    The type's fault, not the cloud's or the account's: it is backed off as a type without
+    capacity is, and the other types boot on."""
 
     def __init__(self, instance_type: str, message: str) -> None:
         super().__init__(message)
         self.instance_type = instance_type
+
+
+class ImageUnusable(TypeUnusable):
+    """The image an instance type boots (its AMI) cannot be booted: missing, not shared with the
+    account, not available, of a kind corral cannot use, or one the type cannot boot (another
+    architecture). Backed off as any unusable type, under an event of its own."""
 
 
 class Throttled(CloudError):

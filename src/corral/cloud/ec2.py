@@ -44,6 +44,7 @@ from corral.cloud.base import (
     InsufficientCapacity,
     QuotaExceeded,
     Throttled,
+    TypeUnusable,
     agent_options,
 )
 from corral.config import Ec2Config
@@ -67,6 +68,18 @@ NOT_FOUND = "InvalidInstanceID.NotFound"
 # An AMI that does not exist, is not shared with the account, or is malformed: the config's fault,
 # not the cloud's capacity (InvalidAMIID.NotFound, .Unavailable, .Malformed).
 IMAGE_CODES_PREFIX = "InvalidAMIID."
+# EC2 refuses one instance type as configured with these general codes, and says so by naming the
+# type: "Invalid value 'c5.larg' for InstanceType." (a name it does not know); "The architecture
+# 'arm64' of the specified instance type does not match the architecture 'x86_64' of the specified
+# AMI." (a Graviton type left on an x86 AMI); "Enhanced networking with the Elastic Network Adapter
+# (ENA) is required for the 'c6i.large' instance type." That type's fault, not the account's: it is
+# backed off and the other types boot on (a refusal that names no type pauses every boot).
+TYPE_REFUSED_CODES = frozenset({"InvalidParameterValue", "InvalidParameterCombination"})
+_NAMES_THE_TYPE = re.compile(r"\binstance ?type\b|\binstances of type\b", re.IGNORECASE)
+# ...and of those, the ones where the type's AMI is what does not fit it.
+_NAMES_THE_IMAGE = re.compile(
+    r"\bAMI\b|\barchitecture\b|\bvirtualization\b|\bENA\b|Elastic Network Adapter", re.IGNORECASE
+)
 
 AGENT_ENV_FILE = "/etc/corral/agent.env"
 AGENT_CA_FILE = "/etc/corral/server-ca.pem"  # the CA bundle the agent verifies an https server with
@@ -303,6 +316,11 @@ class Ec2Cloud:
                         self._roots.pop(image_id, None)  # gone since it was read: read it again next time
                     message = f"ec2: AMI {image_id} of instance type {instance_type.name}: {last}"
                     raise ImageUnusable(instance_type.name, message) from exc
+                if _code(exc) in TYPE_REFUSED_CODES and _NAMES_THE_TYPE.search(_message(exc)):
+                    if _NAMES_THE_IMAGE.search(_message(exc)):
+                        message = f"ec2: AMI {image_id} of instance type {instance_type.name}: {last}"
+                        raise ImageUnusable(instance_type.name, message) from exc
+                    raise TypeUnusable(instance_type.name, f"ec2: instance type {instance_type.name}: {last}") from exc
                 raise last from exc
             # RunInstances answers before the tags are on the instance: read it with the tags it was given.
             instance = _instance({**response["Instances"][0], "Tags": tag_list}, launched_if_unknown=time.time())

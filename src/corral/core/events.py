@@ -45,6 +45,7 @@ EVENT_KINDS: dict[str, str] = {
     # the fleet, the dispatchers, Slurm, the notifier
     "capacity.unavailable": "an instance type is backed off after a capacity or quota error",
     "type.image_unusable": "an instance type's AMI cannot boot: the type is backed off",
+    "type.unusable": "the cloud refuses an instance type as configured (an unknown name): the type is backed off",
     "cloud.foreign": "an instance of this cloud.cluster booted by another corral store, left alone",
     "dispatcher.registered": "a dispatcher started on the store",
     "dispatcher.restarted": "a dispatcher restarted with the same data directory",
