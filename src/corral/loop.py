@@ -133,6 +133,11 @@ class LiveLoop:
     def _run_pass(self) -> PassReport:
         raise NotImplementedError
 
+    def check_settings(self) -> str | None:
+        """What would make every pass fail, asked once at start (`corral run` refuses to start
+        with it): what is wrong, naming the setting, or None."""
+        return None
+
     def shutdown_fleet(self, reason: str) -> None:
         """Clean stop: requeue running work as a temporary failure, stop what runs it, record it.
         Waits for a pass in flight to end; no pass runs after it."""
@@ -184,6 +189,11 @@ class ControlLoop(LiveLoop):
         self.execute(decisions, snapshot, now, report)
         report.duration = self.clock() - started
         return report
+
+    def check_settings(self) -> str | None:
+        """The cloud driver's own start check, if it has one (ec2: the credentials)."""
+        check: Callable[[], str | None] | None = getattr(self.cloud, "check", None)
+        return check() if check is not None else None
 
     # ---- observe ------------------------------------------------------------------------------
 

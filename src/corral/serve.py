@@ -100,7 +100,7 @@ def make_cloud(config: Config, server_url: str) -> CloudDriver:
                 ec2, config.cloud.cluster, ec2.server_url or server_url, ca_pem=ca_file.read_text() if ca_file else None
             )
         except CloudError as exc:
-            raise SystemExit(f"error: cloud.ec2: {exc}") from None
+            raise SystemExit(f"error: {exc}") from None
     raise SystemExit(f"cloud.driver {config.cloud.driver!r} is not supported")
 
 
@@ -170,11 +170,11 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         from corral.executor.slurm_loop import SlurmLoop
 
         loop = SlurmLoop(store, config, dispatcher_id, home / "logs")
-        refused = loop.check_settings()
-        if refused is not None:
-            raise SystemExit(f"error: {refused}")
     else:
         loop = ControlLoop(store, make_cloud(config, url), config, dispatcher_id)
+    refused = loop.check_settings()
+    if refused is not None:
+        raise SystemExit(f"error: {refused}")
     runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)
     runtime.stop_fleet_on_exit = not keep_fleet
     if config.notify:

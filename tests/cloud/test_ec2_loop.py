@@ -302,3 +302,54 @@ def test_two_corrals_on_different_stores_with_one_cluster_name_leave_each_others
 
 def node_type(loop: ControlLoop) -> InstanceType:
     return loop.instance_types["c5.large"]
+
+
+@pytest.mark.timeout(60)  # a `corral run` that does not refuse would serve until stopped
+def test_corral_run_refuses_to_start_on_credentials_ec2_will_not_take_and_says_what_to_set(
+    tmp_path: Path, settings: Ec2Config, cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, `corral run` started as if all were well, and its log said "cloud list failed: ec2:
+    Unable to locate credentials" every second and "boot failed" for each boot, while jobs waited;
+    a missing region said "You must specify a region", naming no setting."""
+    from corral.serve import serve
+
+    # Credentials EC2 refuses, or that may not list instances: EC2's own words, and where they came from.
+    loop, cloud, _, _ = make_loop(tmp_path, settings, cluster)
+    refused = "AWS was not able to validate the provided access credentials"
+    inject(cloud.client, "DescribeInstances", "AuthFailure", times=1, message=refused)
+    assert loop.check_settings() == (
+        f"cloud.ec2: EC2 in us-east-1 refuses corral's credentials (the AWS SDK's defaults): AuthFailure: {refused}"
+    )
+    denied = "You are not authorized to perform this operation. User: arn:aws:iam::123456789012:user/corral is not"
+    inject(cloud.client, "DescribeInstances", "UnauthorizedOperation", times=1, message=denied)
+    assert f"UnauthorizedOperation: {denied}" in (loop.check_settings() or "")
+    assert loop.check_settings() is None  # EC2 takes them
+
+    # `corral run` (serve) makes that check before it serves, and stops with its words.
+    def config(ec2: Ec2Config, home: str) -> Config:
+        return Config.model_validate(
+            {
+                "home": tmp_path / home,
+                "server": {"host": "127.0.0.1", "port": 0},
+                "cloud": {"driver": "ec2", "cluster": cluster, "ec2": ec2.model_dump()},
+                "instance_types": TYPES,
+            }
+        )
+
+    with monkeypatch.context() as env:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+            env.delenv(name, raising=False)
+        with pytest.raises(SystemExit) as stopped:
+            serve(config(settings, "a"))
+    assert str(stopped.value.code) == (
+        "error: cloud.ec2: no AWS credentials (the AWS SDK's defaults): export AWS_ACCESS_KEY_ID and"
+        " AWS_SECRET_ACCESS_KEY, name a profile of ~/.aws with cloud.ec2.profile, or run corral where an"
+        " instance role gives them"
+    )
+
+    with monkeypatch.context() as env:
+        env.delenv("AWS_DEFAULT_REGION")
+        env.delenv("AWS_REGION", raising=False)
+        with pytest.raises(SystemExit) as stopped:
+            serve(config(settings.model_copy(update={"region": None}), "b"))
+    assert str(stopped.value.code).startswith("error: cloud.ec2.region is not set")

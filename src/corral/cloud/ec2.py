@@ -21,6 +21,7 @@ by trying the next subnet, then by backing the type off (seed 004).
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import secrets
@@ -50,6 +51,8 @@ from corral.cloud.base import (
 from corral.config import Ec2Config
 from corral.core.model import InstanceType
 
+log = logging.getLogger("corral.cloud.ec2")
+
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 # The capacity of this type is not to be had here now: the next subnet may have it, else back off.
 CAPACITY_CODES = frozenset(
@@ -65,6 +68,19 @@ SUBNET_CODES = frozenset({"InsufficientFreeAddressesInSubnet"})
 QUOTA_CODES = frozenset({"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
 THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled"})
 NOT_FOUND = "InvalidInstanceID.NotFound"
+# Credentials EC2 does not take, or that may not do what corral does: no call will succeed.
+CREDENTIAL_CODES = frozenset(
+    {
+        "AuthFailure",
+        "UnauthorizedOperation",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "RequestExpired",
+        "OptInRequired",
+        "Blocked",
+    }
+)
 # An AMI that does not exist, is not shared with the account, or is malformed: the config's fault,
 # not the cloud's capacity (InvalidAMIID.NotFound, .Unavailable, .Malformed).
 IMAGE_CODES_PREFIX = "InvalidAMIID."
@@ -202,14 +218,53 @@ class Ec2Cloud:
         try:
             session = boto3.session.Session(profile_name=settings.profile, region_name=settings.region)
             self.client: Any = session.client("ec2", endpoint_url=settings.endpoint_url, config=config)
+        except botocore.exceptions.NoRegionError as exc:
+            message = (
+                "cloud.ec2.region is not set, and the AWS SDK finds no region either (AWS_REGION,"
+                " AWS_DEFAULT_REGION, the profile's region): set cloud.ec2.region"
+            )
+            raise CloudError(message) from exc
+        except botocore.exceptions.ProfileNotFound as exc:
+            message = f"cloud.ec2.profile {settings.profile!r} is no profile of ~/.aws/config or ~/.aws/credentials"
+            raise CloudError(message) from exc
         except botocore.exceptions.BotoCoreError as exc:
-            raise CloudError(f"ec2: cannot make a client: {exc}") from exc
+            raise CloudError(f"cloud.ec2: cannot make an EC2 client: {exc}") from exc
         self.client.meta.events.register_first("needs-retry.ec2.RunInstances", _no_retry_on_capacity)
         self._recent: dict[str, tuple[CloudInstance, float]] = {}
         self._lock = threading.Lock()
         # An AMI's root device does not change: read once. Failures are not kept, so that an AMI
         # shared or fixed after a failed boot is used by the next boot without a restart.
         self._roots: dict[str, RootDevice] = {}
+
+    def check(self) -> str | None:
+        """What stops every call of this driver, asked once at start with one DescribeInstances (a
+        permission corral needs anyway): no credentials, or credentials EC2 refuses. Said in words
+        that name where to fix it, or None. Without it `corral run` started as if all were well,
+        and said only "cloud list failed" and "boot failed" in its log, every pass. EC2 not
+        answering (the network, a region that does not exist) is no verdict: logged, None."""
+        region = self.client.meta.region_name
+        where = f"cloud.ec2.profile {self.settings.profile!r}" if self.settings.profile else "the AWS SDK's defaults"
+        try:
+            self.client.describe_instances(
+                Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]}], MaxResults=5
+            )
+        except botocore.exceptions.NoCredentialsError:
+            return (
+                f"cloud.ec2: no AWS credentials ({where}): export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,"
+                " name a profile of ~/.aws with cloud.ec2.profile, or run corral where an instance role gives them"
+            )
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) in CREDENTIAL_CODES:
+                return f"cloud.ec2: EC2 in {region} refuses corral's credentials ({where}): {_message(exc)}"
+            log.warning("could not check the ec2 credentials with DescribeInstances: %s", error_from(exc))
+        except botocore.exceptions.BotoCoreError as exc:
+            log.warning(
+                "could not check the ec2 credentials: %s (cloud.ec2.region %r, endpoint_url %r)",
+                exc,
+                region,
+                self.settings.endpoint_url,
+            )
+        return None
 
     def image_for(self, instance_type: InstanceType) -> str:
         image_id = self.settings.image_for(instance_type.name)
