@@ -174,6 +174,8 @@ class ControlLoop(LiveLoop):
         self._boot_errors_in_a_row = 0
         self.store_id = store.store_id()
         self._foreign: set[str] = set()  # another store's instances seen under this cluster, told once
+        # Instances the cloud would not terminate (told once each; tried again every pass).
+        self._undestroyed: set[str] = set()
 
     def _run_pass(self) -> PassReport:
         started = self.clock()
@@ -233,16 +235,26 @@ class ControlLoop(LiveLoop):
                 # record and the cloud's answer. No pass looks at a node shutting down again, and the
                 # instance is no orphan (its node is live): finish it, or it runs, and is billed, for
                 # ever, with whatever its agent still ran (the job already runs again elsewhere).
-                log.info("finishing the shutdown of node %s (instance %s)", node_id, by_node[node_id].id)
-                self._destroy(by_node[node_id].id)
-                self.store.mark_node(node_id, NodeState.GONE, "shut down (its shutdown was cut short)", self.clock())
+                # Also a terminate the cloud refused before: the node stays shutting down until it
+                # takes one, so that `corral nodes` shows what still bills.
+                instance_id = by_node[node_id].id
+                if instance_id not in self._undestroyed:
+                    log.info("finishing the shutdown of node %s (instance %s)", node_id, instance_id)
+                if self._terminate(node_id, instance_id, now):
+                    self.store.mark_node(
+                        node_id, NodeState.GONE, "shut down (its shutdown was cut short)", self.clock()
+                    )
         for inst in instances:
             if inst.node_id not in live_nodes:
-                log.info("destroying orphan instance %s (node %s)", inst.id, inst.node_id)
-                self.store.add_event(
-                    now, "node.orphan", f"instance {inst.id} has no live node record; destroyed", node_id=inst.node_id
-                )
-                self._destroy(inst.id)
+                told = inst.id in self._undestroyed
+                failed = self._destroy(inst.id)
+                if failed is None:
+                    log.info("destroyed orphan instance %s (node %s)", inst.id, inst.node_id)
+                    message = f"instance {inst.id} has no live node record; destroyed"
+                    self.store.add_event(now, "node.orphan", message, node_id=inst.node_id)
+                elif not told:
+                    message = f"instance {inst.id} has no live node record; terminating it failed: {failed}"
+                    self.store.add_event(now, "node.orphan", message + "; tried again each pass", node_id=inst.node_id)
 
     def _own(self, instances: list[CloudInstance], now: float) -> list[CloudInstance]:
         """The instances of this store's dispatchers (and untagged ones, from before instances
@@ -311,8 +323,8 @@ class ControlLoop(LiveLoop):
             else:
                 self.store.mark_node(decision.node_id, NodeState.SHUTTING_DOWN, decision.reason, now)
                 row = self.store.node_row(decision.node_id)
-                if row and row["instance_id"]:
-                    self._destroy(row["instance_id"])
+                if row and row["instance_id"] and not self._terminate(decision.node_id, row["instance_id"], now):
+                    continue  # still billed: shutting down until the cloud takes a terminate (sync_cloud)
                 self.store.mark_node(
                     decision.node_id, NodeState.GONE, f"shut down ({state_now[decision.node_id]})", self.clock()
                 )
@@ -380,11 +392,30 @@ class ControlLoop(LiveLoop):
         self._boot_errors_in_a_row = 0
         self.store.set_instance_id(node_id, instance.id)
 
-    def _destroy(self, instance_id: str) -> None:
+    def _destroy(self, instance_id: str) -> str | None:
+        """Terminate an instance: None once the cloud has taken it, else what it said (logged, and
+        the instance remembered as one it would not terminate)."""
         try:
             self.cloud.destroy(instance_id)
         except CloudError as exc:
             log.warning("destroy %s failed: %s", instance_id, exc)
+            self._undestroyed.add(instance_id)
+            return str(exc)
+        self._undestroyed.discard(instance_id)
+        return None
+
+    def _terminate(self, node_id: str, instance_id: str, now: float) -> bool:
+        """Destroy a shutting-down node's instance: whether the cloud took it. A node whose
+        instance it would not terminate (corral's role lacks ec2:TerminateInstances, a throttle
+        past botocore's retries) stays shutting down and says why once; sync_cloud tries again
+        each pass. Marked gone instead, it vanished from `corral nodes` while it ran and billed,
+        and its instance read as an orphan at every pass after."""
+        told = instance_id in self._undestroyed
+        failed = self._destroy(instance_id)
+        if failed is not None and not told:
+            message = f"terminating instance {instance_id} failed: {failed}; tried again each pass"
+            self.store.add_event(now, "node.shutting_down", message, node_id=node_id)
+        return failed is None
 
     def _shutdown_fleet(self, reason: str) -> None:
         """Requeue this dispatcher's running work as a temporary failure and destroy its instances."""
@@ -405,6 +436,6 @@ class ControlLoop(LiveLoop):
                 )
         for row in fleet:
             self.store.mark_node(row["id"], NodeState.SHUTTING_DOWN, reason, now)
-            if row["instance_id"]:
-                self._destroy(row["instance_id"])
+            if row["instance_id"] and not self._terminate(row["id"], row["instance_id"], now):
+                continue  # left shutting down: the next corral's first pass finishes it
             self.store.mark_node(row["id"], NodeState.GONE, reason, self.clock())

@@ -353,3 +353,63 @@ def test_corral_run_refuses_to_start_on_credentials_ec2_will_not_take_and_says_w
         with pytest.raises(SystemExit) as stopped:
             serve(config(settings.model_copy(update={"region": None}), "b"))
     assert str(stopped.value.code).startswith("error: cloud.ec2.region is not set")
+
+
+def test_an_instance_ec2_would_not_terminate_stays_listed_shutting_down_until_it_is_gone(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """TerminateInstances refused (corral's role lacks it, or its tag condition does not match):
+    before, the node was marked gone anyway, `corral nodes` showed nothing while the instance ran
+    and billed, and every pass after recorded it as an orphan "destroyed" (it was not), events
+    without end. Now the node stays shutting_down, says why once, and each pass tries again until
+    EC2 terminates it."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+    loop.run_pass()
+    [node] = store.node_rows()
+    instance_id = node["instance_id"]
+    denied = (
+        "You are not authorized to perform this operation. User: arn:aws:sts::123456789012:assumed-role/corral/x"
+        " is not authorized to perform: ec2:TerminateInstances on resource: arn:aws:ec2:us-east-1:123456789012:"
+        f"instance/{instance_id} because no identity-based policy allows the ec2:TerminateInstances action"
+    )
+    refused = inject(cloud.client, "TerminateInstances", "UnauthorizedOperation", times=3, message=denied)
+
+    clock.now += 5 * 60 + 1  # its agent never pairs: past boot_grace it is shut down
+    loop.run_pass()
+    assert len(refused.calls) == 1 and state(ec2, instance_id) == "running"
+    row = store.node_row(node["id"])
+    assert row is not None and row["state"] == "shutting_down"
+    assert node["id"] in [n["id"] for n in store.node_rows()]  # `corral nodes` shows it, with its price
+    [told] = [e for e in store.list_events(kind="node.shutting_down") if "ec2:TerminateInstances" in e["message"]]
+    assert told["message"].startswith(f"terminating instance {instance_id} failed: ")
+    assert "tried again each pass" in told["message"]
+
+    for _ in range(2):  # tried again each pass, told once, and no orphan
+        clock.now += 10
+        loop.run_pass()
+    assert len(refused.calls) == 3 and state(ec2, instance_id) == "running"
+    assert len([e for e in store.list_events(kind="node.shutting_down") if "failed" in e["message"]]) == 1
+    assert store.list_events(kind="node.orphan") == []
+
+    clock.now += 10  # the role is fixed: the next pass terminates it
+    loop.run_pass()
+    assert state(ec2, instance_id) in ("shutting-down", "terminated")
+    row = store.node_row(node["id"])
+    assert row is not None and row["state"] == "gone"
+
+    # An orphan (an instance of this store with no node) the cloud would not terminate: said once,
+    # not "destroyed" at every pass.
+    stray = cloud.create(node_type(loop), "n-stray", "a-boot-token-of-24-chars", {"corral-store": store.store_id()})
+    inject(cloud.client, "TerminateInstances", "UnauthorizedOperation", times=2, message=denied)
+    for _ in range(3):
+        clock.now += 10
+        loop.run_pass()
+    [failed, destroyed] = [e["message"] for e in store.list_events(kind="node.orphan")]
+    assert failed.startswith(
+        f"instance {stray.id} has no live node record; terminating it failed: ec2 TerminateInstances:"
+        " UnauthorizedOperation: You are not authorized"
+    )
+    assert destroyed == f"instance {stray.id} has no live node record; destroyed"
+    assert state(ec2, stray.id) in ("shutting-down", "terminated")
+    loop.shutdown_fleet("corral stopped")
