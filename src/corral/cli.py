@@ -1239,7 +1239,8 @@ def dashboard() -> None:
 def status(as_json: JsonFlag = False) -> None:
     """The system at a glance: jobs, the longest wait, the fleet and its bill.
 
-    Also the instance types backed off after capacity errors, and the dispatchers sharing the store."""
+    Also the instance types backed off (after capacity errors, or instances that never paired), and the
+    dispatchers sharing the store."""
     report = call("GET", "/api/status")
     if as_json:
         print_json(report)

@@ -521,6 +521,7 @@ class Config(_Strict):
             (("failures", "per_instance_day_by_type", n), n, False) for n in sim.failures.per_instance_day_by_type
         ]
         named += [(("failures", "notice_by_type", n), n, False) for n in sim.failures.notice_by_type]
+        named += [(("boot_delay", "never_pairs_by_type", n), n, False) for n in sim.boot_delay.never_pairs_by_type]
         errors: list[InitErrorDetails] = []
         for path, name, star in named:
             if name not in names and not (star and name == "*"):

@@ -32,7 +32,7 @@ from corral.core import capacity, fairshare
 from corral.core.model import AttemptState, NodeState
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, plan_pass
-from corral.core.snapshot import Decisions, NodeAction, Snapshot
+from corral.core.snapshot import BootFailures, Decisions, NodeAction, Snapshot
 from corral.placement.attributes import FAILURE_RESERVED_UNTIL
 from corral.placement.placer import make_placer
 from corral.store import NotFound, Store
@@ -308,6 +308,7 @@ class ControlLoop(LiveLoop):
         # The back-off table as this pass learns it: after an insufficient-capacity error the pass's
         # other boots of that type are not tried (seed 004), as in the simulator.
         unavailable = dict(snapshot.unavailable_types)
+        self.record_boot_failures(decisions, now, unavailable)
         for boot in decisions.boots:
             if now < self._boots_paused_until:
                 break
@@ -328,6 +329,28 @@ class ControlLoop(LiveLoop):
                 self.store.mark_node(
                     decision.node_id, NodeState.GONE, f"shut down ({state_now[decision.node_id]})", self.clock()
                 )
+
+    def record_boot_failures(self, decisions: Decisions, now: float, unavailable: dict[str, float]) -> None:
+        """The core's back-offs of types whose instances did not pair within the boot grace (their
+        shutdowns follow, as node decisions), in the store and in this pass's back-off table; and the
+        rows of failed boots that a pairing ended."""
+        for name in decisions.types_paired:
+            self.store.end_boot_failures(name)
+        for backoff in decisions.type_backoffs:
+            name = backoff.instance_type
+            unavailable[name] = max(unavailable.get(name, 0.0), backoff.until)
+            row = self.store.node_row(backoff.node_id)
+            message = capacity.boot_failed_message(backoff, row["instance_id"] if row else None)
+            log.warning("%s: %s", name, message)
+            self.store.set_unavailable(
+                name,
+                backoff.until,
+                message,
+                now,
+                "type.boot_failed",
+                BootFailures(backoff.failures, now),
+                backoff.node_id,
+            )
 
     def refresh_explanations(self, decisions: Decisions, now: float) -> None:
         """Keep `corral explain` current. A waiting job's explanation changes with the fleet (its

@@ -4,6 +4,8 @@ terminates it when its boot grace runs out, so that a broken node stops costing 
 
 from __future__ import annotations
 
+import base64
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
 from corral.cloud.ec2 import Ec2Cloud
 from corral.config import Config, Ec2Config
-from corral.core.model import InstanceType
+from corral.core.model import InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.store import Store
@@ -33,13 +35,15 @@ class Clock:
         return self.now
 
 
-def make_loop(tmp_path: Path, settings: Ec2Config, cluster: str) -> tuple[ControlLoop, Ec2Cloud, Store, Clock]:
+def make_loop(
+    tmp_path: Path, settings: Ec2Config, cluster: str, **boot: object
+) -> tuple[ControlLoop, Ec2Cloud, Store, Clock]:
     config = Config.model_validate(
         {
             "home": tmp_path,
             "cloud": {"driver": "ec2", "cluster": cluster, "ec2": settings.model_dump()},
             "instance_types": TYPES,
-            "policy": {"lifecycle": {"boot_grace": "5m"}, "boot": {"max_instances": 2}},
+            "policy": {"lifecycle": {"boot_grace": "5m"}, "boot": {"max_instances": 2, **boot}},
         }
     )
     store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
@@ -93,6 +97,92 @@ def test_a_pass_boots_an_instance_for_a_queued_job_and_a_never_pairing_one_is_te
     loop.shutdown_fleet("corral stopped")
     assert cloud.list() == []
     assert all(row["state"] == "gone" for row in store.node_rows(include_gone=True))
+
+
+def boot_token(ec2: Any, instance_id: str) -> str:
+    """The boot token in an instance's user data: what its agent would pair with."""
+    raw = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]
+    found = re.search(r"CORRAL_BOOT_TOKEN=(\S+)", base64.b64decode(raw).decode())
+    assert found is not None
+    return found.group(1)
+
+
+def test_a_type_whose_instances_never_pair_is_backed_off_and_boots_pause_while_every_type_fails(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """An AMI that boots but whose agent never comes up (a broken image, a user-data or agent install
+    that fails, a security group in the way): moto runs nothing, so no instance ever pairs. Before,
+    each instance was terminated at boot_grace and the next pass booted another of the same type for
+    the same job, for ever, each billed for a whole boot grace, with no word but the node events.
+    Now the type is backed off as after a capacity error (event type.boot_failed, `corral status`),
+    the next type that fits boots, and with every type failing no boot is made until a back-off
+    ends; each failed try in a row doubles the type's back-off, and a pairing of the type ends the row."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster, capacity_backoff="10m")
+    start = clock.now
+    [job_id] = store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+
+    loop.run_pass()
+    [first] = cloud.list()
+    [first_node] = store.node_rows()
+    assert tags_of(ec2, first.id)[TAG_INSTANCE_TYPE] == "c5.large"
+
+    # Past boot_grace: terminated as before, saying why, and c5.large is backed off for
+    # capacity_backoff; the job's instance is the next type that fits, booted in the same pass.
+    clock.now = start + 5 * 60
+    loop.run_pass()
+    assert state(ec2, first.id) in ("shutting-down", "terminated")
+    shutdowns = store.list_events(node_id=first_node["id"], kind="node.shutting_down")
+    assert [e["message"] for e in shutdowns] == ["unpaired, open, boot exceeded, not idle"]
+    [event] = store.list_events(kind="type.boot_failed")
+    assert event["node_id"] == first_node["id"]
+    assert event["message"] == (
+        f"c5.large until {clock.now + 600:.0f}: instance {first.id} (node {first_node['id']}) did not pair"
+        " within boot_grace 5m; c5.large backed off for 10m"
+    )
+    [backoff] = store.backoffs_in_force(clock.now)
+    assert backoff["instance_type"] == "c5.large" and first.id in backoff["reason"]
+    [second] = cloud.list()
+    assert tags_of(ec2, second.id)[TAG_INSTANCE_TYPE] == "m5.large"
+
+    # m5.large never pairs either: both types are backed off, and no boot is made until one's
+    # back-off ends (before: one instance booted every boot_grace, for ever).
+    clock.now = start + 10 * 60
+    loop.run_pass()
+    assert cloud.list() == []
+    assert [b["instance_type"] for b in store.backoffs_in_force(clock.now)] == ["c5.large", "m5.large"]
+    clock.now = start + 14 * 60
+    report = loop.run_pass()
+    assert report.decisions.boots == [] and cloud.list() == []
+    job = store.job_row(job_id)
+    assert job["state"] == "queued" and "backed off" in job["wait_reason"]
+
+    # c5.large's back-off is over: it is tried again (its second try)...
+    clock.now = start + 15 * 60
+    loop.run_pass()
+    [third] = cloud.list()
+    assert tags_of(ec2, third.id)[TAG_INSTANCE_TYPE] == "c5.large"
+    # ... which fails too: backed off twice as long, saying so; m5.large is back and boots.
+    clock.now = start + 20 * 60
+    loop.run_pass()
+    again = [e for e in store.list_events(kind="type.boot_failed") if third.id in e["message"]]
+    assert [e["message"].split(": ", 1)[1] for e in again] == [
+        f"instance {third.id} (node {again[0]['node_id']}) did not pair within boot_grace 5m;"
+        " c5.large backed off for 20m (2 failed boots of c5.large in a row)"
+    ]
+    [fourth] = cloud.list()
+    assert tags_of(ec2, fourth.id)[TAG_INSTANCE_TYPE] == "m5.large"
+
+    # This one's agent pairs (the AMI was mended): m5.large's row of failures ends, so its next
+    # failure is a first one again (capacity_backoff, not 20m).
+    [fourth_node] = [r for r in store.node_rows() if r["instance_id"] == fourth.id]
+    assert store.pair_node(fourth_node["id"], boot_token(ec2, fourth.id), Resources(2, 4096), "ip-10-0-0-9", clock())
+    clock.now += 1
+    report = loop.run_pass()
+    assert report.decisions.types_paired == ["m5.large"]
+    assert store.load_snapshot("d-test", [], 0.0).boot_failures.keys() == {"c5.large"}
+
+    loop.shutdown_fleet("corral stopped")
+    assert cloud.list() == []
 
 
 def test_an_insufficient_capacity_error_backs_the_type_off_and_another_type_is_booted(

@@ -35,7 +35,8 @@ def test_an_empty_fleet_is_booted_up_to_its_floor_with_the_cheapest_type() -> No
 
 
 def test_nodes_booting_and_boots_for_jobs_count_toward_the_floor() -> None:
-    on_its_way = Node("n1", SMALL.name, SMALL.capacity, SMALL.price_per_hour, NodeState.BOOTING, 0, 1, NOW, NOW)
+    # (within its boot grace: one past it did not pair, and backs its type off)
+    on_its_way = Node("n1", SMALL.name, SMALL.capacity, SMALL.price_per_hour, NodeState.BOOTING, NOW - 60)
     assert booted(Snapshot([], [], [on_its_way], TYPES), policy(2)) == ["small"]
     big = Job(1, ["x"], Resources(16, 8 * GiB), submitted_at=NOW)
     assert booted(Snapshot([big], [], [], TYPES), policy(2)) == ["large", "small"]

@@ -102,10 +102,12 @@ def test_a_node_that_booted_while_corral_was_down_gets_its_boot_grace_from_the_r
     decisions = plan_pass(snap, restarted_at + 1, settings())
     assert decisions.node_decisions == [] and decisions.boots == []
     assert "waiting for an instance to boot (n1)" in decisions.annotations[0].wait_reason
-    # Still silent a full boot grace after the restart: shut down, and a new one booted.
+    # Still silent a full boot grace after the restart: shut down, its type backed off, and the
+    # next type that fits booted.
     later = plan_pass(dataclasses.replace(snap, index=None), restarted_at + grace + 1, settings())
     assert [(d.node_id, d.action) for d in later.node_decisions] == [("n1", NodeAction.START_SHUTDOWN)]
-    assert [b.instance_type for b in later.boots] == ["small"]
+    assert [(b.instance_type, b.node_id) for b in later.type_backoffs] == [("small", "n1")]
+    assert [b.instance_type for b in later.boots] == ["large"]
 
 
 def test_a_job_larger_than_every_type_is_unplaceable_with_the_reason() -> None:

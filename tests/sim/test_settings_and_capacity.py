@@ -90,6 +90,10 @@ OR_STAR = "; or '*' for every type)"
             '[sim.failures.per_instance_day_by_type]\n"m5.large" = 1\n"m5.lage" = 2\n',
             f"  sim.failures.per_instance_day_by_type.m5.lage: 'm5.lage' is not in instance_types {KNOWN})",
         ),
+        (
+            '[sim.boot_delay.never_pairs_by_type]\n"c5.larg" = 1\n',
+            f"  sim.boot_delay.never_pairs_by_type.c5.larg: 'c5.larg' is not in instance_types {KNOWN})",
+        ),
     ],
 )
 def test_an_unknown_instance_type_in_sim_is_named_when_the_config_is_read(

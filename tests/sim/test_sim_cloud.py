@@ -119,3 +119,22 @@ def test_a_rate_for_one_type_leaves_the_failure_times_of_the_others_as_they_were
     base = hourly_lifetimes(per_instance_day=2)
     assert base == hourly_lifetimes(per_instance_day=2, per_instance_day_by_type={"small": 50})
     assert base != hourly_lifetimes(per_instance_day=3)
+
+
+def test_a_type_whose_instances_never_pair_and_the_others_boot_as_they_did() -> None:
+    """never_pairs_by_type: a broken AMI for one type. Its draws come from a stream of its own, so
+    the other types' boot delays are those of a run without it."""
+
+    def readies(**boot_delay: object) -> list[tuple[str, float | None]]:
+        driver, _ = cloud(boot_delay=boot_delay)
+        created = [driver.create(t, f"n-{i}", "t", {}) for i in range(20) for t in (SMALL, HOURLY)]
+        return [(c.instance_type, driver.ready_at(c.id)) for c in created]
+
+    base = readies()
+    broken = readies(never_pairs_by_type={"small": 1.0})
+    assert all(ready is None for name, ready in broken if name == "small")
+    assert [r for r in broken if r[0] == "hourly"] == [r for r in base if r[0] == "hourly"]
+    # A fraction below 1: some pair, some never do; the type's own rate beats the global one.
+    some = readies(never_pairs=1.0, never_pairs_by_type={"small": 0.5})
+    assert 0 < sum(ready is None for name, ready in some if name == "small") < 20
+    assert all(ready is None for name, ready in some if name == "hourly")

@@ -231,7 +231,13 @@ def test_dispatchers_recording_the_same_unavailable_type_at_once_all_succeed(
     for call in calls:
         call.result(RESULT_TIMEOUT)
     assert all_rows(store, "unavailable_types") == [
-        {"instance_type": "big", "until": NOW + 900, "reason": f"no capacity ({NOW + 900:.0f})"}
+        {
+            "instance_type": "big",
+            "until": NOW + 900,
+            "reason": f"no capacity ({NOW + 900:.0f})",
+            "boot_failures": 0,
+            "boot_failed_at": None,
+        }
     ]
     assert len(store.list_events(kind="capacity.unavailable")) == len(untils)
 

@@ -3,8 +3,9 @@
 Instances boot after a delay drawn from the configured distribution, are billed per instance
 type (price, granularity, minimum), and fail as configured: insufficient-capacity periods per type
 (a schedule, or at random) make `create` raise the same `InsufficientCapacity` the EC2 driver
-raises, and instances fail at random or on a schedule. It decides nothing: what to do about a
-failure is the core's business, exactly as with a real cloud.
+raises, instances fail at random or on a schedule, and a fraction of them (overall, or per type:
+a broken image) never pair. It decides nothing: what to do about a failure is the core's
+business, exactly as with a real cloud.
 
 Every random draw comes from a stream seeded by the simulation seed and the purpose (and instance
 type), so a run is reproducible and one setting does not shift another's draws.
@@ -107,6 +108,10 @@ class SimCloud:
             name: (random.Random(f"{seed}:failure:{name}"), settings.failures.rate_per_day(name) / DAY)
             for name in self.types
         }
+        # A stream per type named in boot_delay.never_pairs_by_type: its draws shift no boot delay.
+        self._never_pairs_rngs = {
+            name: random.Random(f"{seed}:never-pairs:{name}") for name in settings.boot_delay.never_pairs_by_type
+        }
         self._next_id = 0
 
     # ---- the CloudDriver protocol --------------------------------------------------------------
@@ -124,8 +129,7 @@ class SimCloud:
         instance = CloudInstance(instance_id, name, all_tags, created_at=now, state="pending")
         ready_at: float | None = now + self._boot_delay()
         fails_at = now + self.failure_delay(name)
-        never = self.settings.boot_delay.never_pairs
-        if never > 0 and self._boot_rng.random() < never:
+        if self._never_pairs(name):
             ready_at = None
         elif ready_at is not None and fails_at <= ready_at:
             ready_at = None  # it broke before its agent came up
@@ -175,6 +179,15 @@ class SimCloud:
         """`count` of the given instance ids, drawn from the failure stream (for scheduled failures)."""
         ordered = sorted(candidates)
         return self._fail_rng.sample(ordered, min(count, len(ordered)))
+
+    def _never_pairs(self, name: str) -> bool:
+        """Whether an instance of the type booted now never pairs (its agent never comes up)."""
+        spec = self.settings.boot_delay
+        rng = self._never_pairs_rngs.get(name)
+        if rng is None:
+            return spec.never_pairs > 0 and self._boot_rng.random() < spec.never_pairs
+        fraction = spec.never_pairs_by_type[name]
+        return fraction >= 1 or (fraction > 0 and rng.random() < fraction)
 
     def _boot_delay(self) -> float:
         spec = self.settings.boot_delay

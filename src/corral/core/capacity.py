@@ -5,11 +5,19 @@ the same error (the seed's Slurm plugin learnt this the slow way, node by node).
 back-off: the boot planner skips it until `unavailable_until`, and picks the next cheapest type
 that fits; after the back-off the type is tried again. Both shells record the error through these
 functions, so the live loop and the simulator back off identically.
+
+A type whose instance did not pair within the boot grace is backed off the same way, by the
+reconcile pass itself (`boot_failed`, below).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
+from corral.core.model import Node
+from corral.core.retry import format_seconds
 from corral.core.settings import BootSettings
+from corral.core.snapshot import BootFailures, TypeBackoff
 
 
 def unavailable_until(now: float, settings: BootSettings) -> float:
@@ -30,3 +38,83 @@ def record_insufficient_capacity(
     until = max(unavailable.get(instance_type, 0.0), unavailable_until(now, settings))
     unavailable[instance_type] = until
     return until
+
+
+# ---- instances that never pair ------------------------------------------------------------------
+#
+# An instance that does not pair within `lifecycle.boot_grace` (a broken image, an agent install
+# that fails, a security group that blocks the agent) is shut down by the lifecycle matrix (seed
+# 000: unpaired, boot exceeded). Booting another of the same type for the same job would fail the
+# same way, billed for a whole boot grace each time, for ever. So the type is backed off as after an
+# insufficient-capacity error: the planner boots the next type that fits, and with every type
+# failing, boots pause until a back-off ends. A broken image does not mend itself, so each failed
+# try of the type in a row doubles its back-off (capacity_backoff, 2x, 4x, ... up to
+# boot_failure_backoff_max); a pairing of the type ends the row, so a type that fails now and then
+# (one slow boot) is back at capacity_backoff at its next failure.
+
+
+def boot_failure_backoff(failures: int, settings: BootSettings) -> float:
+    """How long a type is backed off at its `failures`-th failed boot in a row."""
+    base = settings.capacity_backoff
+    most = max(base, settings.boot_failure_backoff_max)
+    return min(most, base * 2.0 ** min(max(failures - 1, 0), 64))
+
+
+def boot_failed(
+    failed: Iterable[Node],
+    rows: Mapping[str, BootFailures],
+    unavailable: Mapping[str, float],
+    now: float,
+    settings: BootSettings,
+    boot_grace: float,
+) -> list[TypeBackoff]:
+    """The back-offs of the types of `failed`, instances this pass shuts down because they did
+    not pair within `boot_grace`, given each type's row of failed boots so far (`rows`) and the
+    back-offs in force (`unavailable`, never shortened).
+
+    A row counts tries, not instances: an instance booted before its type's last failure was
+    booted before anyone knew, as part of the try that failed then (several booted for a queue in
+    one pass fail together), and leaves the row as it is; only one booted after it is a new try."""
+    rows_now: dict[str, BootFailures] = {}
+    ends: dict[str, float] = {}
+    backoffs: list[TypeBackoff] = []
+    for node in failed:
+        name = node.instance_type
+        row = rows_now.get(name) or rows.get(name)
+        if row is None or row.count <= 0:
+            count = 1
+        elif node.created_at >= row.last_at:
+            count = row.count + 1
+        else:
+            count = row.count
+        rows_now[name] = BootFailures(count, now)
+        until = max(ends.get(name, unavailable.get(name, 0.0)), now + boot_failure_backoff(count, settings))
+        ends[name] = until
+        in_a_row = f" ({count} failed boots of {name} in a row)" if count > 1 else ""
+        reason = (
+            f"did not pair within boot_grace {format_seconds(boot_grace)}; {name} backed off for"
+            f" {format_seconds(until - now)}{in_a_row}"
+        )
+        backoffs.append(TypeBackoff(name, until, count, node.id, reason))
+    return backoffs
+
+
+def paired_again(rows: Mapping[str, BootFailures], paired: Iterable[Node]) -> list[str]:
+    """The types whose row of failed boots ends: an instance of theirs paired at or after the row's
+    last failure (`paired`: nodes that may have paired since; a node is idle when it pairs). The
+    back-off in force runs its course: the row's end only makes the next failure a first one."""
+    ended: list[str] = []
+    for node in paired:
+        name = node.instance_type
+        row = rows.get(name)
+        if row is None or row.count <= 0 or name in ended:
+            continue
+        if node.paired_at is not None and node.paired_at >= row.last_at:
+            ended.append(name)
+    return ended
+
+
+def boot_failed_message(backoff: TypeBackoff, instance_id: str | None) -> str:
+    """The event's words (`type.boot_failed`): which instance, and what became of its type."""
+    instance = f"instance {instance_id} (node {backoff.node_id})" if instance_id else f"node {backoff.node_id}"
+    return f"{instance} {backoff.reason}"

@@ -46,6 +46,8 @@ EVENT_KINDS: dict[str, str] = {
     "capacity.unavailable": "an instance type is backed off after a capacity or quota error",
     "type.image_unusable": "an instance type's AMI cannot boot: the type is backed off",
     "type.unusable": "the cloud refuses an instance type as configured (an unknown name): the type is backed off",
+    "type.boot_failed": "an instance did not pair within boot_grace (a broken image, agent or network): its type is"
+    " backed off, longer at each failure in a row",
     "cloud.foreign": "an instance of this cloud.cluster booted by another corral store, left alone",
     "dispatcher.registered": "a dispatcher started on the store",
     "dispatcher.restarted": "a dispatcher restarted with the same data directory",

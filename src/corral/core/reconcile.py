@@ -17,6 +17,8 @@ Order of a pass:
    (TIMEOUT, not retried; a run older than the observer only once `ping_stale` has passed);
    queued jobs whose dependency can never be satisfied are cancelled
    (policy.dispatch.kill_invalid_depend), and those whose dependency does not hold yet wait;
+   instances that did not pair within the boot grace back their types off (seed 004's capacity
+   back-off, corral.core.capacity.boot_failed), for this pass's placement and boots too;
 5. queued jobs are placed on running nodes (held jobs, jobs waiting for a dependency, and tasks
    of a job array beyond its throttle, `corral.core.job_array`, are not: they are left out of the
    queue, so no instance is booted for them either);
@@ -34,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import admission, dependency, drain, lifecycle, retry
+from corral.core import admission, capacity, dependency, drain, lifecycle, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.limits import LiveFleet
@@ -250,6 +252,35 @@ def plan_pass(
         working, unworked = work.keys(), index.unworked
         idle_working, busy_unworked = index.idle_working.keys(), index.busy_unworked.keys()
 
+    # Instances that did not pair within the boot grace: the lifecycle matrix shuts them down in
+    # step 7 (unpaired, boot exceeded), and their types are backed off from this pass on, as after
+    # an insufficient-capacity error (corral.core.capacity.boot_failed): the planner boots the next
+    # type that fits, not the same broken one again, and with every type failing boots nothing
+    # until a back-off ends. A pairing of a type ends its row of failures first.
+    unavailable = snapshot.unavailable_types
+    rows = snapshot.boot_failures
+    if rows and idle_nodes:
+        ended_rows = capacity.paired_again(rows, index.in_node_order(idle_nodes.values()))
+        if ended_rows:
+            decisions.types_paired.extend(ended_rows)
+            rows = {name: row for name, row in rows.items() if name not in ended_rows}
+    if by_state[NodeState.BOOTING]:
+        exceeded = lifecycle.BootGrace.BOOT_EXCEEDED
+        failed_boots = [
+            n
+            for n in index.in_node_order(by_state[NodeState.BOOTING].values())
+            if lifecycle.boot_grace(n, now, lifecycle_settings, observing) is exceeded
+            and n.id not in index.leaving  # shut down for an operator's reason, not a failed boot
+            and lifecycle.decide(lifecycle.state_tuple(n, now, lifecycle_settings, observing, False))
+            is NodeAction.START_SHUTDOWN
+        ]
+        if failed_boots:
+            backoffs = capacity.boot_failed(
+                failed_boots, rows, unavailable, now, settings.boot, lifecycle_settings.boot_grace
+            )
+            decisions.type_backoffs.extend(backoffs)
+            unavailable = {**unavailable, **{b.instance_type: b.until for b in backoffs}}
+
     # 5. Placement, in queue order.
     # Queued, not eligible yet: only a job with a requested start or a back-off can be (the
     # others' Job.eligible_at() is 0), so only those are asked.
@@ -261,6 +292,8 @@ def plan_pass(
     )
     queue = admission.in_order(index, snapshot, settings, now)
     seen = dataclasses.replace(snapshot, attempts=holding, ending=ending) if freeing else snapshot
+    if unavailable is not snapshot.unavailable_types:
+        seen = dataclasses.replace(seen, unavailable_types=unavailable)  # the placer's offers too
     if ended or not_yet or blocked:
         left_out = ended.union(job.id for job in not_yet).union(blocked)
         queue = [job for job in queue if job.id not in left_out]
@@ -365,7 +398,7 @@ def plan_pass(
         booting,
         snapshot.instance_types,
         live,
-        snapshot.unavailable_types,
+        unavailable,
         now,
         settings.boot,
         gate_settings(settings.placement),
@@ -383,7 +416,7 @@ def plan_pass(
             live + len(plan.boots),
             lifecycle_settings.min_instances,
             snapshot.instance_types,
-            snapshot.unavailable_types,
+            unavailable,
             now,
             settings.boot,
             fleet,

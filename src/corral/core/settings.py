@@ -98,6 +98,12 @@ class BootSettings(_Strict):
     capacity_backoff: Duration = Field(
         300.0, description="after an insufficient-capacity error, how long that instance type is not tried"
     )
+    boot_failure_backoff_max: Duration = Field(
+        3600.0,
+        description="an instance that did not pair within lifecycle.boot_grace backs its type off for"
+        " capacity_backoff, doubled with each such failure of the type in a row (a pairing of the type ends the"
+        " row), up to this (at least capacity_backoff)",
+    )
     max_vcpus: Float | None = Field(
         None,
         gt=0,

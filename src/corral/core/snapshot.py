@@ -45,6 +45,19 @@ class Snapshot:
     # Each user's decayed usage as of the last fair-share calc time (corral.core.fairshare), which
     # queue.order = "fairshare" and "multifactor" read; empty under the other orders.
     fairshare_usage: Mapping[str, float] = field(default_factory=dict)
+    # Instance types whose instances did not pair within the boot grace, try after try with no
+    # pairing of the type since (corral.core.capacity.boot_failed): how many tries, and when the
+    # last failed. The back-off each one set is in `unavailable_types`.
+    boot_failures: Mapping[str, BootFailures] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BootFailures:
+    """An instance type's failed boots in a row: `count` tries whose instances did not pair within
+    the boot grace, the last at `last_at`. A pairing of the type ends the row."""
+
+    count: int
+    last_at: float
 
 
 class NodeAction(StrEnum):
@@ -121,6 +134,22 @@ class JobOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class TypeBackoff:
+    """An instance of `instance_type` (node `node_id`) did not pair within the boot grace (a broken
+    image, an agent install that fails, a security group in the way): besides its shutdown, the
+    type is backed off until `until`, as after an insufficient-capacity error (seed 004), its
+    `failures`-th failed try in a row. The shell records it in its back-off table (the store's, the
+    simulator's) with the row (`BootFailures(failures, now)`), and as an event `type.boot_failed`
+    saying `reason`."""
+
+    instance_type: str
+    until: float
+    failures: int
+    node_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Annotation:
     """Seed 001's annotation: why a job waits ("no instance type has 40 GiB RAM")."""
 
@@ -163,6 +192,10 @@ class Decisions:
     job_outcomes: list[JobOutcome] = field(default_factory=list)
     annotations: list[Annotation] = field(default_factory=list)
     node_reservations: list[NodeReserve] = field(default_factory=list)
+    type_backoffs: list[TypeBackoff] = field(default_factory=list)
+    # Instance types whose row of failed boots a pairing ended: the shell forgets the row (the
+    # back-off in force runs its course).
+    types_paired: list[str] = field(default_factory=list)
     explanations: dict[int, dict[str, Any]] = field(default_factory=dict)
     revisit: bool = False  # the placer's (PlacementResult.revisit)
     revisit_from: float = math.inf  # the placer's (PlacementResult.revisit_from)
@@ -176,4 +209,6 @@ class Decisions:
             or self.job_outcomes
             or self.annotations
             or self.node_reservations
+            or self.type_backoffs
+            or self.types_paired
         )

@@ -39,7 +39,7 @@ from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, idle_nodes_can_drain, next_time_limit_end, plan_pass
 from corral.core.settings import PolicySettings
-from corral.core.snapshot import Decisions, JobOutcome, NodeAction, PlacementResult, Snapshot
+from corral.core.snapshot import BootFailures, Decisions, JobOutcome, NodeAction, PlacementResult, Snapshot
 from corral.placement.attributes import FAILURE_RESERVED_UNTIL
 from corral.placement.placer import make_placer
 from corral.sim.settings import ScheduledFailure
@@ -94,6 +94,7 @@ class Counters:
     shutdowns: int = 0
     drains: int = 0
     capacity_errors: int = 0
+    boot_failures: int = 0  # instances that did not pair within the boot grace (their types backed off)
     boots_skipped_in_backoff: int = 0
     node_failures: int = 0
     requeues: int = 0
@@ -167,6 +168,7 @@ class Simulation:
         self.away: dict[str, Node] = {}  # a fixed fleet's failed nodes, down until repaired
         self.instance_of: dict[str, str] = {}
         self.unavailable: dict[str, float] = {}
+        self.boot_failures: dict[str, BootFailures] = {}  # each type's failed boots in a row (the core's)
         # Attempts whose node broke, and when: their exit is never reported, and they did no work
         # from then (though the core learns of it only when the node's silence goes stale).
         self.doomed: dict[int, float] = {}
@@ -362,6 +364,7 @@ class Simulation:
             instance_types=self.types,
             dispatcher_id=DISPATCHER,
             unavailable_types=self.unavailable,
+            boot_failures=self.boot_failures,
             observing_since=self.start_time,
             away=list(self.away.values()),
             finished=dict(self.finished),
@@ -474,6 +477,7 @@ class Simulation:
             instance_types=self.types,
             dispatcher_id=DISPATCHER,
             unavailable_types=self.unavailable,
+            boot_failures=dict(self.boot_failures) if leaves else self.boot_failures,
             observing_since=self.start_time,
             index=self.index,
             away=list(self.away.values()) if self.away else (),
@@ -536,6 +540,16 @@ class Simulation:
                 self._wake(held.until, W_RESERVED, held.node_id)
         for placement in decisions.placements:
             self._place(placement.job_id, placement.node_ids, now)
+        # Types backed off after instances that did not pair (the core's decision, recorded as the
+        # live loop records it: a pairing's end of a row first, then the new rows).
+        for name in decisions.types_paired:
+            self.boot_failures.pop(name, None)
+        for backoff in decisions.type_backoffs:
+            name = backoff.instance_type
+            self.unavailable[name] = max(self.unavailable.get(name, 0.0), backoff.until)
+            self.boot_failures[name] = BootFailures(backoff.failures, now)
+            self.counters.boot_failures += 1
+            self._wake(backoff.until, W_CAPACITY, name)
         jobs = self.jobs
         for note in decisions.annotations:
             job = jobs.get(note.job_id)

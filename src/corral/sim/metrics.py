@@ -70,6 +70,7 @@ class SimResult:
     horizon_reached: bool = False  # stopped at sim.horizon with work left
     timed_out: int = 0  # of the failed, those the core ended past their time limit (TIMEOUT)
     gangs: int = 0  # jobs no one node of the run's types holds, run as gangs of several
+    boot_failures: int = 0  # instances that did not pair within the boot grace (their types backed off)
     # Why the jobs that never finished did not: the core's wait reason of each still queued
     # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts, the
     # most common first.
@@ -156,6 +157,7 @@ class SimResult:
             "boots": self.boots,
             "shutdowns": self.shutdowns,
             "capacity_errors": self.capacity_errors,
+            "boot_failures": self.boot_failures,
             "node_failures": self.node_failures,
             "interruption_notices": self.notices,
             "requeues": self.requeues,
@@ -280,6 +282,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         horizon_reached=sim.stopped_early,
         timed_out=counters.timeouts,
         gangs=sim.gangs,
+        boot_failures=counters.boot_failures,
         unfinished_reasons=dict(sorted(unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))),
         outside_run=outside_run(sim),
         waits=waits,

@@ -30,6 +30,16 @@ class BootDelaySettings(_Strict):
     high: Duration = Field(180.0, description="uniform: longest delay")
     sigma: Float = Field(0.35, ge=0, description="lognormal: shape (standard deviation of the log)")
     never_pairs: Float = Field(0.0, ge=0, le=1, description="fraction of instances whose agent never pairs")
+    never_pairs_by_type: dict[str, Annotated[Float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict,
+        description=(
+            "{name from instance_types = fraction}: that type's fraction instead of never_pairs (1: a type whose "
+            "instances never pair, as with a broken AMI or an agent install that fails)"
+        ),
+    )
+
+    def never_pairs_of(self, instance_type: str) -> float:
+        return self.never_pairs_by_type.get(instance_type, self.never_pairs)
 
     @model_validator(mode="after")
     def _ordered(self) -> BootDelaySettings:

@@ -35,6 +35,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("boots", "boots", "{:,}"),
     ("shutdowns", "shutdowns", "{:,}"),
     ("capacity errors", "capacity_errors", "{:,}"),
+    ("boots that never paired", "boot_failures", "{:,}"),
     ("node failures", "node_failures", "{:,}"),
     ("of them given notice", "interruption_notices", "{:,}"),
     ("requeues", "requeues", "{:,}"),

@@ -168,6 +168,10 @@ unavailable_types = Table(
     Column("instance_type", String(64), primary_key=True),
     Column("until", Float, nullable=False),
     Column("reason", Text, nullable=False, default=""),
+    # The type's failed boots in a row (instances that did not pair within the boot grace) and when
+    # the last was: its next failure's back-off grows from them (corral.core.capacity; 0013).
+    Column("boot_failures", Integer, nullable=False, default=0, server_default="0"),
+    Column("boot_failed_at", Float),
 )
 
 # Facts about the store itself; `store_id`: a random id made when first asked for, which tags the

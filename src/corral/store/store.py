@@ -75,7 +75,7 @@ from corral.core.model import (
     Resources,
     check_job_transition,
 )
-from corral.core.snapshot import Annotation, JobOutcome, Snapshot
+from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
 from corral.jobspec import JobRequest, describe_validation_errors
 from corral.store import schema
 from corral.store.schema import attempts as A
@@ -1551,11 +1551,20 @@ class Store:
             self._event(conn, now, "dispatcher.stopped", f"{dispatcher_id} on {row.host} pid {row.pid}: {what}")
 
     def set_unavailable(
-        self, instance_type: str, until: float, reason: str, now: float, event_kind: str = "capacity.unavailable"
+        self,
+        instance_type: str,
+        until: float,
+        reason: str,
+        now: float,
+        event_kind: str = "capacity.unavailable",
+        boot_failures: BootFailures | None = None,
+        node_id: str | None = None,
     ) -> None:
         """Do not try `instance_type` before `until`. A back-off already recorded that lasts longer
         is kept, with its reason: a second insufficient-capacity error never shortens a back-off.
-        The error is recorded as an event (`event_kind`) either way.
+        The error is recorded as an event (`event_kind`, about `node_id` if given) either way.
+        `boot_failures`: the type's row of failed boots as it stands now (a boot that did not
+        pair), recorded whatever back-off stays.
 
         One upsert, so dispatchers recording the same type at the same time never collide on the
         primary key."""
@@ -1575,7 +1584,22 @@ class Store:
                 # write lock), so this is the back-off in force.
                 longer = conn.execute(select(table.c.until).where(table.c.instance_type == instance_type)).scalar_one()
                 message += f" (the back-off until {longer:.0f} stays)"
-            self._event(conn, now, event_kind, message)
+            if boot_failures is not None:
+                conn.execute(
+                    update(table)
+                    .where(table.c.instance_type == instance_type)
+                    .values(boot_failures=boot_failures.count, boot_failed_at=boot_failures.last_at)
+                )
+            self._event(conn, now, event_kind, message, node_id=node_id)
+
+    def end_boot_failures(self, instance_type: str) -> None:
+        """An instance of the type paired: its row of failed boots ends (its back-off in force, if
+        any, runs its course)."""
+        table = schema.unavailable_types
+        with self.write() as conn:
+            conn.execute(
+                update(table).where(table.c.instance_type == instance_type).values(boot_failures=0, boot_failed_at=None)
+            )
 
     # ---- the snapshot -------------------------------------------------------------------------
 
@@ -1599,6 +1623,11 @@ class Store:
             dispatcher_id=dispatcher_id,
             dispatchers=[Dispatcher(r.id, r.last_heartbeat) for r in dispatcher_rows],
             unavailable_types={r.instance_type: r.until for r in unavailable_rows},
+            boot_failures={
+                r.instance_type: BootFailures(r.boot_failures, r.boot_failed_at or 0.0)
+                for r in unavailable_rows
+                if r.boot_failures > 0
+            },
             observing_since=observing_since,
             finished=finished,
         )
@@ -1751,7 +1780,8 @@ class Store:
         """The instance types not tried before `until` (capacity or quota errors), soonest first."""
         table = schema.unavailable_types
         with self.read() as conn:
-            rows = conn.execute(select(table).where(table.c.until > now).order_by(table.c.until)).all()
+            columns = (table.c.instance_type, table.c.until, table.c.reason)
+            rows = conn.execute(select(*columns).where(table.c.until > now).order_by(table.c.until)).all()
         return [dict(r._mapping) for r in rows]
 
     def usage_spans(self, since: float, until: float) -> tuple[list[NodeSpan], list[AttemptSpan]]:
