@@ -8,7 +8,14 @@ would double its cost), and the podman image the container tests make.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from corral.store import Store
 
 GROUPS = {
     "tests/slurm/": "slurm",
@@ -23,3 +30,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for prefix, group in GROUPS.items():
             if path.startswith(prefix):
                 item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    """A corral server's app on a port of its own (tests.support.served_app): its URL and its store."""
+    from tests.support import served_app  # the server app: only for the tests that ask for it
+
+    with served_app(tmp_path) as app:
+        yield app

@@ -4,27 +4,16 @@ the pure pass then retires it as soon as it is empty, saying why."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
 
 from corral.core.model import Attempt, AttemptState, GiB, InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import Snapshot
 from corral.store import Store
-from tests.support import served_app
 
 SMALL = InstanceType("small", 2, 4 * GiB, 0.10)
 NOTICE = {"action": "terminate", "time": "2026-11-26T06:30:00Z"}
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    with served_app(tmp_path) as served:
-        yield served
 
 
 def test_the_server_drains_a_node_the_cloud_takes_back_once(served: tuple[str, Store]) -> None:

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.server.cli import corral, corral_json
-from tests.support import served_app
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    with served_app(tmp_path) as served:
-        yield served
 
 
 def test_a_job_listing_cut_at_its_limit_says_so(served: tuple[str, Store]) -> None:
