@@ -45,7 +45,8 @@ def test_status_shows_jobs_the_longest_wait_the_fleet_bill_back_offs_and_dispatc
 
     text = corral.cli("status").stdout
     assert "3 queued, 1 running, 1 held" in text
-    assert f"{len(live)} nodes, {2 * len(live)} vcpus, ${sum(live.values()):.3f}/hour" in text
+    nodes = "1 node" if len(live) == 1 else f"{len(live)} nodes"
+    assert f"{nodes}, {2 * len(live)} vcpus, ${sum(live.values()):.3f}/hour" in text
     assert "medium for 9m" in text and "InsufficientInstanceCapacity" in text
     assert f"pid {dispatcher['pid']}" in text
     assert f"{report['store_id']} (its instances' corral-store tag)" in text
