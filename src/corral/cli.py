@@ -49,6 +49,10 @@ config_app = typer.Typer(help="Check and show configuration.", no_args_is_help=T
 app.add_typer(config_app, name="config")
 notify_app = typer.Typer(help="The notifier: its rules and where it is in the event log.", no_args_is_help=True)
 app.add_typer(notify_app, name="notify")
+backoff_app = typer.Typer(
+    help="Instance types backed off (`corral status` lists them): end a back-off.", no_args_is_help=True
+)
+app.add_typer(backoff_app, name="backoff")
 # Piped output (scripts, CI logs) is not cut to 80 columns. No markup: what is printed holds what
 # users wrote (job names, commands, events), which must show as written, and a name like '[/b]'
 # would be an error in markup; styles are given as Text.
@@ -1239,8 +1243,8 @@ def dashboard() -> None:
 def status(as_json: JsonFlag = False) -> None:
     """The system at a glance: jobs, the longest wait, the fleet and its bill.
 
-    Also the instance types backed off (after capacity errors, or instances that never paired), and the
-    dispatchers sharing the store."""
+    Also the instance types backed off (after capacity errors, or instances that never paired; `corral
+    backoff clear` ends a back-off), and the dispatchers sharing the store."""
     report = call("GET", "/api/status")
     if as_json:
         print_json(report)
@@ -1274,6 +1278,8 @@ def status(as_json: JsonFlag = False) -> None:
         grid.add_row(
             "backed off", f"{backoff['instance_type']} for {ago(backoff['until'] - now)} more: {backoff['reason']}"
         )
+    if report["backoffs"]:
+        grid.add_row("", "fixed what failed it? `corral backoff clear TYPE` tries it again now")
     if report["failing_checks"]:
         kept = report["failing_checks_in_service"]
         failing = report["failing_checks"]
@@ -1573,6 +1579,38 @@ def events(
             # A misspelt kind would read as "nothing happened" (a kind may also just not have happened yet).
             recorded = ", ".join(kinds) or "none yet"
             err.print(escape(f"no event of a kind starting {kind!r} was recorded; the kinds recorded: {recorded}"))
+
+
+@backoff_app.command("clear")
+def backoff_clear(
+    instance_types: Annotated[
+        list[str] | None, typer.Argument(help="Instance types (their names in the config).")
+    ] = None,
+    all_types: Annotated[bool, typer.Option("--all", help="Every instance type backed off.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """End the back-off of instance types, and forget their failed boots in a row: after fixing what
+    failed them (the AMI, a quota, a security group), try them again now rather than when the
+    back-off ends (Slurm's `scontrol update nodename=... state=resume`).
+
+    A pass is woken at once, so a job waiting for the type can boot it now. An event
+    `type.backoff_cleared` records each. A type that is not backed off, or not in the config, is
+    refused, naming it, and nothing is changed. `corral status` lists the back-offs in force."""
+    if all_types and instance_types:
+        fail("give instance types or --all, not both")
+    if not all_types and not instance_types:
+        fail("name the instance types whose back-off ends, or give --all")
+    body: dict[str, Any] = {"all": True} if all_types else {"instance_types": instance_types}
+    result = call("POST", "/api/backoffs/clear", json=body)
+    if as_json:
+        print_json(result)
+        return
+    if not result["cleared"]:
+        sys.stdout.write("no instance type was backed off\n")
+    for backoff in result["cleared"]:
+        failures = backoff["boot_failures"]
+        row = f"; {counted(failures, 'failed boot')} in a row forgotten" if failures else ""
+        sys.stdout.write(f"{backoff['instance_type']}: back-off cleared (was until {when(backoff['until'])}{row})\n")
 
 
 @notify_app.command("skip")

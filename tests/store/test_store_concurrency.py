@@ -21,7 +21,7 @@ from corral.core import retry
 from corral.core.model import AttemptState, JobState
 from corral.core.settings import RetrySettings
 from corral.core.snapshot import Annotation
-from corral.store import JobFilter, Store
+from corral.store import JobFilter, NotBackedOff, Store
 
 from .conftest import pg_schema, require_postgresql
 from .storekit import (
@@ -343,3 +343,28 @@ def test_a_pass_and_a_cli_call_writing_the_same_jobs_both_succeed(
     rows = [store.job_row(first), store.job_row(second)]
     assert [pass_shows(row) for row in rows] == [True, True], rows
     assert [cli_shows(row) for row in rows] == [True, True], rows
+
+
+def test_two_operators_clearing_the_same_back_off_at_once_one_clears_it_the_other_is_told(
+    store: Store, pool: ThreadPoolExecutor
+) -> None:
+    """Both read the back-off in force, locked, behind another writer's uncommitted row: the first
+    ends it, the second then finds it gone and is told so (one event, not two)."""
+    store.set_unavailable("big", NOW + 2400, "did not pair", NOW)
+
+    with SideTransaction(store) as side:
+        side.execute("UPDATE unavailable_types SET reason = reason WHERE instance_type = 'big'")
+        clears = [
+            run_blocked(pool, store, partial(store.clear_backoffs, ["big"], NOW + 60), waiting=i + 1) for i in range(2)
+        ]
+        side.commit()
+
+    outcomes: list[list[str] | str] = []
+    for clear in clears:
+        try:
+            outcomes.append([c.instance_type for c in clear.result(RESULT_TIMEOUT)])
+        except NotBackedOff as exc:
+            outcomes.append(str(exc))
+    assert sorted(outcomes, key=str) == [["big"], "big is not backed off (no instance type is backed off now)"]
+    assert len(store.list_events(kind="type.backoff_cleared")) == 1
+    assert all_rows(store, "unavailable_types") == []

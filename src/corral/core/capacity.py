@@ -118,3 +118,15 @@ def boot_failed_message(backoff: TypeBackoff, instance_id: str | None) -> str:
     """The event's words (`type.boot_failed`): which instance, and what became of its type."""
     instance = f"instance {instance_id} (node {backoff.node_id})" if instance_id else f"node {backoff.node_id}"
     return f"{instance} {backoff.reason}"
+
+
+# ---- an operator's "try again now" --------------------------------------------------------------
+
+
+def backoff_cleared_message(instance_type: str, until: float, boot_failures: int, now: float) -> str:
+    """The event's words (`type.backoff_cleared`): which type, and what back-off was ended."""
+    left = format_seconds(max(0, round(until - now)))
+    row = ""
+    if boot_failures > 0:
+        row = f"; {boot_failures} failed boot{'' if boot_failures == 1 else 's'} in a row"
+    return f"{instance_type}: back-off cleared by an operator (was until {until:.0f}, {left} more{row})"

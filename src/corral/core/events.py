@@ -48,6 +48,7 @@ EVENT_KINDS: dict[str, str] = {
     "type.unusable": "the cloud refuses an instance type as configured (an unknown name): the type is backed off",
     "type.boot_failed": "an instance did not pair within boot_grace (a broken image, agent or network): its type is"
     " backed off, longer at each failure in a row",
+    "type.backoff_cleared": "an operator ended an instance type's back-off (corral backoff clear): it may boot at once",
     "cloud.foreign": "an instance of this cloud.cluster booted by another corral store, left alone",
     "dispatcher.registered": "a dispatcher started on the store",
     "dispatcher.restarted": "a dispatcher restarted with the same data directory",

@@ -22,6 +22,9 @@ from corral.server.models import (
     BackoffOut,
     CancelMatchingBody,
     CancelMatchingOut,
+    ClearBackoffsBody,
+    ClearBackoffsOut,
+    ClearedBackoffOut,
     DependencyOut,
     DispatcherOut,
     EventOut,
@@ -56,7 +59,7 @@ from corral.server.models import (
     UsageRowOut,
     error_responses,
 )
-from corral.store import JobFilter, NotQueued
+from corral.store import JobFilter, NotBackedOff, NotQueued
 from corral.store.store import UPDATABLE_WHILE_RUNNING
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 422))
@@ -425,6 +428,32 @@ def status(runtime: UserRuntime) -> StatusOut:
         ],
         store_id=store.store_id(),
     )
+
+
+@router.post("/backoffs/clear", responses=error_responses(409))
+def clear_backoffs(body: ClearBackoffsBody, runtime: UserRuntime) -> ClearBackoffsOut:
+    """An operator's "try again now": end the back-offs in force of the instance types named (or of
+    every type, `all`) and forget their failed boots in a row, after fixing what failed them (the
+    AMI, a quota, a security group). A pass is woken, so the next boot of the type can be made at
+    once; the other dispatchers sharing the store see it at their next pass. An event
+    `type.backoff_cleared` records each. A name that is no configured instance type (422) or a type
+    that is not backed off (409) is refused, naming it, and nothing is changed."""
+    if body.all:
+        names = None
+    else:
+        configured = [t.name for t in runtime.config.instance_types]
+        unknown = [name for name in dict.fromkeys(body.instance_types) if name not in configured]
+        if unknown:
+            types = ", ".join(configured) or "none"
+            raise HTTPException(422, [f"{name}: not an instance type of corral's config ({types})" for name in unknown])
+        names = body.instance_types
+    try:
+        cleared = runtime.store.clear_backoffs(names, time.time())
+    except NotBackedOff as exc:
+        raise HTTPException(409, str(exc)) from None
+    if cleared:
+        runtime.wake()
+    return ClearBackoffsOut(cleared=[ClearedBackoffOut(**dataclasses.asdict(c)) for c in cleared])
 
 
 @router.get("/usage")

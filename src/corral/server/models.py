@@ -138,6 +138,36 @@ class ThrottleOut(BaseModel):
     open: int  # of them, those not finished
 
 
+class ClearBackoffsBody(Inbound):
+    """The instance types whose back-off an operator ends (`corral backoff clear`): those named, or
+    every type backed off (`all`)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    instance_types: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=10_000, description="the types whose back-off ends"
+    )
+    all: bool = Field(False, strict=True, description="every type backed off (instead of instance_types)")
+
+    @model_validator(mode="after")
+    def _named_or_all(self) -> ClearBackoffsBody:
+        if self.all and self.instance_types:
+            raise ValueError("name instance types, or all, not both")
+        if not self.all and not self.instance_types:
+            raise ValueError("name the instance types whose back-off ends, or all")
+        return self
+
+
+class ClearedBackoffOut(BaseModel):
+    instance_type: str
+    until: float  # when the back-off would have ended
+    reason: str  # why the type was backed off
+    boot_failures: int  # its failed boots in a row, now forgotten
+
+
+class ClearBackoffsOut(BaseModel):
+    cleared: list[ClearedBackoffOut]  # in the order named (all: by name)
+
+
 class CancelMatchingOut(BaseModel):
     ids: list[int]
 
@@ -494,6 +524,7 @@ class BackoffOut(BaseModel):
     instance_type: str
     until: float
     reason: str
+    boot_failures: int = 0  # its instances that did not pair, in a row (type.boot_failed)
 
 
 class DispatcherOut(BaseModel):

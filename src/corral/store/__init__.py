@@ -1,5 +1,5 @@
 """Persistence through SQLAlchemy: SQLite by default, PostgreSQL by URL; Alembic migrations."""
 
-from corral.store.store import InvalidJobs, JobFilter, NotFound, NotQueued, Store
+from corral.store.store import ClearedBackoff, InvalidJobs, JobFilter, NotBackedOff, NotFound, NotQueued, Store
 
-__all__ = ["InvalidJobs", "JobFilter", "NotFound", "NotQueued", "Store"]
+__all__ = ["ClearedBackoff", "InvalidJobs", "JobFilter", "NotBackedOff", "NotFound", "NotQueued", "Store"]

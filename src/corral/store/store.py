@@ -43,6 +43,7 @@ from sqlalchemy import (
     bindparam,
     cast,
     create_engine,
+    delete,
     event,
     exists,
     func,
@@ -61,6 +62,7 @@ from sqlalchemy.pool import NullPool
 
 from corral.core import batch, job_array, retry, user_limits
 from corral.core.accounting import AttemptSpan, NodeSpan
+from corral.core.capacity import backoff_cleared_message
 from corral.core.dependency import DEPENDENCY, Dependency, whole_arrays
 from corral.core.model import (
     ZERO,
@@ -123,6 +125,27 @@ class NotFound(LookupError):
 
 class NotQueued(ValueError):
     """A change that only a queued job takes (a hold), asked of a job in another state."""
+
+
+class NotBackedOff(ValueError):
+    """Instance types an operator would end the back-off of (`Store.clear_backoffs`) that are not
+    backed off: nothing is changed. `names`: those types; `in_force`: the types backed off now."""
+
+    def __init__(self, names: list[str], in_force: list[str]) -> None:
+        backed_off = f"backed off now: {', '.join(in_force)}" if in_force else "no instance type is backed off now"
+        super().__init__(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not backed off ({backed_off})")
+        self.names = names
+        self.in_force = in_force
+
+
+@dataclass(frozen=True, slots=True)
+class ClearedBackoff:
+    """A back-off an operator ended: the type, when it would have ended, why, and its failed boots in a row."""
+
+    instance_type: str
+    until: float
+    reason: str
+    boot_failures: int
 
 
 class InvalidJobs(ValueError):
@@ -1601,6 +1624,36 @@ class Store:
                 update(table).where(table.c.instance_type == instance_type).values(boot_failures=0, boot_failed_at=None)
             )
 
+    def clear_backoffs(self, instance_types: Sequence[str] | None, now: float) -> list[ClearedBackoff]:
+        """An operator's "try again now" (Slurm's `scontrol update nodename=... state=resume`): end
+        the back-offs in force of `instance_types` (None: of every type backed off), and their rows of
+        failed boots, so that the next failure of the type is a first one again. One event
+        `type.backoff_cleared` per type. A type named that is not backed off (its back-off ended, or
+        it never had one) raises NotBackedOff, and nothing is changed.
+
+        The rows are locked as they are read (PostgreSQL): a back-off another dispatcher records at
+        the same time is either ended here (recorded first) or recorded after (a new failure), and of
+        two operators clearing the same type, the second is told it is not backed off."""
+        table = schema.unavailable_types
+        with self.write() as conn:
+            query = select(table).where(table.c.until > now).order_by(table.c.instance_type).with_for_update()
+            in_force = {row.instance_type: row for row in conn.execute(query)}
+            if instance_types is None:
+                picked = list(in_force.values())
+            else:
+                names = list(dict.fromkeys(instance_types))
+                missing = [name for name in names if name not in in_force]
+                if missing:
+                    raise NotBackedOff(missing, list(in_force))
+                picked = [in_force[name] for name in names]
+            if picked:
+                conn.execute(delete(table).where(table.c.instance_type.in_([row.instance_type for row in picked])))
+            cleared = [ClearedBackoff(r.instance_type, r.until, r.reason, r.boot_failures) for r in picked]
+            for backoff in cleared:
+                message = backoff_cleared_message(backoff.instance_type, backoff.until, backoff.boot_failures, now)
+                self._event(conn, now, "type.backoff_cleared", message)
+        return cleared
+
     # ---- the snapshot -------------------------------------------------------------------------
 
     def load_snapshot(self, dispatcher_id: str, instance_types: list[InstanceType], observing_since: float) -> Snapshot:
@@ -1777,10 +1830,11 @@ class Store:
         return [dict(r._mapping) for r in rows]
 
     def backoffs_in_force(self, now: float) -> list[dict[str, Any]]:
-        """The instance types not tried before `until` (capacity or quota errors), soonest first."""
+        """The instance types not tried before `until` (capacity or quota errors, instances that did
+        not pair), soonest first, with their failed boots in a row."""
         table = schema.unavailable_types
         with self.read() as conn:
-            columns = (table.c.instance_type, table.c.until, table.c.reason)
+            columns = (table.c.instance_type, table.c.until, table.c.reason, table.c.boot_failures)
             rows = conn.execute(select(*columns).where(table.c.until > now).order_by(table.c.until)).all()
         return [dict(r._mapping) for r in rows]
 
