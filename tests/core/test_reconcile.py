@@ -124,6 +124,22 @@ def test_max_instances_caps_boots() -> None:
     assert len(decisions.boots) == 3
 
 
+def test_nodes_the_cloud_would_not_terminate_still_count_against_the_fleet_limits() -> None:
+    """A node shutting down bills until the cloud takes its terminate (the shell marks it gone
+    then): one still shutting down in a snapshot is one whose terminate was refused (corral's role
+    without ec2:TerminateInstances). Replaced as if gone, the billed fleet grew past max_instances
+    and the spend cap with every node that idled out."""
+    stuck = [dataclasses.replace(idle_node(f"n{i}"), state=NodeState.SHUTTING_DOWN) for i in (1, 2)]
+    snap = Snapshot(jobs=[job(1, vcpus=2)], attempts=[], nodes=stuck, instance_types=[SMALL])
+    capped = plan_pass(snap, 1000.0, settings(max_instances=2))
+    assert capped.boots == []
+    assert capped.annotations[0].wait_reason == "waiting for resources: max_instances (2) reached"
+    spend = plan_pass(snap, 1000.0, settings(max_instances=10, max_cost_per_hour=0.25))
+    assert spend.boots == []
+    assert "max_cost_per_hour ($0.25/h) reached" in spend.annotations[0].wait_reason
+    assert [b.instance_type for b in plan_pass(snap, 1000.0, settings(max_instances=3)).boots] == ["small"]
+
+
 def test_the_boot_plan_follows_what_changed_since_the_last_pass() -> None:
     """Pass after pass over the same jobs and settings objects (as the simulator hands them), a
     plan kept between passes (a PlannerMemo, as the shells keep one) follows each input that

@@ -7,7 +7,8 @@ A boot that would take the fleet past a limit is not made: the job waits ("max_c
 ($20.00/h) reached"), and, as with max_instances, the placer takes its capacity as bounded (it gets
 a backfill reservation on the running nodes). A gang that would pass a limit on its own, with no
 other instance up, never boots: said plainly, as for a gang larger than max_instances. Nodes
-shutting down, gone, down or retiring this pass count for nothing, as for max_instances.
+gone, down or retiring this pass count for nothing, as for max_instances; a node still shutting
+down (its terminate refused by the cloud) counts, as it bills.
 
 Pure: the caller gives the live nodes' totals.
 """

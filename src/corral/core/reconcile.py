@@ -61,7 +61,6 @@ from corral.placement.placer import make_placer
 STALEABLE = frozenset((*SCHEDULABLE, NodeState.DRAINING))
 LIVE = frozenset(state for state in NodeState if state.live)
 LIVE_BUT_BUSY_OR_IDLE = tuple(state for state in NodeState if state.live and state not in SCHEDULABLE)
-NOT_LIVE = tuple(state for state in NodeState if not state.live)
 WAITING = "waiting for resources"  # a waiting job's reason when the placer gives none
 
 # A placer takes the snapshot (whose attempts are those that hold room), the queue-ordered
@@ -385,11 +384,18 @@ def plan_pass(
         locality = LocalityIndex(seen.jobs, seen.attempts, seen.nodes)
         for p in result.placements:
             locality.add(p.job_id, index.jobs[p.job_id].tags, p.node_ids)
-    # Every filed node is in one state's group (down_now holds only live nodes).
-    live = len(nodes) - sum([len(by_state[state]) for state in NOT_LIVE]) - len(down_now) - len(retiring)
+    # Every filed node is in one state's group (down_now holds only live nodes). A node shutting
+    # down still bills, and counts: the shell marks one gone as soon as the cloud takes its
+    # terminate, so one seen here is one the cloud would not terminate (corral's role without
+    # ec2:TerminateInstances), and replacing it would grow a billed fleet past every limit.
+    live = len(nodes) - len(by_state[NodeState.GONE]) - len(down_now) - len(retiring)
     # What they hold, for max_vcpus and max_cost_per_hour (only when set: it walks every node).
     fleet = (
-        LiveFleet.of(n for n in nodes.values() if n.state.live and n.id not in down_now and n.id not in retiring_ids)
+        LiveFleet.of(
+            n
+            for n in nodes.values()
+            if n.state is not NodeState.GONE and n.id not in down_now and n.id not in retiring_ids
+        )
         if settings.boot.spend_limits().any
         else None
     )
