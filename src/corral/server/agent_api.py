@@ -34,7 +34,7 @@ from corral.server.models import (
 )
 from corral.store import NotFound
 
-router = APIRouter(prefix="/api/agent", responses=error_responses(400, 401, 403, 404, 409, 422))
+router = APIRouter(prefix="/api/agent", responses=error_responses(400, 401, 403, 404, 409, 413, 422))
 log = logging.getLogger("corral.server")
 
 AttemptId = PathId

@@ -62,7 +62,7 @@ from corral.server.models import (
 from corral.store import JobFilter, NotBackedOff, NotQueued
 from corral.store.store import UPDATABLE_WHILE_RUNNING
 
-router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 422))
+router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 413, 422))
 
 JobId = PathId
 IdFilter = Annotated[int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hmac
 import logging
 import math
 import secrets
@@ -24,6 +25,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.config import Config
 from corral.core import health
@@ -32,6 +35,7 @@ from corral.jobspec import describe_validation_errors
 from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.server.metrics import Metrics
+from corral.server.models import MAX_BODY, MAX_LOG_CHUNK_BODY, MAX_SUBMIT_BODY
 from corral.store import InvalidJobs, NotFound, Store
 
 log = logging.getLogger("corral.server")
@@ -183,6 +187,7 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
+    app.add_middleware(GuardBodies, api_token=runtime.api_token)
 
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
@@ -219,6 +224,79 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(agent_api.router)
     app.include_router(dashboard.router)
     return app
+
+
+def bearer_refusal(authorization: str | None, api_token: str) -> str | None:
+    """Why a request's Authorization header does not carry the API token; None when it does.
+    Compared in constant time, as bytes: compare_digest raises TypeError (a 500) on a str that is
+    not ASCII, and a header may be any latin-1."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return "missing bearer token"
+    if not hmac.compare_digest(authorization.split(" ", 1)[1].strip().encode(), api_token.encode()):
+        return "wrong API token (see CORRAL_HOME/token)"
+    return None
+
+
+class GuardBodies:
+    """What the server reads of a request's body, before FastAPI reads it (whole, into memory) and
+    parses it (into some ten times its size), which it does before a route's dependencies, the
+    token check among them, run:
+    - a user route's request with a body is refused (401) unread when it does not carry the API
+      token (the routes' own check, corral.server.deps.require_user, stays);
+    - a body longer than its route takes (body_limit) is refused (413): at once when its
+      Content-Length says so, else as soon as the bytes received pass the limit."""
+
+    def __init__(self, app: ASGIApp, api_token: str) -> None:
+        self.app = app
+        self.api_token = api_token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        headers = dict(scope["headers"])
+        if _user_route(path):
+            header = headers.get(b"authorization")
+            refusal = bearer_refusal(None if header is None else header.decode("latin-1"), self.api_token)
+            if refusal is not None:
+                await JSONResponse({"detail": refusal}, status_code=401)(scope, receive, send)
+                return
+        limit = body_limit(method, path)
+        too_large = StarletteHTTPException(
+            413, f"the request's body has more than {limit:,} bytes, the most {method} {path} takes"
+        )
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            await JSONResponse({"detail": too_large.detail}, status_code=413)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # Raised where the body is read: an HTTPException, which FastAPI lets through
+                    # its body parsing and answers as any other (a JSON detail).
+                    raise too_large
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def body_limit(method: str, path: str) -> int:
+    """The most bytes of body a request to `path` may have."""
+    if method == "POST" and path == "/api/jobs":
+        return MAX_SUBMIT_BODY
+    if method == "POST" and path.startswith("/api/agent/attempts/") and path.endswith("/log"):
+        return MAX_LOG_CHUNK_BODY
+    return MAX_BODY
+
+
+def _user_route(path: str) -> bool:
+    return path.startswith("/api/") and not path.startswith("/api/agent/") and path != "/api/health"
 
 
 def _naming_input(errors: Any) -> list[dict[str, Any]]:

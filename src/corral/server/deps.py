@@ -3,12 +3,11 @@ with its node secret)."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, HTTPException, Request
 
-from corral.server.app import Runtime
+from corral.server.app import Runtime, bearer_refusal
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -25,9 +24,9 @@ def _bearer(authorization: str | None) -> str:
 def require_user(
     runtime: Annotated[Runtime, Depends(get_runtime)], authorization: Annotated[str | None, Header()] = None
 ) -> Runtime:
-    # As bytes: compare_digest raises TypeError (a 500) on a str that is not ASCII, and a header may be any latin-1.
-    if not hmac.compare_digest(_bearer(authorization).encode(), runtime.api_token.encode()):
-        raise HTTPException(401, "wrong API token (see CORRAL_HOME/token)")
+    refusal = bearer_refusal(authorization, runtime.api_token)
+    if refusal is not None:
+        raise HTTPException(401, refusal)
     return runtime
 
 

@@ -31,7 +31,7 @@ class Inbound(BaseModel):
 
 
 class ErrorOut(BaseModel):
-    """A refusal: 400 (a body that is not JSON), 401 (token), 403, 404 (no such job), 409."""
+    """A refusal: 400 (a body that is not JSON), 401 (token), 403, 404 (no such job), 409, 413 (a body too long)."""
 
     detail: str
 
@@ -48,6 +48,16 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 MAX_SUBMITTED = 100_000  # jobs in one submission, an array's tasks each counted
+
+# The most bytes of a request's body the server reads (413 past it, before the body is read when
+# its length is given): a body is held whole in memory and parsed, into ten times its size.
+MAX_BODY = 1024 * 1024
+# A submission: MAX_SUBMITTED jobs of a job file (about 450 bytes each as the CLI sends them).
+MAX_SUBMIT_BODY = 128 * 1024 * 1024
+# An agent's chunk of output (it sends 256 KiB at most: corral.agent.agent.LOG_CHUNK).
+MAX_LOG_CHUNK_BODY = 4 * 1024 * 1024
+# The attempts one ping may name (running, finished): each is a write to the store.
+MAX_AGENT_LIST = 10_000
 
 
 class SubmitBody(BaseModel):
@@ -469,8 +479,8 @@ class HealthIn(Inbound):
 
 
 class PingBody(Inbound):
-    running: list[DbInt] = Field(default_factory=list)
-    finished: list[FinishedIn] = Field(default_factory=list)
+    running: list[DbInt] = Field(default_factory=list, max_length=MAX_AGENT_LIST)
+    finished: list[FinishedIn] = Field(default_factory=list, max_length=MAX_AGENT_LIST)
     used: UsedIn = Field(default_factory=UsedIn)
     interruption: InterruptionIn | None = None
     health: HealthIn | None = None  # None: no check has run (or none is configured)
