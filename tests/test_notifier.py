@@ -18,6 +18,7 @@ from corral import notifier as notifier_module
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import Resources
+from corral.core.notify import Event, Notification, shown_url
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.notifier import Notifier
@@ -154,7 +155,7 @@ def test_a_webhook_that_cannot_be_reached_is_a_notify_failed_event(tmp_path: Pat
     notifier.close()
     [failed] = store.list_events(kind="notify.failed")
     assert failed["job_id"] == 7 and "notify[0]" in failed["message"]
-    assert "POST http://127.0.0.1:9/x" in failed["message"]
+    assert "POST http://127.0.0.1:9/…: ConnectError" in failed["message"]  # (the path may be the hook's secret)
     store.close()
 
 
@@ -327,3 +328,40 @@ def test_retries_waiting_are_bounded_and_what_is_past_the_bound_is_a_failure(
     [failed] = store.list_events(kind="notify.failed")
     assert failed["job_id"] == 3 and failed["message"].endswith("2 notifications already waiting for a retry")
     store.close()
+
+
+def test_a_failing_webhook_is_named_without_its_secret(
+    tmp_path: Path, receiver: tuple[str, list[dict[str, Any]]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A webhook's URL often is its credential (Slack's /services/T0/B0/SECRET, a ?token=, a
+    user:password@): its failures were events, log lines and `corral notify status` errors that
+    gave it whole to anyone with the API token or the server's log."""
+    url, _posted = receiver
+    Receiver.refuse[:] = [500]
+    host = url.removeprefix("http://").removesuffix("/hook")
+    secret_url = f"http://hook-user:hook-password@{host}/services/T0/B0/SECRET-PATH?token=SECRET-QUERY"
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    rules = Config.model_validate({"notify": [{"on": ["job."], "webhook": secret_url, "retries": 0}]}).notify
+    notifier = Notifier(store, rules, lambda: START)
+    notifier.after_pass()
+    store.add_event(START, "job.failed", "exit 1", job_id=7)
+    with caplog.at_level("WARNING", logger="corral.notify"):
+        assert notifier.after_pass() == 1
+        wait_for(lambda: store.list_events(kind="notify.failed") != [])
+        notifier.close()
+    [failed] = store.list_events(kind="notify.failed")
+    assert failed["message"] == f"rule notify[0] on event 1 (job.failed): POST http://{host}/…: HTTP 500"
+    for secret in ("SECRET", "hook-password", "hook-user"):
+        assert secret not in caplog.text and secret not in json.dumps(store.notify_cursor())
+    # Unreachable: the connection's error, and still not the URL.
+    unreachable = Config.model_validate(
+        {"notify": [{"on": ["job."], "webhook": "http://u:SECRET@127.0.0.1:9/SECRET", "timeout": 2}]}
+    ).notify
+    note = Notification("notify[0]", 0, Event(1, START, "job.failed", "exit 1", 7, None), "*")
+    error = Notifier(store, unreachable, lambda: START).deliver(note)
+    assert error.startswith("POST http://127.0.0.1:9/…: ConnectError: ") and "SECRET" not in error, error
+    store.close()
+    # As `corral notify status` names a rule's hook (it showed a user:password@ and a ?token= whole).
+    assert shown_url("https://u:SECRET@hooks.example.org?token=SECRET") == "https://hooks.example.org/…"
+    assert shown_url("https://hooks.example.org:8443") == "https://hooks.example.org:8443"

@@ -53,6 +53,7 @@ from corral.core.notify import (
     describe,
     retry_delay,
     rule_names,
+    shown_url,
 )
 from corral.store import Store
 
@@ -250,12 +251,16 @@ class Notifier:
         return ""
 
     def _post(self, rule: NotifyRule, url: str, note: Notification) -> str:
+        """What went wrong, naming the hook by shown_url: the error goes to the log, to the
+        notifier's state in the store and to a notify.failed event, where the whole URL (often the
+        hook's credential) would be read by anyone who reads those."""
+        shown = shown_url(url)
         try:
             response = httpx.post(url, json=payload(note), timeout=rule.timeout)
         except httpx.HTTPError as exc:
-            return f"POST {url}: {type(exc).__name__}: {exc}"
+            return f"POST {shown}: {type(exc).__name__}: {str(exc).replace(url, shown)}"
         if response.status_code >= 400:
-            return f"POST {url}: HTTP {response.status_code}"
+            return f"POST {shown}: HTTP {response.status_code}"
         return ""
 
     def _failed(self, note: Notification, error: str) -> None:

@@ -276,6 +276,15 @@ def decide(
     return out, NotifyState(kept, {name: times for name, times in recent.items() if times})
 
 
+def shown_url(url: str) -> str:
+    """A webhook's URL as corral shows it (events, logs, `corral notify status`): its scheme, host
+    and port, and '/…' for the rest. The rest is often the hook's credential (Slack's
+    /services/T0/B0/SECRET, a ?token=), as a user:password@ before the host is."""
+    scheme, _, rest = url.partition("://")
+    host = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]
+    return f"{scheme}://{host}" + ("/…" if rest != host else "")
+
+
 def describe(note: Notification) -> str:
     """One line about a notification, for a log, a mail subject, a chat message."""
     event = note.event

@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, Query
 from corral.core import accounting, admission, categories, fairshare, health, multifactor
 from corral.core.dispatchers import is_stale
 from corral.core.model import Job, JobState, NodeState
-from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names
+from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
 from corral.server.deps import UserRuntime
 from corral.server.models import (
@@ -634,9 +634,7 @@ def _rule_out(name: str, rule: NotifyRule) -> NotifyRuleOut:
     if rule.command is not None:
         action = f"command {rule.command[0]}"
     elif rule.webhook is not None:
-        scheme, _, rest = rule.webhook.partition("://")
-        host, slash, _path = rest.partition("/")
-        action = f"webhook {scheme}://{host}{slash and '/…'}"
+        action = f"webhook {shown_url(rule.webhook)}"
     else:
         action = "log"
     return NotifyRuleOut(
