@@ -18,6 +18,7 @@ import os
 import secrets
 import socket
 import socket as socketlib
+import stat
 from datetime import datetime
 from pathlib import Path
 
@@ -81,6 +82,39 @@ def read_or_create(path: Path, make: str) -> str:
     return make
 
 
+def private_home(home: Path) -> list[str]:
+    """The data directory made its owner's: what other users of the machine could read in it is
+    the store (every job's command and environment, where users pass credentials), every job's
+    output (`logs/`) and the API token. A new one is made 0700; one open to all (every corral
+    before made it so, as mkdir does) loses the others' access, its group keeping what the operator
+    gave it; a `token` readable by others than its owner (restored from a backup, say) is made
+    0600. What was changed, or could not be, is returned, to be logged."""
+    said = []
+    if not home.exists():
+        home.mkdir(parents=True, mode=0o700)
+    was = stat.S_IMODE(home.stat().st_mode)
+    if was & 0o007:
+        now = was & ~0o007
+        try:
+            home.chmod(now)
+        except OSError as exc:
+            said.append(f"{home} is open to every user of this machine (mode {was:04o}) and cannot be closed: {exc}")
+        else:
+            said.append(
+                f"{home} was open to every user of this machine (mode {was:04o}): the store (jobs' commands and"
+                f" environments) and the jobs' output are in it; it is {now:04o} now"
+            )
+    token = home / "token"
+    if token.exists() and (was := stat.S_IMODE(token.stat().st_mode)) & 0o077:
+        try:
+            token.chmod(0o600)
+        except OSError as exc:
+            said.append(f"{token} is readable by others than its owner (mode {was:04o}) and cannot be closed: {exc}")
+        else:
+            said.append(f"{token} was readable by others than its owner (mode {was:04o}); it is 0600 now")
+    return said
+
+
 def make_cloud(config: Config, server_url: str) -> CloudDriver:
     if config.cloud.driver == "loopback":
         from corral.cloud.loopback import LoopbackCloud
@@ -119,7 +153,8 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     """Until a signal stops it. Then the fleet is shut down and running work requeued, unless
     `keep_fleet`: the instances and their work are left for the next corral to take back."""
     home = config.home
-    home.mkdir(parents=True, exist_ok=True)
+    for warning in private_home(home):
+        log.warning("%s", warning)
     # One corral per data directory: a second would share the first's dispatcher id, and its stop
     # would requeue the first's work and destroy its fleet. Held until the process ends (the
     # descriptor is not inherited: agents started by the loopback cloud do not hold it).
