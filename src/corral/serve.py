@@ -12,6 +12,7 @@ Files under the data directory (CORRAL_HOME):
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import logging
 import os
@@ -243,6 +244,14 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
 
     runtime.on_stop.append(forget_address)
     log.info("corral listening on %s (data in %s, store %s)", url, home, store.url.split("@")[-1])
+    if not tls and not ipaddress.ip_address(host).is_loopback:
+        log.warning(
+            "corral listens on %s:%d over plain HTTP: the API token, the nodes' secrets and their boot tokens cross"
+            " the network readable by anyone on the path; set server.tls_cert and server.tls_key, or listen on"
+            " 127.0.0.1 behind a TLS proxy",
+            host,
+            port,
+        )
     for warning in config.warnings():
         log.warning("config: %s", warning)
     server = CorralServer(
