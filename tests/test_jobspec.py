@@ -127,3 +127,30 @@ def test_a_bad_array_is_refused_by_field_and_value(given: object, says: str) -> 
     (error,) = refused.value.errors()
     assert error["loc"] == ("array",)
     assert says in error["msg"]
+
+
+NAMED = "an environment variable's name has no '=' or NUL byte and is not empty:"
+
+
+@pytest.mark.parametrize(
+    ("given", "loc", "says"),
+    [
+        (
+            {"env": {"A=B": "x"}},
+            ("env",),
+            "an environment variable's name has no '=' or NUL byte and is not empty: 'A=B'",
+        ),
+        ({"env": {"": "x"}}, ("env",), "an environment variable's name has no '=' or NUL byte and is not empty: ''"),
+        ({"env": {"A": "x\x00"}}, ("env",), "A: a value has no NUL byte"),
+        ({"command": ["echo", "a\x00b"]}, ("command",), "argument 1 has a NUL byte: 'a\\x00b'"),
+        ({"image": "alpine\x00"}, ("image",), "not an image name: 'alpine\\x00' (e.g. docker.io/library/python:3.12)"),
+    ],
+)
+def test_what_no_process_can_be_given_is_refused_by_field(given: dict[str, object], loc: tuple[str], says: str) -> None:
+    """No exec takes them: such a job was queued, and each node it was placed on lost its agent."""
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], **given})
+    (error,) = refused.value.errors()
+    assert error["loc"] == loc and error["msg"] == f"Value error, {says}"
+    if loc != ("image",):  # a job stored before they were refused still loads (its attempt fails on the node)
+        assert getattr(JobRequest.stored({"command": ["x"], **given}), loc[0]) == given[loc[0]]

@@ -182,6 +182,28 @@ class JobRequest(BaseModel):
             raise ValueError("the command is empty")
         return value
 
+    @field_validator("command")
+    @classmethod
+    def _command_execable(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # No exec takes a NUL byte (a job stored before this was refused still loads: its attempt fails).
+        for i, argument in enumerate(value):
+            if "\0" in argument and not (info.context and info.context.get("stored")):
+                raise ValueError(f"argument {i} has a NUL byte: {argument!r}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_execable(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # What no exec takes: the agent could not start the job (its environment is the process's).
+        if info.context and info.context.get("stored"):
+            return value
+        for name, text in value.items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"an environment variable's name has no '=' or NUL byte and is not empty: {name!r}")
+            if "\0" in text:
+                raise ValueError(f"{name}: a value has no NUL byte")
+        return value
+
     @field_validator("name")
     @classmethod
     def _name_fits(cls, value: str, info: ValidationInfo) -> str:
@@ -194,7 +216,7 @@ class JobRequest(BaseModel):
     @classmethod
     def _an_image_name(cls, value: str | None) -> str | None:
         # The engine would read a leading '-' as an option, and a name with spaces is none.
-        if value is not None and (not value or value.startswith("-") or any(c.isspace() for c in value)):
+        if value is not None and (not value or value.startswith("-") or any(c.isspace() or c == "\0" for c in value)):
             raise ValueError(f"not an image name: {value!r} (e.g. docker.io/library/python:3.12)")
         return value
 

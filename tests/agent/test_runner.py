@@ -146,3 +146,25 @@ def test_bad_attempt_names_the_field() -> None:
         AttemptSpec.from_json({"job_id": 1, "command": ["true"]})
     parsed = AttemptSpec.from_json({"attempt_id": 1, "job_id": 2, "command": ["true"], "node_ids": ["n"]})
     assert parsed.command == ["true"] and parsed.env == {}
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "says"),
+    [
+        (["true"], {"A=B": "x"}, "illegal environment variable name"),
+        (["true"], {"A": "x\x00y"}, "embedded null byte"),
+        (["tr\x00ue"], {}, "embedded null byte"),
+    ],
+)
+def test_what_no_process_can_be_given_fails_the_attempt_not_the_agent(
+    runner: Runner, command: list[str], env: dict[str, str], says: str
+) -> None:
+    """A job whose environment or command no exec can take (an '=' in a name, a NUL byte: a job
+    file or the API could give them) raised out of the agent's work loop, which stopped the agent:
+    the node went down, the job was requeued as a temporary failure and took down the next node,
+    and the next."""
+    attempt = runner.start(AttemptSpec(8, 7, command, env, ["n1"], {}))
+    assert attempt is not None and attempt.exited and attempt.exit_code == 126
+    assert says in attempt.log_path.read_text()
+    after = runner.start(spec(9, ["sh", "-c", "echo fine"]))
+    assert after is not None and run_to_end(runner, after) == 0

@@ -222,11 +222,15 @@ class Runner:
                         start_new_session=True,
                         close_fds=True,
                     )
-                except OSError as exc:
+                except (OSError, ValueError) as exc:
+                    # ValueError: what no exec takes (an '=' in a variable's name, a NUL byte), which
+                    # a job stored before submission refused them may still hold: this attempt
+                    # fails, not the agent's work loop (and with it the node).
                     missing = isinstance(exc, FileNotFoundError | NotADirectoryError)
                     code = EXIT_NOT_FOUND if missing else EXIT_CANNOT_EXECUTE
                     name = spec.command[0] if spec.command and spec.image is None else (spec.image or "")
-                    out.write(f"corral-agent: cannot run {name!r}: {exc.strerror or exc}\n".encode())
+                    why = getattr(exc, "strerror", None) or exc
+                    out.write(f"corral-agent: cannot run {name!r}: {why}\n".encode(errors="replace"))
                     attempt = Attempt(spec, log_path, None, started_at, exit_code=code, finished_at=time.time())
                     self.attempts[spec.attempt_id] = attempt
                     return attempt
