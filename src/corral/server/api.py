@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import StreamingResponse
 
 from corral.core import accounting, admission, categories, fairshare, health, multifactor
 from corral.core.dispatchers import is_stale
@@ -277,8 +279,6 @@ def job_logs(
         int, Query(ge=0, le=2**62, description="from this byte of one attempt's output on (corral logs --follow)")
     ] = 0,
 ) -> Any:
-    from fastapi.responses import Response
-
     if offset and all_attempts:
         raise HTTPException(422, "offset reads one attempt's output: not with all_attempts")
     attempts = runtime.store.attempts_of(job_id)
@@ -293,15 +293,21 @@ def job_logs(
             raise HTTPException(404, f"job {job_id} has no attempt {attempt}")
     elif not all_attempts:
         attempts = attempts[-1:]
-    chunks = []
+    parts: list[bytes | int] = []  # text, or an attempt whose output is sent from its file
     for a in attempts:
         if all_attempts:
-            chunks.append(f"==> attempt {a['id']} on {a['node_id']} ({a['state']}) <==\n".encode())
+            parts.append(f"==> attempt {a['id']} on {a['node_id']} ({a['state']}) <==\n".encode())
         keeper = None if runtime.logs.path(job_id, a["id"]).exists() else kept_elsewhere(runtime, a)
         if keeper is not None and not all_attempts:
             raise HTTPException(409, keeper)
-        chunks.append(f"({keeper})\n".encode() if keeper else runtime.logs.read(job_id, a["id"], offset))
-    return Response(b"".join(chunks), media_type="application/octet-stream")
+        parts.append(f"({keeper})\n".encode() if keeper else a["id"])
+
+    def output() -> Iterator[bytes]:
+        # As it is read, a chunk at a time: an output may be larger than the server's memory.
+        for part in parts:
+            yield from [part] if isinstance(part, bytes) else runtime.logs.chunks(job_id, part, offset)
+
+    return StreamingResponse(output(), media_type="application/octet-stream")
 
 
 def kept_elsewhere(runtime: UserRuntime, attempt: dict[str, Any]) -> str | None:

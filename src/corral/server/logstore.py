@@ -4,7 +4,10 @@ Chunks arrive with their byte offset, so a chunk the agent sends twice lands in 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+CHUNK = 1024 * 1024  # bytes of output read at a time to be sent
 
 
 class LogGap(ValueError):
@@ -29,12 +32,13 @@ class LogStore:
             handle.seek(offset)
             handle.write(data)
 
-    def read(self, job_id: int, attempt_id: int, offset: int = 0) -> bytes:
-        """The output stored from byte `offset` on (none past its end)."""
-        path = self.path(job_id, attempt_id)
+    def chunks(self, job_id: int, attempt_id: int, offset: int = 0) -> Iterator[bytes]:
+        """The output stored from byte `offset` on, CHUNK bytes at a time, up to its end as it is
+        then (none past its end; none for an attempt with no output stored)."""
         try:
-            with open(path, "rb") as handle:
+            with open(self.path(job_id, attempt_id), "rb") as handle:
                 handle.seek(offset)
-                return handle.read()
-        except FileNotFoundError:
-            return b""
+                while chunk := handle.read(CHUNK):
+                    yield chunk
+        except FileNotFoundError:  # (only open raises it)
+            return

@@ -1,0 +1,58 @@
+"""A job's output read through the API (`corral logs`), at corral's server app over real HTTP: a
+large output is sent as it is read from its file, not held whole in the server's memory first."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.core.model import GiB, InstanceType, Resources
+from corral.jobspec import JobRequest
+from corral.store import Store
+from tests.support import served_app
+
+TOKEN = {"Authorization": "Bearer t"}
+MiB = 1024 * 1024
+SIZE = 64 * MiB
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    with served_app(tmp_path) as served:
+        yield served
+
+
+def test_a_large_output_is_sent_without_being_held_in_memory(served: tuple[str, Store], tmp_path: Path) -> None:
+    """It was read whole (with --all, every attempt's, joined into one more copy): a job that had
+    printed some gigabytes, asked for by `corral logs`, took that much of the server's memory, or
+    all of it."""
+    url, store = served
+    store.create_node("n-1", InstanceType("small", 2, 4 * GiB, 0.10), "boot", 1000.0, "test")
+    [job_id] = store.submit([JobRequest(command=["true"])], 1000.0)
+    attempt_id = store.claim(job_id, "d-test", ["n-1"], Resources(1, GiB), 1000.0)
+    output = tmp_path / "logs" / str(job_id) / f"{attempt_id}.log"
+    output.parent.mkdir(parents=True)
+    with output.open("wb") as file:
+        for i in range(SIZE // MiB):
+            file.write(bytes([ord("a") + i % 26]) * MiB)
+    tracemalloc.start()  # the server runs in this process (a thread): its allocations are traced
+    try:
+        for params in ({}, {"all_attempts": "true"}, {"offset": str(SIZE - MiB - 1)}):
+            received, last = 0, b""
+            tracemalloc.reset_peak()
+            with httpx.stream("GET", f"{url}/api/jobs/{job_id}/logs", params=params, headers=TOKEN) as answer:
+                assert answer.status_code == 200
+                for chunk in answer.iter_raw():
+                    received += len(chunk)
+                    last = (last + chunk)[-2:]
+            peak = tracemalloc.get_traced_memory()[1]
+            header = len(f"==> attempt {attempt_id} on n-1 (assigned) <==\n") if params.get("all_attempts") else 0
+            assert received == header + (MiB + 1 if "offset" in params else SIZE), params
+            assert last == b"ll", params  # the last MiB is 'l's: sent to the end
+            assert peak < SIZE // 4, f"{params}: {peak / MiB:.0f} MiB held"
+    finally:
+        tracemalloc.stop()
