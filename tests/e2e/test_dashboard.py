@@ -28,6 +28,7 @@ def test_the_dashboard_shows_the_system_to_whoever_has_the_token(corral: Corral)
         assert "token" not in str(signed_in.url)
         cookie = signed_in.history[0].headers["set-cookie"]
         assert "HttpOnly" in cookie and "Path=/dashboard" in cookie and "SameSite=strict" in cookie
+        assert "secure" not in cookie.lower()  # over plain HTTP (loopback) a Secure cookie would not come back
         page = signed_in.text
     assert signed_in.status_code == 200
     assert "no instance type has 99 vcpus" in page  # the queue, with why it waits

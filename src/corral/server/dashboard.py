@@ -15,7 +15,7 @@ import time
 from html import escape
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Cookie, Depends, Query
+from fastapi import APIRouter, Cookie, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from corral.core.units import format_duration
@@ -59,6 +59,7 @@ def _authorised(runtime: Runtime, token: str | None) -> bool:
 
 @router.get("/dashboard", include_in_schema=False)
 def dashboard(
+    request: Request,
     runtime: Annotated[Runtime, Depends(get_runtime)],
     token: Annotated[str | None, Query()] = None,
     cookie: Annotated[str | None, Cookie(alias=COOKIE)] = None,
@@ -68,7 +69,10 @@ def dashboard(
             return _refused()
         # The token leaves the address (and the browser's history) for a cookie of this page alone.
         moved = RedirectResponse("/dashboard", status_code=303)
-        moved.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/dashboard")
+        # Over HTTPS, Secure: a browser sends a cookie without it to any port of the host over
+        # plain HTTP (another service's, or an address an attacker sends it to), in the clear.
+        secure = request.url.scheme == "https"
+        moved.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/dashboard", secure=secure)
         return moved
     if not _authorised(runtime, cookie):
         return _refused()
