@@ -6,6 +6,7 @@ CAs, or speaks plain HTTP, gets nothing."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def test_a_corral_with_tls_runs_jobs_on_agents_that_verify_it(corral: Corral, tm
     # The dashboard's cookie, the API token, goes back over HTTPS only: a browser sends a cookie
     # without Secure to any port of the host over plain HTTP, where anyone on the path reads it.
     token = (corral.home / "token").read_text().strip()
-    signed_in = httpx.get(f"{corral.base}/dashboard", params={"token": token}, verify=str(cert))
+    trusted = ssl.create_default_context(cafile=cert)
+    signed_in = httpx.get(f"{corral.base}/dashboard", params={"token": token}, verify=trusted)
     assert signed_in.status_code == 303 and "; secure" in signed_in.headers["set-cookie"].lower()
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         httpx.get(f"{corral.base}/api/health", timeout=5)  # the system's CAs do not know it
