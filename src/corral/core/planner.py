@@ -113,8 +113,10 @@ def warm_boots(
     max_instances, max_boots_per_pass and the spend limits (`fleet`: what the live instances hold,
     None when no spend limit is set)."""
     count = min(min(min_instances, settings.max_instances) - live_after, settings.max_boots_per_pass - len(planned))
+    if count <= 0:
+        return []  # (the usual pass: at or above the floor; the types are not looked at)
     available = [t for t in types if is_available(t.name, unavailable, now)]
-    if count <= 0 or not available:
+    if not available:
         return []
     cheapest = min(available, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib, t.name))
     limits = settings.spend_limits()
@@ -669,6 +671,9 @@ def _fitting_bins(
     """Up to `most` distinct bins that hold `request` and that the cost gate does not refuse, best
     fit (least RAM left) first."""
     fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
+    if most == 1 and fitting:
+        # The first best (min keeps the first of equal keys, as the stable sort puts it first).
+        return [min(fitting, key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))]
     fitting.sort(key=lambda b: (b.free.ram_mib - request.ram_mib, b.free.vcpus))
     return fitting[:most]
 

@@ -561,8 +561,8 @@ class Engine:
             scores, weight = self.scores, self._noise_weight
             offset = scores.slot_offset(scores.job_slot(job_id))
             chosen, top = -1, -math.inf
-            for i in near.tolist():
-                value = float(sums[i]) + weight * ((scores.noise_one(i) + offset) % 1.0)
+            for i, total, own in zip(near.tolist(), sums[near].tolist(), scores.noise_list(near), strict=True):
+                value = total + weight * ((own + offset) % 1.0)
                 if value > top:
                     chosen, top = i, value
             return [chosen]
@@ -723,7 +723,7 @@ def _inert(name: str, arrays: NodeArrays) -> bool:
     return False
 
 
-FEW_NEAR = 8  # up to this many nodes near the best sum, their tie-break noise is added one by one
+FEW_NEAR = 16  # up to this many nodes near the best sum, their tie-break noise is added one by one
 FEW_CHANGED = 4  # up to this many nodes changed since shared work was last used, it catches up node by node
 
 

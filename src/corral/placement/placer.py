@@ -342,7 +342,11 @@ def build_engine(
         written = work.written
         if written is not None:
             was = kept.arrays.used
-            remeasured = [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w] if used != was else []
+            remeasured = (
+                [i for i, (u, w) in enumerate(zip(used, was, strict=True)) if u != w]
+                if used is not was and used != was
+                else []
+            )
             kept.renew(now, load, written + remeasured, used, index, snapshot.instance_types, work.started)
             return kept
     arrays = NodeArrays(nodes, load, settings, now, free, facts)
@@ -467,8 +471,9 @@ def place(
             capacity = None  # made when a job first needs it, as in any pass
         else:
             resume_at = len(walk.waiting)
-            reasons.update(walk.reasons)
-            details_of.update(walk.details)
+            # The walk's own copies (nothing else holds them, and nothing is recorded yet): taken
+            # over, not copied again.
+            result.reasons, result.details = reasons, details_of = walk.reasons, walk.details
             held_jobs = walk.held
             no_room, never_fits, held_back = walk.no_room, walk.never_fits, walk.held_back
             blocker, blocker_reason, reservation, reserved = walk.blocker, walk.blocker_reason, resumed, walk.reserved

@@ -95,11 +95,13 @@ class PassScores:
             return result
         return _unit_interval(_splitmix(self.arrays.facts.id_hashes[idx] ^ np.uint64(self.seed)))
 
-    def noise_one(self, i: int) -> float:
-        """`noise` at node i, as a Python float (the same value, worked out alone)."""
+    def noise_list(self, idx: Ints) -> list[float]:
+        """`noise` at the nodes `idx`, as Python floats (the same values, worked out for those alone)."""
         if self._noise is not None:
-            return self.noise_values[i]
-        return _unit_interval_int(_splitmix_int(int(self.arrays.facts.id_hashes[i]) ^ self.seed))
+            values = self.noise_values
+            return [values[i] for i in idx.tolist()]
+        seed = self.seed
+        return [_unit_interval_int(_splitmix_int(h ^ seed)) for h in self.arrays.facts.id_hashes[idx].tolist()]
 
     def slot_offset(self, slot: int) -> float:
         """The offset that rotates every node's noise for the jobs of `slot`."""
