@@ -790,8 +790,13 @@ class QueueWalk:
             return False
         reservation = self.reservation
         # Unstarted, with nothing changed, it stands (see LastReservation); a started one moves
-        # with the clock.
-        if reservation is not None and (moved or reservation.start <= now):
+        # with the clock. The walk's own placements, carried out as committed (`as_left`, and no
+        # start moved an end), leave it standing too: the pass that made this walk left it as a
+        # fresh one with them among the running work (it checked so where they took a reserved
+        # node, and elsewhere they only move other nodes' first fits later). Its nodes may be in
+        # another order than a fresh one's (ties at `now`): no verdict reads it, and a walk is
+        # kept only without explanations, which would show it.
+        if reservation is not None and (not engine.as_left or started or reservation.start <= now):
             assert self.reserved is not None
             demand, eligible = self.reserved
             found = make(engine.arrays, demand, eligible, timeline(), now)

@@ -68,8 +68,10 @@ class WorkLedger:
         self._ending: AbstractSet[int] = frozenset()  # the attempts left out last time
         # The node positions whose figures the last `update` changed; None: all of them (new nodes).
         self.written: list[int] | None = None
-        # Whether the last `update` found work started since the one before: its expected end
-        # moved, though its node's figures may not have (see QueueWalk).
+        # Whether the last `update` found work started since the one before, or new work that
+        # started after its assignment: its expected end moved from the one the pass that placed
+        # it counted (its assignment's time limit), though its node's figures may not have (see
+        # QueueWalk).
         self.started = False
 
     def update(
@@ -114,16 +116,19 @@ class WorkLedger:
                     del self._on_node[node_id]
             changed.update(attempt.node_ids)
             loosened.update(attempt.node_ids)
+        late_start = False  # new work that started after its assignment (see `started`)
         for attempt_id in new:
             attempt = kept[attempt_id] = active[attempt_id]
             if attempt.started_at is None:
                 self._unstarted.add(attempt_id)
+            elif attempt.started_at != attempt.assigned_at:
+                late_start = True
             for node_id in attempt.node_ids:
                 self._on_node.setdefault(node_id, {})[attempt_id] = attempt
                 added.setdefault(node_id, []).append(attempt)
             changed.update(attempt.node_ids)
         started = [i for i in unstarted if active[i].started_at is not None]
-        self.started = bool(started)
+        self.started = bool(started) or late_start
         for attempt_id in started:
             # Started since: its start time moves its end, and its measurement from now on.
             attempt = kept[attempt_id] = active[attempt_id]
