@@ -660,27 +660,26 @@ class Simulation:
             self.ended_spans.append(self._span(attempt, now))
         self.index.drop_attempt(attempt.id)
         broke = self.doomed.pop(attempt.id, None)
-        if attempt.started_at is not None:
-            held = max(0.0, (now if broke is None else broke) - attempt.started_at) * attempt.resources.vcpus
-            busy = self.busy_vcpu_seconds
-            for node_id in attempt.node_ids:
-                node = self.nodes.get(node_id)
-                name = node.instance_type if node is not None else "?"
-                busy[name] = busy.get(name, 0.0) + held
+        self._add_busy(self.busy_vcpu_seconds, attempt, now if broke is None else broke)
 
     def busy_vcpu_seconds_until(self, end: float) -> dict[str, float]:
         """Busy vcpu-seconds per instance type: those of the attempts that ended, and of those
         still running at `end` (a run stopped at its horizon), up to it."""
         busy = dict(self.busy_vcpu_seconds)
         for attempt in self.attempts.values():
-            if attempt.started_at is None:
-                continue
-            held = max(0.0, self.doomed.get(attempt.id, end) - attempt.started_at) * attempt.resources.vcpus
-            for node_id in attempt.node_ids:
-                node = self.nodes.get(node_id)
-                name = node.instance_type if node is not None else "?"
-                busy[name] = busy.get(name, 0.0) + held
+            self._add_busy(busy, attempt, self.doomed.get(attempt.id, end))
         return busy
+
+    def _add_busy(self, busy: dict[str, float], attempt: Attempt, until: float) -> None:
+        """The vcpu-seconds an attempt held from its start `until` (its end, its node's failure or
+        the horizon), on each of its nodes' types."""
+        if attempt.started_at is None:
+            return
+        held = max(0.0, until - attempt.started_at) * attempt.resources.vcpus
+        for node_id in attempt.node_ids:
+            node = self.nodes.get(node_id)
+            name = node.instance_type if node is not None else "?"
+            busy[name] = busy.get(name, 0.0) + held
 
     def _place(self, job_id: int, node_ids: tuple[str, ...], now: float) -> None:
         job = self.jobs[job_id]
