@@ -193,9 +193,8 @@ class ControlLoop(LiveLoop):
         return report
 
     def check_settings(self) -> str | None:
-        """The cloud driver's own start check, if it has one (ec2: the credentials)."""
-        check: Callable[[], str | None] | None = getattr(self.cloud, "check", None)
-        return check() if check is not None else None
+        """The cloud driver's own start check (ec2: the credentials)."""
+        return self.cloud.check()
 
     # ---- observe ------------------------------------------------------------------------------
 

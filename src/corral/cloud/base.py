@@ -112,3 +112,8 @@ class CloudDriver(Protocol):
     def destroy(self, instance_id: str) -> None:
         """Terminate an instance; no error if it is already gone."""
         ...
+
+    def check(self) -> str | None:
+        """What would make every call fail (credentials, a region), asked once at start: in words
+        naming the setting to fix, or None. `corral run` refuses to start with it."""
+        ...

@@ -165,6 +165,9 @@ class LoopbackCloud:
             )
         return out
 
+    def check(self) -> str | None:
+        return None  # nothing outside this machine to be refused by
+
     def destroy(self, instance_id: str) -> None:
         directory = self._dir(instance_id)
         record = self._read(directory)

@@ -140,6 +140,9 @@ class SimCloud:
     def list(self) -> list[CloudInstance]:
         return [s.instance for s in self.instances.values() if s.terminated_at is None]
 
+    def check(self) -> str | None:
+        return None  # nothing outside this machine to be refused by
+
     def destroy(self, instance_id: str) -> None:
         sim = self.instances.get(instance_id)
         if sim is None or sim.terminated_at is not None:
