@@ -230,11 +230,19 @@ def bearer_refusal(authorization: str | None, api_token: str) -> str | None:
     """Why a request's Authorization header does not carry the API token; None when it does.
     Compared in constant time, as bytes: compare_digest raises TypeError (a 500) on a str that is
     not ASCII, and a header may be any latin-1."""
-    if not authorization or not authorization.lower().startswith("bearer "):
+    token = bearer_token(authorization)
+    if token is None:
         return "missing bearer token"
-    if not hmac.compare_digest(authorization.split(" ", 1)[1].strip().encode(), api_token.encode()):
+    if not hmac.compare_digest(token.encode(), api_token.encode()):
         return "wrong API token (see CORRAL_HOME/token)"
     return None
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header; None without one."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return None
+    return authorization.split(" ", 1)[1].strip()
 
 
 class GuardBodies:

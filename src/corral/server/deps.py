@@ -7,18 +7,12 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, HTTPException, Request
 
-from corral.server.app import Runtime, bearer_refusal
+from corral.server.app import Runtime, bearer_refusal, bearer_token
 
 
 def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
-
-
-def _bearer(authorization: str | None) -> str:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise HTTPException(401, "missing bearer token")
-    return authorization.split(" ", 1)[1].strip()
 
 
 def require_user(
@@ -33,7 +27,10 @@ def require_user(
 def require_node(
     runtime: Annotated[Runtime, Depends(get_runtime)], authorization: Annotated[str | None, Header()] = None
 ) -> dict[str, Any]:
-    node = runtime.store.node_for_secret(_bearer(authorization))
+    secret = bearer_token(authorization)
+    if secret is None:
+        raise HTTPException(401, "missing bearer token")
+    node = runtime.store.node_for_secret(secret)
     if node is None:
         raise HTTPException(401, "unknown node secret")
     return node
