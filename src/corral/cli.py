@@ -1573,6 +1573,12 @@ def events(
             ),
             highlight=False,
         )
+    if not rows and job is not None:
+        try:
+            request("GET", f"/api/jobs/{job}")
+        except Refused as exc:
+            # A job id mistyped would read as "nothing happened to it"; a purged job has no events either.
+            err.print(escape(f"no events: {exc}"), highlight=False)
     if not rows and kind and "%" not in kind:
         kinds = call("GET", "/api/events/kinds")
         if not any(known.startswith(kind) for known in kinds):

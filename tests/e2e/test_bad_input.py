@@ -515,3 +515,11 @@ def test_a_misspelt_event_kind_is_answered_with_the_kinds_recorded(running: Corr
     assert "no event of a kind starting 'job.queud' was recorded" in result.stderr
     assert "job.queued" in result.stderr.split("the kinds recorded:")[1]
     assert "no event of a kind" not in running.cli("events", "--kind", "job.queued").stderr
+
+
+def test_events_of_a_job_that_does_not_exist_say_so(running: Corral) -> None:
+    """`corral events --job 999` printed an empty table: a mistyped id read as a job nothing happened to."""
+    result = running.cli("events", "--job", "999")
+    assert "no events:" in result.stderr and "999" in result.stderr
+    job_id = int(running.cli("submit", "--", "true").stdout)
+    assert "no events:" not in running.cli("events", "--job", str(job_id)).stderr
