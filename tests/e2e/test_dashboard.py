@@ -31,6 +31,11 @@ def test_the_dashboard_shows_the_system_to_whoever_has_the_token(corral: Corral)
         assert "secure" not in cookie.lower()  # over plain HTTP (loopback) a Secure cookie would not come back
         page = signed_in.text
     assert signed_in.status_code == 200
+    for response in (signed_in, *signed_in.history):
+        policy = response.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src" not in policy  # no script may run
+        assert "frame-ancestors 'none'" in policy and response.headers["referrer-policy"] == "no-referrer"
+    assert "<script" not in page  # what the policy would block, the page does not need
     assert "no instance type has 99 vcpus" in page  # the queue, with why it waits
     (node,) = corral.live_nodes()
     assert node["id"] in page and "job.running" in page  # the nodes and the events
