@@ -16,6 +16,7 @@ from functools import partial
 from typing import TypeVar
 
 import pytest
+from sqlalchemy import event
 
 from corral.core import retry
 from corral.core.model import AttemptState, JobState
@@ -368,3 +369,28 @@ def test_two_operators_clearing_the_same_back_off_at_once_one_clears_it_the_othe
     assert sorted(outcomes, key=str) == [["big"], "big is not backed off (no instance type is backed off now)"]
     assert len(store.list_events(kind="type.backoff_cleared")) == 1
     assert all_rows(store, "unavailable_types") == []
+
+
+def test_a_snapshot_is_one_consistent_read_while_an_exit_report_commits(store: Store) -> None:
+    """The pass reads jobs, then attempts, then nodes. On PostgreSQL each read saw what had committed
+    by then: an exit recorded between them gave a snapshot with the job still running and its
+    attempt already ended, so the core saw work with no attempt behind it."""
+    job_id, attempt_id = running_job(store)
+    reporter = Store(store.url)  # the agent API's exit report, from another connection
+    reported: list[bool] = []
+
+    def report_after_the_jobs_are_read(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if not reported and statement.lstrip().upper().startswith("SELECT") and "FROM jobs" in statement:
+            reported.append(reporter.finish_attempt(attempt_id, "n1", 0, NOW + 5, after_exit(0, attempt_id)))
+
+    event.listen(store.reader, "after_cursor_execute", report_after_the_jobs_are_read)
+    try:
+        snapshot = store.load_snapshot("d1", [], NOW + 5)
+    finally:
+        event.remove(store.reader, "after_cursor_execute", report_after_the_jobs_are_read)
+        reporter.close()
+    assert reported == [True]  # the exit committed in the middle of the read
+    (job,) = snapshot.jobs
+    assert job.id == job_id and job.state is JobState.RUNNING  # as it was when the read began
+    assert [a.id for a in snapshot.attempts] == [attempt_id]  # and so was its attempt
+    assert store.load_snapshot("d1", [], NOW + 6).jobs == []  # the next pass sees the job complete

@@ -341,6 +341,16 @@ class Store:
         with self.reader.connect() as conn:
             yield conn
 
+    @contextmanager
+    def consistent_read(self) -> Iterator[Connection]:
+        """Reads that see one moment: what had committed when the first began. SQLite's reader
+        does (a WAL snapshot); PostgreSQL's default, READ COMMITTED, lets each statement see what
+        committed since the one before."""
+        with self.reader.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+            yield conn
+
     @staticmethod
     def _lock_jobs(conn: Connection, *where: Any) -> list[int]:
         """Lock the jobs that match `where` (`_locking`), and return their ids, ascending."""
@@ -1660,7 +1670,9 @@ class Store:
         # The spec is read only for jobs not seen before, and the explanation never: both are
         # JSON that would cost more to decode than the rest of the snapshot.
         job_columns = [c for c in J.c if c.name not in ("spec", "explanation")]
-        with self.read() as conn:
+        # One moment's view: an exit committed between the jobs and the attempts would show the
+        # core a running job with no attempt behind it.
+        with self.consistent_read() as conn:
             job_rows = conn.execute(select(*job_columns).where(J.c.state.in_(OPEN_JOB_STATES))).all()
             jobs = self._jobs_from_rows(conn, job_rows)
             attempt_rows = conn.execute(select(A).where(A.c.state.in_(ACTIVE_ATTEMPT_STATES))).all()
