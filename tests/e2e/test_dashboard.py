@@ -38,6 +38,8 @@ def test_the_dashboard_shows_the_system_to_whoever_has_the_token(corral: Corral)
     assert "<script" not in page  # what the policy would block, the page does not need
     assert "no instance type has 99 vcpus" in page  # the queue, with why it waits
     (node,) = corral.live_nodes()
+    (dispatcher,) = corral.api("GET", "/api/status").json()["dispatchers"]
+    assert node["dispatcher_id"] == dispatcher["id"]  # with several sharing a store, whose node it is
     assert node["id"] in page and "job.running" in page  # the nodes and the events
     assert "&lt;b&gt;loud&lt;/b&gt;" in page and "<b>loud</b>" not in page
 

@@ -371,6 +371,7 @@ def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOu
         reason=row["reason"],
         attributes=dict(row["attributes"] or {}),
         rack=row["rack"] or "",
+        dispatcher_id=row["dispatcher_id"],
     )
 
 

@@ -342,6 +342,8 @@ class NodeOut(BaseModel):
     reason: str
     attributes: dict[str, str | list[str]] = Field(default_factory=dict)
     rack: str = ""
+    # The dispatcher that booted it, whose cloud holds its instance (None: booted before migration 0002).
+    dispatcher_id: str | None = None
 
 
 class EventOut(BaseModel):
