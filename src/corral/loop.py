@@ -28,7 +28,7 @@ from corral.cloud.base import (
     TypeUnusable,
 )
 from corral.config import Config
-from corral.core import capacity, fairshare
+from corral.core import capacity, dispatchers, fairshare
 from corral.core.model import AttemptState, NodeState
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, plan_pass
@@ -110,6 +110,12 @@ class LiveLoop:
         self._ledger = ledger
         snapshot.fairshare_usage = ledger.usage
 
+    def tell_silent_dispatchers(self, snapshot: Snapshot, now: float) -> None:
+        """Records the peers this pass judges silent for the first time (their claims are released
+        by the core's decisions), each with an event."""
+        if snapshot.dispatchers:
+            self.store.dispatchers_silent(dispatchers.newly_silent(snapshot, now, self.config.policy), now)
+
     def run_pass(self) -> PassReport:
         # One at a time with shutdown_fleet: a stop that ran beside a pass would miss the instances
         # the pass boots (or a node it created before its instance id was known), and leave them
@@ -186,6 +192,7 @@ class ControlLoop(LiveLoop):
         )
         now = self.clock()
         self.fill_usage(snapshot, now)
+        self.tell_silent_dispatchers(snapshot, now)
         decisions = decide(snapshot, now, self.config, self.placer, self.planner)
         report = PassReport(decisions)
         self.execute(decisions, snapshot, now, report)

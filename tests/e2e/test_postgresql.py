@@ -32,7 +32,9 @@ def test_a_job_name_longer_than_the_store_keeps_is_refused_by_field(dispatchers:
 def test_status_tells_a_dispatcher_stopped_cleanly_from_one_that_crashed(dispatchers: Dispatchers) -> None:
     """Seen: after Ctrl-C of one of two dispatchers, `corral status` on the other showed it in red,
     'stale: its claims are released', for ever, as it showed one killed -9; no event said it stopped."""
-    survivor, stopped, crashed = dispatchers.new(), dispatchers.new(), dispatchers.new()
+    # The survivor judges a peer silent after 5 s (the default is a minute).
+    survivor = dispatchers.new('[policy.dispatch]\ndispatcher_stale = "5s"')
+    stopped, crashed = dispatchers.new(), dispatchers.new()
     for corral in (survivor, stopped, crashed):
         corral.start()
     ids = {
@@ -49,6 +51,15 @@ def test_status_tells_a_dispatcher_stopped_cleanly_from_one_that_crashed(dispatc
     assert "stopped" in line and "heartbeat" not in line and "stale" not in line, line
     [event] = [e for e in survivor.cli_json("events", "--kind", "dispatcher.stopped")]
     assert event["message"].startswith(ids["stopped"]) and "its work requeued, its fleet shut down" in event["message"]
+
+    # The crash is said once, by an event a [[notify]] rule can page on; the clean stop is not.
+    def stale_events() -> list[dict[str, str]]:
+        return survivor.cli_json("events", "--kind", "dispatcher.stale")
+
+    [stale] = wait_until(stale_events, 30, "the crashed dispatcher judged silent")
+    assert stale["message"].startswith(f"{ids['crashed']} on ") and "its claims are released" in stale["message"]
+    survivor.cli("cancel", survivor.cli("submit", "--", "true").stdout.strip())  # more passes go by
+    assert len(stale_events()) == 1
 
     stopped.start()  # the same data directory: the same dispatcher, running again
     wait_until(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from corral.core.dispatchers import newly_silent
 from corral.core.model import AttemptState, JobState, Resources
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
@@ -152,3 +153,32 @@ def test_a_late_release_of_a_stale_claim_leaves_the_new_claim_alone(store: Store
     assert row["state"] == JobState.RUNNING.value and row["claimed_by"] == "disp-b" and row["temp_failures"] == 1
     assert [a["state"] for a in store.attempts_of(job_id)] == [AttemptState.TEMPFAIL.value, AttemptState.RUNNING.value]
     assert event_kinds(store, job_id).count("job.requeued") == 1
+
+
+def test_a_silent_dispatcher_is_told_once_and_its_return_too(store: Store) -> None:
+    """Its released claims said it job by job, and a silent dispatcher with no claims not at all: a
+    [[notify]] rule had nothing to page on when a dispatcher died."""
+    store.heartbeat("disp-a", NOW, host="h1", pid=11)
+    store.heartbeat("disp-c", NOW, host="h3", pid=33)
+    store.dispatcher_stopped("disp-c", NOW + 1, "nothing")  # a clean stop is said by its own event
+    store.heartbeat("disp-b", STALE, host="h2", pid=22)
+
+    def judge(at: float) -> list[str]:
+        silent = newly_silent(store.load_snapshot("disp-b", [SMALL], NOW - 1000), at, POLICY)
+        store.dispatchers_silent(silent, at)
+        return silent
+
+    assert judge(NOW + 30) == []  # within dispatcher_stale
+    assert judge(STALE) == ["disp-a"]
+    assert judge(STALE + 5) == []  # said once
+    [stale] = store.list_events(kind="dispatcher.stale")
+    assert stale["message"] == "disp-a on h1 pid 11: no heartbeat for 70s; its claims are released"
+
+    store.heartbeat("disp-a", STALE + 20, host="h1", pid=11)  # it was paused, not dead
+    [resumed] = store.list_events(kind="dispatcher.resumed")
+    assert resumed["message"].startswith("disp-a on h1 pid 11 heartbeats again; judged silent at ")
+    store.heartbeat("disp-a", STALE + 25, host="h1", pid=11)
+    assert len(store.list_events(kind="dispatcher.resumed")) == 1
+    # Silent again later: said again.
+    assert judge(STALE + 25 + POLICY.dispatch.dispatcher_stale + 1) == ["disp-a"]
+    assert len(store.list_events(kind="dispatcher.stale")) == 2

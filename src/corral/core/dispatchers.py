@@ -17,6 +17,13 @@ def stale_dispatchers(snapshot: Snapshot, now: float, settings: PolicySettings) 
     }
 
 
+def newly_silent(snapshot: Snapshot, now: float, settings: PolicySettings) -> list[str]:
+    """The stale dispatchers not yet said to be so, that did not stop cleanly: each is told once
+    (event `dispatcher.stale`), where their released claims only say it job by job."""
+    stale = stale_dispatchers(snapshot, now, settings)
+    return sorted(d.id for d in snapshot.dispatchers if d.id in stale and not (d.stopped or d.judged_stale))
+
+
 def is_stale(last_heartbeat: float, now: float, settings: PolicySettings, observing_since: float = 0.0) -> bool:
     """A dispatcher silent for more than `dispatch.dispatcher_stale`, counted from its last
     heartbeat or from when the judge started observing, whichever is later."""

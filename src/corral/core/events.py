@@ -53,6 +53,9 @@ EVENT_KINDS: dict[str, str] = {
     "dispatcher.registered": "a dispatcher started on the store",
     "dispatcher.restarted": "a dispatcher restarted with the same data directory",
     "dispatcher.stopped": "a dispatcher stopped cleanly (Ctrl-C, SIGTERM), with what it left behind",
+    "dispatcher.stale": "a peer judged a dispatcher silent (no heartbeat for dispatch.dispatcher_stale): its claims"
+    " are released",
+    "dispatcher.resumed": "a dispatcher judged silent heartbeats again (it had been paused)",
     "slurm.unreachable": "squeue failed: passes change nothing",
     "slurm.reachable": "squeue answers again",
     "slurm.orphan": "a Slurm job of an attempt corral ended was scancelled",

@@ -289,6 +289,8 @@ class Node:
 class Dispatcher:
     id: str
     last_heartbeat: float
+    stopped: bool = False  # it stopped cleanly (its stop released its claims and said so)
+    judged_stale: bool = False  # a peer judged it silent and said so (event dispatcher.stale)
 
 
 def legal_job_transitions() -> dict[JobState, frozenset[JobState]]:

@@ -107,6 +107,7 @@ class SlurmLoop(LiveLoop):
         snapshot = self.store.load_snapshot(self.dispatcher_id, [], self.observing_since)
         now = self.clock()
         self.fill_usage(snapshot, now)
+        self.tell_silent_dispatchers(snapshot, now)
         seen = self._observe(snapshot, mine, by_ref, now)
         settings = self.config.slurm
         decisions = batch.plan_batch_pass(

@@ -146,6 +146,7 @@ dispatchers = Table(
     Column("host", String(255), nullable=False, default=""),
     Column("pid", Integer),
     Column("stopped_at", Float),  # when it stopped cleanly (None: it runs, or it crashed)
+    Column("stale_at", Float),  # when a peer judged it silent (None: it was not, or heartbeats since)
 )
 
 events = Table(

@@ -1553,17 +1553,29 @@ class Store:
         restart: the dispatcher id stays with the data directory) records where it runs now."""
         table = schema.dispatchers
         with self.write() as conn:
+            same_process = (table.c.id == dispatcher_id, table.c.host == host, table.c.pid.is_not_distinct_from(pid))
             result = conn.execute(
-                update(table)
-                .where(table.c.id == dispatcher_id, table.c.host == host, table.c.pid.is_not_distinct_from(pid))
-                .values(last_heartbeat=now)
+                update(table).where(*same_process, table.c.stale_at.is_(None)).values(last_heartbeat=now)
             )
             if result.rowcount == 1:
+                return
+            judged_at = conn.execute(select(table.c.stale_at).where(*same_process)).scalar_one_or_none()
+            if judged_at is not None:
+                # Paused (a stopped VM, a partition from the database) past dispatcher_stale: a peer
+                # released its claims meanwhile; what it ran then is stopped by its agents.
+                conn.execute(update(table).where(*same_process).values(last_heartbeat=now, stale_at=None))
+                self._event(
+                    conn,
+                    now,
+                    "dispatcher.resumed",
+                    f"{dispatcher_id} on {host} pid {pid} heartbeats again; judged silent at {judged_at:.0f},"
+                    " its claims were released",
+                )
                 return
             moved = conn.execute(
                 update(table)
                 .where(table.c.id == dispatcher_id)
-                .values(last_heartbeat=now, started_at=now, host=host, pid=pid, stopped_at=None)
+                .values(last_heartbeat=now, started_at=now, host=host, pid=pid, stopped_at=None, stale_at=None)
             )
             if moved.rowcount == 1:
                 self._event(conn, now, "dispatcher.restarted", f"{dispatcher_id} on {host} pid {pid}")
@@ -1582,6 +1594,29 @@ class Store:
                 return  # stopped before its first pass registered it
             conn.execute(update(table).where(table.c.id == dispatcher_id).values(stopped_at=now))
             self._event(conn, now, "dispatcher.stopped", f"{dispatcher_id} on {row.host} pid {row.pid}: {what}")
+
+    def dispatchers_silent(self, dispatcher_ids: Sequence[str], now: float) -> None:
+        """Dispatchers a peer judged silent (corral.core.dispatchers.newly_silent): each recorded
+        once, with an event `dispatcher.stale` (a [[notify]] rule can page on it). Of peers judging
+        the same one at once, one records it. Its next heartbeat clears the mark."""
+        if not dispatcher_ids:
+            return
+        table = schema.dispatchers
+        with self.write() as conn:
+            marked = conn.execute(
+                update(table)
+                .where(table.c.id.in_(dispatcher_ids), table.c.stale_at.is_(None), table.c.stopped_at.is_(None))
+                .values(stale_at=now)
+                .returning(table.c.id, table.c.host, table.c.pid, table.c.last_heartbeat)
+            ).all()
+            for row in sorted(marked, key=lambda r: str(r.id)):
+                self._event(
+                    conn,
+                    now,
+                    "dispatcher.stale",
+                    f"{row.id} on {row.host} pid {row.pid}: no heartbeat for {now - row.last_heartbeat:.0f}s;"
+                    " its claims are released",
+                )
 
     def set_unavailable(
         self,
@@ -1686,7 +1721,10 @@ class Store:
             nodes=[node_from_row(dict(r._mapping)) for r in node_rows],
             instance_types=instance_types,
             dispatcher_id=dispatcher_id,
-            dispatchers=[Dispatcher(r.id, r.last_heartbeat) for r in dispatcher_rows],
+            dispatchers=[
+                Dispatcher(r.id, r.last_heartbeat, r.stopped_at is not None, r.stale_at is not None)
+                for r in dispatcher_rows
+            ],
             unavailable_types={r.instance_type: r.until for r in unavailable_rows},
             boot_failures={
                 r.instance_type: BootFailures(r.boot_failures, r.boot_failed_at or 0.0)
