@@ -80,3 +80,14 @@ def test_an_image_without_an_engine_cannot_run(tmp_path: Path) -> None:
     attempt = runner.start(spec(903, "localhost/anything:1", ["true"]))
     assert attempt is not None and attempt.exit_code == 127
     assert "no container engine" in attempt.log_path.read_text()
+
+
+def test_an_engine_missing_from_the_node_is_named_with_the_image(tmp_path: Path) -> None:
+    """Seen: with podman not installed on a node, the job's output said "cannot run
+    'docker.io/library/python:3.12': No such file or directory", as if the image were a file."""
+    runner = Runner(tmp_path)
+    runner.engine = Engine(("no-such-podman", "--runtime", "runc"), ())
+    attempt = runner.start(spec(904, "docker.io/library/python:3.12", ["python", "-V"]))
+    assert attempt is not None and attempt.exit_code == 127
+    said = attempt.log_path.read_text()
+    assert "cannot run image 'docker.io/library/python:3.12' with 'no-such-podman': No such file" in said, said

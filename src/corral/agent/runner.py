@@ -228,9 +228,15 @@ class Runner:
                     # fails, not the agent's work loop (and with it the node).
                     missing = isinstance(exc, FileNotFoundError | NotADirectoryError)
                     code = EXIT_NOT_FOUND if missing else EXIT_CANNOT_EXECUTE
-                    name = spec.command[0] if spec.command and spec.image is None else (spec.image or "")
+                    if spec.image is not None and spec.command and self.engine is not None:
+                        # What failed to start is the engine's program (podman missing from the
+                        # node), which never got to the image: naming the image alone sent the
+                        # operator to look for a file of that name.
+                        name = f"image {spec.image!r} with {self.engine.program[0]!r}"
+                    else:
+                        name = repr(spec.command[0] if spec.command and spec.image is None else (spec.image or ""))
                     why = getattr(exc, "strerror", None) or exc
-                    out.write(f"corral-agent: cannot run {name!r}: {why}\n".encode(errors="replace"))
+                    out.write(f"corral-agent: cannot run {name}: {why}\n".encode(errors="replace"))
                     attempt = Attempt(spec, log_path, None, started_at, exit_code=code, finished_at=time.time())
                     self.attempts[spec.attempt_id] = attempt
                     return attempt
