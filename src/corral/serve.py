@@ -179,6 +179,13 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
             f"error: the store {without_password(config.store_url)} (store.url) was migrated by a newer corral: {exc}"
         ) from None
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
+    if not (api_token and api_token.isascii() and api_token.isprintable()):
+        # Emptied to rotate the token, say: no client could present it, and the CLI would only say
+        # "no API token" with the server up.
+        raise SystemExit(
+            f"error: {home / 'token'}: the API token is empty or has a character no token has (not"
+            " printable ASCII): remove the file and corral run makes a new one"
+        )
     dispatcher_id = read_or_create(home / "dispatcher-id", new_dispatcher_id(socketlib.gethostname()))
     if not dispatcher_id or len(dispatcher_id) > MAX_DISPATCHER_ID:
         raise SystemExit(
