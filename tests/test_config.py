@@ -169,9 +169,20 @@ def test_a_config_error_shows_no_password_of_a_url(tmp_path: Path) -> None:
     assert "'mysqlx://corral:***@db.example/corral'" in str(error.value)
 
 
-def test_the_shipped_examples_are_valid() -> None:
-    for path in sorted((ROOT / "examples").glob("*.toml")):
-        load_config(path)
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.toml")), ids=lambda p: p.name)
+def test_the_shipped_example_configs_are_valid_and_warn_of_nothing(path: Path) -> None:
+    """README and the docs tell an operator to run each (`corral run --config`, `corral simulate`):
+    the simulator's too (examples/simulate/ and its folders), which a glob of examples/ missed."""
+    assert load_config(path).warnings() == []
+
+
+def test_the_shipped_example_job_file_submits_every_line() -> None:
+    from corral.cli import read_job_file
+
+    path = ROOT / "examples" / "jobs.jsonl"
+    requests, places = read_job_file(path)
+    assert len(requests) == len([line for line in path.read_text().splitlines() if line.strip()])
+    assert places[0] == "line 1"
 
 
 def test_the_config_reference_in_docs_is_current() -> None:

@@ -142,3 +142,28 @@ def test_every_agent_option_docs_agent_md_shows_exists_and_the_table_has_them_al
     table = set(re.findall(r"^\| `(--[a-z-]+)` \|", (ROOT / "docs" / "agent.md").read_text(), re.M))
     assert shown <= options, sorted(shown - options)
     assert table == options
+
+
+def toml_blocks() -> list[tuple[str, int, str]]:
+    found = []
+    for path in DOCS:
+        text = (ROOT / path).read_text()
+        for block in re.finditer(r"^```toml\n(.*?)^```", text, re.S | re.M):
+            found.append((path, text[: block.start()].count("\n") + 1, block.group(1)))
+    return found
+
+
+@pytest.mark.parametrize("path,line,block", toml_blocks(), ids=lambda v: str(v).split("/")[-1][:30])
+def test_every_toml_block_the_docs_show_is_a_config_corral_takes(
+    path: str, line: int, block: str, tmp_path: Path
+) -> None:
+    """An operator pastes these into a config: each must load as it stands (a key renamed in the
+    code but not in the guide would be refused as unknown)."""
+    from corral.config import ConfigError, load_config
+
+    config = tmp_path / "pasted.toml"
+    config.write_text(block)
+    try:
+        load_config(config)
+    except ConfigError as error:
+        pytest.fail(f"{path}:{line}: {error}")
