@@ -839,3 +839,35 @@ def test_no_instance_is_booted_for_a_job_held_near_running_work_by_strict_locali
     for waiting in (far, nowhere):
         decisions = plan_pass(Snapshot([web, waiting], [on_full], [full], TYPES), 1000.0, settings())
         assert [b.instance_type for b in decisions.boots] == ["small"]
+
+
+def test_a_job_whose_admin_reservation_is_in_force_nowhere_waits_and_says_so() -> None:
+    """Slurm keeps a job whose reservation was deleted pending (ReservationDeleted): it had run on
+    any unreserved node, or been booted for, as if it had named none. The same job runs once the
+    reservation holds a node again; a reservation a type holds is in force with no node up."""
+    ended = idle_node("n1")
+    ended.attributes = {"reservation": "team-a", "reservation_until": "999"}  # ended at 999
+    free = idle_node("n2")
+    waiting = job(1, reservation="team-a")
+    snap = Snapshot(jobs=[waiting, job(2)], attempts=[], nodes=[ended, free], instance_types=TYPES)
+    decisions = plan_pass(snap, 1000.0, settings())
+    assert [p.job_id for p in decisions.placements] == [2] and decisions.boots == []
+    [note] = decisions.annotations
+    assert note.job_id == 1 and note.wait_reason.startswith("ReservationDeleted: reservation 'team-a'")
+    assert not note.unplaceable
+
+    ended.attributes = {"reservation": "team-a", "reservation_until": "2000"}  # put back
+    again = plan_pass(
+        Snapshot(jobs=[job(1, reservation="team-a")], attempts=[], nodes=[ended], instance_types=TYPES),
+        1000.0,
+        settings(),
+    )
+    assert [(p.job_id, p.node_ids) for p in again.placements] == [(1, ("n1",))]
+
+    by_type = dataclasses.replace(SMALL, attributes=(("reservation", "team-a"),))
+    booted = plan_pass(
+        Snapshot(jobs=[job(1, reservation="team-a")], attempts=[], nodes=[], instance_types=[by_type]),
+        1000.0,
+        settings(),
+    )
+    assert [b.instance_type for b in booted.boots] == ["small"]

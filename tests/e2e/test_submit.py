@@ -59,6 +59,8 @@ def test_submit_gives_locality_hints_and_the_job_keeps_them(corral: Corral) -> N
     }  # fmt: skip
     # What a job asks of a node besides room: before, only a job file or the API could ask it, and
     # `corral job` did not show it (an UNPLACEABLE "needs accel=h100" named a trait it did not list).
+    [node] = wait_until(corral.live_nodes, 60, "a node")
+    corral.cli("node", node["id"], "reservation=team-a")  # a reservation no node holds is refused
     pinned = corral.cli(
         "submit", "--trait", "accel=a10", "--trait", "accel=l4", "--trait", "zone=*", "--forbid", "capacity=spot",
         "--min-platform", "1.10", "--reservation", "team-a", "--cpu-capped", "--", "true",

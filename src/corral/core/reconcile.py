@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from corral.core import admission, capacity, dependency, drain, lifecycle, retry
+from corral.core import admission, capacity, dependency, drain, lifecycle, reservations, retry
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.limits import LiveFleet
@@ -299,6 +299,12 @@ def plan_pass(
     # Job arrays' throttles (Slurm's %N) and users' limits (MaxJobsPerUser, MaxTRESPerUser=cpu): the
     # jobs they hold back beside what runs are neither placed nor booted for.
     queue, throttled = admission.within_limits(queue, index, ended, settings)
+    if any(job.reservation for job in queue):
+        # A job whose admin reservation is in force nowhere waits for it (Slurm's
+        # ReservationDeleted) rather than running outside it: neither placed nor booted for.
+        in_force = reservations.of_fleet(snapshot.nodes, snapshot.instance_types, now)
+        queue, deleted = reservations.hold_back(queue, in_force)
+        throttled = {**throttled, **deleted} if deleted else throttled
     if queue:
         # The placer works out the room on each node from the attempts that still hold it: not
         # those of jobs this pass ended (cancelled, lost, never started).

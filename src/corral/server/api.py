@@ -11,11 +11,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
-from corral.core import accounting, admission, categories, fairshare, health, multifactor
+from corral.core import accounting, admission, categories, fairshare, health, multifactor, reservations
 from corral.core.dispatchers import is_stale
 from corral.core.model import Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
+from corral.jobspec import JobRequest
+from corral.server.app import Runtime
 from corral.server.deps import UserRuntime
 from corral.server.models import (
     DB_INT_MAX,
@@ -152,9 +154,33 @@ def submit(body: SubmitBody, runtime: UserRuntime) -> SubmitResult:
                     for i in images
                 ],
             )
-    ids = runtime.store.submit(body.jobs, time.time())
+    now = time.time()
+    refused = _reservation_refusals(body.jobs, runtime, now)
+    if refused:
+        raise HTTPException(422, refused)
+    ids = runtime.store.submit(body.jobs, now)
     runtime.wake()
     return SubmitResult(ids=ids)
+
+
+def _reservation_refusals(jobs: list[JobRequest], runtime: Runtime, now: float) -> list[str]:
+    """Slurm's "Requested reservation is invalid", one line per job that names an admin
+    reservation in force on no node and no instance type (nothing of the submission is stored)."""
+    named = [(i, job.reservation) for i, job in enumerate(jobs) if job.reservation]
+    if not named:
+        return []
+    if runtime.config.executor == "slurm":
+        # corral's reservations are attributes of its own nodes; Slurm's are Slurm's, and corral
+        # does not pass --reservation to sbatch: accepting it would run the job anywhere.
+        return [
+            f"jobs.{i}.reservation: {name!r}: corral's admin reservations are on its own nodes, not in front of"
+            " Slurm: ask for a Slurm reservation with slurm.extra_args (--reservation) instead"
+            for i, name in named
+        ]
+    types = runtime.config.instance_types
+    held: list[reservations.Attributes] = [*runtime.store.live_node_attributes(), *(t.attributes for t in types)]
+    in_force = reservations.in_force(held, now)
+    return [f"jobs.{i}.reservation: {why}" for i, name in named if (why := reservations.refusal(name, in_force))]
 
 
 @router.get("/jobs")

@@ -1505,6 +1505,13 @@ class Store:
         rows.reverse()
         return rows
 
+    def live_node_attributes(self) -> list[dict[str, str | list[str]]]:
+        """The attributes of every node not gone that has any: where the admin reservations in
+        force are read from at submission (corral.core.reservations)."""
+        query = select(N.c.attributes).where(N.c.state != NodeState.GONE.value, N.c.attributes.is_not(None))
+        with self.read() as conn:
+            return [dict(row.attributes) for row in conn.execute(query) if row.attributes]
+
     def paired_node_attributes(self) -> list[dict[str, str | list[str]]]:
         """The attributes of each paired node that has not begun to leave (idle, busy, draining,
         down): the nodes a health check runs on (corral.core.health)."""

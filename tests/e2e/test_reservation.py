@@ -1,0 +1,67 @@
+"""Admin reservations as a Slurm administrator uses them: a job naming one that does not exist is
+refused ("Requested reservation is invalid"), on every way in; one whose reservation goes away
+while it waits stays queued and says why, rather than running outside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.conftest import Corral, wait_until
+
+REFUSED = "Requested reservation is invalid: no admin reservation 'nosuch' is in force"
+
+
+def test_a_job_naming_no_reservation_in_force_is_refused_on_every_way_in(corral: Corral, tmp_path: Path) -> None:
+    corral.start()
+    first = int(corral.cli("submit", "--", "sleep", "300").stdout)
+    wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
+    [node] = corral.live_nodes()
+    corral.cli("node", node["id"], "reservation=team-a")
+
+    by_cli = corral.cli("submit", "--reservation", "nosuch", "--", "true", check=False)
+    assert by_cli.returncode != 0 and REFUSED in by_cli.stderr and "(in force: team-a)" in by_cli.stderr
+    array = corral.cli("submit", "--array", "0-3", "--reservation", "nosuch", "--", "true", check=False)
+    assert array.returncode != 0 and REFUSED in array.stderr
+    jobs_file = tmp_path / "jobs.jsonl"
+    jobs_file.write_text('{"command": ["true"]}\n{"command": ["true"], "reservation": "nosuch"}\n')
+    from_file = corral.cli("submit", "-f", str(jobs_file), check=False)
+    assert from_file.returncode != 0 and REFUSED in from_file.stderr
+    by_api = corral.api(
+        "POST",
+        "/api/jobs",
+        json={"jobs": [{"command": ["true"], "reservation": "team-a"}, {"command": ["true"], "reservation": "nosuch"}]},
+    )
+    assert by_api.status_code == 422 and by_api.json()["detail"][0].startswith(f"jobs.1.reservation: {REFUSED}")
+    # Nothing of a refused submission is stored: not even the file's or the batch's valid jobs.
+    assert list(corral.jobs()) == [first]
+    assert [e["job_id"] for e in corral.cli_json("events", "--kind", "job.queued")] == [first]
+
+    # The reservation the node holds is taken, and its job may run on the reserved node.
+    mine = int(corral.cli("submit", "--reservation", "team-a", "--", "true").stdout)
+    wait_until(lambda: corral.jobs()[mine]["state"] == "complete", 60, "the reservation's job to run")
+    corral.cli("cancel", str(first))
+
+
+def test_a_job_whose_reservation_is_removed_while_it_waits_stays_queued_and_says_why(corral: Corral) -> None:
+    corral.start()
+    first = int(corral.cli("submit", "--", "sleep", "300").stdout)
+    wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
+    [node] = corral.live_nodes()
+    corral.cli("node", node["id"], "reservation=team-a")
+    waiting = int(corral.cli("submit", "--reservation", "team-a", "--not-before", "2099-01-01", "--", "true").stdout)
+
+    corral.cli("node", node["id"], "--unset", "reservation")  # scontrol delete reservation
+    corral.cli("update", str(waiting), "--not-before", "now")
+    why = "ReservationDeleted: reservation 'team-a' is in force on no node and no instance type"
+    explained = wait_until(
+        lambda: (e := corral.cli_json("explain", str(waiting)))["wait_reason"].startswith(why) and e,
+        60,
+        "the job to say its reservation is gone",
+    )
+    assert explained["state"] == "queued" and not explained["unplaceable"]
+    assert corral.cli_json("job", str(waiting))["attempts"] == 0  # not run elsewhere meanwhile
+
+    # Put back, the reservation takes its job again.
+    corral.cli("node", node["id"], "reservation=team-a")
+    wait_until(lambda: corral.jobs()[waiting]["state"] == "complete", 60, "the job to run in its reservation")
+    corral.cli("cancel", str(first))
