@@ -220,6 +220,27 @@ def money(dollars: float) -> str:
     return f"${dollars:,.2f}" if dollars >= 1 or dollars == 0 else f"${dollars:.4f}"
 
 
+def job_name(text: str) -> str:
+    """A job as a user names it: its id, or an array's task as Slurm writes it (`12_3`), which the
+    server resolves. Checked here since Python's int() reads `12_3` as 123, another job."""
+    text = text.strip()
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", text):
+        raise typer.BadParameter(f"{text!r}: not a job id, nor an array's task as ARRAY_TASK (12_3)")
+    return text
+
+
+def plain_id(text: str) -> int:
+    """An id that is a number only (an array's, an event's): `12_3` is refused, not read as 123."""
+    text = text.strip()
+    if not re.fullmatch(r"[0-9]+", text):
+        raise typer.BadParameter(f"{text!r}: not a number (an array's id is its first task's job id)")
+    return int(text)
+
+
+JOB_HELP = "A job id, or an array's task as ARRAY_TASK (12_3)."
+JobArg = Annotated[str, typer.Argument(parser=job_name, metavar="JOB", help=JOB_HELP, show_default=False)]
+
+
 def counted(count: int, noun: str) -> str:
     """'1 node', '2 nodes', '1,200 jobs'."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
@@ -679,7 +700,9 @@ def jobs(
     user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
     name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
     tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
-    array: Annotated[int | None, typer.Option(help="Only the tasks of this job array (its id).")] = None,
+    array: Annotated[
+        int | None, typer.Option(parser=plain_id, help="Only the tasks of this job array (its id).")
+    ] = None,
     limit: Annotated[int, typer.Option(help="At most this many (newest).")] = 1000,
     as_json: JsonFlag = False,
 ) -> None:
@@ -730,7 +753,7 @@ def array_task_text(job: dict[str, Any]) -> str:
 
 
 @app.command("job")
-def show_job(job_id: int, as_json: JsonFlag = False) -> None:
+def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
     """Show one job with its attempts."""
     j = call("GET", f"/api/jobs/{job_id}")
     if as_json:
@@ -813,8 +836,8 @@ def show_job(job_id: int, as_json: JsonFlag = False) -> None:
 
 @app.command()
 def logs(
-    job_id: int,
-    attempt: Annotated[int | None, typer.Option(help="A given attempt (default: the last).")] = None,
+    job_id: JobArg,
+    attempt: Annotated[int | None, typer.Option(parser=plain_id, help="A given attempt (default: the last).")] = None,
     all_attempts: Annotated[bool, typer.Option("--all", help="Every attempt, each with a header.")] = False,
     follow: Annotated[
         bool,
@@ -844,7 +867,7 @@ FOLLOW_EVERY = 1.0  # seconds between two looks at a followed job
 TERMINAL = frozenset(state.value for state in JobState if state.terminal)
 
 
-def follow_logs(job_id: int, attempt_id: int | None) -> None:
+def follow_logs(job_id: str, attempt_id: int | None) -> None:
     """Print the output of a job's attempts as it arrives, the next attempt's (a retry, a requeue)
     after a header, until the job has ended (or the attempt asked for has). The job's state is read
     before its output: an attempt's finish is reported only after its output got through, so the
@@ -885,14 +908,18 @@ def follow_logs(job_id: int, attempt_id: int | None) -> None:
 
 @app.command()
 def cancel(
-    job_ids: Annotated[list[int] | None, typer.Argument(help="Job ids.")] = None,
+    job_ids: Annotated[
+        list[str] | None, typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP, show_default=False)
+    ] = None,
     state: Annotated[
         list[str] | None, typer.Option(help="Every open job in this state (queued, claimed, running); repeatable.")
     ] = None,
     user: Annotated[str | None, typer.Option(help="Every open job of this user.")] = None,
     name: Annotated[str | None, typer.Option(help="Every open job of this name.")] = None,
     tag: Annotated[str | None, typer.Option(help="Every open job with this tag.")] = None,
-    array: Annotated[int | None, typer.Option(help="Every open task of this job array (its id).")] = None,
+    array: Annotated[
+        int | None, typer.Option(parser=plain_id, help="Every open task of this job array (its id).")
+    ] = None,
 ) -> None:
     """Cancel jobs, also while they run: by id, or every open job matching all the filters given
     (Slurm's scancel --state/--user/--name, scancel ARRAY_ID for a job array's tasks; and a tag)."""
@@ -911,7 +938,7 @@ def cancel(
 
 @app.command()
 def hold(
-    job_ids: Annotated[list[int], typer.Argument(help="Job ids.")],
+    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP)],
     reason: Annotated[str, typer.Option(help="Why; shown as the job's wait reason.")] = "",
 ) -> None:
     """Hold queued jobs (Slurm's `scontrol hold`) until `corral release`.
@@ -931,7 +958,7 @@ def hold(
 
 @app.command()
 def requeue(
-    job_ids: Annotated[list[int], typer.Argument(help="Job ids.")],
+    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP)],
     hold: Annotated[
         bool, typer.Option("--hold", help="Hold them once queued, until `corral release` (scontrol requeuehold).")
     ] = False,
@@ -956,12 +983,14 @@ def requeue(
 
 
 @app.command()
-def release(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+def release(
+    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP)],
+) -> None:
     """Release held jobs (Slurm's `scontrol release`): they run as any queued job."""
     each_job(job_ids, "release", lambda r: "released" if r["changed"] else f"not held ({r['state']})")
 
 
-def each_job(job_ids: list[int], action: str, said: Callable[[dict[str, Any]], str], body: Any = None) -> None:
+def each_job(job_ids: list[str], action: str, said: Callable[[dict[str, Any]], str], body: Any = None) -> None:
     """POST /api/jobs/ID/`action` for each job, saying `said(result)` of each; one id that is
     refused (a typo, a job of another corral, a job in the wrong state) spares none after it, and
     the command exits 1 at the end."""
@@ -979,7 +1008,7 @@ def each_job(job_ids: list[int], action: str, said: Callable[[dict[str, Any]], s
 
 
 @app.command()
-def priority(job_id: int, value: int) -> None:
+def priority(job_id: JobArg, value: int) -> None:
     """Set a job's priority; 0 cancels it (seed 001)."""
     j = call("PATCH", f"/api/jobs/{job_id}", json={"priority": value})
     if j["priority"] != value:  # a finished job keeps its own
@@ -990,7 +1019,7 @@ def priority(job_id: int, value: int) -> None:
 
 @app.command()
 def throttle(
-    array_job_id: Annotated[int, typer.Argument(help="The job array's id (its first task's job id).")],
+    array_job_id: Annotated[int, typer.Argument(parser=plain_id, help="The job array's id (its first task's job id).")],
     value: Annotated[int, typer.Argument(help="At most this many tasks claimed or running at once; 0: no limit.")],
 ) -> None:
     """Change a job array's throttle (Slurm's scontrol update JobId=A ArrayTaskThrottle=N).
@@ -1005,7 +1034,7 @@ def throttle(
 
 @app.command()
 def update(
-    job_id: int,
+    job_id: JobArg,
     name: Annotated[str | None, typer.Option(help="A new name.")] = None,
     vcpus: Annotated[str | None, typer.Option(help="vCPUs per node (queued jobs only).")] = None,
     ram: Annotated[str | None, typer.Option(help="RAM per node, e.g. 4GiB (queued jobs only).")] = None,
@@ -1080,7 +1109,7 @@ def _update_value(key: str, value: Any) -> str:
 
 
 @app.command()
-def explain(job_id: int, as_json: JsonFlag = False) -> None:
+def explain(job_id: JobArg, as_json: JsonFlag = False) -> None:
     """Why a job waits, or where it was placed and why.
 
     A waiting job: every filter, how many nodes each removed, the nearest miss. A placed job: how
@@ -1527,7 +1556,9 @@ def show_node(
 
 @app.command()
 def events(
-    job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
+    job: Annotated[
+        str | None, typer.Option(parser=job_name, help="Only this job's events (12, or a task: 12_3).")
+    ] = None,
     node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
     kind: Annotated[str | None, typer.Option(help="Kind or its start, e.g. job.requeued, job.cancel or node.")] = None,
     since: Annotated[
@@ -1535,7 +1566,8 @@ def events(
     ] = None,
     until: Annotated[str | None, typer.Option(help="Only events before this time, as --since.")] = None,
     before: Annotated[
-        int | None, typer.Option(help="Only events older than this event id: the page before one shown.")
+        int | None,
+        typer.Option(parser=plain_id, help="Only events older than this event id: the page before one shown."),
     ] = None,
     limit: Annotated[int, typer.Option(help="The newest this many.")] = 200,
     as_json: JsonFlag = False,
@@ -1544,6 +1576,8 @@ def events(
     (sacct -S/-E's window with --since/--until; --before pages back)."""
     now = time.time()
     params: dict[str, Any] = {"limit": limit}
+    if job is not None and "_" in job:
+        job = str(call("GET", f"/api/jobs/{job}")["id"])  # an array's task: its events are its job id's
     for key, value in (("job", job), ("node", node), ("kind", kind), ("before", before)):
         if value is not None:
             params[key] = value

@@ -4,12 +4,15 @@ notify."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
+from pydantic import BeforeValidator
 
 from corral.core import accounting, admission, categories, fairshare, health, multifactor, reservations
 from corral.core.dispatchers import is_stale
@@ -62,14 +65,38 @@ from corral.server.models import (
     UsageOut,
     UsageRowOut,
     error_responses,
+    plain_number,
 )
 from corral.store import JobFilter, NotBackedOff, NotQueued
 from corral.store.store import UPDATABLE_WHILE_RUNNING
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 413, 422))
 
-JobId = PathId
-IdFilter = Annotated[int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
+# Slurm's name of an array's task: ARRAY_TASK, as 12_3.
+TASK_NAME = re.compile(r"([0-9]+)_([0-9]+)")
+
+
+def job_id_of(
+    job_id: Annotated[str, Path(description="A job id, or an array's task as ARRAY_TASK (Slurm's 12_3).")],
+    runtime: UserRuntime,
+) -> int:
+    """The job a route's path names: by its id, or as an array's task (`12_3`, the task ids that
+    `corral jobs` shows), which a Slurm user types for scancel, scontrol hold or update."""
+    task = TASK_NAME.fullmatch(job_id)
+    numbers = [int(part) for part in task.groups()] if task else [int(job_id)] if job_id.isdecimal() else []
+    if not numbers or not job_id.isascii():
+        why = "not a job id, nor an array's task as ARRAY_TASK (12_3)"
+    elif max(numbers) > DB_INT_MAX:
+        why = f"Input should be less than or equal to {DB_INT_MAX}"
+    elif task is not None:
+        return runtime.store.task_job_id(numbers[0], numbers[1])
+    else:
+        return numbers[0]
+    raise RequestValidationError([{"type": "value_error", "loc": ("path", "job_id"), "msg": why, "input": job_id}])
+
+
+JobId = Annotated[int, Depends(job_id_of)]
+IdFilter = Annotated[int | None, BeforeValidator(plain_number), Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
 def job_out(
@@ -192,7 +219,9 @@ def list_jobs(
     name: str | None = Query(None, description="only jobs of this name"),
     tag: str | None = Query(None, description="only jobs with this tag"),
     array: Annotated[
-        int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only the tasks of this job array (its id)")
+        int | None,
+        BeforeValidator(plain_number),
+        Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only the tasks of this job array (its id)"),
     ] = None,
 ) -> list[JobOut]:
     picked = JobFilter(tuple(s.value for s in state or ()), user, name, tag, array)
@@ -409,7 +438,9 @@ def list_events(
     kind: str | None = None,
     limit: int = Query(200, ge=1, le=100_000),
     before: Annotated[
-        int | None, Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only events with a lower id: the page before")
+        int | None,
+        BeforeValidator(plain_number),
+        Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only events with a lower id: the page before"),
     ] = None,
     since: Annotated[float | None, Query(allow_inf_nan=False, description="only events at or after (epoch s)")] = None,
     until: Annotated[float | None, Query(allow_inf_nan=False, description="only events before (epoch s)")] = None,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from corral.core import categories, drain
 from corral.core.model import JobState
@@ -20,8 +21,18 @@ from corral.placement import attributes as attr
 # it as it refuses any bad value, naming the field.
 DB_INT_MIN, DB_INT_MAX = -(2**31), 2**31 - 1
 DbInt = Annotated[Int, Field(ge=DB_INT_MIN, le=DB_INT_MAX)]
-# A job or attempt id in a route's path, bounded as DbInt.
-PathId = Annotated[int, Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
+
+
+def plain_number(value: Any) -> Any:
+    """A path's id as digits only: int() reads `12_3` as 123 (Python's digit grouping), and a
+    Slurm user's `12_3` is an array's task, never job 123."""
+    if isinstance(value, str) and not re.fullmatch(r"-?[0-9]+", value):
+        raise ValueError("not a number")
+    return value
+
+
+# A job, array or attempt id in a route's path, bounded as DbInt.
+PathId = Annotated[int, BeforeValidator(plain_number), Path(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
 class Inbound(BaseModel):

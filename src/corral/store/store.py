@@ -666,6 +666,21 @@ class Store:
             raise NotFound(f"no job {job_id}")
         return dict(row._mapping)
 
+    def task_job_id(self, array_job_id: int, task_id: int) -> int:
+        """The job id of task `task_id` of job array `array_job_id` (Slurm's `12_3`); NotFound
+        naming which of the two is not there."""
+        with self.read() as conn:
+            found = conn.execute(
+                select(J.c.id).where(J.c.array_job_id == array_job_id, J.c.array_task_id == task_id)
+            ).scalar()
+            if found is None:
+                is_array = conn.execute(select(J.c.id).where(J.c.array_job_id == array_job_id).limit(1)).scalar()
+        if found is None:
+            if is_array is None:
+                raise NotFound(f"no job array {array_job_id} (an array's id is its first task's job id)")
+            raise NotFound(f"job array {array_job_id} has no task {task_id}")
+        return int(found)
+
     def list_job_rows(
         self, states: Iterable[str] | None = None, limit: int = 1000, picked: JobFilter | None = None
     ) -> list[dict[str, Any]]:
@@ -781,8 +796,15 @@ class Store:
     def request_cancel_matching(self, now: float, picked: JobFilter) -> list[int]:
         """Mark every open job `picked` picks for cancellation, as Slurm's `scancel
         --state/-u/-n` does: one transaction, an event per job. The ids marked, in order (a job
-        already marked, or finished, is not among them)."""
+        already marked, or finished, is not among them). NotFound for an array id that is no
+        array's (Slurm's scancel says "Invalid job id"): a slip, say a task's job id, that would
+        otherwise read as an array with nothing left open."""
         with self.write() as conn:
+            if (
+                picked.array is not None
+                and conn.execute(select(J.c.id).where(J.c.array_job_id == picked.array).limit(1)).first() is None
+            ):
+                raise NotFound(f"no job array {picked.array} (an array's id is its first task's job id)")
             ids = self._lock_jobs(
                 conn,
                 J.c.state.not_in(TERMINAL_JOB_STATES),
