@@ -271,3 +271,15 @@ def test_a_condition_on_a_job_array_is_one_on_each_of_its_tasks_as_in_slurm() ->
     assert any_of is not None
     with pytest.raises(ValueError, match="job 5 is a job array's id, which '\\?' \\(any one condition\\) cannot name"):
         dependency.whole_arrays(any_of, tasks_of)
+
+
+def test_afternotok_on_a_job_array_is_refused_rather_than_read_as_every_task_failing() -> None:
+    """Slurm runs `afternotok:ARRAY` once every task ended and one failed (a cleanup step); one
+    condition per task cancelled it as soon as one task completed."""
+    tasks_of = {5: [5, 6, 7]}
+    on_array = dependency.parse("afterok:9,afternotok:5")
+    assert on_array is not None
+    with pytest.raises(ValueError, match="afternotok on job array 5 is not offered .* wait with afterany:5"):
+        dependency.whole_arrays(on_array, tasks_of)
+    on_a_task = dependency.parse("afternotok:6")  # a task's own job id: that task alone
+    assert on_a_task is not None and dependency.whole_arrays(on_a_task, tasks_of) is on_a_task

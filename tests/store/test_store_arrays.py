@@ -96,3 +96,18 @@ def test_a_job_array_under_any_one_condition_of_one_kind_is_refused(store: Store
     (other,) = store.submit([JobRequest(command=["y"])], NOW)
     with pytest.raises(InvalidJobs, match=f"jobs.0.dependency: .*job {first} is a job array's id"):
         store.submit([JobRequest(command=["z"], dependency=f"afterok:{first}?afterok:{other}")], NOW)
+
+
+def test_afternotok_on_a_job_array_is_refused_and_nothing_of_the_submission_is_stored(store: Store) -> None:
+    """A cleanup step `afternotok:ARRAY` ran, in Slurm, once one task failed and all ended; stored
+    as one condition per task it was cancelled as soon as one task completed, and never ran."""
+    first, _, _ = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
+    before = len(store.list_job_rows())
+    with pytest.raises(InvalidJobs, match=f"jobs.1.dependency: .*afternotok on job array {first} is not offered"):
+        store.submit(
+            [JobRequest(command=["ok"]), JobRequest(command=["cleanup"], dependency=f"afternotok:{first}")], NOW
+        )
+    assert len(store.list_job_rows()) == before
+    # A task's own job id is that task alone, as before.
+    (on_task,) = store.submit([JobRequest(command=["y"], dependency=f"afternotok:{first + 1}")], NOW)
+    assert store.job_row(on_task)["spec"]["dependency"] == f"afternotok:{first + 1}"

@@ -11,7 +11,8 @@ A dependency lists kinds with job ids, `afterok:12:13,afterany:14`: with `,` eve
 other, as in Slurm. `afterok:12:13` is two conditions, one per job.
 
 A condition on a job array's id (its first task's job id) is one on each of its tasks, as in Slurm
-(`whole_arrays`, applied when the job is submitted).
+(`whole_arrays`, applied when the job is submitted); but afternotok, which Slurm reads for an array
+as "every task ended, one failed", is refused on an array's id.
 
 A condition that cannot hold any more (afterok on a job that failed or was cancelled, afternotok on
 one that completed) makes the dependency never satisfiable when every one must hold (or when it was
@@ -136,6 +137,16 @@ def whole_arrays(dependency: Dependency, tasks_of: Mapping[int, Sequence[int]]) 
     under `?` (any one condition): one per task would let any single task satisfy it."""
     if not any(job_id in tasks_of for _, job_id in dependency.conditions):
         return dependency
+    for kind, job_id in dependency.conditions:
+        # Slurm runs afternotok on an array once every task ended and one of them failed; one
+        # condition per task would wait for every task to fail, and end the job once one completed:
+        # a cleanup step that never runs. Refused until that reading can be stored.
+        if kind is DependencyKind.AFTERNOTOK and job_id in tasks_of:
+            raise ValueError(
+                f"{dependency}: afternotok on job array {job_id} is not offered (Slurm's: once every task ended,"
+                f" one of them failed); wait with afterany:{job_id} and let the step look at the tasks' states"
+                " (corral jobs --array ID --json), or name tasks' own job ids"
+            )
     if dependency.any_of:
         named = next(job_id for _, job_id in dependency.conditions if job_id in tasks_of)
         raise ValueError(
