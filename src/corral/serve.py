@@ -121,7 +121,12 @@ def make_cloud(config: Config, server_url: str) -> CloudDriver:
         from corral.cloud.loopback import LoopbackCloud
 
         return LoopbackCloud(
-            config.home, server_url, config.cloud.cluster, config.cloud.ping_interval, config.server.ca_file
+            config.home,
+            server_url,
+            config.cloud.cluster,
+            config.cloud.ping_interval,
+            config.server.ca_file,
+            config.containers.program,
         )
     if config.cloud.driver == "ec2":
         from corral.cloud.base import CloudError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -195,3 +196,54 @@ def test_an_agent_that_exits_is_no_longer_listed(cloud: LoopbackCloud, peer: Any
     wait_for(lambda: cloud.list() == [], 20, "the refused agent to drop out of the list")
     assert b"pairing refused" in (cloud.root / instance.id / "agent.log").read_bytes()
     assert not (cloud.root / instance.id / "instance.json").exists()
+
+
+def test_an_agent_started_by_a_corral_killed_before_its_record_is_listed(cloud: LoopbackCloud, tmp_path: Path) -> None:
+    """A corral SIGKILLed mid-boot, the agent started and its pid not yet recorded: the next corral
+    must see the instance (to adopt its node, or destroy it as an orphan), not leave it running
+    unknown. The kill is put exactly there by the parent killing itself when the start returns."""
+    script = textwrap.dedent(
+        """
+        import os, signal, subprocess, sys
+        from pathlib import Path
+        from corral.cloud import loopback
+        from corral.core.model import InstanceType
+
+        real_popen = subprocess.Popen
+
+        def popen_then_die(*args, **kwargs):
+            started = real_popen(*args, **kwargs)
+            print(started.pid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        loopback.subprocess.Popen = popen_then_die
+        cloud = loopback.LoopbackCloud(Path(sys.argv[1]), sys.argv[2], "c1")
+        cloud.create(InstanceType("t.tiny", 1, 512, 0.0), "n-midboot", "tok", {})
+        """
+    )
+    parent = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), cloud.server_url], capture_output=True, text=True, timeout=30
+    )
+    assert parent.returncode == -signal.SIGKILL
+    agent_pid = int(parent.stdout)
+    try:
+        assert alive(agent_pid)
+        listed = cloud.list()
+        assert [i.tags[TAG_NODE_ID] for i in listed] == ["n-midboot"]
+        cloud.destroy(listed[0].id)
+        wait_for(lambda: not alive(agent_pid), 10, "the agent to be destroyed with its instance")
+        assert cloud.list() == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(agent_pid, signal.SIGKILL)
+
+
+def test_a_record_whose_agent_never_started_is_forgotten(cloud: LoopbackCloud) -> None:
+    """A corral killed after the record and before the start: no agent runs, no instance is listed."""
+    directory = cloud.root / "lb-0000cafe"
+    directory.mkdir(parents=True)
+    tags = {TAG_CLUSTER: "c1", TAG_NODE_ID: "n-never", TAG_INSTANCE_TYPE: "t.small"}
+    data = {"id": "lb-0000cafe", "instance_type": "t.small", "tags": tags, "created_at": 1.0, "pid": None}
+    (directory / "instance.json").write_text(json.dumps(data))
+    assert cloud.list() == []
+    assert not (directory / "instance.json").exists()

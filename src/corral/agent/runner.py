@@ -193,7 +193,9 @@ class Runner:
         if self.engine is None:
             raise FileNotFoundError(2, "no container engine given to this agent ([containers] in the config)")
         names = self.job_environment(spec)
-        return container.run_argv(self.engine, spec.attempt_id, spec.image, spec.command, cwd, names)
+        # The agent starts only the attempts whose first node is its own (a gang's command runs there).
+        node_id = spec.node_ids[0] if spec.node_ids else None
+        return container.run_argv(self.engine, spec.attempt_id, spec.image, spec.command, cwd, names, node_id)
 
     def start(self, spec: AttemptSpec, now: float | None = None) -> Attempt | None:
         """Start the attempt's command; None once the runner is closed (the agent is exiting). A

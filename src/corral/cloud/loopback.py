@@ -7,7 +7,10 @@ attempt it runs inherits: `destroy` uses that mark to power off the whole "machi
 attempt processes that an agent killed with SIGKILL had no chance to stop.
 
 Records live in `<home>/loopback/<instance id>/instance.json`; the agent's own log is `agent.log`
-beside it and its work dir is `work/`.
+beside it and its work dir is `work/`. The record is written before the agent starts (its pid
+added once it runs), so that a corral killed in between leaves an instance its next start lists,
+not an agent nobody knows of. The containers of jobs with an image run under the container engine,
+outside the mark's reach: power-off removes them by the node label the agent gives them.
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from corral.agent import container
 from corral.cloud.base import (
     TAG_CLUSTER,
     TAG_INSTANCE_TYPE,
@@ -40,9 +46,18 @@ RECORD = "instance.json"
 
 class LoopbackCloud:
     def __init__(
-        self, home: Path, server_url: str, cluster: str, ping_interval: float = 2.0, ca_file: Path | None = None
+        self,
+        home: Path,
+        server_url: str,
+        cluster: str,
+        ping_interval: float = 2.0,
+        ca_file: Path | None = None,
+        container_program: Sequence[str] | None = None,
     ) -> None:
         self.home = Path(home)
+        # The engine the agents run jobs with an image through ([containers] program): powering an
+        # instance off removes its containers, which the engine, not the agent's session, runs.
+        self.container_program = tuple(container_program) if container_program else None
         self.ca_file = ca_file  # what the agents verify an https server with
         self.root = self.home / "loopback"
         # Settable later: a server bound to port 0 learns its URL after the driver exists.
@@ -53,6 +68,8 @@ class LoopbackCloud:
         # Children of this process must be reaped, or an exited agent lingers as a zombie whose /proc
         # entry makes it look alive.
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # Instances whose record is written and whose agent is being started by this driver: no pid yet.
+        self._creating: set[str] = set()
         self._lock = threading.Lock()
 
     def _dir(self, instance_id: str) -> Path:
@@ -88,32 +105,41 @@ class LoopbackCloud:
         for name in ("CORRAL_AGENT_SECRET", "CORRAL_TOKEN"):
             env.pop(name, None)
         created_at = time.time()
-        try:
-            with open(directory / "agent.log", "ab") as log:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=directory,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-        except OSError as exc:
-            raise CloudError(f"loopback: cannot start the agent for {node_id}: {exc}") from exc
-        with self._lock:
-            self._children[proc.pid] = proc
-        record = {
+        record: dict[str, Any] = {
             "id": instance_id,
             "instance_type": instance_type.name,
             "tags": all_tags,
             "created_at": created_at,
-            "pid": proc.pid,
+            "pid": None,
         }
-        tmp = directory / (RECORD + ".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        tmp.replace(directory / RECORD)
+        with self._lock:
+            self._creating.add(instance_id)
+        try:
+            # Recorded before the agent starts: a corral killed right after the start must find the
+            # instance at its next start (to adopt or destroy it), or the agent would run unknown.
+            _write_record(directory, record)
+            try:
+                with open(directory / "agent.log", "ab") as log:
+                    proc = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=directory,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
+            except OSError as exc:
+                (directory / RECORD).unlink(missing_ok=True)
+                raise CloudError(f"loopback: cannot start the agent for {node_id}: {exc}") from exc
+            with self._lock:
+                self._children[proc.pid] = proc
+            record["pid"] = proc.pid
+            _write_record(directory, record)
+        finally:
+            with self._lock:
+                self._creating.discard(instance_id)
         return CloudInstance(id=instance_id, instance_type=instance_type.name, tags=all_tags, created_at=created_at)
 
     def _read(self, directory: Path) -> dict[str, Any] | None:
@@ -124,7 +150,21 @@ class LoopbackCloud:
         return data if isinstance(data, dict) else None
 
     def _alive(self, record: dict[str, Any]) -> bool:
+        """Whether the instance's agent runs. A record with no pid (its creator was killed as the
+        agent started) takes the pid of the agent that carries its mark, if one does."""
+        instance_id = str(record.get("id", ""))
+        node_id = str(record.get("tags", {}).get(TAG_NODE_ID, ""))
         pid = record.get("pid")
+        if pid is None:
+            with self._lock:
+                if instance_id in self._creating:
+                    return True
+            found = _marked_agent(instance_id)
+            if found is None:
+                return False
+            record["pid"] = pid = found
+            with contextlib.suppress(OSError):
+                _write_record(self._dir(instance_id), record)
         if not isinstance(pid, int) or pid <= 0:
             return False
         with self._lock:
@@ -136,8 +176,7 @@ class LoopbackCloud:
             with self._lock:
                 self._children.pop(pid, None)
             return False
-        node_id = str(record.get("tags", {}).get(TAG_NODE_ID, ""))
-        return _is_agent(pid, str(record.get("id", "")), node_id)
+        return _is_agent(pid, instance_id, node_id)
 
     def list(self) -> list[CloudInstance]:
         out: list[CloudInstance] = []
@@ -151,8 +190,9 @@ class LoopbackCloud:
             if tags.get(TAG_CLUSTER) != self.cluster:
                 continue
             if not self._alive(record):
-                # The "instance" has terminated on its own (agent exited or crashed): forget it as a cloud would.
-                _kill_marked(str(record.get("id")), signal.SIGKILL)
+                # The "instance" has terminated on its own (agent exited or crashed): forget it as a
+                # cloud would, with whatever its agent left running.
+                self._power_off(str(record.get("id")), str(tags.get(TAG_NODE_ID, "")))
                 (directory / RECORD).unlink(missing_ok=True)
                 continue
             out.append(
@@ -184,9 +224,52 @@ class LoopbackCloud:
                 deadline = time.monotonic() + 2.0
                 while time.monotonic() < deadline and self._alive(record):
                     time.sleep(0.02)
-        # Power off: nothing that ran on this instance survives it.
-        _kill_marked(instance_id, signal.SIGKILL)
+        node_id = str((record or {}).get("tags", {}).get(TAG_NODE_ID, ""))
+        self._power_off(instance_id, node_id)
         (directory / RECORD).unlink(missing_ok=True)
+
+    def _power_off(self, instance_id: str, node_id: str) -> None:
+        """Nothing that ran on the instance survives it: its processes (the mark), and the containers
+        its agent started (the engine runs those, and goes on running them when the agent dies)."""
+        _kill_marked(instance_id, signal.SIGKILL)
+        if not node_id or self.container_program is None or shutil.which(self.container_program[0]) is None:
+            return
+        engine = container.Engine(self.container_program)
+        try:
+            listed = subprocess.run(
+                container.on_node_argv(engine, node_id),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            ids = listed.stdout.split()
+            for argv in (container.kill_ids_argv(engine, ids), container.remove_ids_argv(engine, ids)) if ids else ():
+                # Each may find some already gone (`--rm` at their end): what it says does not matter.
+                subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return
+
+
+def _write_record(directory: Path, record: dict[str, Any]) -> None:
+    tmp = directory / (RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    tmp.replace(directory / RECORD)
+
+
+def _marked_agent(instance_id: str) -> int | None:
+    """The pid of the agent process that carries the instance's mark, if one runs."""
+    if not instance_id:
+        return None
+    for entry in Path("/proc").iterdir():
+        if (
+            entry.name.isdigit()
+            and _has_mark(int(entry.name), instance_id)
+            and _is_agent(int(entry.name), instance_id, "")
+        ):
+            return int(entry.name)
+    return None
 
 
 def _is_agent(pid: int, instance_id: str, node_id: str) -> bool:

@@ -1,0 +1,114 @@
+"""A node's agent SIGKILLed while its job runs, through a running corral and the loopback cloud:
+the node is lost, the job goes the node-failure policy's way (requeued, with its event), and what
+the dead agent ran is stopped with its node, so that the job never runs twice at once. A job in a
+container is the hard case: the engine, not the agent's session, runs the container."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+from pathlib import Path
+
+from corral.cloud.loopback import LoopbackCloud
+from tests.e2e.conftest import Corral, wait_until
+from tests.podman import PROGRAM, RUN_ARGS, busybox_image
+
+
+def agent_pid(corral: Corral, node_id: str) -> int:
+    instance_id = next(n["instance_id"] for n in corral.live_nodes() if n["id"] == node_id)
+    record = json.loads((corral.home / "loopback" / instance_id / "instance.json").read_text())
+    return int(record["pid"])
+
+
+def output(corral: Corral, job_id: int) -> str:
+    return corral.api("GET", f"/api/jobs/{job_id}/logs").text
+
+
+def events(corral: Corral, job_id: int, kind: str) -> list[str]:
+    return [e["message"] for e in corral.api("GET", "/api/events", params={"job": job_id, "kind": kind}).json()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return not stat[stat.rfind(")") + 2 :].startswith("Z")
+
+
+def test_a_killed_agents_job_is_requeued_and_its_process_stopped(corral: Corral) -> None:
+    corral.start()
+    job_id = int(corral.cli("submit", "--", "sh", "-c", "echo run-$CORRAL_ATTEMPT_ID; exec sleep 300").stdout)
+    wait_until(lambda: output(corral, job_id) == "run-1\n", 60, "the first run's output")
+    first_node = corral.jobs()[job_id]["node"]
+    [started] = events(corral, job_id, "job.running")
+    command_pid = int(started.rsplit(" pid ", 1)[1])  # "attempt 1 pid 4242": the command, which exec'd sleep
+    assert alive(command_pid)
+    os.kill(agent_pid(corral, first_node), signal.SIGKILL)
+
+    wait_until(lambda: events(corral, job_id, "job.requeued"), 30, "the job to be requeued")
+    assert f"node {first_node} lost" in events(corral, job_id, "job.requeued")[0]
+    wait_until(lambda: not alive(command_pid), 30, "the dead agent's command to be stopped with its node")
+
+
+def on_node(node_id: str) -> list[str]:
+    """The containers the node's agent started (it labels them with the node), running or not."""
+    listed = subprocess.run(
+        [*PROGRAM, "ps", "--all", "--quiet", "--filter", f"label=corral-node={node_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return listed.stdout.split()
+
+
+def test_a_killed_agents_container_is_removed_with_its_node(corral: Corral) -> None:
+    image = busybox_image()
+    corral.config.write_text(
+        corral.config.read_text()
+        + f"\n[containers]\nprogram = {json.dumps(PROGRAM)}\nrun_args = {json.dumps(RUN_ARGS)}\n"
+    )
+    corral.start()
+    job_id = int(corral.cli("submit", "--image", image, "--", "sh", "-c", "echo up; exec sleep 300").stdout)
+    wait_until(lambda: output(corral, job_id) == "up\n", 120, "the container to run")
+    first_node = corral.jobs()[job_id]["node"]
+    try:
+        assert len(on_node(first_node)) == 1
+        os.kill(agent_pid(corral, first_node), signal.SIGKILL)
+
+        # Before, the container ran on under the engine beside the job's next run, to its end.
+        wait_until(lambda: on_node(first_node) == [], 30, "the lost node's container to be removed")
+        assert f"node {first_node} lost" in events(corral, job_id, "job.requeued")[0]
+    finally:
+        for container_id in on_node(first_node):
+            subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
+
+
+def test_a_dead_instance_goes_with_the_containers_its_agent_left(tmp_path: Path) -> None:
+    """The driver alone, as a restarted corral has it: the agent is gone, the container is not."""
+    image = busybox_image()
+    node_id = f"n-{secrets.token_hex(4)}"
+    started = subprocess.run(
+        [*PROGRAM, "run", "--detach", "--rm", "--label", f"corral-node={node_id}", *RUN_ARGS, image, "sleep", "300"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    try:
+        assert started.returncode == 0, started.stderr
+        cloud = LoopbackCloud(tmp_path, "http://127.0.0.1:9", "corral", 0.5, container_program=PROGRAM)
+        directory = cloud.root / "lb-0000dead"
+        directory.mkdir(parents=True)
+        tags = {"corral-cluster": "corral", "corral-node-id": node_id, "corral-instance-type": "small"}
+        record = {"id": "lb-0000dead", "instance_type": "small", "tags": tags, "created_at": 1.0, "pid": None}
+        (directory / "instance.json").write_text(json.dumps(record))
+        assert cloud.list() == []  # its agent is dead: the instance is gone, and with it the container
+        assert on_node(node_id) == []
+    finally:
+        for container_id in on_node(node_id):
+            subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
