@@ -226,3 +226,40 @@ def test_a_node_booted_as_corral_crashed_gets_its_instance_id_from_the_tags(tmp_
     assert row is not None and row["instance_id"] == instance.id
     restarted.shutdown_fleet("corral stopped")
     assert cloud.list() == [] and store.list_events(kind="node.orphan") == []
+
+
+class DiesBeforeCreate(SimCloud):
+    """corral is killed after the node's record and before the cloud makes its instance."""
+
+    def __init__(self) -> None:
+        super().__init__(CONFIG.core_instance_types(), SimSettings(), time.time)
+        self.die = True
+
+    def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
+        if self.die:
+            self.die = False
+            raise Killed
+        return super().create(instance_type, node_id, boot_token, tags)
+
+
+def test_a_boot_cut_short_before_the_cloud_made_the_instance_does_not_hold_the_queue(tmp_path: Path) -> None:
+    """Before, the node stayed booting after the restart with no instance to pair: the job waited
+    for it a whole boot_grace (10 minutes by default), and its end backed the type off as one whose
+    instances do not boot."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    [job_id] = store.submit([JobRequest(command=["true"])], time.time())
+    cloud = DiesBeforeCreate()
+    with pytest.raises(Killed):
+        ControlLoop(store, cloud, CONFIG, "d-test").run_pass()
+    [phantom] = store.node_rows()
+    assert phantom["state"] == "booting" and cloud.list() == []
+
+    ControlLoop(store, cloud, CONFIG, "d-test").run_pass()
+
+    row = store.node_row(phantom["id"])
+    assert row is not None and row["state"] == "gone" and "cut short" in row["reason"]
+    [booted] = store.node_rows()  # the job's instance is booted at once, in the same pass
+    assert booted["id"] != phantom["id"] and [i.node_id for i in cloud.list()] == [booted["id"]]
+    assert store.list_events(kind="type.boot_failed") == []
+    assert store.job_row(job_id)["state"] == "queued"

@@ -228,7 +228,19 @@ class ControlLoop(LiveLoop):
                 # next pass's orphan sweep did) and a vanished instance would go unnoticed.
                 row["instance_id"] = by_node[node_id].id
                 self.store.set_instance_id(node_id, row["instance_id"])
-            if mine and row["instance_id"] and node_id not in by_node:
+            if (
+                mine
+                and not row["instance_id"]
+                and node_id not in by_node
+                and row["state"] == NodeState.BOOTING.value
+                and row["created_at"] < self.observing_since <= now - self.cloud.listing_lag
+            ):
+                # A boot a crash cut short between the node's record and the cloud's create: no
+                # instance will ever pair. Left booting, the queue waited for it a whole boot_grace
+                # after the restart, and its end then backed its type off as one that fails to boot.
+                said = "its boot was cut short: corral stopped before the cloud made its instance"
+                self.store.mark_node(node_id, NodeState.GONE, said, now)
+            elif mine and row["instance_id"] and node_id not in by_node:
                 if row["state"] != NodeState.SHUTTING_DOWN.value:
                     # Not corral's shutdown (a spot reclaim, a terminate from the console): the node
                     # failed, and says so as a silent one does (node.down, which [[notify]] rules

@@ -101,6 +101,11 @@ def agent_options(
 
 
 class CloudDriver(Protocol):
+    # Seconds a new instance may take to show in `list` (EC2 lists one a while after RunInstances
+    # returns it). After a restart, a booting node with no instance that long unlisted is a boot
+    # a crash cut short before the cloud made its instance.
+    listing_lag: float
+
     def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
         """Start an instance that will run an agent which pairs using `boot_token`."""
         ...

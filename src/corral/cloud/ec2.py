@@ -201,6 +201,8 @@ def scratch_gib(instance_type: InstanceType) -> int:
 
 
 class Ec2Cloud:
+    listing_lag = LIST_GRACE
+
     def __init__(
         self, settings: Ec2Config, cluster: str, server_url: str, page_size: int = 500, ca_pem: str | None = None
     ) -> None:

@@ -45,6 +45,8 @@ RECORD = "instance.json"
 
 
 class LoopbackCloud:
+    listing_lag = 0.0  # its record is written before its agent starts
+
     def __init__(
         self,
         home: Path,

@@ -79,6 +79,8 @@ class CloudStats:
 class SimCloud:
     """A CloudDriver for simulations. `clock` returns the virtual time."""
 
+    listing_lag = 0.0
+
     def __init__(
         self,
         instance_types: Iterable[InstanceType],
