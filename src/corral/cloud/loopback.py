@@ -213,6 +213,9 @@ class LoopbackCloud:
     def destroy(self, instance_id: str) -> None:
         directory = self._dir(instance_id)
         record = self._read(directory)
+        # An agent that ends on the SIGTERM has stopped its jobs, containers included; one dead
+        # already, or killed, may have left containers running under the engine.
+        stopped_cleanly = False
         if record is not None and self._alive(record):
             pid = int(record["pid"])
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -220,19 +223,21 @@ class LoopbackCloud:
             deadline = time.monotonic() + self.destroy_grace
             while time.monotonic() < deadline and self._alive(record):
                 time.sleep(0.05)
-            if self._alive(record):
+            stopped_cleanly = not self._alive(record)
+            if not stopped_cleanly:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
                 deadline = time.monotonic() + 2.0
                 while time.monotonic() < deadline and self._alive(record):
                     time.sleep(0.02)
         node_id = str((record or {}).get("tags", {}).get(TAG_NODE_ID, ""))
-        self._power_off(instance_id, node_id)
+        self._power_off(instance_id, "" if stopped_cleanly else node_id)
         (directory / RECORD).unlink(missing_ok=True)
 
     def _power_off(self, instance_id: str, node_id: str) -> None:
         """Nothing that ran on the instance survives it: its processes (the mark), and the containers
-        its agent started (the engine runs those, and goes on running them when the agent dies)."""
+        its agent started (the engine runs those, and goes on running them when the agent dies);
+        `node_id` "": its agent stopped them itself."""
         _kill_marked(instance_id, signal.SIGKILL)
         if not node_id or self.container_program is None or shutil.which(self.container_program[0]) is None:
             return
