@@ -5,6 +5,7 @@ on it, and the replay is the same skipping quiet ticks as ticking, and as the li
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -49,3 +50,93 @@ def test_notices_replay_the_same_three_ways() -> None:
     skips_as_it_ticks(jobs, cfg)
     seen = decides_as_live(jobs, cfg)
     assert any(n.attributes.get("interruption") for snapshot, _, _ in seen for n in snapshot.nodes)
+
+
+ON_DEMAND = {"name": "on-demand", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.10}
+BACKOFF = 300.0
+
+
+def spot_world(backoff: str) -> tuple[list[SimJob], Config]:
+    """A job that fills a node every 30 s for an hour; spot (cheaper) is taken back 50 times a day
+    per instance, with EC2's two-minute notice; on-demand never."""
+    cfg = config(
+        instance_types=[SPOT, ON_DEMAND],
+        sim={"failures": {"per_instance_day_by_type": {"spot": 50.0}, "notice_by_type": {"spot": "2m"}}},
+        policy={"boot": {"interruption_backoff": backoff, "max_instances": 100}},
+    )
+    return [job(i, submit=30.0 * i, run=400, vcpus=2) for i in range(120)], cfg
+
+
+def boots_after_notices(backoff: str) -> tuple[list[tuple[float, str]], list[float], list[float], Any]:
+    """The run's boots (time, type), the times notices came, the passes that saw spot backed off,
+    its result."""
+    jobs, cfg = spot_world(backoff)
+    boots: list[tuple[float, str]] = []
+    noticed: dict[str, float] = {}
+    backed_off: list[float] = []
+
+    def watch(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
+        if snapshot.unavailable_types.get("spot", 0.0) > now:
+            backed_off.append(now)
+        boots.extend((now, b.instance_type) for b in decisions.boots)
+        for node in snapshot.nodes:
+            notice = node.attributes.get("interruption")
+            if isinstance(notice, str) and node.id not in noticed:
+                noticed[node.id] = float(notice.removeprefix("terminate at ")) - 120.0  # the notice's time
+
+    _, result = simulate(copy.deepcopy(jobs), cfg, on_pass=watch)
+    return boots, sorted(noticed.values()), backed_off, result
+
+
+def spot_boots_within_backoff(boots: list[tuple[float, str]], notices: list[float]) -> int:
+    return sum(1 for at, name in boots if name == "spot" and any(n <= at < n + BACKOFF for n in notices))
+
+
+def test_a_notice_backs_the_spot_type_off_so_the_planner_boots_on_demand_meanwhile() -> None:
+    boots, notices, backed_off, result = boots_after_notices("5m")
+    assert result.notices >= 2 and result.interruption_backoffs == result.notices
+    # While a notice's back-off runs, the pass sees the type backed off and boots none of it ...
+    assert backed_off and all(any(n <= at <= n + BACKOFF for n in notices) for at in backed_off)
+    assert spot_boots_within_backoff(boots, notices) == 0
+    # ... but on-demand, dearer, for the jobs that keep coming; and spot again once it ends.
+    assert any(name == "on-demand" and any(n <= at < n + BACKOFF for n in notices) for at, name in boots)
+    assert any(name == "spot" and at >= notices[0] + BACKOFF for at, name in boots)
+
+    # Without the back-off (Karpenter without its unavailable-offerings cache), spot is booted
+    # again right after a notice: the type taken back is the cheapest that fits.
+    again, notices_then, _, unbacked = boots_after_notices("0s")
+    assert unbacked.interruption_backoffs == 0
+    assert spot_boots_within_backoff(again, notices_then) > 0
+
+
+def test_interruption_back_offs_replay_the_same_three_ways() -> None:
+    jobs, cfg = spot_world("5m")
+    skips_as_it_ticks(jobs[:40], cfg)
+    decides_as_live(jobs[:40], cfg)
+
+
+def test_a_spot_instance_taken_back_while_it_boots_is_gone_not_a_boot_that_never_paired() -> None:
+    """As EC2 terminates a spot instance it takes back, booting or not, and the live loop finds it
+    gone from the listing (no boot failure, no type.boot_failed back-off), the simulator's cloud
+    takes it back: gone at once, billed only until then. A type without a notice is not spot: its
+    instance that breaks before pairing never pairs, and its type is backed off as a failed boot."""
+    spot = {**SPOT, "billing_minimum": "0s"}
+    failures: dict[str, object] = {"per_instance_day_by_type": {"spot": 5000.0}}  # ~17 s lifetimes
+    jobs = [job(i, submit=5.0 * i, run=30, vcpus=1) for i in range(10)]
+    taken_back = config(
+        instance_types=[spot, ON_DEMAND],
+        sim={"failures": {**failures, "notice_by_type": {"spot": "0s"}}},
+        policy={"lifecycle": {"boot_grace": 300}},
+    )
+    sim, result = simulate(copy.deepcopy(jobs), taken_back)
+    assert result.reclaims > 0 and result.boot_failures == 0
+    for instance in sim.cloud.instances.values():
+        if instance.itype.name == "spot":
+            assert instance.terminated_at is not None and instance.terminated_at <= instance.fails_at
+    skips_as_it_ticks(jobs, taken_back)
+
+    broken = config(
+        instance_types=[spot, ON_DEMAND], sim={"failures": failures}, policy={"lifecycle": {"boot_grace": 300}}
+    )
+    _, result = simulate(copy.deepcopy(jobs), broken)
+    assert result.reclaims == 0 and result.boot_failures > 0

@@ -133,8 +133,8 @@ class SimCloud:
         fails_at = now + self.failure_delay(name)
         if self._never_pairs(name):
             ready_at = None
-        elif ready_at is not None and fails_at <= ready_at:
-            ready_at = None  # it broke before its agent came up
+        elif ready_at is not None and fails_at <= ready_at and not self.reclaims(name):
+            ready_at = None  # it broke before its agent came up (one taken back is gone then instead)
         self.instances[instance_id] = SimInstance(instance, instance_type, ready_at, fails_at)
         self.stats.creates += 1
         return instance
@@ -167,6 +167,20 @@ class SimCloud:
 
     def fails_at(self, instance_id: str) -> float:
         return self.instances[instance_id].fails_at
+
+    def reclaims(self, instance_type: str) -> bool:
+        """Whether the type's failures are the cloud taking its instances back (spot: a type given a
+        notice in sim.failures.notice_by_type, even "0s"), rather than instances that break."""
+        return instance_type in self.settings.failures.notice_by_type
+
+    def reclaim(self, instance_id: str) -> None:
+        """The cloud takes the instance back (a spot interruption): terminated, as EC2 terminates
+        one, so it leaves the listing and its bill stops here."""
+        sim = self.instances[instance_id]
+        if sim.terminated_at is None:
+            sim.terminated_at = self.clock()
+            sim.instance.state = "terminated"
+            self.stats.failures += 1
 
     def fail(self, instance_id: str) -> None:
         """The instance breaks: its agent stops; the cloud still bills it until it is destroyed."""

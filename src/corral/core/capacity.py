@@ -7,7 +7,8 @@ that fits; after the back-off the type is tried again. Both shells record the er
 functions, so the live loop and the simulator back off identically.
 
 A type whose instance did not pair within the boot grace is backed off the same way, by the
-reconcile pass itself (`boot_failed`, below).
+reconcile pass itself (`boot_failed`, below); and so is a type the cloud takes an instance of back
+(a spot interruption notice, `record_interruption`, below).
 """
 
 from __future__ import annotations
@@ -38,6 +39,40 @@ def record_insufficient_capacity(
     until = max(unavailable.get(instance_type, 0.0), unavailable_until(now, settings))
     unavailable[instance_type] = until
     return until
+
+
+# ---- spot interruptions -------------------------------------------------------------------------
+#
+# The cloud takes a spot instance back when it needs the capacity for someone paying more: its
+# notice says that this type's spot pool is short now, as an insufficient-capacity error would. A
+# type booted again at once is likely to be taken back again, its work lost twice; Karpenter marks
+# the offering unavailable for a while (its unavailable-offerings cache) and so does corral. In
+# corral a type has one market (cloud.ec2.market), so backing the type off backs off its spot
+# offering only: the planner boots the next type that fits, an on-demand one included. Both shells
+# call this when the notice comes (the server when an agent reports it, the simulator when its
+# cloud gives one), so the live loop and the simulator back off identically. The back-off does not
+# grow: spot capacity comes back by itself.
+
+
+def record_interruption(
+    unavailable: dict[str, float], instance_type: str, now: float, settings: BootSettings
+) -> float | None:
+    """Put `instance_type` in back-off in `unavailable` after a spot interruption notice for one of
+    its instances; returns the end time, or None when `interruption_backoff` is 0 (off). A back-off
+    already running is never shortened."""
+    if settings.interruption_backoff <= 0:
+        return None
+    until = max(unavailable.get(instance_type, 0.0), now + settings.interruption_backoff)
+    unavailable[instance_type] = until
+    return until
+
+
+def interruption_message(instance_type: str, node_id: str, notice: str, until: float, now: float) -> str:
+    """The back-off's reason (`corral status`, the event `capacity.interruption`)."""
+    return (
+        f"spot interruption notice for node {node_id} ({notice}): {instance_type}'s spot capacity is short;"
+        f" backed off for {format_seconds(max(0.0, until - now))} (policy.boot.interruption_backoff)"
+    )
 
 
 # ---- instances that never pair ------------------------------------------------------------------

@@ -44,6 +44,8 @@ EVENT_KINDS: dict[str, str] = {
     "node.transient_failure": "it did not start an attempt in time: reserved (node_failure_reserve_time)",
     # the fleet, the dispatchers, Slurm, the notifier
     "capacity.unavailable": "an instance type is backed off after a capacity or quota error",
+    "capacity.interruption": "a spot interruption notice came: the instance type is backed off"
+    " (interruption_backoff), its spot capacity being short",
     "type.image_unusable": "an instance type's AMI cannot boot: the type is backed off",
     "type.unusable": "the cloud refuses an instance type as configured (an unknown name): the type is backed off",
     "type.boot_failed": "an instance did not pair within boot_grace (a broken image, agent or network): its type is"

@@ -98,6 +98,12 @@ class BootSettings(_Strict):
     capacity_backoff: Duration = Field(
         300.0, description="after an insufficient-capacity error, how long that instance type is not tried"
     )
+    interruption_backoff: Duration = Field(
+        300.0,
+        ge=0,
+        description="after a spot interruption notice (the cloud takes an instance back), how long that instance"
+        " type is not booted: its spot capacity is short (Karpenter's unavailable offerings); 0: boot it again at once",
+    )
     boot_failure_backoff_max: Duration = Field(
         3600.0,
         description="an instance that did not pair within lifecycle.boot_grace backs its type off for"

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from corral.core import categories, drain, health, retry
+from corral.core import capacity, categories, drain, health, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
@@ -76,15 +76,24 @@ def warn_scratch_short(runtime: Runtime, node_id: str, promised_mib: int, free_m
     runtime.store.add_event(now, "node.scratch_short", message, node_id=node_id)
 
 
-def interrupted(runtime: Runtime, node_id: str, action: str, when: str, now: float) -> None:
+def interrupted(runtime: Runtime, node_id: str, instance_type: str, action: str, when: str, now: float) -> None:
     """The cloud's notice that it takes the node back (a spot interruption, two minutes ahead): the
     node is drained at once, as `corral node N drain=true` would (no new work; what runs may end in
-    time), and marked with the notice, which says why it leaves service."""
-    message = f"the cloud takes it back: {action} at {when} (spot interruption notice)"
+    time), and marked with the notice, which says why it leaves service. Its instance type is backed
+    off for `policy.boot.interruption_backoff` (corral.core.capacity.record_interruption, which the
+    simulator calls too): the cloud is short of its spot capacity."""
+    notice = f"{action} at {when}"
+    message = f"the cloud takes it back: {notice} (spot interruption notice)"
     log.warning("node %s: %s", node_id, message)
     runtime.store.add_event(now, "node.interruption", message, node_id=node_id)
     with contextlib.suppress(NotFound):  # (gone meanwhile: nothing to drain)
-        runtime.store.set_node_attributes(node_id, drain.interruption(f"{action} at {when}"), [], None, now)
+        runtime.store.set_node_attributes(node_id, drain.interruption(notice), [], None, now)
+    # The store keeps a longer back-off already recorded, so this pass's table starts empty.
+    until = capacity.record_interruption({}, instance_type, now, runtime.config.policy.boot)
+    if until is not None:
+        reason = capacity.interruption_message(instance_type, node_id, notice, until, now)
+        log.warning("%s: %s", instance_type, reason)
+        runtime.store.set_unavailable(instance_type, until, reason, now, "capacity.interruption", node_id=node_id)
     runtime.wake()
 
 
@@ -151,7 +160,7 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
         return PingResult(kill=list(body.running), ack=[f.attempt_id for f in body.finished], shutdown=True)
     runtime.store.record_ping(node_id, Resources(body.used.vcpus, body.used.ram_mib, 0, 0), now)
     if body.interruption is not None and drain.INTERRUPTION not in (node["attributes"] or {}):
-        interrupted(runtime, node_id, body.interruption.action, body.interruption.time, now)
+        interrupted(runtime, node_id, node["instance_type"], body.interruption.action, body.interruption.time, now)
     if body.health is not None:
         checked(runtime, node, body.health.ok, body.health.message, now)
     acked = []

@@ -49,7 +49,7 @@ from corral.workload.model import SimJob, shape_gangs
 PAIR, START, END, FAIL, CANCEL, REPAIR, SCHEDULED_FAIL, NOTICE = range(8)
 # Timer kinds: a policy threshold that may change a pass's answer at that time, if what set the
 # timer still holds then (a node still booting, still idle since the same instant, ...).
-W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START, W_RESERVED, W_EXPIRE = range(8)
+W_BOOT, W_IDLE, W_STALE, W_JOB, W_CAPACITY, W_START, W_RESERVED, W_EXPIRE, W_RECLAIMED = range(9)
 EPS = 1e-6  # "strictly after": a timer that fires when `now - t > limit` is due one grid step past t + limit
 DISPATCHER = "sim"
 
@@ -106,6 +106,9 @@ class Counters:
     peak_queue: int = 0
     explained: int = 0  # passes whose placer explained its choices (the placement engine does)
     notices: int = 0  # the cloud's notices ahead of failures (sim.failures.notice_by_type) heard by a node up
+    # Failures of spot types (those in sim.failures.notice_by_type): the cloud took the instance back
+    reclaims: int = 0
+    interruption_backoffs: int = 0  # types backed off after a notice (policy.boot.interruption_backoff)
 
 
 class Simulation:
@@ -263,6 +266,8 @@ class Simulation:
         # W_CAPACITY: a type comes back. Only queued work can want it, but this is asked of the
         # earliest timer on every turn of the loop, long before it is due, and the queue may fill
         # by then: judged on the queue now, it would be dropped for good.
+        # W_RECLAIMED: the cloud took an instance back; the next pass learns it is gone, as the live
+        # loop's next listing does.
         return True
 
     def _next_timer(self) -> float:
@@ -739,7 +744,7 @@ class Simulation:
         if ready is not None:
             self._push(ready, PAIR, node_id)
         fails = self.cloud.fails_at(instance.id)
-        if fails < math.inf and (ready is None or fails > ready):
+        if fails < math.inf and (ready is None or fails > ready or self.cloud.reclaims(itype.name)):
             self._push_failure(fails, itype.name, node_id)
         self._wake(now + self.policy.lifecycle.boot_grace, W_BOOT, node_id)
         max_age = self.policy.lifecycle.max_node_age
@@ -797,6 +802,12 @@ class Simulation:
         node.attributes = {**node.attributes, **drain.interruption(f"terminate at {fails_at:g}")}
         self.index.put_node(node, reshaped=True)
         self.counters.notices += 1
+        # The type's spot capacity is short: backed off as the server backs it off (the same core call).
+        name = node.instance_type
+        until = capacity.record_interruption(self.unavailable, name, self.now, self.policy.boot)
+        if until is not None:
+            self.counters.interruption_backoffs += 1
+            self._wake(until, W_CAPACITY, name)
 
     def _set_pinging(self, node: Node, pinging: bool) -> None:
         """The node's agent pings from now on, or went silent: in the simulator's own list (in the
@@ -912,21 +923,45 @@ class Simulation:
 
     def _fail(self, node_id: str, now: float) -> None:
         node = self.nodes.get(node_id)
-        if node is None or node_id not in self.pinging:
+        if node is None:
+            return
+        instance_id = self.instance_of.get(node_id)
+        if instance_id is not None and self.cloud.reclaims(node.instance_type):
+            self._reclaimed(node, instance_id, now)
+            return
+        if node_id not in self.pinging:
             return
         self._set_pinging(node, False)
         node.last_ping_at = now
         self.counters.node_failures += 1
-        instance_id = self.instance_of.get(node_id)
         if instance_id is not None:
             self.cloud.fail(instance_id)
+        self._doom_work(node_id, now)
+        self._wake(now + self.policy.lifecycle.ping_stale + EPS, W_STALE, node_id)
+
+    def _reclaimed(self, node: Node, instance_id: str, now: float) -> None:
+        """The cloud takes a spot instance back (EC2 terminates it): it is gone from the cloud's
+        listing and billed no more, booting or not. The live loop's next listing finds its
+        instance vanished and ends the node (ControlLoop.sync_cloud); so does this, and the next
+        pass finds its work on a node that is gone, lost (the core's node-failure policy)."""
+        self.cloud.reclaim(instance_id)
+        self.instance_of.pop(node.id, None)
+        self.counters.node_failures += 1
+        self.counters.reclaims += 1
+        self._doom_work(node.id, now)
+        self.index.drop_node(node.id)
+        self.pinging.pop(node.id, None)
+        self._wake(now, W_RECLAIMED, node.id)
+
+    def _doom_work(self, node_id: str, now: float) -> None:
+        """The attempts on a failed node: their exits are never reported, and they did no work from
+        now (though the core learns of it later)."""
         for attempt in self.attempts.values():
             if node_id in attempt.node_ids and attempt.id not in self.doomed:
                 self.doomed[attempt.id] = now
                 if attempt.state is AttemptState.RUNNING and attempt.started_at is not None:
                     done = (now - attempt.started_at) * attempt.resources.vcpus * len(attempt.node_ids)
                     self.counters.lost_vcpu_seconds += done
-        self._wake(now + self.policy.lifecycle.ping_stale + EPS, W_STALE, node_id)
 
     def _scheduled_failure(self, failure: ScheduledFailure, now: float) -> None:
         wanted = failure.instance_type

@@ -71,6 +71,8 @@ class SimResult:
     timed_out: int = 0  # of the failed, those the core ended past their time limit (TIMEOUT)
     gangs: int = 0  # jobs no one node of the run's types holds, run as gangs of several
     boot_failures: int = 0  # instances that did not pair within the boot grace (their types backed off)
+    reclaims: int = 0  # of the failures, spot instances the cloud took back (gone at once, billed no more)
+    interruption_backoffs: int = 0  # types backed off after a notice (policy.boot.interruption_backoff)
     # Why the jobs that never finished did not: the core's wait reason of each still queued
     # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts, the
     # most common first.
@@ -160,6 +162,8 @@ class SimResult:
             "boot_failures": self.boot_failures,
             "node_failures": self.node_failures,
             "interruption_notices": self.notices,
+            "reclaims": self.reclaims,
+            "interruption_backoffs": self.interruption_backoffs,
             "requeues": self.requeues,
             "work_lost_vcpu_hours": num(self.work_lost_vcpu_hours),
             "passes": self.passes,
@@ -283,6 +287,8 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         timed_out=counters.timeouts,
         gangs=sim.gangs,
         boot_failures=counters.boot_failures,
+        reclaims=counters.reclaims,
+        interruption_backoffs=counters.interruption_backoffs,
         unfinished_reasons=dict(sorted(unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))),
         outside_run=outside_run(sim),
         waits=waits,

@@ -38,6 +38,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("boots that never paired", "boot_failures", "{:,}"),
     ("node failures", "node_failures", "{:,}"),
     ("of them given notice", "interruption_notices", "{:,}"),
+    ("of them taken back by the cloud", "reclaims", "{:,}"),
+    ("types backed off after a notice", "interruption_backoffs", "{:,}"),
     ("requeues", "requeues", "{:,}"),
     ("work lost to failures (vcpu-h)", "work_lost_vcpu_hours", "{:,.1f}"),
     ("per-job bound (USD)", "per_job_bound_usd", "{:,.2f}"),
