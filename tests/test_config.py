@@ -108,6 +108,14 @@ def test_durations_and_sizes_are_read_as_people_write_them(tmp_path: Path) -> No
             'billing_granularity = "inf"\n',
             "instance_types.0.billing_granularity: 'inf' is not a finite duration",
         ),
+        (
+            '[[instance_types]]\nname = "a"\nvcpus = 2\nram = "4GiB"\nprice_per_hour = 1\nbilling_minimum = -60\n',
+            "instance_types.0.billing_minimum: a duration cannot be negative (got -60)",
+        ),
+        (
+            "[policy.boot]\ninterruption_backoff = -300\n",
+            "policy.boot.interruption_backoff: a duration cannot be negative",
+        ),
         ("[[sim.capacity.outages]]\nstart = 0\nend = inf\n", "sim.capacity.outages.0.end: inf is not a finite"),
         ("[[sim.failures.schedule]]\nat = nan\n", "sim.failures.schedule.0.at: nan is not a finite duration"),
         ('[policy.lifecycle]\nidle_grace = "1e999"\n', "policy.lifecycle.idle_grace: '1e999' is not a finite"),

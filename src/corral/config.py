@@ -129,8 +129,18 @@ class InstanceTypeConfig(_Strict):
     price_per_hour: Float = Field(ge=0)
     scratch: SizeMiB = 100 * GiB
     gpus: Int = Field(0, ge=0)
-    billing_granularity: Duration = 1.0
-    billing_minimum: Duration = 60.0
+    billing_granularity: Duration = Field(
+        1.0,
+        ge=0,
+        description="the cloud bills the instance's time rounded up to this (EC2 Linux: '1s'; per-hour billing:"
+        " '1h'; 0: exact)",
+    )
+    billing_minimum: Duration = Field(
+        60.0,
+        ge=0,
+        description="each instance is billed at least this long from its start (EC2 Linux, on-demand and spot: '60s';"
+        " 0: none); the bill, the simulator's cost and the billing window count it",
+    )
     attributes: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("ram")

@@ -127,6 +127,37 @@ def test_hourly_billing_opens_the_window_only_near_the_end_of_a_paid_hour(age: f
     assert lifecycle.billing_window(n, age, SETTINGS) is window
 
 
+@pytest.mark.parametrize(
+    ("minimum", "age", "window"),
+    [
+        (60.0, 0, BillingWindow.OPEN),  # EC2's 60 s: within any shutdown_window of 5m, so no change
+        (600.0, 100, BillingWindow.CLOSED),  # 500 s of the minimum left: paid for whether it runs or not
+        (600.0, 299, BillingWindow.CLOSED),
+        (600.0, 300, BillingWindow.OPEN),  # its last shutdown_window
+        (600.0, 5000, BillingWindow.OPEN),
+        (0.0, 0, BillingWindow.OPEN),
+    ],
+)
+def test_a_billing_minimum_keeps_the_window_closed_while_shutting_down_would_save_nothing(
+    minimum: float, age: float, window: BillingWindow
+) -> None:
+    n = node(NodeState.IDLE, billing_granularity=1.0, billing_minimum=minimum)
+    assert lifecycle.billing_window(n, age, SETTINGS) is window
+    opens = lifecycle.billing_window_opens(n, age, SETTINGS)
+    assert (opens == age) is (window is BillingWindow.OPEN)
+    assert lifecycle.billing_window(n, opens, SETTINGS) is BillingWindow.OPEN
+
+
+def test_a_minimum_and_hourly_billing_open_the_window_when_both_let_it() -> None:
+    """A 2-hour minimum billed by the hour: nothing is saved before the last 5 minutes of the
+    second hour; after it, the last 5 minutes of each hour as usual."""
+    n = node(NodeState.IDLE, billing_granularity=3600.0, billing_minimum=7200.0)
+    assert lifecycle.billing_window(n, 3400, SETTINGS) is BillingWindow.CLOSED  # end of hour 1: still the minimum
+    assert lifecycle.billing_window_opens(n, 100, SETTINGS) == 6900
+    assert lifecycle.billing_window(n, 7000, SETTINGS) is BillingWindow.OPEN
+    assert lifecycle.billing_window_opens(n, 7300, SETTINGS) == 10500
+
+
 def test_idle_node_in_a_closed_billing_window_is_kept() -> None:
     n = node(NodeState.IDLE, paired_at=1, last_ping_at=1000, state_changed_at=0, billing_granularity=3600.0)
     assert lifecycle.decide(lifecycle.state_tuple(n, 1000, SETTINGS, 0, False)) is None

@@ -115,13 +115,23 @@ def ping_is_stale(node: Node, now: float, settings: LifecycleSettings, observing
 
 
 def billing_window(node: Node, now: float, settings: LifecycleSettings) -> BillingWindow:
-    """Open when shutting down now saves money: always with fine-grained billing; with per-period
-    billing, only in the last `shutdown_window` of the current paid period."""
+    """Open when shutting down now saves money: with per-period billing, only in the last
+    `shutdown_window` of the current paid period; and not while the billing minimum has more than
+    `shutdown_window` to run (an instance shut down before it is billed the minimum all the same)."""
+    return BillingWindow.OPEN if billing_window_opens(node, now, settings) <= now else BillingWindow.CLOSED
+
+
+def billing_window_opens(node: Node, at: float, settings: LifecycleSettings) -> float:
+    """The first time from `at` on when the node's billing window is open (`at` itself if it is):
+    what `billing_window` reads, and when the simulator wakes an idle node that waits for it."""
+    window = settings.shutdown_window
+    opens = max(at, node.created_at + node.billing_minimum - window)
     period = node.billing_granularity
-    if period <= settings.shutdown_window:
-        return BillingWindow.OPEN
-    into_period = (now - node.created_at) % period
-    return BillingWindow.OPEN if period - into_period <= settings.shutdown_window else BillingWindow.CLOSED
+    if period > window:
+        into_period = (opens - node.created_at) % period
+        if period - into_period > window:
+            opens += period - into_period - window
+    return opens
 
 
 def boot_grace(node: Node, now: float, settings: LifecycleSettings, observing_since: float = 0.0) -> BootGrace:

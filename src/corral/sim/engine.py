@@ -35,6 +35,7 @@ from corral.core import capacity, drain, fairshare, retry
 from corral.core.accounting import AttemptSpan
 from corral.core.dependency import DEPENDENCY, NEVER_SATISFIED
 from corral.core.index import SnapshotIndex
+from corral.core.lifecycle import billing_window_opens
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.planner import PlannerMemo
 from corral.core.reconcile import Placer, idle_nodes_can_drain, next_time_limit_end, plan_pass
@@ -830,15 +831,13 @@ class Simulation:
             # A gang waiting for its other nodes holds this one only so long (corral.core.planner),
             # keeping it from a drain until then.
             may_drain.append(now + lifecycle.boot_grace)
-        period = node.billing_granularity
         for start in may_drain:
             self._wake(start, W_IDLE, (node.id, now))
-            if period > lifecycle.shutdown_window:
-                # With coarse billing an idle node is drained only in the last part of a paid
-                # period: the first such part from then on.
-                into = (start - node.created_at) % period
-                if period - into > lifecycle.shutdown_window:
-                    self._wake(start + (period - into - lifecycle.shutdown_window), W_IDLE, (node.id, now))
+            # With coarse billing (or a long billing minimum) an idle node is drained only once its
+            # billing window opens: the first time from then on.
+            opens = billing_window_opens(node, start, lifecycle)
+            if opens > start:
+                self._wake(opens, W_IDLE, (node.id, now))
 
     # ---- the simulated users, agents and cloud -------------------------------------------------
 
