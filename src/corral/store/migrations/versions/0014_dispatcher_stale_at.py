@@ -1,7 +1,7 @@
 """dispatchers.stale_at: when a peer judged a dispatcher silent, so that it is said once (event
 dispatcher.stale) and its return is said too (dispatcher.resumed)
 
-Revision ID: 0019
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-30 01:00:00.000000
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019"
+revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None
