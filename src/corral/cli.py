@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 import os
 import re
 import ssl
@@ -1242,15 +1243,24 @@ def nodes(
 def node_note(row: dict[str, Any], now: float | None = None) -> str:
     """What takes a node out of service (a drain, a hold, a category; a transient failure's
     reservation while it lasts) or would (a failed health check: kept in service while too many
-    nodes fail theirs), then the reason of its state."""
+    nodes fail theirs), whose admin reservation it is in (and until when), then the reason of its
+    state."""
     attributes = row["attributes"]
+    now = time.time() if now is None else now
     memo = [
         f"{key}={value if isinstance(value, str) else ','.join(value)}"
         for key in (attr.DRAIN, attr.HELD, attr.CATEGORY, health.HEALTH)
         if (value := attributes.get(key))
     ]
+    reservation = attr.first(attributes, attr.RESERVATION)
+    if reservation:
+        # Its end matters as much as its name: until then only its jobs run there, and an
+        # operator's reservation keeps the node up while it idles.
+        ends = attr.number(attributes, attr.RESERVATION_UNTIL)
+        end = "" if math.isnan(ends) else f" {'until' if ends > now else 'ended'} {when(ends)}"
+        memo.append(f"{attr.RESERVATION}={reservation}{end}")
     until = attr.number(attributes, attr.FAILURE_RESERVED_UNTIL)
-    if until > (time.time() if now is None else now):
+    if until > now:
         memo.append(f"transient failure: no work until {when(until)}")
     return "; ".join([*memo, row["reason"]] if row["reason"] else memo)
 

@@ -228,3 +228,14 @@ def test_a_failure_category_does_not_stop_the_work_running_on_the_node() -> None
 def test_other_categories_are_not_failures(category: str) -> None:
     n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=4990, attributes={"category": category})
     assert lifecycle.worker_state(n, 5000, SETTINGS, 0, False) is not WorkerState.DOWN
+
+
+def test_a_node_an_admin_reservation_keeps_reads_busy_while_idle_but_not_once_drained_or_silent() -> None:
+    """Kept for its reservation as a held node is; a drain that began before it was reserved goes
+    on (a draining node takes no work, its reservation's neither), and silence still reads down."""
+    n = node(NodeState.IDLE, paired_at=10, last_ping_at=5000, state_changed_at=0)
+    state = lifecycle.state_tuple(n, 5000, SETTINGS, 0, False, reserved=True)
+    assert state[0] is WorkerState.BUSY and lifecycle.decide(state) is None
+    assert lifecycle.decide(lifecycle.state_tuple(n, 5000, SETTINGS, 0, False)) is NodeAction.START_DRAIN
+    assert lifecycle.worker_state(node(NodeState.DRAINING), 50, SETTINGS, 0, False, reserved=True) is WorkerState.DOWN
+    assert lifecycle.worker_state(n, 5100, SETTINGS, 0, False, reserved=True) is WorkerState.DOWN

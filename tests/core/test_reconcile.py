@@ -871,3 +871,65 @@ def test_a_job_whose_admin_reservation_is_in_force_nowhere_waits_and_says_so() -
         settings(),
     )
     assert [b.instance_type for b in booted.boots] == ["small"]
+
+
+def drains(nodes: list[Node], now: float, types: list[InstanceType] = TYPES) -> list[str]:
+    """The nodes a pass at `now` drains, with every agent heard at `now`."""
+    for n in nodes:
+        n.last_ping_at = now
+    decisions = plan_pass(Snapshot([], [], nodes, types), now, settings())
+    return [d.node_id for d in decisions.node_decisions if d.action is NodeAction.START_DRAIN]
+
+
+def test_an_idle_node_an_operator_reserved_is_kept_until_its_reservation_ends() -> None:
+    """Slurm keeps a reservation's nodes for it: an idle node reserved for a team until Friday had
+    been drained after its idle grace, the reservation dying with it and its jobs left waiting
+    (ReservationDeleted). It is kept as a held node is, and after its end the normal idle grace
+    applies, counted from when it went idle: it is drained at once."""
+    reserved, free = idle_node("reserved"), idle_node("free")
+    reserved.attributes = {"reservation": "team-a", "reservation_until": "5000"}
+    for n in (reserved, free):
+        n.state_changed_at = 100.0
+    assert drains([reserved, free], 1000.0) == ["free"]
+    assert drains([reserved], 4999.0) == []
+    assert drains([reserved], 5000.0) == ["reserved"]
+    # Open-ended, it is kept until the operator unsets it.
+    reserved.attributes = {"reservation": "team-a"}
+    assert drains([reserved], 10**9) == []
+    del reserved.attributes["reservation"]
+    assert drains([reserved], 10**9) == ["reserved"]
+
+
+def test_a_reservation_an_instance_inherits_from_its_type_does_not_keep_it() -> None:
+    """A type's reservation is on every instance booted of it: kept, none would ever idle out.
+    The node's reservation is its type's when its name and end are; an end of the node's own (an
+    operator's reservation_until) does keep it, and so does another name."""
+    reserved_type = dataclasses.replace(SMALL, name="reserved-small", attributes=(("reservation", "team-a"),))
+    types = [reserved_type, LARGE]
+    inherited = idle_node("inherited", reserved_type)
+    inherited.attributes = dict(reserved_type.attributes)
+    inherited.state_changed_at = 100.0
+    assert drains([inherited], 1000.0, types) == ["inherited"]
+    inherited.attributes = {"reservation": "team-a", "reservation_until": "5000"}
+    assert drains([inherited], 1000.0, types) == []
+    inherited.attributes = {"reservation": "team-b"}
+    assert drains([inherited], 1000.0, types) == []
+    # A type that is not configured any more cannot tell: the instance is not kept.
+    assert drains([inherited], 1000.0, [LARGE]) == ["inherited"]
+
+
+def test_a_reserved_node_is_still_drained_by_an_operator_and_still_takes_its_reservations_jobs() -> None:
+    """The reservation keeps the node from the idle drain only: an operator's drain outranks it,
+    silence still reads down, and the reservation's jobs go on it (unlike a held node)."""
+    reserved = idle_node("reserved")
+    reserved.attributes = {"reservation": "team-a", "drain": "true"}
+    reserved.state_changed_at = 100.0
+    decisions = plan_pass(Snapshot([], [], [reserved], TYPES), 1000.0, settings())
+    assert [(m.node_id, m.state) for m in decisions.node_marks] == [("reserved", NodeState.DOWN)]
+    reserved.attributes = {"reservation": "team-a"}
+    reserved.last_ping_at = 0.0
+    decisions = plan_pass(Snapshot([], [], [reserved], TYPES), 1000.0, settings())
+    assert [(m.node_id, m.state) for m in decisions.node_marks] == [("reserved", NodeState.DOWN)]
+    reserved.last_ping_at = 1000.0
+    decisions = plan_pass(Snapshot([job(1, reservation="team-a")], [], [reserved], TYPES), 1000.0, settings())
+    assert [(p.job_id, p.node_ids) for p in decisions.placements] == [(1, ("reserved",))]

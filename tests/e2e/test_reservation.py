@@ -1,11 +1,17 @@
 """Admin reservations as a Slurm administrator uses them: a job naming one that does not exist is
 refused ("Requested reservation is invalid"), on every way in; one whose reservation goes away
-while it waits stays queued and says why, rather than running outside it."""
+while it waits stays queued and says why, rather than running outside it; a node an operator
+reserved is kept up while it idles, until the reservation ends."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from corral.cli import when
 from tests.e2e.conftest import Corral, wait_until
 
 REFUSED = "Requested reservation is invalid: no admin reservation 'nosuch' is in force"
@@ -65,3 +71,42 @@ def test_a_job_whose_reservation_is_removed_while_it_waits_stays_queued_and_says
     corral.cli("node", node["id"], "reservation=team-a")
     wait_until(lambda: corral.jobs()[waiting]["state"] == "complete", 60, "the job to run in its reservation")
     corral.cli("cancel", str(first))
+
+
+def test_an_idle_node_an_operator_reserved_is_kept_for_it_until_the_reservation_ends(
+    corral: Corral, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reserved for a team until Friday, a node had been shut down after its idle grace (2 s
+    here), the reservation dying with it, and `corral nodes` did not say it was reserved. It is
+    kept while it idles, takes its reservation's work, and once the reservation ends it is
+    drained as any idle node is."""
+    monkeypatch.setenv("COLUMNS", "250")  # `corral nodes` on a wide terminal: the note unwrapped
+    corral.start()
+    first = int(corral.cli("submit", "--", "sleep", "300").stdout)
+    wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
+    [node] = corral.live_nodes()
+    reserved = node["id"]
+    until = round(time.time() + 3600)
+    corral.cli("node", reserved, "reservation=team-a", f"reservation_until={until}")
+    assert f"reservation=team-a until {when(until)}" in corral.cli("nodes").stdout
+    corral.cli("cancel", str(first))
+
+    def reserved_row() -> dict[str, Any]:
+        rows = {n["id"]: n for n in corral.cli_json("nodes")}
+        assert reserved in rows, f"the reserved node was shut down: {corral.cli_json('events', '--node', reserved)}"
+        return rows[reserved]
+
+    # Idle for three times its idle grace, and still up (seen by `corral nodes --json`).
+    kept = wait_until(lambda: (row := reserved_row())["idle_for"] and row["idle_for"] > 6 and row, 60, "idle time")
+    assert kept["state"] == "idle" and kept["attributes"]["reservation"] == "team-a"
+    mine = int(corral.cli("submit", "--reservation", "team-a", "--", "true").stdout)
+    wait_until(lambda: corral.jobs()[mine]["state"] == "complete", 60, "the reservation's job to run")
+    assert corral.jobs()[mine]["node"] == reserved and [n["id"] for n in corral.live_nodes()] == [reserved]
+
+    # Its end brought forward to a moment from now: from then the normal idle grace applies.
+    ends = time.time() + 3
+    corral.cli("node", reserved, f"reservation_until={ends:.3f}")
+    wait_until(lambda: reserved not in {n["id"] for n in corral.live_nodes()}, 60, "the node to be released")
+    events = corral.cli_json("events", "--node", reserved)
+    [drained] = [e for e in events if e["kind"] == "node.draining"]
+    assert drained["at"] >= ends and "idle exceeded" in drained["message"]

@@ -8,7 +8,9 @@ Worker states (seed 000's mapping, corral's words on the right):
   unpaired - the cloud has it, no agent has paired (NodeState.BOOTING)
   busy     - running work, draining with work still on it, or in maintenance (an operator
              `held` hold or a seed-002 `*-maintenance` category: the seed's Slurm "maint"); a
-             node in a seed-002 failure category (`*-failure`) while work still runs on it
+             node in a seed-002 failure category (`*-failure`) while work still runs on it; an
+             idle node kept for an operator's admin reservation while it is in force
+             (corral.core.reservations.keeps: Slurm keeps a reservation's nodes for it)
   idle     - paired, no work
   down     - stale ping, drained and empty, or failed (NodeState.DOWN); a node in a
              failure category, or drained by an operator (`drain`), once no work runs on it
@@ -75,10 +77,17 @@ DEFAULT_MATRIX: dict[StateTuple, NodeAction | None] = {
 
 
 def worker_state(
-    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool, heard: bool = False
+    node: Node,
+    now: float,
+    settings: LifecycleSettings,
+    observing_since: float,
+    has_work: bool,
+    heard: bool = False,
+    reserved: bool = False,
 ) -> WorkerState:
     """`heard`: the shell heard from the node's agent at `now` (its ping is fresh whatever
-    `last_ping_at` says)."""
+    `last_ping_at` says). `reserved`: an operator's admin reservation in force keeps the node
+    (corral.core.reservations.keeps), which needs its instance type to tell, so the caller says."""
     if node.state is NodeState.BOOTING:
         return WorkerState.UNPAIRED
     if node.state is NodeState.DOWN:
@@ -95,7 +104,9 @@ def worker_state(
         return WorkerState.BUSY
     if node.state is NodeState.DRAINING:
         return WorkerState.BUSY if has_work else WorkerState.DOWN
-    if has_work or node.state is NodeState.BUSY:
+    if has_work or node.state is NodeState.BUSY or reserved:
+        # A reserved node stays up for its reservation's jobs, as a held one does, until its end;
+        # unlike a hold it still takes work (the reservation's), and a drain or silence outranks it.
         return WorkerState.BUSY
     return WorkerState.IDLE
 
@@ -150,9 +161,15 @@ def idle_grace(node: Node, worker: WorkerState, now: float, settings: LifecycleS
 
 
 def state_tuple(
-    node: Node, now: float, settings: LifecycleSettings, observing_since: float, has_work: bool, heard: bool = False
+    node: Node,
+    now: float,
+    settings: LifecycleSettings,
+    observing_since: float,
+    has_work: bool,
+    heard: bool = False,
+    reserved: bool = False,
 ) -> StateTuple:
-    worker = worker_state(node, now, settings, observing_since, has_work, heard)
+    worker = worker_state(node, now, settings, observing_since, has_work, heard, reserved)
     return (
         worker,
         billing_window(node, now, settings),

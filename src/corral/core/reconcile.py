@@ -23,7 +23,8 @@ Order of a pass:
    of a job array beyond its throttle, `corral.core.job_array`, are not: they are left out of the
    queue, so no instance is booted for them either);
 6. the boot planner boots instances for what is left, or says why a job waits;
-7. the lifecycle matrix (seed 000) drains and shuts down nodes;
+7. the lifecycle matrix (seed 000) drains and shuts down nodes (not an idle node an operator's
+   admin reservation keeps up while it is in force, corral.core.reservations.keeps);
 8. idle / busy marks follow from the work on each node.
 """
 
@@ -40,7 +41,7 @@ from corral.core import admission, capacity, dependency, drain, lifecycle, reser
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.index import SCHEDULABLE, AttemptsLeft, SnapshotIndex
 from corral.core.limits import LiveFleet
-from corral.core.model import Job, JobState, Node, NodeState, Resources
+from corral.core.model import InstanceType, Job, JobState, Node, NodeState, Resources
 from corral.core.planner import PlannerMemo, plan_boots, warm_boots
 from corral.core.settings import PolicySettings
 from corral.core.snapshot import (
@@ -53,7 +54,7 @@ from corral.core.snapshot import (
     PlacementResult,
     Snapshot,
 )
-from corral.placement.attributes import transient_failure
+from corral.placement.attributes import RESERVATION, transient_failure
 from corral.placement.lifetime import gate_settings
 from corral.placement.locality import LocalityIndex, pinned_to_running
 from corral.placement.placer import make_placer
@@ -508,6 +509,7 @@ def plan_pass(
         looked_at = index.in_node_order(attention.values()) if attention else []
     else:
         looked_at = [n for n in nodes.values() if n.state in LIVE]
+    types_by_name: dict[str, InstanceType] | None = None  # only once a reserved node is looked at
     for node in looked_at:
         has_work = node.id in working or node.id in placed_on
         if retiring_ids and node.id in retiring_ids:
@@ -545,7 +547,14 @@ def plan_pass(
             ):
                 continue
         heard = silent_ones is not None and node.id not in silent_ones
-        state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard)
+        reserved = False
+        if node.attributes and RESERVATION in node.attributes and not has_work:
+            # An operator's admin reservation keeps the node up for it until it ends; one that
+            # every instance of its type inherits does not (it would never idle out).
+            if types_by_name is None:
+                types_by_name = {t.name: t for t in snapshot.instance_types}
+            reserved = reservations.keeps(node, types_by_name.get(node.instance_type), now)
+        state = lifecycle.state_tuple(node, now, lifecycle_settings, observing, has_work, heard, reserved)
         action = lifecycle.decide(state)
         if action is NodeAction.START_DRAIN:
             if live_after <= lifecycle_settings.min_instances or idle_count <= 0 or node.id in plan.held:

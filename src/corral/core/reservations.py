@@ -11,7 +11,9 @@ alone; this module only answers whether the reservation a job names exists at al
   ("Requested reservation is invalid");
 - in the pass (`hold_back`), a queued job whose reservation has since ended, been removed, or lost
   its last node is neither placed nor booted for, and waits with a reason that says so (Slurm's
-  ReservationDeleted), rather than running outside the reservation it asked for.
+  ReservationDeleted), rather than running outside the reservation it asked for;
+- in the lifecycle (`keeps`), a node an operator reserved is kept up while its reservation is in
+  force, as Slurm keeps a reservation's nodes for it, however long it idles.
 """
 
 from __future__ import annotations
@@ -74,3 +76,26 @@ def hold_back(queue: list[Job], reservations: Mapping[str, float]) -> tuple[list
     if not held:
         return queue, held
     return [job for job in queue if job.id not in held], held
+
+
+def keeps(node: Node, itype: InstanceType | None, now: float) -> bool:
+    """Whether an operator's admin reservation in force at `now` keeps `node` from being drained
+    when it idles (read as seed 000's busy, as a hold is), until its `reservation_until`.
+
+    Only a reservation the operator set on the node keeps it: one its instance type gives every
+    instance booted of it would keep each of them up forever. The node's reservation is its
+    type's when its name and its end (or the lack of one) are the type's; so setting a
+    `reservation_until` of its own on such an instance does keep it, until then. A node whose
+    type is no longer configured cannot be told apart and is not kept."""
+    attributes = node.attributes
+    name = attr.first(attributes, attr.RESERVATION) if attributes else None
+    if not name or itype is None:
+        return False
+    until = attr.number(attributes, attr.RESERVATION_UNTIL)
+    if until <= now:
+        return False
+    given = dict(itype.attributes)
+    if attr.first(given, attr.RESERVATION) != name:
+        return True
+    inherited_until = attr.number(given, attr.RESERVATION_UNTIL)
+    return not (until == inherited_until or (math.isnan(until) and math.isnan(inherited_until)))
