@@ -1050,13 +1050,17 @@ def update(
         str | None, typer.Option(help="Not before this time, ISO 8601 (queued jobs only); 'now' for no wait.")
     ] = None,
     max_retries: Annotated[str | None, typer.Option(help="Retries after a non-zero exit.")] = None,
+    reservation: Annotated[
+        str | None,
+        typer.Option(help="An admin reservation in force (Slurm's ReservationName=); '' for none (queued jobs only)."),
+    ] = None,
 ) -> None:
     """Change what a job asked for (Slurm's scontrol update JobId=).
 
-    Resources, nodes and a requested start only while it is queued: a job that asked for more
-    than any instance type holds can be made placeable without losing its id (or the jobs that
-    depend on it). Its time limit (also +D, as Slurm's TimeLimit=+2:00:00), retries and name also
-    while it runs. Every change is an event (job.updated)."""
+    Resources, nodes, a requested start and an admin reservation only while it is queued: a job
+    that asked for more than any instance type holds can be made placeable without losing its id
+    (or the jobs that depend on it). Its time limit (also +D, as Slurm's TimeLimit=+2:00:00),
+    retries and name also while it runs. Every change is an event (job.updated)."""
     given = {
         "name": name,
         "vcpus": vcpus,
@@ -1066,6 +1070,7 @@ def update(
         "nodes": nodes,
         "not_before": time.time() if not_before == "now" else not_before,
         "max_retries": max_retries,
+        "reservation": reservation,
     }
     body: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
     if time_limit is not None:
@@ -1098,7 +1103,7 @@ def _as_option(match: re.Match[str]) -> str:
 
 
 def _update_value(key: str, value: Any) -> str:
-    if value is None or (key == "time_limit" and not value):
+    if value is None or (key in ("time_limit", "reservation") and not value):
         return "none"
     if key == "time_limit":
         return ago(value)

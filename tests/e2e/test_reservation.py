@@ -110,3 +110,42 @@ def test_an_idle_node_an_operator_reserved_is_kept_for_it_until_the_reservation_
     events = corral.cli_json("events", "--node", reserved)
     [drained] = [e for e in events if e["kind"] == "node.draining"]
     assert drained["at"] >= ends and "idle exceeded" in drained["message"]
+
+
+def test_a_queued_job_is_moved_into_a_reservation_in_force_and_refused_one_in_force_nowhere(corral: Corral) -> None:
+    """Slurm's `scontrol update JobId= ReservationName=`: the job's reservation could only be given
+    at submission. A reservation in force nowhere is refused in the words of a submission's
+    refusal, and the job keeps what it had; '' takes the job out of its reservation."""
+    corral.start()
+    first = int(corral.cli("submit", "--", "sleep", "300").stdout)
+    wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
+    [node] = corral.live_nodes()
+    corral.cli("node", node["id"], "reservation=team-a")
+    waiting = int(corral.cli("submit", "--not-before", "2099-01-01", "--", "true").stdout)
+
+    refused = corral.cli("update", str(waiting), "--reservation", "nosuch", check=False)
+    assert refused.returncode != 0
+    assert f"--reservation: {REFUSED} on any node or instance type (in force: team-a)" in refused.stderr
+    assert corral.cli_json("job", str(waiting))["reservation"] == ""
+
+    moved = corral.cli("update", str(waiting), "--reservation", "team-a").stdout
+    assert moved == f"{waiting}: reservation none -> team-a\n"
+    assert corral.cli_json("job", str(waiting))["reservation"] == "team-a"
+    out = corral.cli("update", str(waiting), "--reservation", "").stdout
+    assert out == f"{waiting}: reservation team-a -> none\n"
+    corral.cli("update", str(waiting), "--reservation", "team-a")
+    events = corral.cli_json("events", "--job", str(waiting), "--kind", "job.updated")
+    assert [e["message"] for e in events] == [
+        "reservation none -> team-a",
+        "reservation team-a -> none",
+        "reservation none -> team-a",
+    ]
+    # It runs on the reserved node, as one submitted with --reservation does.
+    corral.cli("cancel", str(first))
+    corral.cli("update", str(waiting), "--not-before", "now")
+    wait_until(lambda: corral.jobs()[waiting]["state"] == "complete", 60, "the moved job to run")
+    assert corral.jobs()[waiting]["node"] == node["id"]
+
+    # Only while queued, as its resources.
+    done = corral.cli("update", str(waiting), "--reservation", "", check=False)
+    assert done.returncode != 0 and "a finished job cannot change" in done.stderr

@@ -65,7 +65,8 @@ def gone(name: str) -> str:
     """A queued job's wait reason once its reservation is in force nowhere."""
     return (
         f"ReservationDeleted: reservation {name!r} is in force on no node and no instance type (it ended,"
-        " was removed, or its nodes are gone); the job waits for it to be put back, or cancel it"
+        " was removed, or its nodes are gone); the job waits for it to be put back; or"
+        " move the job to another (corral update --reservation) or cancel it"
     )
 
 

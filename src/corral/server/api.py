@@ -197,17 +197,31 @@ def _reservation_refusals(jobs: list[JobRequest], runtime: Runtime, now: float) 
     if not named:
         return []
     if runtime.config.executor == "slurm":
-        # corral's reservations are attributes of its own nodes; Slurm's are Slurm's, and corral
-        # does not pass --reservation to sbatch: accepting it would run the job anywhere.
-        return [
-            f"jobs.{i}.reservation: {name!r}: corral's admin reservations are on its own nodes, not in front of"
-            " Slurm: ask for a Slurm reservation with slurm.extra_args (--reservation) instead"
-            for i, name in named
-        ]
+        return [f"jobs.{i}.reservation: {_NOT_IN_FRONT_OF_SLURM.format(name=name)}" for i, name in named]
+    in_force = _reservations_in_force(runtime, now)
+    return [f"jobs.{i}.reservation: {why}" for i, name in named if (why := reservations.refusal(name, in_force))]
+
+
+# corral's reservations are attributes of its own nodes; Slurm's are Slurm's, and corral does not
+# pass --reservation to sbatch: accepting one would run the job anywhere.
+_NOT_IN_FRONT_OF_SLURM = (
+    "{name!r}: corral's admin reservations are on its own nodes, not in front of Slurm: ask for a Slurm"
+    " reservation with slurm.extra_args (--reservation) instead"
+)
+
+
+def _reservations_in_force(runtime: Runtime, now: float) -> dict[str, float]:
     types = runtime.config.instance_types
     held: list[reservations.Attributes] = [*runtime.store.live_node_attributes(), *(t.attributes for t in types)]
-    in_force = reservations.in_force(held, now)
-    return [f"jobs.{i}.reservation: {why}" for i, name in named if (why := reservations.refusal(name, in_force))]
+    return reservations.in_force(held, now)
+
+
+def _reservation_refusal(name: str, runtime: Runtime, now: float) -> str | None:
+    """Why a queued job may not be moved into reservation `name` (`corral update --reservation`),
+    in the words of a submission's refusal; None when it is in force."""
+    if runtime.config.executor == "slurm":
+        return _NOT_IN_FRONT_OF_SLURM.format(name=name)
+    return reservations.refusal(name, _reservations_in_force(runtime, now))
 
 
 @router.get("/jobs")
@@ -303,12 +317,18 @@ def set_priority(job_id: JobId, body: PriorityBody, runtime: UserRuntime) -> Job
 
 @router.post("/jobs/{job_id}/update", responses=error_responses(409))
 def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobUpdateOut:
-    """Slurm's `scontrol update JobId=`: change what a job asked for. Resources, nodes and its
-    requested start only while it is queued (409 otherwise); its time limit, retries and name also
+    """Slurm's `scontrol update JobId=`: change what a job asked for. Resources, nodes, its
+    requested start and its admin reservation only while it is queued (409 otherwise; a reservation
+    in force nowhere is refused, 422, as at submission); its time limit, retries and name also
     while it is claimed or running. In front of Slurm, a running job's time limit is Slurm's to
     change (409), and a claimed job (pending in Slurm's queue) takes every change: the next pass
     takes it back from Slurm and submits it again."""
     changes = {key: getattr(body, key) for key in body.model_fields_set if key != "time_limit_add"}
+    if body.reservation:
+        # As at submission: a reservation in force nowhere is refused, not waited for.
+        why = _reservation_refusal(body.reservation, runtime, time.time())
+        if why:
+            raise HTTPException(422, [f"reservation: {why}"])
     # In front of Slurm, Slurm enforces a running job's time limit (scontrol update changes it there).
     slurm = runtime.config.executor == "slurm"
     while_running = UPDATABLE_WHILE_RUNNING - {"time_limit"} if slurm else UPDATABLE_WHILE_RUNNING

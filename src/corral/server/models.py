@@ -93,7 +93,8 @@ class PriorityBody(Inbound):
 
 class JobUpdateBody(Inbound):
     """What to change of a job (Slurm's `scontrol update JobId=`), each field as at submission; a
-    field left out is left as it is. Resources, nodes and not_before only while the job is queued."""
+    field left out is left as it is. Resources, nodes, not_before and reservation only while the job
+    is queued."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str | None = None
@@ -108,6 +109,9 @@ class JobUpdateBody(Inbound):
     )
     not_before: EpochSeconds | None = None
     max_retries: Int | None = None
+    reservation: str | None = Field(
+        None, description="an admin reservation in force (Slurm's ReservationName=); '': none (queued jobs only)"
+    )
 
     @model_validator(mode="after")
     def _something(self) -> JobUpdateBody:

@@ -93,7 +93,7 @@ OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNI
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
 # What `update_job` changes: while the job runs too, and in all (the rest only while it is queued).
 UPDATABLE_WHILE_RUNNING = frozenset({"time_limit", "max_retries", "name"})
-UPDATABLE = UPDATABLE_WHILE_RUNNING | {"vcpus", "ram", "scratch", "gpus", "nodes", "not_before"}
+UPDATABLE = UPDATABLE_WHILE_RUNNING | {"vcpus", "ram", "scratch", "gpus", "nodes", "not_before", "reservation"}
 LIVE_NODE_STATES = tuple(s.value for s in NodeState if s is not NodeState.GONE)
 # A job's latest attempt's executor id (the Slurm job id), beside the job's row: what an operator
 # takes to `scontrol show job`.
@@ -843,8 +843,9 @@ class Store:
         take_back: bool = False,
     ) -> dict[str, Any]:
         """Change what a job asked for (Slurm's `scontrol update JobId=`): `changes` are JobRequest
-        fields, `time_limit_add` seconds added to its time limit (TimeLimit=+). Its resources, nodes
-        and requested start only while it is queued (a run keeps what it was placed with); the
+        fields, `time_limit_add` seconds added to its time limit (TimeLimit=+). Its resources, nodes,
+        requested start and admin reservation (whether that is in force is the caller's to check,
+        as at submission) only while it is queued (a run keeps what it was placed with); the
         fields in `while_running` (its time limit, retries and name; in front of Slurm, which
         enforces a running job's time limit, not that) also while it is claimed or running. The new spec is validated
         whole, as at submission (InvalidJobs naming the field); `spec_rev` goes up, so every
@@ -2055,7 +2056,8 @@ def _summary(request: JobRequest, array_job_id: int | None = None, task_id: int 
 
 
 def _shown(value: Any) -> str:
-    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    # An empty text (a reservation removed) reads as none, not as nothing after the arrow.
+    return "none" if value is None or value == "" else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
