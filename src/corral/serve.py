@@ -41,7 +41,11 @@ class KeyValueFormatter(logging.Formatter):
     """Structured logs: one line of key=value pairs per record."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage().replace('"', "'")
+        # One record, one line, whose msg a logfmt reader (Loki, Vector) can find the end of: a
+        # message's own line breaks (a database error's "[SQL: ...]") would split it into lines
+        # with no ts or level, and a trailing backslash would escape the closing quote.
+        message = record.getMessage().replace("\\", "\\\\").replace('"', "'")
+        message = message.replace("\n", "\\n").replace("\r", "\\r")
         # RFC 3339 with the UTC offset: a log shipper (Loki, Vector) reads a time without one as
         # UTC, which the local time of a host elsewhere is not.
         at = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")

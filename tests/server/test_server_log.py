@@ -33,3 +33,19 @@ def test_a_log_line_says_its_time_with_its_offset() -> None:
     assert found, line
     assert found[1] == "2026-11-26T10:14:04.250-05:00"
     assert datetime.fromisoformat(found[1]).timestamp() == record.created
+
+
+def test_a_message_of_several_lines_stays_one_log_line_whose_msg_reads_back_whole() -> None:
+    """A database error's text has line breaks ("...\\n[SQL: ...]"): each became a line of its own
+    with no ts or level, which a log shipper takes for records of their own. A message ending in a
+    backslash escaped the closing quote, and the reader ran on into the next line."""
+    error = 'connection to "db" failed\r\n[SQL: SELECT 1]\nC:\\'
+    arguments = ("small", error)
+    record = logging.LogRecord("corral.loop", logging.WARNING, __file__, 1, "cannot boot %s: %s", arguments, None)
+    line = KeyValueFormatter().format(record)
+    assert "\n" not in line and "\r" not in line
+    found = re.fullmatch(r'ts=\S+ level=warning logger=corral\.loop msg="((?:[^"\\]|\\.)*)"', line)
+    assert found, line
+    # Read back as logfmt readers unescape it: the whole message, its quotes as the formatter gives them.
+    unescaped = re.sub(r"\\(.)", lambda m: {"n": "\n", "r": "\r"}.get(m[1], m[1]), found[1])
+    assert unescaped == "cannot boot small: " + error.replace('"', "'")
