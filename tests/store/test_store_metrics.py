@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from corral.core import job_array, user_limits
 from corral.core.model import GiB, InstanceType, JobState, NodeState
-from corral.core.snapshot import Annotation, JobOutcome
+from corral.core.settings import PolicySettings
+from corral.core.snapshot import Annotation, BootFailures, JobOutcome
 from corral.server.metrics import Metrics
 from corral.store import Store
 
@@ -149,3 +150,43 @@ def test_waits_and_event_counts_are_of_what_happened_since_the_server_started(st
     assert figure(metrics, "corral_events_total", kind="job.running") == 3
     assert figure(metrics, "corral_events_total", kind="job.requeued") == 1
     assert before not in (first, second)
+
+
+def test_the_fleet_cost_in_all_counts_every_node_ever_by_type_and_never_goes_down(store: Store) -> None:
+    """`rate(corral_fleet_cost_dollars_total[1h])` is the spend: each node's price over its life so
+    far, the gone ones' too. A counter that dips is a reset to Prometheus, which then counts the
+    whole sum again as spent: a figure the store gives lower than the last one is not exported."""
+    add_node(store, "live-small", now=NOW)
+    add_node(store, "short-big", now=NOW, itype=BIG)
+    assert store.mark_node("short-big", NodeState.GONE, "shut down", NOW + 1800)
+
+    metrics = started_metrics(store)
+    metrics.refresh(store, NOW + 3600)
+    small = figure(metrics, "corral_fleet_cost_dollars_total", instance_type="small")
+    big = figure(metrics, "corral_fleet_cost_dollars_total", instance_type="big")
+    assert small is not None and abs(small - 0.10) < 1e-9  # an hour, still up
+    assert big is not None and abs(big - 0.34) < 1e-9  # half an hour, then gone
+
+    # A pass records the small node's end at its own start, before the last scrape's time.
+    assert store.mark_node("live-small", NodeState.GONE, "shut down", NOW + 3000)
+    metrics.refresh(store, NOW + 3700)
+    assert figure(metrics, "corral_fleet_cost_dollars_total", instance_type="small") == small
+    # A new node's bill carries it on once the store's sum passes it again.
+    add_node(store, "next-small", now=NOW + 3700)
+    metrics.refresh(store, NOW + 3700 + 1200)
+    after = figure(metrics, "corral_fleet_cost_dollars_total", instance_type="small")
+    assert after is not None and abs(after - 0.10 * (3000 + 1200) / 3600) < 1e-9
+    assert figure(metrics, "corral_fleet_cost_dollars_total", instance_type="big") == big
+
+
+def test_back_offs_and_the_notifier_are_read_from_the_store(store: Store) -> None:
+    store.set_unavailable("big", NOW + 600, "did not pair", NOW, "type.boot_failed", BootFailures(2, NOW))
+    store.set_unavailable("small", NOW - 1, "InsufficientInstanceCapacity", NOW - 300)  # over
+    metrics = started_metrics(store)
+    metrics.refresh(store, NOW + 100, PolicySettings(), ["small", "big", "medium"])
+    assert figure(metrics, "corral_instance_type_backoff_seconds", instance_type="big") == 500
+    assert figure(metrics, "corral_instance_type_boot_failures", instance_type="big") == 2
+    for instance_type in ("small", "medium"):  # one whose back-off ended, one never backed off
+        assert figure(metrics, "corral_instance_type_backoff_seconds", instance_type=instance_type) == 0
+    assert figure(metrics, "corral_notify_waiting_events") == 0  # no notifier yet
+    assert figure(metrics, "corral_notify_retries_pending") == 0

@@ -147,6 +147,7 @@ class Runtime:
                 continue
             self.metrics.passes.inc()
             self.metrics.pass_seconds.observe(report.duration)
+            self.metrics.last_pass.set(time.time())
             if not self.history or time.time() - self.history[-1][0] >= HISTORY_EVERY:
                 self.history.append(await asyncio.to_thread(self._sample))
             for node_id in report.started_nodes:
@@ -211,7 +212,9 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> PlainTextResponse:
-        runtime.metrics.refresh(runtime.store, time.time())
+        config = runtime.config
+        names = [instance_type.name for instance_type in config.instance_types] if config.executor == "agent" else []
+        runtime.metrics.refresh(runtime.store, time.time(), config.policy, names)
         return PlainTextResponse(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/health")

@@ -41,6 +41,7 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    case,
     cast,
     create_engine,
     delete,
@@ -1852,6 +1853,24 @@ class Store:
                 nodes, cost = fleet.by_type.get(instance_type, (0, 0.0))
                 fleet.by_type[instance_type] = (nodes + count, cost + float(price or 0.0))
         return fleet
+
+    def fleet_cost_so_far(self, now: float) -> dict[str, float]:
+        """What every node the store has known has cost up to `now`, by instance type: its hourly
+        price over its life (to its end, or to now while it lives), without the billing rounding
+        that `corral usage` adds at a node's end. It only grows, so /metrics exports it as a
+        counter whose rate is the spend."""
+        end = case(
+            (N.c.gone_at.is_not(None), N.c.gone_at),
+            (N.c.state == NodeState.GONE.value, N.c.created_at),  # gone with no end recorded: no bill
+            else_=literal(now),
+        )
+        query = (
+            select(N.c.instance_type, func.sum(N.c.price_per_hour * (end - N.c.created_at) / 3600.0))
+            .where(N.c.created_at < now)
+            .group_by(N.c.instance_type)
+        )
+        with self.read() as conn:
+            return {str(name): max(0.0, float(dollars or 0.0)) for name, dollars in conn.execute(query)}
 
     def oldest_wait(self, now: float) -> float | None:
         """How long the longest-waiting job that could run now (queued, not held, not waiting for a
