@@ -240,6 +240,9 @@ def plain_id(text: str) -> int:
 
 JOB_HELP = "A job id, or an array's task as ARRAY_TASK (12_3)."
 JobArg = Annotated[str, typer.Argument(parser=job_name, metavar="JOB", help=JOB_HELP, show_default=False)]
+# A command that changes jobs takes an array's id for every task of it, as Slurm's do.
+ACT_HELP = "A job id, a job array's id (every task of it, as in Slurm), or one task as ARRAY_TASK (12_3)."
+ActArg = Annotated[str, typer.Argument(parser=job_name, metavar="JOB", help=ACT_HELP, show_default=False)]
 
 
 def counted(count: int, noun: str) -> str:
@@ -910,7 +913,7 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
 @app.command()
 def cancel(
     job_ids: Annotated[
-        list[str] | None, typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP, show_default=False)
+        list[str] | None, typer.Argument(parser=job_name, metavar="JOB...", help=ACT_HELP, show_default=False)
     ] = None,
     state: Annotated[
         list[str] | None, typer.Option(help="Every open job in this state (queued, claimed, running); repeatable.")
@@ -922,8 +925,9 @@ def cancel(
         int | None, typer.Option(parser=plain_id, help="Every open task of this job array (its id).")
     ] = None,
 ) -> None:
-    """Cancel jobs, also while they run: by id, or every open job matching all the filters given
-    (Slurm's scancel --state/--user/--name, scancel ARRAY_ID for a job array's tasks; and a tag)."""
+    """Cancel jobs, also while they run: by id (a job array's id: every open task of it, as Slurm's
+    scancel ARRAY_ID; ARRAY_TASK: that task), or every open job matching all the filters given
+    (Slurm's scancel --state/--user/--name; and a tag)."""
     filtered = bool(state) or any(value is not None for value in (user, name, tag, array))
     if not job_ids and not filtered:
         fail("give job ids, or --state, --user, --name, --tag or --array")
@@ -939,13 +943,14 @@ def cancel(
 
 @app.command()
 def hold(
-    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP)],
+    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=ACT_HELP)],
     reason: Annotated[str, typer.Option(help="Why; shown as the job's wait reason.")] = "",
 ) -> None:
     """Hold queued jobs (Slurm's `scontrol hold`) until `corral release`.
 
     A held job stays queued, but is not run, and no instance is booted for it. In front of Slurm, a
-    claimed job (pending in Slurm) is taken back from Slurm's queue and held."""
+    claimed job (pending in Slurm) is taken back from Slurm's queue and held. A job array's id holds
+    each of its queued tasks and says what the others are doing."""
 
     def said(result: dict[str, Any]) -> str:
         if result.get("taken_back"):
@@ -959,7 +964,7 @@ def hold(
 
 @app.command()
 def requeue(
-    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP)],
+    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=ACT_HELP)],
     hold: Annotated[
         bool, typer.Option("--hold", help="Hold them once queued, until `corral release` (scontrol requeuehold).")
     ] = False,
@@ -968,7 +973,8 @@ def requeue(
     `scontrol requeue`).
 
     A run is killed; the job waits in the queue as before and runs again, counting no failure. A
-    finished job (complete, failed, cancelled) is queued again at once, as a job submitted now."""
+    finished job (complete, failed, cancelled) is queued again at once, as a job submitted now. A job
+    array's id: each of its tasks."""
     each_job(
         job_ids,
         "requeue",
@@ -985,16 +991,27 @@ def requeue(
 
 @app.command()
 def release(
-    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=JOB_HELP)],
+    job_ids: Annotated[list[str], typer.Argument(parser=job_name, metavar="JOB...", help=ACT_HELP)],
 ) -> None:
-    """Release held jobs (Slurm's `scontrol release`): they run as any queued job."""
+    """Release held jobs (Slurm's `scontrol release`): they run as any queued job. A job array's
+    id: each of its held tasks."""
     each_job(job_ids, "release", lambda r: "released" if r["changed"] else f"not held ({r['state']})")
 
 
+# What each command did to a job array's tasks, said as "held 7 of array 12's 10 tasks; ...".
+ARRAY_DONE = {
+    "cancel": "cancel requested for",
+    "hold": "held",
+    "release": "released",
+    "requeue": "requeued",
+    "update": "updated",
+}
+
+
 def each_job(job_ids: list[str], action: str, said: Callable[[dict[str, Any]], str], body: Any = None) -> None:
-    """POST /api/jobs/ID/`action` for each job, saying `said(result)` of each; one id that is
-    refused (a typo, a job of another corral, a job in the wrong state) spares none after it, and
-    the command exits 1 at the end."""
+    """POST /api/jobs/ID/`action` for each job, saying `said(result)` of each (of a job array's
+    id, what it did to the array's tasks); one id that is refused (a typo, a job of another corral,
+    a job in the wrong state) spares none after it, and the command exits 1 at the end."""
     refused = 0
     for job_id in job_ids:
         try:
@@ -1003,16 +1020,37 @@ def each_job(job_ids: list[str], action: str, said: Callable[[dict[str, Any]], s
             error(f"{job_id}: {exc}")
             refused += 1
             continue
-        sys.stdout.write(f"{job_id}: {said(result)}\n")
+        if "array_job_id" in result:
+            sys.stdout.write(array_said(ARRAY_DONE[action], result) + "\n")
+        else:
+            sys.stdout.write(f"{job_id}: {said(result)}\n")
     if refused:
         raise typer.Exit(1)
 
 
+def array_said(done: str, result: dict[str, Any], detail: str = "") -> str:
+    """'held 7 of array 12's 10 tasks; 3 already running': what a command given a job array's id
+    did to its tasks (the API's ArrayActionOut), with the kinds of change when there are several
+    and, after `detail`, the tasks left as they were and why."""
+    changed = result["changed"]
+    said = f"{done} {sum(map(len, changed.values()))} of array {result['array_job_id']}'s"
+    said += f" {counted(result['tasks'], 'task')}"
+    if len(changed) > 1:
+        said += " (" + ", ".join(f"{len(ids)} {kind}" for kind, ids in changed.items()) + ")"
+    said += detail
+    if result["unchanged"]:
+        said += "; " + ", ".join(f"{len(ids)} {why}" for why, ids in result["unchanged"].items())
+    return said
+
+
 @app.command()
-def priority(job_id: JobArg, value: int) -> None:
-    """Set a job's priority; 0 cancels it (seed 001)."""
+def priority(job_id: ActArg, value: int) -> None:
+    """Set a job's priority; 0 cancels it (seed 001). A job array's id: each of its tasks not
+    finished (12_3: that task alone)."""
     j = call("PATCH", f"/api/jobs/{job_id}", json={"priority": value})
-    if j["priority"] != value:  # a finished job keeps its own
+    if "array_job_id" in j:
+        sys.stdout.write(array_said(f"priority {value} set on", j) + "\n")
+    elif j["priority"] != value:  # a finished job keeps its own
         sys.stdout.write(f"{job_id}: already {j['state']}\n")
     else:
         sys.stdout.write(f"{job_id}: priority {j['priority']}\n")
@@ -1035,7 +1073,7 @@ def throttle(
 
 @app.command()
 def update(
-    job_id: JobArg,
+    job_id: ActArg,
     name: Annotated[str | None, typer.Option(help="A new name.")] = None,
     vcpus: Annotated[str | None, typer.Option(help="vCPUs per node (queued jobs only).")] = None,
     ram: Annotated[str | None, typer.Option(help="RAM per node, e.g. 4GiB (queued jobs only).")] = None,
@@ -1060,7 +1098,9 @@ def update(
     Resources, nodes, a requested start and an admin reservation only while it is queued: a job
     that asked for more than any instance type holds can be made placeable without losing its id
     (or the jobs that depend on it). Its time limit (also +D, as Slurm's TimeLimit=+2:00:00),
-    retries and name also while it runs. Every change is an event (job.updated)."""
+    retries and name also while it runs. Every change is an event (job.updated). A job array's id
+    changes each task whose state takes the change, and says which did not; a value refused changes
+    no task."""
     given = {
         "name": name,
         "vcpus": vcpus,
@@ -1085,6 +1125,9 @@ def update(
     except Refused as exc:
         # The API names a body's field ("body.ram: ..."), the store a spec's ("ram: ..."): as options here.
         fail(re.sub(r"(?:body\.)?\b(" + "|".join(given) + r"|time_limit(?:_add)?)\b:", _as_option, str(exc)))
+    if "array_job_id" in result:
+        sys.stdout.write(array_said("updated", result, _array_changes(result["changes"])) + "\n")
+        return
     changes = result["changes"]
     if not changes:
         sys.stdout.write(f"{job_id}: nothing changed (it had those already)\n")
@@ -1095,6 +1138,21 @@ def update(
     if result.get("taken_back"):
         said += " (it was pending in Slurm: the next pass takes it back and submits it again)"
     sys.stdout.write(f"{job_id}: {said}\n")
+
+
+def _array_changes(by_task: dict[str, dict[str, list[Any]]]) -> str:
+    """': vcpus 2 -> 8', the changes an array's tasks took; several kinds (a time limit added to
+    limits that differed) each once, the first few."""
+    kinds = list(
+        dict.fromkeys(
+            ", ".join(f"{key} {_update_value(key, old)} -> {_update_value(key, new)}" for key, (old, new) in c.items())
+            for c in by_task.values()
+        )
+    )
+    if not kinds:
+        return ""
+    shown = kinds[:3] + ([f"{len(kinds) - 3} more kinds (corral events --kind job.updated)"] if len(kinds) > 3 else [])
+    return ": " + " | ".join(shown)
 
 
 def _as_option(match: re.Match[str]) -> str:

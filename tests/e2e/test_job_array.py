@@ -47,3 +47,33 @@ def test_an_array_runs_its_tasks_with_their_ids_never_more_at_once_than_its_thro
     corral.cli("throttle", held_back[0], "2")
     assert f"of array {held_back[0]} (0-1; at most 2 at once)" in corral.cli("job", held_back[1]).stdout
     corral.cli("cancel", "--array", held_back[0])
+
+
+def test_hold_release_and_cancel_of_an_arrays_id_act_on_the_whole_array_on_a_live_corral(corral: Corral) -> None:
+    """`corral hold 12` held task 0 alone (its job id is the array's), and the other tasks ran."""
+    corral.start()
+    ids = [int(line) for line in corral.cli("submit", "--array", "0-3%2", "--", "sleep", "60").stdout.split()]
+    array = ids[0]
+
+    def states() -> list[str]:
+        jobs = corral.jobs()
+        return [jobs[i]["state"] for i in ids]
+
+    wait_until(lambda: states().count("running") == 2, 60, "two tasks to run")
+    waiting = [i for i, state in zip(ids, states(), strict=True) if state == "queued"]
+    held = corral.cli("hold", str(array), "--reason", "input not ready")
+    assert held.stdout == f"held 2 of array {array}'s 4 tasks; 2 already running\n"
+    assert all(corral.jobs()[i]["held"] for i in waiting)
+
+    # One running task cancelled by its name, that task alone: the held tasks stay held.
+    running = [i for i in ids if i not in waiting]
+    corral.cli("cancel", f"{array}_{ids.index(running[0])}")
+    wait_until(lambda: corral.jobs()[running[0]]["state"] == "cancelled", 60, "the task to be cancelled")
+    assert [(corral.jobs()[i]["state"], corral.jobs()[i]["held"]) for i in waiting] == [("queued", True)] * 2
+    released = corral.cli("release", str(array))
+    assert released.stdout == f"released 2 of array {array}'s 4 tasks; 2 not held\n"
+    wait_until(lambda: states().count("running") == 2, 60, "a released task to run in the throttle's room")
+
+    cancelled = corral.cli("cancel", str(array))
+    assert cancelled.stdout == f"cancel requested for 3 of array {array}'s 4 tasks; 1 already cancelled\n"
+    wait_until(lambda: states() == ["cancelled"] * 4, 60, "every task to be cancelled")

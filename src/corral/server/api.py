@@ -25,6 +25,7 @@ from corral.server.deps import UserRuntime
 from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
+    ArrayActionOut,
     AttemptOut,
     BackoffOut,
     CancelMatchingBody,
@@ -67,7 +68,7 @@ from corral.server.models import (
     error_responses,
     plain_number,
 )
-from corral.store import JobFilter, NotBackedOff, NotQueued
+from corral.store import ArrayOutcome, JobFilter, NotBackedOff, NotQueued
 from corral.store.store import UPDATABLE_WHILE_RUNNING
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 413, 422))
@@ -96,6 +97,35 @@ def job_id_of(
 
 
 JobId = Annotated[int, Depends(job_id_of)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a route that changes jobs is given: one job, or every task of a job array. A plain id
+    that is an array's (its first task's job id) is the whole array, as in Slurm's `scontrol hold
+    12` and `scancel 12`; `12_0` is that first task alone."""
+
+    job_id: int
+    whole_array: bool
+
+
+def target_of(
+    job_id: Annotated[
+        str, Path(description="A job id, a job array's id (every task), or an array's task as ARRAY_TASK (12_3).")
+    ],
+    runtime: UserRuntime,
+) -> Target:
+    resolved = job_id_of(job_id, runtime)
+    return Target(resolved, job_id.isdecimal() and runtime.store.is_array(resolved))
+
+
+JobOrArray = Annotated[Target, Depends(target_of)]
+
+
+def array_out(outcome: ArrayOutcome) -> ArrayActionOut:
+    return ArrayActionOut(**dataclasses.asdict(outcome))
+
+
 IdFilter = Annotated[int | None, BeforeValidator(plain_number), Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
 
 
@@ -269,21 +299,40 @@ def show_job(job_id: JobId, runtime: UserRuntime) -> JobOut:
     return job_out(store.job_row(job_id), store.attempts_of(job_id), True, store.dependency_rows(job_id))
 
 
+# The routes that change a job, given a job array's id, change every task of the array in a state
+# the change applies to, in one transaction, and answer an ArrayActionOut (Slurm's `scontrol hold
+# 12`, `scancel 12`); given `12_3`, that task alone.
+
+
 @router.post("/jobs/{job_id}/cancel")
-def cancel_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
-    result = runtime.store.request_cancel(job_id, time.time())
+def cancel_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | ArrayActionOut:
+    """Slurm's `scancel`: the next pass cancels the job (kills its run). A job array's id: every
+    open task."""
+    store = runtime.store
+    if target.whole_array:
+        outcome = array_out(store.cancel_array(target.job_id, time.time()))
+        runtime.wake()
+        return outcome
+    result = store.request_cancel(target.job_id, time.time())
     runtime.wake()
     return result
 
 
 @router.post("/jobs/{job_id}/hold", responses=error_responses(409))
-def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any]:
+def hold_job(target: JobOrArray, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scontrol hold`: a queued job stays queued and is not placed (nor booted for) until
     released. In front of Slurm, a claimed job (pending in Slurm's queue) is taken back by the
-    next pass and held (`taken_back`). 409 for a job that is not queued (nor claimed)."""
+    next pass and held (`taken_back`). 409 for a job that is not queued (nor claimed); for a job
+    array's id, every such task, and 409 only when it has none (nor any held already)."""
     take_back = runtime.config.executor == "slurm"
+    reason = body.reason if body else ""
     try:
-        result = runtime.store.hold(job_id, time.time(), body.reason if body else "", take_back=take_back)
+        if target.whole_array:
+            outcome = runtime.store.hold_array(target.job_id, time.time(), reason, take_back=take_back)
+            if take_back:
+                runtime.wake()
+            return array_out(outcome)
+        result = runtime.store.hold(target.job_id, time.time(), reason, take_back=take_back)
     except NotQueued as exc:
         raise HTTPException(409, str(exc)) from None
     if result.get("taken_back"):
@@ -292,37 +341,58 @@ def hold_job(job_id: JobId, runtime: UserRuntime, body: HoldBody | None = None) 
 
 
 @router.post("/jobs/{job_id}/requeue")
-def requeue_job(job_id: JobId, runtime: UserRuntime, body: RequeueBody | None = None) -> dict[str, Any]:
+def requeue_job(
+    target: JobOrArray, runtime: UserRuntime, body: RequeueBody | None = None
+) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scontrol requeue` (with `{"hold": true}`: `requeuehold`): the next pass stops a
     claimed or running job's run and queues it again, counting no failure; a finished job is queued
-    again at once, as a job submitted now."""
-    result = runtime.store.request_requeue(job_id, time.time(), hold=body.hold if body else False)
+    again at once, as a job submitted now. A job array's id: each of its tasks."""
+    hold = body.hold if body else False
+    store = runtime.store
+    if target.whole_array:
+        outcome = array_out(store.requeue_array(target.job_id, time.time(), hold=hold))
+        runtime.wake()
+        return outcome
+    result = store.request_requeue(target.job_id, time.time(), hold=hold)
     runtime.wake()
     return result
 
 
 @router.post("/jobs/{job_id}/release")
-def release_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
-    result = runtime.store.release(job_id, time.time())
+def release_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | ArrayActionOut:
+    """Slurm's `scontrol release`. A job array's id: each of its held tasks."""
+    store = runtime.store
+    if target.whole_array:
+        outcome = array_out(store.release_array(target.job_id, time.time()))
+        runtime.wake()
+        return outcome
+    result = store.release(target.job_id, time.time())
     runtime.wake()
     return result
 
 
 @router.patch("/jobs/{job_id}")
-def set_priority(job_id: JobId, body: PriorityBody, runtime: UserRuntime) -> JobOut:
-    runtime.store.set_priority(job_id, body.priority, time.time())
+def set_priority(target: JobOrArray, body: PriorityBody, runtime: UserRuntime) -> JobOut | ArrayActionOut:
+    """A job's priority (0 cancels it). A job array's id: each of its tasks not finished."""
+    store = runtime.store
+    if target.whole_array:
+        outcome = array_out(store.set_array_priority(target.job_id, body.priority, time.time()))
+        runtime.wake()
+        return outcome
+    store.set_priority(target.job_id, body.priority, time.time())
     runtime.wake()
-    return job_out(runtime.store.job_row(job_id))
+    return job_out(store.job_row(target.job_id))
 
 
 @router.post("/jobs/{job_id}/update", responses=error_responses(409))
-def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobUpdateOut:
+def update_job(target: JobOrArray, body: JobUpdateBody, runtime: UserRuntime) -> JobUpdateOut | ArrayActionOut:
     """Slurm's `scontrol update JobId=`: change what a job asked for. Resources, nodes, its
     requested start and its admin reservation only while it is queued (409 otherwise; a reservation
     in force nowhere is refused, 422, as at submission); its time limit, retries and name also
     while it is claimed or running. In front of Slurm, a running job's time limit is Slurm's to
     change (409), and a claimed job (pending in Slurm's queue) takes every change: the next pass
-    takes it back from Slurm and submits it again."""
+    takes it back from Slurm and submits it again. A job array's id: every task whose state takes
+    the change (409 when none does); a value refused for one task changes none."""
     changes = {key: getattr(body, key) for key in body.model_fields_set if key != "time_limit_add"}
     if body.reservation:
         # As at submission: a reservation in force nowhere is refused, not waited for.
@@ -332,9 +402,16 @@ def update_job(job_id: JobId, body: JobUpdateBody, runtime: UserRuntime) -> JobU
     # In front of Slurm, Slurm enforces a running job's time limit (scontrol update changes it there).
     slurm = runtime.config.executor == "slurm"
     while_running = UPDATABLE_WHILE_RUNNING - {"time_limit"} if slurm else UPDATABLE_WHILE_RUNNING
+    store = runtime.store
     try:
-        result = runtime.store.update_job(
-            job_id, changes, time.time(), body.time_limit_add, while_running, take_back=slurm
+        if target.whole_array:
+            outcome = store.update_array(
+                target.job_id, changes, time.time(), body.time_limit_add, while_running, take_back=slurm
+            )
+            runtime.wake()
+            return array_out(outcome)
+        result = store.update_job(
+            target.job_id, changes, time.time(), body.time_limit_add, while_running, take_back=slurm
         )
     except NotQueued as exc:
         raise HTTPException(409, str(exc)) from None

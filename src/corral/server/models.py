@@ -156,6 +156,19 @@ class ThrottleBody(Inbound):
     throttle: int = Field(ge=0, le=1_000_000, strict=True, description="0: no limit")
 
 
+class ArrayActionOut(BaseModel):
+    """What hold, release, cancel, requeue, priority or update given a job array's id did, as
+    Slurm's `scontrol hold 12` acts on every task of array 12 in a state it applies to: the tasks
+    changed, and the others, each grouped by what was done or why not (job ids)."""
+
+    array_job_id: int
+    tasks: int  # the array's tasks
+    changed: dict[str, list[int]]  # e.g. {"held": [12, 13]}
+    unchanged: dict[str, list[int]]  # e.g. {"already running": [14]}
+    # update's: each changed task's fields, their old and new values (as stored), by job id.
+    changes: dict[int, dict[str, list[Any]]] = {}
+
+
 class ThrottleOut(BaseModel):
     array_job_id: int
     throttle: int | None  # None: no limit

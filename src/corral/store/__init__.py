@@ -1,5 +1,23 @@
 """Persistence through SQLAlchemy: SQLite by default, PostgreSQL by URL; Alembic migrations."""
 
-from corral.store.store import ClearedBackoff, InvalidJobs, JobFilter, NotBackedOff, NotFound, NotQueued, Store
+from corral.store.store import (
+    ArrayOutcome,
+    ClearedBackoff,
+    InvalidJobs,
+    JobFilter,
+    NotBackedOff,
+    NotFound,
+    NotQueued,
+    Store,
+)
 
-__all__ = ["ClearedBackoff", "InvalidJobs", "JobFilter", "NotBackedOff", "NotFound", "NotQueued", "Store"]
+__all__ = [
+    "ArrayOutcome",
+    "ClearedBackoff",
+    "InvalidJobs",
+    "JobFilter",
+    "NotBackedOff",
+    "NotFound",
+    "NotQueued",
+    "Store",
+]

@@ -110,6 +110,24 @@ _LATEST_REF = (
 
 
 @dataclass
+class ArrayOutcome:
+    """What a command given a job array's id did to its tasks, as Slurm's `scontrol hold 12` or
+    `scancel 12` acts on every task of array 12 that is in a state it applies to: the tasks it
+    changed and the others, each grouped by what was done or why not (job ids, ascending).
+    `changes`: `update_array`'s, each changed task's fields' old and new values."""
+
+    array_job_id: int
+    tasks: int
+    changed: dict[str, list[int]] = field(default_factory=dict)
+    unchanged: dict[str, list[int]] = field(default_factory=dict)
+    changes: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
+
+    def said(self) -> str:
+        """'7 held, 3 already running', for an error that says why nothing changed."""
+        return ", ".join(f"{len(ids)} {why}" for why, ids in (*self.changed.items(), *self.unchanged.items()))
+
+
+@dataclass
 class FleetCounts:
     by_state: dict[str, int] = field(default_factory=dict)  # live nodes per state
     by_type: dict[str, tuple[int, float]] = field(default_factory=dict)  # (nodes, summed price per hour)
@@ -709,22 +727,25 @@ class Store:
         A finished job is left as it is, also one that finishes while this runs; `state` is the
         job's state as this transaction leaves it."""
         with self.write() as conn:
-            # The state check is in the UPDATE itself: a read beforehand would not stop a job that
-            # finishes between the read and the write (PostgreSQL's READ COMMITTED re-checks only
-            # the UPDATE's own WHERE against the row it waited for).
-            result = conn.execute(
-                update(J)
-                .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
-                .values(cancel_requested=True, updated_at=now)
-            )
-            changed = result.rowcount == 1
-            # Read after the write, so the state is true: this transaction now holds the row, or the
-            # job has finished, and a finished job's state never changes again.
-            state = conn.execute(select(J.c.state).where(J.c.id == job_id)).scalar()
-            if state is None:
-                raise NotFound(f"no job {job_id}")
-            if changed:
-                self._event(conn, now, "job.cancel_requested", "cancel requested", job_id=job_id)
+            return self._cancel_in(conn, job_id, now)
+
+    def _cancel_in(self, conn: Connection, job_id: int, now: float, said: str = "cancel requested") -> dict[str, Any]:
+        # The state check is in the UPDATE itself: a read beforehand would not stop a job that
+        # finishes between the read and the write (PostgreSQL's READ COMMITTED re-checks only
+        # the UPDATE's own WHERE against the row it waited for).
+        result = conn.execute(
+            update(J)
+            .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
+            .values(cancel_requested=True, updated_at=now)
+        )
+        changed = result.rowcount == 1
+        # Read after the write, so the state is true: this transaction now holds the row, or the
+        # job has finished, and a finished job's state never changes again.
+        state = conn.execute(select(J.c.state).where(J.c.id == job_id)).scalar()
+        if state is None:
+            raise NotFound(f"no job {job_id}")
+        if changed:
+            self._event(conn, now, "job.cancel_requested", said, job_id=job_id)
         return {"id": job_id, "state": state, "changed": changed}
 
     def request_requeue(self, job_id: int, now: float, hold: bool = False) -> dict[str, Any]:
@@ -735,28 +756,31 @@ class Store:
         attempts stay its record. `changed` is False for a queued job (nothing to requeue) and for
         one already marked."""
         with self.write() as conn:
-            # The state check is in the UPDATE itself, as in request_cancel.
-            result = conn.execute(
-                update(J)
-                .where(
-                    J.c.id == job_id,
-                    J.c.state.in_((JobState.CLAIMED.value, JobState.RUNNING.value)),
-                    J.c.requeue_requested.is_(False),
-                )
-                .values(requeue_requested=True, requeue_hold=hold, updated_at=now)
+            return self._requeue_in(conn, job_id, now, hold)
+
+    def _requeue_in(self, conn: Connection, job_id: int, now: float, hold: bool, by: str = "") -> dict[str, Any]:
+        # The state check is in the UPDATE itself, as in request_cancel.
+        result = conn.execute(
+            update(J)
+            .where(
+                J.c.id == job_id,
+                J.c.state.in_((JobState.CLAIMED.value, JobState.RUNNING.value)),
+                J.c.requeue_requested.is_(False),
             )
-            row = conn.execute(select(J.c.state, J.c.exit_code, J.c.spec).where(J.c.id == job_id)).first()
-            if row is None:
-                raise NotFound(f"no job {job_id}")
-            state = row.state
-            changed = result.rowcount == 1
+            .values(requeue_requested=True, requeue_hold=hold, updated_at=now)
+        )
+        row = conn.execute(select(J.c.state, J.c.exit_code, J.c.spec).where(J.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        state = row.state
+        changed = result.rowcount == 1
+        if changed:
+            said = "requeue and hold requested" if hold else "requeue requested"
+            self._event(conn, now, "job.requeue_requested", said + by, job_id=job_id)
+        elif JobState(state).terminal:
+            changed = self._requeue_finished(conn, job_id, row, now, hold)
             if changed:
-                said = "requeue and hold requested" if hold else "requeue requested"
-                self._event(conn, now, "job.requeue_requested", said, job_id=job_id)
-            elif JobState(state).terminal:
-                changed = self._requeue_finished(conn, job_id, row, now, hold)
-                if changed:
-                    state = JobState.QUEUED.value
+                state = JobState.QUEUED.value
         return {"id": job_id, "state": state, "changed": changed}
 
     def _requeue_finished(self, conn: Connection, job_id: int, row: Any, now: float, hold: bool) -> bool:
@@ -822,16 +846,19 @@ class Store:
         """False, changing nothing, for a finished job (whose priority means nothing any more:
         a 0 would read as a cancel that never happened)."""
         with self.write() as conn:
-            result = conn.execute(
-                update(J)
-                .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
-                .values(priority=priority, updated_at=now)
-            )
-            if result.rowcount == 0:
-                if conn.execute(select(J.c.id).where(J.c.id == job_id)).first() is None:
-                    raise NotFound(f"no job {job_id}")
-                return False
-            self._event(conn, now, "job.priority", f"priority set to {priority}", job_id=job_id)
+            return self._priority_in(conn, job_id, priority, now)
+
+    def _priority_in(self, conn: Connection, job_id: int, priority: int, now: float, by: str = "") -> bool:
+        result = conn.execute(
+            update(J)
+            .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
+            .values(priority=priority, updated_at=now)
+        )
+        if result.rowcount == 0:
+            if conn.execute(select(J.c.id).where(J.c.id == job_id)).first() is None:
+                raise NotFound(f"no job {job_id}")
+            return False
+        self._event(conn, now, "job.priority", f"priority set to {priority}{by}", job_id=job_id)
         return True
 
     def update_job(
@@ -861,53 +888,66 @@ class Store:
         if unknown:
             raise InvalidJobs([f"{name}: cannot be changed (only {', '.join(sorted(UPDATABLE))})" for name in unknown])
         with self.write() as conn:
-            row = conn.execute(select(J.c.state, J.c.spec, J.c.spec_rev).where(J.c.id == job_id)).first()
-            if row is None:
-                raise NotFound(f"no job {job_id}")
-            state = JobState(row.state)
-            if state.terminal:
-                raise NotQueued(f"job {job_id} is {state.value}: a finished job cannot change (submit it again)")
-            wanted = dict(changes)
-            if time_limit_add is not None:
-                limit = row.spec.get("time_limit")
-                if not limit:  # (0 is no limit, as Slurm's --time=0)
-                    raise InvalidJobs([f"time_limit: job {job_id} has no time limit to add to (set one)"])
-                wanted["time_limit"] = limit + time_limit_add
-            queued_only = sorted(set(wanted) - while_running)
-            resubmit = bool(queued_only) and take_back and state is JobState.CLAIMED
-            if queued_only and state is not JobState.QUEUED and not resubmit:
-                raise NotQueued(
-                    f"job {job_id} is {state.value}: {', '.join(queued_only)} change only while it is queued"
-                    f" (its {', '.join(sorted(while_running))} also while it runs)"
-                )
-            try:
-                request = JobRequest.stored({**row.spec, **wanted})
-                if "name" in wanted:
-                    # What the job had is read as stored; a new name is checked as at submission.
-                    JobRequest.model_validate({"command": request.command, "name": request.name})
-            except ValidationError as exc:
-                raise InvalidJobs(describe_validation_errors(exc.errors())) from None
-            spec = request.model_dump(mode="json")
-            changed = {key: (row.spec.get(key), spec[key]) for key in wanted if row.spec.get(key) != spec[key]}
-            if changed:
-                values: dict[str, Any] = {"spec": spec, "name": request.name, "spec_rev": row.spec_rev + 1}
-                if state is JobState.QUEUED:
-                    values.update(unplaceable=False)
-                if resubmit:
-                    values.update(requeue_requested=True)
-                # The state and revision read are in the UPDATE itself: a job claimed meanwhile
-                # does not take a change of what it was placed with.
-                result = conn.execute(
-                    update(J)
-                    .where(J.c.id == job_id, J.c.state == row.state, J.c.spec_rev == row.spec_rev)
-                    .values(**values, updated_at=now)
-                )
-                if result.rowcount == 0:
-                    raise NotQueued(f"job {job_id} changed meanwhile (claimed, started or updated): try again")
-                said = "; ".join(f"{key} {_shown(old)} -> {_shown(new)}" for key, (old, new) in changed.items())
-                if resubmit:
-                    said += " (it waited in Slurm: the next pass takes it back and submits it again)"
-                self._event(conn, now, "job.updated", said, job_id=job_id)
+            return self._update_in(conn, job_id, changes, now, time_limit_add, while_running, take_back)
+
+    def _update_in(
+        self,
+        conn: Connection,
+        job_id: int,
+        changes: Mapping[str, Any],
+        now: float,
+        time_limit_add: float | None,
+        while_running: frozenset[str],
+        take_back: bool,
+        by: str = "",
+    ) -> dict[str, Any]:
+        row = conn.execute(select(J.c.state, J.c.spec, J.c.spec_rev).where(J.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        state = JobState(row.state)
+        if state.terminal:
+            raise NotQueued(f"job {job_id} is {state.value}: a finished job cannot change (submit it again)")
+        wanted = dict(changes)
+        if time_limit_add is not None:
+            limit = row.spec.get("time_limit")
+            if not limit:  # (0 is no limit, as Slurm's --time=0)
+                raise InvalidJobs([f"time_limit: job {job_id} has no time limit to add to (set one)"])
+            wanted["time_limit"] = limit + time_limit_add
+        queued_only = sorted(set(wanted) - while_running)
+        resubmit = bool(queued_only) and take_back and state is JobState.CLAIMED
+        if queued_only and state is not JobState.QUEUED and not resubmit:
+            raise NotQueued(
+                f"job {job_id} is {state.value}: {', '.join(queued_only)} change only while it is queued"
+                f" (its {', '.join(sorted(while_running))} also while it runs)"
+            )
+        try:
+            request = JobRequest.stored({**row.spec, **wanted})
+            if "name" in wanted:
+                # What the job had is read as stored; a new name is checked as at submission.
+                JobRequest.model_validate({"command": request.command, "name": request.name})
+        except ValidationError as exc:
+            raise InvalidJobs(describe_validation_errors(exc.errors())) from None
+        spec = request.model_dump(mode="json")
+        changed = {key: (row.spec.get(key), spec[key]) for key in wanted if row.spec.get(key) != spec[key]}
+        if changed:
+            values: dict[str, Any] = {"spec": spec, "name": request.name, "spec_rev": row.spec_rev + 1}
+            if state is JobState.QUEUED:
+                values.update(unplaceable=False)
+            if resubmit:
+                values.update(requeue_requested=True)
+            # The state and revision read are in the UPDATE itself: a job claimed meanwhile
+            # does not take a change of what it was placed with.
+            result = conn.execute(
+                update(J)
+                .where(J.c.id == job_id, J.c.state == row.state, J.c.spec_rev == row.spec_rev)
+                .values(**values, updated_at=now)
+            )
+            if result.rowcount == 0:
+                raise NotQueued(f"job {job_id} changed meanwhile (claimed, started or updated): try again")
+            said = "; ".join(f"{key} {_shown(old)} -> {_shown(new)}" for key, (old, new) in changed.items())
+            if resubmit:
+                said += " (it waited in Slurm: the next pass takes it back and submits it again)"
+            self._event(conn, now, "job.updated", said + by, job_id=job_id)
         return {
             "id": job_id,
             "state": state.value,
@@ -942,62 +982,215 @@ class Store:
         as a pending Slurm job a Slurm user would `scontrol hold`): a claimed job is marked as
         `request_requeue(hold=True)` marks it, and the next pass scancels its Slurm job and queues
         it held, counting nothing (`taken_back` in the result)."""
+        with self.write() as conn:
+            return self._hold_in(conn, job_id, now, reason, take_back)
+
+    def _hold_in(
+        self, conn: Connection, job_id: int, now: float, reason: str, take_back: bool, by: str = ""
+    ) -> dict[str, Any]:
         why = f"held by an operator: {reason}" if reason else "held by an operator"
         if take_back:
-            with self.write() as conn:
-                taken = conn.execute(
-                    update(J)
-                    .where(J.c.id == job_id, J.c.state == JobState.CLAIMED.value, J.c.requeue_requested.is_(False))
-                    .values(requeue_requested=True, requeue_hold=True, updated_at=now)
-                )
-                if taken.rowcount == 1:
-                    said = "hold requested while it waits in Slurm: the next pass takes it back (scancel) and holds it"
-                    self._event(conn, now, "job.requeue_requested", said, job_id=job_id)
-                    return {
-                        "id": job_id,
-                        "state": JobState.CLAIMED.value,
-                        "held": False,
-                        "changed": True,
-                        "taken_back": True,
-                    }
-        with self.write() as conn:
-            # The state check is in the UPDATE itself, as in request_cancel.
-            result = conn.execute(
+            taken = conn.execute(
                 update(J)
-                .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
-                .values(held=True, wait_reason=why, unplaceable=False, updated_at=now)
+                .where(J.c.id == job_id, J.c.state == JobState.CLAIMED.value, J.c.requeue_requested.is_(False))
+                .values(requeue_requested=True, requeue_hold=True, updated_at=now)
             )
-            row = conn.execute(select(J.c.state, J.c.held, J.c.requeue_hold).where(J.c.id == job_id)).first()
-            if row is None:
-                raise NotFound(f"no job {job_id}")
-            changed = result.rowcount == 1
-            if changed:
-                self._event(conn, now, "job.held", why, job_id=job_id)
-            elif take_back and row.state == JobState.CLAIMED.value and row.requeue_hold:
-                # Asked twice before the pass took it back: nothing more to do.
-                return {"id": job_id, "state": row.state, "held": False, "changed": False, "taken_back": True}
-            elif row.state != JobState.QUEUED.value:
-                also = " or claimed" if take_back else ""
-                raise NotQueued(
-                    f"job {job_id} is {row.state}: only a queued{also} job can be held"
-                    f" (corral requeue --hold {job_id} stops its run and holds it)"
-                )
+            if taken.rowcount == 1:
+                said = "hold requested while it waits in Slurm: the next pass takes it back (scancel) and holds it"
+                self._event(conn, now, "job.requeue_requested", said + by, job_id=job_id)
+                claimed = JobState.CLAIMED.value
+                return {"id": job_id, "state": claimed, "held": False, "changed": True, "taken_back": True}
+        # The state check is in the UPDATE itself, as in request_cancel.
+        result = conn.execute(
+            update(J)
+            .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
+            .values(held=True, wait_reason=why, unplaceable=False, updated_at=now)
+        )
+        row = conn.execute(select(J.c.state, J.c.held, J.c.requeue_hold).where(J.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        changed = result.rowcount == 1
+        if changed:
+            self._event(conn, now, "job.held", why + by, job_id=job_id)
+        elif take_back and row.state == JobState.CLAIMED.value and row.requeue_hold:
+            # Asked twice before the pass took it back: nothing more to do.
+            return {"id": job_id, "state": row.state, "held": False, "changed": False, "taken_back": True}
+        elif row.state != JobState.QUEUED.value:
+            also = " or claimed" if take_back else ""
+            raise NotQueued(
+                f"job {job_id} is {row.state}: only a queued{also} job can be held"
+                f" (corral requeue --hold {job_id} stops its run and holds it)"
+            )
         return {"id": job_id, "state": row.state, "held": True, "changed": changed}
 
     def release(self, job_id: int, now: float) -> dict[str, Any]:
         """Release a held job (Slurm's `scontrol release`): the next pass places it, or boots for
         it, as any queued job. `changed` is False for a job that is not held."""
         with self.write() as conn:
-            result = conn.execute(
-                update(J).where(J.c.id == job_id, J.c.held.is_(True)).values(held=False, wait_reason="", updated_at=now)
-            )
-            row = conn.execute(select(J.c.state).where(J.c.id == job_id)).first()
-            if row is None:
-                raise NotFound(f"no job {job_id}")
-            changed = result.rowcount == 1
-            if changed:
-                self._event(conn, now, "job.released", "released by an operator", job_id=job_id)
+            return self._release_in(conn, job_id, now)
+
+    def _release_in(self, conn: Connection, job_id: int, now: float, by: str = "") -> dict[str, Any]:
+        result = conn.execute(
+            update(J).where(J.c.id == job_id, J.c.held.is_(True)).values(held=False, wait_reason="", updated_at=now)
+        )
+        row = conn.execute(select(J.c.state).where(J.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        changed = result.rowcount == 1
+        if changed:
+            self._event(conn, now, "job.released", "released by an operator" + by, job_id=job_id)
         return {"id": job_id, "state": row.state, "held": False, "changed": changed}
+
+    # ---- a job array as a whole ------------------------------------------------------------------
+    # Slurm's scontrol hold/release/requeue/update and scancel given an array's id act on each of
+    # its tasks in a state the command applies to, and tell of the others. Here each does so in one
+    # transaction, with the tasks' rows locked in id order: a change refused for one task (a bad
+    # value) leaves every task as it was, and no pass claims a task halfway through.
+
+    def _each_task(
+        self,
+        array_job_id: int,
+        one: Callable[[Connection, int, ArrayOutcome], tuple[bool, str]],
+        refuse: Callable[[ArrayOutcome], str | None] = lambda _outcome: None,
+    ) -> ArrayOutcome:
+        """`one(conn, task's job id, outcome)` on every task of the array: (changed, what was done
+        or why not). `refuse(outcome)`: a reason to change nothing at all (NotQueued), as the
+        command refuses a single job in no state it applies to."""
+        with self.write() as conn:
+            task_ids = self._lock_jobs(conn, J.c.array_job_id == array_job_id)
+            if not task_ids:
+                raise NotFound(f"no job array {array_job_id} (an array's id is its first task's job id)")
+            outcome = ArrayOutcome(array_job_id, len(task_ids))
+            for task_id in task_ids:
+                changed, said = one(conn, task_id, outcome)
+                (outcome.changed if changed else outcome.unchanged).setdefault(said, []).append(task_id)
+            refused = refuse(outcome)
+            if refused:
+                raise NotQueued(refused)
+        return outcome
+
+    def is_array(self, job_id: int) -> bool:
+        """Whether `job_id` is a job array's id (its first task's job id), which a Slurm user gives
+        to act on every task."""
+        with self.read() as conn:
+            return conn.execute(select(J.c.id).where(J.c.array_job_id == job_id).limit(1)).first() is not None
+
+    def hold_array(self, array_job_id: int, now: float, reason: str = "", take_back: bool = False) -> ArrayOutcome:
+        """`hold` on each queued task of the array (and, with `take_back`, each claimed one); the
+        others are told of by state. NotQueued when no task is queued (nor held already)."""
+        by = f" (array {array_job_id})"
+
+        def one(conn: Connection, task_id: int, _outcome: ArrayOutcome) -> tuple[bool, str]:
+            try:
+                result = self._hold_in(conn, task_id, now, reason, take_back, by)
+            except NotQueued:
+                return False, f"already {conn.execute(select(J.c.state).where(J.c.id == task_id)).scalar()}"
+            changed = bool(result["changed"])
+            if result.get("taken_back"):
+                return changed, "taken back from Slurm to be held" if changed else "hold already requested"
+            return changed, "held" if changed else "already held"
+
+        def refuse(outcome: ArrayOutcome) -> str | None:
+            if outcome.changed or {"already held", "hold already requested"} & set(outcome.unchanged):
+                return None
+            also = " or claimed" if take_back else ""
+            return (
+                f"job array {array_job_id} has no queued{also} task to hold ({outcome.said()}): only a queued"
+                f" job can be held (corral requeue --hold {array_job_id}_TASK stops a task's run and holds it)"
+            )
+
+        return self._each_task(array_job_id, one, refuse)
+
+    def release_array(self, array_job_id: int, now: float) -> ArrayOutcome:
+        """`release` on each held task of the array."""
+        by = f" (array {array_job_id})"
+
+        def one(conn: Connection, task_id: int, _outcome: ArrayOutcome) -> tuple[bool, str]:
+            changed = self._release_in(conn, task_id, now, by)["changed"]
+            return changed, "released" if changed else "not held"
+
+        return self._each_task(array_job_id, one)
+
+    def cancel_array(self, array_job_id: int, now: float) -> ArrayOutcome:
+        """`request_cancel` on each open task of the array (Slurm's `scancel 12`)."""
+        said = f"cancel requested (array {array_job_id})"
+
+        def one(conn: Connection, task_id: int, _outcome: ArrayOutcome) -> tuple[bool, str]:
+            row = conn.execute(select(J.c.state, J.c.cancel_requested).where(J.c.id == task_id)).one()
+            if JobState(row.state).terminal:
+                return False, f"already {row.state}"
+            if row.cancel_requested:
+                return False, "cancel already requested"
+            return self._cancel_in(conn, task_id, now, said)["changed"], "cancel requested"
+
+        return self._each_task(array_job_id, one)
+
+    def requeue_array(self, array_job_id: int, now: float, hold: bool = False) -> ArrayOutcome:
+        """`request_requeue` on each task of the array (Slurm's `scontrol requeue 12`): a claimed or
+        running task is stopped and queued again, a finished one queued again at once; a queued
+        one has nothing to requeue."""
+        by = f" (array {array_job_id})"
+
+        def one(conn: Connection, task_id: int, _outcome: ArrayOutcome) -> tuple[bool, str]:
+            before = conn.execute(select(J.c.state).where(J.c.id == task_id)).scalar()
+            result = self._requeue_in(conn, task_id, now, hold, by)
+            if result["changed"]:
+                return True, "queued again" if result["state"] == JobState.QUEUED.value else "requeue requested"
+            if before in (JobState.CLAIMED.value, JobState.RUNNING.value):
+                return False, "requeue already requested"
+            return False, f"{before}: nothing to requeue"
+
+        return self._each_task(array_job_id, one)
+
+    def set_array_priority(self, array_job_id: int, priority: int, now: float) -> ArrayOutcome:
+        """`set_priority` on each task of the array not finished (0: they are cancelled)."""
+        by = f" (array {array_job_id})"
+
+        def one(conn: Connection, task_id: int, _outcome: ArrayOutcome) -> tuple[bool, str]:
+            if self._priority_in(conn, task_id, priority, now, by):
+                return True, f"priority {priority}"
+            return False, f"already {conn.execute(select(J.c.state).where(J.c.id == task_id)).scalar()}"
+
+        return self._each_task(array_job_id, one)
+
+    def update_array(
+        self,
+        array_job_id: int,
+        changes: Mapping[str, Any],
+        now: float,
+        time_limit_add: float | None = None,
+        while_running: frozenset[str] = UPDATABLE_WHILE_RUNNING,
+        take_back: bool = False,
+    ) -> ArrayOutcome:
+        """`update_job` on each task of the array (Slurm's `scontrol update JobId=12`): a task whose
+        state does not take the change is told of; a value no task can take (InvalidJobs) changes
+        none. NotQueued when no task takes it nor has it already."""
+        unknown = sorted(set(changes) - UPDATABLE)
+        if unknown:
+            raise InvalidJobs([f"{name}: cannot be changed (only {', '.join(sorted(UPDATABLE))})" for name in unknown])
+        wanted = set(changes) | ({"time_limit"} if time_limit_add is not None else set())
+        queued_only = sorted(wanted - while_running)
+        by = f" (array {array_job_id})"
+
+        def one(conn: Connection, task_id: int, outcome: ArrayOutcome) -> tuple[bool, str]:
+            try:
+                result = self._update_in(conn, task_id, changes, now, time_limit_add, while_running, take_back, by)
+            except NotQueued:
+                state = conn.execute(select(J.c.state).where(J.c.id == task_id)).scalar_one()
+                if JobState(state).terminal:
+                    return False, f"already {state}"
+                return False, f"{state} ({', '.join(queued_only)} change only while it is queued)"
+            if not result["changes"]:
+                return False, "had those already"
+            outcome.changes[task_id] = result["changes"]
+            return True, "taken back from Slurm to be submitted again" if result["taken_back"] else "updated"
+
+        def refuse(outcome: ArrayOutcome) -> str | None:
+            if outcome.changed or "had those already" in outcome.unchanged:
+                return None
+            return f"job array {array_job_id}: no task can take this change ({outcome.said()})"
+
+        return self._each_task(array_job_id, one, refuse)
 
     def annotate_many(self, notes: Sequence[Annotation], explanations: dict[int, dict[str, Any]], now: float) -> None:
         """Record why queued jobs wait, in one transaction: the first pass over a long queue
