@@ -33,3 +33,17 @@ def test_every_event_kind_is_counted_from_zero_so_increase_sees_the_first(tmp_pa
         second = scrape(url)
         assert second[("corral_events_total", (("kind", "capacity.unavailable"),))] == 1
         assert second[("corral_events_total", (("kind", "node.down"),))] == 0
+
+
+def test_the_server_names_its_version_and_exports_no_created_series(tmp_path: Path) -> None:
+    """A `*_created` series stood beside every counter and histogram (the time it was made): about
+    55 series no alert reads. `corral_build_info` says which corral answers, as exporters do."""
+    import platform
+
+    import corral
+
+    with served_app(tmp_path) as (url, _store):
+        samples = scrape(url)
+    assert not [name for name, _ in samples if name.endswith("_created")]
+    build = (("python", platform.python_version()), ("version", corral.__version__))
+    assert samples[("corral_build_info", build)] == 1
