@@ -1,5 +1,3 @@
-import sys
+from corral.agent.cli import exit_now, main
 
-from corral.agent.cli import main
-
-sys.exit(main())
+exit_now(main())

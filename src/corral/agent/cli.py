@@ -7,10 +7,14 @@ usable CPUs, MemTotal from /proc/meminfo, free disk space of the work dir, and n
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 from corral.agent import logs, sysinfo
@@ -131,3 +135,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     options, level = options_from_args(argv)
     logs.setup(level)
     return run_agent(options)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the agent's process once its run is over (its attempts stopped, its last reports sent)
+    without the interpreter's finalization: the work thread may still be in a long poll on the
+    closed client, and a daemon thread woken while the interpreter is torn down crashed the agent
+    with SIGSEGV (seen once, exit -11 after a clean shutdown)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
