@@ -523,7 +523,8 @@ def submit(
             "-d",
             metavar="KIND:JOB[:JOB...][,KIND:JOB...]",
             help="Run only after other jobs, as Slurm's: after (started), afterany (ended), afterok (completed),"
-            " afternotok (failed or cancelled); ',' = all must hold, '?' = any one. E.g. afterok:12:13,afterany:14.",
+            " afternotok (failed or cancelled); ',' = all must hold, '?' = any one. E.g. afterok:12:13,afterany:14."
+            " An array's id (or 12_*) is the whole array, 12_3 its task 3 alone.",
         ),
     ] = None,
     array: Annotated[

@@ -165,7 +165,8 @@ class JobRequest(BaseModel):
     dependency: Annotated[str | None, BeforeValidator(dependency_text)] = Field(
         None,
         description="Slurm's --dependency: after, afterany, afterok, afternotok with job ids, ',' = all"
-        " must hold, '?' = any (afterok:12:13,afterany:14); or a mapping {afterok: [12, 13]}",
+        " must hold, '?' = any (afterok:12:13,afterany:14; an array whole as its id or 12_*, a task as 12_3);"
+        " or a mapping {afterok: [12, 13]}",
     )
 
     array: Annotated[str | None, BeforeValidator(array_text)] = Field(

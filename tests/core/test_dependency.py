@@ -36,13 +36,24 @@ def idle_node(node_id: str = "n1") -> Node:
     )
 
 
-def plan(*jobs: Job, finished: dict[int, JobState] | None = None, kill: bool = True, boots: bool = False) -> Decisions:
+def plan(
+    *jobs: Job,
+    finished: dict[int, JobState] | None = None,
+    kill: bool = True,
+    boots: bool = False,
+    array_tasks: dict[int, list[int]] | None = None,
+) -> Decisions:
     policy = PolicySettings()
     policy.dispatch.kill_invalid_depend = kill
     if not boots:
         policy.boot.max_instances = 0
     snapshot = Snapshot(
-        jobs=list(jobs), attempts=[], nodes=[idle_node()], instance_types=[SMALL], finished=finished or {}
+        jobs=list(jobs),
+        attempts=[],
+        nodes=[idle_node()],
+        instance_types=[SMALL],
+        finished=finished or {},
+        array_tasks=array_tasks or {},
     )
     return plan_pass(snapshot, NOW, policy)
 
@@ -73,9 +84,20 @@ def test_slurms_text_is_read_and_written_back_in_one_canonical_form() -> None:
     assert str(parsed) == "afterok:12:13,afterany:14"
     assert str(dependency.parse("afterok:3?afternotok:3")) == "afterok:3?afternotok:3"
     assert dependency.parse("  ") is None
+    # Slurm's names of an array's task and of a whole array, kept apart from job ids.
+    named = dependency.parse("afternotok:12_*,afterok:12_3:14,afternotok:15")
+    assert named is not None
+    assert named.conditions == ((dependency.DependencyKind.AFTEROK, 14), (dependency.DependencyKind.AFTERNOTOK, 15))
+    assert named.tasks == ((dependency.DependencyKind.AFTEROK, 12, 3),)
+    assert named.arrays == ((dependency.DependencyKind.AFTERNOTOK, 12),)
+    assert str(named) == "afterok:14:12_3,afternotok:15:12_*"
+    assert dependency.parse(str(named)) == named
 
 
-@pytest.mark.parametrize("text", ["afterok:12?afterok:13", "afterok:12:13?afternotok:14", "after:1?after:2?after:3"])
+@pytest.mark.parametrize(
+    "text",
+    ["afterok:12?afterok:13", "afterok:12:13?afternotok:14", "after:1?after:2?after:3", "afternotok:5_*?afternotok:9"],
+)
 def test_any_one_condition_is_still_any_one_once_written_back(text: str) -> None:
     # The store keeps the canonical text and reads it back: a `?` of one kind was written
     # "afterok:12:13", which reads as every one (a job meant to run after either was cancelled
@@ -94,8 +116,10 @@ def test_any_one_condition_is_still_any_one_once_written_back(text: str) -> None
         ("afterok:12,afterany:13?after:14", "not both"),
         ("afterfoo:12", "unknown dependency type 'afterfoo'"),
         ("singleton", "singleton is not offered"),
-        ("aftercorr:12", "aftercorr is not offered \\(name each task's own job id"),
-        ("afterok:12_3", "'12_3': name an array's task by its own job id"),
+        ("aftercorr:12", "aftercorr is not offered \\(name each task instead, as A_T"),
+        ("afterok:12_x", "'12_x' is not a job id, an array's task \\(A_T\\) or a whole array \\(A_\\*\\)"),
+        ("afterok:12_1001", "'12_1001' is not a job id, an array's task"),
+        ("afterok:0_*", "'0_\\*' is not a job id"),
         ("after:12+10", "delay"),
         ("afterok:x", "'x' is not a job id"),
         ("afterok:0", "'0' is not a job id"),
@@ -260,26 +284,136 @@ def test_in_front_of_slurm_a_job_is_submitted_only_once_its_dependency_holds() -
     ]
 
 
-def test_a_condition_on_a_job_array_is_one_on_each_of_its_tasks_as_in_slurm() -> None:
-    tasks_of = {5: [5, 6, 7]}
-    parsed = dependency.parse("afterok:5:9,afterany:6")
+# ---- job arrays ------------------------------------------------------------------------------------
+
+ARRAY = {5: {0: 5, 1: 6, 2: 7}}  # array 5: tasks 0, 1, 2 are jobs 5, 6, 7
+
+
+def at_submission(text: str) -> str:
+    parsed = dependency.parse(text)
     assert parsed is not None
-    assert str(dependency.whole_arrays(parsed, tasks_of)) == "afterok:5:6:7:9,afterany:6"
+    return str(dependency.whole_arrays(parsed, ARRAY))
+
+
+def test_a_condition_on_a_job_array_is_one_on_each_of_its_tasks_as_in_slurm() -> None:
+    assert at_submission("afterok:5:9,afterany:6") == "afterok:5:6:7:9,afterany:6"
+    assert at_submission("afterok:5_*") == "afterok:5:6:7"
     plain = dependency.parse("afterok:9")
-    assert plain is not None and dependency.whole_arrays(plain, tasks_of) is plain
-    any_of = dependency.parse("afterok:5?afternotok:9")
-    assert any_of is not None
+    assert plain is not None and dependency.whole_arrays(plain, ARRAY) is plain
     with pytest.raises(ValueError, match="job 5 is a job array's id, which '\\?' \\(any one condition\\) cannot name"):
-        dependency.whole_arrays(any_of, tasks_of)
+        at_submission("afterok:5?afternotok:9")
 
 
-def test_afternotok_on_a_job_array_is_refused_rather_than_read_as_every_task_failing() -> None:
-    """Slurm runs `afternotok:ARRAY` once every task ended and one failed (a cleanup step); one
-    condition per task cancelled it as soon as one task completed."""
-    tasks_of = {5: [5, 6, 7]}
-    on_array = dependency.parse("afterok:9,afternotok:5")
-    assert on_array is not None
-    with pytest.raises(ValueError, match="afternotok on job array 5 is not offered .* wait with afterany:5"):
-        dependency.whole_arrays(on_array, tasks_of)
-    on_a_task = dependency.parse("afternotok:6")  # a task's own job id: that task alone
-    assert on_a_task is not None and dependency.whole_arrays(on_a_task, tasks_of) is on_a_task
+def test_afternotok_on_a_job_array_is_one_condition_on_the_whole_array() -> None:
+    """Slurm runs `afternotok:ARRAY` once every task ended and one did not complete (a cleanup
+    step); one condition per task would wait for every task to fail."""
+    assert at_submission("afterok:9,afternotok:5") == "afterok:9,afternotok:5_*"
+    assert at_submission("afternotok:5_*") == "afternotok:5_*"
+    # One condition: '?' may name it.
+    assert at_submission("afternotok:5?afterok:9") == "afterok:9?afternotok:5_*"
+    # A task's own job id is that task alone, as before.
+    assert at_submission("afternotok:6") == "afternotok:6"
+    with pytest.raises(ValueError, match="afternotok:9_\\*: job 9 is not a job array's id"):
+        at_submission("afternotok:9_*")
+
+
+def test_a_task_named_a_t_is_that_task_alone_even_task_0_whose_job_id_is_the_arrays() -> None:
+    assert at_submission("afterok:5_0") == "afterok:5"
+    assert at_submission("afterok:5_2,afternotok:5_1") == "afterok:7,afternotok:6"
+    assert at_submission("afterok:5_0?afterok:5_1") == "afterok:5?afterok:6"
+    with pytest.raises(ValueError, match="afterok:5_3: job array 5 has no task 3"):
+        at_submission("afterok:5_3")
+    with pytest.raises(ValueError, match="afterok:9_0: job 9 is not a job array's id"):
+        at_submission("afterok:9_0")
+
+
+def cleanup(depends: str = "afternotok:5_*") -> Job:
+    return job(9, depends=depends)
+
+
+TASKS = {5: [5, 6, 7]}
+
+
+def test_afternotok_on_an_array_waits_until_every_task_ended() -> None:
+    # One task failed already: still waits for the others, as Slurm does.
+    decisions = plan(job(6, JobState.RUNNING), job(7), cleanup(), finished={5: JobState.FAILED}, array_tasks=TASKS)
+    assert 9 not in placed(decisions) and not cancelled(decisions)
+    assert reasons(decisions)[9] == "Dependency: waits for afternotok:5_* (2 of array 5's 3 tasks not ended)"
+
+
+@pytest.mark.parametrize("not_ok", [JobState.FAILED, JobState.CANCELLED])
+def test_afternotok_on_an_array_runs_once_every_task_ended_and_one_did_not_complete(not_ok: JobState) -> None:
+    finished = {5: JobState.COMPLETE, 6: not_ok, 7: JobState.COMPLETE}
+    assert placed(plan(cleanup(), finished=finished, array_tasks=TASKS)) == [9]
+
+
+def test_afternotok_on_an_array_whose_every_task_completed_is_never_satisfied() -> None:
+    finished = dict.fromkeys([5, 6, 7], JobState.COMPLETE)
+    decisions = plan(cleanup(), finished=finished, array_tasks=TASKS)
+    assert cancelled(decisions) == {9: "DependencyNeverSatisfied: afternotok:5_* (every task of array 5 completed)"}
+    kept = plan(cleanup(), finished=finished, array_tasks=TASKS, kill=False)
+    assert not placed(kept) and not cancelled(kept)
+    assert reasons(kept)[9] == "DependencyNeverSatisfied: afternotok:5_* (every task of array 5 completed)"
+    # With '?', another condition may still hold.
+    either = plan(job(8), cleanup("afternotok:5_*?afterok:8"), finished=finished, array_tasks=TASKS)
+    assert not cancelled(either) and reasons(either)[9] == "Dependency: waits for afterok:8 (queued)"
+
+
+def test_a_task_cancelled_for_its_own_dependency_counts_as_not_completed_in_the_same_pass() -> None:
+    decisions = plan(
+        job(7, depends="afterok:3"),
+        cleanup(),
+        finished={3: JobState.FAILED, 5: JobState.COMPLETE, 6: JobState.COMPLETE},
+        array_tasks=TASKS,
+    )
+    assert cancelled(decisions) == {7: "DependencyNeverSatisfied: afterok:3 (job 3 failed)"}
+    assert placed(decisions) == [9]
+
+
+def test_afterok_and_afterany_on_an_array_still_mean_every_task() -> None:
+    """Stored one condition per task: afterok is never satisfied once one task failed, even while
+    the others run; afterany waits for every task to end."""
+    afterok = job(9, depends=at_submission("afterok:5"))
+    decisions = plan(job(6, JobState.RUNNING), job(7), afterok, finished={5: JobState.FAILED})
+    assert cancelled(decisions) == {9: "DependencyNeverSatisfied: afterok:5 (job 5 failed)"}
+    afterany = job(9, depends=at_submission("afterany:5"))
+    waits = plan(job(7, JobState.RUNNING), afterany, finished={5: JobState.FAILED, 6: JobState.COMPLETE})
+    assert reasons(waits)[9] == "Dependency: waits for afterany:7 (running)"
+    ended = plan(afterany, finished={5: JobState.FAILED, 6: JobState.COMPLETE, 7: JobState.CANCELLED})
+    assert placed(ended) == [9]
+
+
+def test_a_condition_on_a_whole_array_of_another_kind_means_every_task() -> None:
+    """A stored dependency has them per task; one built with them reads the same."""
+    states = {5: JobState.COMPLETE, 6: JobState.COMPLETE}
+    waits = plan(job(7, JobState.RUNNING), cleanup("afterok:5_*"), finished=states, array_tasks=TASKS)
+    assert reasons(waits)[9] == "Dependency: waits for afterok:5_* (1 of array 5's 3 tasks to go)"
+    failed = plan(cleanup("afterok:5_*"), finished={**states, 7: JobState.FAILED}, array_tasks=TASKS)
+    assert cancelled(failed) == {9: "DependencyNeverSatisfied: afterok:5_* (job 7, a task of array 5, failed)"}
+    assert cancelled(plan(cleanup("afternotok:4_*"))) == {
+        9: "DependencyNeverSatisfied: afternotok:4_* (no job array 4)"
+    }
+
+
+def test_in_front_of_slurm_afternotok_on_an_array_is_judged_the_same() -> None:
+    policy = PolicySettings()
+    finished = {5: JobState.COMPLETE, 6: JobState.FAILED}
+    snapshot = Snapshot(
+        jobs=[job(7, JobState.RUNNING), cleanup()],
+        attempts=[],
+        nodes=[],
+        instance_types=[],
+        finished=finished,
+        array_tasks=TASKS,
+    )
+    waiting = batch.plan_batch_pass(snapshot, NOW, policy, {}, 100)
+    assert waiting.claims == []
+    snapshot = Snapshot(
+        jobs=[cleanup()],
+        attempts=[],
+        nodes=[],
+        instance_types=[],
+        finished={**finished, 7: JobState.COMPLETE},
+        array_tasks=TASKS,
+    )
+    assert batch.plan_batch_pass(snapshot, NOW, policy, {}, 100).claims == [9]

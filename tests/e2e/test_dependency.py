@@ -91,3 +91,46 @@ def test_a_dependency_on_no_job_or_a_bad_one_is_refused_and_stores_nothing(corra
     yaml_jobs.write_text(f"- command: [echo, y]\n  dependency:\n    afterany: [{keeper}]\n    satisfy: any\n")
     [stored] = corral.cli("submit", "-f", str(yaml_jobs)).stdout.split()
     assert corral.cli_json("job", stored)["dependency"] == f"afterany:{keeper}"
+
+
+def test_afternotok_on_an_array_runs_a_cleanup_once_every_task_ended_and_one_failed(
+    corral: Corral, tmp_path: Path
+) -> None:
+    """Slurm's reading of `--dependency afternotok:A` on array A (it was refused at submission), and
+    `afterok:A_0`: task 0 alone, whose job id is also the array's."""
+    corral.start()
+    go = tmp_path / "go"
+    # Task 1 fails at once; task 2 runs until the test lets it end, so that the cleanup is seen
+    # waiting for it although a task failed already.
+    script = 'case "$CORRAL_ARRAY_TASK_ID" in 1) exit 3;; 2) while [ ! -e ' + str(go) + " ]; do sleep 0.2; done;; esac"
+    ids = [int(line) for line in corral.cli("submit", "--array", "0-2", "--", "sh", "-c", script).stdout.split()]
+    array = ids[0]
+    cleanup = int(corral.cli("submit", "-d", f"afternotok:{array}", "--", "echo", "cleanup").stdout)
+    after_task_0 = int(corral.cli("submit", "-d", f"afterok:{array}_0", "--", "echo", "task 0").stdout)
+    all_ok = [int(line) for line in corral.cli("submit", "--array", "0-1", "--", "true").stdout.split()]
+    never = int(corral.cli("submit", "-d", f"afternotok:{all_ok[0]}_*", "--", "echo", "never").stdout)
+
+    wait_until(lambda: corral.jobs()[after_task_0]["state"] == "complete", 60, "the step after task 0 alone to run")
+    wait_until(lambda: corral.jobs()[never]["state"] == "cancelled", 60, "the cleanup of an array that all completed")
+    [event] = corral.cli_json("events", "--job", str(never), "--kind", "job.cancelled")
+    assert event["message"] == (
+        f"DependencyNeverSatisfied: afternotok:{all_ok[0]}_* (every task of array {all_ok[0]} completed)"
+    )
+    wait_until(lambda: corral.jobs()[ids[1]]["state"] == "failed", 60, "task 1 to fail")
+    waits = f"Dependency: waits for afternotok:{array}_* (1 of array {array}'s 3 tasks not ended)"
+    wait_until(lambda: corral.jobs()[cleanup]["wait_reason"] == waits, 30, "the cleanup to wait for task 2")
+    assert corral.jobs()[cleanup]["state"] == "queued"
+
+    go.touch()
+    wait_until(lambda: corral.jobs()[cleanup]["state"] == "complete", 60, "the cleanup to run once every task ended")
+    jobs = corral.jobs()
+    assert jobs[cleanup]["started_at"] >= max(jobs[task]["finished_at"] for task in ids)
+    assert corral.cli("logs", str(cleanup)).stdout == "cleanup\n"
+    shown = corral.cli_json("job", str(cleanup))
+    assert shown["dependency"] == f"afternotok:{array}_*"
+    assert [(d["job_id"], d["state"]) for d in shown["depends_on"]] == [
+        (ids[0], "complete"),
+        (ids[1], "failed"),
+        (ids[2], "complete"),
+    ]
+    assert corral.cli_json("job", str(after_task_0))["dependency"] == f"afterok:{array}"

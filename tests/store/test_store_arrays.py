@@ -1,11 +1,13 @@
 """Job arrays in the store, on SQLite and PostgreSQL: one submission makes a job per task in one
 transaction, found by the array's id; the snapshot and the agent's work carry each task's place;
-the throttle changes on every task; a cancel by array marks its open tasks."""
+the throttle changes on every task; a cancel by array marks its open tasks; a dependency names a
+whole array or one task."""
 
 from __future__ import annotations
 
 import pytest
 
+from corral.core.model import JobState
 from corral.jobspec import JobRequest
 from corral.store import InvalidJobs, JobFilter, NotFound, Store
 
@@ -98,16 +100,71 @@ def test_a_job_array_under_any_one_condition_of_one_kind_is_refused(store: Store
         store.submit([JobRequest(command=["z"], dependency=f"afterok:{first}?afterok:{other}")], NOW)
 
 
-def test_afternotok_on_a_job_array_is_refused_and_nothing_of_the_submission_is_stored(store: Store) -> None:
-    """A cleanup step `afternotok:ARRAY` ran, in Slurm, once one task failed and all ended; stored
-    as one condition per task it was cancelled as soon as one task completed, and never ran."""
-    first, _, _ = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
-    before = len(store.list_job_rows())
-    with pytest.raises(InvalidJobs, match=f"jobs.1.dependency: .*afternotok on job array {first} is not offered"):
-        store.submit(
-            [JobRequest(command=["ok"]), JobRequest(command=["cleanup"], dependency=f"afternotok:{first}")], NOW
-        )
-    assert len(store.list_job_rows()) == before
+def test_afternotok_on_a_job_array_is_stored_as_one_condition_on_the_whole_array(store: Store) -> None:
+    """A cleanup step `afternotok:ARRAY` runs, as in Slurm, once every task ended and one did not
+    complete: one condition on the array (`A_*`), not one per task (which waited for every task
+    to fail)."""
+    first, second, third = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
+    cleanup, spelled = store.submit(
+        [
+            JobRequest(command=["cleanup"], dependency=f"afternotok:{first}"),
+            JobRequest(command=["cleanup"], dependency=f"afternotok:{first}_*"),
+        ],
+        NOW,
+    )
+    for job_id in (cleanup, spelled):
+        assert store.job_row(job_id)["spec"]["dependency"] == f"afternotok:{first}_*"
+        depends_on, _ = store.dependency_rows(job_id)
+        assert [(d["kind"], d["job_id"]) for d in depends_on] == [
+            ("afternotok", first),
+            ("afternotok", second),
+            ("afternotok", third),
+        ]
+    _, needed_by = store.dependency_rows(third)
+    assert [d["job_id"] for d in needed_by] == [cleanup, spelled]
     # A task's own job id is that task alone, as before.
-    (on_task,) = store.submit([JobRequest(command=["y"], dependency=f"afternotok:{first + 1}")], NOW)
-    assert store.job_row(on_task)["spec"]["dependency"] == f"afternotok:{first + 1}"
+    (on_task,) = store.submit([JobRequest(command=["y"], dependency=f"afternotok:{second}")], NOW)
+    assert store.job_row(on_task)["spec"]["dependency"] == f"afternotok:{second}"
+
+
+def test_a_task_named_a_t_is_that_task_alone_even_task_0(store: Store) -> None:
+    """`A_0` is task 0, whose job id is also the array's: there was no way to name it alone."""
+    first, _, third = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
+    task_0, task_2 = store.submit(
+        [
+            JobRequest(command=["y"], dependency=f"afterok:{first}_0"),
+            JobRequest(command=["z"], dependency=f"afterok:{first}_2"),
+        ],
+        NOW,
+    )
+    assert store.job_row(task_0)["spec"]["dependency"] == f"afterok:{first}"
+    assert [d["job_id"] for d in store.dependency_rows(task_0)[0]] == [first]
+    assert store.job_row(task_2)["spec"]["dependency"] == f"afterok:{third}"
+
+
+def test_a_task_or_array_that_is_not_there_is_refused_and_nothing_of_the_submission_is_stored(store: Store) -> None:
+    first, _, _ = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
+    (plain,) = store.submit([JobRequest(command=["y"])], NOW)
+    before = len(store.list_job_rows())
+    for dependency, says in (
+        (f"afterok:{first}_7", f"jobs.1.dependency: afterok:{first}_7: job array {first} has no task 7"),
+        (f"afternotok:{plain}_*", f"jobs.1.dependency: afternotok:{plain}_\\*: job {plain} is not a job array's id"),
+        (f"afterok:{plain}_0", f"jobs.1.dependency: afterok:{plain}_0: job {plain} is not a job array's id"),
+        ("afterok:9999_0", "jobs.1.dependency: no job 9999"),
+    ):
+        with pytest.raises(InvalidJobs, match=says):
+            store.submit([JobRequest(command=["ok"]), JobRequest(command=["z"], dependency=dependency)], NOW)
+    assert len(store.list_job_rows()) == before
+
+
+def test_the_snapshot_has_the_tasks_of_an_array_a_queued_job_names_whole(store: Store) -> None:
+    add_node(store, "n1")
+    first, second, third = store.submit([JobRequest(command=["x"], array="0-2")], NOW)
+    store.submit([JobRequest(command=["cleanup"], dependency=f"afternotok:{first}")], NOW)
+    for job_id, code in ((first, 0), (second, 3)):
+        attempt = claim(store, job_id)
+        assert store.attempt_started(attempt, "n1", 1, NOW)
+        store.finish_attempt(attempt, "n1", code, NOW + 1, after_exit(code, attempt))
+    snapshot = store.load_snapshot("d1", [SMALL], NOW + 2)
+    assert snapshot.array_tasks == {first: [first, second, third]}
+    assert snapshot.finished == {first: JobState.COMPLETE, second: JobState.FAILED}

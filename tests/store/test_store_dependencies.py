@@ -103,3 +103,49 @@ def test_the_live_loop_runs_a_dependent_job_after_and_cancels_one_that_can_never
         assert event_kinds(store, job_id) == ["job.queued", "job.cancelled"]
         [event] = store.list_events(job_id=job_id, kind="job.cancelled")
         assert event["message"] == f"DependencyNeverSatisfied: afterok:{named} (job {named} {state})"
+
+
+def test_the_live_loop_runs_an_afternotok_cleanup_once_every_task_ended_and_one_failed(store: Store) -> None:
+    """Slurm's reading of afternotok on an array: a cleanup step waits while a task runs (although
+    one failed already), runs once all ended; after an array whose every task completed, it is
+    cancelled (DependencyNeverSatisfied)."""
+    clock = [NOW]
+    config = Config.model_validate(
+        {"instance_types": [{"name": "small", "vcpus": 4, "ram": "8GiB", "price_per_hour": 0.1}]}
+    )
+    cloud = SimCloud(config.core_instance_types(), SimSettings(), lambda: clock[0])
+    loop = ControlLoop(store, cloud, config, "d1", lambda: clock[0])
+    add_node(store, "n1", NOW)
+    sweep = store.submit([request(array="0-1")], NOW)
+    all_ok = store.submit([request(array="0-1")], NOW)
+    cleanup, never = store.submit(
+        [request(dependency=f"afternotok:{sweep[0]}"), request(dependency=f"afternotok:{all_ok[0]}")], NOW
+    )
+    loop.run_pass()
+    assert store.attempts_of(cleanup) == [] and store.attempts_of(never) == []
+
+    def finish(job_id: int, code: int) -> None:
+        [attempt] = store.attempts_of(job_id)
+        assert store.attempt_started(attempt["id"], "n1", 1, clock[0])
+        store.finish_attempt(attempt["id"], "n1", code, clock[0], after_exit(code, attempt["id"]))
+
+    for job_id, code in ((sweep[0], 1), (all_ok[0], 0), (all_ok[1], 0)):
+        finish(job_id, code)
+    clock[0] = NOW + 1
+    loop.run_pass()
+    waiting = store.job_row(cleanup)
+    assert waiting["state"] == "queued" and store.attempts_of(cleanup) == []
+    assert (
+        waiting["wait_reason"]
+        == f"Dependency: waits for afternotok:{sweep[0]}_* (1 of array {sweep[0]}'s 2 tasks not ended)"
+    )
+    assert store.job_row(never)["state"] == "cancelled"
+    [event] = store.list_events(job_id=never, kind="job.cancelled")
+    assert event["message"] == (
+        f"DependencyNeverSatisfied: afternotok:{all_ok[0]}_* (every task of array {all_ok[0]} completed)"
+    )
+
+    finish(sweep[1], 0)
+    clock[0] = NOW + 2
+    loop.run_pass()
+    assert [a["state"] for a in store.attempts_of(cleanup)] == ["assigned"]

@@ -10,9 +10,13 @@ A dependency lists kinds with job ids, `afterok:12:13,afterany:14`: with `,` eve
 (Slurm's default), with `?` any one (`afterok:12?afternotok:12`); a dependency uses one or the
 other, as in Slurm. `afterok:12:13` is two conditions, one per job.
 
-A condition on a job array's id (its first task's job id) is one on each of its tasks, as in Slurm
-(`whole_arrays`, applied when the job is submitted); but afternotok, which Slurm reads for an array
-as "every task ended, one failed", is refused on an array's id.
+A condition on a whole job array, named by the array's id (its first task's job id) or as `A_*`,
+is read as Slurm reads it. after, afterany and afterok on an array are one condition on each of its
+tasks (every task must satisfy it), made so when the job is submitted (`whole_arrays`); afternotok
+on an array stays one condition on the array (`Dependency.arrays`), since Slurm reads it as "every
+task ended, and at least one of them did not complete", which no set of per-task conditions says.
+One task is named `A_T`, which the submission turns into that task's own job id: `12_0` is task 0
+alone, while `12` (its job id too) is the whole array.
 
 A condition that cannot hold any more (afterok on a job that failed or was cancelled, afternotok on
 one that completed) makes the dependency never satisfiable when every one must hold (or when it was
@@ -27,6 +31,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
+from corral.core.job_array import MAX_TASK_ID
 from corral.core.model import Job, JobState
 from corral.core.snapshot import JobOutcome
 
@@ -46,7 +51,7 @@ class DependencyKind(StrEnum):
 KINDS = tuple(kind.value for kind in DependencyKind)
 # Slurm's other kinds, and why corral does not offer them.
 NOT_OFFERED = {
-    "aftercorr": "name each task's own job id instead: corral jobs --array ID lists them",
+    "aftercorr": "name each task instead, as A_T: 12_3 is task 3 of array 12",
     "afterburstbuffer": "corral has no burst buffers",
     "singleton": "name the jobs to wait for instead (afterany:ID)",
 }
@@ -55,25 +60,45 @@ NOT_OFFERED = {
 @dataclass(frozen=True, slots=True)
 class Dependency:
     """Conditions (kind, job id), each on one job, in the order given without repeats; `any_of`:
-    one must hold (Slurm's `?`), else every one (`,`)."""
+    one must hold (Slurm's `?`), else every one (`,`). `arrays`: conditions (kind, array id) on a
+    whole job array, judged on all its tasks at once (written `A_*`). `tasks`: conditions (kind,
+    array id, task id) on one task named as Slurm writes it (`A_T`), as parsed; the submission
+    makes each a condition on the task's job id (`whole_arrays`), so a stored one has none."""
 
     conditions: tuple[tuple[DependencyKind, int], ...]
     any_of: bool = False
+    arrays: tuple[tuple[DependencyKind, int], ...] = ()
+    tasks: tuple[tuple[DependencyKind, int, int], ...] = ()
 
     def job_ids(self) -> tuple[int, ...]:
+        """The jobs the conditions on one job name (not the arrays' tasks)."""
         return tuple(dict.fromkeys(job_id for _, job_id in self.conditions))
 
+    def array_ids(self) -> tuple[int, ...]:
+        """The arrays the conditions on a whole array name, and those whose tasks are named `A_T`."""
+        named = (array_id for _, array_id in self.arrays)
+        return tuple(dict.fromkeys([*named, *(array_id for _, array_id, _ in self.tasks)]))
+
+    def _entries(self) -> list[tuple[DependencyKind, str]]:
+        return [
+            *((kind, str(job_id)) for kind, job_id in self.conditions),
+            *((kind, f"{array_id}_{task_id}") for kind, array_id, task_id in self.tasks),
+            *((kind, f"{array_id}_*") for kind, array_id in self.arrays),
+        ]
+
     def __str__(self) -> str:
-        """The canonical text: a kind's ids together, kinds in the order first given. Under `?`
-        with one kind, each condition is written alone: `afterok:12:13` reads back as `,` (every
-        one), so `afterok:12?afterok:13` would be stored as its opposite."""
-        if self.any_of and len({kind for kind, _ in self.conditions}) == 1:
-            return ANY_OF.join(f"{kind.value}:{job_id}" for kind, job_id in self.conditions)
-        by_kind: dict[DependencyKind, list[int]] = {}
-        for kind, job_id in self.conditions:
-            by_kind.setdefault(kind, []).append(job_id)
+        """The canonical text: a kind's ids together (jobs, then tasks `A_T`, then arrays `A_*`),
+        kinds in the order first given (to a job, a task, then an array). Under `?` with one kind,
+        each condition is written alone: `afterok:12:13` reads back as `,` (every one), so
+        `afterok:12?afterok:13` would be stored as its opposite."""
+        entries = self._entries()
+        if self.any_of and len({kind for kind, _ in entries}) == 1:
+            return ANY_OF.join(f"{kind.value}:{target}" for kind, target in entries)
+        by_kind: dict[DependencyKind, list[str]] = {}
+        for kind, target in entries:
+            by_kind.setdefault(kind, []).append(target)
         joiner = ANY_OF if self.any_of else ALL_OF
-        return joiner.join(":".join([kind.value, *map(str, ids)]) for kind, ids in by_kind.items())
+        return joiner.join(":".join([kind.value, *targets]) for kind, targets in by_kind.items())
 
 
 def parse(text: str) -> Dependency | None:
@@ -86,14 +111,29 @@ def parse(text: str) -> Dependency | None:
         raise ValueError(f"{text!r}: use ',' (every condition must hold) or '?' (any one), not both")
     any_of = ANY_OF in text
     conditions: dict[tuple[DependencyKind, int], None] = {}
+    arrays: dict[tuple[DependencyKind, int], None] = {}
+    tasks: dict[tuple[DependencyKind, int, int], None] = {}
     for part in text.split(ANY_OF if any_of else ALL_OF):
         kind_text, _, ids_text = part.strip().partition(":")
         kind = _kind(kind_text.strip().lower(), part.strip())
         if not ids_text.strip():
             raise ValueError(f"{part.strip()!r}: {kind} needs at least one job id ({kind}:ID[:ID...])")
         for entry in ids_text.split(":"):
-            conditions[(kind, _job_id(entry.strip(), part.strip()))] = None
-    return Dependency(tuple(conditions), any_of)
+            entry = entry.strip()
+            if "_" not in entry:
+                conditions[(kind, _job_id(entry, part.strip()))] = None
+                continue
+            array_text, _, task_text = entry.partition("_")
+            array_id = _job_id(array_text, part.strip(), entry)
+            if task_text == "*":
+                arrays[(kind, array_id)] = None
+            elif task_text.isascii() and task_text.isdigit() and int(task_text) <= MAX_TASK_ID:
+                tasks[(kind, array_id, int(task_text))] = None
+            else:
+                raise ValueError(
+                    f"{part.strip()!r}: {entry!r} is not a job id, an array's task (A_T) or a whole array (A_*)"
+                )
+    return Dependency(tuple(conditions), any_of, tuple(arrays), tuple(tasks))
 
 
 def from_mapping(kinds: Mapping[str, list[int]], any_of: bool) -> Dependency | None:
@@ -117,47 +157,61 @@ def _kind(word: str, where: str) -> DependencyKind:
     raise ValueError(f"{where!r}: unknown dependency type {word!r}; use {offered}")
 
 
-def _job_id(entry: str, where: str) -> int:
-    if "+" in entry:
+def _job_id(entry: str, where: str, written: str = "") -> int:
+    if "+" in written or "+" in entry:
         raise ValueError(f"{where!r}: a delay after the job (+minutes) is not offered")
-    if "_" in entry:
-        raise ValueError(
-            f"{where!r}: {entry!r}: name an array's task by its own job id (corral jobs --array ID lists them),"
-            " or its whole array by the array's id"
-        )
     if not (entry.isascii() and entry.isdigit()) or not 1 <= int(entry) <= MAX_JOB_ID:
-        raise ValueError(f"{where!r}: {entry!r} is not a job id")
+        raise ValueError(f"{where!r}: {written or entry!r} is not a job id")
     return int(entry)
 
 
-def whole_arrays(dependency: Dependency, tasks_of: Mapping[int, Sequence[int]]) -> Dependency:
-    """The dependency with each condition on a job array's id (`tasks_of`: array id -> its tasks'
-    job ids) made one per task, as Slurm reads a dependency on an array: every task must satisfy
-    it. Done once, at submission, so that the pass judges job ids only. ValueError for an array
-    under `?` (any one condition): one per task would let any single task satisfy it."""
-    if not any(job_id in tasks_of for _, job_id in dependency.conditions):
+def whole_arrays(dependency: Dependency, arrays: Mapping[int, Mapping[int, int]]) -> Dependency:
+    """The dependency as it is stored and judged, given the job arrays it may name (`arrays`: array
+    id -> {task id: the task's job id}, in task order): after, afterany and afterok on an array
+    (its id, or `A_*`) made one condition per task, as Slurm reads them (every task must satisfy
+    it); afternotok on an array kept as one condition on the array (Slurm's "every task ended, one
+    did not complete"); a task named `A_T` made a condition on its own job id. Done once, at
+    submission, so that a pass judges job ids and whole arrays only. The dependency itself when it
+    names no array. ValueError naming the condition: an `A_*` or `A_T` on no array or task, or an
+    array's id made one condition per task under `?` (any one condition), which would let any
+    single task satisfy it."""
+    if not dependency.arrays and not dependency.tasks and not any(j in arrays for _, j in dependency.conditions):
         return dependency
-    for kind, job_id in dependency.conditions:
-        # Slurm runs afternotok on an array once every task ended and one of them failed; one
-        # condition per task would wait for every task to fail, and end the job once one completed:
-        # a cleanup step that never runs. Refused until that reading can be stored.
-        if kind is DependencyKind.AFTERNOTOK and job_id in tasks_of:
-            raise ValueError(
-                f"{dependency}: afternotok on job array {job_id} is not offered (Slurm's: once every task ended,"
-                f" one of them failed); wait with afterany:{job_id} and let the step look at the tasks' states"
-                " (corral jobs --array ID --json), or name tasks' own job ids"
-            )
-    if dependency.any_of:
-        named = next(job_id for _, job_id in dependency.conditions if job_id in tasks_of)
-        raise ValueError(
-            f"{dependency}: job {named} is a job array's id, which '?' (any one condition) cannot name; use ','"
-            " or name its tasks' own job ids"
-        )
     conditions: dict[tuple[DependencyKind, int], None] = {}
+    whole: dict[tuple[DependencyKind, int], None] = {}
+    spread: list[int] = []  # arrays made one condition per task
+
+    def on_array(kind: DependencyKind, array_id: int) -> None:
+        if kind is DependencyKind.AFTERNOTOK:
+            whole[(kind, array_id)] = None
+            return
+        spread.append(array_id)
+        for task_job_id in arrays[array_id].values():
+            conditions[(kind, task_job_id)] = None
+
     for kind, job_id in dependency.conditions:
-        for task in tasks_of.get(job_id, (job_id,)):
-            conditions[(kind, task)] = None
-    return Dependency(tuple(conditions), dependency.any_of)
+        if job_id in arrays:
+            on_array(kind, job_id)
+        else:
+            conditions[(kind, job_id)] = None
+    for kind, array_id in dependency.arrays:
+        if array_id not in arrays:
+            raise ValueError(f"{kind}:{array_id}_*: job {array_id} is not a job array's id")
+        on_array(kind, array_id)
+    for kind, array_id, task_id in dependency.tasks:
+        tasks = arrays.get(array_id)
+        if tasks is None:
+            raise ValueError(f"{kind}:{array_id}_{task_id}: job {array_id} is not a job array's id")
+        if task_id not in tasks:
+            raise ValueError(f"{kind}:{array_id}_{task_id}: job array {array_id} has no task {task_id}")
+        conditions[(kind, tasks[task_id])] = None
+    if dependency.any_of and spread:
+        raise ValueError(
+            f"{dependency}: job {spread[0]} is a job array's id, which '?' (any one condition) cannot name with"
+            " after, afterany or afterok (one condition per task: any single task would satisfy it); use ','"
+            " or name its tasks (A_T)"
+        )
+    return Dependency(tuple(conditions), dependency.any_of, tuple(whole))
 
 
 # ---- the decision ---------------------------------------------------------------------------------
@@ -181,10 +235,48 @@ RULES: dict[DependencyKind, tuple[frozenset[JobState], frozenset[JobState]]] = {
 }
 
 
-def verdict(dependency: Dependency, state_of: Callable[[int], JobState | None]) -> tuple[Verdict, str]:
+def array_verdict(
+    kind: DependencyKind, array_id: int, tasks: Sequence[int] | None, state_of: Callable[[int], JobState | None]
+) -> tuple[Verdict, str]:
+    """A condition on a whole job array (`tasks`: its tasks' job ids; None or empty: no such
+    array), and unless it holds, what it waits for or why it never can. afternotok, as Slurm reads
+    it on an array: once every task ended, it holds if one did not complete (failed, timed out,
+    cancelled) and never can if all completed. The other kinds: every task must satisfy them (a
+    stored dependency has them per task already; this reads one built otherwise the same way)."""
+    written = f"{kind}:{array_id}_*"
+    if not tasks:
+        return Verdict.NEVER, f"{written} (no job array {array_id})"
+    states = [state_of(task) for task in tasks]
+    if None in states:
+        missing = tasks[states.index(None)]
+        return Verdict.NEVER, f"{written} (no job {missing}, a task of array {array_id})"
+    satisfy, fail = RULES[kind]
+    if kind is DependencyKind.AFTERNOTOK:
+        open_tasks = sum(1 for state in states if state not in _ENDED)
+        if open_tasks:
+            return Verdict.WAITING, f"{written} ({open_tasks} of array {array_id}'s {len(tasks)} tasks not ended)"
+        if any(state in satisfy for state in states):
+            return Verdict.SATISFIED, ""
+        return Verdict.NEVER, f"{written} (every task of array {array_id} completed)"
+    for task, state in zip(tasks, states, strict=True):
+        if state in fail:
+            return Verdict.NEVER, f"{written} (job {task}, a task of array {array_id}, {state})"
+    short = sum(1 for state in states if state not in satisfy)
+    if short:
+        return Verdict.WAITING, f"{written} ({short} of array {array_id}'s {len(tasks)} tasks to go)"
+    return Verdict.SATISFIED, ""
+
+
+def verdict(
+    dependency: Dependency,
+    state_of: Callable[[int], JobState | None],
+    tasks_of: Callable[[int], Sequence[int] | None] = lambda _: None,
+) -> tuple[Verdict, str]:
     """Whether the dependency holds given each named job's state (None: no such job, which never
-    gets anywhere), and, unless it holds, the wait reason: `Dependency: ...` naming the conditions
-    still waited for, or `DependencyNeverSatisfied: ...` naming those that cannot hold."""
+    gets anywhere) and each named array's tasks (`tasks_of`: their job ids), and, unless it holds,
+    the wait reason: `Dependency: ...` naming the conditions still waited for, or
+    `DependencyNeverSatisfied: ...` naming those that cannot hold."""
+    assert not dependency.tasks, "a task named A_T is made its job id at submission (whole_arrays)"
     waiting: list[str] = []
     never: list[str] = []
     for kind, job_id in dependency.conditions:
@@ -200,6 +292,13 @@ def verdict(dependency: Dependency, state_of: Callable[[int], JobState | None]) 
             never.append(f"{kind}:{job_id} (job {job_id} {state})")
         else:
             waiting.append(f"{kind}:{job_id} ({state})")
+    for kind, array_id in dependency.arrays:
+        answer, reason = array_verdict(kind, array_id, tasks_of(array_id), state_of)
+        if answer is Verdict.SATISFIED:
+            if dependency.any_of:
+                return Verdict.SATISFIED, ""
+            continue
+        (never if answer is Verdict.NEVER else waiting).append(reason)
     if never and (not dependency.any_of or not waiting):
         return Verdict.NEVER, f"{NEVER_SATISFIED}: {', '.join(never)}"
     if waiting:
@@ -223,12 +322,15 @@ def judge(
     finished: Mapping[int, JobState],
     skip: Collection[int],
     kill_invalid: bool,
+    array_tasks: Mapping[int, Sequence[int]],
 ) -> Judgement:
     """The queued jobs with dependencies (`dependent`) but those in `skip` (a pass ended them
     already), judged on the states of the jobs they name: open ones in `jobs`, finished ones in
-    `finished`. With `kill_invalid` (Slurm's kill_invalid_depend), a job whose dependency can
-    never be satisfied is cancelled, and the jobs that depend on it see it cancelled in this same
-    judgement: a chain of afterok ends in one pass. Other endings of the pass (a cancel request,
+    `finished`; a condition on a whole array on those of its tasks (`array_tasks`: the job ids
+    of the tasks of each array such a condition names, the finished ones in `finished`). With
+    `kill_invalid` (Slurm's kill_invalid_depend), a job whose dependency can never be satisfied
+    is cancelled, and the jobs that depend on it see it cancelled in this same judgement: a chain
+    of afterok ends in one pass. Other endings of the pass (a cancel request,
     a timeout) are seen by the next: the store may yet refuse them (the job moved on meanwhile),
     while a queued job's dependency cancellation always stands."""
     out = Judgement()
@@ -248,7 +350,7 @@ def judge(
         for job_id in todo:
             job = dependent[job_id]
             assert job.dependency is not None
-            answer, reason = verdict(job.dependency, state_of)
+            answer, reason = verdict(job.dependency, state_of, array_tasks.get)
             if answer is Verdict.NEVER and kill_invalid:
                 out.cancel.append((job_id, reason))
                 decided[job_id] = JobState.CANCELLED
@@ -273,6 +375,7 @@ def step(
     dependent: Mapping[int, Job],
     jobs: Mapping[int, Job],
     finished: Mapping[int, JobState],
+    array_tasks: Mapping[int, Sequence[int]],
     ended: set[int],
     kill_invalid: bool,
     attempt_ids: Callable[[int], tuple[int, ...]],
@@ -281,7 +384,7 @@ def step(
     """A pass's dependency step, as both passes take it: the jobs `judge`s, those never
     satisfiable cancelled (their outcomes appended to `outcomes`, their ids added to `ended`); the
     judgement says which jobs wait, and why."""
-    judged = judge(dependent, jobs, finished, ended, kill_invalid)
+    judged = judge(dependent, jobs, finished, ended, kill_invalid, array_tasks)
     for job_id, reason in judged.cancel:
         outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempt_ids(job_id)))
         ended.add(job_id)

@@ -208,7 +208,14 @@ def plan_pass(
     if index.dependent:
         kill_invalid = settings.dispatch.kill_invalid_depend
         judged = dependency.step(
-            index.dependent, index.jobs, snapshot.finished, ended, kill_invalid, attempt_ids, decisions.job_outcomes
+            index.dependent,
+            index.jobs,
+            snapshot.finished,
+            snapshot.array_tasks,
+            ended,
+            kill_invalid,
+            attempt_ids,
+            decisions.job_outcomes,
         )
         blocked, dependency_reasons = judged.blocked, judged.reasons
 

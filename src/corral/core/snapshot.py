@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,9 @@ class Snapshot:
     # The end states of finished jobs that queued jobs' dependencies name (corral.core.dependency);
     # the open ones are among `jobs`. Empty when no queued job has a dependency.
     finished: Mapping[int, JobState] = field(default_factory=dict)
+    # The tasks' job ids of each job array that a queued job's dependency names as a whole
+    # (afternotok on an array, judged on all its tasks); their end states are in `finished`.
+    array_tasks: Mapping[int, Sequence[int]] = field(default_factory=dict)
     # Each user's decayed usage as of the last fair-share calc time (corral.core.fairshare), which
     # queue.order = "fairshare" and "multifactor" read; empty under the other orders.
     fairshare_usage: Mapping[str, float] = field(default_factory=dict)

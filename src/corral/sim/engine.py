@@ -33,7 +33,7 @@ from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core import capacity, drain, fairshare, retry
 from corral.core.accounting import AttemptSpan
-from corral.core.dependency import DEPENDENCY, NEVER_SATISFIED
+from corral.core.dependency import DEPENDENCY, NEVER_SATISFIED, Dependency
 from corral.core.index import SnapshotIndex
 from corral.core.lifecycle import billing_window_opens
 from corral.core.model import Attempt, AttemptState, InstanceType, Job, JobState, Node, NodeState, Resources
@@ -155,9 +155,16 @@ class Simulation:
         self.gangs = shape_gangs(jobs, self.types, counts)
         self.specs = jobs
         self.spec_of = {spec.id: spec for spec in jobs}
-        # The jobs some job's dependency names, and the end states of those that ended: the core
-        # judges dependencies on them (the index holds open jobs only).
+        # The jobs some job's dependency names (a whole array's tasks among them), and the end
+        # states of those that ended: the core judges dependencies on them (the index holds open
+        # jobs only).
+        whole = {array_id for spec in jobs if spec.dependency is not None for _, array_id in spec.dependency.arrays}
+        self.array_tasks: dict[int, list[int]] = {}
+        for spec in jobs:
+            if spec.array_job_id in whole:
+                self.array_tasks.setdefault(spec.array_job_id, []).append(spec.id)
         self.named = {job_id for spec in jobs if spec.dependency is not None for job_id in spec.dependency.job_ids()}
+        self.named.update(task for tasks in self.array_tasks.values() for task in tasks)
         self.finished: dict[int, JobState] = {}
 
         self.now = 0.0
@@ -374,6 +381,7 @@ class Simulation:
             observing_since=self.start_time,
             away=list(self.away.values()),
             finished=dict(self.finished),
+            array_tasks=self.array_tasks,
             fairshare_usage=self._usage(now) if self.fairshare is not None else {},
         )
         decisions = plan_pass(snapshot, now, self.policy, make_placer(self.policy), PlannerMemo())
@@ -416,7 +424,7 @@ class Simulation:
             for job_id, job in dependent.items():
                 if job_id in stuck or job.dependency is None or not job.wait_reason.startswith(DEPENDENCY):
                     continue  # (one not waiting for its dependency has it satisfied)
-                named = job.dependency.job_ids()
+                named = [*job.dependency.job_ids(), *self._whole_array_tasks(job.dependency)]
                 gone = self.finished
                 if (
                     any(n in stuck for n in named)
@@ -426,6 +434,9 @@ class Simulation:
                     stuck.add(job_id)
                     grew = True
         return stuck
+
+    def _whole_array_tasks(self, dependency: Dependency) -> list[int]:
+        return [task for _, array_id in dependency.arrays for task in self.array_tasks.get(array_id, ())]
 
     def _follow_up(self, decisions: Decisions) -> bool:
         """Whether the next tick's pass could decide something new although no event comes: after
@@ -488,6 +499,7 @@ class Simulation:
             index=self.index,
             away=list(self.away.values()) if self.away else (),
             finished=dict(self.finished) if leaves else self.finished,
+            array_tasks=self.array_tasks,
             fairshare_usage=self._usage(now) if self.fairshare is not None else {},
         )
         if self.check_index:

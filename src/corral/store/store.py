@@ -64,7 +64,7 @@ from sqlalchemy.pool import NullPool
 from corral.core import batch, job_array, retry, user_limits
 from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.capacity import backoff_cleared_message
-from corral.core.dependency import DEPENDENCY, Dependency, whole_arrays
+from corral.core.dependency import DEPENDENCY, Dependency, DependencyKind, whole_arrays
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -571,11 +571,14 @@ class Store:
         if not rows:
             return []
         dependencies = {i: d for i, r in enumerate(requests) if (d := r.to_dependency()) is not None}
+        array_tasks: dict[int, dict[int, int]] = {}
         with self.write() as conn:
             if dependencies:
                 self._check_dependencies(conn, dependencies)
-                for place, whole in self._whole_arrays(conn, dependencies).items():
-                    # Stored as judged: the array's tasks by their job ids (its rows share this spec).
+                array_tasks = self._arrays_named(conn, dependencies)
+                for place, whole in self._whole_arrays(dependencies, array_tasks).items():
+                    # Stored as judged: tasks by their job ids, afternotok on an array as A_* (its
+                    # rows share this spec).
                     dependencies[place] = whole
                     specs[place]["dependency"] = str(whole)
             result = conn.execute(insert(J).returning(J.c.id, sort_by_parameter_order=True), rows)
@@ -601,7 +604,7 @@ class Store:
                         {"job_id": job_id, "kind": kind.value, "depends_on": named}
                         for job_id, place in zip(ids, owners, strict=True)
                         if (dependency := dependencies.get(place)) is not None
-                        for kind, named in dependency.conditions
+                        for kind, named in _named_jobs(dependency, array_tasks)
                     ],
                 )
             self._job_events(
@@ -617,38 +620,53 @@ class Store:
 
     @staticmethod
     def _check_dependencies(conn: Connection, dependencies: Mapping[int, Dependency]) -> None:
-        """Every job a dependency names exists (Slurm refuses a dependency on an unknown job too)."""
-        named = sorted({job_id for dependency in dependencies.values() for job_id in dependency.job_ids()})
+        """Every job a dependency names exists (Slurm refuses a dependency on an unknown job too),
+        an array named whole or by its tasks (`A_*`, `A_T`) by its id."""
+
+        def named_by(dependency: Dependency) -> tuple[int, ...]:
+            return tuple(dict.fromkeys([*dependency.job_ids(), *dependency.array_ids()]))
+
+        named = sorted({job_id for dependency in dependencies.values() for job_id in named_by(dependency)})
         known: set[int] = set()
         for chunk in _chunks(named):
             known.update(row.id for row in conn.execute(select(J.c.id).where(J.c.id.in_(chunk))))
         problems = [
             f"jobs.{i}.dependency: no job {job_id}"
             for i, dependency in dependencies.items()
-            for job_id in dependency.job_ids()
+            for job_id in named_by(dependency)
             if job_id not in known
         ]
         if problems:
             raise InvalidJobs(problems)
 
     @staticmethod
-    def _whole_arrays(conn: Connection, dependencies: Mapping[int, Dependency]) -> dict[int, Dependency]:
-        """The dependencies that name a job array by its id, each with a condition per task of it
-        (corral.core.dependency.whole_arrays), by their place in the submission. InvalidJobs for
-        one that cannot name an array (with '?')."""
-        named = sorted({job_id for dependency in dependencies.values() for job_id in dependency.job_ids()})
-        tasks_of: dict[int, list[int]] = {}
+    def _arrays_named(conn: Connection, dependencies: Mapping[int, Dependency]) -> dict[int, dict[int, int]]:
+        """The job arrays the dependencies may name (by a job id that is an array's, `A_*` or
+        `A_T`): array id -> {task id: the task's job id}, in task order."""
+        named = sorted({job_id for d in dependencies.values() for job_id in (*d.job_ids(), *d.array_ids())})
+        arrays: dict[int, dict[int, int]] = {}
         for chunk in _chunks(named):
-            query = select(J.c.array_job_id, J.c.id).where(J.c.array_job_id.in_(chunk)).order_by(J.c.array_task_id)
-            for array_id, job_id in conn.execute(query):
-                tasks_of.setdefault(array_id, []).append(job_id)
-        if not tasks_of:
-            return {}
+            query = (
+                select(J.c.array_job_id, J.c.array_task_id, J.c.id)
+                .where(J.c.array_job_id.in_(chunk))
+                .order_by(J.c.array_job_id, J.c.array_task_id)
+            )
+            for array_id, task_id, job_id in conn.execute(query):
+                arrays.setdefault(array_id, {})[task_id] = job_id
+        return arrays
+
+    @staticmethod
+    def _whole_arrays(
+        dependencies: Mapping[int, Dependency], arrays: Mapping[int, Mapping[int, int]]
+    ) -> dict[int, Dependency]:
+        """The dependencies that name a job array (by its id, `A_*` or `A_T`) as they are stored
+        and judged (corral.core.dependency.whole_arrays), by their place in the submission.
+        InvalidJobs for one that names no such array or task, or cannot name an array (with '?')."""
         whole: dict[int, Dependency] = {}
         problems: list[str] = []
         for place, dependency in dependencies.items():
             try:
-                expanded = whole_arrays(dependency, tasks_of)
+                expanded = whole_arrays(dependency, arrays)
             except ValueError as exc:
                 problems.append(f"jobs.{place}.dependency: {exc}")
                 continue
@@ -1938,7 +1956,7 @@ class Store:
             node_rows = conn.execute(select(N).where(N.c.state.in_(LIVE_NODE_STATES))).all()
             dispatcher_rows = conn.execute(select(schema.dispatchers)).all()
             unavailable_rows = conn.execute(select(schema.unavailable_types)).all()
-            finished = self._finished_named(conn, jobs)
+            finished, array_tasks = self._finished_named(conn, jobs)
         return Snapshot(
             jobs=jobs,
             attempts=[attempt_from_row(dict(r._mapping)) for r in attempt_rows],
@@ -1957,26 +1975,38 @@ class Store:
             },
             observing_since=observing_since,
             finished=finished,
+            array_tasks=array_tasks,
         )
 
     @staticmethod
-    def _finished_named(conn: Connection, jobs: Sequence[Job]) -> dict[int, JobState]:
-        """The end states of the finished jobs that queued jobs' dependencies name (the core
-        judges those dependencies on them); no query at all while no queued job has one."""
-        named = {
-            job_id
-            for job in jobs
-            if job.dependency is not None and job.state is JobState.QUEUED
-            for job_id in job.dependency.job_ids()
-        }
-        if not named:
-            return {}
-        named.difference_update(job.id for job in jobs)
+    def _finished_named(conn: Connection, jobs: Sequence[Job]) -> tuple[dict[int, JobState], dict[int, list[int]]]:
+        """The end states of the finished jobs that queued jobs' dependencies name, and the tasks
+        of each job array one names as a whole (afternotok on an array), by job id, the finished
+        ones' end states among the first (the core judges those dependencies on them); no query
+        at all while no queued job has a dependency."""
+        waiting = [job.dependency for job in jobs if job.dependency is not None and job.state is JobState.QUEUED]
+        if not waiting:
+            return {}, {}
+        named = {job_id for dependency in waiting for job_id in dependency.job_ids()}
+        arrays = sorted({array_id for dependency in waiting for _, array_id in dependency.arrays})
+        array_tasks: dict[int, list[int]] = {}
+        open_ids = {job.id for job in jobs}
         finished: dict[int, JobState] = {}
+        for chunk in _chunks(arrays):
+            query = (
+                select(J.c.array_job_id, J.c.id, J.c.state)
+                .where(J.c.array_job_id.in_(chunk))
+                .order_by(J.c.array_job_id, J.c.array_task_id)
+            )
+            for row in conn.execute(query):
+                array_tasks.setdefault(row.array_job_id, []).append(row.id)
+                if row.id not in open_ids and row.state in TERMINAL_JOB_STATES:
+                    finished[row.id] = JobState(row.state)
+        named.difference_update(open_ids, finished)
         for chunk in _chunks(sorted(named)):
             query = select(J.c.id, J.c.state).where(J.c.id.in_(chunk), J.c.state.in_(TERMINAL_JOB_STATES))
             finished.update((row.id, JobState(row.state)) for row in conn.execute(query))
-        return finished
+        return finished, array_tasks
 
     def _jobs_from_rows(self, conn: Connection, rows: Sequence[Any], keep: bool = True) -> list[Job]:
         """Jobs for a snapshot. What a job asked for changes only by `corral update` (its spec_rev
@@ -2252,6 +2282,17 @@ def _upsert(conn: Connection, table: Any) -> Any:
     """An INSERT into `table` in the connection's dialect, which has ON CONFLICT (PostgreSQL's or
     SQLite's)."""
     return (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
+
+
+def _named_jobs(
+    dependency: Dependency, arrays: Mapping[int, Mapping[int, int]]
+) -> dict[tuple[DependencyKind, int], None]:
+    """The job_dependencies rows of a dependency as stored: its conditions on one job, and one row
+    per task for a condition on a whole array (`corral job` lists the tasks' states under it)."""
+    rows = dict.fromkeys(dependency.conditions)
+    for kind, array_id in dependency.arrays:
+        rows.update(((kind, task_job_id), None) for task_job_id in arrays[array_id].values())
+    return rows
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> Iterator[list[int]]:
