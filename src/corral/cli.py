@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import math
 import os
 import re
 import ssl
@@ -35,7 +34,6 @@ from corral.config import (
     read_text,
     unique_keys,
 )
-from corral.core import health
 from corral.core.model import JobState
 from corral.core.units import parse_duration
 from corral.home import default_home
@@ -1305,28 +1303,9 @@ def nodes(
 
 
 def node_note(row: dict[str, Any], now: float | None = None) -> str:
-    """What takes a node out of service (a drain, a hold, a category; a transient failure's
-    reservation while it lasts) or would (a failed health check: kept in service while too many
-    nodes fail theirs), whose admin reservation it is in (and until when), then the reason of its
-    state."""
-    attributes = row["attributes"]
-    now = time.time() if now is None else now
-    memo = [
-        f"{key}={value if isinstance(value, str) else ','.join(value)}"
-        for key in (attr.DRAIN, attr.HELD, attr.CATEGORY, health.HEALTH)
-        if (value := attributes.get(key))
-    ]
-    reservation = attr.first(attributes, attr.RESERVATION)
-    if reservation:
-        # Its end matters as much as its name: until then only its jobs run there, and an
-        # operator's reservation keeps the node up while it idles.
-        ends = attr.number(attributes, attr.RESERVATION_UNTIL)
-        end = "" if math.isnan(ends) else f" {'until' if ends > now else 'ended'} {when(ends)}"
-        memo.append(f"{attr.RESERVATION}={reservation}{end}")
-    until = attr.number(attributes, attr.FAILURE_RESERVED_UNTIL)
-    if until > now:
-        memo.append(f"transient failure: no work until {when(until)}")
-    return "; ".join([*memo, row["reason"]] if row["reason"] else memo)
+    """corral.placement.attributes.service_notes, then the reason of its state."""
+    notes = attr.service_notes(row["attributes"], time.time() if now is None else now, when)
+    return "; ".join([*notes, row["reason"]] if row["reason"] else notes)
 
 
 @app.command()

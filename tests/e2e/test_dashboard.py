@@ -50,3 +50,8 @@ def test_the_dashboard_shows_the_system_to_whoever_has_the_token(corral: Corral)
 
     page = wait_until(charts, 40, "the charts")
     assert "queued (peak 1)" in page and "running (peak 1)" in page and "nodes (peak 1)" in page
+
+    # A node's notes, as `corral nodes` gives them: the page showed only its state's reason.
+    corral.cli("node", node["id"], "held=true", "reservation=team-a")
+    page = httpx.get(f"{corral.base}/dashboard", cookies={"corral_token": token}, verify=verify).text
+    assert "held=true; reservation=team-a" in page

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TypeAlias
 
 from corral.core.categories import CATEGORY  # seed 002 node category, e.g. "hardware-maintenance"; may be a list
 from corral.core.drain import DRAIN, flag  # an operator's drain: true, or now
+from corral.core.health import HEALTH  # a failed health check's word
 
 AttributeValue: TypeAlias = str | list[str]
 
@@ -109,3 +110,26 @@ def matches(node_value: AttributeValue | None, wanted: Sequence[str]) -> bool:
     if ANY_VALUE in wanted:
         return bool(have)
     return any(v in wanted for v in have)
+
+
+def service_notes(attributes: Mapping[str, AttributeValue], now: float, when: Callable[[float], str]) -> list[str]:
+    """What takes a node out of service (a drain, a hold, a category; a transient failure's
+    reservation while it lasts) or would (a failed health check: kept in service while too many
+    nodes fail theirs), and whose admin reservation it is in (and until when), `when` writing a
+    time: the notes of `corral nodes` and of the dashboard's nodes."""
+    notes = [
+        f"{key}={value if isinstance(value, str) else ','.join(value)}"
+        for key in (DRAIN, HELD, CATEGORY, HEALTH)
+        if (value := attributes.get(key))
+    ]
+    reservation = first(attributes, RESERVATION)
+    if reservation:
+        # Its end matters as much as its name: until then only its jobs run there, and an
+        # operator's reservation keeps the node up while it idles.
+        ends = number(attributes, RESERVATION_UNTIL)
+        end = "" if math.isnan(ends) else f" {'until' if ends > now else 'ended'} {when(ends)}"
+        notes.append(f"{RESERVATION}={reservation}{end}")
+    until = number(attributes, FAILURE_RESERVED_UNTIL)
+    if until > now:
+        notes.append(f"transient failure: no work until {when(until)}")
+    return notes

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Cookie, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from corral.core.units import format_duration
+from corral.placement.attributes import service_notes
 from corral.server import api
 from corral.server.app import Runtime
 from corral.server.deps import get_runtime
@@ -138,7 +139,8 @@ def _page(runtime: Runtime) -> str:
                     str(node.running),
                     f"{node.used_vcpus:.1f}/{node.resources.vcpus:g}",
                     f"{node.price_per_hour:.3f}",
-                    node.reason,
+                    # What `corral nodes` notes: a drain, a hold, a reservation, then the reason.
+                    "; ".join([*service_notes(node.attributes, now, _when), *([node.reason] if node.reason else [])]),
                 ]
                 for node in nodes
             ],
