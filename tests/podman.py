@@ -62,13 +62,17 @@ def busybox_image() -> str:
     return _image()
 
 
-def containers_named(name: str) -> list[str]:
-    """The ids of the containers of this name, running or not."""
+def containers(matching: str) -> list[str]:
+    """The ids of the containers `podman ps --filter` `matching` finds, running or not."""
     listed = subprocess.run(
-        [*PROGRAM, "ps", "--all", "--quiet", "--filter", f"name=^{name}$"],
+        [*PROGRAM, "ps", "--all", "--quiet", "--filter", matching],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     )
     return listed.stdout.split()
+
+
+def containers_named(name: str) -> list[str]:
+    return containers(f"name=^{name}$")

@@ -93,6 +93,15 @@ class AttemptFields(TypedDict, total=False):
     reason: str
 
 
+def alive(pid: int) -> bool:
+    """Whether the process runs: it exists and is not a zombie (an exited child not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return not stat[stat.rfind(")") + 2 :].startswith("Z")
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll `predicate` until it is truthy and return its value; fail naming `what` after `timeout`
     seconds. Tests wait for real processes this way instead of sleeping a guessed time."""

@@ -20,17 +20,10 @@ import pytest
 from corral.agent import sysinfo
 from tests.agent.fake_imds import fake_imds
 from tests.agent.peer import Peer, PeerState
+from tests.support import alive
 from tests.support import wait_until as wait_for
 
 MARK = "CORRAL_AGENT_TEST_MARK"
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
 def marked_pids(mark: str) -> list[int]:

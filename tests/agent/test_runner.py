@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
+from tests.support import alive
 from tests.support import wait_until as wait_for
 
 
@@ -30,14 +31,6 @@ def run_to_end(runner: Runner, attempt: Attempt, timeout: float = 10) -> int:
     wait_for(lambda: runner.poll() is not None and attempt.exited, timeout, f"attempt {attempt.attempt_id} to exit")
     assert attempt.exit_code is not None
     return attempt.exit_code
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
 @pytest.fixture

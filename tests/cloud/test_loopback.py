@@ -20,17 +20,10 @@ from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, Cloud
 from corral.cloud.loopback import LoopbackCloud
 from corral.core.model import InstanceType
 from tests.agent import peer as peer_module
+from tests.support import alive
 from tests.support import wait_until as wait_for
 
 SMALL = InstanceType(name="t.small", vcpus=2, ram_mib=2048, price_per_hour=0.01, scratch_mib=4096)
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
 def cmdline(pid: int) -> list[bytes]:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from corral.cloud.loopback import LoopbackCloud
 from tests.e2e.conftest import Corral, wait_until
-from tests.podman import PROGRAM, RUN_ARGS, busybox_image
+from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers
+from tests.support import alive
 
 
 def agent_pid(corral: Corral, node_id: str) -> int:
@@ -29,14 +30,6 @@ def output(corral: Corral, job_id: int) -> str:
 
 def events(corral: Corral, job_id: int, kind: str) -> list[str]:
     return [e["message"] for e in corral.api("GET", "/api/events", params={"job": job_id, "kind": kind}).json()]
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
 def test_a_killed_agents_job_is_requeued_and_its_process_stopped(corral: Corral) -> None:
@@ -56,14 +49,7 @@ def test_a_killed_agents_job_is_requeued_and_its_process_stopped(corral: Corral)
 
 def on_node(node_id: str) -> list[str]:
     """The containers the node's agent started (it labels them with the node), running or not."""
-    listed = subprocess.run(
-        [*PROGRAM, "ps", "--all", "--quiet", "--filter", f"label=corral-node={node_id}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return listed.stdout.split()
+    return containers(f"label=corral-node={node_id}")
 
 
 def test_a_killed_agents_container_is_removed_with_its_node(corral: Corral) -> None:
