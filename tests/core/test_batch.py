@@ -238,6 +238,27 @@ def test_an_exit_is_the_jobs_exit_and_a_timeout_says_so() -> None:
     assert batch.exit_outcome(retried, 3, 10).state is JobState.QUEUED
 
 
+@pytest.mark.parametrize("state", ["OUT_OF_MEMORY", "FAILED", "DEADLINE", "SPECIAL_EXIT"])
+def test_a_slurm_job_that_did_not_complete_fails_its_job_though_its_exit_code_is_0(state: str) -> None:
+    """Slurm ends a job OUT_OF_MEMORY when the OOM killer took any of its processes, also one the
+    batch script outlived to exit 0 (ExitCode=0:0): the job was recorded complete, exit 0, and
+    its dependents' afterok ran on its partial output. Slurm's state decides, as sacct says."""
+    job, attempt = claimed(1, 10, running=True)
+    decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", state, 0)})
+    (ended,) = decisions.exits
+    outcome = batch.exit_outcome(job, ended.exit_code, 10, ended.detail)
+    assert outcome.state is JobState.FAILED and outcome.exit_code != 0
+    assert outcome.reason == f"exit 1 (slurm job 77 {state} with ExitCode=0:0)"
+    # A job that asks for retries is retried, as for any failed exit.
+    retried, attempt = claimed(1, 10, running=True, max_retries=1)
+    (ended,) = plan(world(retried, attempts=(attempt,)), {10: Seen(10, "77", state, 0)}).exits
+    assert batch.exit_outcome(retried, ended.exit_code, 10, ended.detail).state is JobState.QUEUED
+    # COMPLETED is the one state in which exit 0 completes the job.
+    job, attempt = claimed(1, 10, running=True)
+    (ended,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "COMPLETED", 0)}).exits
+    assert batch.exit_outcome(job, ended.exit_code, 10, ended.detail).state is JobState.COMPLETE
+
+
 def test_a_slurm_timeout_is_recorded_as_corrals_own_timeout_never_retried() -> None:
     # Slurm enforced --time. It often gives such a job exit code 0 (ExitCode=0:0): still a failure,
     # not retried (it would time out again), and the same TIMEOUT and event as corral's own pass.

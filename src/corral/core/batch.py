@@ -88,6 +88,9 @@ SLURM_STATES: dict[str, Phase] = {
     "CANCELLED": Phase.CANCELLED,
 }
 TIMEOUT = "TIMEOUT"
+# corral's exit code of a Slurm job that ended in a state other than COMPLETED with ExitCode=0:0
+# (or with none known): not 0, so that nothing reads it as a success (`corral submit --wait`).
+NOT_COMPLETED_EXIT = 1
 ACTIVE = frozenset((Phase.PENDING, Phase.RUNNING))  # Slurm still has work to do
 # The states in which a node of the job failed: the node-failure policy (on_node_failure) decides
 # what that does to the job, as for a lost node of corral's own.
@@ -379,10 +382,17 @@ def plan_batch_pass(
             else:
                 started = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
             code = observed.exit_code
-            if code is None:  # ended without an exit code known: say what Slurm says
-                code = 0 if observed.state == "COMPLETED" else 1
             state = base_state(observed.state)
             detail = "" if state in ("COMPLETED", "FAILED") else f"{slurm_job} {state}"
+            if code is None:  # ended without an exit code known: say what Slurm says
+                code = 0 if state == "COMPLETED" else NOT_COMPLETED_EXIT
+            elif code == 0 and state not in ("COMPLETED", TIMEOUT):
+                # Slurm says the job did not complete although its batch script exited 0: an
+                # OUT_OF_MEMORY whose OOM kill took a child the script outlived, a DEADLINE, a
+                # FAILED launch. Slurm's state decides, as it does for sacct and for a dependent
+                # job's afterok: the job failed (TIMEOUT has its own outcome, `exit_outcome`).
+                code = NOT_COMPLETED_EXIT
+                detail = f"{slurm_job} {state} with ExitCode=0:0"
             decisions.exits.append(Exit(attempt.id, job.id, code, detail, end_time(observed, started, now)))
         elif phase is Phase.LOST:
             why = f"{slurm_job} {observed.state}" if observed.state else f"{slurm_job} vanished from squeue"
