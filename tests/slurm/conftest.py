@@ -102,6 +102,21 @@ class SlurmCluster:
     def jobs(self) -> list[str]:
         return self.run("squeue", "--noheader", "--states=all", "--format=%i|%T|%k").splitlines()
 
+    @contextlib.contextmanager
+    def controller_down(self) -> Iterator[None]:
+        """slurmctld stopped (its state saved, as a restart or a crash of its host would leave it)
+        while the block runs; slurmd go on running their jobs. Started again afterwards, whatever
+        the block did, with the jobs it held."""
+        _kill_pidfile(self.root / "slurmctld.pid")
+        try:
+            yield
+        finally:
+            subprocess.run(["slurmctld", "-f", str(self.conf)], check=True, timeout=30, stdin=subprocess.DEVNULL)
+            wait_until(lambda: self.answers(), 30, "slurmctld to answer again", interval=0.2)
+
+    def answers(self) -> bool:
+        return subprocess.run(["squeue"], env=self.env, capture_output=True, timeout=30, check=False).returncode == 0
+
     def cancel_all(self) -> None:
         active = [line.split("|")[0] for line in self.jobs() if line.split("|")[1] in ("PENDING", "RUNNING")]
         if active:

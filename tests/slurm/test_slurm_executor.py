@@ -308,6 +308,34 @@ def test_a_clean_stop_records_the_slurm_jobs_that_ended_since_the_last_pass_inst
     assert len(corral.attempts(running)) == 1
 
 
+def test_a_clean_stop_while_slurmctld_is_away_leaves_its_slurm_jobs_to_the_next_corral_instead_of_running_them_twice(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """Ctrl-C while slurmctld could not be reached (restarting, its host down): scancel failed, yet
+    every job was requeued, and its Slurm job ran on (slurmd keeps running a job while slurmctld
+    is away). The next corral submitted it again: a job that had completed ran twice."""
+    corral = Dispatcher(tmp_path, make_config(tmp_path, slurm, command_timeout="3s"))
+    try:
+        job_id = corral.submit("sh", "-c", "sleep 4; echo once", ram=128)
+        corral.until_state(job_id, "running")
+        ref = corral.attempts(job_id)[0]["executor_ref"]
+        with slurm.controller_down():
+            corral.loop.shutdown_fleet("corral stopped")
+            # Not requeued: its attempt still stands, and the event says why.
+            assert corral.job(job_id)["state"] == "running"
+            assert [a["state"] for a in corral.attempts(job_id)] == ["running"]
+            said = [e["message"] for e in corral.store.list_events(kind="slurm.unreachable")]
+            assert any(f"slurm jobs {ref} are left to Slurm" in message for message in said), said
+        corral.restart()
+        assert corral.until_state(job_id, "complete", "failed", timeout=60)["state"] == "complete"
+        assert len(corral.attempts(job_id)) == 1
+        assert corral.output(job_id) == "once\n"
+        ours = [line for line in slurm.jobs() if f"cluster={corral.config.cloud.cluster} " in line]
+        assert len(ours) == 1
+    finally:
+        corral.store.close()
+
+
 def nice_of(slurm: SlurmCluster, ref: str) -> int:
     (field,) = [word for word in slurm.show_job(ref).split() if word.startswith("Nice=")]
     return int(field.removeprefix("Nice="))

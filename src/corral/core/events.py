@@ -58,7 +58,8 @@ EVENT_KINDS: dict[str, str] = {
     "dispatcher.stale": "a peer judged a dispatcher silent (no heartbeat for dispatch.dispatcher_stale): its claims"
     " are released",
     "dispatcher.resumed": "a dispatcher judged silent heartbeats again (it had been paused)",
-    "slurm.unreachable": "squeue failed: passes change nothing",
+    "slurm.unreachable": "squeue failed: passes change nothing; or a clean stop could not scancel its Slurm jobs,"
+    " which it left to the next corral",
     "slurm.reachable": "squeue answers again",
     "slurm.orphan": "a Slurm job of an attempt corral ended was scancelled",
     "slurm.reniced": "a priority change reached a pending Slurm job as its Nice",

@@ -398,29 +398,60 @@ class SlurmLoop(LiveLoop):
 
     def _shutdown_fleet(self, reason: str) -> None:
         """scancel this dispatcher's Slurm jobs and requeue their jobs as temporary failures
-        (with --keep-fleet this is not called: the Slurm jobs run on, for the next corral)."""
+        (with --keep-fleet this is not called: the Slurm jobs run on, for the next corral). Those
+        Slurm could not be asked to scancel are left to the next corral in the same way."""
         # A last look at Slurm first: a job that ended since the last pass (up to loop.interval
         # ago) is recorded as it ended, complete or failed, instead of being requeued and run a
         # second time. If squeue fails, every attempt is requeued, as before.
         with self.store.pass_lock(self.config.policy.dispatch.dispatcher_stale / 2):
-            self._follow(self.clock(), submit=False)
+            looked = self._follow(self.clock(), submit=False) is not None
         now = self.clock()
         snapshot = self.store.load_snapshot(self.dispatcher_id, [], 0.0)
         jobs = {job.id: job for job in snapshot.jobs}
         refs = self.store.executor_refs(self.dispatcher_id)
         mine: list[Attempt] = [a for a in snapshot.attempts if a.dispatcher_id == self.dispatcher_id]
         cancel = [refs[a.id] for a in mine if a.id in refs]
+        left: set[str] = set()  # Slurm jobs that may still run: their attempts are not requeued
         if cancel:
             try:
                 self.slurm.scancel(cancel)
             except SlurmError as exc:
                 log.warning("scancel %s failed: %s", ", ".join(cancel), exc)
+                left = self._still_active(cancel) if looked else set(cancel)
+                if left:
+                    self._left_running(sorted(left, key=int), str(exc), now)
         for attempt in mine:
             job = jobs.get(attempt.job_id)
-            if job is not None:
+            if job is not None and refs.get(attempt.id) not in left:
                 self.store.apply_outcome(
                     retry.after_temp_failure(job, now, self.config.policy.retry, reason, (attempt.id,)), now
                 )
+
+    def _still_active(self, refs: list[str]) -> set[str]:
+        """Which of `refs` Slurm may still run or start after a scancel that failed: those it lists
+        pending or running, or all of them if squeue fails too."""
+        try:
+            listing = self.slurm.squeue()
+        except SlurmError:
+            return set(refs)
+        wanted = set(refs)
+        return {
+            j.id
+            for j in listing
+            if j.id in wanted and phase_of(j.state) in batch.ACTIVE and batch.base_state(j.state) != "COMPLETING"
+        }
+
+    def _left_running(self, refs: list[str], error: str, now: float) -> None:
+        """A stop that could not scancel leaves those Slurm jobs' attempts as they are, as
+        --keep-fleet does: requeued, each would be submitted again by the next corral while its
+        Slurm job still ran (slurmd runs a job on while slurmctld is away), and one that completed
+        meanwhile would have run twice. The next corral with this data directory follows them."""
+        message = (
+            f"corral stopped, and scancel failed: {error}; slurm jobs {', '.join(refs)} are left to Slurm,"
+            " and the next corral with this data directory records how they end"
+        )
+        log.warning("%s", message)
+        self.store.add_event(now, "slurm.unreachable", message)
 
 
 def slurm_time(seconds: float) -> str:
