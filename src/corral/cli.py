@@ -1019,12 +1019,18 @@ def each_job(job_ids: list[str], action: str, said: Callable[[dict[str, Any]], s
             error(f"{job_id}: {exc}")
             refused += 1
             continue
-        if "array_job_id" in result:
+        if answers_for_array(result):
             sys.stdout.write(array_said(ARRAY_DONE[action], result) + "\n")
         else:
             sys.stdout.write(f"{job_id}: {said(result)}\n")
     if refused:
         raise typer.Exit(1)
+
+
+def answers_for_array(result: dict[str, Any]) -> bool:
+    """Whether the API answered for a whole job array (ArrayActionOut): a job's own answer names
+    the array it is a task of too (`array_job_id`), so that key alone does not tell."""
+    return "unchanged" in result and "tasks" in result
 
 
 def array_said(done: str, result: dict[str, Any], detail: str = "") -> str:
@@ -1047,7 +1053,7 @@ def priority(job_id: ActArg, value: int) -> None:
     """Set a job's priority; 0 cancels it (seed 001). A job array's id: each of its tasks not
     finished (12_3: that task alone)."""
     j = call("PATCH", f"/api/jobs/{job_id}", json={"priority": value})
-    if "array_job_id" in j:
+    if answers_for_array(j):
         sys.stdout.write(array_said(f"priority {value} set on", j) + "\n")
     elif j["priority"] != value:  # a finished job keeps its own
         sys.stdout.write(f"{job_id}: already {j['state']}\n")
@@ -1124,7 +1130,7 @@ def update(
     except Refused as exc:
         # The API names a body's field ("body.ram: ..."), the store a spec's ("ram: ..."): as options here.
         fail(re.sub(r"(?:body\.)?\b(" + "|".join(given) + r"|time_limit(?:_add)?)\b:", _as_option, str(exc)))
-    if "array_job_id" in result:
+    if answers_for_array(result):
         sys.stdout.write(array_said("updated", result, _array_changes(result["changes"])) + "\n")
         return
     changes = result["changes"]
