@@ -22,20 +22,18 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from corral.config import (
-    ConfigError,
+from corral.core.model import JobState
+from corral.core.units import parse_duration
+from corral.files import (
     DamagedServerInfo,
     RepeatedKey,
     UnreadableFile,
     is_yaml,
-    load_config,
     load_yaml,
     read_server_info,
     read_text,
     unique_keys,
 )
-from corral.core.model import JobState
-from corral.core.units import parse_duration
 from corral.home import default_home
 from corral.jobspec import JobRequest, to_epoch
 from corral.placement import attributes as attr
@@ -301,6 +299,7 @@ def run(
     ] = False,
 ) -> None:
     """Run corral: the server, the control loop and the cloud driver (default: loopback + SQLite)."""
+    from corral.config import ConfigError, load_config
     from corral.serve import serve, setup_logging
 
     try:
@@ -1787,6 +1786,8 @@ def notify_status(as_json: JsonFlag = False) -> None:
 @config_app.command("check")
 def config_check(file: Path) -> None:
     """Validate a config file; errors name the key and the reason."""
+    from corral.config import ConfigError, load_config
+
     try:
         config = load_config(file)
     except ConfigError as exc:
@@ -1800,6 +1801,8 @@ def config_check(file: Path) -> None:
 @config_app.command("show")
 def config_show(file: Annotated[Path | None, typer.Argument()] = None) -> None:
     """Print the effective configuration (defaults filled in) as JSON."""
+    from corral.config import ConfigError, load_config
+
     try:
         config = load_config(file)
     except ConfigError as exc:

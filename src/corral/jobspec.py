@@ -15,9 +15,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from corral.core import dependency as dependencies
 from corral.core import job_array
-from corral.core.model import GiB, Job, LocalityHints, Resources
-from corral.core.settings import Duration, OnNodeFailure, SizeMiB
-from corral.core.units import Float, Int
+from corral.core.model import GiB, Job, LocalityHints, OnNodeFailure, Resources
+from corral.core.units import Duration, Float, Int, SizeMiB
 
 MAX_PRIORITY = 1_000_000
 # The longest job name the store keeps (jobs.name is VARCHAR(200): PostgreSQL refuses a longer one,

@@ -27,7 +27,8 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from corral.cloud.base import CloudDriver
-from corral.config import Config, DamagedServerInfo, read_server_info, without_password
+from corral.config import Config
+from corral.files import DamagedServerInfo, read_server_info, without_password
 from corral.loop import ControlLoop, LiveLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BeforeValidator
 
 if TYPE_CHECKING:
     from corral.core.dependency import Dependency
@@ -96,6 +98,10 @@ def node_failure_action(value: Any) -> Any:
     if action in NOT_OFFERED:
         raise ValueError(f"{value!r} is not offered: {NOT_OFFERED[action]}; use {offered}")
     raise ValueError(f"unknown action {value!r}; use {offered}")
+
+
+# As a pydantic field (a job's on_node_failure, the policy's default).
+OnNodeFailure = Annotated[NodeFailureAction, BeforeValidator(node_failure_action)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core.events import EVENT_KINDS, matching_kinds
-from corral.core.settings import Duration
-from corral.core.units import Int
+from corral.core.units import Duration, Int
 
 RULE_SUBJECT = "*"  # the subject of a rule as a whole
 NOTIFY_KINDS = "notify."  # the notifier's own events: matched only by an `on` entry that names them

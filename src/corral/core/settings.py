@@ -11,13 +11,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from corral.core.limits import SpendLimits
-from corral.core.model import NodeFailureAction, node_failure_action
-from corral.core.units import Float, Int, parse_duration, parse_size
+from corral.core.model import OnNodeFailure
+from corral.core.units import Duration, Float, Int, parse_duration
 from corral.placement.settings import PlacementSettings
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-SizeMiB = Annotated[int, BeforeValidator(parse_size)]
-OnNodeFailure = Annotated[NodeFailureAction, BeforeValidator(node_failure_action)]
 
 
 def parse_time_limit_grace(value: Any) -> Any:

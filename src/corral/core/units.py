@@ -89,6 +89,13 @@ def parse_size(value: Any) -> int:
     raise ValueError(f"not a size: {value!r} (write MiB, or e.g. '512MiB', '4GiB')")
 
 
+# A duration ("90s", "5m", "1h30m", or seconds) and a size ("4GiB", or MiB) as pydantic fields.
+# Here, not beside the settings that use them most, so that a job request (corral.jobspec) is
+# read without building every settings model (the CLI's start-up: tests/cli_start and bench).
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+SizeMiB = Annotated[int, BeforeValidator(parse_size)]
+
+
 def _finite_size(mib: float, value: Any) -> int:
     if not math.isfinite(mib):
         raise ValueError(f"{value!r} is not a finite size (write a number of MiB, or e.g. '512MiB', '4GiB')")

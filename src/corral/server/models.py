@@ -11,8 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from corral.core import categories, drain
 from corral.core.model import JobState
-from corral.core.settings import Duration, SizeMiB
-from corral.core.units import Float, Int
+from corral.core.units import Duration, Float, Int, SizeMiB
 from corral.jobspec import MAX_PRIORITY, EpochSeconds, JobRequest, to_epoch
 from corral.placement import attributes as attr
 

@@ -14,7 +14,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from corral.config import ConfigError
 from corral.core.units import format_duration, parse_size
 from corral.sim.summary import ROWS, format_value
 
@@ -72,6 +71,7 @@ def simulate_command(
 ) -> None:
     """Replay WORKLOAD through corral's reconcile pass on a simulated cloud: cost, waits, a report."""
     # Here, not at the top: the engine loads NumPy, which no other CLI command needs.
+    from corral.config import ConfigError
     from corral.sim.engine import SimulationError
     from corral.sim.run import WorkloadOptions, default_workers, load_runs, simulate
     from corral.workload import WorkloadError

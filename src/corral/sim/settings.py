@@ -12,8 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from corral.core.settings import Duration, SizeMiB
-from corral.core.units import Float, Int
+from corral.core.units import Duration, Float, Int, SizeMiB
 
 
 class _Strict(BaseModel):

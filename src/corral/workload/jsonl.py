@@ -29,10 +29,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from corral.config import RepeatedKey, unique_keys
 from corral.core.dependency import Dependency, whole_arrays
-from corral.core.settings import Duration
-from corral.core.units import Int
+from corral.core.units import Duration, Int
+from corral.files import RepeatedKey, unique_keys
 from corral.jobspec import JobRequest
 from corral.workload.model import MAX_SECONDS, ReadStats, SimJob, Workload, WorkloadError, numbered_lines
 
