@@ -4,9 +4,10 @@ notify."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
@@ -226,10 +227,8 @@ def _reservation_refusals(jobs: list[JobRequest], runtime: Runtime, now: float) 
     named = [(i, job.reservation) for i, job in enumerate(jobs) if job.reservation]
     if not named:
         return []
-    if runtime.config.executor == "slurm":
-        return [f"jobs.{i}.reservation: {_NOT_IN_FRONT_OF_SLURM.format(name=name)}" for i, name in named]
-    in_force = _reservations_in_force(runtime, now)
-    return [f"jobs.{i}.reservation: {why}" for i, name in named if (why := reservations.refusal(name, in_force))]
+    refusal = _reservation_refusal(runtime, now)
+    return [f"jobs.{i}.reservation: {why}" for i, name in named if (why := refusal(name))]
 
 
 # corral's reservations are attributes of its own nodes; Slurm's are Slurm's, and corral does not
@@ -240,18 +239,14 @@ _NOT_IN_FRONT_OF_SLURM = (
 )
 
 
-def _reservations_in_force(runtime: Runtime, now: float) -> dict[str, float]:
+def _reservation_refusal(runtime: Runtime, now: float) -> Callable[[str], str | None]:
+    """Why a job may not name reservation `name` (at submission, or moved by `corral update
+    --reservation`), None when it is in force: the reservations in force read once."""
+    if runtime.config.executor == "slurm":
+        return lambda name: _NOT_IN_FRONT_OF_SLURM.format(name=name)
     types = runtime.config.instance_types
     held: list[reservations.Attributes] = [*runtime.store.live_node_attributes(), *(t.attributes for t in types)]
-    return reservations.in_force(held, now)
-
-
-def _reservation_refusal(name: str, runtime: Runtime, now: float) -> str | None:
-    """Why a queued job may not be moved into reservation `name` (`corral update --reservation`),
-    in the words of a submission's refusal; None when it is in force."""
-    if runtime.config.executor == "slurm":
-        return _NOT_IN_FRONT_OF_SLURM.format(name=name)
-    return reservations.refusal(name, _reservations_in_force(runtime, now))
+    return functools.partial(reservations.refusal, reservations=reservations.in_force(held, now))
 
 
 @router.get("/jobs")
@@ -308,12 +303,12 @@ def show_job(job_id: JobId, runtime: UserRuntime) -> JobOut:
 def cancel_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scancel`: the next pass cancels the job (kills its run). A job array's id: every
     open task."""
-    store = runtime.store
-    if target.whole_array:
-        outcome = array_out(store.cancel_array(target.job_id, time.time()))
-        runtime.wake()
-        return outcome
-    result = store.request_cancel(target.job_id, time.time())
+    store, now = runtime.store, time.time()
+    result = (
+        array_out(store.cancel_array(target.job_id, now))
+        if target.whole_array
+        else store.request_cancel(target.job_id, now)
+    )
     runtime.wake()
     return result
 
@@ -348,12 +343,12 @@ def requeue_job(
     claimed or running job's run and queues it again, counting no failure; a finished job is queued
     again at once, as a job submitted now. A job array's id: each of its tasks."""
     hold = body.hold if body else False
-    store = runtime.store
-    if target.whole_array:
-        outcome = array_out(store.requeue_array(target.job_id, time.time(), hold=hold))
-        runtime.wake()
-        return outcome
-    result = store.request_requeue(target.job_id, time.time(), hold=hold)
+    store, now = runtime.store, time.time()
+    result = (
+        array_out(store.requeue_array(target.job_id, now, hold=hold))
+        if target.whole_array
+        else store.request_requeue(target.job_id, now, hold=hold)
+    )
     runtime.wake()
     return result
 
@@ -361,12 +356,10 @@ def requeue_job(
 @router.post("/jobs/{job_id}/release")
 def release_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scontrol release`. A job array's id: each of its held tasks."""
-    store = runtime.store
-    if target.whole_array:
-        outcome = array_out(store.release_array(target.job_id, time.time()))
-        runtime.wake()
-        return outcome
-    result = store.release(target.job_id, time.time())
+    store, now = runtime.store, time.time()
+    result = (
+        array_out(store.release_array(target.job_id, now)) if target.whole_array else store.release(target.job_id, now)
+    )
     runtime.wake()
     return result
 
@@ -396,7 +389,7 @@ def update_job(target: JobOrArray, body: JobUpdateBody, runtime: UserRuntime) ->
     changes = {key: getattr(body, key) for key in body.model_fields_set if key != "time_limit_add"}
     if body.reservation:
         # As at submission: a reservation in force nowhere is refused, not waited for.
-        why = _reservation_refusal(body.reservation, runtime, time.time())
+        why = _reservation_refusal(runtime, time.time())(body.reservation)
         if why:
             raise HTTPException(422, [f"reservation: {why}"])
     # In front of Slurm, Slurm enforces a running job's time limit (scontrol update changes it there).
