@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from placement_helpers import NOW, job, node, placed, run_pass, running
@@ -321,3 +323,83 @@ def test_a_job_strictly_near_a_running_target_is_not_gated_by_cost() -> None:
     anywhere = job(3, 2, 2, time_limit=10 * HOUR)
     result = run_pass([big("big")], [anywhere], attempts=[on_big], other_jobs=[target], instance_types=TYPES)
     assert result.reasons[3] == COSTLY_REASON
+
+
+# --- billing periods: what a node is paid for already costs nothing to keep ------------------------
+
+
+def _hourly(itype: InstanceType) -> InstanceType:
+    return dataclasses.replace(itype, billing_granularity=HOUR)
+
+
+HOURLY_TYPES = [_hourly(t) for t in TYPES]
+
+
+def _hourly_big(node_id: str, age: float) -> Node:
+    n = big(node_id)
+    n.billing_granularity, n.created_at = HOUR, NOW - age
+    return n
+
+
+def test_with_hourly_billing_a_job_ending_within_the_paid_hour_keeps_the_node() -> None:
+    # A c5.18xlarge ten minutes into its paid hour, its work ending within ten minutes, and a
+    # 1-vcpu job of up to 45 minutes: billed by the second, keeping the big node up for it costs
+    # far more than a c5.large (the gate boots one); billed by the hour, the node is paid for
+    # the next 50 minutes whatever it runs, so the job goes on it.
+    j1, a1 = work(1, "n", 40, 600)
+    queue = [job(1, 1, 1, time_limit=45 * 60)]
+    per_second = run_pass([big("n")], queue, attempts=[a1], other_jobs=[j1], instance_types=TYPES)
+    assert placed(per_second) == {}
+    assert per_second.reasons[1] == COSTLY_REASON
+    hourly = run_pass([_hourly_big("n", 600)], queue, attempts=[a1], other_jobs=[j1], instance_types=HOURLY_TYPES)
+    assert placed(hourly) == {1: ("n",)}
+    # Near the end of its hour, the job would keep it up well into the next: a new instance.
+    late = run_pass([_hourly_big("n", 3000)], queue, attempts=[a1], other_jobs=[j1], instance_types=HOURLY_TYPES)
+    assert placed(late) == {}
+
+
+def test_with_hourly_billing_a_new_instance_costs_its_whole_first_hour() -> None:
+    arrays = NodeArrays([big("n")], None, PlacementSettings(), NOW)
+    cost = PlacementSettings().cost
+    five_minutes = Demand(job_id=1, resources=Resources(1, 2 * GiB), time_limit=300.0)
+    ends = np.full((len(cost.run_fractions), 1), NOW)
+    per_second = CostGate(arrays, ends, offers(TYPES, {}, NOW), NOW, cost)
+    # Its run (half its limit, on average) and its boot, by the second.
+    assert per_second.new_instance_cost(five_minutes) == pytest.approx(SMALL.price_per_hour * (150 + 90) / HOUR)
+    hourly = CostGate(arrays, ends, offers(HOURLY_TYPES, {}, NOW), NOW, cost)
+    assert hourly.new_instance_cost(five_minutes) == pytest.approx(SMALL.price_per_hour)
+
+
+def test_with_hourly_billing_a_job_rides_along_on_an_instance_booting_for_the_hour() -> None:
+    # As test_the_boot_planner_does_not_promise_room_the_gate_will_refuse, with a 45-minute job:
+    # billed by the second the big node would cost it far more than a c5.large; billed by the
+    # hour, it is paid for its first hour once up, which the job fits in.
+    queue = [job(1, 1, 1, time_limit=45 * 60)]
+    assert _plan([_booting("n-big", BIG)], queue) == ["c5.large"]
+    booting = _booting("n-big", BIG)
+    booting.billing_granularity = HOUR
+    snapshot = Snapshot(jobs=queue, attempts=[], nodes=[booting], instance_types=HOURLY_TYPES, observing_since=0)
+    settings = PolicySettings(boot=BootSettings(max_instances=10))
+    assert plan_pass(snapshot, NOW, settings, placer=make_placer(settings)).boots == []
+
+
+def test_a_kept_refusal_ends_with_the_paid_hour() -> None:
+    """A kept placer remembers that the gate kept a request off every node, until a node changes;
+    a node's next paid hour makes keeping it cheaper without any change to it, and the refusal
+    must not outlive it: the kept placer places the job as a fresh one does."""
+    j1, a1 = work(1, "n", 40, 600, started_ago=3000)  # its work has ended by every estimate
+    queue = [job(1, 1, 1, time_limit=45 * 60)]
+    nodes = [_hourly_big("n", HOUR - 100)]  # paid for 100 s more
+    nodes[0].last_ping_at = NOW
+    snapshot = Snapshot(jobs=[j1, *queue], attempts=[a1], nodes=nodes, instance_types=HOURLY_TYPES, observing_since=0)
+    settings = PolicySettings(boot=BootSettings(max_instances=10))
+    placer = make_placer(settings)
+    first = plan_pass(snapshot, NOW, settings, placer=placer)
+    assert first.placements == []
+    assert [b.instance_type for b in first.boots] == ["c5.large"]  # (left out of the next snapshot)
+    later = NOW + 200  # in its next paid hour
+    nodes[0].last_ping_at = later
+    assert [p.node_ids for p in plan_pass(snapshot, later, settings, placer=make_placer(settings)).placements] == [
+        ("n",)
+    ]
+    assert [p.node_ids for p in plan_pass(snapshot, later, settings, placer=placer).placements] == [("n",)]

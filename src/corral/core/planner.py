@@ -50,7 +50,7 @@ from corral.placement.boot import TypeRanker
 from corral.placement.demand import Demand, Hints
 from corral.placement.engine import Engine
 from corral.placement.filters import RESOURCE_FILTERS
-from corral.placement.lifetime import costly_before_start
+from corral.placement.lifetime import Bill, costly_before_start, paid_after_boot
 from corral.placement.locality import LocalityIndex
 from corral.placement.settings import CostSettings, PlacementSettings
 
@@ -63,6 +63,9 @@ class _Bin:
     longest: float = 0.0  # the longest time limit of the jobs put on it (inf: one without a limit)
     up: bool = False  # a node up and idle (only gangs count on one)
     instance_type: str = ""
+    # How long it is paid for once it takes work (its first billing period past its boot): work
+    # that ends by then keeps it up at no cost (the cost gate's `paid_after_boot`).
+    paid_for: float = 0.0
 
 
 Note = tuple[str, bool]  # a wait reason, and whether the job is unplaceable
@@ -261,7 +264,17 @@ def _plan_boots(
 ) -> tuple[BootPlan, float]:
     """The plan, and the time until which it holds with the same inputs."""
     types_for = order.holding
-    pending = [_Bin(node.id, free, node.price_per_hour, instance_type=node.instance_type) for node, free in booting]
+    boot_time = cost.boot_time if cost is not None else 0.0
+    pending = [
+        _Bin(
+            node.id,
+            free,
+            node.price_per_hour,
+            instance_type=node.instance_type,
+            paid_for=paid_after_boot(node.billing_granularity, node.billing_minimum, boot_time),
+        )
+        for node, free in booting
+    ]
     up = [_Bin(node.id, node.capacity, node.price_per_hour, up=True) for node in idle]
     held: set[str] = set()
     planned: list[_Bin] = []
@@ -270,7 +283,7 @@ def _plan_boots(
     budget = max(0, settings.max_instances - live_instances)
     limits = settings.spend_limits()
     spending = limits.any  # (the fleet grows with each boot planned: `fleet` below)
-    verdicts: dict[tuple[float, float, float, float], bool] = {}
+    verdicts: dict[tuple[float, float, float, float, Bill], bool] = {}
     # Per list of types that hold a request, those not in back-off (a long queue of a capped
     # fleet asks again and again in one pass).
     fitting_of: dict[int, list[InstanceType]] = {}
@@ -346,7 +359,7 @@ def _plan_boots(
             and need <= budget
             and not (spending and limits.refuses(fleet, fitting[0], need))
         ):
-            refuses = _gate(cost, limit, fitting[0].price_per_hour, verdicts)
+            refuses = _gate(cost, limit, Bill.of(fitting[0]), verdicts)
         promise = math.inf if limit is None else limit
         if need == 1:
             chosen = _take_bins(pending_for, request, need, promise, refuses)
@@ -423,6 +436,7 @@ def _plan_boots(
                     cheapest.price_per_hour,
                     promise,
                     instance_type=cheapest.name,
+                    paid_for=paid_after_boot(cheapest.billing_granularity, cheapest.billing_minimum, boot_time),
                 )
             )
         budget -= now_booted
@@ -636,16 +650,16 @@ class _TypeOrder:
 
 
 def _gate(
-    cost: CostSettings, limit: float, new_price: float, verdicts: dict[tuple[float, float, float, float], bool]
+    cost: CostSettings, limit: float, new_bill: Bill, verdicts: dict[tuple[float, float, float, float, Bill], bool]
 ) -> Callable[[_Bin], bool]:
     """Whether the cost gate will refuse a job of time limit `limit` on a bin, once it is up
-    (`new_price`: the cheapest type that holds the job); answers kept for the pass."""
+    (`new_bill`: how the cheapest type that holds the job bills); answers kept for the pass."""
 
     def refuses(b: _Bin) -> bool:
-        key = (b.price, b.longest, limit, new_price)
+        key = (b.price, b.longest, b.paid_for, limit, new_bill)
         verdict = verdicts.get(key)
         if verdict is None:
-            verdict = verdicts[key] = costly_before_start(b.price, b.longest, limit, new_price, cost)
+            verdict = verdicts[key] = costly_before_start(b.price, b.longest, b.paid_for, limit, new_bill, cost)
         return verdict
 
     return refuses

@@ -88,6 +88,10 @@ class FleetFacts:
         self.n = n
         self.capacity = _stack(node.capacity for node in nodes)
         self.price = np.array([node.price_per_hour for node in nodes], dtype=np.float64)
+        # How each node bills (the cost gate's paid-through times): fixed for a node's id.
+        self.created_at = np.array([node.created_at for node in nodes], dtype=np.float64)
+        self.billing_granularity = np.array([node.billing_granularity for node in nodes], dtype=np.float64)
+        self.billing_minimum = np.array([node.billing_minimum for node in nodes], dtype=np.float64)
         self.attributes = [node.attributes for node in nodes]
         self.listed: Bools | None = None
 
@@ -204,6 +208,9 @@ class FleetFacts:
         c = node.capacity
         self.capacity[:, i] = (c.vcpus, c.ram_mib, c.scratch_mib, c.gpus)
         self.price[i] = node.price_per_hour
+        self.created_at[i] = node.created_at
+        self.billing_granularity[i] = node.billing_granularity
+        self.billing_minimum[i] = node.billing_minimum
         self.attributes[i] = node.attributes
         taking = node.state in SCHEDULABLE
         self.schedulable[i] = taking

@@ -137,8 +137,9 @@ class Engine:
         self._changes = 0
         self._committed: list[int] = []  # nodes committed to since the last renew
         # One-node requests the cost gate kept off every node they fit, by (request, time limit,
-        # most a node may cost): the change journal's position then (see `still_refused`).
-        self._refused: dict[tuple[object, ...], int] = {}
+        # most a node may cost): the change journal's position then, and until when the nodes'
+        # paid-through times stand (see `still_refused`).
+        self._refused: dict[tuple[object, ...], tuple[int, float]] = {}
         # Bumped by every change to the node arrays, so an explanation made at a version holds
         # while it is current; requests that found no node, kept until something makes room.
         self.version = 0
@@ -576,10 +577,14 @@ class Engine:
         fits, as it did when `note_refused` was last called for it, and some node fits: only the
         nodes changed since need a look. A node's expected extension only grows with time while
         its work is unchanged (work that starts moves its end later: `renew` forgets refusals
-        then), and a node it did not fit must have changed to fit now."""
+        then) and it is paid for up to the same time (an hourly-billed node's next hour makes it
+        cheaper to keep), and a node it did not fit must have changed to fit now."""
         key = (demand.key, gate.limit(demand), gate.allowed(demand))
-        since = self._refused.get(key)
-        if since is None:
+        refused = self._refused.get(key)
+        if refused is None:
+            return False
+        since, holds_until = refused
+        if gate.now > holds_until:
             return False
         if since == self._changes:
             return True  # no node changed since it was found so, when some node fit it
@@ -596,13 +601,14 @@ class Engine:
             costly = gate.exclude(demand, lambda: changed)
             if costly is None or not costly[changed].all():
                 return False
-        self._refused[key] = self._changes
+        self._refused[key] = (self._changes, holds_until)
         return True
 
     def note_refused(self, demand: Demand, gate: CostGate) -> None:
         """The cost gate kept `demand` off every node it fits, as of now."""
         if demand.node_count == 1 and demand.hints is None and self._sharing:
-            self._refused[(demand.key, gate.limit(demand), gate.allowed(demand))] = self._changes
+            key = (demand.key, gate.limit(demand), gate.allowed(demand))
+            self._refused[key] = (self._changes, gate.paid_hours_end)
 
     def fitting_known(self, demand: Demand) -> bool:
         """Whether `demand` has shared filter work (no locality hints, no job-dependent scorers)."""

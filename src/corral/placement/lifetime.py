@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corral.core.accounting import billed_seconds
 from corral.core.model import Attempt, InstanceType, Job, Resources
 from corral.placement.arrays import ANY_OF, MAX_OF, SUM_OF, Bools, Floats, Ints, NodeArrays
 from corral.placement.demand import Demand
@@ -78,58 +79,93 @@ def _mean(fractions: tuple[float, ...]) -> float:
     return float(np.array(fractions, dtype=np.float64).mean())
 
 
-def _instance_cost(price: float, limit: float, mean: float, boot_time: float) -> float:
-    """Expected cost (USD) of a new instance at `price` per hour for a job of time limit `limit`
-    whose run is taken to last `mean` of it, boot included."""
-    return price * (mean * limit + boot_time) / 3600.0
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """How a new instance of a type is billed: its hourly price, the granularity its time is
+    rounded up to and the least it bills (seconds), as `corral.core.accounting.billed_seconds`."""
+
+    price_per_hour: float
+    granularity: float = 1.0
+    minimum: float = 0.0
+
+    @classmethod
+    def of(cls, instance_type: InstanceType) -> Bill:
+        return cls(instance_type.price_per_hour, instance_type.billing_granularity, instance_type.billing_minimum)
 
 
-def costly_before_start(price: float, longest: float, limit: float, new_price: float, settings: CostSettings) -> bool:
+NO_INSTANCE = Bill(math.inf)  # no type that holds the job can be booted
+
+
+def _instance_cost(bill: Bill, limit: float, run_fractions: tuple[float, ...], boot_time: float) -> float:
+    """Expected cost (USD) of a new instance billed as `bill` for a job of time limit `limit`
+    whose run is taken to last each of `run_fractions` of it alike, boot included. A new instance
+    bills its rounding and minimum for the job alone: with hourly billing a 5-minute job's instance
+    costs an hour, and a running node may keep it up for much more than those 5 minutes."""
+    billed = sum(
+        billed_seconds(0.0, share * limit + boot_time, bill.granularity, bill.minimum) for share in run_fractions
+    )
+    return bill.price_per_hour * billed / len(run_fractions) / 3600.0
+
+
+def paid_after_boot(granularity: float, minimum: float, boot_time: float) -> float:
+    """How long a new instance is paid for once booted: its first billing period (its minimum, or
+    an hour with hourly billing) less its boot; 0 with per-second billing past a 60 s minimum."""
+    return max(0.0, max(minimum, granularity if granularity > 1.0 else 0.0) - boot_time)
+
+
+def costly_before_start(
+    price: float, longest: float, paid_for: float, limit: float, new_bill: Bill, settings: CostSettings
+) -> bool:
     """The cost gate's test for a node whose work has not started: an instance still booting, or
     one the boot planner is about to boot, with the longest time limit of the jobs already promised
-    to it (0: none, inf: one without a limit). Their runs and the job's all start when the node
-    pairs, so only the limits count.
+    to it (0: none, inf: one without a limit) and how long it is paid for once up (`paid_after_boot`).
+    Their runs and the job's all start when the node pairs, so only the limits count.
     The boot planner asks it, so that it does not promise a job room the gate will refuse once the
     node is up (the job would then wait for a second boot)."""
     key = (settings.max_extension, tuple(settings.run_fractions), settings.boot_time)
-    return _costly_before_start(price, longest, limit, new_price, key)
+    return _costly_before_start(price, longest, paid_for, limit, new_bill, key)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # the planner asks again and again, pass after pass
 def _costly_before_start(
-    price: float, longest: float, limit: float, new_price: float, key: tuple[float, tuple[float, ...], float]
+    price: float,
+    longest: float,
+    paid_for: float,
+    limit: float,
+    new_bill: Bill,
+    key: tuple[float, tuple[float, ...], float],
 ) -> bool:
     max_extension, run_fractions, boot_time = key
-    if max_extension <= 0 or not math.isfinite(new_price):
+    if max_extension <= 0 or not math.isfinite(new_bill.price_per_hour):
         return False
-    allowed = max_extension * _instance_cost(new_price, limit, _mean(run_fractions), boot_time)
+    allowed = max_extension * _instance_cost(new_bill, limit, run_fractions, boot_time)
     # The job keeps the node up at most for its own expected run: enough to admit most nodes.
     if price * _mean(run_fractions) * limit / 3600.0 <= allowed:
         return False
     fractions = np.array(run_fractions, dtype=np.float64)
-    ends = (fractions * longest)[:, None]
+    ends = np.maximum(fractions * longest, paid_for)[:, None]
     extension = float(expected_extension(ends, 0.0, limit, fractions)[0])
     return price * extension / 3600.0 > allowed
 
 
-Offers = list[tuple[Resources, float]]
+Offers = list[tuple[Resources, Bill]]
 
 
 def offers(instance_types: Sequence[InstanceType], unavailable: Mapping[str, float], now: float) -> Offers:
-    """What the boot planner may boot now, as (capacity, hourly price): every type not in capacity
+    """What the boot planner may boot now, as (capacity, bill): every type not in capacity
     back-off, cheapest first (the first offer that holds a request is the cheapest one that does)."""
     return sorted(
-        ((t.capacity, t.price_per_hour) for t in instance_types if unavailable.get(t.name, 0.0) <= now),
-        key=lambda offer: offer[1],
+        ((t.capacity, Bill.of(t)) for t in instance_types if unavailable.get(t.name, 0.0) <= now),
+        key=lambda offer: offer[1].price_per_hour,
     )
 
 
 @dataclass(slots=True)
 class GatePrices:
-    """Per request, the hourly price of a new instance and the most a node may cost the job: the
+    """Per request, how a new instance would be billed and the most a node may cost the job: the
     same for every pass while the offers (types and back-offs) and the gate's settings are."""
 
-    new_price: dict[tuple[float, float, float, float], float] = field(default_factory=dict)
+    new_bill: dict[tuple[float, float, float, float], Bill] = field(default_factory=dict)
     allowed: dict[tuple[tuple[float, float, float, float], float | None], float] = field(default_factory=dict)
     settings: tuple[object, ...] = ()  # what `allowed` was worked out with
 
@@ -170,29 +206,51 @@ class CostGate:
         self._own_ends = False
         self._offers = offers
         prices = (prices if prices is not None else GatePrices()).under(settings, default_limit)
-        self._new_price, self._allowed = prices.new_price, prices.allowed
+        self._new_bill, self._allowed = prices.new_bill, prices.allowed
         self._top_price = float(MAX_OF(arrays.price)) if arrays.n else 0.0
+        self._paid_until: Floats | None = None
+
+    @property
+    def paid_until(self) -> Floats:
+        """Per node, until when it is paid for already (not before `now`): a job that ends by then
+        keeps it up at no cost. With per-second billing that is `now` (or the end of a young node's
+        billing minimum); with hourly billing the end of its current hour."""
+        if self._paid_until is None:
+            facts = self.arrays.facts
+            age = np.maximum(self.now - facts.created_at, 0.0)
+            granularity = facts.billing_granularity
+            rounded = np.where(granularity > 1.0, np.ceil(age / np.maximum(granularity, 1.0) - 1e-9) * granularity, age)
+            paid = facts.created_at + np.maximum(rounded, facts.billing_minimum)
+            self._paid_until = np.maximum(paid, self.now)
+        return self._paid_until
+
+    @functools.cached_property
+    def paid_hours_end(self) -> float:
+        """The first end of a node's paid period (with billing granularity above a second) after
+        which `paid_until` moves on: until then a node's expected extension can only grow."""
+        periodic = self.arrays.facts.billing_granularity > 1.0
+        return float(self.paid_until[periodic].min()) if periodic.any() else math.inf
 
     def limit(self, demand: Demand) -> float | None:
         return demand.time_limit if demand.time_limit is not None else self.default_limit
 
-    def new_price(self, demand: Demand) -> float:
-        """Hourly price of the type the boot planner would boot for the job (inf: none)."""
-        price = self._new_price.get(demand.amounts)
-        if price is None:
+    def new_bill(self, demand: Demand) -> Bill:
+        """How the type the boot planner would boot for the job bills (NO_INSTANCE: none)."""
+        bill = self._new_bill.get(demand.amounts)
+        if bill is None:
             request = demand.resources
-            price = next((price for capacity, price in self._offers if request.fits_in(capacity)), math.inf)
-            self._new_price[demand.amounts] = price
-        return price
+            bill = next((bill for capacity, bill in self._offers if request.fits_in(capacity)), NO_INSTANCE)
+            self._new_bill[demand.amounts] = bill
+        return bill
 
     def new_instance_cost(self, demand: Demand) -> float:
         """Expected cost (USD) of a new instance of the cheapest fitting type for the job's run,
         boot included; inf when no type can be booted for it or the job has no time limit."""
         limit = self.limit(demand)
-        price = self.new_price(demand)
-        if limit is None or not math.isfinite(price):
+        bill = self.new_bill(demand)
+        if limit is None or not math.isfinite(bill.price_per_hour):
             return math.inf
-        return _instance_cost(price, limit, self.mean_fraction, self.settings.boot_time)
+        return _instance_cost(bill, limit, tuple(self.settings.run_fractions), self.settings.boot_time)
 
     def allowed(self, demand: Demand) -> float:
         """The most a node may cost the job (the gate's ratio times a new instance; inf: any)."""
@@ -210,7 +268,7 @@ class CostGate:
         every = slice(None) if among is None else among
         if limit is None:
             return np.zeros(self.arrays.n if among is None else len(among))
-        ends = np.maximum(self.ends[:, every], self.now)
+        ends = np.maximum(self.ends[:, every], self.paid_until[every])
         hours: Floats = expected_extension(ends, self.now, limit, self.fractions) / 3600.0
         result: Floats = self.arrays.price[every] * hours
         return result
@@ -243,7 +301,8 @@ class CostGate:
             return False
         limit, allowed, _ = at_stake
         now = self.now
-        ends = [end if end > now else now for end in self.ends[:, node].tolist()]
+        paid = float(self.paid_until[node])
+        ends = [end if end > paid else paid for end in self.ends[:, node].tolist()]
         total = 0.0
         for share in self.settings.run_fractions:
             job_end = now + share * limit
