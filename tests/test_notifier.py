@@ -365,3 +365,40 @@ def test_a_failing_webhook_is_named_without_its_secret(
     # As `corral notify status` names a rule's hook (it showed a user:password@ and a ?token= whole).
     assert shown_url("https://u:SECRET@hooks.example.org?token=SECRET") == "https://hooks.example.org/…"
     assert shown_url("https://hooks.example.org:8443") == "https://hooks.example.org:8443"
+
+
+def test_what_a_live_dispatcher_has_in_hand_is_left_to_it_and_a_silent_ones_is_sent_by_another(
+    tmp_path: Path,
+) -> None:
+    """Two dispatchers share the cursor. One hands a notification to its worker; while it
+    heartbeats the other leaves it alone; once it is silent for `dispatch.dispatcher_stale` (it
+    froze, or died with the action unsent), the other sends it: at least once."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    out, release = tmp_path / "sent", tmp_path / "release"
+    script = f'echo "$CORRAL_DISPATCHER" >> {out}; while [ ! -e {release} ]; do sleep 0.05; done'
+    rules = Config.model_validate(
+        {"notify": [{"name": "log", "on": ["node.down"], "timeout": 60, "command": ["sh", "-c", script]}]}
+    ).notify
+    clock = [START]
+    store.heartbeat("a", START)
+    first = Notifier(store, rules, lambda: clock[0], dispatcher_id="a")
+    first.base_env["CORRAL_DISPATCHER"] = "a"
+    second = Notifier(store, rules, lambda: clock[0], dispatcher_id="b")
+    second.base_env["CORRAL_DISPATCHER"] = "b"
+    assert first.after_pass() == 0
+    store.add_event(START, "node.down", "no ping", node_id="n-1")
+    assert first.after_pass() == 1
+    wait_for(lambda: out.exists() and out.read_text().split() == ["a"])
+
+    clock[0] = START + 30  # "a" heartbeated 30 s ago: its notification is its own
+    assert second.after_pass() == 0
+    clock[0] = START + 61  # silent past dispatcher_stale (60 s): "b" takes it over
+    assert second.after_pass() == 1
+    release.touch()
+    wait_for(lambda: out.read_text().split() == ["a", "b"])
+    wait_for(lambda: second.after_pass() == 0 and "sending" not in (store.notify_cursor() or (0, {}, 0))[1])
+    first.close()
+    second.close()
+    assert out.read_text().split() == ["a", "b"]
+    store.close()

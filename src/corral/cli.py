@@ -1751,7 +1751,7 @@ def notify_status(as_json: JsonFlag = False) -> None:
     else:
         console.print(
             f"handled events up to {data['last_event_id']} (newest {newest}, {data['waiting']} waiting),"
-            f" moved {when(data['moved_at'])}",
+            f" moved {when(data['moved_at'])}; {data.get('sending', 0)} being sent",
             highlight=False,
         )
     if data["rules"]:

@@ -19,12 +19,16 @@ A failed action is tried again (corral.core.notify.retry_delay, up to the rule's
 worker hands it back, and the next `after_pass` keeps it in the cursor's state (`retry`) and queues
 it when due, so a retry outlives a restart. After the last try the failure is an event
 `notify.failed` (with the job and node of the event it was about); it never stops the loop. The
-cursor moves before the actions run, so a restart never sends a notification twice; at a stop the
-queue is given `STOP_GRACE` seconds, and what it did not send is kept for the next start. A
-notification in flight when corral is killed is lost (at most once). On the first start the cursor
-is put at the newest event: the history before it is not notified. Dispatchers sharing a store
-share the cursor: each event is notified once, by whichever dispatcher reads it first (give them
-the same rules); a retry, by whichever takes it from the cursor's state first.
+cursor moves before the actions run, in the same write as the notifications it hands to the worker
+(the state's `sending`, each with the dispatcher that holds it), which leave that list once their
+action has run. So nothing is lost to a crash (at least once): a notification still in `sending`
+that no live process holds (its dispatcher restarted, or stopped, or went silent for
+`dispatch.dispatcher_stale`) is sent again, by the restarted dispatcher or by another; one whose
+action was running at the crash may so be sent twice (the event id tells a repeat). At a stop the
+queue is given `STOP_GRACE` seconds, and what it did not send is kept for the next start. On the
+first start the cursor is put at the newest event: the history before it is not notified.
+Dispatchers sharing a store share the cursor: each event is notified by whichever dispatcher reads
+it first (give them the same rules); a retry, by whichever takes it from the cursor's state first.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from typing import Any
 
 import httpx
 
+from corral.core.dispatchers import is_stale
 from corral.core.notify import (
     NOTIFY_KINDS,
     Event,
@@ -55,6 +60,7 @@ from corral.core.notify import (
     rule_names,
     shown_url,
 )
+from corral.core.settings import PolicySettings
 from corral.store import Store
 
 log = logging.getLogger("corral.notify")
@@ -64,15 +70,33 @@ QUEUE_MAX = 1000  # notifications waiting for the worker; past it they are dropp
 STOP_GRACE = 10.0
 RETRIES_KEPT = 1000  # notifications waiting for a retry; past it the newest are given up (a failure recorded)
 RETRY_KEY = "retry"  # the cursor state's list of notifications to try again (corral.core.notify.Retry)
+SENDING_KEY = "sending"  # ... and of those handed to a worker whose action has not run yet (with "owner")
+
+Key = tuple[str, int]  # a notification: its rule's name and its event's id
+
+
+def key_of(note: Notification) -> Key:
+    return note.rule, note.event.id
 
 
 class Notifier:
     def __init__(
-        self, store: Store, rules: list[NotifyRule], clock: Callable[[], float] = time.time, home: Path | None = None
+        self,
+        store: Store,
+        rules: list[NotifyRule],
+        clock: Callable[[], float] = time.time,
+        home: Path | None = None,
+        dispatcher_id: str = "",
+        policy: PolicySettings | None = None,
     ) -> None:
+        """`dispatcher_id`: the dispatcher this notifier sends for (it takes over, after a restart,
+        what it had in hand); `policy`: when another dispatcher counts as gone (its
+        `dispatch.dispatcher_stale`), so that what it had in hand is sent by this one."""
         self.store = store
         self.rules = rules
         self.clock = clock
+        self.dispatcher_id = dispatcher_id
+        self.policy = policy or PolicySettings()
         # The environment of a command: this process's, pointed at this corral (`home`, its data
         # directory), not at whichever the starting shell's CORRAL_URL named.
         self.base_env = dict(os.environ)
@@ -84,6 +108,10 @@ class Notifier:
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()  # one after_pass at a time (the loop's and the stop's)
         self._back: list[Retry] = []  # failures the worker hands back, for after_pass to keep in the store
+        # The notifications this process queued, until after_pass has written that their action ran
+        # (`_done`: the worker's word, not written yet). Both under `_back_lock`.
+        self._in_hand: dict[Key, Retry] = {}
+        self._done: set[Key] = set()
         self._back_lock = threading.Lock()
         self._closing = False  # the stop's last look: nothing more is sent, what is left is kept
 
@@ -108,13 +136,16 @@ class Notifier:
             return 0
         last_id, state_json, moved_at = cursor
         names = rule_names(self.rules)
-        with self._back_lock:  # the worker's failures to try again
+        with self._back_lock:  # the worker's failures to try again, and the actions that ran
             back, self._back = self._back, []
+            done, self._done = self._done, set()
+            in_hand = {k: r for k, r in self._in_hand.items() if k not in done}
         retries = [r for data in state_json.get(RETRY_KEY, []) if (r := Retry.from_json(data, names))] + back
         rows = self.store.events_after(last_id, BATCH)
         now = self.clock()
-        due = [] if self._closing else [r for r in retries if r.due <= now]
-        if not rows and not due and not back:
+        held_elsewhere, orphans = self._sending_elsewhere(state_json.get(SENDING_KEY, []), names, in_hand, done, now)
+        due = [] if self._closing else [r for r in retries if r.due <= now] + orphans
+        if not rows and not due and not back and not done:
             return 0
         events = [
             Event(row["id"], row["at"], row["kind"], row["message"] or "", row["job_id"], row["node_id"])
@@ -129,22 +160,65 @@ class Notifier:
         # The state is written at every pass with events: a receiver down for long under a busy
         # queue must not make it grow without end. The newest past the bound are given up.
         kept, given_up = kept[:RETRIES_KEPT], kept[RETRIES_KEPT:]
-        new_state = {**state.to_json(), RETRY_KEY: [r.to_json() for r in kept]} if kept else state.to_json()
+        queued = [(note, 0) for note in notes] + [(r.note, r.tries) for r in due]
+        sending = {**in_hand, **{key_of(note): Retry(note, tries, now) for note, tries in queued}}
+        new_state = state.to_json()
+        if kept:
+            new_state[RETRY_KEY] = [r.to_json() for r in kept]
+        if sending or held_elsewhere:
+            mine = [{**r.to_json(), "owner": self.dispatcher_id} for r in sending.values()]
+            new_state[SENDING_KEY] = held_elsewhere + mine
         new_id = events[-1].id if events else last_id
         if not self.store.advance_notify_cursor(last_id, new_id, new_state, now, moved_at=moved_at):
             with self._back_lock:  # another dispatcher moved it first; these are tried next pass
                 self._back[:0] = back
+                self._done |= done
             return 0
+        with self._back_lock:
+            for key in done:
+                self._in_hand.pop(key, None)
+            self._in_hand.update((k, r) for k, r in sending.items() if k not in in_hand)
+        if orphans:
+            log.warning(
+                "sending again %d notifications a stopped or silent corral had not sent (at least once)", len(orphans)
+            )
         for r in given_up:
             self._failed(r.note, f"{r.error or 'not sent'}; {RETRIES_KEPT} notifications already waiting for a retry")
-        queued = [(note, 0) for note in notes] + [(r.note, r.tries) for r in due]
         for note, tries in queued:
             self._start_worker()
             try:
                 self._queue.put_nowait((note, tries))
             except queue.Full:
                 self._failed(note, f"{QUEUE_MAX} notifications already waiting; dropped")
+                self._ran(note)
         return len(queued)
+
+    def _sending_elsewhere(
+        self, entries: list[dict[str, Any]], names: list[str], in_hand: dict[Key, Retry], done: set[Key], now: float
+    ) -> tuple[list[dict[str, Any]], list[Retry]]:
+        """The cursor state's `sending` that this process does not hold: those a live dispatcher
+        holds (kept as they are), and those nobody does (to send again): this dispatcher's from
+        before a restart, and those of a dispatcher stopped, silent for `dispatcher_stale` or
+        unknown. Entries of rules no longer configured are dropped."""
+        held: list[dict[str, Any]] = []
+        orphans: list[Retry] = []
+        gone: dict[str, bool] | None = None
+        for data in entries:
+            retry = Retry.from_json(data, names)
+            if retry is None or key_of(retry.note) in in_hand or key_of(retry.note) in done:
+                continue
+            owner = str(data.get("owner", ""))
+            if owner != self.dispatcher_id:
+                if gone is None:
+                    gone = {
+                        row["id"]: row["stopped_at"] is not None or is_stale(row["last_heartbeat"], now, self.policy)
+                        for row in self.store.dispatcher_rows()
+                    }
+                if not gone.get(owner, True):
+                    held.append(data)
+                    continue
+            orphans.append(retry)
+        return held, orphans
 
     def close(self, grace: float = STOP_GRACE) -> None:
         """Notify what the last pass left, give the queued notifications `grace` seconds, then
@@ -171,8 +245,9 @@ class Notifier:
                     unsent += 1
                     with self._back_lock:
                         self._back.append(Retry(item[0], item[1], self.clock()))
+                    self._ran(item[0])
             if worker.is_alive():
-                # The one it is on is lost or sent: at most once.
+                # The one it is on stays in `sending`: the next start sends it (again, if it went out).
                 log.warning(
                     "notifier stopped with an action still running; %d waiting are kept for the next start", unsent
                 )
@@ -199,6 +274,13 @@ class Notifier:
                 error = f"{type(exc).__name__}: {exc}"
             if error:
                 self._try_again(note, tries + 1, error)
+            self._ran(note)
+
+    def _ran(self, note: Notification) -> None:
+        """Its action has run (or it was given up, or kept as a retry): the next after_pass takes
+        it off the state's `sending`."""
+        with self._back_lock:
+            self._done.add(key_of(note))
 
     def _try_again(self, note: Notification, tries: int, error: str) -> None:
         """After the action's `tries`-th failure: a retry after a while, or, past the rule's

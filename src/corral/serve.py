@@ -233,7 +233,9 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     if config.notify:
         from corral.notifier import Notifier
 
-        loop.notifier = Notifier(store, config.notify, home=home.resolve())
+        loop.notifier = Notifier(
+            store, config.notify, home=home.resolve(), dispatcher_id=dispatcher_id, policy=config.policy
+        )
         runtime.on_stop.append(loop.notifier.close)  # after the fleet's stop: its events are notified too
     app = create_app(runtime)
     info = home / "server.json"

@@ -21,6 +21,7 @@ from corral.core.model import Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
 from corral.jobspec import JobRequest
+from corral.notifier import RETRY_KEY, SENDING_KEY
 from corral.server.app import Runtime
 from corral.server.deps import UserRuntime
 from corral.server.models import (
@@ -743,7 +744,8 @@ def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
     counts = {
         name: sum(1 for at in state.recent.get(name, []) if at > now - window) for name, window in windows.items()
     }
-    waiting = (cursor["state"] if cursor else {}).get("retry", [])
+    cursor_state = cursor["state"] if cursor else {}
+    waiting = cursor_state.get(RETRY_KEY, [])
     retries = [r for data in waiting if (r := Retry.from_json(data, names))]
     retrying = [
         RetryOut(
@@ -767,6 +769,7 @@ def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
         waiting=cursor["waiting"] if cursor else None,
         quiet=quiet,
         threshold_counts=counts,
+        sending=len(cursor_state.get(SENDING_KEY, [])),
     )
 
 

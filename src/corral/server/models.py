@@ -424,6 +424,7 @@ class NotifyStatusOut(BaseModel):
     quiet: list[QuietOut]
     threshold_counts: dict[str, int]  # threshold rule -> its events within its window now
     retrying: list[RetryOut] = []  # failed actions waiting for their next try, soonest first
+    sending: int = 0  # handed to a dispatcher's worker, their action not run yet (sent again after a crash)
 
 
 class NotifySkipBody(BaseModel):
