@@ -154,3 +154,16 @@ def test_what_no_process_can_be_given_is_refused_by_field(given: dict[str, objec
     assert error["loc"] == loc and error["msg"] == f"Value error, {says}"
     if loc != ("image",):  # a job stored before they were refused still loads (its attempt fails on the node)
         assert getattr(JobRequest.stored({"command": ["x"], **given}), loc[0]) == given[loc[0]]
+
+
+def test_the_mapping_form_of_a_dependency_names_array_tasks_as_the_text_does() -> None:
+    def stored(dependency: object) -> str | None:
+        return JobRequest.model_validate({"command": ["x"], "dependency": dependency}).dependency
+
+    # In YAML `afterok: ["12_3", "12_*", 5]`: the text Slurm users write, in the structured form.
+    assert stored({"afterok": ["12_3", "12_*", 5], "afterany": "7"}) == stored("afterok:12_3:12_*:5,afterany:7")
+    assert stored({"afternotok": ["12_3", 13], "satisfy": "any"}) == stored("afternotok:12_3?afternotok:13")
+    assert stored({"afterok": []}) is None
+    for bad in ("5,afterany:6", "12_x", True, 1.5, "5:6"):
+        with pytest.raises(ValidationError, match="job ids are whole numbers or an array's tasks"):
+            stored({"afterok": [bad]})

@@ -7,6 +7,7 @@ constraint.
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
@@ -78,10 +79,22 @@ def _checked_locality_entry(entry: str, info: ValidationInfo) -> str:
 LocalityEntry = Annotated[str, AfterValidator(_checked_locality_entry)]
 
 
+DEPENDENCY_ENTRY = re.compile(r"\s*\d+(_(\d+|\*))?\s*")
+
+
+def _dependency_entry(entry: object) -> bool:
+    """A job id of the mapping form: a whole number, or its text, or an array's task or whole
+    array as text (no separator that would make it more than one condition)."""
+    if isinstance(entry, int):
+        return not isinstance(entry, bool)
+    return isinstance(entry, str) and DEPENDENCY_ENTRY.fullmatch(entry) is not None
+
+
 def dependency_text(value: Any) -> Any:
     """A dependency as stored: Slurm's text in canonical form ("afterok:12:13,afterany:14"), from
     that text (any spacing, case, order or repeats) or from the structured form, a mapping of kind
-    to job ids ({"afterok": [12, 13], "afterany": 14}) with "satisfy": "any" for Slurm's `?`.
+    to job ids ({"afterok": [12, 13], "afterany": 14}; an array's task or the whole array as in the
+    text, "12_3", "12_*") with "satisfy": "any" for Slurm's `?`, read as the text it stands for.
     None (or an empty text or mapping) is no dependency."""
     if value is None:
         return None
@@ -92,13 +105,18 @@ def dependency_text(value: Any) -> Any:
         satisfy = kinds.pop("satisfy", "all")
         if satisfy not in ("all", "any"):
             raise ValueError(f"satisfy: {satisfy!r} is not 'all' (every condition, Slurm's ',') or 'any' ('?')")
-        ids: dict[str, list[int]] = {}
+        parts = []
         for kind, listed in kinds.items():
             entries = listed if isinstance(listed, list) else [listed]
-            if not all(isinstance(e, int) and not isinstance(e, bool) for e in entries):
-                raise ValueError(f"{kind}: job ids are whole numbers, not {listed!r}")
-            ids[str(kind)] = entries
-        parsed = dependencies.from_mapping(ids, satisfy == "any")
+            if not all(_dependency_entry(e) for e in entries):
+                raise ValueError(f"{kind}: job ids are whole numbers or an array's tasks (12_3, 12_*), not {listed!r}")
+            ids = [str(e).strip() for e in entries]
+            if satisfy == "any":  # each id a condition of its own: `afterok:12:13` means both
+                parts += [f"{kind}:{job_id}" for job_id in ids]
+            elif ids:
+                parts.append(":".join([str(kind), *ids]))
+        joined = (dependencies.ANY_OF if satisfy == "any" else dependencies.ALL_OF).join(parts)
+        parsed = dependencies.parse(joined)
     else:
         raise ValueError("a dependency is Slurm's text (afterok:12:13,afterany:14) or a mapping of kind to job ids")
     return None if parsed is None else str(parsed)

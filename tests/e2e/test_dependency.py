@@ -81,9 +81,13 @@ def test_a_dependency_on_no_job_or_a_bad_one_is_refused_and_stores_nothing(corra
         "POST", "/api/jobs", json={"jobs": [{"command": ["ok"]}, {"command": ["x"], "dependency": "afterok:4242"}]}
     )
     assert response.status_code == 422 and response.json()["detail"] == ["jobs.1.dependency: no job 4242"]
-    malformed = corral.api("POST", "/api/jobs", json={"jobs": [{"command": ["x"], "dependency": {"afterok": "1"}}]})
+    malformed = corral.api(
+        "POST", "/api/jobs", json={"jobs": [{"command": ["x"], "dependency": {"afterok": f"{keeper},afterany:1"}}]}
+    )
     assert malformed.status_code == 422
-    assert malformed.json()["detail"] == ["jobs.0.dependency: afterok: job ids are whole numbers, not '1'"]
+    [detail] = malformed.json()["detail"]
+    assert detail.startswith("jobs.0.dependency: afterok: job ids are whole numbers or an array's tasks (12_3, 12_*)")
+    assert detail.endswith(f"not '{keeper},afterany:1'")
     assert list(corral.jobs()) == [keeper]
 
     # The structured form is stored as Slurm's text.

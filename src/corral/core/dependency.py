@@ -136,18 +136,6 @@ def parse(text: str) -> Dependency | None:
     return Dependency(tuple(conditions), any_of, tuple(arrays), tuple(tasks))
 
 
-def from_mapping(kinds: Mapping[str, list[int]], any_of: bool) -> Dependency | None:
-    """The structured form, {"afterok": [12, 13], "afterany": [14]}; None when it names no job."""
-    conditions: dict[tuple[DependencyKind, int], None] = {}
-    for kind_text, ids in kinds.items():
-        kind = _kind(kind_text.strip().lower(), kind_text)
-        for job_id in ids:
-            if not 1 <= job_id <= MAX_JOB_ID:
-                raise ValueError(f"{kind}: {job_id} is not a job id")
-            conditions[(kind, job_id)] = None
-    return Dependency(tuple(conditions), any_of) if conditions else None
-
-
 def _kind(word: str, where: str) -> DependencyKind:
     if word in KINDS:
         return DependencyKind(word)
