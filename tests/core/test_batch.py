@@ -282,7 +282,12 @@ def test_a_slurm_timeout_is_recorded_as_corrals_own_timeout_never_retried() -> N
     [
         ("NODE_FAIL", "NodeDown", "slurm job 77 NODE_FAIL (NodeDown)"),
         ("BOOT_FAIL", "", "slurm job 77 BOOT_FAIL"),
-        ("", "", "slurm job 77 vanished from squeue"),
+        (
+            "",
+            "",
+            "slurm job 77 vanished from squeue (Slurm no longer lists it, as it forgets an ended job after"
+            " MinJobAge) and left no exit status file",
+        ),
     ],
 )
 def test_infrastructure_failures_requeue_with_back_off(state: str, reason: str, says: str) -> None:
@@ -290,6 +295,45 @@ def test_infrastructure_failures_requeue_with_back_off(state: str, reason: str, 
     (outcome,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", state, None, reason)}).job_outcomes
     assert outcome.state is JobState.QUEUED and outcome.temp_failure and outcome.retry_at == NOW + 5
     assert outcome.reason.startswith(says + "; retry 1/5")
+
+
+def test_a_job_slurm_forgot_ended_as_its_exit_status_file_says() -> None:
+    """Slurm forgets an ended job after MinJobAge: the exit status its batch script recorded says
+    how it ended, and one never seen running is recorded as started first, at the script's times."""
+    ran, ran_attempt = claimed(1, 10, running=True, started_at=100.0)
+    unseen, unseen_attempt = claimed(2, 11, assigned_at=90.0)
+    seen = {
+        10: Seen(10, "77", "", status=batch.ExitStatus(3, "77", 100.0, 400.0)),
+        11: Seen(11, "78", "", status=batch.ExitStatus(0, "78", 95.0, 120.0)),
+    }
+    decisions = plan(world(ran, unseen, attempts=(ran_attempt, unseen_attempt)), seen)
+    assert not decisions.job_outcomes
+    assert [(s.attempt_id, s.at, s.by_slurm) for s in decisions.started] == [(11, 95.0, True)]
+    assert [(e.attempt_id, e.exit_code, e.at) for e in decisions.exits] == [(10, 3, 400.0), (11, 0, 120.0)]
+    says = "slurm job 77: Slurm no longer lists it, as it forgets an ended job after MinJobAge; exit status read"
+    assert decisions.exits[0].detail.startswith(says)
+    outcome = batch.exit_outcome(ran, 3, 10, decisions.exits[0].detail)
+    assert outcome.state is JobState.FAILED and outcome.reason.startswith(f"exit 3 ({says}")
+
+
+@pytest.mark.parametrize(
+    ("state", "status"),
+    [
+        ("", None),  # killed with its batch script (time limit, scancel, a lost node): no file
+        ("", batch.ExitStatus(0, "76")),  # another Slurm job's file (not this one's): not read
+        ("RUNNING", batch.ExitStatus(0, "77")),  # Slurm still lists it: Slurm's word counts
+    ],
+)
+def test_an_exit_status_file_counts_only_for_its_own_slurm_job_once_slurm_forgot_it(
+    state: str, status: batch.ExitStatus | None
+) -> None:
+    job, attempt = claimed(1, 10, running=True)
+    decisions = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", state, status=status)})
+    assert not decisions.exits
+    if not state:
+        (outcome,) = decisions.job_outcomes
+        assert outcome.state is JobState.QUEUED and outcome.temp_failure
+        assert "and left no exit status file" in outcome.reason
 
 
 @pytest.mark.parametrize("state", ["NODE_FAIL", "BOOT_FAIL"])

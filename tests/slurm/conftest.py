@@ -114,6 +114,24 @@ class SlurmCluster:
             subprocess.run(["slurmctld", "-f", str(self.conf)], check=True, timeout=30, stdin=subprocess.DEVNULL)
             wait_until(lambda: self.answers(), 30, "slurmctld to answer again", interval=0.2)
 
+    @contextlib.contextmanager
+    def forgetting_ended_jobs(self) -> Iterator[None]:
+        """slurmctld forgets an ended job within seconds while the block runs (MinJobAge=2; its
+        purge runs every few seconds), as it does after 300 s by default: squeue, scontrol show
+        job and, with accounting off, every command then know nothing of it."""
+        text = self.conf.read_text()
+        self.conf.write_text(text + "MinJobAge=2\n")
+        self.run("scontrol", "reconfigure")
+        try:
+            yield
+        finally:
+            self.conf.write_text(text)
+            self.run("scontrol", "reconfigure")
+
+    def listed(self, job_id: str) -> bool:
+        """Whether slurmctld still lists the job, in any state."""
+        return any(line.split("|")[0] == job_id for line in self.jobs())
+
     def answers(self) -> bool:
         return subprocess.run(["squeue"], env=self.env, capture_output=True, timeout=30, check=False).returncode == 0
 

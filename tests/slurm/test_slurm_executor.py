@@ -336,6 +336,47 @@ def test_a_clean_stop_while_slurmctld_is_away_leaves_its_slurm_jobs_to_the_next_
         corral.store.close()
 
 
+def test_a_slurm_job_that_ended_while_corral_was_away_past_min_job_age_is_recorded_not_run_again(
+    corral: Dispatcher, slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """Slurm forgets an ended job MinJobAge (300 s by default) after its end, and with accounting
+    off nothing knows of it then. A corral stopped for longer found its jobs in neither squeue nor
+    scontrol, took them for lost and requeued them: a job that had completed ran a second time.
+    Its batch script's exit status file now says how it ended; a job Slurm killed leaves none."""
+    runs = tmp_path / "runs"
+    done = corral.submit("sh", "-c", f"sleep 3; echo run >> {runs}; echo once", ram=128)
+    failed = corral.submit("sh", "-c", "sleep 3; exit 3", ram=128)
+    killed = corral.submit("sleep", "300", ram=128)
+    jobs = (done, failed, killed)
+    corral.until(lambda: all(corral.job(j)["state"] == "running" for j in jobs), 30, "all three to run")
+    refs = {j: corral.attempts(j)[0]["executor_ref"] for j in jobs}
+    # corral stops (no pass runs) while the jobs end and Slurm forgets them; one is scancelled
+    # by someone else meanwhile, and its batch script dies with it.
+    with slurm.forgetting_ended_jobs():
+        slurm.run("scancel", refs[killed])
+        wait_until(lambda: not any(slurm.listed(refs[j]) for j in jobs), 60, "Slurm to forget the three jobs")
+    corral.restart()
+    corral.loop.run_pass()
+
+    assert (corral.job(done)["state"], corral.job(done)["exit_code"]) == ("complete", 0)
+    assert runs.read_text() == "run\n"  # it ran once
+    assert corral.output(done) == "once\n"
+    said = f"slurm job {refs[done]}: Slurm no longer lists it, as it forgets an ended job after MinJobAge"
+    assert any(e.startswith("job.complete: exit 0") and said in e for e in corral.events(done)), corral.events(done)
+    assert (corral.job(failed)["state"], corral.job(failed)["exit_code"]) == ("failed", 3)
+    assert any("exit status read from its status file" in e for e in corral.events(failed))
+    for job_id in (done, failed):
+        assert [a["state"] for a in corral.attempts(job_id)] == ["exited"]
+    # Killed by Slurm: no exit status, so it is lost as before (a temporary failure), and said so.
+    assert corral.job(killed)["state"] == "queued" and corral.job(killed)["temp_failures"] == 1
+    (requeued,) = [e for e in corral.events(killed) if e.startswith("job.requeued:")]
+    assert f"slurm job {refs[killed]} vanished from squeue (Slurm no longer lists it" in requeued
+    assert "and left no exit status file" in requeued
+    # The status files are gone once corral has recorded the ends; the outputs stay.
+    left = sorted(p.name for p in (corral.home / "logs").rglob("*") if p.is_file())
+    assert not [name for name in left if not name.endswith(".log")], left
+
+
 def nice_of(slurm: SlurmCluster, ref: str) -> int:
     (field,) = [word for word in slurm.show_job(ref).split() if word.startswith("Nice=")]
     return int(field.removeprefix("Nice="))

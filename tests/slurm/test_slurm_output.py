@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from corral.executor.slurm import SlurmJob, job_name, parse_show_job, parse_squeue, parse_time
+from corral.core.batch import ExitStatus
+from corral.executor.slurm import SlurmJob, job_name, parse_exit_status, parse_show_job, parse_squeue, parse_time
 
 COMMENT = "corral cluster=c job=4 attempt=9 dispatcher=d-1"
 
@@ -73,3 +74,17 @@ def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
     assert name == "corral-6-x_JobState=COMPLETED_ExitCode=0:0" and job_name(7, " ") == "corral-7"
     line = f"JobId=9 JobName={name} UserId=root(0) JobState=FAILED Reason=NonZeroExitCode ExitCode=7:0 Command=/x\n"
     assert parse_show_job(line) == {"9": ("FAILED", 7)}
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("exit=3 slurm_job=17 started=1764125430 ended=1764125432\n", ExitStatus(3, "17", 1764125430, 1764125432)),
+        ("exit=0 slurm_job=17 started= ended=\n", ExitStatus(0, "17")),  # a node whose date has no %s
+        ("", None),
+        ("exit=x slurm_job=17 started= ended=", None),
+        ("3\n", None),
+    ],
+)
+def test_the_batch_scripts_exit_status_file_reads_or_is_no_status(text: str, status: ExitStatus | None) -> None:
+    assert parse_exit_status(text) == status

@@ -15,7 +15,10 @@ A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's S
    own pass ends a job at its time limit, `exit_outcome`), lost with a node (NODE_FAIL, BOOT_FAIL:
    the node-failure policy, `retry.after_node_failure`), preempted (PREEMPTED: requeued, not a
    failure, `retry.after_preemption`), lost otherwise (REVOKED, vanished from Slurm's listing:
-   `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral;
+   `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral. A job Slurm
+   no longer lists (it forgets an ended job `MinJobAge` after its end) whose batch script left its
+   exit status (`ExitStatus`, read by the shell from the file beside its output) ended with it;
+   with none, it is lost;
 4. an attempt claimed but never submitted (the dispatcher stopped between the claim and `sbatch`)
    is submitted;
 5. queued jobs whose dependency can never be satisfied are cancelled (`corral.core.dependency`,
@@ -100,6 +103,8 @@ NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 PREEMPTED = "PREEMPTED"
 # A claimed job's wait reason while it pends in Slurm's queue: this, then Slurm's reason.
 SLURM_REASON = "slurm: "
+# Why Slurm no longer lists a job corral submitted: it keeps an ended job for MinJobAge only.
+FORGOTTEN = "Slurm no longer lists it, as it forgets an ended job after MinJobAge"
 # Slurm's reasons of a job held there (scontrol hold, sbatch --hold): it waits by someone's choice.
 HELD_REASON = "JobHeld"
 # Pending reasons not worth a job's wait reason (they say nothing the state does not).
@@ -188,6 +193,19 @@ def phase_of(state: str) -> Phase:
 
 
 @dataclass(frozen=True, slots=True)
+class ExitStatus:
+    """What corral's batch script recorded when the job's command ended: the file beside its
+    output, written at its exit. Slurm's own word (squeue, scontrol) comes first; this is read
+    only for a job Slurm no longer lists, which it forgets MinJobAge after its end. A job Slurm
+    killed (time limit, scancel, a failed node) leaves none: its script was killed too."""
+
+    exit_code: int
+    slurm_job: str  # SLURM_JOB_ID of the script that wrote it
+    started_at: float | None = None  # by the node's clock (None: not recorded)
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Seen:
     """One of this dispatcher's attempts as the shell saw its Slurm job this pass."""
 
@@ -202,6 +220,16 @@ class Seen:
     # start) or runs (its end: the time limit's), so read only once the job started or ended.
     started_at: float | None = None
     ended_at: float | None = None
+    # The exit status its batch script recorded, for a job Slurm no longer lists (state ""); None:
+    # no such file (or not looked for).
+    status: ExitStatus | None = None
+
+    def recorded_exit(self) -> ExitStatus | None:
+        """The recorded exit status that tells how this job ended: only for a job Slurm no longer
+        lists, and only one written by this very Slurm job."""
+        if self.state or self.status is None or self.status.slurm_job != self.ref:
+            return None
+        return self.status
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +384,16 @@ def plan_batch_pass(
             decisions.submit.append(attempt.id)
             pending += 1
             continue
-        phase = phase_of(observed.state)
+        recorded = observed.recorded_exit()
+        if recorded is not None:
+            # Slurm forgot the job (MinJobAge passed while corral was away) and its batch script
+            # recorded how it ended: it ran, and is not run again.
+            observed = dataclasses.replace(
+                observed, exit_code=recorded.exit_code, started_at=recorded.started_at, ended_at=recorded.ended_at
+            )
+            phase = Phase.EXITED
+        else:
+            phase = phase_of(observed.state)
         slurm_job = f"slurm job {observed.ref}"
         if phase is Phase.PENDING:
             pending += 1
@@ -384,7 +421,10 @@ def plan_batch_pass(
             code = observed.exit_code
             state = base_state(observed.state)
             detail = "" if state in ("COMPLETED", "FAILED") else f"{slurm_job} {state}"
-            if code is None:  # ended without an exit code known: say what Slurm says
+            if recorded is not None:
+                code = recorded.exit_code
+                detail = f"{slurm_job}: {FORGOTTEN}; exit status read from its status file"
+            elif code is None:  # ended without an exit code known: say what Slurm says
                 code = 0 if state == "COMPLETED" else NOT_COMPLETED_EXIT
             elif code == 0 and state not in ("COMPLETED", TIMEOUT):
                 # Slurm says the job did not complete although its batch script exited 0: an
@@ -395,7 +435,11 @@ def plan_batch_pass(
                 detail = f"{slurm_job} {state} with ExitCode=0:0"
             decisions.exits.append(Exit(attempt.id, job.id, code, detail, end_time(observed, started, now)))
         elif phase is Phase.LOST:
-            why = f"{slurm_job} {observed.state}" if observed.state else f"{slurm_job} vanished from squeue"
+            why = (
+                f"{slurm_job} {observed.state}"
+                if observed.state
+                else f"{slurm_job} vanished from squeue ({FORGOTTEN}) and left no exit status file"
+            )
             if observed.reason not in QUIET_REASONS:
                 why += f" ({observed.reason})"
             ids = attempt_ids(job.id)

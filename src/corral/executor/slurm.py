@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from corral.core.batch import ExitStatus
+
 # squeue's fields, '|'-separated: id, state, reason, nodes, Nice, StartTime, EndTime; the comment
 # last (it is corral's, but a user's may hold a '|').
 SQUEUE_FORMAT = "%i|%T|%r|%N|%y|%S|%e|%k"
@@ -35,16 +37,41 @@ JOB_ID = re.compile(r"(?:^|\s)JobId=(\d+)\s")
 JOB_STATE = re.compile(r"\sJobState=(\S+)")
 EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 
-# The batch script: it runs the job's argv, passed as the script's arguments, as is (no shell
-# string is ever built from it), on the first node of the allocation, as the corral agent runs a
-# gang's command; CORRAL_NODELIST and CORRAL_NNODES say what the gang holds.
+# The batch script: it runs the job's argv, passed as the script's arguments after the path of its
+# exit status file, as is (no shell string is ever built from it; `exec` in a subshell, so a name
+# such as `echo` or `exit` is the program, never the shell's builtin), on the first node of the
+# allocation, as the corral agent runs a gang's command; CORRAL_NODELIST and CORRAL_NNODES say what
+# the gang holds. When the command ends, the script records its exit status in that file, beside
+# the job's output, written whole or not at all (a rename in the same directory): once slurmctld
+# forgets the ended job (MinJobAge), the file still says how it ended. A script Slurm kills (time
+# limit, scancel, a node lost) records nothing: it dies with its command, untrapped.
 BATCH_SCRIPT = """#!/bin/sh
-# corral's Slurm batch script: runs "$@" (the job's argv) as is.
+# corral's Slurm batch script: runs "$@" after its first argument (the job's argv) as is, and
+# writes the exit status to the file its first argument names.
+corral_status="$1"
+shift
 CORRAL_NNODES="${SLURM_JOB_NUM_NODES:-1}"
 CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)"
 export CORRAL_NNODES CORRAL_NODELIST
-exec "$@"
+corral_started="$(date +%s)"
+(exec "$@")
+corral_exit=$?
+printf 'exit=%s slurm_job=%s started=%s ended=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" "$corral_started" \\
+    "$(date +%s)" >"$corral_status.$$" && mv -f "$corral_status.$$" "$corral_status"
+exit "$corral_exit"
 """
+STATUS_SUFFIX = ".exit"  # an attempt's exit status file: beside its output (<attempt>.log)
+STATUS_FIELDS = re.compile(r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)$")
+
+
+def parse_exit_status(text: str) -> ExitStatus | None:
+    """The exit status file corral's batch script writes ("exit=3 slurm_job=17 started=T ended=T"),
+    or None if it is not one (a torn write cannot happen: it is renamed into place whole)."""
+    match = STATUS_FIELDS.match(text.strip())
+    if match is None:
+        return None
+    started, ended = (float(t) if t else None for t in (match[3], match[4]))
+    return ExitStatus(int(match[1]), match[2], started, ended)
 
 
 class SlurmError(Exception):

@@ -18,7 +18,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from corral.config import Config
@@ -26,7 +26,16 @@ from corral.core import batch, job_array, retry
 from corral.core.batch import Phase, Seen, phase_of
 from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
-from corral.executor.slurm import BATCH_SCRIPT, Slurm, SlurmError, SlurmJob, comment_for, job_name
+from corral.executor.slurm import (
+    BATCH_SCRIPT,
+    STATUS_SUFFIX,
+    Slurm,
+    SlurmError,
+    SlurmJob,
+    comment_for,
+    job_name,
+    parse_exit_status,
+)
 from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import LogStore
 from corral.store import Store
@@ -148,7 +157,8 @@ class SlurmLoop(LiveLoop):
             else:
                 slurm_job = by_ref.get(ref)
             if slurm_job is None:
-                seen[attempt.id] = Seen(attempt.id, ref, "")
+                # Slurm forgot it (MinJobAge): what its batch script recorded at its exit, if anything.
+                seen[attempt.id] = Seen(attempt.id, ref, "", status=self._exit_status(attempt.job_id, attempt.id))
             else:
                 seen[attempt.id] = Seen(
                     attempt.id,
@@ -173,6 +183,31 @@ class SlurmLoop(LiveLoop):
                 else:  # no exit code this pass: wait for one (Slurm keeps the job for MinJobAge)
                     seen[s.attempt_id] = dataclasses.replace(s, state="COMPLETING")
         return seen
+
+    def _exit_status(self, job_id: int, attempt_id: int) -> batch.ExitStatus | None:
+        """The exit status corral's batch script recorded for an attempt, or None: no file (the
+        script was killed, or the output directory is not shared with this host), or not one."""
+        path = self.status_path(job_id, attempt_id)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("reading the exit status of job %s from %s failed: %s", job_id, path, exc)
+            return None
+        status = parse_exit_status(text)
+        if status is None:
+            log.warning("the exit status file %s of job %s is not one corral wrote: %r", path, job_id, text[:200])
+        return status
+
+    def _forget_exit_status(self, job_id: int, attempt_ids: Iterable[int]) -> None:
+        """Remove the exit status files of attempts corral has ended: they were only needed while
+        Slurm might forget the job before corral saw it end."""
+        for attempt_id in attempt_ids:
+            try:
+                self.status_path(job_id, attempt_id).unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("removing the exit status file of job %s failed: %s", job_id, exc)
 
     def _orphans(self, snapshot: Snapshot, ours: dict[int, SlurmJob], now: float) -> None:
         """scancel this cluster's Slurm jobs that still run or wait although corral no longer runs
@@ -210,6 +245,7 @@ class SlurmLoop(LiveLoop):
     def _execute(self, decisions: batch.BatchDecisions, snapshot: Snapshot, seen: dict[int, Seen], now: float) -> None:
         for outcome in decisions.job_outcomes:
             self.store.apply_outcome(outcome, decisions.outcome_times.get(outcome.job_id, now))
+            self._forget_exit_status(outcome.job_id, (i for i in outcome.attempt_ids if i in seen))
         if decisions.cancel:
             try:
                 self.slurm.scancel(decisions.cancel)
@@ -234,6 +270,7 @@ class SlurmLoop(LiveLoop):
                 return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, ended.detail)
 
             self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at)
+            self._forget_exit_status(ended.job_id, (ended.attempt_id,))
         self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
         self.store.annotate_many(decisions.annotations, {}, now)
         jobs = {job.id: job for job in snapshot.jobs}
@@ -287,7 +324,7 @@ class SlurmLoop(LiveLoop):
         answering is no verdict (None, logged): the passes say so (`slurm.unreachable`)."""
         settings = self.config.slurm
         try:
-            self.slurm.test_only(["--output=/dev/null", *self.settings_options()], self.script, ["true"])
+            self.slurm.test_only(["--output=/dev/null", *self.settings_options()], self.script, ["/dev/null", "true"])
         except SlurmError as exc:
             if batch.sbatch_refusal(str(exc)) is batch.Refusal.TEMPORARY:
                 log.warning("could not check the slurm settings with sbatch --test-only: %s", exc)
@@ -304,6 +341,10 @@ class SlurmLoop(LiveLoop):
         """Where Slurm writes the output: the log store's own file unless slurm.output_dir is set
         (laid out the same way)."""
         return LogStore(self.output_dir).path(job_id, attempt_id)
+
+    def status_path(self, job_id: int, attempt_id: int) -> Path:
+        """Where the batch script records the attempt's exit status: beside its output."""
+        return self.output_path(job_id, attempt_id).with_suffix(STATUS_SUFFIX)
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
@@ -358,7 +399,10 @@ class SlurmLoop(LiveLoop):
             self.output_path(job.id, attempt_id).parent.mkdir(parents=True, exist_ok=True)
             self.work_dir.mkdir(parents=True, exist_ok=True)
             ref = self.slurm.sbatch(
-                self.sbatch_options(job, attempt_id), self.script, job.command, self.job_env(job, attempt_id)
+                self.sbatch_options(job, attempt_id),
+                self.script,
+                [str(self.status_path(job.id, attempt_id)), *job.command],
+                self.job_env(job, attempt_id),
             )
         except (SlurmError, OSError) as exc:
             # With Slurm's message as the reason (batch.sbatch_refusal): a request Slurm refuses
