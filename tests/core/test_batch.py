@@ -444,3 +444,38 @@ def test_a_stale_dispatchers_claims_are_released_as_temporary_failures() -> None
     snapshot = world(job, attempts=(attempt,), dispatchers=(Dispatcher("d-gone", NOW - 600),))
     (outcome,) = plan(snapshot).job_outcomes
     assert outcome.state is JobState.QUEUED and outcome.reason.startswith("dispatcher d-gone stopped heartbeating")
+
+
+@pytest.mark.parametrize(
+    ("observed", "adopted"),
+    [
+        (Seen(10, "77", "RUNNING"), True),  # it runs on in Slurm: followed, not run beside it
+        (Seen(10, "77", "PENDING"), True),
+        (Seen(10, "77", "COMPLETED"), True),  # it ended: recorded by the next pass, not run again
+        (Seen(10, "77", "", status=batch.ExitStatus(0, "77")), True),  # forgotten, with its exit status
+        (Seen(10, "77", ""), False),  # forgotten with no exit status: lost
+        (None, False),  # never submitted (it froze between its claim and sbatch)
+    ],
+)
+def test_a_stale_dispatchers_attempt_slurm_still_knows_is_adopted_and_the_others_released(
+    observed: Seen | None, adopted: bool
+) -> None:
+    job, attempt = claimed(1, 10, owner="d-gone", running=True)
+    snapshot = world(job, attempts=(attempt,), dispatchers=(Dispatcher("d-gone", NOW - 600),))
+    decisions = plan(snapshot, {} if observed is None else {10: observed})
+    assert not decisions.exits and not decisions.started and not decisions.cancel and not decisions.submit
+    if adopted:
+        assert observed is not None
+        assert decisions.adoptions == [batch.Adoption(1, 10, "77", "d-gone", observed.state)]
+        assert not decisions.job_outcomes
+    else:
+        (outcome,) = decisions.job_outcomes
+        assert outcome.state is JobState.QUEUED and outcome.temp_failure and not decisions.adoptions
+        assert outcome.reason.startswith("dispatcher d-gone stopped heartbeating")
+
+
+def test_a_live_peers_attempts_are_neither_adopted_nor_released() -> None:
+    job, attempt = claimed(1, 10, owner="d-peer", running=True)
+    snapshot = world(job, attempts=(attempt,), dispatchers=(Dispatcher("d-peer", NOW - 1),))
+    decisions = plan(snapshot, {10: Seen(10, "77", "COMPLETED", 0)})
+    assert not decisions.adoptions and not decisions.job_outcomes and not decisions.exits

@@ -23,6 +23,7 @@ from corral.executor.slurm_loop import SlurmLoop
 from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.slurm.conftest import PREEMPTOR, SlurmCluster
+from tests.store.conftest import pg_schema, require_postgresql
 from tests.support import wait_until
 
 
@@ -375,6 +376,66 @@ def test_a_slurm_job_that_ended_while_corral_was_away_past_min_job_age_is_record
     # The status files are gone once corral has recorded the ends; the outputs stay.
     left = sorted(p.name for p in (corral.home / "logs").rglob("*") if p.is_file())
     assert not [name for name in left if not name.endswith(".log")], left
+
+
+def test_a_silent_dispatchers_slurm_jobs_are_adopted_by_its_peer_not_run_again(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """Two dispatchers on one PostgreSQL store in front of one Slurm cluster; one stops
+    heartbeating (SIGSTOPped, its host frozen). Its peer released every claim it held as a
+    temporary failure, scancelled its still running Slurm jobs as orphans and submitted all of them
+    again: a job whose Slurm job had completed ran twice, and a running one was killed and started
+    over. The peer now adopts the attempts Slurm still knows (or whose exit status file says how
+    they ended) and follows them to their end; only an attempt Slurm never had is released."""
+    require_postgresql()
+    with pg_schema() as url:
+        shared = tmp_path / "outputs"  # the output directory the nodes and both dispatchers share
+
+        def config(name: str) -> Config:
+            return load_config(
+                None,
+                home=tmp_path / name,
+                cloud={"cluster": cluster},
+                executor="slurm",
+                store={"url": url},
+                slurm={"conf": str(slurm.conf), "output_dir": str(shared)},
+                policy={"retry": {"backoff_initial": 0.5}, "dispatch": {"dispatcher_stale": "3s"}},
+            )
+
+        cluster = f"t-{uuid.uuid4().hex[:8]}"
+        silent = Dispatcher(tmp_path / "a", config("a"), "d-silent")
+        peer = Dispatcher(tmp_path / "b", config("b"), "d-peer")
+        try:
+            runs = tmp_path / "runs"
+            done = silent.submit("sh", "-c", f"sleep 2; echo done >> {runs}", ram=128)
+            running = silent.submit("sh", "-c", f"sleep 12; echo running >> {runs}", ram=128)
+            jobs = (done, running)
+            silent.until(lambda: all(silent.job(j)["state"] == "running" for j in jobs), 30, "both to run")
+            # Claimed by the silent one, which froze before its sbatch: Slurm never had it.
+            unsent = silent.submit("sh", "-c", f"echo unsent >> {runs}", ram=128)
+            resources = silent.store.job(unsent).resources
+            assert silent.store.claim(unsent, "d-silent", ("slurm",), resources, time.time()) is not None
+            refs = {j: silent.attempts(j)[0]["executor_ref"] for j in jobs}
+            # The silent dispatcher runs no pass from here; its peer judges it stale after 3 s.
+            wait_until(lambda: slurm.state(refs[done]) == "COMPLETED", 20, "the short job to complete in Slurm")
+            peer.until(lambda: peer.job(unsent)["state"] != "claimed", 20, "the silent dispatcher to be judged stale")
+            for job_id in jobs:
+                adopted = [e for e in peer.events(job_id) if e.startswith("slurm.adopted:")]
+                assert len(adopted) == 1 and "d-silent" in adopted[0] and "d-peer" in adopted[0], peer.events(job_id)
+            # The silent one comes back (SIGCONT) while the adopted job still runs: it leaves it alone.
+            silent.loop.run_pass()
+            assert slurm.state(refs[running]) == "RUNNING"
+            for job_id in (*jobs, unsent):
+                assert peer.until_state(job_id, "complete", "failed", timeout=60)["state"] == "complete"
+            assert sorted(runs.read_text().split()) == ["done", "running", "unsent"]  # each ran once
+            assert [len(peer.attempts(j)) for j in jobs] == [1, 1]
+            assert [a["dispatcher_id"] for a in peer.attempts(running)] == ["d-peer"]
+            (released,) = [e for e in peer.events(unsent) if e.startswith("job.requeued:")]
+            assert "dispatcher d-silent stopped heartbeating" in released
+            assert len(slurm_jobs_of(slurm, peer, running)) == 1
+        finally:
+            silent.store.close()
+            peer.store.close()
 
 
 def nice_of(slurm: SlurmCluster, ref: str) -> int:

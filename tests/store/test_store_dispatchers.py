@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from corral.core import retry
 from corral.core.dispatchers import newly_silent
 from corral.core.model import AttemptState, JobState, Resources
 from corral.core.reconcile import plan_pass
@@ -182,3 +183,23 @@ def test_a_silent_dispatcher_is_told_once_and_its_return_too(store: Store) -> No
     # Silent again later: said again.
     assert judge(STALE + 25 + POLICY.dispatch.dispatcher_stale + 1) == ["disp-a"]
     assert len(store.list_events(kind="dispatcher.stale")) == 2
+
+
+def test_a_silent_dispatchers_attempt_is_adopted_once_and_only_while_it_is_still_its_own(store: Store) -> None:
+    """In front of Slurm a peer adopts a silent dispatcher's attempt that Slurm still runs: the
+    attempt and the job's claim move to it together, once (a second peer, or the silent one's own
+    end of the attempt meanwhile, leaves nothing to adopt)."""
+    add_node(store, "slurm", NOW)
+    adopted, ended = submit(store, 2)
+    attempt = claim(store, adopted, "disp-a", ["slurm"], now=NOW)
+    gone = claim(store, ended, "disp-a", ["slurm"], now=NOW)
+    assert store.adopt_attempt(attempt, adopted, "disp-a", "disp-b", "adopted by disp-b", STALE)
+    assert not store.adopt_attempt(attempt, adopted, "disp-a", "disp-c", "adopted by disp-c", STALE)
+    assert store.job(adopted).claimed_by == "disp-b"
+    assert [a["dispatcher_id"] for a in store.attempts_of(adopted)] == ["disp-b"]
+    assert [e["message"] for e in store.list_events(kind="slurm.adopted")] == ["adopted by disp-b"]
+
+    # The silent one recorded its attempt's end before the peer got to it: nothing moves.
+    assert store.finish_attempt(gone, "slurm", 0, NOW + 5, lambda job: retry.after_exit(job, 0, (gone,)))
+    assert not store.adopt_attempt(gone, ended, "disp-a", "disp-b", "too late", STALE)
+    assert store.job(ended).state is JobState.COMPLETE and store.job(ended).claimed_by == "disp-a"

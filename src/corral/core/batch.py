@@ -5,8 +5,12 @@ jobs atomically, and decides what each end of a Slurm job means for its corral j
 holds those decisions; `corral.executor.slurm` is the shell that calls `sbatch`, `squeue`,
 `scontrol` and `scancel` and carries them out.
 
-A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's Slurm jobs:
-1. claims of dispatchers that stopped heartbeating are released (TempFail), as in `plan_pass`;
+A pass, given the snapshot, `now`, and what the shell saw of this dispatcher's Slurm jobs (and of
+those of the dispatchers that stopped heartbeating):
+1. claims of dispatchers that stopped heartbeating: an attempt whose Slurm job Slurm still lists
+   (or whose exit status file says how it ended) is adopted (`Adoption`): this dispatcher follows
+   it from the next pass on as its own, and nothing is submitted again; the others are released
+   (TempFail), as in `plan_pass`;
 2. jobs with priority 0 or a cancel request are cancelled, and those with a requeue request are
    queued again (their Slurm jobs are scancelled either way);
 3. each of this dispatcher's attempts is judged by its Slurm job's state (`SLURM_STATES`): still
@@ -266,11 +270,25 @@ class Renice:
     was: int | None = None  # the Nice Slurm reports for it (an admin's `scontrol update` may have set it)
 
 
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """An attempt of a dispatcher that stopped heartbeating whose Slurm job Slurm still knows (or
+    that left its exit status): this dispatcher takes it and the job's claim over and follows it
+    to its end, rather than run the job a second time beside it (or after it)."""
+
+    job_id: int
+    attempt_id: int
+    ref: str  # the Slurm job id
+    stale: str  # the dispatcher that stopped heartbeating
+    state: str  # what Slurm says of it ("" with an exit status file)
+
+
 @dataclass(slots=True)
 class BatchDecisions:
     job_outcomes: list[JobOutcome] = field(default_factory=list)  # cancellations, temp failures
     exits: list[Exit] = field(default_factory=list)
     started: list[Start] = field(default_factory=list)  # attempts whose Slurm job runs, or ran, unseen till now
+    adoptions: list[Adoption] = field(default_factory=list)  # silent dispatchers' attempts Slurm still knows
     cancel: list[str] = field(default_factory=list)  # Slurm job ids to scancel
     renice: list[Renice] = field(default_factory=list)  # Slurm jobs pending with another priority's Nice
     submit: list[int] = field(default_factory=list)  # this dispatcher's attempts not yet submitted
@@ -330,8 +348,10 @@ def plan_batch_pass(
 ) -> BatchDecisions:
     """Every decision of a pass in front of Slurm. `seen` has an entry for each of this
     dispatcher's active attempts that was submitted (state "" if Slurm no longer lists it); one of
-    its attempts without an entry was claimed but never submitted. `nice_base` maps a priority to
-    a Slurm Nice (`nice_for`)."""
+    its attempts without an entry was claimed but never submitted. It has one too for each active
+    attempt of a dispatcher that stopped heartbeating (`stale_dispatchers`) whose Slurm job is
+    known: by the id recorded on the attempt, or by its comment. `nice_base` maps a priority to a
+    Slurm Nice (`nice_for`)."""
     index = snapshot.index if snapshot.index is not None else SnapshotIndex.of(snapshot)
     decisions = BatchDecisions()
     me = snapshot.dispatcher_id
@@ -343,22 +363,35 @@ def plan_batch_pass(
     def refs_of(job_id: int) -> list[str]:
         return [seen[i].ref for i in attempt_ids(job_id) if i in seen and phase_of(seen[i].state) in ACTIVE]
 
-    # 1. Claims of dispatchers that stopped heartbeating: released as temporary failures. Their
-    # Slurm jobs, if any still run, are scancelled by the dispatcher that sees them as orphans.
+    # 1. Claims of dispatchers that stopped heartbeating. A Slurm job runs on whatever becomes of
+    # its dispatcher (slurmd runs it, slurmctld keeps it): an attempt Slurm still lists, or that
+    # left its exit status, is adopted and followed to its end, as the silent dispatcher would
+    # have; releasing it would run the job a second time (its running Slurm job scancelled as an
+    # orphan, or one that completed run again). The others, never submitted or forgotten with no
+    # exit status, are released as temporary failures, as plan_pass releases them.
     stale = stale_dispatchers(snapshot, now, settings)
     if stale:
         for job in index.jobs.values():
-            if job.claimed_by in stale and job.state in (JobState.CLAIMED, JobState.RUNNING):
-                decisions.job_outcomes.append(
-                    retry.after_temp_failure(
-                        job,
-                        now,
-                        settings.retry,
-                        f"dispatcher {job.claimed_by} stopped heartbeating",
-                        attempt_ids(job.id),
-                    )
+            if job.claimed_by not in stale or job.state not in (JobState.CLAIMED, JobState.RUNNING):
+                continue
+            ended.add(job.id)
+            silent = job.claimed_by
+            known = [
+                observed
+                for i in attempt_ids(job.id)
+                if (observed := seen.get(i)) is not None
+                and index.attempts[i].dispatcher_id == silent
+                and (observed.state or observed.recorded_exit() is not None)
+            ]
+            if known and silent is not None:
+                observed = known[0]
+                decisions.adoptions.append(Adoption(job.id, observed.attempt_id, observed.ref, silent, observed.state))
+                continue
+            decisions.job_outcomes.append(
+                retry.after_temp_failure(
+                    job, now, settings.retry, f"dispatcher {silent} stopped heartbeating", attempt_ids(job.id)
                 )
-                ended.add(job.id)
+            )
 
     # 2. Cancellation (priority 0 or an explicit request) and requeue requests; this dispatcher's
     # Slurm jobs are scancelled.

@@ -56,12 +56,14 @@ EVENT_KINDS: dict[str, str] = {
     "dispatcher.restarted": "a dispatcher restarted with the same data directory",
     "dispatcher.stopped": "a dispatcher stopped cleanly (Ctrl-C, SIGTERM), with what it left behind",
     "dispatcher.stale": "a peer judged a dispatcher silent (no heartbeat for dispatch.dispatcher_stale): its claims"
-    " are released",
+    " are released (in front of Slurm, those Slurm still knows are adopted)",
     "dispatcher.resumed": "a dispatcher judged silent heartbeats again (it had been paused)",
     "slurm.unreachable": "squeue failed: passes change nothing; or a clean stop could not scancel its Slurm jobs,"
     " which it left to the next corral",
     "slurm.reachable": "squeue answers again",
     "slurm.orphan": "a Slurm job of an attempt corral ended was scancelled",
+    "slurm.adopted": "a dispatcher took over a silent one's attempt that Slurm still knows: it follows it to its end,"
+    " and does not run it again",
     "slurm.reniced": "a priority change reached a pending Slurm job as its Nice",
     "slurm.renice_failed": "Slurm refused a Nice",
     "notify.failed": "a notification's action failed",

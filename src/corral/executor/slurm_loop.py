@@ -24,6 +24,7 @@ from pathlib import Path
 from corral.config import Config
 from corral.core import batch, job_array, retry
 from corral.core.batch import Phase, Seen, phase_of
+from corral.core.dispatchers import stale_dispatchers
 from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
 from corral.executor.slurm import (
@@ -105,19 +106,19 @@ class SlurmLoop(LiveLoop):
             self.store.add_event(started, "slurm.reachable", "squeue answers again")
             self._unreachable = ""
         ours: dict[int, SlurmJob] = {}  # this cluster's Slurm jobs, by attempt id
-        mine: dict[int, SlurmJob] = {}  # this dispatcher's, by attempt id
         by_ref = {slurm_job.id: slurm_job for slurm_job in listing}
         for slurm_job in listing:
             ids = slurm_job.corral_ids(self.cluster)
             if ids is not None:
                 ours[ids[1]] = slurm_job
-                if ids[2] == self.dispatcher_id:
-                    mine[ids[1]] = slurm_job
         snapshot = self.store.load_snapshot(self.dispatcher_id, [], self.observing_since)
         now = self.clock()
         self.fill_usage(snapshot, now)
         self.tell_silent_dispatchers(snapshot, now)
-        seen = self._observe(snapshot, mine, by_ref, now)
+        # This dispatcher's attempts, and those of the peers that stopped heartbeating, which the
+        # core adopts where Slurm still knows them.
+        followed = {self.dispatcher_id, *stale_dispatchers(snapshot, now, self.config.policy)}
+        seen = self._observe(snapshot, followed, ours, by_ref, now)
         settings = self.config.slurm
         decisions = batch.plan_batch_pass(
             snapshot, now, self.config.policy, seen, settings.max_pending, settings.nice_base
@@ -125,7 +126,9 @@ class SlurmLoop(LiveLoop):
         if not submit:
             # A stop records what Slurm did since the last pass, and sends Slurm nothing new (it
             # requeues an attempt claimed but not submitted yet); queued jobs keep their reasons.
-            decisions = dataclasses.replace(decisions, submit=[], claims=[], annotations=[], renice=[])
+            # It adopts no silent peer's attempts either: it would scancel them and requeue them
+            # with its own; they are left to a peer that runs on.
+            decisions = dataclasses.replace(decisions, submit=[], claims=[], annotations=[], renice=[], adoptions=[])
         self._orphans(snapshot, ours, now)
         self._execute(decisions, snapshot, seen, now)
         return decisions
@@ -137,19 +140,28 @@ class SlurmLoop(LiveLoop):
         self._unreachable = message
 
     def _observe(
-        self, snapshot: Snapshot, mine: dict[int, SlurmJob], by_ref: dict[str, SlurmJob], now: float
+        self,
+        snapshot: Snapshot,
+        followed: set[str],
+        ours: dict[int, SlurmJob],
+        by_ref: dict[str, SlurmJob],
+        now: float,
     ) -> dict[int, Seen]:
-        """What Slurm says of each of this dispatcher's active attempts that was submitted, found
-        by the Slurm job id recorded on it. An attempt whose Slurm id was never recorded (a stop
-        between sbatch and the record) is re-adopted by the ids in its Slurm job's comment."""
-        refs = self.store.executor_refs(self.dispatcher_id)
+        """What Slurm says of each active attempt of the dispatchers `followed` (this one, and the
+        peers judged silent) that was submitted, found by the Slurm job id recorded on it. An
+        attempt whose Slurm id was never recorded (a stop between sbatch and the record) is
+        re-adopted by the ids in its Slurm job's comment (an adopted attempt's comment names the
+        dispatcher that submitted it)."""
+        refs: dict[int, str] = {}
+        for dispatcher_id in followed:
+            refs.update(self.store.executor_refs(dispatcher_id))
         seen: dict[int, Seen] = {}
         for attempt in snapshot.attempts:
-            if attempt.dispatcher_id != self.dispatcher_id:
+            if attempt.dispatcher_id not in followed:
                 continue
             ref = refs.get(attempt.id)
             if ref is None:
-                slurm_job = mine.get(attempt.id)
+                slurm_job = ours.get(attempt.id)
                 if slurm_job is None:
                     continue  # never submitted
                 ref = slurm_job.id
@@ -243,6 +255,18 @@ class SlurmLoop(LiveLoop):
             )
 
     def _execute(self, decisions: batch.BatchDecisions, snapshot: Snapshot, seen: dict[int, Seen], now: float) -> None:
+        for adoption in decisions.adoptions:
+            said = f"slurm job {adoption.ref} {adoption.state}" if adoption.state else f"slurm job {adoption.ref}"
+            if not adoption.state:
+                said += " (Slurm no longer lists it; its exit status file says how it ended)"
+            message = (
+                f"attempt {adoption.attempt_id} of dispatcher {adoption.stale}, which stopped heartbeating, is adopted"
+                f" by dispatcher {self.dispatcher_id}: {said}; followed to its end, not run again"
+            )
+            if self.store.adopt_attempt(
+                adoption.attempt_id, adoption.job_id, adoption.stale, self.dispatcher_id, message, now
+            ):
+                log.info("%s", message)
         for outcome in decisions.job_outcomes:
             self.store.apply_outcome(outcome, decisions.outcome_times.get(outcome.job_id, now))
             self._forget_exit_status(outcome.job_id, (i for i in outcome.attempt_ids if i in seen))

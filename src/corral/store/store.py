@@ -91,7 +91,9 @@ log = logging.getLogger("corral.store")
 LOCK_NOT_AVAILABLE = "55P03"
 ACTIVE_ATTEMPT_STATES = (AttemptState.ASSIGNED.value, AttemptState.RUNNING.value)
 OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNING.value)
+CLAIMED_JOB_STATES = (JobState.CLAIMED.value, JobState.RUNNING.value)
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
+
 # What `update_job` changes: while the job runs too, and in all (the rest only while it is queued).
 UPDATABLE_WHILE_RUNNING = frozenset({"time_limit", "max_retries", "name"})
 UPDATABLE = UPDATABLE_WHILE_RUNNING | {"vcpus", "ram", "scratch", "gpus", "nodes", "not_before", "reservation"}
@@ -235,6 +237,10 @@ class WorkItem:
     resources: Resources
     image: str | None = None
     time_limit: float | None = None  # the job's, in seconds (None: none)
+
+
+class _MovedOn(Exception):
+    """Raised inside a write transaction to roll it back: a row it changed had moved on."""
 
 
 class Store:
@@ -1575,6 +1581,41 @@ class Store:
             job_id = conn.execute(select(A.c.job_id).where(A.c.id == attempt_id)).scalar()
             conn.execute(update(A).where(A.c.id == attempt_id).values(executor_ref=ref))
             self._event(conn, now, "job.submitted", message, job_id=job_id)
+
+    def adopt_attempt(
+        self, attempt_id: int, job_id: int, stale: str, dispatcher_id: str, message: str, now: float
+    ) -> bool:
+        """Make dispatcher `dispatcher_id` the owner of attempt `attempt_id` of job `job_id`, and of
+        the job's claim, both held by the dispatcher `stale` (judged silent): from then on it is
+        followed as this dispatcher's own (its executor job runs on, nothing is submitted again).
+        In one transaction, only while `stale` still holds both and the attempt is active (the
+        stale dispatcher may have ended it meanwhile, or another peer adopted it first); an event
+        `slurm.adopted` with `message`. False if it had moved on."""
+        try:
+            with self.write() as conn:
+                attempt_moved = conn.execute(
+                    update(A)
+                    .where(
+                        A.c.id == attempt_id,
+                        A.c.job_id == job_id,
+                        A.c.dispatcher_id == stale,
+                        A.c.state.in_(ACTIVE_ATTEMPT_STATES),
+                    )
+                    .values(dispatcher_id=dispatcher_id)
+                )
+                if attempt_moved.rowcount != 1:
+                    return False
+                job_moved = conn.execute(
+                    update(J)
+                    .where(J.c.id == job_id, J.c.claimed_by == stale, J.c.state.in_(CLAIMED_JOB_STATES))
+                    .values(claimed_by=dispatcher_id)
+                )
+                if job_moved.rowcount != 1:
+                    raise _MovedOn  # rolls the attempt's change back
+                self._event(conn, now, "slurm.adopted", message, job_id=job_id)
+        except _MovedOn:
+            return False
+        return True
 
     def executor_refs(self, dispatcher_id: str) -> dict[int, str]:
         """The executor ids of a dispatcher's active attempts that have one, by attempt id."""
