@@ -348,25 +348,37 @@ def test_a_slurm_job_that_ended_while_corral_was_away_past_min_job_age_is_record
     done = corral.submit("sh", "-c", f"sleep 3; echo run >> {runs}; echo once", ram=128)
     failed = corral.submit("sh", "-c", "sleep 3; exit 3", ram=128)
     killed = corral.submit("sleep", "300", ram=128)
-    jobs = (done, failed, killed)
-    corral.until(lambda: all(corral.job(j)["state"] == "running" for j in jobs), 30, "all three to run")
+    unrecorded = corral.submit("sh", "-c", f"sleep 3; echo unrecorded >> {runs}", ram=128)
+    jobs = (done, failed, killed, unrecorded)
+    corral.until(lambda: all(corral.job(j)["state"] == "running" for j in jobs), 30, "all four to run")
     refs = {j: corral.attempts(j)[0]["executor_ref"] for j in jobs}
+    # The record of one submission was never written either (a stop between sbatch and it).
+    with corral.store.write() as conn:
+        from sqlalchemy import update
+
+        from corral.store.schema import attempts
+
+        conn.execute(update(attempts).where(attempts.c.job_id == unrecorded).values(executor_ref=None))
     # corral stops (no pass runs) while the jobs end and Slurm forgets them; one is scancelled
     # by someone else meanwhile, and its batch script dies with it.
     with slurm.forgetting_ended_jobs():
         slurm.run("scancel", refs[killed])
-        wait_until(lambda: not any(slurm.listed(refs[j]) for j in jobs), 60, "Slurm to forget the three jobs")
+        wait_until(lambda: not any(slurm.listed(refs[j]) for j in jobs), 60, "Slurm to forget the four jobs")
     corral.restart()
     corral.loop.run_pass()
 
     assert (corral.job(done)["state"], corral.job(done)["exit_code"]) == ("complete", 0)
-    assert runs.read_text() == "run\n"  # it ran once
+    assert corral.job(unrecorded)["state"] == "complete"
+    assert any(
+        f"re-adopted as slurm job {refs[unrecorded]} by its exit status file" in e for e in corral.events(unrecorded)
+    )
+    assert sorted(runs.read_text().split()) == ["run", "unrecorded"]  # each ran once
     assert corral.output(done) == "once\n"
     said = f"slurm job {refs[done]}: Slurm no longer lists it, as it forgets an ended job after MinJobAge"
     assert any(e.startswith("job.complete: exit 0") and said in e for e in corral.events(done)), corral.events(done)
     assert (corral.job(failed)["state"], corral.job(failed)["exit_code"]) == ("failed", 3)
     assert any("exit status read from its status file" in e for e in corral.events(failed))
-    for job_id in (done, failed):
+    for job_id in (done, failed, unrecorded):
         assert [a["state"] for a in corral.attempts(job_id)] == ["exited"]
     # Killed by Slurm: no exit status, so it is lost as before (a temporary failure), and said so.
     assert corral.job(killed)["state"] == "queued" and corral.job(killed)["temp_failures"] == 1

@@ -163,7 +163,16 @@ class SlurmLoop(LiveLoop):
             if ref is None:
                 slurm_job = ours.get(attempt.id)
                 if slurm_job is None:
-                    continue  # never submitted
+                    # Never submitted, unless its Slurm job ran and was forgotten before corral
+                    # recorded its id (a stop between sbatch and the record, longer than MinJobAge).
+                    status = self._exit_status(attempt.job_id, attempt.id)
+                    if status is not None:
+                        seen[attempt.id] = Seen(attempt.id, status.slurm_job, "", status=status)
+                        said = (
+                            f"attempt {attempt.id} re-adopted as slurm job {status.slurm_job} by its exit status file"
+                        )
+                        self.store.set_executor_ref(attempt.id, status.slurm_job, said, now)
+                    continue
                 ref = slurm_job.id
                 self.store.set_executor_ref(attempt.id, ref, f"attempt {attempt.id} re-adopted as slurm job {ref}", now)
             else:
