@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -175,3 +176,81 @@ def test_a_slurm_job_run_between_two_passes_shows_and_counts_the_time_slurm_says
     report = corral.cli_json("usage", "--since", "1h", "--by", "job")
     (row,) = report["rows"]
     assert row["key"] == str(job_id) and row["vcpu_hours"] == pytest.approx(ran / 3600)
+
+
+def test_a_sigstopped_dispatchers_slurm_jobs_are_adopted_by_a_running_one_and_run_once(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """Two `corral run` on one PostgreSQL store in front of one Slurm cluster; one is SIGSTOPped.
+    The other released its claims, scancelled its running Slurm job as an orphan and ran both of
+    its jobs again (the one that had completed, twice). It now adopts them and follows them to
+    their end; the stopped one, continued, leaves them alone."""
+    from tests.store.conftest import pg_schema, require_postgresql
+
+    require_postgresql()
+    cluster = f"e2e-{uuid.uuid4().hex[:8]}"
+    shared = tmp_path / "outputs"
+    runs = tmp_path / "runs"
+    with pg_schema() as url:
+        instances = []
+        for name in ("a", "b"):
+            home = tmp_path / name
+            home.mkdir()
+            config = tmp_path / f"{name}.toml"
+            config.write_text(
+                f"""
+executor = "slurm"
+
+[slurm]
+conf = "{slurm.conf}"
+output_dir = "{shared}"
+
+[cloud]
+cluster = "{cluster}"
+
+[loop]
+interval = "0.3s"
+
+[policy.dispatch]
+dispatcher_stale = "3s"
+
+[store]
+url = "{url}"
+"""
+            )
+            instances.append(Corral(home=home, port=free_port(), config=config))
+        silent, peer = instances
+        try:
+            silent.start()
+            done = int(
+                silent.cli("submit", "--ram", "128MiB", "--", "sh", "-c", f"sleep 5; echo done >> {runs}").stdout
+            )
+            long = int(
+                silent.cli("submit", "--ram", "128MiB", "--", "sh", "-c", f"sleep 20; echo long >> {runs}").stdout
+            )
+            wait_until(lambda: {silent.jobs()[j]["state"] for j in (done, long)} == {"running"}, 30, "both to run")
+            assert silent.process is not None
+            # Frozen while both run: the short one completes in Slurm while nobody watches it.
+            silent.process.send_signal(signal.SIGSTOP)
+            try:
+                peer.start()
+                wait_until(
+                    lambda: len(peer.cli_json("events", "--kind", "slurm.adopted")) == 2, 30, "the peer to adopt both"
+                )
+                wait_until(
+                    lambda: {peer.jobs()[j]["state"] for j in (done, long)} == {"complete"}, 60, "both to complete"
+                )
+            finally:
+                silent.process.send_signal(signal.SIGCONT)
+            time.sleep(1.0)  # a few passes of the continued one: it submits and scancels nothing
+            assert sorted(runs.read_text().split()) == ["done", "long"]  # each ran once
+            for job_id in (done, long):
+                attempts = peer.api("GET", f"/api/jobs/{job_id}").json()["attempt_list"]
+                assert [a["state"] for a in attempts] == ["exited"]
+            ours = [line for line in slurm.jobs() if f"cluster={cluster} " in line]
+            assert len(ours) == 2 and all("COMPLETED" in line for line in ours), ours
+            assert peer.cli("logs", str(long)).stdout == ""  # (its output went to runs)
+        finally:
+            for instance in instances:
+                if instance.process is not None:
+                    instance.stop()

@@ -116,8 +116,10 @@ class SlurmLoop(LiveLoop):
         self.fill_usage(snapshot, now)
         self.tell_silent_dispatchers(snapshot, now)
         # This dispatcher's attempts, and those of the peers that stopped heartbeating, which the
-        # core adopts where Slurm still knows them.
-        followed = {self.dispatcher_id, *stale_dispatchers(snapshot, now, self.config.policy)}
+        # core adopts where Slurm still knows them (a store keeps every dispatcher that ever ran:
+        # only the silent ones that hold an attempt are asked about).
+        stale = stale_dispatchers(snapshot, now, self.config.policy)
+        followed = {self.dispatcher_id, *(a.dispatcher_id for a in snapshot.attempts if a.dispatcher_id in stale)}
         seen = self._observe(snapshot, followed, ours, by_ref, now)
         settings = self.config.slurm
         decisions = batch.plan_batch_pass(
