@@ -4,6 +4,7 @@ which moto cannot produce, injected at botocore's HTTP boundary."""
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,23 @@ def test_create_tags_the_instance_and_gives_the_agent_its_server_and_token(
     [listed] = cloud.list()
     assert (listed.id, listed.instance_type, listed.tags) == (instance.id, "c5.large", expected)
     assert listed.state in ("pending", "running")
+
+
+def test_the_boot_token_is_not_in_botocores_debug_log(
+    settings: Ec2Config, cluster: str, ec2: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `corral run --log-level debug` turns botocore's debug log on, which logs each request's
+    # parameters: RunInstances' UserData, whose base64 decodes to the boot token.
+    caplog.set_level(logging.DEBUG)
+    instance = Ec2Cloud(settings, cluster, settings.server_url or "").create(C5, "n-0001", TOKEN, {})
+    logged = caplog.text
+    [request] = [r.getMessage() for r in caplog.records if "OperationModel(name=RunInstances)" in r.getMessage()]
+    caplog.set_level(logging.WARNING)  # the test's own read of the user data below is logged, too
+
+    sent = ec2.describe_instance_attribute(InstanceId=instance.id, Attribute="userData")["UserData"]["Value"]
+    assert TOKEN in base64.b64decode(sent).decode()
+    assert sent[:40] not in logged and TOKEN not in logged
+    assert "'ImageId': " in request and "'UserData': '<redacted by corral: " in request  # the rest is logged
 
 
 def test_user_data_is_built_as_data_whatever_the_values() -> None:

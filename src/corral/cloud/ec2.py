@@ -109,6 +109,36 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,256}")
 LIST_GRACE = 120.0
 
 
+class _WithoutUserData(logging.Filter):
+    """Keeps the user data out of botocore's debug log. botocore.endpoint logs every request's
+    parameters at DEBUG ("Making request for OperationModel(name=RunInstances) with params: …"),
+    RunInstances' base64 UserData among them, and that decodes to the instance's boot token: with
+    `corral run --log-level debug` anyone reading the log (or where it is shipped) could pair as the
+    node before its agent does and be sent its jobs. The record keeps everything else."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(_carries_user_data(arg) for arg in record.args):
+            record.args = tuple(_without_user_data(arg) for arg in record.args)
+        return True
+
+
+def _carries_user_data(arg: object) -> bool:
+    return isinstance(arg, dict) and isinstance(arg.get("body"), dict) and "UserData" in arg["body"]
+
+
+def _without_user_data(arg: object) -> object:
+    if not _carries_user_data(arg):
+        return arg
+    assert isinstance(arg, dict)
+    said = f"<redacted by corral: {len(str(arg['body']['UserData']))} characters>"
+    return {**arg, "body": {**arg["body"], "UserData": said}}
+
+
+_BOTOCORE_REQUESTS = logging.getLogger("botocore.endpoint")
+if not any(isinstance(known, _WithoutUserData) for known in _BOTOCORE_REQUESTS.filters):
+    _BOTOCORE_REQUESTS.addFilter(_WithoutUserData())
+
+
 def error_from(exc: Exception, instance_type: str = "") -> CloudError:
     """corral's typed error for a botocore error (ClientError by its code, the rest as CloudError)."""
     if not isinstance(exc, botocore.exceptions.ClientError):
