@@ -216,8 +216,9 @@ class Ec2Config(_Strict):
     root_volume: RootVolumeConfig = Field(default_factory=RootVolumeConfig)
     subnet_ids: list[str] = Field(
         default_factory=list,
-        description="subnets to boot in; on insufficient capacity the next is tried (spread them over zones);"
-        " empty: the default VPC's choice",
+        description="subnets to boot in (list one in each of several zones): each boot goes to the one with the"
+        " fewest live instances of the cluster, and on insufficient capacity the next is tried; empty: the"
+        " default VPC's choice",
     )
     security_group_ids: list[str] = Field(default_factory=list, description="security groups of every instance")
     key_name: str | None = Field(None, description="EC2 key pair name, for SSH to the instances")

@@ -509,3 +509,31 @@ def test_the_config_names_a_bad_ami_or_volume_setting(tmp_path: Path) -> None:
     ):
         path.write_text(head + f'image_id = "ami-12345678"\n[cloud.ec2.root_volume]\n{volume}\n')
         assert error in str(pytest.raises(ConfigError, load_config, path).value), volume
+
+
+def test_boots_spread_over_the_subnets_by_the_live_instances_in_each(
+    settings: Ec2Config, cluster: str, ec2: Any, subnet_ids: list[str]
+) -> None:
+    first, second = subnet_ids
+    zone = {s["SubnetId"]: s["AvailabilityZone"] for s in ec2.describe_subnets(SubnetIds=subnet_ids)["Subnets"]}
+    spread = settings.model_copy(update={"subnet_ids": subnet_ids})
+    cloud = Ec2Cloud(spread, cluster, "http://h:1")
+    booted = [cloud.create(C5, f"n-{n}", TOKEN, {}) for n in range(4)]
+    subnets = [described(ec2, i.id)["SubnetId"] for i in booted]
+    assert subnets == [first, second, first, second]
+    assert len({zone[s] for s in subnets}) == 2  # one zone's outage takes half the fleet, not all of it
+
+    # The two in the first subnet end; the next boots fill it again.
+    cloud.destroy(booted[0].id)
+    cloud.destroy(booted[2].id)
+    refill = cloud.create(C5, "n-4", TOKEN, {})
+    assert described(ec2, refill.id)["SubnetId"] == first
+
+    # A restarted corral counts what the listing shows in each subnet: the first has one, the second none.
+    cloud.destroy(booted[1].id)
+    cloud.destroy(booted[3].id)
+    restarted = Ec2Cloud(spread, cluster, "http://h:1")
+    assert {i.node_id for i in restarted.list()} == {"n-4"}
+    assert described(ec2, restarted.create(C5, "n-5", TOKEN, {}).id)["SubnetId"] == second
+    for instance in restarted.list():
+        restarted.destroy(instance.id)

@@ -1,10 +1,11 @@
 """The `ec2` cloud: every instance is an EC2 instance, reached through boto3.
 
 - `create` is one RunInstances (MinCount = MaxCount = 1) with corral's tags on the instance and its
-  volumes. It boots the instance type's AMI (`image_ids`, else `image_id`), and its root EBS volume
-  is the AMI's own root volume grown by the type's scratch, so that the scratch placement counts on
-  is on the disk: the AMI's root device and size are read with DescribeImages, once per AMI. A type
-  whose scratch is its own instance storage (`included_scratch`) keeps the AMI's root size. The
+  volumes, in the configured subnet with the fewest live instances (the next on a capacity error).
+  It boots the instance type's AMI (`image_ids`, else `image_id`), and its root EBS volume is the
+  AMI's own root volume grown by the type's scratch, so that the scratch placement counts on is on
+  the disk: the AMI's root device and size are read with DescribeImages, once per AMI. A type whose
+  scratch is its own instance storage (`included_scratch`) keeps the AMI's root size. The
   instance learns where the server is and its one-time boot token from its user data:
   a cloud-init document built as data (YAML), never by pasting values into a shell script. The
   token goes to a root-only file that the agent's systemd unit reads as its environment, so it is
@@ -27,6 +28,7 @@ import re
 import secrets
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,6 +269,9 @@ class Ec2Cloud:
         # An AMI's root device does not change: read once. Failures are not kept, so that an AMI
         # shared or fixed after a failed boot is used by the next boot without a restart.
         self._roots: dict[str, RootDevice] = {}
+        # The subnet of each live instance of the cluster, as the last listing and this driver's
+        # creations since say: a boot goes to the configured subnet with the fewest.
+        self._subnet_of: dict[str, str] = {}
 
     def check(self) -> str | None:
         """What stops every call of this driver, asked once at start with one DescribeInstances (a
@@ -388,7 +393,7 @@ class Ec2Cloud:
         # answered with the instance already started instead of a second one.
         token = secrets.token_hex(8)
         last: CloudError | None = None
-        for index, subnet in enumerate(self.settings.subnet_ids or [None]):
+        for index, subnet in enumerate(self.subnets_in_turn()):
             if subnet is not None:
                 params["SubnetId"] = subnet
             params["ClientToken"] = f"corral-{node_id}-{index}-{token}"
@@ -413,9 +418,24 @@ class Ec2Cloud:
             instance = _instance({**response["Instances"][0], "Tags": tag_list}, launched_if_unknown=time.time())
             with self._lock:
                 self._recent[instance.id] = (instance, time.monotonic())
+                if subnet is not None:
+                    self._subnet_of[instance.id] = subnet
             return instance
         assert last is not None
         raise last
+
+    def subnets_in_turn(self) -> list[str | None]:
+        """The configured subnets in the order a boot tries them: the one with the fewest live
+        instances of the cluster first (ties in the config's order), the others in case it has no
+        capacity. Tried always in the config's order, every instance went to the first subnet's
+        zone while it had capacity, and one zone's outage took the whole fleet. [None]: no subnet
+        configured, EC2 picks one of the default VPC's."""
+        if not self.settings.subnet_ids:
+            return [None]
+        with self._lock:
+            live = Counter(self._subnet_of.values())
+        order = sorted(enumerate(self.settings.subnet_ids), key=lambda indexed: (live[indexed[1]], indexed[0]))
+        return [subnet for _, subnet in order]
 
     def list(self) -> list[CloudInstance]:
         filters = [
@@ -423,13 +443,17 @@ class Ec2Cloud:
             {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
         ]
         out: list[CloudInstance] = []
+        subnet_of: dict[str, str] = {}
         try:
             pages = self.client.get_paginator("describe_instances").paginate(
                 Filters=filters, PaginationConfig={"PageSize": self.page_size}
             )
             for page in pages:
                 for reservation in page.get("Reservations", []):
-                    out.extend(_instance(raw) for raw in reservation.get("Instances", []))
+                    for raw in reservation.get("Instances", []):
+                        out.append(_instance(raw))
+                        if raw.get("SubnetId"):
+                            subnet_of[str(raw["InstanceId"])] = str(raw["SubnetId"])
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise error_from(exc) from exc
         seen = {instance.id for instance in out}
@@ -440,6 +464,9 @@ class Ec2Cloud:
                     del self._recent[instance_id]
                 else:
                     out.append(instance)
+                    if instance_id in self._subnet_of:
+                        subnet_of[instance_id] = self._subnet_of[instance_id]
+            self._subnet_of = subnet_of
         return out
 
     def destroy(self, instance_id: str) -> None:
@@ -448,11 +475,12 @@ class Ec2Cloud:
         try:
             self.client.terminate_instances(InstanceIds=[instance_id])
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) == NOT_FOUND:
-                return
-            raise error_from(exc) from exc
+            if _code(exc) != NOT_FOUND:
+                raise error_from(exc) from exc
         except botocore.exceptions.BotoCoreError as exc:
             raise error_from(exc) from exc
+        with self._lock:
+            self._subnet_of.pop(instance_id, None)  # a boot before the next listing may use its subnet
 
 
 def _code(exc: Exception) -> str:
