@@ -38,6 +38,9 @@ MESSAGES = {
     ),
     "RequestLimitExceeded": "Request limit exceeded.",
     "InvalidParameterValue": "Value (x) for parameter foo is invalid.",
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": (
+        "The provided credentials do not have permission to create the service-linked role for EC2 Spot Instances."
+    ),
 }
 # EC2's answers to a launch of an instance type it will not boot as configured (HTTP 400): a name
 # it does not know, and a type whose AMI is of another architecture.
@@ -47,8 +50,13 @@ WRONG_ARCHITECTURE = (
     " specified AMI. Specify an instance type and an AMI that have matching architectures, and try again. You can"
     " use 'describe-instance-types' or 'describe-images' to discover the architecture of the instance type or AMI."
 )
-# EC2 answers capacity errors as server errors (HTTP 500), throttling with 503, the rest with 400.
-STATUS = {"InsufficientInstanceCapacity": 500, "RequestLimitExceeded": 503}
+# EC2 answers capacity errors as server errors (HTTP 500), throttling with 503, refused permissions with
+# 403, the rest with 400.
+STATUS = {
+    "InsufficientInstanceCapacity": 500,
+    "RequestLimitExceeded": 503,
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": 403,
+}
 
 
 def free_port() -> int:

@@ -335,6 +335,38 @@ def test_a_type_ec2_refuses_as_configured_is_backed_off_and_the_other_types_boot
     loop.shutdown_fleet("corral stopped")
 
 
+def test_spot_launches_the_account_refuses_back_off_the_spot_type_and_on_demand_types_boot_on(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """EC2 launches spot instances through the account's spot service-linked role; with none, and
+    corral's role not allowed to create it, each spot launch is refused with a 403. Before, that
+    paused every boot, and the spot type, still the cheapest that fits, was tried first again after
+    each pause: not one instance booted, on-demand ones included, while the jobs waited."""
+    spot = settings.model_copy(update={"market": {"c5.large": "spot"}})
+    loop, cloud, store, clock = make_loop(tmp_path, spot, cluster)
+    refused = inject(
+        cloud.client,
+        "RunInstances",
+        "AuthFailure.ServiceLinkedRoleCreationNotPermitted",
+        when=lambda p: p.get("InstanceMarketOptions.MarketType") == "spot",
+    )
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+
+    loop.run_pass()
+    [failed] = store.node_rows(include_gone=True)
+    assert failed["state"] == "gone" and failed["instance_type"] == "c5.large"
+    assert "create-service-linked-role --aws-service-name spot.amazonaws.com" in failed["reason"]
+    assert "no boot for" not in failed["reason"]
+    [event] = store.list_events(kind="type.unusable")
+    assert event["message"].startswith("c5.large until") and "spot service-linked role" in event["message"]
+
+    clock.now += 1
+    second = loop.run_pass()
+    assert [b.instance_type for b in second.decisions.boots] == ["m5.large"] and len(refused.calls) == 1
+    assert {tags_of(ec2, i.id)[TAG_INSTANCE_TYPE] for i in cloud.list()} == {"m5.large"}
+    loop.shutdown_fleet("corral stopped")
+
+
 def test_a_job_only_a_type_with_a_bad_ami_holds_waits_and_says_the_type_is_backed_off(
     tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
 ) -> None:

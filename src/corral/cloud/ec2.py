@@ -93,6 +93,10 @@ IMAGE_CODES_PREFIX = "InvalidAMIID."
 # (ENA) is required for the 'c6i.large' instance type." That type's fault, not the account's: it is
 # backed off and the other types boot on (a refusal that names no type pauses every boot).
 TYPE_REFUSED_CODES = frozenset({"InvalidParameterValue", "InvalidParameterCombination"})
+# EC2 launches spot instances through the account's service-linked role AWSServiceRoleForEC2Spot,
+# which the first spot launch creates, if the caller may (iam:CreateServiceLinkedRole). Without it
+# every spot launch is refused, and no on-demand one: the spot types' fault, not the account's.
+SPOT_ROLE_CODE = "AuthFailure.ServiceLinkedRoleCreationNotPermitted"
 _NAMES_THE_TYPE = re.compile(r"\binstance ?type\b|\binstances of type\b", re.IGNORECASE)
 # ...and of those, the ones where the type's AMI is what does not fit it.
 _NAMES_THE_IMAGE = re.compile(
@@ -384,7 +388,8 @@ class Ec2Cloud:
         if self.settings.iam_instance_profile:
             profile = self.settings.iam_instance_profile
             params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
-        if self.settings.market.get(instance_type.name) == "spot":
+        spot = self.settings.market.get(instance_type.name) == "spot"
+        if spot:
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
@@ -408,6 +413,16 @@ class Ec2Cloud:
                         self._roots.pop(image_id, None)  # gone since it was read: read it again next time
                     message = f"ec2: AMI {image_id} of instance type {instance_type.name}: {last}"
                     raise ImageUnusable(instance_type.name, message) from exc
+                if spot and _code(exc) == SPOT_ROLE_CODE:
+                    # Before, this paused every boot, and the spot type, still the cheapest that fits,
+                    # was tried first again after each pause: no on-demand instance booted either.
+                    message = (
+                        f"ec2: instance type {instance_type.name} boots as spot (cloud.ec2.market) and EC2 launches"
+                        f" no spot instance for this account: {last}; create the spot service-linked role once"
+                        " (aws iam create-service-linked-role --aws-service-name spot.amazonaws.com),"
+                        " or allow corral iam:CreateServiceLinkedRole"
+                    )
+                    raise TypeUnusable(instance_type.name, message) from exc
                 if _code(exc) in TYPE_REFUSED_CODES and _NAMES_THE_TYPE.search(_message(exc)):
                     if _NAMES_THE_IMAGE.search(_message(exc)):
                         message = f"ec2: AMI {image_id} of instance type {instance_type.name}: {last}"
