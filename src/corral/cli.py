@@ -1331,7 +1331,9 @@ def status(as_json: JsonFlag = False) -> None:
     """The system at a glance: jobs, the longest wait, the fleet and its bill.
 
     Also the instance types backed off (after capacity errors, or instances that never paired; `corral
-    backoff clear` ends a back-off), and the dispatchers sharing the store."""
+    backoff clear` ends a back-off), a pause of every boot after the cloud refused boots for no one
+    type's fault (an instance profile, a security group, credentials), and the dispatchers sharing
+    the store."""
     report = call("GET", "/api/status")
     if as_json:
         print_json(report)
@@ -1367,6 +1369,9 @@ def status(as_json: JsonFlag = False) -> None:
         )
     if report["backoffs"]:
         grid.add_row("", "fixed what failed it? `corral backoff clear TYPE` tries it again now")
+    if report.get("boots_paused_until") is not None:
+        left = ago(report["boots_paused_until"] - now)
+        grid.add_row("boots paused", Text.assemble((f"for {left} more: ", "red"), report["boots_paused_reason"]))
     if report["failing_checks"]:
         kept = report["failing_checks_in_service"]
         failing = report["failing_checks"]

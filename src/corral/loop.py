@@ -144,6 +144,11 @@ class LiveLoop:
         with it): what is wrong, naming the setting, or None."""
         return None
 
+    def boot_pause(self, now: float) -> tuple[float, str] | None:
+        """Until when this dispatcher boots nothing after failed boots the cloud said were no one
+        type's fault, and the last of them (`corral status`); None: it boots."""
+        return None
+
     def shutdown_fleet(self, reason: str) -> None:
         """Clean stop: requeue running work as a temporary failure, stop what runs it, record it.
         Waits for a pass in flight to end; no pass runs after it."""
@@ -177,6 +182,7 @@ class ControlLoop(LiveLoop):
         # with each such failure in a row, up to capacity_backoff, so that a broken cloud account
         # does not leave a failed node record and its events every pass.
         self._boots_paused_until = -math.inf
+        self._boot_pause_reason = ""
         self._boot_errors_in_a_row = 0
         self.store_id = store.store_id()
         self._foreign: set[str] = set()  # another store's instances seen under this cluster, told once
@@ -202,6 +208,11 @@ class ControlLoop(LiveLoop):
     def check_settings(self) -> str | None:
         """The cloud driver's own start check (ec2: the credentials)."""
         return self.cloud.check()
+
+    def boot_pause(self, now: float) -> tuple[float, str] | None:
+        if now >= self._boots_paused_until:
+            return None
+        return self._boots_paused_until, self._boot_pause_reason
 
     # ---- observe ------------------------------------------------------------------------------
 
@@ -427,6 +438,7 @@ class ControlLoop(LiveLoop):
                 self.config.policy.boot.capacity_backoff,
             )
             self._boots_paused_until = now + pause
+            self._boot_pause_reason = f"boot of {type_name} failed: {exc}"
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}; no boot for {pause:g} s", now)
             log.warning("boot of %s failed: %s; no boot for %g s", type_name, exc, pause)
             return

@@ -5,7 +5,11 @@ terminates it when its boot grace runs out, so that a broken node stops costing 
 from __future__ import annotations
 
 import base64
+import json
+import os
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,9 @@ from corral.core.model import InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.store import Store
-from tests.cloud.ec2_support import UNKNOWN_TYPE, WRONG_ARCHITECTURE, inject
+from tests.cloud.ec2_support import UNKNOWN_TYPE, WRONG_ARCHITECTURE, free_port, inject
+from tests.server.cli import CORRAL
+from tests.support import wait_until
 
 TYPES = [
     {"name": "c5.large", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.085},
@@ -535,3 +541,72 @@ def test_an_instance_ec2_would_not_terminate_stays_listed_shutting_down_until_it
     assert destroyed == f"instance {stray.id} has no live node record; destroyed"
     assert state(ec2, stray.id) in ("shutting-down", "terminated")
     loop.shutdown_fleet("corral stopped")
+
+
+@pytest.mark.timeout(120)
+def test_corral_status_says_boots_are_paused_and_why_while_ec2_refuses_every_boot(
+    tmp_path: Path, moto_url: str, image_id: str, cluster: str
+) -> None:
+    """An instance profile that does not exist (a typo, or IAM not set up yet) fails every boot,
+    whatever the type: corral pauses its boots. Before, `corral status` showed only the queue and an
+    empty fleet, and the jobs said they were waiting for an instance to boot; what failed was only
+    in the log and the events of nodes gone."""
+    home = tmp_path / "home"
+    config = tmp_path / "corral.toml"
+    config.write_text(
+        f"""
+[server]
+host = "127.0.0.1"
+port = {free_port()}
+
+[loop]
+interval = "10m"  # a pass at each submission: the pause after the first failed boot lasts 10 minutes
+
+[cloud]
+driver = "ec2"
+cluster = "{cluster}"
+
+[cloud.ec2]
+endpoint_url = "{moto_url}"
+image_id = "{image_id}"
+server_url = "http://10.0.0.5:8642"
+iam_instance_profile = "corral-nodes-typo"
+
+[[instance_types]]
+name = "c5.large"
+vcpus = 2
+ram = "4GiB"
+price_per_hour = 0.085
+"""
+    )
+    env = {**os.environ, "CORRAL_HOME": str(home), "COLUMNS": "250"}
+    env.pop("CORRAL_URL", None)
+    run = subprocess.Popen(
+        [CORRAL, "run", "--config", str(config)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=(tmp_path / "run.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+    def corral(*args: str) -> str:
+        done = subprocess.run([CORRAL, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        wait_until(lambda: (home / "server.json").exists() or run.poll() is not None, 30, "corral run to serve")
+        assert run.poll() is None, (tmp_path / "run.log").read_text()
+        wait_until(lambda: subprocess.run([CORRAL, "status"], env=env, capture_output=True).returncode == 0, 30, "it")
+        corral("submit", "--", "true")
+        wait_until(lambda: json.loads(corral("events", "--kind", "node.gone", "--json")), 30, "the failed boot")
+
+        report = json.loads(corral("status", "--json"))
+        assert report["boots_paused_until"] > report["now"]
+        assert report["boots_paused_reason"].startswith("boot of c5.large failed: ec2 RunInstances: ")
+        assert "corral-nodes-typo" in report["boots_paused_reason"]
+        said = corral("status")
+        assert re.search(r"boots paused +for \S+ more: boot of c5\.large failed: ec2 RunInstances: ", said), said
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.wait(30)

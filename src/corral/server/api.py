@@ -560,6 +560,7 @@ def status(runtime: UserRuntime) -> StatusOut:
     boot = policy.boot if runtime.config.executor == "agent" else BootSettings(max_instances=0)
     failing = [a for a in store.paired_node_attributes() if health.HEALTH in a]
     category = runtime.config.health_check.category
+    paused = runtime.loop.boot_pause(now) if runtime.loop is not None else None
     return StatusOut(
         now=now,
         jobs={state.value: counts[state.value] for state in JobState if counts.get(state.value)},
@@ -576,6 +577,8 @@ def status(runtime: UserRuntime) -> StatusOut:
         max_vcpus=boot.max_vcpus,
         max_cost_per_hour=boot.max_cost_per_hour,
         backoffs=[BackoffOut(**row) for row in store.backoffs_in_force(now)],
+        boots_paused_until=paused[0] if paused else None,
+        boots_paused_reason=paused[1] if paused else "",
         failing_checks=len(failing),
         failing_checks_in_service=sum(1 for a in failing if category not in categories.of(a)),
         dispatchers=[

@@ -177,6 +177,9 @@ def _summary(status: dict[str, Any]) -> str:
         ("backed off", escape(f"{b['instance_type']} until {_when(b['until'])}: {b['reason']}"))
         for b in status["backoffs"]
     ]
+    if status.get("boots_paused_until") is not None:
+        paused = f"until {_when(status['boots_paused_until'])}: {status['boots_paused_reason']}"
+        rows.append(("boots paused", escape(paused)))
     return "<table>" + "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows) + "</table>"
 
 

@@ -593,6 +593,10 @@ class StatusOut(BaseModel):
     max_vcpus: float | None = None
     max_cost_per_hour: float | None = None
     backoffs: list[BackoffOut]  # instance types not tried for now
+    # This dispatcher boots no type until then: its last boots failed for no one type's fault (an
+    # instance profile, a security group, credentials), the last for `boots_paused_reason`.
+    boots_paused_until: float | None = None
+    boots_paused_reason: str = ""
     # Paired nodes whose latest health check failed, and how many of them stay in service because
     # too many fail at once (health_check.max_unhealthy).
     failing_checks: int = 0
