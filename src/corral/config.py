@@ -6,12 +6,14 @@ is reported with its key path and the reason: `policy.lifecycle.idle_grace: not 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
@@ -135,6 +137,16 @@ class InstanceTypeConfig(_Strict):
 
 # Filters that keep a job off a node that cannot run it (not taking work; too small).
 _ROOM_FILTERS = ("min-ram", "min-cpu", "min-disk", "gpus")
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` names this machine only (localhost, 127.0.0.0/8, ::1)."""
+    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _filter_warnings(filters: list[str]) -> list[str]:
@@ -461,7 +473,7 @@ class Config(_Strict):
         types = self.instance_types
         if self.executor != "agent":
             return []
-        found = _filter_warnings(self.policy.placement.filters)
+        found = _filter_warnings(self.policy.placement.filters) + self._ec2_warnings()
         if not types:
             return found
         boot = self.policy.boot
@@ -476,6 +488,32 @@ class Config(_Strict):
             found.append(
                 f"policy.boot.max_vcpus ({boot.max_vcpus:g}) is below every instance type's vCPUs (the smallest,"
                 f" {smallest.name}, has {smallest.vcpus:g}): nothing can boot"
+            )
+        return found
+
+    def _ec2_warnings(self) -> list[str]:
+        """Where the EC2 instances' agents could not reach the server: each instance would boot, fail
+        to pair, and be terminated after the boot grace, its type backed off, and the jobs wait."""
+        if self.cloud.driver != "ec2" or self.cloud.ec2.server_url is None:
+            return []
+        found = []
+        server, url = self.server, urlsplit(self.cloud.ec2.server_url)
+        if _loopback(url.hostname or ""):
+            found.append(
+                f"cloud.ec2.server_url ({self.cloud.ec2.server_url}) names this machine by a loopback address: on an"
+                " instance it is the instance itself, so no agent could pair; give the address the instances reach"
+                " this server at (its VPC address or DNS name)"
+            )
+        if _loopback(server.host):
+            found.append(
+                f"server.host ({server.host}) takes connections from this machine only: the instances' agents could"
+                ' not pair, unless a proxy at cloud.ec2.server_url forwards to it; set server.host = "0.0.0.0" (or'
+                " this machine's VPC address) and let the instances' security group reach server.port"
+            )
+        if url.scheme == "http" and server.tls_cert is not None and (url.port or 80) == server.port:
+            found.append(
+                f"cloud.ec2.server_url ({self.cloud.ec2.server_url}) is http:// but server.port {server.port} speaks"
+                " HTTPS (server.tls_cert): the agents could not pair; make it https://"
             )
         return found
 

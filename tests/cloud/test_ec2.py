@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from corral.cloud.ec2 import AGENT_CA_FILE, AGENT_ENV_FILE, Ec2Cloud, agent_user
 from corral.config import Config, ConfigError, Ec2Config, RootVolumeConfig, load_config
 from corral.core.model import InstanceType
 from tests.cloud.ec2_support import UNKNOWN_TYPE, WRONG_ARCHITECTURE, free_port, inject
+from tests.server.cli import CORRAL
 
 C5 = InstanceType(name="c5.large", vcpus=2, ram_mib=4096, price_per_hour=0.085, scratch_mib=8192)
 M5 = InstanceType(name="m5.large", vcpus=2, ram_mib=8192, price_per_hour=0.096)
@@ -306,6 +309,38 @@ def test_an_unreachable_endpoint_is_a_cloud_error(settings: Ec2Config) -> None:
         cloud.list()
     with pytest.raises(CloudError, match="ec2: Could not connect"):
         cloud.create(C5, "n-1", TOKEN, {})
+
+
+def test_corral_config_check_warns_of_a_server_the_instances_cannot_reach(tmp_path: Path) -> None:
+    """Before, `corral config check` said OK to a config whose agents could never pair: corral run
+    booted instance after instance, each terminated after boot_grace and its type backed off, while
+    the jobs waited; the log said only that the instances did not pair."""
+    ec2 = '[cloud]\ndriver = "ec2"\n[cloud.ec2]\nimage_id = "ami-12345678"\n'
+    path = tmp_path / "corral.toml"
+    path.write_text(ec2 + 'server_url = "http://localhost:8642"\n')  # server.host left 127.0.0.1
+    env = {**os.environ, "CORRAL_HOME": str(tmp_path / "home"), "COLUMNS": "300"}
+    command = [CORRAL, "config", "check", str(path)]
+    checked = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    assert checked.returncode == 0
+    said = " ".join(checked.stdout.split())
+    assert "warning: cloud.ec2.server_url (http://localhost:8642) names this machine by a loopback address" in said
+    assert "warning: server.host (127.0.0.1) takes connections from this machine only" in said
+    assert 'set server.host = "0.0.0.0"' in said
+
+    path.write_text('[server]\nhost = "::1"\n' + ec2 + 'server_url = "http://[::1]:8642"\n')
+    assert len(load_config(path).warnings()) == 2
+    cert = tmp_path / "server.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    tls = f'[server]\nhost = "0.0.0.0"\nport = 8642\ntls_cert = "{cert}"\ntls_key = "{cert}"\n'
+    path.write_text(tls + ec2 + 'server_url = "http://10.0.1.10:8642"\n')
+    [plain_to_tls] = load_config(path).warnings()
+    assert "is http:// but server.port 8642 speaks HTTPS" in plain_to_tls
+
+    # Where the instances can reach it, nothing is said.
+    path.write_text(tls + ec2 + 'server_url = "https://10.0.1.10:8642"\n')
+    assert load_config(path).warnings() == []
+    path.write_text('[server]\nhost = "0.0.0.0"\n' + ec2 + 'server_url = "http://corral.internal:8642"\n')
+    assert load_config(path).warnings() == []
 
 
 def test_the_config_asks_for_what_ec2_cannot_boot_without(tmp_path: Path) -> None:
