@@ -253,6 +253,32 @@ def test_insufficient_capacity_tries_the_next_subnet_then_raises_for_the_type(
     cloud.destroy(instance.id)
 
 
+def test_a_subnet_short_of_a_type_is_tried_last_for_that_type_and_first_for_others(
+    settings: Ec2Config, cluster: str, ec2: Any, subnet_ids: list[str]
+) -> None:
+    """Before, each boot of a type one zone had no capacity for asked that zone first again (one
+    more RunInstances call, and its wait, per boot), for as long as the shortage lasted."""
+    first, second = subnet_ids
+    cloud = Ec2Cloud(settings.model_copy(update={"subnet_ids": subnet_ids}), cluster, "http://h:1")
+    ice = inject(
+        cloud.client,
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        when=lambda p: p["InstanceType"] == "c5.large" and p.get("SubnetId") == first,
+    )
+    booted = [cloud.create(C5, f"n-{n}", TOKEN, {}) for n in range(2)]
+    assert [described(ec2, i.id)["SubnetId"] for i in booted] == [second, second]
+    assert len(ice.calls) == 1  # the second boot went to the second subnet at once
+    other = cloud.create(M5, "n-2", TOKEN, {})  # the first subnet is short of c5.large only
+    assert described(ec2, other.id)["SubnetId"] == first
+
+    # Once it has capacity again (past SHORT_SUBNET_FOR, or a boot there), it is the first subnet again.
+    cloud._short = {key: when - ec2_module.SHORT_SUBNET_FOR - 1 for key, when in cloud._short.items()}
+    assert cloud.subnets_in_turn("c5.large") == [first, second]
+    for instance in [*booted, other]:
+        cloud.destroy(instance.id)
+
+
 def test_quota_throttling_and_other_errors_map_to_corrals_types(settings: Ec2Config, cluster: str) -> None:
     cloud = Ec2Cloud(settings.model_copy(update={"max_attempts": 3}), cluster, "http://h:1")
     quota = inject(cloud.client, "RunInstances", "VcpuLimitExceeded", times=1)

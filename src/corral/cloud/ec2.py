@@ -113,6 +113,10 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,256}")
 # eventual consistency). Until then `list` reports it from memory, or the control loop would take
 # it for vanished, forget its node, and then destroy it as an orphan once it shows.
 LIST_GRACE = 120.0
+# A subnet that had no capacity for a type is tried last for that type for this long (Karpenter keeps
+# an offering, a type in a zone, out of its launches as long after a capacity error): each boot of
+# the type would otherwise spend a RunInstances call, and its latency, on the short zone first.
+SHORT_SUBNET_FOR = 180.0
 
 
 class _WithoutUserData(logging.Filter):
@@ -276,6 +280,8 @@ class Ec2Cloud:
         # The subnet of each live instance of the cluster, as the last listing and this driver's
         # creations since say: a boot goes to the configured subnet with the fewest.
         self._subnet_of: dict[str, str] = {}
+        # (instance type, subnet) -> when that subnet last had no capacity for the type (monotonic).
+        self._short: dict[tuple[str, str], float] = {}
 
     def check(self) -> str | None:
         """What stops every call of this driver, asked once at start with one DescribeInstances (a
@@ -398,7 +404,7 @@ class Ec2Cloud:
         # answered with the instance already started instead of a second one.
         token = secrets.token_hex(8)
         last: CloudError | None = None
-        for index, subnet in enumerate(self.subnets_in_turn()):
+        for index, subnet in enumerate(self.subnets_in_turn(instance_type.name)):
             if subnet is not None:
                 params["SubnetId"] = subnet
             params["ClientToken"] = f"corral-{node_id}-{index}-{token}"
@@ -407,6 +413,9 @@ class Ec2Cloud:
             except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
                 last = error_from(exc, instance_type.name)
                 if isinstance(last, InsufficientCapacity) or _code(exc) in SUBNET_CODES:
+                    if subnet is not None and isinstance(last, InsufficientCapacity):
+                        with self._lock:
+                            self._short[(instance_type.name, subnet)] = time.monotonic()
                     continue  # the next subnet (another zone) may have it
                 if _code(exc).startswith(IMAGE_CODES_PREFIX):
                     with self._lock:
@@ -435,22 +444,33 @@ class Ec2Cloud:
                 self._recent[instance.id] = (instance, time.monotonic())
                 if subnet is not None:
                     self._subnet_of[instance.id] = subnet
+                    self._short.pop((instance_type.name, subnet), None)
             return instance
         assert last is not None
         raise last
 
-    def subnets_in_turn(self) -> list[str | None]:
-        """The configured subnets in the order a boot tries them: the one with the fewest live
-        instances of the cluster first (ties in the config's order), the others in case it has no
-        capacity. Tried always in the config's order, every instance went to the first subnet's
-        zone while it had capacity, and one zone's outage took the whole fleet. [None]: no subnet
-        configured, EC2 picks one of the default VPC's."""
+    def subnets_in_turn(self, instance_type: str) -> list[str | None]:
+        """The configured subnets in the order a boot of `instance_type` tries them: the one with
+        the fewest live instances of the cluster first (ties in the config's order), the others in
+        case it has no capacity, and last those that had none for the type within SHORT_SUBNET_FOR.
+        Tried always in the config's order, every instance went to the first subnet's zone while it
+        had capacity, and one zone's outage took the whole fleet. [None]: no subnet configured, EC2
+        picks one of the default VPC's."""
         if not self.settings.subnet_ids:
             return [None]
+        now = time.monotonic()
         with self._lock:
             live = Counter(self._subnet_of.values())
-        order = sorted(enumerate(self.settings.subnet_ids), key=lambda indexed: (live[indexed[1]], indexed[0]))
-        return [subnet for _, subnet in order]
+            for key, when in list(self._short.items()):
+                if now - when > SHORT_SUBNET_FOR:
+                    del self._short[key]
+            short = {subnet for (name, subnet) in self._short if name == instance_type}
+
+        def turn(indexed: tuple[int, str]) -> tuple[bool, int, int]:
+            index, subnet = indexed
+            return subnet in short, live[subnet], index
+
+        return [subnet for _, subnet in sorted(enumerate(self.settings.subnet_ids), key=turn)]
 
     def list(self) -> list[CloudInstance]:
         filters = [
