@@ -182,7 +182,9 @@ class RootVolumeConfig(_Strict):
     )
     throughput: Int | None = Field(None, ge=125, le=2000, description="gp3 only: MiB/s; default 125")
     encrypted: StrictBool = Field(
-        False, description="encrypt the volume (the account's default EBS key unless kms_key_id)"
+        True,
+        description="encrypt the volume (the account's default EBS key unless kms_key_id); false: as EC2 would"
+        " (encrypted if the AMI's snapshot is, or the account encrypts new volumes by default)",
     )
     kms_key_id: str | None = Field(
         None, min_length=1, description="the KMS key (id, ARN or alias) that encrypts it; needs encrypted = true"

@@ -453,7 +453,9 @@ def test_the_root_volume_is_the_amis_root_plus_the_types_scratch(
 
     base = image_root_gib(ec2, image_id)
     volume = root_volume(ec2, c5.id)
-    assert (volume["Size"], volume["VolumeType"], volume["Encrypted"]) == (base + 8, "gp3", False)
+    # Encrypted unless the config says otherwise, as Karpenter's default root volumes are: a job's
+    # data on its scratch is not left readable from a snapshot of the disk.
+    assert (volume["Size"], volume["VolumeType"], volume["Encrypted"]) == (base + 8, "gp3", True)
     assert volume["DeleteOnTermination"] is True  # nothing is left behind to pay for
     assert root_volume(ec2, m5.id)["Size"] == image_root_gib(ec2, arm_image_id) + 100
     assert root_volume(ec2, odd.id)["Size"] == base + 2
@@ -462,6 +464,15 @@ def test_the_root_volume_is_the_amis_root_plus_the_types_scratch(
     assert sorted(p["ImageId.1"] for p in describes.seen) == sorted([image_id, arm_image_id])
     for instance in (c5, m5, odd, again):
         cloud.destroy(instance.id)
+
+    # encrypted = false leaves it to EC2 (the AMI's snapshot, the account's encryption by default).
+    plain = RootVolumeConfig(encrypted=False)
+    left = Ec2Cloud(settings.model_copy(update={"root_volume": plain}), cluster, "http://h:1")
+    sent = inject(left.client, "RunInstances", "never", when=lambda params: False)
+    unencrypted = left.create(C5, "n-5", TOKEN, {})
+    assert not any("Encrypted" in key for key in sent.seen[0])
+    assert root_volume(ec2, unencrypted.id)["Encrypted"] is False
+    left.destroy(unencrypted.id)
 
 
 def test_an_included_scratch_type_gets_no_added_volume_and_the_volume_options_are_sent(
@@ -564,7 +575,7 @@ def test_the_config_names_a_bad_ami_or_volume_setting(tmp_path: Path) -> None:
         ('type = "io2"', "iops is required with type = 'io2'"),
         ('type = "gp2"\niops = 3000', "iops cannot be set with type = 'gp2'"),
         ('type = "io1"\niops = 3000\nthroughput = 250', "throughput cannot be set with type = 'io1'"),
-        ('kms_key_id = "alias/x"', "kms_key_id needs encrypted = true"),
+        ('encrypted = false\nkms_key_id = "alias/x"', "kms_key_id needs encrypted = true"),
         ('type = "st1"', "cloud.ec2.root_volume.type: Input should be 'gp3', 'gp2', 'io1', 'io2' or 'standard'"),
         ("encrypted = 1", "cloud.ec2.root_volume.encrypted: Input should be a valid boolean"),
     ):

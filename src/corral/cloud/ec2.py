@@ -358,7 +358,7 @@ class Ec2Cloud:
             ebs["Iops"] = volume.iops
         if volume.throughput is not None:
             ebs["Throughput"] = volume.throughput
-        # Not encrypted: left out, so that an AMI whose snapshot is encrypted keeps its encryption.
+        # encrypted = false: left out, so that an AMI whose snapshot is encrypted keeps its encryption.
         if volume.encrypted:
             ebs["Encrypted"] = True
         if volume.kms_key_id is not None:
