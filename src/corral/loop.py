@@ -252,13 +252,16 @@ class ControlLoop(LiveLoop):
                 said = "its boot was cut short: corral stopped before the cloud made its instance"
                 self.store.mark_node(node_id, NodeState.GONE, said, now)
             elif mine and row["instance_id"] and node_id not in by_node:
+                gone = "instance disappeared from the cloud"
                 if row["state"] != NodeState.SHUTTING_DOWN.value:
-                    # Not corral's shutdown (a spot reclaim, a terminate from the console): the node
-                    # failed, and says so as a silent one does (node.down, which [[notify]] rules
-                    # page on), before its record ends.
-                    vanished = f"instance {row['instance_id']} disappeared from the cloud"
+                    # Not corral's shutdown (a spot reclaim, a terminate from the console, a KMS key
+                    # EC2 could not use): the node failed, and says so, with the cloud's reason, as a
+                    # silent one does (node.down, which [[notify]] rules page on), before its record ends.
+                    why = self.cloud.why_gone(row["instance_id"])
+                    gone += f" ({why})" if why else ""
+                    vanished = f"instance {row['instance_id']} {gone.removeprefix('instance ')}"
                     self.store.mark_node(node_id, NodeState.DOWN, vanished, now)
-                self.store.mark_node(node_id, NodeState.GONE, "instance disappeared from the cloud", now)
+                self.store.mark_node(node_id, NodeState.GONE, gone, now)
             elif mine and row["state"] == NodeState.SHUTTING_DOWN.value and node_id in by_node:
                 # A shutdown that a crash (or a SIGKILL during a clean stop) cut short between its
                 # record and the cloud's answer. No pass looks at a node shutting down again, and the

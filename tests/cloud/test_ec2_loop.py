@@ -105,6 +105,30 @@ def test_a_pass_boots_an_instance_for_a_queued_job_and_a_never_pairing_one_is_te
     assert all(row["state"] == "gone" for row in store.node_rows(include_gone=True))
 
 
+def test_an_instance_ec2_ended_says_why_in_its_nodes_events(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """An instance EC2 ends by itself (a spot reclaim, a KMS key it could not use, a terminate from
+    the console) vanishes from the listing. Before, its node went down and gone saying only "instance
+    i-… disappeared from the cloud": why was in the console alone, while corral booted the next one."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+    loop.run_pass()
+    clock.now += 1
+    loop.run_pass()  # its listing shows the instance
+    [node] = store.node_rows()
+    ec2.terminate_instances(InstanceIds=[node["instance_id"]])  # not corral's doing
+
+    clock.now += 1
+    loop.run_pass()
+    [down] = store.list_events(kind="node.down")
+    said = "terminated: Client.UserInitiatedShutdown: User initiated shutdown"  # EC2's StateReason, as moto gives it
+    assert down["message"] == f"instance {node['instance_id']} disappeared from the cloud ({said})"
+    gone = store.node_row(node["id"])
+    assert gone is not None and gone["state"] == "gone" and said in gone["reason"]
+    loop.shutdown_fleet("corral stopped")
+
+
 def boot_token(ec2: Any, instance_id: str) -> str:
     """The boot token in an instance's user data: what its agent would pair with."""
     raw = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]

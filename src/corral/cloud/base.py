@@ -122,3 +122,8 @@ class CloudDriver(Protocol):
         """What would make every call fail (credentials, a region), asked once at start: in words
         naming the setting to fix, or None. `corral run` refuses to start with it."""
         ...
+
+    def why_gone(self, instance_id: str) -> str | None:
+        """What the cloud says ended an instance that vanished from `list` (EC2's state reason), for
+        the operator to read in its node's events; None when it says nothing. Never raises."""
+        ...

@@ -504,6 +504,25 @@ class Ec2Cloud:
             self._subnet_of = subnet_of
         return out
 
+    def why_gone(self, instance_id: str) -> str | None:
+        """EC2's state reason of an ended instance ("Client.InvalidKMSKey.InvalidState: The KMS key
+        provided is in an incorrect state", "Server.SpotInstanceTermination: …"): without it the
+        operator read only that the instance disappeared, and had to find the reason in the console
+        while corral booted the next one. None when EC2 does not say (or no longer knows it)."""
+        try:
+            reservations = self.client.describe_instances(InstanceIds=[instance_id]).get("Reservations", [])
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            log.info("could not read why instance %s ended: %s", instance_id, error_from(exc))
+            return None
+        for reservation in reservations:
+            for raw in reservation.get("Instances", []):
+                state = raw.get("State", {}).get("Name", "")
+                reason = raw.get("StateReason", {})
+                said = str(reason.get("Message") or reason.get("Code") or "")
+                if said and state not in LIVE_STATES:
+                    return f"{state}: {said}"
+        return None
+
     def destroy(self, instance_id: str) -> None:
         with self._lock:
             self._recent.pop(instance_id, None)

@@ -145,6 +145,9 @@ class SimCloud:
     def check(self) -> str | None:
         return None  # nothing outside this machine to be refused by
 
+    def why_gone(self, instance_id: str) -> str | None:
+        return None
+
     def destroy(self, instance_id: str) -> None:
         sim = self.instances.get(instance_id)
         if sim is None or sim.terminated_at is not None:
