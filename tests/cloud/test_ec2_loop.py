@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID
@@ -631,6 +632,10 @@ price_per_hour = 0.085
         assert "corral-nodes-typo" in report["boots_paused_reason"]
         said = corral("status")
         assert re.search(r"boots paused +for \S+ more: boot of c5\.large failed: ec2 RunInstances: ", said), said
+        token = (home / "token").read_text().strip()
+        base = corral("dashboard").strip().split("/dashboard")[0]
+        page = httpx.get(f"{base}/dashboard", cookies={"corral_token": token}, timeout=30).text
+        assert "<th>boots paused</th><td>until " in page and "corral-nodes-typo" in page
     finally:
         run.send_signal(signal.SIGINT)
         run.wait(30)
