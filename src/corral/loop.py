@@ -231,6 +231,17 @@ class ControlLoop(LiveLoop):
         instances = self._own(instances, now)
         by_node = {inst.node_id: inst for inst in instances if inst.node_id}
         live_nodes = {row["id"]: row for row in self.store.node_rows()}
+        # What the cloud says ended the instances that vanished while corral was not shutting them
+        # down, asked at once for all (a spot reclaim may take many in one pass).
+        ended = [
+            row["instance_id"]
+            for node_id, row in live_nodes.items()
+            if row["dispatcher_id"] in (None, self.dispatcher_id)
+            and row["instance_id"]
+            and node_id not in by_node
+            and row["state"] != NodeState.SHUTTING_DOWN.value
+        ]
+        why_gone = self.cloud.why_gone(ended) if ended else {}
         for node_id, row in live_nodes.items():
             mine = row["dispatcher_id"] in (None, self.dispatcher_id)
             if mine and not row["instance_id"] and node_id in by_node:
@@ -257,7 +268,7 @@ class ControlLoop(LiveLoop):
                     # Not corral's shutdown (a spot reclaim, a terminate from the console, a KMS key
                     # EC2 could not use): the node failed, and says so, with the cloud's reason, as a
                     # silent one does (node.down, which [[notify]] rules page on), before its record ends.
-                    why = self.cloud.why_gone(row["instance_id"])
+                    why = why_gone.get(row["instance_id"])
                     gone += f" ({why})" if why else ""
                     vanished = f"instance {row['instance_id']} {gone.removeprefix('instance ')}"
                     self.store.mark_node(node_id, NodeState.DOWN, vanished, now)

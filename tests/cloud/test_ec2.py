@@ -197,6 +197,19 @@ def test_list_reads_every_page_and_needs_nothing_but_the_tags(settings: Ec2Confi
         restarted.destroy(instance_id)
 
 
+def test_why_gone_gives_ec2s_reason_for_each_ended_instance_it_knows(
+    settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    cloud = Ec2Cloud(settings, cluster, "http://h:1")
+    ended, running = (cloud.create(C5, f"n-{n}", TOKEN, {}) for n in range(2))
+    ec2.terminate_instances(InstanceIds=[ended.id])
+    unknown = "i-0123456789abcdef0"  # EC2 forgets an ended instance after about an hour
+    said = cloud.why_gone([ended.id, running.id, unknown])
+    assert said == {ended.id: "terminated: Client.UserInitiatedShutdown: User initiated shutdown"}
+    assert cloud.why_gone([]) == {}
+    cloud.destroy(running.id)
+
+
 def test_an_instance_describe_does_not_show_yet_is_listed_from_memory(
     settings: Ec2Config, cluster: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,7 @@ corral can find its instances again from the cloud alone (durable facts live in 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -123,7 +124,8 @@ class CloudDriver(Protocol):
         naming the setting to fix, or None. `corral run` refuses to start with it."""
         ...
 
-    def why_gone(self, instance_id: str) -> str | None:
-        """What the cloud says ended an instance that vanished from `list` (EC2's state reason), for
-        the operator to read in its node's events; None when it says nothing. Never raises."""
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """What the cloud says ended each of these instances, which vanished from `list` (EC2's state
+        reason), for the operator to read in its node's events; an instance it says nothing of is
+        left out. Never raises."""
         ...

@@ -29,6 +29,7 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +118,7 @@ LIST_GRACE = 120.0
 # an offering, a type in a zone, out of its launches as long after a capacity error): each boot of
 # the type would otherwise spend a RunInstances call, and its latency, on the short zone first.
 SHORT_SUBNET_FOR = 180.0
+FILTER_VALUES = 200  # the most values EC2 takes in one filter of a Describe call
 
 
 class _WithoutUserData(logging.Filter):
@@ -504,24 +506,31 @@ class Ec2Cloud:
             self._subnet_of = subnet_of
         return out
 
-    def why_gone(self, instance_id: str) -> str | None:
-        """EC2's state reason of an ended instance ("Client.InvalidKMSKey.InvalidState: The KMS key
-        provided is in an incorrect state", "Server.SpotInstanceTermination: …"): without it the
-        operator read only that the instance disappeared, and had to find the reason in the console
-        while corral booted the next one. None when EC2 does not say (or no longer knows it)."""
-        try:
-            reservations = self.client.describe_instances(InstanceIds=[instance_id]).get("Reservations", [])
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            log.info("could not read why instance %s ended: %s", instance_id, error_from(exc))
-            return None
-        for reservation in reservations:
-            for raw in reservation.get("Instances", []):
-                state = raw.get("State", {}).get("Name", "")
-                reason = raw.get("StateReason", {})
-                said = str(reason.get("Message") or reason.get("Code") or "")
-                if said and state not in LIVE_STATES:
-                    return f"{state}: {said}"
-        return None
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """EC2's state reasons of ended instances ("terminated: Client.InvalidKMSKey.InvalidState:
+        The KMS key provided is in an incorrect state", "terminated: Server.SpotInstanceTermination:
+        …"), by instance id: without them the operator read only that the instance disappeared, and
+        had to find why in the console while corral booted the next one. Asked by filter, page by
+        page, not by id: DescribeInstances refuses a list of ids if EC2 no longer knows one (about an
+        hour after its end). An instance EC2 says nothing of is left out."""
+        out: dict[str, str] = {}
+        for start in range(0, len(instance_ids), FILTER_VALUES):
+            chunk = list(instance_ids[start : start + FILTER_VALUES])
+            try:
+                pages = self.client.get_paginator("describe_instances").paginate(
+                    Filters=[{"Name": "instance-id", "Values": chunk}], PaginationConfig={"PageSize": self.page_size}
+                )
+                for page in pages:
+                    for reservation in page.get("Reservations", []):
+                        for raw in reservation.get("Instances", []):
+                            state = str(raw.get("State", {}).get("Name", ""))
+                            reason = raw.get("StateReason", {})
+                            said = str(reason.get("Message") or reason.get("Code") or "")
+                            if said and state not in LIVE_STATES:
+                                out[str(raw["InstanceId"])] = f"{state}: {said}"
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+                log.info("could not read why instances %s ended: %s", ", ".join(chunk), error_from(exc))
+        return out
 
     def destroy(self, instance_id: str) -> None:
         with self._lock:

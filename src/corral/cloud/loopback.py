@@ -210,8 +210,8 @@ class LoopbackCloud:
     def check(self) -> str | None:
         return None  # nothing outside this machine to be refused by
 
-    def why_gone(self, instance_id: str) -> str | None:
-        return None  # an agent process that ended leaves no word of why
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return {}  # an agent process that ended leaves no word of why
 
     def destroy(self, instance_id: str) -> None:
         directory = self._dir(instance_id)

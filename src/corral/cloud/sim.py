@@ -16,7 +16,7 @@ from __future__ import annotations
 import builtins
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, CloudInstance, InsufficientCapacity
@@ -145,8 +145,8 @@ class SimCloud:
     def check(self) -> str | None:
         return None  # nothing outside this machine to be refused by
 
-    def why_gone(self, instance_id: str) -> str | None:
-        return None
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return {}
 
     def destroy(self, instance_id: str) -> None:
         sim = self.instances.get(instance_id)
