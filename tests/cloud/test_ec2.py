@@ -4,6 +4,7 @@ which moto cannot produce, injected at botocore's HTTP boundary."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import subprocess
@@ -622,3 +623,32 @@ def test_boots_spread_over_the_subnets_by_the_live_instances_in_each(
     assert described(ec2, restarted.create(C5, "n-5", TOKEN, {}).id)["SubnetId"] == second
     for instance in restarted.list():
         restarted.destroy(instance.id)
+
+
+def test_the_operator_guides_iam_policy_allows_every_ec2_call_the_driver_makes(
+    settings: Ec2Config, cluster: str
+) -> None:
+    """The guide's policy is what an operator pastes into IAM: a call the driver makes that it does
+    not allow fails only in production, at the first boot or the first ended instance."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operator-guide.md").read_text()
+    start = guide.index("```json", guide.index("**IAM.**")) + len("```json")
+    policy = json.loads(guide[start : guide.index("```", start)])
+    allowed: set[str] = set()
+    for statement in policy["Statement"]:
+        actions = statement["Action"]
+        allowed.update([actions] if isinstance(actions, str) else actions)
+
+    cloud = Ec2Cloud(settings.model_copy(update={"market": {"c5.large": "spot"}}), cluster, "http://h:1")
+    called: set[str] = set()
+    cloud.client.meta.events.register("before-call.ec2", lambda model, **_: called.add(f"ec2:{model.name}"))
+    assert cloud.check() is None
+    spot, plain = cloud.create(C5, "n-1", TOKEN, {}), cloud.create(M5, "n-2", TOKEN, {})
+    cloud.list()
+    cloud.destroy(spot.id)
+    cloud.why_gone([spot.id])
+    cloud.destroy(plain.id)
+
+    assert called == {"ec2:DescribeInstances", "ec2:DescribeImages", "ec2:RunInstances", "ec2:TerminateInstances"}
+    assert called <= allowed
+    # Tags are set at launch (TagSpecifications), which EC2 authorizes as CreateTags on RunInstances.
+    assert "ec2:CreateTags" in allowed and "iam:PassRole" in allowed
