@@ -268,10 +268,13 @@ class ControlLoop(LiveLoop):
                     # Not corral's shutdown (a spot reclaim, a terminate from the console, a KMS key
                     # EC2 could not use): the node failed, and says so, with the cloud's reason, as a
                     # silent one does (node.down, which [[notify]] rules page on), before its record ends.
-                    why = why_gone.get(row["instance_id"])
-                    gone += f" ({why})" if why else ""
+                    cloud_said = why_gone.get(row["instance_id"])
+                    gone += f" ({cloud_said.reason})" if cloud_said else ""
                     vanished = f"instance {row['instance_id']} {gone.removeprefix('instance ')}"
                     self.store.mark_node(node_id, NodeState.DOWN, vanished, now)
+                    if cloud_said and cloud_said.launch_error and row["state"] == NodeState.BOOTING.value:
+                        in_force = {b["instance_type"]: b["until"] for b in self.store.backoffs_in_force(now)}
+                        self._back_off(row["instance_type"], cloud_said.launch_error, now, in_force)
                 self.store.mark_node(node_id, NodeState.GONE, gone, now)
             elif mine and row["state"] == NodeState.SHUTTING_DOWN.value and node_id in by_node:
                 # A shutdown that a crash (or a SIGKILL during a clean stop) cut short between its
@@ -428,22 +431,8 @@ class ControlLoop(LiveLoop):
         try:
             instance = self.cloud.create(itype, node_id, boot_token, {TAG_STORE: self.store_id})
         except (InsufficientCapacity, QuotaExceeded, TypeUnusable) as exc:
-            # An account limit (EC2's vCPU quota is per group of types) is, to the planner, a type
-            # that cannot be had for now, as a capacity error is: it boots another type that fits.
-            # So is a type the cloud will not boot as configured (a bad AMI, a name it does not
-            # know: a config mistake, told apart by its event): the other types boot on, as
-            # Karpenter's other node pools do beside one with a bad image.
-            until = capacity.record_insufficient_capacity(unavailable, type_name, now, self.config.policy.boot)
-            if isinstance(exc, ImageUnusable):
-                kind = "type.image_unusable"
-            elif isinstance(exc, TypeUnusable):
-                kind = "type.unusable"
-            else:
-                kind = "capacity.unavailable"
-            self.store.set_unavailable(type_name, until, str(exc), now, kind)
+            self._back_off(type_name, exc, now, unavailable)
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}", now)
-            if isinstance(exc, TypeUnusable):
-                log.warning("boot of %s failed: %s; %s not booted for %g s", type_name, exc, type_name, until - now)
             return
         except CloudError as exc:
             self._boot_errors_in_a_row += 1
@@ -458,6 +447,24 @@ class ControlLoop(LiveLoop):
             return
         self._boot_errors_in_a_row = 0
         self.store.set_instance_id(node_id, instance.id)
+
+    def _back_off(self, type_name: str, exc: CloudError, now: float, unavailable: dict[str, float]) -> None:
+        """A type the cloud refused to boot, or whose instance it ended in its launch. An account
+        limit (EC2's vCPU quota is per group of types) is, to the planner, a type that cannot be had
+        for now, as a capacity error is: it boots another type that fits. So is a type the cloud
+        will not boot as configured (a bad AMI, a name it does not know, a KMS key its volumes may
+        not use: a config mistake, told apart by its event): the other types boot on, as
+        Karpenter's other node pools do beside one with a bad image."""
+        until = capacity.record_insufficient_capacity(unavailable, type_name, now, self.config.policy.boot)
+        if isinstance(exc, ImageUnusable):
+            kind = "type.image_unusable"
+        elif isinstance(exc, TypeUnusable):
+            kind = "type.unusable"
+        else:
+            kind = "capacity.unavailable"
+        self.store.set_unavailable(type_name, until, str(exc), now, kind)
+        if isinstance(exc, TypeUnusable):
+            log.warning("%s: %s not booted for %g s", exc, type_name, until - now)
 
     def _destroy(self, instance_id: str) -> str | None:
         """Terminate an instance: None once the cloud has taken it, else what it said (logged, and

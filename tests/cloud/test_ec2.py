@@ -22,6 +22,7 @@ from corral.cloud.base import (
     TAG_NODE_ID,
     CloudDriver,
     CloudError,
+    Ended,
     ImageUnusable,
     InsufficientCapacity,
     QuotaExceeded,
@@ -206,7 +207,8 @@ def test_why_gone_gives_ec2s_reason_for_each_ended_instance_it_knows(
     ec2.terminate_instances(InstanceIds=[ended.id])
     unknown = "i-0123456789abcdef0"  # EC2 forgets an ended instance after about an hour
     said = cloud.why_gone([ended.id, running.id, unknown])
-    assert said == {ended.id: "terminated: Client.UserInitiatedShutdown: User initiated shutdown"}
+    assert said == {ended.id: Ended("terminated: Client.UserInitiatedShutdown: User initiated shutdown")}
+    assert said[ended.id].launch_error is None  # a terminate from outside is not the type's fault
     assert cloud.why_gone([]) == {}
     cloud.destroy(running.id)
 

@@ -639,3 +639,67 @@ price_per_hour = 0.085
     finally:
         run.send_signal(signal.SIGINT)
         run.wait(30)
+
+
+def ended_in_launch(cloud: Ec2Cloud, instance_id: str, code: str, message: str) -> None:
+    """EC2's answer for an instance it ended in its launch: moto ends an instance only when told
+    to (Client.UserInitiatedShutdown), so its state reason is put into DescribeInstances' answer
+    where botocore hands it over."""
+
+    def answer(parsed: dict[str, Any], **_: Any) -> None:
+        for reservation in parsed.get("Reservations", []):
+            for raw in reservation.get("Instances", []):
+                if raw["InstanceId"] == instance_id and raw["State"]["Name"] == "terminated":
+                    raw["StateReason"] = {"Code": code, "Message": f"{code}: {message}"}
+
+    cloud.client.meta.events.register("after-call.ec2.DescribeInstances", answer)
+
+
+def test_a_type_whose_instances_ec2_ends_in_their_launch_is_backed_off(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """A KMS key EC2 may not use for the root volume (disabled, or the launch lacks kms:CreateGrant):
+    RunInstances succeeds, and EC2 ends the instance while it is pending. Before, its node went
+    down, the job waited on, and the next pass booted another of the type, which ended the same
+    way, pass after pass; now the type is backed off as a type EC2 refuses is (type.unusable), and
+    the next type that fits boots."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+    loop.run_pass()
+    clock.now += 1
+    loop.run_pass()  # its listing shows the instance
+    [node] = store.node_rows()
+    assert node["instance_type"] == "c5.large" and node["state"] == "booting"
+    ended_in_launch(cloud, node["instance_id"], "Client.InvalidKMSKey.InvalidState", "The KMS key is disabled")
+    ec2.terminate_instances(InstanceIds=[node["instance_id"]])
+
+    clock.now += 1
+    loop.run_pass()
+    [event] = store.list_events(kind="type.unusable")
+    assert "c5.large end in their launch" in event["message"] and "KMS key" in event["message"]
+    assert [b["instance_type"] for b in store.backoffs_in_force(clock())] == ["c5.large"]
+    clock.now += 1
+    loop.run_pass()
+    live = [n for n in store.node_rows() if n["state"] != "gone"]
+    assert [n["instance_type"] for n in live] == ["m5.large"]
+    loop.shutdown_fleet("corral stopped")
+
+
+def test_an_instance_a_user_terminates_while_it_boots_backs_nothing_off(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+    loop.run_pass()
+    clock.now += 1
+    loop.run_pass()
+    [node] = store.node_rows()
+    ec2.terminate_instances(InstanceIds=[node["instance_id"]])
+    clock.now += 1
+    loop.run_pass()
+    assert store.backoffs_in_force(clock()) == [] and store.list_events(kind="type.unusable") == []
+    clock.now += 1
+    loop.run_pass()
+    live = [n for n in store.node_rows() if n["state"] != "gone"]
+    assert [n["instance_type"] for n in live] == ["c5.large"]
+    loop.shutdown_fleet("corral stopped")

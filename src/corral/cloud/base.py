@@ -53,6 +53,18 @@ class ImageUnusable(TypeUnusable):
     architecture). Backed off as any unusable type, under an event of its own."""
 
 
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """What the cloud says ended an instance that vanished from its listing (`why_gone`)."""
+
+    reason: str  # in the cloud's words, for the node's events
+    # An instance that ended in its launch for a reason the type's next one would meet too (EC2: a
+    # KMS key the launch may not use, a volume limit, no capacity after all): the error a create
+    # refused so would have raised, so that the type is backed off as then (TypeUnusable,
+    # InsufficientCapacity), not booted again at every pass only to end the same way.
+    launch_error: CloudError | None = None
+
+
 class Throttled(CloudError):
     """The cloud asked us to slow down; the call may be retried later."""
 
@@ -124,7 +136,7 @@ class CloudDriver(Protocol):
         naming the setting to fix, or None. `corral run` refuses to start with it."""
         ...
 
-    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, Ended]:
         """What the cloud says ended each of these instances, which vanished from `list` (EC2's state
         reason), for the operator to read in its node's events; an instance it says nothing of is
         left out. Never raises."""

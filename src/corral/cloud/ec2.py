@@ -44,6 +44,7 @@ from corral.cloud.base import (
     TAG_NODE_ID,
     CloudError,
     CloudInstance,
+    Ended,
     ImageUnusable,
     InsufficientCapacity,
     QuotaExceeded,
@@ -118,6 +119,21 @@ LIST_GRACE = 120.0
 # an offering, a type in a zone, out of its launches as long after a capacity error): each boot of
 # the type would otherwise spend a RunInstances call, and its latency, on the short zone first.
 SHORT_SUBNET_FOR = 180.0
+# State reasons of an instance EC2 ended in its launch (pending, then terminated) for something the
+# type's next instance meets too: its volumes' KMS key (a key disabled, or one the launch may not
+# use: Client.InternalError, as EC2 documents it), a snapshot gone, the account's EBS volume limit.
+# Without a back-off, the next pass booted another of the type, which ended the same way, pass after
+# pass. (Client.UserInitiatedShutdown, a terminate from outside, and Server.SpotInstanceTermination,
+# a reclaim, are not the type's fault.)
+LAUNCH_REFUSED_REASONS = frozenset(
+    {
+        "Client.InternalError",
+        "Client.InvalidKMSKey.InvalidState",
+        "Client.InvalidSnapshot.NotFound",
+        "Client.VolumeLimitExceeded",
+    }
+)
+CAPACITY_REASON = "Server.InsufficientInstanceCapacity"
 FILTER_VALUES = 200  # the most values EC2 takes in one filter of a Describe call
 
 
@@ -506,14 +522,16 @@ class Ec2Cloud:
             self._subnet_of = subnet_of
         return out
 
-    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, Ended]:
         """EC2's state reasons of ended instances ("terminated: Client.InvalidKMSKey.InvalidState:
         The KMS key provided is in an incorrect state", "terminated: Server.SpotInstanceTermination:
         …"), by instance id: without them the operator read only that the instance disappeared, and
         had to find why in the console while corral booted the next one. Asked by filter, page by
         page, not by id: DescribeInstances refuses a list of ids if EC2 no longer knows one (about an
-        hour after its end). An instance EC2 says nothing of is left out."""
-        out: dict[str, str] = {}
+        hour after its end). An instance EC2 says nothing of is left out. One that ended in its launch
+        for its type's configuration (LAUNCH_REFUSED_REASONS) or for capacity carries the error its
+        RunInstances would have raised."""
+        out: dict[str, Ended] = {}
         for start in range(0, len(instance_ids), FILTER_VALUES):
             chunk = list(instance_ids[start : start + FILTER_VALUES])
             try:
@@ -527,7 +545,7 @@ class Ec2Cloud:
                             reason = raw.get("StateReason", {})
                             said = str(reason.get("Message") or reason.get("Code") or "")
                             if said and state not in LIVE_STATES:
-                                out[str(raw["InstanceId"])] = f"{state}: {said}"
+                                out[str(raw["InstanceId"])] = _ended(raw, f"{state}: {said}")
             except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
                 log.info("could not read why instances %s ended: %s", ", ".join(chunk), error_from(exc))
         return out
@@ -544,6 +562,21 @@ class Ec2Cloud:
             raise error_from(exc) from exc
         with self._lock:
             self._subnet_of.pop(instance_id, None)  # a boot before the next listing may use its subnet
+
+
+def _ended(raw: dict[str, Any], said: str) -> Ended:
+    """An ended instance's state reason, and the launch error it amounts to, if any."""
+    code = str(raw.get("StateReason", {}).get("Code") or "")
+    instance_type = str(raw.get("InstanceType") or "")
+    if code in LAUNCH_REFUSED_REASONS:
+        message = (
+            f"ec2: instances of type {instance_type} end in their launch ({said}): check the KMS key of their"
+            " volumes (cloud.ec2.root_volume.kms_key_id and the key's policy) and the account's EBS limits"
+        )
+        return Ended(said, TypeUnusable(instance_type, message))
+    if code == CAPACITY_REASON:
+        return Ended(said, InsufficientCapacity(instance_type, f"ec2: {instance_type} ended in its launch: {said}"))
+    return Ended(said)
 
 
 def _code(exc: Exception) -> str:

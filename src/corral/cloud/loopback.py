@@ -36,6 +36,7 @@ from corral.cloud.base import (
     TAG_NODE_ID,
     CloudError,
     CloudInstance,
+    Ended,
     agent_options,
 )
 from corral.core.model import InstanceType
@@ -210,7 +211,7 @@ class LoopbackCloud:
     def check(self) -> str | None:
         return None  # nothing outside this machine to be refused by
 
-    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, Ended]:
         return {}  # an agent process that ended leaves no word of why
 
     def destroy(self, instance_id: str) -> None:

@@ -19,7 +19,14 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, CloudInstance, InsufficientCapacity
+from corral.cloud.base import (
+    TAG_CLUSTER,
+    TAG_INSTANCE_TYPE,
+    TAG_NODE_ID,
+    CloudInstance,
+    Ended,
+    InsufficientCapacity,
+)
 from corral.core.accounting import billed_seconds
 from corral.core.model import InstanceType
 from corral.sim.settings import SimSettings
@@ -145,7 +152,7 @@ class SimCloud:
     def check(self) -> str | None:
         return None  # nothing outside this machine to be refused by
 
-    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, str]:
+    def why_gone(self, instance_ids: Sequence[str]) -> dict[str, Ended]:
         return {}
 
     def destroy(self, instance_id: str) -> None:
