@@ -34,6 +34,8 @@ class PeerState:
     finished: dict[int, tuple[int, float]] = field(default_factory=dict)
     kill: set[int] = field(default_factory=set)
     pings: list[dict[str, Any]] = field(default_factory=list)
+    resumes: list[dict[str, Any]] = field(default_factory=list)  # bodies of restarted agents' resumes
+    lost: set[int] = field(default_factory=set)  # attempts started, not finished, not run on after a resume
     shutdown: bool = False
     forget: bool = False  # answer 401 to everything
     closing: bool = False  # the server is stopping: end long-polls now
@@ -84,6 +86,26 @@ def build_app(state: PeerState) -> Starlette:
             state.secrets[secret] = node
             state.nodes[node] = body
         return JSONResponse({"node_id": node, "secret": secret, "ping_interval": state.ping_interval})
+
+    async def resume(request: Request) -> Response:
+        node = node_of(request)
+        if node is None:
+            return unauthorized()
+        body = await request.json()
+        if body.get("node_id") != node:
+            return JSONResponse({"detail": "another node's secret"}, status_code=403)
+        with state.lock:
+            state.resumes.append(body)
+            lost = sorted(a for a in state.started if a not in state.finished and a not in body["running"])
+            state.lost.update(lost)
+        return JSONResponse(
+            {
+                "node_id": node,
+                "ping_interval": state.ping_interval,
+                "containers": {"program": [], "run_args": []},
+                "lost": lost,
+            }
+        )
 
     async def ping(request: Request) -> Response:
         if node_of(request) is None:
@@ -153,6 +175,7 @@ def build_app(state: PeerState) -> Starlette:
     return Starlette(
         routes=[
             Route("/api/agent/pair", pair, methods=["POST"]),
+            Route("/api/agent/resume", resume, methods=["POST"]),
             Route("/api/agent/ping", ping, methods=["POST"]),
             Route("/api/agent/work", work, methods=["GET"]),
             Route("/api/agent/attempts/{aid:int}/started", started, methods=["POST"]),

@@ -61,6 +61,9 @@ class Agents:
         lines = (self.tmp_path / f"{node_id}.log").read_text().splitlines()
         return [json.loads(line) for line in lines if line.startswith("{")]
 
+    def log_text(self, node_id: str) -> str:
+        return (self.tmp_path / f"{node_id}.log").read_text()
+
     def cleanup(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -217,6 +220,72 @@ def test_forgotten_node_kills_work_and_exits(agents: Agents, peer: Any) -> None:
     state.forget = True
     assert agent.wait(15) == 3
     assert not alive(state.started[1])
+
+
+def test_a_restarted_agent_resumes_its_node_and_stops_what_the_dead_one_ran(agents: Agents, peer: Any) -> None:
+    """Before, the node secret lived in the agent's memory only: an agent that died could not come
+    back (a used boot token is refused), and what it ran went on, unknown, beside the requeued job."""
+    state = peer.state
+    token = state.add_token("n1")
+    state.assign(1, "n1", ["sh", "-c", "echo first; exec sleep 300"])
+    agent = agents.start(peer.url, "n1", token)
+    wait_for(lambda: state.log_text(1) == "first\n", 15, "the attempt to run")
+    saved = agents.tmp_path / "n1" / "credentials.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    [secret] = state.secrets
+    assert json.loads(saved.read_text()) == {"node_id": "n1", "server": peer.url, "secret": secret}
+    orphan = state.started[1]
+    agent.kill()  # SIGKILL: no time to stop its attempt, which runs on without it
+    agent.wait()
+    assert alive(orphan)
+
+    again = agents.start(peer.url, "n1", "")  # no boot token: the used one would be refused anyway
+    wait_for(lambda: state.resumes, 15, "the new agent to resume")
+    assert not alive(orphan)
+    assert state.resumes[0]["running"] == [] and state.resumes[0]["pid"] == again.pid
+    assert state.lost == {1}
+    state.assign(2, "n1", ["sh", "-c", "echo second"])
+    wait_for(lambda: 2 in state.finished, 15, "the resumed node to run new work")
+    assert state.log_text(2) == "second\n"
+    assert again.poll() is None
+    assert any(e["msg"] == "stopped what the previous agent here left running" for e in agents.log("n1"))
+
+
+def test_a_restarted_agent_whose_node_the_server_forgot_pairs_again_only_with_a_boot_token(
+    agents: Agents, peer: Any
+) -> None:
+    state = peer.state
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.secrets, 15, "pairing")
+    agent.kill()
+    agent.wait()
+    state.secrets.clear()  # the server forgot the node meanwhile
+
+    again = agents.start(peer.url, "n1", "")
+    assert again.wait(15) == 3
+    said = [e["msg"] for e in agents.log("n1") if e["level"] == "error"]
+    assert said[-1] == (
+        "the server does not know this node's saved credentials (HTTP 401): it forgot the node, and there is no"
+        " boot token to pair again with; exiting"
+    )
+    assert not (agents.tmp_path / "n1" / "credentials.json").exists()
+    # Nothing saved and no token: a command-line error, not a pairing attempt.
+    assert agents.start(peer.url, "n1", "").wait(15) == 2
+    assert "--boot-token (or $CORRAL_BOOT_TOKEN) is required: no saved credentials in" in agents.log_text("n1")
+
+    fresh = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.secrets, 15, "pairing again with a new token")
+    assert fresh.poll() is None
+
+
+def test_one_agent_per_work_dir(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    first = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.secrets, 15, "pairing")
+    second = agents.start(peer.url, "n1", "")
+    assert second.wait(15) == 2
+    assert any(e["msg"] == "another agent runs in this work dir; exiting" for e in agents.log("n1"))
+    assert first.poll() is None and state.resumes == []
 
 
 def test_work_survives_a_server_restart(agents: Agents, tmp_path: Path) -> None:

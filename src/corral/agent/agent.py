@@ -16,9 +16,11 @@ in a ping answer, or SIGTERM/SIGINT end the agent, and each of them kills its at
 from __future__ import annotations
 
 import collections
+import fcntl
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -27,11 +29,11 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential, wait_random
 
-from corral.agent import container, logs, sysinfo
+from corral.agent import container, credentials, logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
 from corral.agent.health import HealthChecker
 from corral.agent.imds import Imds, Notice
-from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_limit
+from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_limit, stop_leftovers
 
 EXIT_OK = 0
 EXIT_PAIRING_REFUSED = 2
@@ -53,7 +55,7 @@ LIMIT_SLACK = 5.0
 class AgentOptions:
     server: str
     node_id: str
-    boot_token: str
+    boot_token: str | None  # None: only the credentials saved in the work dir by an earlier agent
     capacity: dict[str, Any]
     work_dir: Path
     ping_interval: float | None = None  # None: the interval the server gives at pairing
@@ -85,6 +87,7 @@ class Agent:
         self._ignored: set[int] = set()
         self._server_up = True
         self._lock = threading.Lock()
+        self._lock_fd: int | None = None  # the work dir's lock (lock_work_dir)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -106,7 +109,7 @@ class Agent:
             pid=os.getpid(),
         )
         try:
-            if not self.pair():
+            if not self.lock_work_dir() or not self.connect():
                 return self.exit_code
             threads = [
                 threading.Thread(target=self._guard(self.work_loop), name="work", daemon=True),
@@ -133,6 +136,143 @@ class Agent:
 
         return run
 
+    def lock_work_dir(self) -> bool:
+        """One agent per work dir: two would share the node's secret and stop each other's work as
+        leftovers. The lock goes with the process, however it ends."""
+        path = self.options.work_dir / "agent.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            holder = path.read_text().strip() or "?"
+            logs.error("another agent runs in this work dir; exiting", work_dir=str(self.options.work_dir), pid=holder)
+            self.exit_code = EXIT_PAIRING_REFUSED
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd  # kept open (and so locked) for the agent's life
+        return True
+
+    def connect(self) -> bool:
+        """Resume as the node whose credentials an earlier agent saved here, else pair with the boot
+        token. First, whatever an agent that died here left running is stopped: the server is about
+        to take its runs for lost, and a run requeued elsewhere must never run beside them."""
+        stopped = stop_leftovers(self.options.work_dir)
+        if stopped:
+            logs.warning("stopped what the previous agent here left running", attempts=stopped)
+        try:
+            saved = credentials.load(self.options.work_dir)
+        except credentials.CredentialsError as exc:
+            logs.error("saved credentials not used", error=str(exc))
+            saved = None
+        if saved is not None and not saved.matches(self.options.node_id, self.options.server):
+            logs.warning(
+                "saved credentials are another node's or server's: not used",
+                saved_node_id=saved.node_id,
+                saved_server=saved.server,
+            )
+            saved = None
+        if saved is not None:
+            resumed = self.resume(saved)
+            if resumed is not None:
+                return resumed
+        if not self.options.boot_token:
+            logs.error(
+                "no boot token and no usable saved credentials: this agent cannot join the server; exiting",
+                node_id=self.options.node_id,
+                credentials=str(credentials.path_in(self.options.work_dir)),
+            )
+            self.exit_code = EXIT_PAIRING_REFUSED
+            return False
+        return self.pair()
+
+    def resume(self, saved: credentials.Credentials) -> bool | None:
+        """True: resumed; False: stop (exit_code says why); None: the server refused the saved
+        secret, pair instead if a boot token was given."""
+        body = {"node_id": saved.node_id, "hostname": socket.gethostname(), "pid": os.getpid(), "running": []}
+        try:
+            answer = self._until_answered(lambda: self.client.resume(saved.secret, body), "resuming")
+        except Unauthorized as exc:
+            credentials.remove(self.options.work_dir)
+            self.client.secret = None
+            said = "the server does not know this node's saved credentials (HTTP 401): it forgot the node"
+            if self.options.boot_token:
+                logs.warning(said + "; pairing with the boot token instead", error=str(exc))
+                return None
+            logs.error(said + ", and there is no boot token to pair again with; exiting", error=str(exc))
+            self.exit_code = EXIT_NODE_UNKNOWN
+            return False
+        except Rejected as exc:
+            self.client.secret = None
+            logs.error("the server refused to resume with the saved credentials", error=str(exc))
+            if self.options.boot_token:
+                return None
+            self.exit_code = EXIT_PAIRING_REFUSED
+            return False
+        if answer is None:
+            return False
+        lost = _ints(answer.get("lost"))
+        self._configure(answer)
+        logs.warning(
+            "resumed with the saved credentials",
+            node_id=saved.node_id,
+            ping_interval=self.ping_interval,
+            attempts_lost=lost,
+        )
+        self._remove_node_containers()
+        return True
+
+    def _until_answered(self, call: Any, doing: str) -> Any:
+        """`call`'s answer, retried with back-off while the server cannot be reached; None if the
+        agent was stopped meanwhile. Refusals (Rejected, Unauthorized) are the caller's."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            n = state.attempt_number
+            # Log the first failures, then ever more rarely: a server may be down for hours.
+            if n & (n - 1) == 0 or n % 100 == 0:
+                exc = state.outcome.exception() if state.outcome else None
+                logs.warning(f"server unreachable, will retry {doing}", attempt=n, error=str(exc))
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(Unreachable),
+            wait=wait_exponential(multiplier=0.25, max=5.0) + wait_random(0, 0.25),
+            stop=lambda _state: self.stop.is_set(),
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            answer = retrying(call)
+        except Unreachable:
+            logs.info(f"stopped before {doing}")
+            return None
+        return None if self.stop.is_set() else answer
+
+    def _remove_node_containers(self) -> None:
+        """Containers labelled with this node that the run records did not name (an agent killed
+        between starting one and recording it): nothing runs here yet, so they are all leftovers."""
+        engine = self.runner.engine
+        if engine is None:
+            return
+        try:
+            listed = subprocess.run(
+                container.on_node_argv(engine, self.options.node_id),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            ids = listed.stdout.split()
+            if ids:
+                logs.warning("removing containers the previous agent left", containers=ids)
+                subprocess.run(
+                    container.remove_ids_argv(engine, ids), stdin=subprocess.DEVNULL, capture_output=True, timeout=60
+                )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            logs.warning("cannot list or remove this node's leftover containers", error=str(exc))
+
     def pair(self) -> bool:
         body = {
             "node_id": self.options.node_id,
@@ -145,26 +285,8 @@ class Agent:
             "pid": os.getpid(),
         }
 
-        def before_sleep(state: RetryCallState) -> None:
-            n = state.attempt_number
-            # Log the first failures, then ever more rarely: a server may be down for hours.
-            if n & (n - 1) == 0 or n % 100 == 0:
-                exc = state.outcome.exception() if state.outcome else None
-                logs.warning("server unreachable, will retry pairing", attempt=n, error=str(exc))
-
-        retrying = Retrying(
-            retry=retry_if_exception_type(Unreachable),
-            wait=wait_exponential(multiplier=0.25, max=5.0) + wait_random(0, 0.25),
-            stop=lambda _state: self.stop.is_set(),
-            sleep=self._sleep,
-            before_sleep=before_sleep,
-            reraise=True,
-        )
         try:
-            answer = retrying(self.client.pair, body)
-        except Unreachable:
-            logs.info("stopped before pairing")
-            return False
+            answer = self._until_answered(lambda: self.client.pair(body), "pairing")
         except (Rejected, Unauthorized) as exc:
             status = exc.status if isinstance(exc, Rejected) else 401
             if status == 404:
@@ -180,11 +302,25 @@ class Agent:
             logs.error(said, node_id=self.options.node_id, server=self.options.server, error=str(exc))
             self.exit_code = EXIT_PAIRING_REFUSED
             return False
-        if self.stop.is_set():
+        if answer is None:
             return False
+        try:
+            mine = credentials.Credentials(self.options.node_id, self.options.server, answer["secret"])
+            saved = credentials.save(self.options.work_dir, mine)
+        except OSError as exc:
+            # The node works without the file; only a restart of this agent would lose it.
+            said = "cannot save the node's credentials: a restarted agent will not get the node back"
+            logs.error(said, error=str(exc))
+        else:
+            logs.info("credentials saved", path=str(saved))
+        self._configure(answer)
+        logs.info("paired", node_id=answer.get("node_id", self.options.node_id), ping_interval=self.ping_interval)
+        return True
+
+    def _configure(self, answer: dict[str, Any]) -> None:
+        """What pairing (or resuming) says of how this node works: ping interval, health check, engine."""
         if self.options.ping_interval is None and isinstance(answer.get("ping_interval"), int | float):
             self.ping_interval = max(0.05, float(answer["ping_interval"]))
-        logs.info("paired", node_id=answer.get("node_id", self.options.node_id), ping_interval=self.ping_interval)
         check = answer.get("health_check")
         if isinstance(check, dict) and check.get("command"):
             self.health = HealthChecker(
@@ -196,7 +332,6 @@ class Agent:
             self.runner.engine = container.Engine(
                 tuple(str(arg) for arg in engine["program"]), tuple(str(arg) for arg in engine.get("run_args") or ())
             )
-        return True
 
     @property
     def limit_slack(self) -> float:
@@ -212,6 +347,7 @@ class Agent:
                 return
             self.forgotten = True
         logs.error("the server no longer knows this node: killing all work and exiting", error=str(error))
+        credentials.remove(self.options.work_dir)  # a node that is gone does not come back
         self.exit_code = EXIT_NODE_UNKNOWN
         self.stop.set()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
 
-from corral.agent import logs, sysinfo
+from corral.agent import credentials, logs, sysinfo
 from corral.agent.agent import AgentOptions, run_agent
 from corral.home import DEFAULT_PORT, default_home
 
@@ -38,7 +38,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--boot-token",
         default=None,
-        help="one-time pairing token (default: $CORRAL_BOOT_TOKEN, which keeps it out of the process list)",
+        help="one-time pairing token (default: $CORRAL_BOOT_TOKEN, which keeps it out of the process list); not"
+        " needed by an agent started again in the work dir of one that paired (it resumes with the saved credentials)",
     )
     p.add_argument("--vcpus", type=_positive_float, default=None, help="default: the CPUs this process may use")
     p.add_argument("--ram-mib", type=_non_negative_int, default=None, help="default: MemTotal")
@@ -97,9 +98,7 @@ def _non_negative_int(text: str) -> int:
 def options_from_args(argv: Sequence[str] | None = None) -> tuple[AgentOptions, str]:
     p = parser()
     args = p.parse_args(argv)
-    boot_token = args.boot_token or os.environ.get("CORRAL_BOOT_TOKEN")
-    if not boot_token:
-        p.error("--boot-token (or $CORRAL_BOOT_TOKEN) is required")
+    boot_token = args.boot_token or os.environ.get("CORRAL_BOOT_TOKEN") or None
     server = urlsplit(args.server)
     if server.scheme not in ("http", "https") or not server.hostname:
         # httpx would refuse it at every request, and the agent retry its pairing for ever.
@@ -109,6 +108,9 @@ def options_from_args(argv: Sequence[str] | None = None) -> tuple[AgentOptions, 
     node_id = args.node_id or socket.gethostname()
     work_dir: Path = args.work_dir or default_home() / "agent" / node_id
     work_dir = work_dir.expanduser().resolve()
+    if not boot_token and not credentials.path_in(work_dir).exists():
+        # A restarted agent needs none: it resumes with the credentials its predecessor saved.
+        p.error(f"--boot-token (or $CORRAL_BOOT_TOKEN) is required: no saved credentials in {work_dir}")
     work_dir.mkdir(parents=True, exist_ok=True)
     capacity = {
         "vcpus": args.vcpus if args.vcpus is not None else sysinfo.cpu_count(),

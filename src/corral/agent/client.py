@@ -103,6 +103,14 @@ class AgentClient:
         self.secret = data["secret"]
         return data
 
+    def resume(self, secret: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Come back as the node whose secret this is (saved at pairing by an earlier agent)."""
+        self.secret = secret
+        data = self.request("POST", "/api/agent/resume", json=body)
+        if not isinstance(data, dict) or not isinstance(data.get("lost"), list):
+            raise Unreachable(f"resume: unexpected answer {data!r}")
+        return data
+
     def ping(self, body: dict[str, Any]) -> dict[str, Any]:
         data = self.request("POST", "/api/agent/ping", json=body)
         return data if isinstance(data, dict) else {}

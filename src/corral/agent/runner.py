@@ -8,6 +8,7 @@ shipper reads from by offset, which makes resending a chunk after a failure triv
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,10 @@ AGENT_SECRET_VARS = frozenset({"CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET"})
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_EXECUTE = 126
+
+# WORK_DIR/running/<attempt id>.json: an attempt's process (and container) while it runs, so that an
+# agent started again after this one died can stop what it left (stop_leftovers).
+RUN_RECORDS = "running"
 
 
 class BadAttempt(ValueError):
@@ -170,6 +175,7 @@ class Runner:
         self.engine: container.Engine | None = None
         (work_dir / "attempts").mkdir(parents=True, exist_ok=True)
         (work_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (work_dir / RUN_RECORDS).mkdir(parents=True, exist_ok=True)
 
     def job_environment(self, spec: AttemptSpec) -> dict[str, str]:
         """The variables the job itself sets, and corral's."""
@@ -209,7 +215,9 @@ class Runner:
             if spec.attempt_id in self.attempts:
                 return self.attempts[spec.attempt_id]
             started_at = time.time() if now is None else now
-            with open(log_path, "ab") as out:
+            # "wb": an attempt listed again after an agent restart (its start was never reported,
+            # so none of its output went out) starts over, without the dead agent's run's output.
+            with open(log_path, "wb") as out:
                 try:
                     if not spec.command:
                         raise FileNotFoundError(2, "empty command")
@@ -246,7 +254,30 @@ class Runner:
                 spec, log_path, proc, started_at, time_limit=spec.time_limit, started_monotonic=time.monotonic()
             )
             self.attempts[spec.attempt_id] = attempt
+            self._record(attempt)
             return attempt
+
+    def _record_path(self, attempt_id: int) -> Path:
+        return self.work_dir / RUN_RECORDS / f"{attempt_id}.json"
+
+    def _record(self, attempt: Attempt) -> None:
+        """What an agent started again after this one's death needs to stop the attempt: its session
+        (the pid, with its start time against the pid's reuse) and its container."""
+        stat = sysinfo.read_stat(attempt.pid)
+        record: dict[str, Any] = {
+            "attempt_id": attempt.attempt_id,
+            "pid": attempt.pid,
+            "start_ticks": stat.start_ticks if stat is not None else None,
+        }
+        if attempt.spec.image is not None and self.engine is not None:
+            record["container"] = {"program": list(self.engine.program), "name": container.name_of(attempt.attempt_id)}
+        path = self._record_path(attempt.attempt_id)
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(record))
+            tmp.replace(path)
+        except OSError:
+            pass  # a full disk must not fail the attempt; only a restart's clean-up would miss it
 
     def kill(self, attempt_id: int, hard: bool = False) -> bool:
         """SIGTERM the attempt's process group now (SIGKILL if `hard`); `poll` escalates to SIGKILL
@@ -297,6 +328,7 @@ class Runner:
                     # Whatever the command left behind in its session goes with it, as at the end of a
                     # Slurm step: the server is about to count these resources as free.
                     signal_session(attempt.proc.pid, signal.SIGKILL)
+                    self._record_path(attempt.attempt_id).unlink(missing_ok=True)
                     done.append(attempt)
                 elif (
                     attempt.kill_requested_at is not None
@@ -411,3 +443,35 @@ class Runner:
         pid = inspected.stdout.strip()
         stat = sysinfo.read_stat(int(pid)) if pid.isdigit() and int(pid) > 0 else None
         return stat.session if stat is not None else None
+
+
+def stop_leftovers(work_dir: Path, kill_timeout: float = 60.0) -> list[int]:
+    """SIGKILL what a previous agent in this work dir left running (it died, or was killed: it had
+    no time to stop its attempts) and return those attempts' ids: the sessions its run records name
+    and their containers. A record's pid that now belongs to another process (its start time
+    differs) is not touched: while any process of the old session lives, its id cannot be reused."""
+    directory = work_dir / RUN_RECORDS
+    stopped: list[int] = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+        try:
+            record = json.loads(path.read_text())
+            attempt_id, pid = int(record["attempt_id"]), int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        leader = sysinfo.read_stat(pid) if pid > 0 else None
+        ours = leader is None or leader.start_ticks == record.get("start_ticks")
+        members = sysinfo.session_members(pid) if pid > 0 and ours else []
+        if members:
+            signal_session(pid, signal.SIGKILL)
+            stopped.append(attempt_id)
+        engine = record.get("container")
+        if isinstance(engine, dict) and isinstance(engine.get("program"), list) and engine.get("name"):
+            # The engine, not the session, runs the container: stop it by the name the agent gave it.
+            argv = [*map(str, engine["program"]), "rm", "--force", str(engine["name"])]
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                removed = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=kill_timeout)
+                if removed.returncode == 0 and removed.stdout.strip() and attempt_id not in stopped:
+                    stopped.append(attempt_id)
+        path.unlink(missing_ok=True)
+    return stopped

@@ -57,6 +57,7 @@ class ProcStat:
     pgrp: int
     cpu_ticks: int  # utime + stime + cutime + cstime: reaped children count towards their parent
     rss_bytes: int
+    start_ticks: int = 0  # when it started, in clock ticks after boot: tells a pid's reuse apart
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -74,6 +75,7 @@ def read_stat(pid: int) -> ProcStat | None:
             session=int(fields[3]),
             cpu_ticks=int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14]),
             rss_bytes=int(fields[21]) * _PAGE,
+            start_ticks=int(fields[19]),
         )
     except (IndexError, ValueError):
         return None

@@ -30,6 +30,8 @@ EVENT_KINDS: dict[str, str] = {
     # nodes
     "node.booting": "an instance was booted",
     "node.paired": "its agent paired",
+    "node.agent_restarted": "its agent started again (it died, or was restarted) and resumed with its saved"
+    " credentials; the runs it lost end as on a lost node (*When a node fails*)",
     "node.idle": "it has no work",
     "node.busy": "it has work",
     "node.draining": "it takes no new work and is shut down once empty",

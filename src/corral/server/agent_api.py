@@ -27,6 +27,8 @@ from corral.server.models import (
     PingBody,
     PingResult,
     ResourcesOut,
+    ResumeBody,
+    ResumeResult,
     StartedBody,
     WorkItemOut,
     WorkOut,
@@ -59,6 +61,44 @@ def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
         if check.command
         else None,
         containers=ContainersOut(program=containers.program, run_args=containers.run_args),
+    )
+
+
+@router.post("/resume")
+def resume(body: ResumeBody, node: AgentNode, runtime: AnyRuntime) -> ResumeResult:
+    """The agent of a paired node started again (it died, the OOM killer took it, an upgrade
+    restarted it) and comes back with the secret it saved at pairing, where a boot token would be
+    refused: the node stays. The runs it was carrying that the new agent does not run on died with
+    the old agent (or the new one stopped them) and end as a lost node's do, under the job's
+    `on_node_failure`: Slurm treats a batch job its restarted slurmd no longer has as a node
+    failure, and this too is a run lost to the infrastructure, counted as a temporary failure (a
+    job that kills its own agent is not requeued for ever)."""
+    node_id = node["id"]
+    if body.node_id != node_id:
+        raise HTTPException(403, f"this secret is node {node_id}'s, not node {body.node_id}'s")
+    now = time.time()
+    settings = runtime.config.policy.retry
+    running = ", ".join(str(a) for a in body.running)
+    message = f"agent restarted on {body.hostname or '?'} (pid {body.pid}), resumed with its saved credentials" + (
+        f"; it runs on attempts {running}" if running else ""
+    )
+
+    def lost(job: Job, attempt_id: int) -> JobOutcome:
+        said = f"the agent on node {node_id} restarted; attempt {attempt_id} was lost"
+        return retry.after_node_failure(job, now, settings, node_id, (attempt_id,), said)
+
+    ended = runtime.store.resume_node(node_id, body.running, message, now, lost)
+    log.warning("node %s: %s; attempts lost: %s", node_id, message, ended or "none")
+    runtime.wake()
+    check, containers = runtime.config.health_check, runtime.config.containers
+    return ResumeResult(
+        node_id=node_id,
+        ping_interval=runtime.config.cloud.ping_interval,
+        health_check=HealthCheckOut(command=check.command, interval=check.interval, timeout=check.timeout)
+        if check.command
+        else None,
+        containers=ContainersOut(program=containers.program, run_args=containers.run_args),
+        lost=ended,
     )
 
 

@@ -481,6 +481,25 @@ class PairResult(BaseModel):
     containers: ContainersOut
 
 
+class ResumeBody(Inbound):
+    """A paired node's agent started again, with the secret it saved at pairing (the bearer)."""
+
+    node_id: str
+    hostname: str = ""
+    pid: DbInt | None = None
+    # The attempts the new agent runs on (none today: what the dead agent ran died with it, or
+    # the new one stopped it); every other running attempt of the node is lost.
+    running: list[DbInt] = Field(default_factory=list, max_length=MAX_AGENT_LIST)
+
+
+class ResumeResult(BaseModel):
+    node_id: str
+    ping_interval: float
+    health_check: HealthCheckOut | None = None
+    containers: ContainersOut
+    lost: list[int]  # the attempts the restart lost, each ended as on a lost node
+
+
 class UsedIn(Inbound):
     vcpus: Float = 0.0
     ram_mib: DbInt = 0

@@ -1758,6 +1758,33 @@ class Store:
             self._event(conn, now, "node.paired", f"agent on {hostname}: {capacity.describe()}", node_id=node_id)
         return secret
 
+    def resume_node(
+        self,
+        node_id: str,
+        kept: Sequence[int],
+        message: str,
+        now: float,
+        outcome_of: Callable[[Job, int], JobOutcome],
+    ) -> list[int]:
+        """A paired node's agent started again (it died, or was restarted) and resumed with its
+        saved secret: an event `node.agent_restarted`, and each attempt the node was running that
+        the new agent does not run on (`kept`) ends as `outcome_of` says (its process died with the
+        old agent, or the new one stopped it). The attempts lost, in id order."""
+        with self.write() as conn:
+            self._event(conn, now, "node.agent_restarted", message, node_id=node_id)
+            query = select(A.c.id).where(A.c.node_id == node_id, A.c.state == AttemptState.RUNNING.value)
+            if kept:
+                query = query.where(A.c.id.not_in(list(kept)))
+            lost = []
+            for attempt_id in conn.execute(query.order_by(A.c.id)).scalars().all():
+                attempt = self._lock_attempt(conn, attempt_id, node_id)
+                if attempt is None or attempt.state != AttemptState.RUNNING.value:
+                    continue
+                row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
+                if self._apply_outcome(conn, outcome_of(job_from_row(dict(row._mapping)), attempt_id), now):
+                    lost.append(attempt_id)
+        return lost
+
     def node_for_secret(self, secret: str) -> dict[str, Any] | None:
         with self.read() as conn:
             row = conn.execute(select(N).where(N.c.secret_hash == token_hash(secret))).first()
