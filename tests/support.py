@@ -102,6 +102,20 @@ def alive(pid: int) -> bool:
     return not stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (a loopback instance's init has its agent as its one child)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and alive(int(entry.name)):
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(")") + 2 :].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll `predicate` until it is truthy and return its value; fail naming `what` after `timeout`
     seconds. Tests wait for real processes this way instead of sleeping a guessed time."""

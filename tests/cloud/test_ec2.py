@@ -87,6 +87,16 @@ def test_create_tags_the_instance_and_gives_the_agent_its_server_and_token(
     }
     [argv] = parsed["runcmd"]
     assert TOKEN not in " ".join(argv)  # never in a process's argument list
+    # systemd starts an agent that died again (it resumes the node with its saved credentials), but
+    # not one whose pairing was refused or whose node the server forgot (exit 2 or 3).
+    assert argv[: argv.index("--")] == [
+        "systemd-run",
+        "--unit=corral-agent",
+        f"--property=EnvironmentFile={AGENT_ENV_FILE}",
+        "--property=Restart=on-failure",
+        "--property=RestartSec=5s",
+        "--property=RestartPreventExitStatus=2 3",
+    ]
     agent = argv[argv.index("--") + 1 :]
     assert agent[:3] == ["python3", "-m", "corral.agent"]
     flags = dict(zip(agent[3::2], agent[4::2], strict=True))

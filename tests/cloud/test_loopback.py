@@ -20,7 +20,7 @@ from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, Cloud
 from corral.cloud.loopback import LoopbackCloud
 from corral.core.model import InstanceType
 from tests.agent import peer as peer_module
-from tests.support import alive
+from tests.support import alive, children
 from tests.support import wait_until as wait_for
 
 SMALL = InstanceType(name="t.small", vcpus=2, ram_mib=2048, price_per_hour=0.01, scratch_mib=4096)
@@ -176,10 +176,11 @@ def test_destroy_of_a_hung_agent_powers_off_its_work(cloud: LoopbackCloud, peer:
     state.assign(1, "hung", ["sleep", "60"])
     instance = cloud.create(SMALL, "hung", token, {})
     wait_for(lambda: 1 in state.started, 20, "the attempt to start")
-    agent_pid = record(cloud, instance.id)["pid"]
+    init_pid = record(cloud, instance.id)["pid"]
+    [agent_pid] = children(init_pid)
     os.kill(agent_pid, signal.SIGSTOP)  # an agent that can no longer act on SIGTERM
     cloud.destroy(instance.id)
-    assert not alive(agent_pid)
+    assert not alive(agent_pid) and not alive(init_pid)
     wait_for(lambda: not alive(state.started[1]), 5, "the attempt to be killed with its instance")
 
 
@@ -240,3 +241,41 @@ def test_a_record_whose_agent_never_started_is_forgotten(cloud: LoopbackCloud) -
     (directory / "instance.json").write_text(json.dumps(data))
     assert cloud.list() == []
     assert not (directory / "instance.json").exists()
+
+
+def test_an_agent_that_dies_is_started_again_and_resumes_its_node(cloud: LoopbackCloud, peer: Any) -> None:
+    """The instance's init restarts its agent as systemd does on EC2; before, the instance died with
+    its agent, and its node was lost."""
+    cloud.server_url = peer.url
+    cloud.agent_restart_delay = 0.2
+    state = peer.state
+    state.assign(1, "phoenix", ["sh", "-c", "echo up; exec sleep 60"])
+    instance = cloud.create(SMALL, "phoenix", state.add_token("phoenix"), {})
+    wait_for(lambda: state.log_text(1) == "up\n", 20, "the attempt to run")
+    init_pid = record(cloud, instance.id)["pid"]
+    [agent_pid] = children(init_pid)
+    os.kill(agent_pid, signal.SIGKILL)  # a crash, the OOM killer
+
+    wait_for(lambda: state.resumes, 20, "the agent started again to resume its node")
+    [again] = children(init_pid)
+    assert again != agent_pid and state.resumes[0]["pid"] == again
+    assert not alive(state.started[1]) and state.lost == {1}  # what the dead agent ran was stopped
+    assert [i.id for i in cloud.list()] == [instance.id]  # the instance lives on
+    state.assign(2, "phoenix", ["echo", "again"])
+    wait_for(lambda: 2 in state.finished, 20, "the resumed node to run new work")
+    said = (cloud.root / instance.id / "agent.log").read_text()
+    assert '"msg": "the agent died; starting it again"' in said and '"died": "signal SIGKILL"' in said
+
+
+def test_an_agent_that_exits_for_good_is_not_started_again(cloud: LoopbackCloud, peer: Any) -> None:
+    """Exit 3 (the server forgot the node), like 2 (pairing refused, above) and 0, is final."""
+    cloud.server_url = peer.url
+    cloud.agent_restart_delay = 0.1
+    state = peer.state
+    instance = cloud.create(SMALL, "forgotten", state.add_token("forgotten"), {})
+    wait_for(lambda: state.pings, 20, "the agent to ping")
+    init_pid = record(cloud, instance.id)["pid"]
+    state.forget = True
+    wait_for(lambda: cloud.list() == [], 20, "the instance to end with its agent")
+    assert not alive(init_pid)
+    assert b"starting it again" not in (cloud.root / instance.id / "agent.log").read_bytes()

@@ -1,6 +1,9 @@
-"""A node's agent SIGKILLed while its job runs, through a running corral and the loopback cloud:
-the node is lost, the job goes the node-failure policy's way (requeued, with its event), and what
-the dead agent ran is stopped with its node, so that the job never runs twice at once. A job in a
+"""Through a running corral and the loopback cloud. A node's agent SIGKILLed while its job runs (a
+crash, the OOM killer): the instance's init starts it again, as systemd does on EC2, the new agent
+resumes the node, and the run the dead one carried is stopped and goes the node-failure policy's
+way (requeued, with its event); the node stays. An instance that dies with its agent (its init
+SIGKILLed: the machine is gone): the node is lost, the job goes the same way, and what the dead
+agent ran is stopped with its node. Either way the job never runs twice at once. A job in a
 container is the hard case: the engine, not the agent's session, runs the container."""
 
 from __future__ import annotations
@@ -13,15 +16,22 @@ import subprocess
 from pathlib import Path
 
 from corral.cloud.loopback import LoopbackCloud
-from tests.e2e.conftest import Corral, wait_until
+from tests.e2e.conftest import Corral
 from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers
-from tests.support import alive
+from tests.support import alive, children, wait_until
 
 
-def agent_pid(corral: Corral, node_id: str) -> int:
+def instance_pid(corral: Corral, node_id: str) -> int:
+    """The pid of the node's instance: its init, whose SIGKILL powers the "machine" off."""
     instance_id = next(n["instance_id"] for n in corral.live_nodes() if n["id"] == node_id)
     record = json.loads((corral.home / "loopback" / instance_id / "instance.json").read_text())
     return int(record["pid"])
+
+
+def agent_pid(corral: Corral, node_id: str) -> int:
+    """The pid of the node's agent, which its instance's init runs (and starts again if it dies)."""
+    [pid] = children(instance_pid(corral, node_id))
+    return pid
 
 
 def output(corral: Corral, job_id: int) -> str:
@@ -32,7 +42,35 @@ def events(corral: Corral, job_id: int, kind: str) -> list[str]:
     return [e["message"] for e in corral.api("GET", "/api/events", params={"job": job_id, "kind": kind}).json()]
 
 
-def test_a_killed_agents_job_is_requeued_and_its_process_stopped(corral: Corral) -> None:
+def node_events(corral: Corral, node_id: str, kind: str) -> list[str]:
+    return [e["message"] for e in corral.api("GET", "/api/events", params={"node": node_id, "kind": kind}).json()]
+
+
+def test_a_killed_agent_is_started_again_its_node_stays_and_its_lost_run_is_requeued(corral: Corral) -> None:
+    """Before, the node fell silent, was declared down after ping_stale and shut down."""
+    corral.start()
+    job_id = int(corral.cli("submit", "--", "sh", "-c", "echo run-$CORRAL_ATTEMPT_ID; exec sleep 300").stdout)
+    wait_until(lambda: output(corral, job_id) == "run-1\n", 60, "the first run's output")
+    node = corral.jobs()[job_id]["node"]
+    [started] = events(corral, job_id, "job.running")
+    command_pid = int(started.rsplit(" pid ", 1)[1])
+    dead = agent_pid(corral, node)
+    os.kill(dead, signal.SIGKILL)
+
+    wait_until(lambda: events(corral, job_id, "job.requeued"), 30, "the lost run's job to be requeued")
+    assert events(corral, job_id, "job.requeued")[0].startswith(
+        f"the agent on node {node} restarted; attempt 1 was lost;"
+    )
+    assert not alive(command_pid)  # stopped by the new agent before it resumed
+    [restarted] = node_events(corral, node, "node.agent_restarted")
+    assert restarted.startswith("agent restarted on ") and "resumed with its saved credentials" in restarted
+    wait_until(lambda: "run-2" in output(corral, job_id), 60, "the job to run again")
+    assert node in {n["id"] for n in corral.live_nodes()}
+    assert node_events(corral, node, "node.down") == []
+    assert agent_pid(corral, node) != dead
+
+
+def test_a_dead_instances_job_is_requeued_and_its_process_stopped(corral: Corral) -> None:
     corral.start()
     job_id = int(corral.cli("submit", "--", "sh", "-c", "echo run-$CORRAL_ATTEMPT_ID; exec sleep 300").stdout)
     wait_until(lambda: output(corral, job_id) == "run-1\n", 60, "the first run's output")
@@ -40,7 +78,7 @@ def test_a_killed_agents_job_is_requeued_and_its_process_stopped(corral: Corral)
     [started] = events(corral, job_id, "job.running")
     command_pid = int(started.rsplit(" pid ", 1)[1])  # "attempt 1 pid 4242": the command, which exec'd sleep
     assert alive(command_pid)
-    os.kill(agent_pid(corral, first_node), signal.SIGKILL)
+    os.kill(instance_pid(corral, first_node), signal.SIGKILL)  # the "machine" is gone, and its agent
 
     wait_until(lambda: events(corral, job_id, "job.requeued"), 30, "the job to be requeued")
     assert f"node {first_node} lost" in events(corral, job_id, "job.requeued")[0]
@@ -52,7 +90,30 @@ def on_node(node_id: str) -> list[str]:
     return containers(f"label=corral-node={node_id}")
 
 
-def test_a_killed_agents_container_is_removed_with_its_node(corral: Corral) -> None:
+def test_a_killed_agents_container_is_removed_by_the_agent_started_again(corral: Corral) -> None:
+    image = busybox_image()
+    corral.config.write_text(
+        corral.config.read_text()
+        + f"\n[containers]\nprogram = {json.dumps(PROGRAM)}\nrun_args = {json.dumps(RUN_ARGS)}\n"
+    )
+    corral.start()
+    job_id = int(corral.cli("submit", "--image", image, "--", "sh", "-c", "echo up; exec sleep 300").stdout)
+    wait_until(lambda: output(corral, job_id) == "up\n", 120, "the container to run")
+    node = corral.jobs()[job_id]["node"]
+    try:
+        [first] = on_node(node)
+        os.kill(agent_pid(corral, node), signal.SIGKILL)
+
+        wait_until(lambda: events(corral, job_id, "job.requeued"), 60, "the lost run's job to be requeued")
+        assert events(corral, job_id, "job.requeued")[0].startswith(f"the agent on node {node} restarted; attempt 1")
+        assert first not in on_node(node)  # removed by the new agent, not left running beside the next run
+        assert node in {n["id"] for n in corral.live_nodes()}
+    finally:
+        for container_id in on_node(node):
+            subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
+
+
+def test_a_dead_instances_container_is_removed_with_its_node(corral: Corral) -> None:
     image = busybox_image()
     corral.config.write_text(
         corral.config.read_text()
@@ -64,10 +125,12 @@ def test_a_killed_agents_container_is_removed_with_its_node(corral: Corral) -> N
     first_node = corral.jobs()[job_id]["node"]
     try:
         assert len(on_node(first_node)) == 1
-        os.kill(agent_pid(corral, first_node), signal.SIGKILL)
+        os.kill(instance_pid(corral, first_node), signal.SIGKILL)
 
         # Before, the container ran on under the engine beside the job's next run, to its end.
         wait_until(lambda: on_node(first_node) == [], 30, "the lost node's container to be removed")
+        # (The instance's power-off removes it before the pass that requeues the job records that.)
+        wait_until(lambda: events(corral, job_id, "job.requeued"), 30, "the job to be requeued")
         assert f"node {first_node} lost" in events(corral, job_id, "job.requeued")[0]
     finally:
         for container_id in on_node(first_node):

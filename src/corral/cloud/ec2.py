@@ -109,6 +109,7 @@ AGENT_ENV_FILE = "/etc/corral/agent.env"
 AGENT_CA_FILE = "/etc/corral/server-ca.pem"  # the CA bundle the agent verifies an https server with
 IMDS_URL = "http://169.254.169.254"  # the instance metadata service: the agent asks it for spot interruption notices
 AGENT_UNIT = "corral-agent"
+AGENT_RESTART_DELAY = "5s"  # systemd's RestartSec for the agent's unit
 # The token is written to a systemd environment file: only characters that need no quoting there.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,256}")
 # DescribeInstances may not show an instance for a few seconds after RunInstances returned it (EC2's
@@ -211,13 +212,18 @@ def agent_user_data(
         files.append({"path": AGENT_CA_FILE, "owner": "root:root", "permissions": "0644", "content": ca_pem})
     document = {
         "write_files": files,
-        # No restart: the token pairs once, so a restarted agent could not pair again. An agent that
-        # dies falls silent, and its node is declared down and shut down.
+        # Restarted when it dies (a crash, the OOM killer): the agent saved the node's credentials
+        # at pairing, so the new one resumes the node where the used token would be refused. Not
+        # after 2 or 3 (pairing refused, the node forgotten): a new start would fail the same way.
+        # The default KillMode (control-group) ends whatever the dead agent left in the unit.
         "runcmd": [
             [
                 "systemd-run",
                 f"--unit={AGENT_UNIT}",
                 f"--property=EnvironmentFile={AGENT_ENV_FILE}",
+                "--property=Restart=on-failure",
+                f"--property=RestartSec={AGENT_RESTART_DELAY}",
+                "--property=RestartPreventExitStatus=2 3",
                 "--",
                 *argv,
             ]

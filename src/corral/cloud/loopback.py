@@ -1,10 +1,12 @@
 """The `loopback` cloud: every instance is a real agent process on this machine.
 
-An instance is the agent plus everything it starts. The agent runs in its own session so that it
-outlives the corral server (a SIGKILLed server finds its instances again through `list()` on
-restart), and carries `CORRAL_LOOPBACK_INSTANCE=<instance id>` in its environment, which every
-attempt it runs inherits: `destroy` uses that mark to power off the whole "machine", including
-attempt processes that an agent killed with SIGKILL had no chance to stop.
+An instance is its init (corral.cloud.loopback_init, which runs the agent and starts it again when
+it dies, as the ec2 driver's systemd unit does), the agent, and everything it starts. The init runs
+in its own session so that it outlives the corral server (a SIGKILLed server finds its instances
+again through `list()` on restart), and carries `CORRAL_LOOPBACK_INSTANCE=<instance id>` in its
+environment, which the agent and every attempt it runs inherit: `destroy` uses that mark to power
+off the whole "machine", including attempt processes that an agent killed with SIGKILL had no
+chance to stop. The instance lives as long as its init: SIGKILL it, and the instance is gone.
 
 Records live in `<home>/loopback/<instance id>/instance.json`; the agent's own log is `agent.log`
 beside it and its work dir is `work/`. The record is written before the agent starts (its pid
@@ -43,6 +45,7 @@ from corral.core.model import InstanceType
 
 INSTANCE_MARK = "CORRAL_LOOPBACK_INSTANCE"
 RECORD = "instance.json"
+INIT_MODULE = "corral.cloud.loopback_init"
 
 
 class LoopbackCloud:
@@ -68,6 +71,9 @@ class LoopbackCloud:
         self.cluster = cluster
         self.ping_interval = ping_interval
         self.destroy_grace = 5.0
+        # How long an instance's init waits to start its agent again after it died (systemd's
+        # RestartSec in the ec2 driver's unit).
+        self.agent_restart_delay = 1.0
         # Children of this process must be reaped, or an exited agent lingers as a zombie whose /proc
         # entry makes it look alive.
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -87,6 +93,12 @@ class LoopbackCloud:
         all_tags = dict(tags)
         all_tags.update({TAG_CLUSTER: self.cluster, TAG_NODE_ID: node_id, TAG_INSTANCE_TYPE: instance_type.name})
         argv = [
+            sys.executable,
+            "-m",
+            INIT_MODULE,
+            "--restart-delay",
+            f"{self.agent_restart_delay:g}",
+            "--",
             sys.executable,
             "-m",
             "corral.agent",
@@ -270,17 +282,27 @@ def _write_record(directory: Path, record: dict[str, Any]) -> None:
 
 
 def _marked_agent(instance_id: str) -> int | None:
-    """The pid of the agent process that carries the instance's mark, if one runs."""
+    """The pid of the instance's init (else, for an instance an older corral started, of its agent)
+    that carries the instance's mark, if one runs."""
     if not instance_id:
         return None
-    for entry in Path("/proc").iterdir():
-        if (
-            entry.name.isdigit()
-            and _has_mark(int(entry.name), instance_id)
-            and _is_agent(int(entry.name), instance_id, "")
-        ):
-            return int(entry.name)
-    return None
+    found = [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and _has_mark(int(entry.name), instance_id)
+        and _is_agent(int(entry.name), instance_id, "")
+    ]
+    inits = [pid for pid in found if _is_init(pid)]
+    candidates = inits or found
+    return candidates[0] if candidates else None
+
+
+def _is_init(pid: int) -> bool:
+    try:
+        return INIT_MODULE.encode() in (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def _is_agent(pid: int, instance_id: str, node_id: str) -> bool:
