@@ -222,32 +222,61 @@ def test_forgotten_node_kills_work_and_exits(agents: Agents, peer: Any) -> None:
     assert not alive(state.started[1])
 
 
-def test_a_restarted_agent_resumes_its_node_and_stops_what_the_dead_one_ran(agents: Agents, peer: Any) -> None:
+def test_a_restarted_agent_resumes_its_node_and_re_adopts_what_the_dead_one_ran(
+    agents: Agents, peer: Any, tmp_path: Path
+) -> None:
     """Before, the node secret lived in the agent's memory only: an agent that died could not come
-    back (a used boot token is refused), and what it ran went on, unknown, beside the requeued job."""
+    back (a used boot token is refused), and what it ran went on, unknown, beside the requeued job.
+    Now the new agent resumes the node and follows the runs on, as slurmstepd keeps a job through a
+    restart of slurmd: one that ends after the restart, and one that ended while no agent ran."""
     state = peer.state
     token = state.add_token("n1")
-    state.assign(1, "n1", ["sh", "-c", "echo first; exec sleep 300"])
+    attempts = tmp_path / "n1" / "attempts"
+    wait_for_go = "echo up; while [ ! -e go ]; do sleep 0.05; done; echo done; exit 5"
+    state.assign(1, "n1", ["sh", "-c", wait_for_go])
+    state.assign(2, "n1", ["sh", "-c", wait_for_go.replace("exit 5", "exit 6")])
     agent = agents.start(peer.url, "n1", token)
-    wait_for(lambda: state.log_text(1) == "first\n", 15, "the attempt to run")
+    wait_for(lambda: state.log_text(1) == state.log_text(2) == "up\n", 15, "the attempts to run")
     saved = agents.tmp_path / "n1" / "credentials.json"
     assert saved.stat().st_mode & 0o777 == 0o600
     [secret] = state.secrets
     assert json.loads(saved.read_text()) == {"node_id": "n1", "server": peer.url, "secret": secret}
-    orphan = state.started[1]
-    agent.kill()  # SIGKILL: no time to stop its attempt, which runs on without it
+    agent.kill()  # SIGKILL: no time to stop its attempts, which run on without it
     agent.wait()
-    assert alive(orphan)
+    (attempts / "2" / "go").touch()  # attempt 2 ends while no agent runs
+    wait_for(lambda: not alive(state.started[2]), 10, "attempt 2 to end")
 
     again = agents.start(peer.url, "n1", "")  # no boot token: the used one would be refused anyway
     wait_for(lambda: state.resumes, 15, "the new agent to resume")
-    assert not alive(orphan)
-    assert state.resumes[0]["running"] == [] and state.resumes[0]["pid"] == again.pid
-    assert state.lost == {1}
-    state.assign(2, "n1", ["sh", "-c", "echo second"])
-    wait_for(lambda: 2 in state.finished, 15, "the resumed node to run new work")
-    assert state.log_text(2) == "second\n"
+    assert sorted(state.resumes[0]["running"]) == [1, 2] and state.resumes[0]["pid"] == again.pid
+    assert state.lost == set()
+    wait_for(lambda: 2 in state.finished, 15, "the end of attempt 2 to be reported")
+    assert state.finished[2][0] == 6 and state.log_text(2) == "up\ndone\n"
+    assert alive(state.started[1])
+    (attempts / "1" / "go").touch()
+    wait_for(lambda: 1 in state.finished, 15, "the end of attempt 1 to be reported")
+    assert state.finished[1][0] == 5 and state.log_text(1) == "up\ndone\n"
+    state.assign(3, "n1", ["sh", "-c", "echo third"])
+    wait_for(lambda: 3 in state.finished, 15, "the resumed node to run new work")
     assert again.poll() is None
+
+
+def test_a_restarted_agent_stops_a_run_whose_keeper_died_with_it(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    state.assign(1, "n1", ["sh", "-c", "echo up; exec sleep 300"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.log_text(1) == "up\n", 15, "the attempt to run")
+    keeper = state.started[1]
+    [command] = [pid for pid in sysinfo.session_members(keeper) if pid != keeper]
+    os.kill(keeper, signal.SIGKILL)  # (killed with the agent, as by a kill of the whole group)
+    agent.kill()
+    agent.wait()
+    assert alive(command)
+
+    agents.start(peer.url, "n1", "")
+    wait_for(lambda: state.resumes, 15, "the new agent to resume")
+    assert state.resumes[0]["running"] == [] and state.lost == {1}
+    assert not alive(command)
     assert any(e["msg"] == "stopped what the previous agent here left running" for e in agents.log("n1"))
 
 

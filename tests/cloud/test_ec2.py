@@ -96,6 +96,7 @@ def test_create_tags_the_instance_and_gives_the_agent_its_server_and_token(
         "--property=Restart=on-failure",
         "--property=RestartSec=5s",
         "--property=RestartPreventExitStatus=2 3",
+        "--property=KillMode=process",  # the runs' keepers outlive a dead agent, for the next to re-adopt
     ]
     agent = argv[argv.index("--") + 1 :]
     assert agent[:3] == ["python3", "-m", "corral.agent"]

@@ -259,8 +259,13 @@ def test_an_agent_that_dies_is_started_again_and_resumes_its_node(cloud: Loopbac
     wait_for(lambda: state.resumes, 20, "the agent started again to resume its node")
     [again] = children(init_pid)
     assert again != agent_pid and state.resumes[0]["pid"] == again
-    assert not alive(state.started[1]) and state.lost == {1}  # what the dead agent ran was stopped
+    assert state.resumes[0]["running"] == [1] and state.lost == set()  # its run was re-adopted
+    assert alive(state.started[1])
     assert [i.id for i in cloud.list()] == [instance.id]  # the instance lives on
+    with state.lock:
+        state.kill.add(1)  # the new agent can end the run it re-adopted, and report it
+    wait_for(lambda: 1 in state.finished, 20, "the re-adopted run to be killed")
+    assert state.finished[1][0] == 128 + signal.SIGTERM and not alive(state.started[1])
     state.assign(2, "phoenix", ["echo", "again"])
     wait_for(lambda: 2 in state.finished, 20, "the resumed node to run new work")
     said = (cloud.root / instance.id / "agent.log").read_text()

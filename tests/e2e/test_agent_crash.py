@@ -1,7 +1,7 @@
 """Through a running corral and the loopback cloud. A node's agent SIGKILLed while its job runs (a
 crash, the OOM killer): the instance's init starts it again, as systemd does on EC2, the new agent
-resumes the node, and the run the dead one carried is stopped and goes the node-failure policy's
-way (requeued, with its event); the node stays. An instance that dies with its agent (its init
+resumes the node and re-adopts the run the dead one started (its keeper ran on), which ends as it
+would have; the node stays. An instance that dies with its agent (its init
 SIGKILLed: the machine is gone): the node is lost, the job goes the same way, and what the dead
 agent ran is stopped with its node. Either way the job never runs twice at once. A job in a
 container is the hard case: the engine, not the agent's session, runs the container."""
@@ -46,25 +46,31 @@ def node_events(corral: Corral, node_id: str, kind: str) -> list[str]:
     return [e["message"] for e in corral.api("GET", "/api/events", params={"node": node_id, "kind": kind}).json()]
 
 
-def test_a_killed_agent_is_started_again_its_node_stays_and_its_lost_run_is_requeued(corral: Corral) -> None:
-    """Before, the node fell silent, was declared down after ping_stale and shut down."""
+def attempt_dir(corral: Corral, node_id: str, attempt_id: int) -> Path:
+    instance_id = next(n["instance_id"] for n in corral.live_nodes() if n["id"] == node_id)
+    return corral.home / "loopback" / instance_id / "work" / "attempts" / str(attempt_id)
+
+
+WAIT_FOR_GO = "echo start; while [ ! -e go ]; do sleep 0.1; done; echo end"
+
+
+def test_a_killed_agent_is_started_again_its_node_stays_and_its_run_goes_on(corral: Corral) -> None:
+    """Before, the node fell silent, was declared down after ping_stale and shut down, and the job
+    was requeued: its work lost."""
     corral.start()
-    job_id = int(corral.cli("submit", "--", "sh", "-c", "echo run-$CORRAL_ATTEMPT_ID; exec sleep 300").stdout)
-    wait_until(lambda: output(corral, job_id) == "run-1\n", 60, "the first run's output")
+    job_id = int(corral.cli("submit", "--", "sh", "-c", WAIT_FOR_GO).stdout)
+    wait_until(lambda: output(corral, job_id) == "start\n", 60, "the run's output")
     node = corral.jobs()[job_id]["node"]
-    [started] = events(corral, job_id, "job.running")
-    command_pid = int(started.rsplit(" pid ", 1)[1])
     dead = agent_pid(corral, node)
     os.kill(dead, signal.SIGKILL)
 
-    wait_until(lambda: events(corral, job_id, "job.requeued"), 30, "the lost run's job to be requeued")
-    assert events(corral, job_id, "job.requeued")[0].startswith(
-        f"the agent on node {node} restarted; attempt 1 was lost;"
-    )
-    assert not alive(command_pid)  # stopped by the new agent before it resumed
+    wait_until(lambda: node_events(corral, node, "node.agent_restarted"), 30, "the agent to be started again")
     [restarted] = node_events(corral, node, "node.agent_restarted")
-    assert restarted.startswith("agent restarted on ") and "resumed with its saved credentials" in restarted
-    wait_until(lambda: "run-2" in output(corral, job_id), 60, "the job to run again")
+    assert restarted.endswith("resumed with its saved credentials; it runs on attempts 1")
+    (attempt_dir(corral, node, 1) / "go").touch()
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "complete", 60, "the job to complete")
+    assert output(corral, job_id) == "start\nend\n"
+    assert events(corral, job_id, "job.requeued") == []
     assert node in {n["id"] for n in corral.live_nodes()}
     assert node_events(corral, node, "node.down") == []
     assert agent_pid(corral, node) != dead
@@ -90,24 +96,26 @@ def on_node(node_id: str) -> list[str]:
     return containers(f"label=corral-node={node_id}")
 
 
-def test_a_killed_agents_container_is_removed_by_the_agent_started_again(corral: Corral) -> None:
+def test_a_killed_agents_container_run_goes_on_under_the_agent_started_again(corral: Corral) -> None:
     image = busybox_image()
     corral.config.write_text(
         corral.config.read_text()
         + f"\n[containers]\nprogram = {json.dumps(PROGRAM)}\nrun_args = {json.dumps(RUN_ARGS)}\n"
     )
     corral.start()
-    job_id = int(corral.cli("submit", "--image", image, "--", "sh", "-c", "echo up; exec sleep 300").stdout)
-    wait_until(lambda: output(corral, job_id) == "up\n", 120, "the container to run")
+    job_id = int(corral.cli("submit", "--image", image, "--", "sh", "-c", WAIT_FOR_GO).stdout)
+    wait_until(lambda: output(corral, job_id) == "start\n", 120, "the container to run")
     node = corral.jobs()[job_id]["node"]
     try:
         [first] = on_node(node)
         os.kill(agent_pid(corral, node), signal.SIGKILL)
 
-        wait_until(lambda: events(corral, job_id, "job.requeued"), 60, "the lost run's job to be requeued")
-        assert events(corral, job_id, "job.requeued")[0].startswith(f"the agent on node {node} restarted; attempt 1")
-        assert first not in on_node(node)  # removed by the new agent, not left running beside the next run
-        assert node in {n["id"] for n in corral.live_nodes()}
+        wait_until(lambda: node_events(corral, node, "node.agent_restarted"), 60, "the agent to be started again")
+        assert on_node(node) == [first]  # re-adopted, not removed as a leftover
+        (attempt_dir(corral, node, 1) / "go").touch()  # (the attempt's directory is mounted at its path)
+        wait_until(lambda: corral.jobs()[job_id]["state"] == "complete", 60, "the job to complete")
+        assert output(corral, job_id) == "start\nend\n"
+        assert events(corral, job_id, "job.requeued") == []
     finally:
         for container_id in on_node(node):
             subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)

@@ -33,7 +33,7 @@ from corral.agent import container, credentials, logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
 from corral.agent.health import HealthChecker
 from corral.agent.imds import Imds, Notice
-from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_limit, stop_leftovers
+from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_limit
 
 EXIT_OK = 0
 EXIT_PAIRING_REFUSED = 2
@@ -156,11 +156,18 @@ class Agent:
 
     def connect(self) -> bool:
         """Resume as the node whose credentials an earlier agent saved here, else pair with the boot
-        token. First, whatever an agent that died here left running is stopped: the server is about
-        to take its runs for lost, and a run requeued elsewhere must never run beside them."""
-        stopped = stop_leftovers(self.options.work_dir)
+        token. First, the runs an agent that died here started are re-adopted (their keepers ran
+        on, corral.agent.keeper), and what cannot be is stopped: the server is about to take those
+        runs for lost, and a run requeued elsewhere must never run beside them."""
+        adopted, stopped = self.runner.adopt()
         if stopped:
             logs.warning("stopped what the previous agent here left running", attempts=stopped)
+        if adopted:
+            logs.info(
+                "re-adopted the previous agent's runs",
+                running=[a.attempt_id for a in adopted if not a.exited],
+                ended=[a.attempt_id for a in adopted if a.exited],
+            )
         try:
             saved = credentials.load(self.options.work_dir)
         except credentials.CredentialsError as exc:
@@ -174,9 +181,14 @@ class Agent:
             )
             saved = None
         if saved is not None:
-            resumed = self.resume(saved)
+            resumed = self.resume(saved, [a.attempt_id for a in adopted])
             if resumed is not None:
                 return resumed
+        for attempt in adopted:
+            # Not resuming that node: its runs are no one's to report any more.
+            self.runner.abandon(attempt.attempt_id)
+        if adopted:
+            logs.warning("stopped the runs of a node not resumed", attempts=[a.attempt_id for a in adopted])
         if not self.options.boot_token:
             logs.error(
                 "no boot token and no usable saved credentials: this agent cannot join the server; exiting",
@@ -187,10 +199,11 @@ class Agent:
             return False
         return self.pair()
 
-    def resume(self, saved: credentials.Credentials) -> bool | None:
+    def resume(self, saved: credentials.Credentials, running: list[int]) -> bool | None:
         """True: resumed; False: stop (exit_code says why); None: the server refused the saved
-        secret, pair instead if a boot token was given."""
-        body = {"node_id": saved.node_id, "hostname": socket.gethostname(), "pid": os.getpid(), "running": []}
+        secret, pair instead if a boot token was given. `running`: the runs re-adopted, which the
+        server keeps (those that ended meanwhile are reported as any end is)."""
+        body = {"node_id": saved.node_id, "hostname": socket.gethostname(), "pid": os.getpid(), "running": running}
         try:
             answer = self._until_answered(lambda: self.client.resume(saved.secret, body), "resuming")
         except Unauthorized as exc:
@@ -251,20 +264,22 @@ class Agent:
 
     def _remove_node_containers(self) -> None:
         """Containers labelled with this node that the run records did not name (an agent killed
-        between starting one and recording it): nothing runs here yet, so they are all leftovers."""
+        between starting one and recording it): nothing runs here yet but the re-adopted runs, so
+        the others are all leftovers."""
         engine = self.runner.engine
         if engine is None:
             return
+        kept = {container.name_of(a.attempt_id) for a in self.runner.all() if a.spec.image is not None}
         try:
             listed = subprocess.run(
-                container.on_node_argv(engine, self.options.node_id),
+                container.names_on_node_argv(engine, self.options.node_id),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
                 timeout=60,
                 check=False,
             )
-            ids = listed.stdout.split()
+            ids = [name for name in listed.stdout.split() if name not in kept]
             if ids:
                 logs.warning("removing containers the previous agent left", containers=ids)
                 subprocess.run(

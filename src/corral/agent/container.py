@@ -69,6 +69,11 @@ def on_node_argv(engine: Engine, node_id: str) -> list[str]:
     return [*engine.program, "ps", "--all", "--quiet", "--filter", f"label={NODE_LABEL}={node_id}"]
 
 
+def names_on_node_argv(engine: Engine, node_id: str) -> list[str]:
+    """Prints the names of the node's containers, running or not, one a line."""
+    return [*engine.program, "ps", "--all", "--format", "{{.Names}}", "--filter", f"label={NODE_LABEL}={node_id}"]
+
+
 def kill_ids_argv(engine: Engine, container_ids: Sequence[str]) -> list[str]:
     return [*engine.program, "kill", *container_ids]
 

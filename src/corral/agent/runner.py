@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -27,9 +29,12 @@ AGENT_SECRET_VARS = frozenset({"CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET"})
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_EXECUTE = 126
 
-# WORK_DIR/running/<attempt id>.json: an attempt's process (and container) while it runs, so that an
-# agent started again after this one died can stop what it left (stop_leftovers).
+# WORK_DIR/running/<attempt id>.json: an attempt while it runs (its spec, its keeper's pid, its
+# container), and <attempt id>.status, how its command ended (corral.agent.keeper), so that an agent
+# started again after this one died re-adopts the run or learns its end (Runner.adopt).
 RUN_RECORDS = "running"
+KEEPER = str(Path(__file__).with_name("keeper.py"))
+KEEPER_READY_TIMEOUT = 30.0  # seconds the keeper has to say whether the command started
 
 
 class BadAttempt(ValueError):
@@ -88,6 +93,48 @@ class AttemptSpec:
         )
 
 
+def spec_json(spec: AttemptSpec) -> dict[str, Any]:
+    """The spec as the server lists it (AttemptSpec.from_json reads it back)."""
+    return {
+        "attempt_id": spec.attempt_id,
+        "job_id": spec.job_id,
+        "command": spec.command,
+        "env": spec.env,
+        "node_ids": spec.node_ids,
+        "resources": spec.resources,
+        "image": spec.image,
+        "time_limit": spec.time_limit,
+    }
+
+
+@dataclass(slots=True)
+class Adopted:
+    """The keeper of a run that an earlier agent started (not this process's child): alive while
+    its pid is that process's (its start time tells a reused pid apart), then ended as its status
+    file says, or as killed (SIGKILL) when there is none (the keeper was killed with its command)."""
+
+    pid: int
+    start_ticks: int | None
+    status_path: Path
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        stat = sysinfo.read_stat(self.pid)
+        if stat is not None and stat.state != "Z" and stat.start_ticks == self.start_ticks:
+            return None
+        self.returncode = read_status(self.status_path)
+        return self.returncode
+
+
+def read_status(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return -signal.SIGKILL
+
+
 def run_limit(value: Any, field: str) -> float | None:
     """A time limit as the server sends it: seconds, or None for none. BadAttempt names `field` otherwise."""
     if value is None:
@@ -101,7 +148,7 @@ def run_limit(value: Any, field: str) -> float | None:
 class Attempt:
     spec: AttemptSpec
     log_path: Path
-    proc: subprocess.Popen[bytes] | None
+    proc: subprocess.Popen[bytes] | Adopted | None
     started_at: float
     exit_code: int | None = None
     finished_at: float | None = None
@@ -124,6 +171,7 @@ class Attempt:
     cpu_sampled_at: float = 0.0
     # A container's processes run in a session of the engine's (container_session), not the client's.
     container_session: int | None = None
+    adopted: bool = False  # started by an earlier agent in this work dir, re-adopted by this one
 
     @property
     def attempt_id(self) -> int:
@@ -222,16 +270,7 @@ class Runner:
                     if not spec.command:
                         raise FileNotFoundError(2, "empty command")
                     argv = self.argv(spec, cwd)
-                    proc = subprocess.Popen(
-                        argv,
-                        cwd=cwd,
-                        env=self.environment(spec),
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        close_fds=True,
-                    )
+                    proc = self._start_kept(argv, cwd, self.environment(spec), out, spec.attempt_id)
                 except (OSError, ValueError) as exc:
                     # ValueError: what no exec takes (an '=' in a variable's name, a NUL byte), which
                     # a job stored before submission refused them may still hold: this attempt
@@ -257,8 +296,54 @@ class Runner:
             self._record(attempt)
             return attempt
 
+    def _start_kept(
+        self, argv: list[str], cwd: Path, env: dict[str, str], out: Any, attempt_id: int
+    ) -> subprocess.Popen[bytes]:
+        """The command under its keeper (corral.agent.keeper), which outlives this agent. Raises as
+        Popen of the command itself would (OSError with its errno) when the keeper cannot start it."""
+        status = self._status_path(attempt_id)
+        status.unlink(missing_ok=True)
+        ready_read, ready_write = os.pipe()
+        try:
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", KEEPER, str(status), str(ready_write), "--", *argv],
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(ready_write,),
+                )
+            finally:
+                os.close(ready_write)
+            said = b""
+            deadline = time.monotonic() + KEEPER_READY_TIMEOUT
+            while time.monotonic() < deadline:
+                readable, _, _ = select.select([ready_read], [], [], max(0.0, deadline - time.monotonic()))
+                chunk = os.read(ready_read, 4096) if readable else b""
+                if not chunk:
+                    break
+                said += chunk
+        finally:
+            os.close(ready_read)
+        if said == b"ok":
+            return proc
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait()
+        if said.startswith(b"err "):
+            errno, _, why = said[4:].decode(errors="replace").partition(" ")
+            raise OSError(int(errno) if errno.isdigit() else 0, why)
+        raise OSError(0, "the attempt's keeper did not start it")
+
     def _record_path(self, attempt_id: int) -> Path:
         return self.work_dir / RUN_RECORDS / f"{attempt_id}.json"
+
+    def _status_path(self, attempt_id: int) -> Path:
+        return self.work_dir / RUN_RECORDS / f"{attempt_id}.status"
 
     def _record(self, attempt: Attempt) -> None:
         """What an agent started again after this one's death needs to stop the attempt: its session
@@ -268,13 +353,18 @@ class Runner:
             "attempt_id": attempt.attempt_id,
             "pid": attempt.pid,
             "start_ticks": stat.start_ticks if stat is not None else None,
+            "started_at": attempt.started_at,
+            "spec": spec_json(attempt.spec),
         }
         if attempt.spec.image is not None and self.engine is not None:
             record["container"] = {"program": list(self.engine.program), "name": container.name_of(attempt.attempt_id)}
         path = self._record_path(attempt.attempt_id)
         tmp = path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(record))
+            # The job's environment is in it: the agent's user only.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(record))
             tmp.replace(path)
         except OSError:
             pass  # a full disk must not fail the attempt; only a restart's clean-up would miss it
@@ -329,6 +419,7 @@ class Runner:
                     # Slurm step: the server is about to count these resources as free.
                     signal_session(attempt.proc.pid, signal.SIGKILL)
                     self._record_path(attempt.attempt_id).unlink(missing_ok=True)
+                    self._status_path(attempt.attempt_id).unlink(missing_ok=True)
                     done.append(attempt)
                 elif (
                     attempt.kill_requested_at is not None
@@ -366,6 +457,61 @@ class Runner:
     def all(self) -> list[Attempt]:
         with self.lock:
             return list(self.attempts.values())
+
+    def adopt(self) -> tuple[list[Attempt], list[int]]:
+        """Take over what an earlier agent in this work dir started and that its run records name
+        (it died, or was killed, and its keepers ran on): the attempts whose keeper still runs, and
+        those whose command ended meanwhile with its status written (exited, to be reported). What
+        cannot be followed (no keeper and no status: killed with it; a record of an older agent,
+        with no spec) is stopped, session and container, and named in the second list: lost."""
+        directory = self.work_dir / RUN_RECORDS
+        adopted: list[Attempt] = []
+        lost: list[int] = []
+        for path in sorted(directory.glob("*.json")):
+            try:
+                record = json.loads(path.read_text())
+                attempt_id, pid = int(record["attempt_id"]), int(record["pid"])
+                spec = AttemptSpec.from_json(record.get("spec"))
+                started_at = float(record["started_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                lost += stop_recorded(path)
+                continue
+            status = self._status_path(attempt_id)
+            keeper = Adopted(pid, record.get("start_ticks"), status)
+            running = keeper.poll() is None
+            if not running and not status.exists():
+                lost += stop_recorded(path)
+                continue
+            attempt = Attempt(
+                spec,
+                self.work_dir / "logs" / f"{attempt_id}.log",
+                keeper,
+                started_at,
+                time_limit=spec.time_limit,
+                started_monotonic=time.monotonic() - max(0.0, time.time() - started_at),
+                adopted=True,
+            )
+            if not running:
+                attempt.exit_code = exit_code_of(read_status(status))
+                with contextlib.suppress(OSError):
+                    attempt.finished_at = status.stat().st_mtime
+                attempt.finished_at = attempt.finished_at or time.time()
+                signal_session(pid, signal.SIGKILL)  # what it left in its session, as at any end
+                path.unlink(missing_ok=True)
+                status.unlink(missing_ok=True)
+            with self.lock:
+                self.attempts[attempt_id] = attempt
+            adopted.append(attempt)
+        return adopted, lost
+
+    def abandon(self, attempt_id: int) -> None:
+        """SIGKILL an adopted attempt and forget it (its node is not this agent's any more)."""
+        self.kill(attempt_id, hard=True)
+        path = self._record_path(attempt_id)
+        if path.exists():
+            stop_recorded(path)
+        self._status_path(attempt_id).unlink(missing_ok=True)
+        self.forget(attempt_id)
 
     def forget(self, attempt_id: int) -> None:
         with self.lock:
@@ -445,33 +591,30 @@ class Runner:
         return stat.session if stat is not None else None
 
 
-def stop_leftovers(work_dir: Path, kill_timeout: float = 60.0) -> list[int]:
-    """SIGKILL what a previous agent in this work dir left running (it died, or was killed: it had
-    no time to stop its attempts) and return those attempts' ids: the sessions its run records name
-    and their containers. A record's pid that now belongs to another process (its start time
-    differs) is not touched: while any process of the old session lives, its id cannot be reused."""
-    directory = work_dir / RUN_RECORDS
+def stop_recorded(path: Path, kill_timeout: float = 60.0) -> list[int]:
+    """SIGKILL the session and remove the container a run record names, then the record; the
+    attempt's id if anything of it still ran. A record's pid that now belongs to another process
+    (its start time differs) is not touched: while any process of the old session lives, its id
+    cannot be reused."""
     stopped: list[int] = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
-        try:
-            record = json.loads(path.read_text())
-            attempt_id, pid = int(record["attempt_id"]), int(record["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            path.unlink(missing_ok=True)
-            continue
-        leader = sysinfo.read_stat(pid) if pid > 0 else None
-        ours = leader is None or leader.start_ticks == record.get("start_ticks")
-        members = sysinfo.session_members(pid) if pid > 0 and ours else []
-        if members:
-            signal_session(pid, signal.SIGKILL)
-            stopped.append(attempt_id)
-        engine = record.get("container")
-        if isinstance(engine, dict) and isinstance(engine.get("program"), list) and engine.get("name"):
-            # The engine, not the session, runs the container: stop it by the name the agent gave it.
-            argv = [*map(str, engine["program"]), "rm", "--force", str(engine["name"])]
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                removed = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=kill_timeout)
-                if removed.returncode == 0 and removed.stdout.strip() and attempt_id not in stopped:
-                    stopped.append(attempt_id)
+    try:
+        record = json.loads(path.read_text())
+        attempt_id, pid = int(record["attempt_id"]), int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
         path.unlink(missing_ok=True)
+        return stopped
+    leader = sysinfo.read_stat(pid) if pid > 0 else None
+    ours = leader is None or leader.start_ticks == record.get("start_ticks")
+    if pid > 0 and ours and sysinfo.session_members(pid):
+        signal_session(pid, signal.SIGKILL)
+        stopped.append(attempt_id)
+    engine = record.get("container")
+    if isinstance(engine, dict) and isinstance(engine.get("program"), list) and engine.get("name"):
+        # The engine, not the session, runs the container: stop it by the name the agent gave it.
+        argv = [*map(str, engine["program"]), "rm", "--force", str(engine["name"])]
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            removed = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=kill_timeout)
+            if removed.returncode == 0 and removed.stdout.strip() and attempt_id not in stopped:
+                stopped.append(attempt_id)
+    path.unlink(missing_ok=True)
     return stopped

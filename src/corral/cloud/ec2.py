@@ -215,7 +215,8 @@ def agent_user_data(
         # Restarted when it dies (a crash, the OOM killer): the agent saved the node's credentials
         # at pairing, so the new one resumes the node where the used token would be refused. Not
         # after 2 or 3 (pairing refused, the node forgotten): a new start would fail the same way.
-        # The default KillMode (control-group) ends whatever the dead agent left in the unit.
+        # KillMode=process: the runs' keepers (corral.agent.keeper) outlive the dead agent, and
+        # the new one re-adopts them; a stop's SIGTERM goes to the agent, which stops its runs.
         "runcmd": [
             [
                 "systemd-run",
@@ -224,6 +225,7 @@ def agent_user_data(
                 "--property=Restart=on-failure",
                 f"--property=RestartSec={AGENT_RESTART_DELAY}",
                 "--property=RestartPreventExitStatus=2 3",
+                "--property=KillMode=process",
                 "--",
                 *argv,
             ]

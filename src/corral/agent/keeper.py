@@ -1,0 +1,68 @@
+"""An attempt's keeper: runs the attempt's command as its child and writes how it ended to a file,
+so that an agent started again after the one that started it died can re-adopt the run (as
+slurmstepd holds a Slurm job while slurmd restarts) and learn its exit status.
+
+`python -I -S keeper.py STATUS_FILE READY_FD -- COMMAND...`
+
+The agent starts it in the attempt's own session (it is the session and group leader, as the
+command was before), with the attempt's cwd, environment and output. It starts the command, tells
+the agent on READY_FD whether it could ("ok", or "err ERRNO MESSAGE": the agent then reports 127
+or 126 as before), and waits. SIGTERM, SIGINT and SIGHUP are for the command (the agent signals the
+whole group): the keeper outlives them to record the end. Once the command ends, its Popen-style
+return code (-N for signal N) is written to STATUS_FILE atomically, and the keeper ends the same
+way (the same exit code, or killed by the same signal), so an agent that is its parent reads the
+command's end from its own child as it always did.
+
+Only the standard library, run isolated (-I -S): it starts with every attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: keeper.py STATUS_FILE READY_FD -- COMMAND...", file=sys.stderr)
+        return 2
+    status_file, ready_fd, command = argv[0], int(argv[1]), argv[3:]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        # The command gets the default dispositions back (Popen restores SIGPIPE; these by hand).
+        child = subprocess.Popen(command, preexec_fn=_default_signals, close_fds=True)
+    except (OSError, ValueError) as exc:
+        errno = getattr(exc, "errno", None) or 0
+        why = getattr(exc, "strerror", None) or str(exc)
+        os.write(ready_fd, f"err {errno} {why}".encode(errors="replace"))
+        os.close(ready_fd)
+        return 127
+    os.write(ready_fd, b"ok")
+    os.close(ready_fd)
+    code = child.wait()
+    tmp = f"{status_file}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{code}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, status_file)
+    if code < 0:
+        # Ended as the command did: a signal's default action (SIGKILL's cannot be changed).
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        # (A signal whose default is to be ignored, SIGCHLD or SIGWINCH: the shell's 128+N.)
+        return 128 - code
+    return code
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
