@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from corral.agent import sysinfo
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
 from tests.support import alive
 from tests.support import wait_until as wait_for
@@ -122,6 +123,16 @@ def test_usage_measures_cpu_and_memory(runner: Runner) -> None:
         return seen[-1][0] > 0.3 and seen[-1][1] >= 64
 
     wait_for(busy, 15, f"usage to show a busy attempt (saw {seen})")
+
+
+def test_usage_leaves_out_the_attempts_keepers(runner: Runner) -> None:
+    """A keeper is corral's (an interpreter of about 11 MiB), not the job's: the load a node
+    reports, which the utilised placement policies read, is its commands'."""
+    attempts = [runner.start(spec(attempt_id, ["sleep", "60"])) for attempt_id in (21, 22, 23, 24)]
+    assert all(a is not None and a.pid > 0 for a in attempts)
+    wait_for(lambda: all(len(sysinfo.session_members(a.pid)) == 2 for a in attempts if a), 10, "the commands to run")
+    _, ram_mib = runner.usage()
+    assert ram_mib < 4 * 5  # four sleeps (about 1.6 MiB each); with their keepers it was 49
 
 
 def test_terminate_all_and_refuse_new_work(runner: Runner) -> None:

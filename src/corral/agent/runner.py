@@ -552,7 +552,8 @@ class Runner:
             if attempt.spec.image is not None and attempt.container_session is None:
                 attempt.container_session = self._container_session(attempt)
         containers = {a.container_session for a in running.values() if a.container_session is not None}
-        usage = sysinfo.usage_by_session(set(running) | containers)
+        # An attempt's session leader is its keeper: corral's overhead, as the agent's own is.
+        usage = sysinfo.usage_by_session(set(running) | containers, without_leaders=running.keys())
         vcpus = 0.0
         rss = 0
         for session, attempt in running.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,10 +103,14 @@ class SessionUsage:
     rss_bytes: int
 
 
-def usage_by_session(sessions: set[int]) -> dict[int, SessionUsage]:
+def usage_by_session(sessions: set[int], without_leaders: AbstractSet[int] = frozenset()) -> dict[int, SessionUsage]:
+    """What each session's processes use; in the sessions of `without_leaders`, not counting their
+    leader (an attempt's keeper, corral's own process as the agent is, not the job's)."""
     ticks: dict[int, int] = {}
     rss: dict[int, int] = {}
     for stat in all_stats():
+        if stat.pid == stat.session and stat.session in without_leaders:
+            continue
         if stat.session in sessions and stat.state != "Z":
             ticks[stat.session] = ticks.get(stat.session, 0) + stat.cpu_ticks
             rss[stat.session] = rss.get(stat.session, 0) + stat.rss_bytes
