@@ -285,7 +285,8 @@ def test_a_restarted_agent_whose_node_the_server_forgot_pairs_again_only_with_a_
 ) -> None:
     state = peer.state
     agent = agents.start(peer.url, "n1", state.add_token("n1"))
-    wait_for(lambda: state.secrets, 15, "pairing")
+    # (Saved once the pairing's answer is in: the peer knows the secret a moment earlier.)
+    wait_for(lambda: (agents.tmp_path / "n1" / "credentials.json").exists(), 15, "pairing")
     agent.kill()
     agent.wait()
     state.secrets.clear()  # the server forgot the node meanwhile
@@ -310,7 +311,8 @@ def test_a_restarted_agent_whose_node_the_server_forgot_pairs_again_only_with_a_
 def test_one_agent_per_work_dir(agents: Agents, peer: Any) -> None:
     state = peer.state
     first = agents.start(peer.url, "n1", state.add_token("n1"))
-    wait_for(lambda: state.secrets, 15, "pairing")
+    # (Saved once the pairing's answer is in: the peer knows the secret a moment earlier.)
+    wait_for(lambda: (agents.tmp_path / "n1" / "credentials.json").exists(), 15, "pairing")
     second = agents.start(peer.url, "n1", "")
     assert second.wait(15) == 2
     assert any(e["msg"] == "another agent runs in this work dir; exiting" for e in agents.log("n1"))

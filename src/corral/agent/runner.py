@@ -127,6 +127,12 @@ class Adopted:
         self.returncode = read_status(self.status_path)
         return self.returncode
 
+    def session_is_ours(self) -> bool:
+        """Whether the keeper's session id is still the run's: no other process has taken the pid
+        (while a process of the session lives, the kernel does not hand its id out again)."""
+        stat = sysinfo.read_stat(self.pid)
+        return stat is None or stat.start_ticks == self.start_ticks
+
 
 def read_status(path: Path) -> int:
     try:
@@ -385,7 +391,8 @@ class Runner:
                 return False
             sig = signal.SIGKILL if hard else signal.SIGTERM
             attempt.killed_hard = attempt.killed_hard or hard
-            signal_session(attempt.proc.pid, sig)
+            if not isinstance(attempt.proc, Adopted) or attempt.proc.session_is_ours():
+                signal_session(attempt.proc.pid, sig)
             if hard:
                 self._kill_container(attempt)
             return True
@@ -417,7 +424,8 @@ class Runner:
                     attempt.finished_at = time.time()
                     # Whatever the command left behind in its session goes with it, as at the end of a
                     # Slurm step: the server is about to count these resources as free.
-                    signal_session(attempt.proc.pid, signal.SIGKILL)
+                    if not isinstance(attempt.proc, Adopted) or attempt.proc.session_is_ours():
+                        signal_session(attempt.proc.pid, signal.SIGKILL)
                     self._record_path(attempt.attempt_id).unlink(missing_ok=True)
                     self._status_path(attempt.attempt_id).unlink(missing_ok=True)
                     done.append(attempt)
@@ -427,7 +435,8 @@ class Runner:
                     and time.monotonic() - attempt.kill_requested_at >= self.kill_grace
                 ):
                     attempt.killed_hard = True
-                    signal_session(attempt.proc.pid, signal.SIGKILL)
+                    if not isinstance(attempt.proc, Adopted) or attempt.proc.session_is_ours():
+                        signal_session(attempt.proc.pid, signal.SIGKILL)
                     self._kill_container(attempt)
         return done
 
@@ -496,7 +505,8 @@ class Runner:
                 with contextlib.suppress(OSError):
                     attempt.finished_at = status.stat().st_mtime
                 attempt.finished_at = attempt.finished_at or time.time()
-                signal_session(pid, signal.SIGKILL)  # what it left in its session, as at any end
+                if keeper.session_is_ours():
+                    signal_session(pid, signal.SIGKILL)  # what it left in its session, as at any end
                 path.unlink(missing_ok=True)
                 status.unlink(missing_ok=True)
             with self.lock:
