@@ -284,15 +284,16 @@ def test_a_restarted_agent_whose_node_the_server_forgot_pairs_again_only_with_a_
     agents: Agents, peer: Any
 ) -> None:
     state = peer.state
+    state.assign(1, "n1", ["sh", "-c", "echo up; exec sleep 300"])
     agent = agents.start(peer.url, "n1", state.add_token("n1"))
-    # (Saved once the pairing's answer is in: the peer knows the secret a moment earlier.)
-    wait_for(lambda: (agents.tmp_path / "n1" / "credentials.json").exists(), 15, "pairing")
+    wait_for(lambda: state.log_text(1) == "up\n", 15, "the attempt to run")
     agent.kill()
     agent.wait()
     state.secrets.clear()  # the server forgot the node meanwhile
 
     again = agents.start(peer.url, "n1", "")
     assert again.wait(15) == 3
+    assert not alive(state.started[1])  # re-adopted, then stopped with the node that is no more
     said = [e["msg"] for e in agents.log("n1") if e["level"] == "error"]
     assert said[-1] == (
         "the server does not know this node's saved credentials (HTTP 401): it forgot the node, and there is no"

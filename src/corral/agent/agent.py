@@ -109,7 +109,14 @@ class Agent:
             pid=os.getpid(),
         )
         try:
-            if not self.lock_work_dir() or not self.connect():
+            if not self.lock_work_dir():
+                return self.exit_code
+            if not self.connect():
+                # Runs re-adopted from a dead agent, and this one stops before it could resume
+                # (a signal, the node forgotten): they are stopped as any run is when an agent stops.
+                if self.runner.running():
+                    logs.info("stopping the re-adopted runs", attempts=[a.attempt_id for a in self.runner.running()])
+                    self.runner.terminate_all()
                 return self.exit_code
             threads = [
                 threading.Thread(target=self._guard(self.work_loop), name="work", daemon=True),
