@@ -11,6 +11,12 @@ work: every report is retried until the server is back, which is how a restarted
 the attempts that ran on while it was gone. Only a 401 (the server forgot this node), a `shutdown`
 in a ping answer, or SIGTERM/SIGINT end the agent, and each of them kills its attempts first
 (without reporting their exits: work lost with its node is for the server to judge).
+
+The agent itself may die too (a crash, the OOM killer). It saves the node's credentials at pairing
+(corral.agent.credentials), and each attempt runs under a keeper that outlives it
+(corral.agent.keeper), so an agent started again in the same work dir resumes the node instead of
+pairing, re-adopts the runs its predecessor started, and stops what it cannot follow
+(docs/agent.md, "Restarts").
 """
 
 from __future__ import annotations
