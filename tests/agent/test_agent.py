@@ -261,6 +261,29 @@ def test_a_restarted_agent_resumes_its_node_and_re_adopts_what_the_dead_one_ran(
     assert again.poll() is None
 
 
+def test_an_end_not_yet_reported_when_the_agent_dies_is_reported_by_the_next(agents: Agents, peer: Any) -> None:
+    """The agent reaped the run while the server was away, then died: the end was in its memory
+    only, and the next agent's resume had the server take the run for lost (a completed job ran
+    again)."""
+    state = peer.state
+    state.assign(1, "n1", ["sh", "-c", "echo up; while [ ! -e go ]; do sleep 0.05; done; echo done; exit 7"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.log_text(1) == "up\n", 15, "the attempt to run")
+    peer.stop()
+    (agents.tmp_path / "n1" / "attempts" / "1" / "go").touch()
+    wait_for(lambda: any(e["msg"] == "attempt exited" for e in agents.log("n1")), 15, "the agent to see the run end")
+    agent.kill()
+    agent.wait()
+    assert 1 not in state.finished
+
+    peer.start()
+    agents.start(peer.url, "n1", "")
+    wait_for(lambda: 1 in state.finished, 15, "the end to be reported by the next agent")
+    assert state.resumes[0]["running"] == [1] and state.lost == set()
+    assert state.finished[1][0] == 7 and state.log_text(1) == "up\ndone\n"
+    assert not list((agents.tmp_path / "n1" / "running").iterdir())  # nothing left for a later agent
+
+
 def test_a_restarted_agent_stops_a_run_whose_keeper_died_with_it(agents: Agents, peer: Any) -> None:
     state = peer.state
     state.assign(1, "n1", ["sh", "-c", "echo up; exec sleep 300"])

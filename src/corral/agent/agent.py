@@ -403,6 +403,9 @@ class Agent:
         if left:
             logs.warning("exiting with unreported attempts", attempts=left)
         abandoned = [a.attempt_id for a in running if a.abandoned]
+        for attempt_id in abandoned:
+            # Their ends are the node's going, not the commands': no later agent is to report them.
+            self.runner.forget(attempt_id)
         if abandoned:
             logs.info("attempts stopped with this node; their exits are not reported", attempts=abandoned)
         logs.info("agent stopped", exit_code=self.exit_code)

@@ -426,8 +426,9 @@ class Runner:
                     # Slurm step: the server is about to count these resources as free.
                     if not isinstance(attempt.proc, Adopted) or attempt.proc.session_is_ours():
                         signal_session(attempt.proc.pid, signal.SIGKILL)
-                    self._record_path(attempt.attempt_id).unlink(missing_ok=True)
-                    self._status_path(attempt.attempt_id).unlink(missing_ok=True)
+                    # The record stays until the end is reported (forget): an agent that dies before
+                    # then leaves it, with the status, to the next, which reports the end.
+                    self._keep_status(attempt.attempt_id, code)
                     done.append(attempt)
                 elif (
                     attempt.kill_requested_at is not None
@@ -507,8 +508,6 @@ class Runner:
                 attempt.finished_at = attempt.finished_at or time.time()
                 if keeper.session_is_ours():
                     signal_session(pid, signal.SIGKILL)  # what it left in its session, as at any end
-                path.unlink(missing_ok=True)
-                status.unlink(missing_ok=True)
             with self.lock:
                 self.attempts[attempt_id] = attempt
             adopted.append(attempt)
@@ -520,12 +519,26 @@ class Runner:
         path = self._record_path(attempt_id)
         if path.exists():
             stop_recorded(path)
-        self._status_path(attempt_id).unlink(missing_ok=True)
         self.forget(attempt_id)
 
+    def _keep_status(self, attempt_id: int, code: int) -> None:
+        """The end as its keeper wrote it; written here when the keeper could not (SIGKILLed with
+        its command), so that the end survives this agent until it is reported."""
+        status = self._status_path(attempt_id)
+        if status.exists() or not self._record_path(attempt_id).exists():
+            return
+        tmp = status.with_suffix(".status-tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(f"{code}\n")
+            tmp.replace(status)
+
     def forget(self, attempt_id: int) -> None:
+        """Done with the attempt: its end reported (or not to be: unwanted, abandoned), its record
+        and status removed, so that no later agent takes it up again."""
         with self.lock:
             self.attempts.pop(attempt_id, None)
+        self._record_path(attempt_id).unlink(missing_ok=True)
+        self._status_path(attempt_id).unlink(missing_ok=True)
 
     def close(self) -> None:
         """Refuse new attempts from now on."""
