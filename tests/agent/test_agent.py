@@ -284,6 +284,27 @@ def test_an_end_not_yet_reported_when_the_agent_dies_is_reported_by_the_next(age
     assert not list((agents.tmp_path / "n1" / "running").iterdir())  # nothing left for a later agent
 
 
+def test_sigusr1_hands_the_runs_over_to_the_next_agent(agents: Agents, peer: Any) -> None:
+    """An upgrade without losing the work (slurmd's restart keeps its jobs): SIGUSR1 makes the agent
+    exit 75 (systemd's Restart=on-failure starts the next at once) and leave its runs running,
+    which the next agent re-adopts; SIGTERM stops them, as before."""
+    state = peer.state
+    script = "echo up; while [ ! -e go ]; do sleep 0.05; done; echo done; exit 4"
+    state.assign(1, "n1", ["sh", "-c", script])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.log_text(1) == "up\n", 15, "the attempt to run")
+    agent.send_signal(signal.SIGUSR1)
+    assert agent.wait(15) == 75
+    assert alive(state.started[1])
+
+    agents.start(peer.url, "n1", "")
+    wait_for(lambda: state.resumes, 15, "the next agent to resume")
+    assert state.resumes[0]["running"] == [1]
+    (agents.tmp_path / "n1" / "attempts" / "1" / "go").touch()
+    wait_for(lambda: 1 in state.finished, 15, "the run's end to be reported")
+    assert state.finished[1][0] == 4 and state.log_text(1) == "up\ndone\n"
+
+
 def test_a_restarted_agent_stops_a_run_whose_keeper_died_with_it(agents: Agents, peer: Any) -> None:
     state = peer.state
     state.assign(1, "n1", ["sh", "-c", "echo up; exec sleep 300"])

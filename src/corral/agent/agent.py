@@ -44,6 +44,9 @@ from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_li
 EXIT_OK = 0
 EXIT_PAIRING_REFUSED = 2
 EXIT_NODE_UNKNOWN = 3
+# After SIGUSR1: the agent left its runs to the next agent (an upgrade); non-zero, so that systemd's
+# Restart=on-failure (and the loopback instance's init) starts the next at once.
+EXIT_HANDED_OVER = 75
 
 LOG_CHUNK = 256 * 1024
 # An attempt's output shipped in one reporting round at most: one that floods its log must not hold
@@ -94,6 +97,8 @@ class Agent:
         self._server_up = True
         self._lock = threading.Lock()
         self._lock_fd: int | None = None  # the work dir's lock (lock_work_dir)
+        # Stopping to be replaced (SIGUSR1): the runs go on under their keepers for the next agent.
+        self.handing_over = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -102,8 +107,14 @@ class Agent:
             logs.info("signal received, stopping", signal=signal.Signals(signum).name)
             self.stop.set()
 
+        def hand_over(_signum: int, _frame: Any) -> None:
+            logs.info("SIGUSR1 received: exiting, leaving the runs to the next agent")
+            self.handing_over = True
+            self.stop.set()
+
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGUSR1, hand_over)
 
     def run(self) -> int:
         logs.info(
@@ -120,7 +131,9 @@ class Agent:
             if not self.connect():
                 # Runs re-adopted from a dead agent, and this one stops before it could resume
                 # (a signal, the node forgotten): they are stopped as any run is when an agent stops.
-                if self.runner.running():
+                if self.handing_over:
+                    self.exit_code = EXIT_HANDED_OVER
+                elif self.runner.running():
                     logs.info("stopping the re-adopted runs", attempts=[a.attempt_id for a in self.runner.running()])
                     self.runner.terminate_all()
                 return self.exit_code
@@ -380,6 +393,9 @@ class Agent:
         self.stop.set()
 
     def shutdown(self, reporter: threading.Thread) -> None:
+        if self.handing_over and not self.forgotten:
+            self.hand_over(reporter)
+            return
         self.runner.poll()
         running = self.runner.running()
         for attempt in running:
@@ -409,6 +425,15 @@ class Agent:
         if abandoned:
             logs.info("attempts stopped with this node; their exits are not reported", attempts=abandoned)
         logs.info("agent stopped", exit_code=self.exit_code)
+
+    def hand_over(self, reporter: threading.Thread) -> None:
+        """Exit without touching the runs: the next agent in this work dir resumes the node and
+        re-adopts them from their records (what has ended and is not reported yet, it reports)."""
+        self.runner.close()  # no new run from here on
+        reporter.join(timeout=self.options.flush_budget + 10)
+        left = [a.attempt_id for a in self.runner.all()]
+        logs.info("exiting; the runs go on for the next agent", attempts=left)
+        self.exit_code = EXIT_HANDED_OVER
 
     # ---- ping --------------------------------------------------------------------------------
 
@@ -688,4 +713,12 @@ def run_agent(options: AgentOptions, handle_signals: bool = True) -> int:
     return agent.run()
 
 
-__all__ = ["Agent", "AgentOptions", "run_agent", "EXIT_OK", "EXIT_PAIRING_REFUSED", "EXIT_NODE_UNKNOWN"]
+__all__ = [
+    "Agent",
+    "AgentOptions",
+    "run_agent",
+    "EXIT_OK",
+    "EXIT_PAIRING_REFUSED",
+    "EXIT_NODE_UNKNOWN",
+    "EXIT_HANDED_OVER",
+]
