@@ -140,3 +140,21 @@ def test_a_spot_instance_taken_back_while_it_boots_is_gone_not_a_boot_that_never
     )
     _, result = simulate(copy.deepcopy(jobs), broken)
     assert result.reclaims == 0 and result.boot_failures > 0
+
+
+def test_work_on_a_spot_instance_taken_back_counts_in_its_types_utilisation() -> None:
+    """The report's utilisation by instance type: a job running on a spot instance the cloud takes
+    back held its vcpus until then, on that type. Before, the instance was gone from the world when
+    its job's attempt was ended (at the next pass), and that work was filed under no type: on the
+    example's spot config a quarter of the busy vcpu-hours were missing from the per-type figures,
+    which no longer added up to the total."""
+    cfg = config(
+        instance_types=[SPOT],
+        sim={"failures": {"per_instance_day_by_type": {"spot": 200.0}, "notice_by_type": {"spot": "0s"}}},
+    )
+    sim, result = simulate([job(1, submit=0, run=2000, vcpus=2)], cfg)
+    assert result.reclaims > 0 and result.work_lost_vcpu_hours > 0
+    # One type: its utilisation is the whole run's, work lost to the reclaims included.
+    assert set(result.utilisation_by_type) == {"spot"}
+    assert result.utilisation_by_type["spot"] == pytest.approx(result.utilisation)
+    assert set(sim.busy_vcpu_seconds_until(sim.end_time)) == {"spot"}

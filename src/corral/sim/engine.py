@@ -183,6 +183,9 @@ class Simulation:
         # Attempts whose node broke, and when: their exit is never reported, and they did no work
         # from then (though the core learns of it only when the node's silence goes stale).
         self.doomed: dict[int, float] = {}
+        # The types of the spot instances the cloud took back: gone from the world at once, while the
+        # work lost on them is ended, and counted on their type, only at the next pass.
+        self.taken_back: dict[str, str] = {}
         self.events: list[tuple[float, int, int, object]] = []
         self.wakes: list[tuple[float, int, int, Any]] = []
         self._seq = 0
@@ -696,7 +699,7 @@ class Simulation:
         held = max(0.0, until - attempt.started_at) * attempt.resources.vcpus
         for node_id in attempt.node_ids:
             node = self.nodes.get(node_id)
-            name = node.instance_type if node is not None else "?"
+            name = node.instance_type if node is not None else self.taken_back[node_id]
             busy[name] = busy.get(name, 0.0) + held
 
     def _place(self, job_id: int, node_ids: tuple[str, ...], now: float) -> None:
@@ -957,6 +960,7 @@ class Simulation:
         pass finds its work on a node that is gone, lost (the core's node-failure policy)."""
         self.cloud.reclaim(instance_id)
         self.instance_of.pop(node.id, None)
+        self.taken_back[node.id] = node.instance_type
         self.counters.node_failures += 1
         self.counters.reclaims += 1
         self._doom_work(node.id, now)
