@@ -350,3 +350,20 @@ def test_python_dash_m_corral_cli_runs_the_command(tmp_path: Path) -> None:
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["runs"][0]["completed"] == 1
+
+
+@pytest.mark.parametrize(("option", "value"), [("--scale", "4"), ("--default-memory", "8GiB")])
+def test_an_swf_mapping_option_on_a_json_lines_workload_is_refused(
+    app: typer.Typer, tmp_path: Path, option: str, value: str
+) -> None:
+    """--scale and --default-memory say how SWF processors become vcpus and RAM; a JSON Lines job
+    gives its own. Before, they were silently ignored there: `--scale 4` printed the same figures
+    as without it, and the user read them as those of a workload four times as wide."""
+    workload = tmp_path / "jobs.jsonl"
+    workload.write_text('{"run_time": 100, "vcpus": 1, "ram": "1GiB"}\n')
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), option, value, "--no-progress"])
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert f"{option} applies to SWF workloads only" in message and "JSON Lines" in message
+    assert "jobs" not in result.stdout  # nothing was simulated

@@ -74,7 +74,7 @@ def simulate_command(
     from corral.config import ConfigError
     from corral.sim.engine import SimulationError
     from corral.sim.run import WorkloadOptions, default_workers, load_runs, simulate
-    from corral.workload import WorkloadError
+    from corral.workload import WorkloadError, detect_format
 
     err = Console(stderr=True)
 
@@ -101,6 +101,19 @@ def simulate_command(
             fail(f"{name} must be a finite number more than 0 (got {value})")
     if workloads[0].is_dir():
         fail(f"{workloads[0]} is a directory, not a workload file")
+    swf_only = [name for name, value in (("--scale", scale), ("--default-memory", default_memory)) if value]
+    if swf_only and workloads[0].is_file():
+        # A JSON Lines job gives its own vcpus and RAM: the option would change nothing, and the
+        # figures would be read as those of the workload it describes.
+        try:
+            kind = detect_format(workloads[0]) if fmt == "auto" else fmt
+        except WorkloadError as exc:
+            fail(str(exc))
+        if kind == "jsonl":
+            fail(
+                f"{swf_only[0]} applies to SWF workloads only (processors become vcpus and RAM);"
+                f" {workloads[0]} is JSON Lines, whose lines give each job's vcpus and ram"
+            )
     if report is not None:
         # Checked before the run, which may take minutes: its figures would be lost.
         if report.exists() and not report.is_dir():
