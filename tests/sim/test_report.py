@@ -1,11 +1,16 @@
-"""The report's plots keep what a reader looks for when a long run is thinned to a plot's width:
-each bucket's least and greatest value (a queue that empties now and then shows it does)."""
+"""The report's plots keep what a reader looks for: when a long run is thinned to a plot's width,
+each bucket's least and greatest value (a queue that empties now and then shows it does); with
+many instance types, each type's name, clear of the others."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 
-from corral.sim.report import MAX_POINTS, _thin
+from corral.sim.metrics import SimResult
+from corral.sim.report import MAX_POINTS, _plot_utilisation, _thin
 
 
 def test_thinning_keeps_each_buckets_trough_and_peak() -> None:
@@ -20,3 +25,44 @@ def test_thinning_keeps_each_buckets_trough_and_peak() -> None:
     assert high.max() == 400.0 and high[0] == 400.0  # and the peak, in its bucket
     short_x, [(same_low, same_high)] = _thin(x[:10], [queued[:10]])
     assert same_low is same_high and len(short_x) == 10  # nothing to thin
+
+
+def run(label: str, utilisation_by_type: dict[str, float]) -> SimResult:
+    """A run's result with only what the utilisation plot reads."""
+    required: dict[str, Any] = {
+        f.name: 0
+        for f in dataclasses.fields(SimResult)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    return SimResult(**{**required, "label": label, "mode": "elastic", "utilisation_by_type": utilisation_by_type})
+
+
+def test_the_utilisation_plot_names_every_type_without_names_running_into_each_other() -> None:
+    """A spot config doubles the types ("c5.12xlarge" beside "c5.12xlarge-spot"); compared with
+    others, the names under the bars ran into each other and a reader could not tell which bar was
+    which type. Each name is now a label of its own row, clear of its neighbours."""
+    names = [
+        f"{family}.{size}{suffix}"
+        for family in ("c5", "m5")
+        for size in ("large", "xlarge", "2xlarge", "4xlarge", "9xlarge", "12xlarge", "18xlarge")
+        for suffix in ("", "-spot")
+    ]
+    # Four configs, each using all but a quarter of the types.
+    results = [
+        run(f"config-{i}", {name: (n * 7 % 100) / 100 for n, name in enumerate(names) if n % 4 != i}) for i in range(4)
+    ]
+    figure = _plot_utilisation(results)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    (ax,) = figure.axes
+    labels = [t for t in [*ax.get_xticklabels(), *ax.get_yticklabels()] if t.get_text() in names]
+    assert sorted(t.get_text() for t in labels) == sorted(names)
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    overlapping = [
+        (labels[i].get_text(), labels[j].get_text())
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if boxes[i].overlaps(boxes[j])
+    ]
+    assert not overlapping
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == [r.label for r in results]

@@ -142,23 +142,31 @@ def _plot_distribution(series: list[tuple[str, np.ndarray]], xlabel: str, ylabel
 
 
 def _plot_utilisation(results: list[SimResult]) -> Any:
-    names = sorted({name for r in results for name in r.utilisation_by_type})
-    figure, ax = plt.subplots(figsize=(10, 4))
-    width = 0.8 / max(1, len(results))
+    """One row per instance type, a bar per run. Horizontal: a config with many types (or spot
+    variants of each, "c5.12xlarge-spot" beside "c5.12xlarge") gives long names that, under the
+    bars, ran into each other."""
+    names = sorted({name for r in results for name in r.utilisation_by_type}, reverse=True)  # A at the top
+    runs = max(1, len(results))
+    # Each type's row grows with the runs it holds, up to a limit: the figure stays a page or so.
+    row = min(0.45, 0.12 + 0.1 * runs)
+    figure, ax = plt.subplots(figsize=(10, max(2.5, 1.2 + row * len(names))))
+    height = 0.8 / runs
     positions = np.arange(len(names))
     for i, result in enumerate(results):
         values = [result.utilisation_by_type.get(name, 0.0) * 100 for name in names]
-        bars = ax.bar(positions + i * width, values, width, label=result.label)
+        # The first run on top of each row, as the legend lists it.
+        bars = ax.barh(positions + (runs - 1 - i) * height, values, height, label=result.label)
         # A type billed and never used draws no bar: say 0 so that it is not read as "not billed".
         for bar, name in zip(bars, names, strict=True):
             if name in result.utilisation_by_type and result.utilisation_by_type[name] == 0:
-                ax.text(bar.get_x() + bar.get_width() / 2, 1, "0", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(positions + width * (len(results) - 1) / 2, names, rotation=30, ha="right")
-    ax.set_ylabel("vcpu-seconds used / billed (%)")
-    ax.set_ylim(0, 100)
+                ax.text(1, bar.get_y() + bar.get_height() / 2, "0", ha="left", va="center", fontsize=8)
+    ax.set_yticks(positions + height * (runs - 1) / 2, names)
+    ax.set_ylim(-0.5, max(0.5, len(names) - 0.5 + height * (runs - 1)))
+    ax.set_xlabel("vcpu-seconds used / billed (%)")
+    ax.set_xlim(0, 100)
     # Outside the axes: bars near 100% run under a legend drawn inside.
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.grid(alpha=0.3, axis="y")
+    ax.grid(alpha=0.3, axis="x")
     figure.tight_layout()
     return figure
 
