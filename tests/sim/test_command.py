@@ -127,7 +127,7 @@ def test_compare_runs_each_config_and_the_report_overlays_them(
     page = (report / "index.html").read_text()
     for name in ("fleet.png", "cost.png", "waits.png", "user-waits.png", "utilisation.png"):
         assert (report / name).stat().st_size > 1000 and name in page
-    assert "<th>quick</th><th>patient</th>" in page
+    assert "<th>quick (elastic)</th><th>patient (elastic)</th>" in page
 
 
 def test_compared_configs_run_at_once_give_the_results_of_one_after_the_other(
@@ -367,3 +367,34 @@ def test_an_swf_mapping_option_on_a_json_lines_workload_is_refused(
     message = " ".join(result.output.split())
     assert f"{option} applies to SWF workloads only" in message and "JSON Lines" in message
     assert "jobs" not in result.stdout  # nothing was simulated
+
+
+def test_the_results_say_how_the_workload_was_read(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    """A report is read long after its command: before, nothing in the table, the JSON or the
+    report said that --scale, --time-scale or --default-memory changed the jobs, nor that --limit
+    replayed only the start of the log (the title called its first 40 jobs the workload's)."""
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    options = ["--limit", "40", "--scale", "2", "--time-scale", "0.5", "--default-memory", "3GiB", "--no-progress"]
+    report = tmp_path / "report"
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), *options, "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    table = " ".join(result.stdout.split())
+    assert "the first 40 of 150 jobs (--limit)" in table
+    assert "vcpus per SWF processor │ 2 │" in table and "submit times scaled by │ 0.5 │" in table
+    assert "RAM per SWF processor if none │ 3 GiB │" in table
+    page = (report / "index.html").read_text()
+    assert "the first 40 of its 150 jobs replayed (--limit)" in page
+    assert "<tr><td>vcpus per SWF processor</td><td>2</td></tr>" in page
+
+    data = json.loads(runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), *options, "--json"]).stdout)
+    assert (data["workload"]["limit"], data["workload"]["replayed"], data["workload"]["jobs"]) == (40, 40, 150)
+    (run,) = data["runs"]
+    assert (run["swf_scale"], run["time_scale"], run["swf_default_memory_mib"]) == (2, 0.5, 3072)
+
+    # A JSON Lines job gives its own vcpus and RAM: the SWF mapping does not apply to it.
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"run_time": 100, "vcpus": 1, "ram": "1GiB"}\n')
+    (run,) = json.loads(runner.invoke(app, ["simulate", str(jobs), "-c", str(cfg), "--json", "--no-progress"]).stdout)[
+        "runs"
+    ]
+    assert (run["swf_scale"], run["time_scale"], run["swf_default_memory_mib"]) == (None, 1, None)

@@ -180,8 +180,7 @@ def simulate_command(
 
 def results_table(outcome: Outcome) -> Table:
     runs = outcome.to_json()["runs"]
-    workload = outcome.workload
-    table = Table(title=f"{workload.source}: {len(workload.jobs):,} jobs", title_justify="left")
+    table = Table(title=outcome.title, title_justify="left")
     # Labels fold rather than end in an ellipsis: two configs cut to "fixed-p…" could not be told apart.
     table.add_column("", overflow="fold")
     for run in runs:

@@ -175,7 +175,7 @@ def _html(outcome: Outcome, plots: list[tuple[str, str]]) -> str:
     data = outcome.to_json()
     runs = data["runs"]
     workload = data["workload"]
-    head = "".join(f"<th>{html.escape(r['label'])}</th>" for r in runs)
+    head = "".join(f"<th>{html.escape(r['label'])} ({html.escape(r['mode'])})</th>" for r in runs)
     rows = "\n".join(
         f"<tr><td>{html.escape(label)}</td>"
         + "".join(f"<td>{html.escape(format_value(r.get(key), fmt))}</td>" for r in runs)
@@ -186,6 +186,9 @@ def _html(outcome: Outcome, plots: list[tuple[str, str]]) -> str:
         "".join(f"<li>{html.escape(name)}: {count:,}</li>" for name, count in workload["quirks"].items())
         or "<li>none</li>"
     )
+    replayed = f"{workload['replayed']:,} jobs replayed"
+    if workload["replayed"] < workload["jobs"]:
+        replayed = f"the first {workload['replayed']:,} of its {workload['jobs']:,} jobs replayed (--limit)"
     warnings = [f"{r.label}: {w}" for r in outcome.results for w in r.warnings()]
     notes = (
         "<p><strong>Note:</strong></p><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul>"
@@ -204,7 +207,7 @@ td:first-child {{ text-align: left; }} img {{ max-width: 100%; }}
 </style></head><body>
 <h1>corral simulation report</h1>
 <p>Workload <code>{html.escape(workload["source"])}</code> ({html.escape(workload["format"])}):
-{workload["replayed"]:,} jobs replayed, {workload["skipped_lines"]:,} bad lines skipped.</p>
+{html.escape(replayed)}, {workload["skipped_lines"]:,} bad lines skipped.</p>
 <p>What the mapping filled in or fixed:</p><ul>{quirks}</ul>
 {notes}
 <h2>Summary</h2>

@@ -42,25 +42,58 @@ class Run:
     source: Path | None
 
 
+@dataclass(frozen=True)
+class WorkloadMapping:
+    """How a run read the workload: its config's `sim.workload`, with the command line's overrides."""
+
+    scale: float  # vcpus per SWF processor
+    time_scale: float  # multiplies submit times
+    default_memory: float  # MiB per SWF processor when the log has none
+
+    def summary(self, fmt: str) -> dict[str, float | None]:
+        """The JSON figures; a JSON Lines job gives its own vcpus and RAM (null: does not apply)."""
+        swf = fmt == "swf"
+        return {
+            "swf_scale": self.scale if swf else None,
+            "time_scale": self.time_scale,
+            "swf_default_memory_mib": self.default_memory if swf else None,
+        }
+
+
 @dataclass
 class Outcome:
     workload: Workload
     results: list[SimResult] = field(default_factory=list)
+    mappings: list[WorkloadMapping] = field(default_factory=list)  # each run's, in the order of `results`
+    limit: int | None = None  # --limit: only the first N jobs were replayed
+
+    @property
+    def title(self) -> str:
+        """The workload and the jobs replayed: all of them, or the first N (--limit)."""
+        replayed, read = len(self.workload.jobs), self.workload.stats.jobs
+        if replayed < read:
+            return f"{self.workload.source}: the first {replayed:,} of {read:,} jobs (--limit)"
+        return f"{self.workload.source}: {replayed:,} jobs"
 
     def to_json(self) -> dict[str, Any]:
         stats = self.workload.stats
+        fmt = self.workload.format
+        runs = [r.summary() for r in self.results]
+        for run, mapping in zip(runs, self.mappings, strict=False):
+            run.update(mapping.summary(fmt))
         return {
             "workload": {
                 "source": self.workload.source,
-                "format": self.workload.format,
+                "format": fmt,
                 "lines": stats.lines,
                 "jobs": stats.jobs,
                 "replayed": len(self.workload.jobs),
+                "limit": self.limit,
                 "skipped_lines": stats.skipped,
                 "skipped_examples": stats.errors[:5],
                 "quirks": dict(sorted(stats.quirks.items())),
             },
-            "runs": [r.summary() for r in self.results],
+            "runs": runs,
         }
 
 
@@ -81,14 +114,23 @@ def load_runs(configs: list[Path], seed: int | None = None) -> list[Run]:
     return runs
 
 
+def mapping_for(config: Config, options: WorkloadOptions) -> WorkloadMapping:
+    settings = config.sim.workload
+    return WorkloadMapping(
+        scale=options.scale if options.scale is not None else settings.scale,
+        time_scale=options.time_scale if options.time_scale is not None else settings.time_scale,
+        default_memory=options.default_memory if options.default_memory is not None else settings.default_memory,
+    )
+
+
 def read_for(path: Path, config: Config, options: WorkloadOptions) -> Workload:
-    mapping = config.sim.workload
+    mapping = mapping_for(config, options)
     return read_workload(
         path,
         options.fmt,
-        scale=options.scale if options.scale is not None else mapping.scale,
-        time_scale=options.time_scale if options.time_scale is not None else mapping.time_scale,
-        default_memory=options.default_memory if options.default_memory is not None else mapping.default_memory,
+        scale=mapping.scale,
+        time_scale=mapping.time_scale,
+        default_memory=mapping.default_memory,
         skip_bad_lines=options.skip_bad_lines,
         limit=options.limit,
     )
@@ -106,17 +148,16 @@ def simulate(
     is alone in its process and seeded by its config, so the results are those of one after the
     other)."""
     options = options or WorkloadOptions()
-    cache: dict[tuple[Any, ...], Workload] = {}
+    cache: dict[WorkloadMapping, Workload] = {}
     jobs_of: list[list[SimJob]] = []
-    for run in runs:
-        mapping = run.config.sim.workload
-        key = (mapping.scale, mapping.time_scale, mapping.default_memory)
-        workload = cache.get(key)
+    mappings = [mapping_for(run.config, options) for run in runs]
+    for run, mapping in zip(runs, mappings, strict=True):
+        workload = cache.get(mapping)
         if workload is None:
-            workload = cache[key] = read_for(workload_path, run.config, options)
+            workload = cache[mapping] = read_for(workload_path, run.config, options)
         jobs_of.append(workload.jobs)
     assert runs, "no runs"
-    outcome = Outcome(next(iter(cache.values())))
+    outcome = Outcome(next(iter(cache.values())), mappings=mappings, limit=options.limit)
     if workers > 1 and len(runs) > 1:
         outcome.results.extend(_in_processes(runs, jobs_of, progress, min(workers, len(runs))))
     else:

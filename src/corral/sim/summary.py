@@ -11,6 +11,11 @@ from corral.core.units import format_duration
 # (label, JSON key, format) of the rows of the summary table.
 ROWS: list[tuple[str, str, str]] = [
     ("jobs", "jobs", "{:,}"),
+    # How the run read the workload (sim.workload, or --scale, --time-scale, --default-memory):
+    # runs compared may read it differently, and a report is read long after its command.
+    ("vcpus per SWF processor", "swf_scale", "{:g}"),
+    ("submit times scaled by", "time_scale", "{:g}"),
+    ("RAM per SWF processor if none", "swf_default_memory_mib", "size"),
     ("completed", "completed", "{:,}"),
     ("failed", "failed", "{:,}"),
     ("timed out (of failed)", "jobs_timed_out", "{:,}"),
@@ -58,4 +63,7 @@ def format_value(value: Any, fmt: str) -> str:
         return "yes" if value else "no"
     if fmt == "duration":
         return format_duration(float(value))
+    if fmt == "size":  # MiB
+        mib = float(value)
+        return f"{mib / 1024:g} GiB" if mib >= 1024 and mib % 1024 == 0 else f"{mib:g} MiB"
     return fmt.format(value)
