@@ -398,3 +398,21 @@ def test_the_results_say_how_the_workload_was_read(app: typer.Typer, workload: P
         "runs"
     ]
     assert (run["swf_scale"], run["time_scale"], run["swf_default_memory_mib"]) == (None, 1, None)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--compare"], "--compare needs the config files to compare"),
+        (["--workers", "2"], "--workers applies to --compare"),
+    ],
+)
+def test_an_option_that_would_do_nothing_is_refused(
+    app: typer.Typer, workload: Path, options: list[str], message: str
+) -> None:
+    """Before, --compare with no config file ran the built-in defaults alone (a comparison of one),
+    and --workers without --compare was ignored; both ran to the end as if they had been heeded."""
+    result = runner.invoke(app, ["simulate", str(workload), *options, "--no-progress"])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert "jobs" not in result.stdout  # nothing was simulated

@@ -89,6 +89,11 @@ def simulate_command(
         fail(f"give exactly one workload file (got {len(workloads)}: {', '.join(map(str, workloads)) or 'none'})")
     if configs and not compare:
         fail(f"{configs[0]} looks like a config file: use --config FILE, or --compare A.toml B.toml to compare")
+    if compare and not configs:
+        # It ran the built-in defaults alone: a table of one, compared with nothing.
+        fail("--compare needs the config files to compare (--compare A.toml B.toml ...)")
+    if workers is not None and not compare:
+        fail("--workers applies to --compare (several configs run at once); one config runs in this process")
     if config is not None:
         configs.insert(0, config)
     if fmt not in ("auto", "swf", "jsonl"):
