@@ -416,3 +416,24 @@ def test_an_option_that_would_do_nothing_is_refused(
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
     assert "jobs" not in result.stdout  # nothing was simulated
+
+
+def test_the_results_name_each_runs_config_file(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    """Two teams' configs of one name, compared: before, the runs were "cluster" and "cluster#2",
+    and nothing in the JSON or the report said which file was which."""
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    ours = write_config(tmp_path / "ours" / "cluster.toml", "1m")
+    theirs = write_config(tmp_path / "theirs" / "cluster.toml", "20m")
+    report = tmp_path / "report"
+    args = ["simulate", str(workload), "--compare", str(ours), str(theirs), "--limit", "30", "--no-progress"]
+    result = runner.invoke(app, [*args, "--json", "--report", str(report), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    assert [(run["label"], run["config"]) for run in runs] == [("cluster", str(ours)), ("cluster#2", str(theirs))]
+    page = (report / "index.html").read_text()
+    assert f"<li>cluster (elastic): <code>{ours}</code></li>" in page
+    assert f"<li>cluster#2 (elastic): <code>{theirs}</code></li>" in page
+
+    default = json.loads(runner.invoke(app, ["simulate", str(workload), "--limit", "30", "--json"]).stdout)["runs"]
+    assert default[0]["config"] is None  # the built-in defaults

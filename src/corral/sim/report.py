@@ -186,6 +186,13 @@ def _html(outcome: Outcome, plots: list[tuple[str, str]]) -> str:
         "".join(f"<li>{html.escape(name)}: {count:,}</li>" for name, count in workload["quirks"].items())
         or "<li>none</li>"
     )
+    # Which config file each run is: labels are the files' names, made unique ("x", "x#2").
+    configs = "".join(
+        f"<li>{html.escape(r['label'])} ({html.escape(r['mode'])}): "
+        + (f"<code>{html.escape(r['config'])}</code>" if r.get("config") else "the built-in defaults")
+        + "</li>"
+        for r in runs
+    )
     replayed = f"{workload['replayed']:,} jobs replayed"
     if workload["replayed"] < workload["jobs"]:
         replayed = f"the first {workload['replayed']:,} of its {workload['jobs']:,} jobs replayed (--limit)"
@@ -208,6 +215,7 @@ td:first-child {{ text-align: left; }} img {{ max-width: 100%; }}
 <h1>corral simulation report</h1>
 <p>Workload <code>{html.escape(workload["source"])}</code> ({html.escape(workload["format"])}):
 {html.escape(replayed)}, {workload["skipped_lines"]:,} bad lines skipped.</p>
+<p>Runs:</p><ul>{configs}</ul>
 <p>What the mapping filled in or fixed:</p><ul>{quirks}</ul>
 {notes}
 <h2>Summary</h2>

@@ -65,6 +65,7 @@ class Outcome:
     workload: Workload
     results: list[SimResult] = field(default_factory=list)
     mappings: list[WorkloadMapping] = field(default_factory=list)  # each run's, in the order of `results`
+    configs: list[Path | None] = field(default_factory=list)  # each run's config file (None: the defaults)
     limit: int | None = None  # --limit: only the first N jobs were replayed
 
     @property
@@ -81,6 +82,8 @@ class Outcome:
         runs = [r.summary() for r in self.results]
         for run, mapping in zip(runs, self.mappings, strict=False):
             run.update(mapping.summary(fmt))
+        for run, config in zip(runs, self.configs, strict=False):
+            run["config"] = None if config is None else str(config)
         return {
             "workload": {
                 "source": self.workload.source,
@@ -157,7 +160,9 @@ def simulate(
             workload = cache[mapping] = read_for(workload_path, run.config, options)
         jobs_of.append(workload.jobs)
     assert runs, "no runs"
-    outcome = Outcome(next(iter(cache.values())), mappings=mappings, limit=options.limit)
+    outcome = Outcome(
+        next(iter(cache.values())), mappings=mappings, configs=[run.source for run in runs], limit=options.limit
+    )
     if workers > 1 and len(runs) > 1:
         outcome.results.extend(_in_processes(runs, jobs_of, progress, min(workers, len(runs))))
     else:
