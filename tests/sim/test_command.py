@@ -437,3 +437,19 @@ def test_the_results_name_each_runs_config_file(app: typer.Typer, workload: Path
 
     default = json.loads(runner.invoke(app, ["simulate", str(workload), "--limit", "30", "--json"]).stdout)["runs"]
     assert default[0]["config"] is None  # the built-in defaults
+
+
+def test_the_report_says_which_lines_were_skipped_and_why(app: typer.Typer, tmp_path: Path) -> None:
+    """Before, the report said "2 bad lines skipped" and no more: which lines, and what was wrong
+    with them, was on the terminal of the run (one of them) or in its JSON only."""
+    path = tmp_path / "bad.swf"
+    good, short, negative = "1 0 -1 10 1 -1 -1 1 60", "2 5 -1 x", "3 9 -1 10 1 -1 -1 -3 60"
+    tail = " -1 1 1 1 -1 1 1 -1 -1"
+    path.write_text(f"; header\n{good}{tail}\n{short}\n{negative}{tail}\n")
+    report = tmp_path / "report"
+    args = ["simulate", str(path), "--skip-bad-lines", "--report", str(report), "--no-progress"]
+    assert runner.invoke(app, args).exit_code == 0
+    page = (report / "index.html").read_text()
+    assert "2 bad lines skipped:" in page
+    assert f"<li><code>{path}:3: expected 18 fields, found 4</code></li>" in page
+    assert f"<li><code>{path}:4: field 8 (requested processors) is negative: &#x27;-3&#x27;" in page

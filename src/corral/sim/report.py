@@ -193,6 +193,15 @@ def _html(outcome: Outcome, plots: list[tuple[str, str]]) -> str:
         + "</li>"
         for r in runs
     )
+    # Which lines were skipped (--skip-bad-lines), and why: the first few.
+    examples = workload["skipped_examples"]
+    skipped = (
+        (":</p><ul>" if len(examples) == workload["skipped_lines"] else f", the first {len(examples)}:</p><ul>")
+        + "".join(f"<li><code>{html.escape(example)}</code></li>" for example in examples)
+        + "</ul>"
+        if examples
+        else ".</p>"
+    )
     replayed = f"{workload['replayed']:,} jobs replayed"
     if workload["replayed"] < workload["jobs"]:
         replayed = f"the first {workload['replayed']:,} of its {workload['jobs']:,} jobs replayed (--limit)"
@@ -214,7 +223,7 @@ td:first-child {{ text-align: left; }} img {{ max-width: 100%; }}
 </style></head><body>
 <h1>corral simulation report</h1>
 <p>Workload <code>{html.escape(workload["source"])}</code> ({html.escape(workload["format"])}):
-{html.escape(replayed)}, {workload["skipped_lines"]:,} bad lines skipped.</p>
+{html.escape(replayed)}, {workload["skipped_lines"]:,} bad lines skipped{skipped}
 <p>Runs:</p><ul>{configs}</ul>
 <p>What the mapping filled in or fixed:</p><ul>{quirks}</ul>
 {notes}
