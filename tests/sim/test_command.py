@@ -453,3 +453,15 @@ def test_the_report_says_which_lines_were_skipped_and_why(app: typer.Typer, tmp_
     assert "2 bad lines skipped:" in page
     assert f"<li><code>{path}:3: expected 18 fields, found 4</code></li>" in page
     assert f"<li><code>{path}:4: field 8 (requested processors) is negative: &#x27;-3&#x27;" in page
+
+
+def test_an_elastic_fleet_that_may_boot_nothing_is_warned_of(app: typer.Typer, workload: Path, tmp_path: Path) -> None:
+    """max_instances = 0 (a fixed partition written as an elastic config, say): before, the run
+    went on to its end with no warning, every job "never finished" with NO_NODES."""
+    cfg = write_config(tmp_path / "a.toml", "1m")
+    cfg.write_text(cfg.read_text().replace("max_instances = 50", "max_instances = 0"))
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--limit", "5", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    message = " ".join(result.stderr.split())
+    assert "warning (a): policy.boot.max_instances is 0: an elastic fleet boots nothing and runs no job" in message
+    assert 'sim.fleet.mode = "fixed"' in message

@@ -140,7 +140,14 @@ def simulate_command(
         fail(str(exc))
     for run in runs:
         if run.config.sim.fleet.mode == "elastic":
-            for warning in run.config.warnings():
+            warnings = run.config.warnings()
+            if run.config.policy.boot.max_instances == 0:
+                # A live corral may be told to boot nothing for a while; a replay so told runs no job.
+                warnings.append(
+                    "policy.boot.max_instances is 0: an elastic fleet boots nothing and runs no job"
+                    ' (for a given set of nodes, sim.fleet.mode = "fixed" with sim.fleet.nodes)'
+                )
+            for warning in warnings:
                 err.print(f"[yellow]warning[/] ({run.label}): {escape(warning)}")
 
     bar = Progress(
