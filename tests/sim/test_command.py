@@ -465,3 +465,22 @@ def test_an_elastic_fleet_that_may_boot_nothing_is_warned_of(app: typer.Typer, w
     message = " ".join(result.stderr.split())
     assert "warning (a): policy.boot.max_instances is 0: an elastic fleet boots nothing and runs no job" in message
     assert 'sim.fleet.mode = "fixed"' in message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no job to replay"),
+        ("; Version: 2.2\n; a header and nothing more\n", "no job to replay"),
+        ("1 0 -1 x\n", "no job to replay: every job line was bad (1 skipped), e.g."),
+    ],
+)
+def test_a_workload_with_no_job_is_an_error(app: typer.Typer, tmp_path: Path, text: str, message: str) -> None:
+    """Before, an empty log (or one whose every line was skipped) gave a table of zeros and dashes
+    that read as a run's results."""
+    path = tmp_path / "w.swf"
+    path.write_text(text)
+    result = runner.invoke(app, ["simulate", str(path), "--skip-bad-lines", "--no-progress"])
+    assert result.exit_code == 2
+    assert f"{path}: {message}" in " ".join(result.output.split())
+    assert "cost" not in result.stdout

@@ -16,7 +16,7 @@ from typing import Any
 from corral.config import Config, load_config
 from corral.sim.engine import Simulation, SimulationError
 from corral.sim.metrics import SimResult, measure
-from corral.workload import Format, Workload, read_workload
+from corral.workload import Format, Workload, WorkloadError, read_workload
 from corral.workload.model import SimJob
 
 # Called as progress(label, simulated seconds done, simulated seconds expected).
@@ -158,6 +158,13 @@ def simulate(
         workload = cache.get(mapping)
         if workload is None:
             workload = cache[mapping] = read_for(workload_path, run.config, options)
+        if not workload.jobs:
+            # A table of zeros and dashes would read as a run's results.
+            stats = workload.stats
+            why = ""
+            if stats.skipped:
+                why = f": every job line was bad ({stats.skipped:,} skipped), e.g. {stats.errors[0]}"
+            raise WorkloadError(f"{workload_path}: no job to replay{why}")
         jobs_of.append(workload.jobs)
     assert runs, "no runs"
     outcome = Outcome(
