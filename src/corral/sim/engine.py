@@ -205,6 +205,7 @@ class Simulation:
         self.records: dict[int, JobRecord] = {}
         self.ended_run: dict[int, float] = {}  # job id -> time its recorded run ended (for waits)
         self.busy_vcpu_seconds: dict[str, float] = {}  # per instance type
+        self.busy_gpu_seconds = 0.0  # GPU-seconds held by the attempts that ended
         self.fixed_billing: list[tuple[InstanceType, float, float]] = []  # fixed nodes: (type, from, to)
         self.counters = Counters()
         self.trace = Trace()
@@ -682,6 +683,7 @@ class Simulation:
         self.index.drop_attempt(attempt.id)
         broke = self.doomed.pop(attempt.id, None)
         self._add_busy(self.busy_vcpu_seconds, attempt, now if broke is None else broke)
+        self.busy_gpu_seconds += self._gpu_seconds(attempt, now if broke is None else broke)
 
     def busy_vcpu_seconds_until(self, end: float) -> dict[str, float]:
         """Busy vcpu-seconds per instance type: those of the attempts that ended, and of those
@@ -690,6 +692,17 @@ class Simulation:
         for attempt in self.attempts.values():
             self._add_busy(busy, attempt, self.doomed.get(attempt.id, end))
         return busy
+
+    def busy_gpu_seconds_until(self, end: float) -> float:
+        """GPU-seconds held by the attempts that ended, and by those still running at `end`, up to it."""
+        return self.busy_gpu_seconds + sum(
+            self._gpu_seconds(attempt, self.doomed.get(attempt.id, end)) for attempt in self.attempts.values()
+        )
+
+    def _gpu_seconds(self, attempt: Attempt, until: float) -> float:
+        if attempt.started_at is None or not attempt.resources.gpus:
+            return 0.0
+        return max(0.0, until - attempt.started_at) * attempt.resources.gpus * len(attempt.node_ids)
 
     def _add_busy(self, busy: dict[str, float], attempt: Attempt, until: float) -> None:
         """The vcpu-seconds an attempt held from its start `until` (its end, its node's failure or

@@ -11,7 +11,8 @@ Definitions (docs/simulator.md):
   granularity, at least the billing minimum; a fixed fleet is billed for the whole makespan (to the
   horizon, if the run was stopped there).
 - utilisation: vcpu-seconds held by attempts (those still running at a horizon, up to it; those
-  whose node failed, up to the failure) / vcpu-seconds billed.
+  whose node failed, up to the failure) / vcpu-seconds billed; GPU utilisation likewise, of the
+  GPUs (none when no instance billed has one).
 - work lost: vcpu-hours that running attempts had done when a node of theirs failed (they run
   again from the start, if their retries allow).
 - per-job bound: sum of run x nodes x price of the cheapest type that holds one node's request.
@@ -86,6 +87,8 @@ class SimResult:
     trace: Trace = field(default_factory=Trace, repr=False)
     cost_curve: tuple[np.ndarray, np.ndarray] = field(default_factory=lambda: (np.zeros(0), np.zeros(0)), repr=False)
     utilisation_by_type: dict[str, float] = field(default_factory=dict)
+    # GPU-seconds held by attempts / GPU-seconds billed; NaN when no instance billed has a GPU
+    gpu_utilisation: float = float("nan")
     start_time: float = 0.0
     end_time: float = 0.0
 
@@ -154,6 +157,7 @@ class SimResult:
             "cost_usd": num(self.cost),
             "utilisation": num(self.utilisation),
             "utilisation_by_type": {k: num(v) for k, v in sorted(self.utilisation_by_type.items())},
+            "gpu_utilisation": num(self.gpu_utilisation),
             "peak_fleet": self.peak_fleet,
             "peak_queue": self.peak_queue,
             "boots": self.boots,
@@ -213,6 +217,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         span = max(0.0, until - start)
         cost = sum(t.price_per_hour for t in sim.fixed_nodes) * span / 3600.0
         hours = len(sim.fixed_nodes) * span / 3600.0
+        billed_gpu = sum(t.gpus for t in sim.fixed_nodes) * span
         for t in sim.fixed_nodes:
             billed_vcpu[t.name] = billed_vcpu.get(t.name, 0.0) + t.vcpus * span
         times = np.linspace(start, max(start, until), curve_points)
@@ -225,6 +230,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         stopped = np.array([i.terminated_at if i.terminated_at is not None else end for i in instances], dtype=float)
         cost = float((billed * prices).sum() / 3600.0)
         hours = float(billed.sum() / 3600.0)
+        billed_gpu = float((billed * np.array([i.itype.gpus for i in instances], dtype=float)).sum())
         for inst, seconds in zip(instances, billed, strict=True):
             billed_vcpu[inst.itype.name] = billed_vcpu.get(inst.itype.name, 0.0) + inst.itype.vcpus * seconds
         times = np.linspace(start, max(start, end), curve_points)
@@ -267,6 +273,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         instance_hours=hours,
         cost=cost,
         utilisation=sum(busy.values()) / total_billed if total_billed > 0 else float("nan"),
+        gpu_utilisation=sim.busy_gpu_seconds_until(end) / billed_gpu if billed_gpu > 0 else float("nan"),
         peak_fleet=counters.peak_fleet,
         peak_queue=counters.peak_queue,
         boots=counters.boots,

@@ -35,6 +35,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("instance-hours billed", "instance_hours", "{:,.1f}"),
     ("cost (USD)", "cost_usd", "{:,.2f}"),
     ("utilisation", "utilisation", "{:.1%}"),
+    ("GPU utilisation", "gpu_utilisation", "{:.1%}"),
     ("peak fleet", "peak_fleet", "{:,}"),
     ("peak queue", "peak_queue", "{:,}"),
     ("boots", "boots", "{:,}"),
