@@ -66,3 +66,16 @@ def test_the_utilisation_plot_names_every_type_without_names_running_into_each_o
     ]
     assert not overlapping
     assert [text.get_text() for text in ax.get_legend().get_texts()] == [r.label for r in results]
+
+
+def test_the_note_on_jobs_that_never_finished_counts_those_it_does_not_name() -> None:
+    """Past its three commonest reasons the note said "; 1 other reasons": neither how many jobs
+    were left out of it, nor in good English."""
+    result = run("fixed", {})
+    result.unfinished_reasons = {"needs 64 vcpus": 5, "needs 2 GPUs": 3, "needs 8 nodes": 2, "needs 1 TiB RAM": 1}
+    result.unfinished = 11
+    (note,) = result.warnings()
+    assert note.endswith("5 needs 64 vcpus; 3 needs 2 GPUs; 2 needs 8 nodes; 1 job for 1 other reason")
+    result.unfinished_reasons |= {"needs a trait": 4}
+    result.unfinished = 15
+    assert result.warnings()[0].endswith("; 5 jobs for 2 other reasons")

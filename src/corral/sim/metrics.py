@@ -114,7 +114,14 @@ class SimResult:
         if self.unfinished:
             reasons = list(self.unfinished_reasons.items())  # the most common first
             shown = "; ".join(f"{count:,} {reason}" for reason, count in reasons[:3])
-            more = f"; {len(reasons) - 3:,} other reasons" if len(reasons) > 3 else ""
+            others = reasons[3:]
+            jobs = sum(count for _, count in others)
+            more = (
+                f"; {jobs:,} {'job' if jobs == 1 else 'jobs'} for {len(others):,} other"
+                f" {'reason' if len(others) == 1 else 'reasons'}"
+                if others
+                else ""
+            )
             notes.append(
                 f"{self.unfinished:,} {'job' if self.unfinished == 1 else 'jobs'} never finished"
                 f" (not in the waits, slowdowns or bounds): {shown}{more}"
