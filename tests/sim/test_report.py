@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from corral.sim.metrics import SimResult
-from corral.sim.report import MAX_POINTS, _plot_utilisation, _thin
+from corral.sim.report import MAX_POINTS, _plot_user_waits, _plot_utilisation, _plot_waits, _thin
 
 
 def test_thinning_keeps_each_buckets_trough_and_peak() -> None:
@@ -79,3 +79,18 @@ def test_the_note_on_jobs_that_never_finished_counts_those_it_does_not_name() ->
     result.unfinished_reasons |= {"needs a trait": 4}
     result.unfinished = 15
     assert result.warnings()[0].endswith("; 5 jobs for 2 other reasons")
+
+
+def test_the_wait_plots_read_in_minutes_hours_and_days() -> None:
+    """Before, the waits' axis read 10^0 to 10^5 seconds: which of them is an hour, or a day, was
+    left to the reader's arithmetic."""
+    result = run("busy", {})
+    result.waits = np.array([0.0, 30.0, 400.0, 5000.0, 2 * 86400.0])
+    result.user_waits = np.array([100.0, 3 * 86400.0])
+    for plot in (_plot_waits, _plot_user_waits):
+        figure = plot([result])
+        figure.canvas.draw()
+        (ax,) = figure.axes
+        shown = [label.get_text() for label in ax.get_xticklabels() if label.get_text()]
+        assert {"1 min", "1 h", "1 d"} <= set(shown), shown
+        assert not any("10^" in text for text in shown), shown

@@ -14,12 +14,26 @@ matplotlib.use("Agg")  # files only; never a window
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter  # noqa: E402
 
 from corral.sim.metrics import SimResult  # noqa: E402
 from corral.sim.run import Outcome  # noqa: E402
 from corral.sim.summary import ROWS, format_value  # noqa: E402
 
 MAX_POINTS = 4000
+# The wait plots' ticks: (seconds, label).
+WAIT_TICKS = [
+    (1.0, "1 s"),
+    (10.0, "10 s"),
+    (60.0, "1 min"),
+    (600.0, "10 min"),
+    (3600.0, "1 h"),
+    (6 * 3600.0, "6 h"),
+    (86400.0, "1 d"),
+    (7 * 86400.0, "1 week"),
+    (30 * 86400.0, "30 d"),
+    (365 * 86400.0, "1 year"),
+]
 
 
 def write_report(directory: Path, outcome: Outcome) -> Path:
@@ -105,7 +119,7 @@ def _plot_cost(results: list[SimResult]) -> Any:
 def _plot_waits(results: list[SimResult]) -> Any:
     return _plot_distribution(
         [(r.label, r.waits) for r in results],
-        "wait (s, log scale; waits under 1 s drawn at 1 s)",
+        "wait (log scale; waits under 1 s drawn at 1 s)",
         "fraction of jobs waiting at most this long",
     )
 
@@ -115,7 +129,7 @@ def _plot_user_waits(results: list[SimResult]) -> Any:
     the typical and the worst-served user, whatever the number of jobs each submits."""
     return _plot_distribution(
         [(r.label, r.user_waits) for r in results],
-        "a user's mean wait (s, log scale; under 1 s drawn at 1 s)",
+        "a user's mean wait (log scale; under 1 s drawn at 1 s)",
         "fraction of users with a mean wait at most this",
     )
 
@@ -129,6 +143,12 @@ def _plot_distribution(series: list[tuple[str, np.ndarray]], xlabel: str, ylabel
         fraction = np.arange(1, len(ordered) + 1) / len(ordered)
         ax.step(np.maximum(ordered, 1.0), fraction, where="post", label=label)
     ax.set_xscale("log")
+    # Waits in the units people think in: "10^4" seconds is read as nothing, "3 h" at once.
+    longest = max((float(np.max(values)) for _, values in series if len(values)), default=1.0)
+    ticks = [(seconds, name) for seconds, name in WAIT_TICKS if seconds <= max(longest, 60.0) * 1.5]
+    ax.xaxis.set_major_locator(FixedLocator([seconds for seconds, _ in ticks]))
+    ax.xaxis.set_major_formatter(FixedFormatter([name for _, name in ticks]))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1.01)
