@@ -484,3 +484,30 @@ def test_a_workload_with_no_job_is_an_error(app: typer.Typer, tmp_path: Path, te
     assert result.exit_code == 2
     assert f"{path}: {message}" in " ".join(result.output.split())
     assert "cost" not in result.stdout
+
+
+def test_jobs_left_waiting_by_the_default_memory_are_said_to_be(app: typer.Typer, tmp_path: Path) -> None:
+    """An SWF log with no memory field (the KTH SP2 log has none) on nodes of 512 MiB: each job is
+    given the default 1 GiB per processor, and none runs. Before, the note said only "no instance
+    type has 1 GiB RAM": that the 1 GiB was --default-memory's, not the log's, was left to guess."""
+    path = tmp_path / "w.swf"
+    tail = " -1 1 1 1 -1 1 1 -1 -1"
+    path.write_text(f"1 0 -1 100 1 -1 -1 1 600{tail}\n2 10 -1 100 2 -1 -1 2 600{tail}\n")
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        '[[instance_types]]\nname = "sp2"\nvcpus = 1\nram = "512MiB"\nprice_per_hour = 0.05\n'
+        '[sim.fleet]\nmode = "fixed"\nnodes = [{ instance_type = "sp2", count = 4 }]\n'
+    )
+    result = runner.invoke(app, ["simulate", str(path), "-c", str(cfg), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    notes = " ".join(result.stdout.split())
+    assert (
+        "2 of the jobs that never finished have no memory in the log and were given --default-memory"
+        " (sim.workload.default_memory), 1 GiB per processor: a smaller default may let them run"
+    ) in notes
+    data = json.loads(runner.invoke(app, ["simulate", str(path), "-c", str(cfg), "--json"]).stdout)
+    assert data["runs"][0]["unfinished_with_default_memory"] == 2
+    # With a default that fits, they run, and nothing is said.
+    fitting = runner.invoke(app, ["simulate", str(path), "-c", str(cfg), "--default-memory", "256MiB", "--json"])
+    (run,) = json.loads(fitting.stdout)["runs"]
+    assert (run["completed"], run["unfinished"], run["unfinished_with_default_memory"]) == (2, 0, 0)

@@ -30,6 +30,7 @@ import numpy as np
 from corral.core.accounting import share
 from corral.core.model import InstanceType, JobState, Resources
 from corral.sim.engine import Simulation, Trace
+from corral.workload.swf import NO_MEMORY
 
 BOUNDED_SLOWDOWN_FLOOR = 10.0
 
@@ -78,6 +79,11 @@ class SimResult:
     # (e.g. "needs 16 nodes, max_instances is 8"), or the state it was left in; counts, the
     # most common first.
     unfinished_reasons: dict[str, int] = field(default_factory=dict)
+    # Of the jobs that never finished, those whose RAM the SWF mapping gave them (the log has none:
+    # --default-memory per processor), and that RAM per processor in MiB: a default too large for
+    # the instance types leaves them all waiting, and the reasons name the RAM, not where it came from.
+    unfinished_default_memory: int = 0
+    default_memory_mib: float = 0.0
     # Scheduled outages and failures wholly outside the run (its clock is the workload's: a log's
     # first submission may be days after 0), which therefore did nothing.
     outside_run: list[str] = field(default_factory=list)
@@ -126,6 +132,14 @@ class SimResult:
                 f"{self.unfinished:,} {'job' if self.unfinished == 1 else 'jobs'} never finished"
                 f" (not in the waits, slowdowns or bounds): {shown}{more}"
             )
+            if self.unfinished_default_memory:
+                mib = self.default_memory_mib
+                per_processor = f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib:g} MiB"
+                notes.append(
+                    f"{self.unfinished_default_memory:,} of the jobs that never finished have no memory in the log"
+                    f" and were given --default-memory (sim.workload.default_memory), {per_processor} per"
+                    " processor: a smaller default may let them run"
+                )
         if self.outside_run:
             notes.append(
                 f"{', '.join(self.outside_run)}: outside the run (from {self.start_time:g} s to {self.end_time:g} s"
@@ -149,6 +163,7 @@ class SimResult:
             "cancelled": self.cancelled,
             "unfinished": self.unfinished,
             "unfinished_reasons": self.unfinished_reasons,
+            "unfinished_with_default_memory": self.unfinished_default_memory,
             "gangs": self.gangs,
             "outside_run": self.outside_run,
             "wait_mean_s": num(self.wait_mean),
@@ -257,6 +272,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
     per_job, packing = cost_bounds(sim)
     counters = sim.counters
     unfinished_reasons: dict[str, int] = {}
+    default_memory = [sim.spec_of[job_id] for job_id in sim.jobs if NO_MEMORY in sim.spec_of[job_id].quirks]
     for job in sim.jobs.values():  # the jobs still open when the run ended
         reason = (job.wait_reason or "waiting") if job.state is JobState.QUEUED else f"{job.state.value} at the end"
         unfinished_reasons[reason] = unfinished_reasons.get(reason, 0) + 1
@@ -304,6 +320,8 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
         reclaims=counters.reclaims,
         interruption_backoffs=counters.interruption_backoffs,
         unfinished_reasons=dict(sorted(unfinished_reasons.items(), key=lambda item: (-item[1], item[0]))),
+        unfinished_default_memory=len(default_memory),
+        default_memory_mib=default_memory[0].ram_per_proc if default_memory else 0.0,
         outside_run=outside_run(sim),
         waits=waits,
         user_waits=user_waits,

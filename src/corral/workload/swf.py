@@ -77,6 +77,7 @@ STATUSES = (-1, 0, 1, 2, 3, 4, 5)  # unknown, failed, completed, partial executi
 # in the log; replaying them as well would run the work twice. They are counted with that job.
 PARTIAL_STATUSES = (2, 3, 4)
 PARTIAL = "partial-execution records skipped"
+NO_MEMORY = "no memory: default used"  # the log records none: RAM is --default-memory per processor
 
 
 def read_swf(
@@ -126,7 +127,7 @@ def read_swf(
             quirks.append("requested memory missing: used memory used")
         else:
             ram_per_proc = default_memory
-            quirks.append("no memory: default used")
+            quirks.append(NO_MEMORY)
         if req_time > 0:
             time_limit: float | None = req_time
             if run > req_time:
