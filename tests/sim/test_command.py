@@ -511,3 +511,17 @@ def test_jobs_left_waiting_by_the_default_memory_are_said_to_be(app: typer.Typer
     fitting = runner.invoke(app, ["simulate", str(path), "-c", str(cfg), "--default-memory", "256MiB", "--json"])
     (run,) = json.loads(fitting.stdout)["runs"]
     assert (run["completed"], run["unfinished"], run["unfinished_with_default_memory"]) == (2, 0, 0)
+
+
+def test_a_config_in_front_of_slurm_is_said_to_be_replayed_with_corrals_own_placement(
+    app: typer.Typer, workload: Path, tmp_path: Path
+) -> None:
+    """executor = "slurm" (a live config reused): corral would hand the jobs to Slurm; the replay,
+    with no Slurm, places them itself. Before, it said nothing, and the figures read as those of
+    corral in front of Slurm."""
+    cfg = write_config(tmp_path / "ours.toml", "1m")
+    cfg.write_text('executor = "slurm"\n' + cfg.read_text())
+    result = runner.invoke(app, ["simulate", str(workload), "-c", str(cfg), "--limit", "5", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    message = " ".join(result.stderr.split())
+    assert "warning (ours): executor is 'slurm': the replay places the jobs with corral's own policy" in message

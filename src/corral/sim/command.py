@@ -139,6 +139,15 @@ def simulate_command(
     except ConfigError as exc:
         fail(str(exc))
     for run in runs:
+        if run.config.executor == "slurm":
+            # The live corral hands such a config's jobs to Slurm, which places them; a replay has
+            # no Slurm, and what it measures is corral's own placement (and fleet) in its stead.
+            err.print(
+                f"[yellow]warning[/] ({run.label}): executor is 'slurm': the replay places the jobs with corral's"
+                " own policy on instance_types, as no Slurm is simulated (a partition's nodes: sim.fleet.mode ="
+                ' "fixed" with sim.fleet.nodes)',
+                highlight=False,
+            )
         if run.config.sim.fleet.mode == "elastic":
             warnings = run.config.warnings()
             if run.config.policy.boot.max_instances == 0:
