@@ -149,7 +149,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _filter_warnings(filters: list[str]) -> list[str]:
+def filter_warnings(filters: list[str]) -> list[str]:
     """A list of filters that leaves out `state` or a resource filter: valid (a filter may be
     turned off), but jobs then go to booting, draining or down nodes, or beyond a node's room."""
     found = []
@@ -475,7 +475,7 @@ class Config(_Strict):
         types = self.instance_types
         if self.executor != "agent":
             return []
-        found = _filter_warnings(self.policy.placement.filters) + self._ec2_warnings()
+        found = filter_warnings(self.policy.placement.filters) + self._ec2_warnings()
         if not types:
             return found
         boot = self.policy.boot

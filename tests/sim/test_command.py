@@ -525,3 +525,22 @@ def test_a_config_in_front_of_slurm_is_said_to_be_replayed_with_corrals_own_plac
     assert result.exit_code == 0, result.output
     message = " ".join(result.stderr.split())
     assert "warning (ours): executor is 'slurm': the replay places the jobs with corral's own policy" in message
+
+
+def test_a_fixed_fleet_that_leaves_out_a_room_filter_is_warned_of(app: typer.Typer, tmp_path: Path) -> None:
+    """The placement filters' warnings (jobs may be placed beyond a node's room) were given for an
+    elastic config only: a fixed partition without min-ram ran jobs on nodes too small for them,
+    and said nothing."""
+    cfg = tmp_path / "partition.toml"
+    cfg.write_text(
+        '[[instance_types]]\nname = "n"\nvcpus = 4\nram = "8GiB"\nprice_per_hour = 0.2\n'
+        '[sim.fleet]\nmode = "fixed"\nnodes = [{ instance_type = "n", count = 2 }]\n'
+        "[policy.placement]\n"
+        'filters = ["state", "reserved", "min-cpu", "min-disk", "gpus"]\n'
+    )
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"run_time": 100, "vcpus": 1, "ram": "1GiB"}\n')
+    result = runner.invoke(app, ["simulate", str(jobs), "-c", str(cfg), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    message = " ".join(result.stderr.split())
+    assert "warning (partition): policy.placement.filters leaves out min-ram" in message

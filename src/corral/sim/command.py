@@ -71,7 +71,7 @@ def simulate_command(
 ) -> None:
     """Replay WORKLOAD through corral's reconcile pass on a simulated cloud: cost, waits, a report."""
     # Here, not at the top: the engine loads NumPy, which no other CLI command needs.
-    from corral.config import ConfigError
+    from corral.config import ConfigError, filter_warnings
     from corral.sim.engine import SimulationError
     from corral.sim.run import WorkloadOptions, default_workers, load_runs, simulate
     from corral.workload import WorkloadError, detect_format
@@ -156,8 +156,12 @@ def simulate_command(
                     "policy.boot.max_instances is 0: an elastic fleet boots nothing and runs no job"
                     ' (for a given set of nodes, sim.fleet.mode = "fixed" with sim.fleet.nodes)'
                 )
-            for warning in warnings:
-                err.print(f"[yellow]warning[/] ({run.label}): {escape(warning)}")
+        else:
+            # A fixed fleet boots nothing, so no boot limit can keep it from booting; but jobs go to its
+            # nodes through the same filters.
+            warnings = filter_warnings(run.config.policy.placement.filters)
+        for warning in warnings:
+            err.print(f"[yellow]warning[/] ({run.label}): {escape(warning)}")
 
     bar = Progress(
         TextColumn("{task.description}"),
