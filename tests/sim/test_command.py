@@ -544,3 +544,13 @@ def test_a_fixed_fleet_that_leaves_out_a_room_filter_is_warned_of(app: typer.Typ
     assert result.exit_code == 0, result.output
     message = " ".join(result.stderr.split())
     assert "warning (partition): policy.placement.filters leaves out min-ram" in message
+
+
+def test_the_help_says_the_mapping_options_default_to_the_configs(app: typer.Typer) -> None:
+    """--scale's help said "(default 1)", while a config's sim.workload.scale is what a run without
+    the option takes: a user whose config sets 4 read that leaving it out meant 1."""
+    result = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.stdout.split())
+    for key in ("scale", "time_scale", "default_memory"):
+        assert f"(default: each config's sim.workload.{key}," in text
+    assert "(default 1)" not in text

@@ -49,12 +49,25 @@ def simulate_command(
     skip_bad_lines: Annotated[
         bool, typer.Option("--skip-bad-lines", help="Skip malformed workload lines (counted) instead of stopping.")
     ] = False,
-    scale: Annotated[float | None, typer.Option("--scale", help="vcpus per SWF processor (default 1).")] = None,
+    scale: Annotated[
+        float | None,
+        typer.Option("--scale", help="vcpus per SWF processor (default: each config's sim.workload.scale, 1)."),
+    ] = None,
     time_scale: Annotated[
-        float | None, typer.Option("--time-scale", help="Multiply submit times (0.5: arrivals twice as dense).")
+        float | None,
+        typer.Option(
+            "--time-scale",
+            help="Multiply submit times, 0.5: arrivals twice as dense (default: each config's"
+            " sim.workload.time_scale, 1).",
+        ),
     ] = None,
     default_memory: Annotated[
-        str | None, typer.Option("--default-memory", help="RAM per SWF processor when the log has none (e.g. 2GiB).")
+        str | None,
+        typer.Option(
+            "--default-memory",
+            help="RAM per SWF processor when the log has none, e.g. 2GiB (default: each config's"
+            " sim.workload.default_memory, 1GiB).",
+        ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto, swf or jsonl.")] = "auto",
     seed: Annotated[int | None, typer.Option("--seed", help="Override sim.seed of every config.")] = None,
