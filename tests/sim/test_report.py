@@ -10,7 +10,17 @@ from typing import Any
 import numpy as np
 
 from corral.sim.metrics import SimResult
-from corral.sim.report import MAX_POINTS, _plot_user_waits, _plot_utilisation, _plot_waits, _thin
+from corral.sim.report import (
+    MAX_POINTS,
+    _in_use,
+    _plot_fleet,
+    _plot_user_waits,
+    _plot_utilisation,
+    _plot_waits,
+    _thin,
+)
+from tests.sim.helpers import SMALL as SMALL_TYPE
+from tests.sim.helpers import config, job, simulate
 
 
 def test_thinning_keeps_each_buckets_trough_and_peak() -> None:
@@ -94,3 +104,37 @@ def test_the_wait_plots_read_in_minutes_hours_and_days() -> None:
         shown = [label.get_text() for label in ax.get_xticklabels() if label.get_text()]
         assert {"1 min", "1 h", "1 d"} <= set(shown), shown
         assert not any("10^" in text for text in shown), shown
+
+
+def test_the_fleet_plot_shows_how_full_the_fleet_is() -> None:
+    """A fixed fleet's size is a flat line, and before, the plot's other panel was the queue: how
+    full the nodes were (what EASY against FIFO changes) could not be seen. The trace now holds
+    the vcpus running attempts hold and those of the instances up, and the plot their share."""
+    fixed = {"fleet": {"mode": "fixed", "nodes": [{"instance_type": "small", "count": 2}]}}
+    cfg = config(sim=fixed)  # two 2-vcpu nodes
+    jobs = [job(1, submit=0, run=100, vcpus=2), job(2, submit=0, run=300, vcpus=1), job(3, submit=50, run=10, vcpus=1)]
+    sim, result = simulate(jobs, cfg)
+    trace = result.trace
+    at = dict(zip(trace.time, zip(trace.busy_vcpus, trace.fleet_vcpus, strict=True), strict=True))
+    assert at[0.0] == (3, 4)  # jobs 1 and 2
+    assert at[50.0] == (4, 4)  # job 3 beside job 2
+    assert at[100.0] == (1, 4)  # job 1 ended (job 3 at 60)
+    assert trace.busy_vcpus[-1] == 0 and trace.fleet_vcpus[-1] == 4
+    assert list(_in_use(trace)[:1]) == [75.0]
+
+    result.label = "partition"
+    figure = _plot_fleet([result])
+    labels = [ax.get_ylabel() for ax in figure.axes]
+    assert labels == ["instances\n(booting or running)", "vcpus in use\n(% of the fleet's)", "jobs queued"]
+
+
+def test_the_vcpus_in_use_come_back_to_nothing_after_failures_and_reclaims() -> None:
+    """Work lost on a failed or reclaimed node stops holding vcpus when the node fails, once."""
+    spot = {"name": "spot", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.03}
+    failures = {"per_instance_day_by_type": {"spot": 200.0, "small": 100.0}, "notice_by_type": {"spot": "0s"}}
+    cfg = config(instance_types=[spot, SMALL_TYPE], sim={"failures": failures})
+    jobs = [job(i, submit=60.0 * i, run=900, vcpus=2) for i in range(20)]
+    sim, result = simulate(jobs, cfg)
+    assert result.node_failures > 0
+    assert min(result.trace.busy_vcpus) >= 0 and result.trace.busy_vcpus[-1] == 0
+    assert sim.busy_vcpus == 0 and sim.fleet_vcpus == 0

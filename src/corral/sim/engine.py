@@ -77,6 +77,10 @@ class Trace:
     fleet: array[float] = field(default_factory=lambda: array("d"))
     queued: array[float] = field(default_factory=lambda: array("d"))
     running: array[float] = field(default_factory=lambda: array("d"))
+    # vcpus held by running attempts, and those of the instances up (booting, running or down but not
+    # yet shut down): how full the fleet is
+    busy_vcpus: array[float] = field(default_factory=lambda: array("d"))
+    fleet_vcpus: array[float] = field(default_factory=lambda: array("d"))
 
 
 @dataclass(slots=True)
@@ -206,6 +210,10 @@ class Simulation:
         self.ended_run: dict[int, float] = {}  # job id -> time its recorded run ended (for waits)
         self.busy_vcpu_seconds: dict[str, float] = {}  # per instance type
         self.busy_gpu_seconds = 0.0  # GPU-seconds held by the attempts that ended
+        # Now, for the report's curves: the vcpus running attempts hold (until their node fails), and
+        # those of the instances up.
+        self.busy_vcpus = 0.0
+        self.fleet_vcpus = 0.0
         self.fixed_billing: list[tuple[InstanceType, float, float]] = []  # fixed nodes: (type, from, to)
         self.counters = Counters()
         self.trace = Trace()
@@ -347,6 +355,8 @@ class Simulation:
                         (trace.fleet, len(self.nodes)),
                         (trace.queued, self.queued),
                         (trace.running, len(self.attempts)),
+                        (trace.busy_vcpus, self.busy_vcpus),
+                        (trace.fleet_vcpus, self.fleet_vcpus),
                     ):
                         series.append(value)
                 break
@@ -526,6 +536,8 @@ class Simulation:
         trace.fleet.append(fleet)
         trace.queued.append(self.queued)
         trace.running.append(len(self.attempts))
+        trace.busy_vcpus.append(self.busy_vcpus)
+        trace.fleet_vcpus.append(self.fleet_vcpus)
         return decisions
 
     def _check_index(self, snapshot: Snapshot, now: float) -> None:
@@ -682,6 +694,8 @@ class Simulation:
             self.ended_spans.append(self._span(attempt, now))
         self.index.drop_attempt(attempt.id)
         broke = self.doomed.pop(attempt.id, None)
+        if broke is None and attempt.started_at is not None:
+            self.busy_vcpus -= attempt.resources.vcpus * len(attempt.node_ids)  # (a doomed one's, at its failure)
         self._add_busy(self.busy_vcpu_seconds, attempt, now if broke is None else broke)
         self.busy_gpu_seconds += self._gpu_seconds(attempt, now if broke is None else broke)
 
@@ -768,6 +782,7 @@ class Simulation:
             attributes=dict(itype.attributes),
         )
         self.index.put_node(node)  # silent until it pairs
+        self.fleet_vcpus += itype.vcpus
         self.instance_of[node_id] = instance.id
         ready = self.cloud.ready_at(instance.id)
         if ready is not None:
@@ -782,6 +797,7 @@ class Simulation:
 
     def _shutdown(self, node: Node, now: float) -> None:
         self.index.drop_node(node.id)
+        self.fleet_vcpus -= node.capacity.vcpus
         self.pinging.pop(node.id, None)
         self.counters.shutdowns += 1
         instance_id = self.instance_of.pop(node.id, None)
@@ -810,6 +826,7 @@ class Simulation:
             attributes=dict(itype.attributes),
         )
         self.index.put_node(node)
+        self.fleet_vcpus += itype.vcpus
         self._set_pinging(node, True)
         delay = self.cloud.failure_delay(itype.name)
         if delay < math.inf:
@@ -924,6 +941,7 @@ class Simulation:
             return  # an agent that is down starts nothing; the core times the attempt out
         attempt.state = AttemptState.RUNNING
         attempt.started_at = now
+        self.busy_vcpus += attempt.resources.vcpus * len(attempt.node_ids)
         self.index.put_attempt(attempt)
         job = self.jobs[attempt.job_id]
         job.state = JobState.RUNNING
@@ -978,6 +996,7 @@ class Simulation:
         self.counters.reclaims += 1
         self._doom_work(node.id, now)
         self.index.drop_node(node.id)
+        self.fleet_vcpus -= node.capacity.vcpus
         self.pinging.pop(node.id, None)
         self._wake(now, W_RECLAIMED, node.id)
 
@@ -987,6 +1006,8 @@ class Simulation:
         for attempt in self.attempts.values():
             if node_id in attempt.node_ids and attempt.id not in self.doomed:
                 self.doomed[attempt.id] = now
+                if attempt.started_at is not None:
+                    self.busy_vcpus -= attempt.resources.vcpus * len(attempt.node_ids)
                 if attempt.state is AttemptState.RUNNING and attempt.started_at is not None:
                     done = (now - attempt.started_at) * attempt.resources.vcpus * len(attempt.node_ids)
                     self.counters.lost_vcpu_seconds += done

@@ -1,5 +1,5 @@
 """The HTML report of one or several simulation runs: a summary table and PNG plots (matplotlib)
-of fleet size and queue length over time, cost accumulated over time, the wait-time distribution,
+of fleet size, vcpus in use and queue length over time, cost accumulated over time, the wait-time distribution,
 and utilisation by instance type. With several runs every plot overlays them."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter  # noqa: E402
 
+from corral.sim.engine import Trace  # noqa: E402
 from corral.sim.metrics import SimResult  # noqa: E402
 from corral.sim.run import Outcome  # noqa: E402
 from corral.sim.summary import ROWS, format_value  # noqa: E402
@@ -40,7 +41,7 @@ def write_report(directory: Path, outcome: Outcome) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     results = outcome.results
     plots = [
-        ("fleet.png", "Fleet size and queue length", _plot_fleet(results)),
+        ("fleet.png", "Fleet size, vcpus in use and queue length", _plot_fleet(results)),
         ("cost.png", "Cost accumulated", _plot_cost(results)),
         ("waits.png", "Wait-time distribution", _plot_waits(results)),
         ("user-waits.png", "Mean wait by user", _plot_user_waits(results)),
@@ -78,27 +79,39 @@ def _thin(x: np.ndarray, ys: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[n
 
 
 def _plot_fleet(results: list[SimResult]) -> Any:
-    figure, (fleet_ax, queue_ax) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    """Fleet size, the share of its vcpus in use and jobs queued over time. The share says how full
+    the fleet is: a fixed fleet's size is a flat line, and EASY against FIFO on it shows there."""
+    figure, axes = plt.subplots(3, 1, figsize=(10, 8.5), sharex=True)
+    fleet_ax, in_use_ax, queue_ax = axes
     unit, unit_name = _time_unit(results)
     for result in results:
         trace = result.trace
         times = np.frombuffer(trace.time, dtype=float)
         x, series = _thin(
             _since_start(result, times, unit),
-            [np.frombuffer(trace.fleet, dtype=float), np.frombuffer(trace.queued, dtype=float)],
+            [np.frombuffer(trace.fleet, dtype=float), _in_use(trace), np.frombuffer(trace.queued, dtype=float)],
         )
-        for ax, (low, high) in zip((fleet_ax, queue_ax), series, strict=True):
+        for ax, (low, high) in zip(axes, series, strict=True):
             (line,) = ax.step(x, high, where="post", label=result.label, linewidth=1)
             if low is not high:  # thinned: the band is each bucket's range
                 ax.fill_between(x, low, high, step="post", color=line.get_color(), alpha=0.25, linewidth=0)
-    fleet_ax.set_ylabel("instances (booting or running)")
+    fleet_ax.set_ylabel("instances\n(booting or running)")
+    in_use_ax.set_ylabel("vcpus in use\n(% of the fleet's)")
+    in_use_ax.set_ylim(0, 105)
     queue_ax.set_ylabel("jobs queued")
     queue_ax.set_xlabel(f"{unit_name} since the first submission")
     fleet_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fleet_ax.grid(alpha=0.3)
-    queue_ax.grid(alpha=0.3)
+    for ax in axes:
+        ax.grid(alpha=0.3)
     figure.tight_layout()
     return figure
+
+
+def _in_use(trace: Trace) -> np.ndarray:
+    """The share of the fleet's vcpus that running attempts hold, in percent (0 with no fleet)."""
+    busy = np.frombuffer(trace.busy_vcpus, dtype=float)
+    fleet = np.frombuffer(trace.fleet_vcpus, dtype=float)
+    return np.divide(100.0 * busy, fleet, out=np.zeros_like(busy), where=fleet > 0).clip(0.0, 100.0)
 
 
 def _plot_cost(results: list[SimResult]) -> Any:
