@@ -11,6 +11,7 @@ import pytest
 
 from corral.config import Config
 from corral.core.snapshot import Decisions, Snapshot
+from corral.jobspec import JobRequest
 from corral.workload.model import SimJob
 from tests.sim.helpers import config, decides_as_live, job, simulate, skips_as_it_ticks
 
@@ -158,3 +159,22 @@ def test_work_on_a_spot_instance_taken_back_counts_in_its_types_utilisation() ->
     assert set(result.utilisation_by_type) == {"spot"}
     assert result.utilisation_by_type["spot"] == pytest.approx(result.utilisation)
     assert set(sim.busy_vcpu_seconds_until(sim.end_time)) == {"spot"}
+
+
+def test_a_job_that_forbids_spot_is_priced_on_demand_in_the_cost_bounds() -> None:
+    """docs/simulator.md has jobs that must not be interrupted say forbidden_traits = {capacity =
+    "spot"}. Before, the cost bounds priced every job on the cheapest type that held it, spot or
+    not: such a job's bound was the spot price, and a policy that could only run it on demand read
+    about 3.4 times the packing bound. The bounds now take the types the placement filters let it use."""
+    spot = {**SPOT, "attributes": {"capacity": "spot"}, "billing_minimum": 0}
+    on_demand = {**ON_DEMAND, "billing_minimum": 0}
+    cfg = config(instance_types=[spot, on_demand])
+    request = {"command": ["steady"], "vcpus": 2, "ram": "1GiB", "forbidden_traits": {"capacity": "spot"}}
+    steady = job(1, run=3600, vcpus=2, request=JobRequest.model_validate(request))
+    _, result = simulate([steady], cfg)
+    assert result.per_job_bound == pytest.approx(0.10) and result.packing_bound == pytest.approx(0.10)
+    assert result.cost_over_packing_bound == pytest.approx(result.cost / 0.10)
+    assert result.cost_over_packing_bound < 1.1  # an hour on demand, plus its boot and idle grace
+    # A job that may use spot is still priced on it.
+    _, anywhere = simulate([job(1, run=3600, vcpus=2)], cfg)
+    assert anywhere.packing_bound == pytest.approx(0.03)

@@ -18,6 +18,7 @@ Definitions (docs/simulator.md):
 - per-job bound: sum of run x nodes x price of the cheapest type that holds one node's request.
 - packing bound: sum of run x nodes x min over types of price x the share of the type one node's
   request occupies (max of the vcpu, RAM and GPU fractions). No policy can pay less.
+  Both over the types the job may run on (the placement filters': traits, forbidden traits...).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import numpy as np
 
 from corral.core.accounting import share
 from corral.core.model import InstanceType, JobState, Resources
+from corral.placement.boot import TypeRanker
+from corral.placement.demand import Demand
+from corral.placement.settings import coerce
 from corral.sim.engine import Simulation, Trace
 from corral.workload.swf import NO_MEMORY
 
@@ -351,17 +355,26 @@ def outside_run(sim: Simulation) -> list[str]:
 
 def cost_bounds(sim: Simulation) -> tuple[float, float]:
     """(per-job bound, packing bound) in dollars over the jobs whose recorded run ended, or that ran
-    to their time limit and were ended there."""
-    by_request: dict[tuple[float, int, int], float] = {}  # per-node request -> node-seconds
+    to their time limit and were ended there. Each job is priced on the types it may run on: those
+    whose new node the placement filters let it use (its traits and forbidden traits, platform,
+    room), as the boot planner reads them; a job that forbids spot is priced on demand."""
+    ranker = TypeRanker(sim.types, coerce(sim.policy))
+    by_request: dict[tuple[object, ...], tuple[Demand, float]] = {}  # per-node request -> node-seconds
     for job_id, record in sim.records.items():
         if record.wait is None:
             continue
         spec = sim.spec_of[job_id]
-        key = (spec.vcpus, spec.ram_mib, spec.gpus)
-        by_request[key] = by_request.get(key, 0.0) + record.run * spec.nodes  # (a timed-out job's: until its end)
+        demand = Demand.of(spec.to_job())
+        key = (demand.static_key, demand.amounts)
+        seconds = record.run * spec.nodes  # (a timed-out job's: until its end)
+        known = by_request.get(key)
+        by_request[key] = (demand, seconds + (known[1] if known else 0.0))
     per_job = packing = 0.0
-    for (vcpus, ram, gpus), node_seconds in by_request.items():
-        cheapest, share = cheapest_prices(vcpus, ram, gpus, sim.types)
+    for demand, node_seconds in by_request.values():
+        accepting = ranker.accepting(demand)
+        types = [t for t in sim.types if t.name in accepting] or sim.types
+        request = demand.resources
+        cheapest, share = cheapest_prices(request.vcpus, request.ram_mib, request.gpus, types)
         per_job += node_seconds * cheapest / 3600.0
         packing += node_seconds * share / 3600.0
     return per_job, packing
