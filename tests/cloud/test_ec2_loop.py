@@ -60,6 +60,19 @@ def make_loop(
     return ControlLoop(store, cloud, config, "d-test", clock=clock), cloud, store, clock
 
 
+def booted_for_a_job(
+    tmp_path: Path, settings: Ec2Config, cluster: str
+) -> tuple[ControlLoop, Ec2Cloud, Store, Clock, dict[str, Any]]:
+    """A loop that has booted an instance for a queued job, and listed it: the loop, and its node."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
+    loop.run_pass()
+    clock.now += 1
+    loop.run_pass()  # its listing shows the instance
+    [node] = store.node_rows()
+    return loop, cloud, store, clock, node
+
+
 def tags_of(ec2: Any, instance_id: str) -> dict[str, str]:
     raw = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     return {t["Key"]: t["Value"] for t in raw["Tags"]}
@@ -112,12 +125,7 @@ def test_an_instance_ec2_ended_says_why_in_its_nodes_events(
     """An instance EC2 ends by itself (a spot reclaim, a KMS key it could not use, a terminate from
     the console) vanishes from the listing. Before, its node went down and gone saying only "instance
     i-… disappeared from the cloud": why was in the console alone, while corral booted the next one."""
-    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
-    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
-    loop.run_pass()
-    clock.now += 1
-    loop.run_pass()  # its listing shows the instance
-    [node] = store.node_rows()
+    loop, cloud, store, clock, node = booted_for_a_job(tmp_path, settings, cluster)
     ec2.terminate_instances(InstanceIds=[node["instance_id"]])  # not corral's doing
 
     clock.now += 1
@@ -663,12 +671,7 @@ def test_a_type_whose_instances_ec2_ends_in_their_launch_is_backed_off(
     down, the job waited on, and the next pass booted another of the type, which ended the same
     way, pass after pass; now the type is backed off as a type EC2 refuses is (type.unusable), and
     the next type that fits boots."""
-    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
-    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
-    loop.run_pass()
-    clock.now += 1
-    loop.run_pass()  # its listing shows the instance
-    [node] = store.node_rows()
+    loop, cloud, store, clock, node = booted_for_a_job(tmp_path, settings, cluster)
     assert node["instance_type"] == "c5.large" and node["state"] == "booting"
     ended_in_launch(cloud, node["instance_id"], "Client.InvalidKMSKey.InvalidState", "The KMS key is disabled")
     ec2.terminate_instances(InstanceIds=[node["instance_id"]])
@@ -688,12 +691,7 @@ def test_a_type_whose_instances_ec2_ends_in_their_launch_is_backed_off(
 def test_an_instance_a_user_terminates_while_it_boots_backs_nothing_off(
     tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
 ) -> None:
-    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
-    store.submit([JobRequest(command=["true"], vcpus=2, ram="2GiB")], clock())
-    loop.run_pass()
-    clock.now += 1
-    loop.run_pass()
-    [node] = store.node_rows()
+    loop, cloud, store, clock, node = booted_for_a_job(tmp_path, settings, cluster)
     ec2.terminate_instances(InstanceIds=[node["instance_id"]])
     clock.now += 1
     loop.run_pass()

@@ -52,16 +52,7 @@ def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
     if body.work_dir_free_mib is not None and body.work_dir_free_mib < capacity.scratch_mib:
         warn_scratch_short(runtime, body.node_id, capacity.scratch_mib, body.work_dir_free_mib, now)
     runtime.wake()
-    check, containers = runtime.config.health_check, runtime.config.containers
-    return PairResult(
-        node_id=body.node_id,
-        secret=secret,
-        ping_interval=runtime.config.cloud.ping_interval,
-        health_check=HealthCheckOut(command=check.command, interval=check.interval, timeout=check.timeout)
-        if check.command
-        else None,
-        containers=ContainersOut(program=containers.program, run_args=containers.run_args),
-    )
+    return PairResult(node_id=body.node_id, secret=secret, **node_settings(runtime))
 
 
 @router.post("/resume")
@@ -90,16 +81,20 @@ def resume(body: ResumeBody, node: AgentNode, runtime: AnyRuntime) -> ResumeResu
     ended = runtime.store.resume_node(node_id, body.running, message, now, lost)
     log.warning("node %s: %s; attempts lost: %s", node_id, message, ended or "none")
     runtime.wake()
+    return ResumeResult(node_id=node_id, lost=ended, **node_settings(runtime))
+
+
+def node_settings(runtime: Runtime) -> dict[str, Any]:
+    """What pairing and resuming tell an agent of how its node works: ping interval, health
+    check, container engine."""
     check, containers = runtime.config.health_check, runtime.config.containers
-    return ResumeResult(
-        node_id=node_id,
-        ping_interval=runtime.config.cloud.ping_interval,
-        health_check=HealthCheckOut(command=check.command, interval=check.interval, timeout=check.timeout)
+    return {
+        "ping_interval": runtime.config.cloud.ping_interval,
+        "health_check": HealthCheckOut(command=check.command, interval=check.interval, timeout=check.timeout)
         if check.command
         else None,
-        containers=ContainersOut(program=containers.program, run_args=containers.run_args),
-        lost=ended,
-    )
+        "containers": ContainersOut(program=containers.program, run_args=containers.run_args),
+    }
 
 
 def warn_scratch_short(runtime: Runtime, node_id: str, promised_mib: int, free_mib: int, now: float) -> None:
