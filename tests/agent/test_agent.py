@@ -465,3 +465,26 @@ def test_a_job_flooding_its_output_does_not_hold_back_the_others_finishes(agents
     wait_for(lambda: len(state.logs.get(1, b"")) == big, 60, "the flood's output, all of it")
     state.shutdown = True
     assert agent.wait(15) == 0
+
+
+def test_an_attempt_that_ended_is_listed_until_its_end_is_reported(agents: Agents, peer: Any) -> None:
+    """The server takes a running attempt its agent lists neither as running nor as finished for
+    lost; one whose command ended while its output is still going out (a finish waits for it) is
+    still the agent's: it is listed as running until its finish goes out."""
+    state = peer.state
+    state.log_delay = 0.05  # 12 MiB take ~2.4 s to send
+    big = 12 * 1024 * 1024
+    state.assign(1, "n1", ["head", "-c", str(big), "/dev/zero"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    exited = lambda: any(e["msg"] == "attempt exited" for e in agents.log("n1"))  # noqa: E731
+    wait_for(exited, 30, "the command to end")
+    seen = len(state.pings)
+    # The second ping from here was composed after the end (the agent pings one at a time).
+    wait_for(lambda: len(state.pings) >= seen + 2, 10, "two more pings")
+    with state.lock:
+        ping, reported = state.pings[seen + 1], 1 in state.finished
+    assert reported or 1 in ping["running"] or 1 in [f["attempt_id"] for f in ping["finished"]]
+    assert not reported, "the finish went out before the check could be made: send more output"
+    wait_for(lambda: 1 in state.finished, 60, "the finish")
+    state.shutdown = True
+    assert agent.wait(15) == 0

@@ -461,9 +461,18 @@ class Agent:
 
     def ping_once(self) -> None:
         vcpus, ram_mib = self.runner.usage()
+        finished = self._finished_for_ping(time.time())
+        reported = {f["attempt_id"] for f in finished}
         body: dict[str, Any] = {
-            "running": [a.attempt_id for a in self.runner.running() if not a.unwanted],
-            "finished": self._finished_for_ping(time.time()),
+            # What this agent holds: the attempts that run, and those that ended whose end is not in
+            # this ping (their output still going out): the server takes an attempt its agent lists
+            # neither way for lost (corral.core.listing).
+            "running": [
+                a.attempt_id
+                for a in self.runner.all()
+                if not (a.unwanted or a.abandoned) and (not a.exited or a.attempt_id not in reported)
+            ],
+            "finished": finished,
             "used": {"vcpus": vcpus, "ram_mib": ram_mib},
         }
         if self.imds is not None and self._noticed is None:

@@ -32,6 +32,8 @@ EVENT_KINDS: dict[str, str] = {
     "node.paired": "its agent paired",
     "node.agent_restarted": "its agent started again (it died, or was restarted) and resumed with its saved"
     " credentials; the runs it lost end as on a lost node (*When a node fails*)",
+    "node.attempt_lost": "its agent stopped listing an attempt corral had running there (neither running nor"
+    " finished, ping after ping): the attempt ends as on a lost node (*When a node fails*)",
     "node.idle": "it has no work",
     "node.busy": "it has work",
     "node.draining": "it takes no new work and is shut down once empty",

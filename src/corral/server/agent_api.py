@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from corral.core import capacity, categories, drain, health, retry
+from corral.core import capacity, categories, drain, health, listing, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
@@ -208,12 +208,48 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
         # A start report lost to a server restart: the agent's word that it runs is enough.
         runtime.store.attempt_started(attempt_id, node_id, 0, now)
     wanted = runtime.store.wanted_attempts(node_id, body.running)
+    listed = {*body.running, *acked}
+    lost = end_unlisted(runtime, node_id, runtime.store.running_attempt_ids(node_id), listed, now)
     return PingResult(
-        kill=[a for a in body.running if a not in wanted],
+        # (A lost attempt too: should the agent still hold it somewhere, it must not run on.)
+        kill=[a for a in body.running if a not in wanted] + lost,
         ack=acked,
         shutdown=False,
         time_limits={a: runtime.config.policy.dispatch.enforced_limit(limit) for a, limit in wanted.items()},
     )
+
+
+def end_unlisted(runtime: Runtime, node_id: str, running: list[int], listed: set[int], now: float) -> list[int]:
+    """The node's running attempts that its agent has stopped listing (neither running nor finished)
+    for long enough (corral.core.listing) end as a lost node's do, under the job's
+    `on_node_failure`, a temporary failure: the agent lost track of them, and no exit will ever
+    come. Returns those ended."""
+    with runtime.unlisted_lock:
+        unlisted = listing.tally(runtime.unlisted.get(node_id, {}), running, listed, now)
+        if unlisted:
+            runtime.unlisted[node_id] = unlisted
+        else:
+            runtime.unlisted.pop(node_id, None)
+    judged = listing.lost(unlisted, now, runtime.config.cloud.ping_interval)
+    if not judged:
+        return []
+    settings = runtime.config.policy.retry
+
+    def outcome_of(job: Job, attempt_id: int) -> JobOutcome:
+        said = listing.loss(node_id, attempt_id, unlisted[attempt_id], now)
+        return retry.after_node_failure(job, now, settings, node_id, (attempt_id,), said)
+
+    def message_of(attempt_id: int) -> str:
+        return listing.loss(node_id, attempt_id, unlisted[attempt_id], now)
+
+    ended = runtime.store.end_unlisted_attempts(node_id, judged, now, outcome_of, message_of)
+    with runtime.unlisted_lock:
+        for attempt_id in judged:
+            runtime.unlisted.get(node_id, {}).pop(attempt_id, None)
+    if ended:
+        log.warning("node %s: its agent lost attempts %s; they end as on a lost node", node_id, ended)
+        runtime.wake()
+    return ended
 
 
 @router.get("/work")

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.config import Config
 from corral.core import health
+from corral.core.listing import Unlisted
 from corral.core.model import JobState
 from corral.jobspec import describe_validation_errors
 from corral.loop import LiveLoop
@@ -95,6 +96,10 @@ class Runtime:
     )
 
     health_tally: HealthTally = field(init=False)
+    # node id -> its running attempts that its agent's latest pings did not list (corral.core.listing).
+    # Kept here, not stored: a restarted server only counts again, which delays no more than a grace.
+    unlisted: dict[str, dict[int, Unlisted]] = field(default_factory=dict)
+    unlisted_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.metrics.event_cursor = self.store.last_event_id()

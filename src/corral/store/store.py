@@ -1559,6 +1559,13 @@ class Store:
         row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
         return job_from_row(dict(row._mapping)), at
 
+    def running_attempt_ids(self, node_id: str) -> list[int]:
+        """The attempts corral records as running on the node (a gang's on its first node, where
+        its command runs), in id order."""
+        with self.read() as conn:
+            query = select(A.c.id).where(A.c.node_id == node_id, A.c.state == AttemptState.RUNNING.value)
+            return list(conn.execute(query.order_by(A.c.id)).scalars().all())
+
     def wanted_attempts(self, node_id: str, running: Sequence[int]) -> dict[int, float | None]:
         """Of the attempts an agent says it runs, those corral still wants running there, each with
         its job's time limit as it stands now (None: none), which the agent enforces itself while
@@ -1775,14 +1782,46 @@ class Store:
             query = select(A.c.id).where(A.c.node_id == node_id, A.c.state == AttemptState.RUNNING.value)
             if kept:
                 query = query.where(A.c.id.not_in(list(kept)))
-            lost = []
-            for attempt_id in conn.execute(query.order_by(A.c.id)).scalars().all():
-                attempt = self._lock_attempt(conn, attempt_id, node_id)
-                if attempt is None or attempt.state != AttemptState.RUNNING.value:
-                    continue
-                row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
-                if self._apply_outcome(conn, outcome_of(job_from_row(dict(row._mapping)), attempt_id), now):
-                    lost.append(attempt_id)
+            lost = conn.execute(query.order_by(A.c.id)).scalars().all()
+            return self._end_running(conn, node_id, lost, now, outcome_of)
+
+    def end_unlisted_attempts(
+        self,
+        node_id: str,
+        attempt_ids: Sequence[int],
+        now: float,
+        outcome_of: Callable[[Job, int], JobOutcome],
+        message_of: Callable[[int], str],
+    ) -> list[int]:
+        """Attempts running on `node_id` that its agent no longer lists (corral.core.listing) end as
+        `outcome_of` says, each with an event `node.attempt_lost` (`message_of`), in one
+        transaction; one that ended meanwhile (its exit came after all) is left alone. The
+        attempts ended, in id order."""
+        with self.write() as conn:
+            ended = self._end_running(conn, node_id, sorted(attempt_ids), now, outcome_of)
+            for attempt_id in ended:
+                job_id = conn.execute(select(A.c.job_id).where(A.c.id == attempt_id)).scalar()
+                self._event(conn, now, "node.attempt_lost", message_of(attempt_id), job_id, node_id)
+        return ended
+
+    def _end_running(
+        self,
+        conn: Connection,
+        node_id: str,
+        attempt_ids: Sequence[int],
+        now: float,
+        outcome_of: Callable[[Job, int], JobOutcome],
+    ) -> list[int]:
+        """Each of the attempts still running on the node, ended as `outcome_of` says (its job
+        locked first); the attempts ended."""
+        lost = []
+        for attempt_id in attempt_ids:
+            attempt = self._lock_attempt(conn, attempt_id, node_id)
+            if attempt is None or attempt.state != AttemptState.RUNNING.value:
+                continue
+            row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
+            if self._apply_outcome(conn, outcome_of(job_from_row(dict(row._mapping)), attempt_id), now):
+                lost.append(attempt_id)
         return lost
 
     def node_for_secret(self, secret: str) -> dict[str, Any] | None:
