@@ -78,7 +78,7 @@ def test_an_attempt_its_agent_no_longer_lists_ends_as_on_a_lost_node(agent: tupl
     assert lost["message"].startswith(said) and lost["job_id"] == job_id
     [requeued] = store.list_events(job_id=job_id, kind="job.requeued")
     assert requeued["node_id"] == "n1"
-    assert store.running_attempt_ids("n1") == []  # its room is free again
+    assert store.attempts_on_node("n1").running == []  # its room is free again
     assert ping(client, [])["kill"] == []  # judged once
 
 

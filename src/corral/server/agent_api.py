@@ -207,9 +207,9 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
     for attempt_id in body.running:
         # A start report lost to a server restart: the agent's word that it runs is enough.
         runtime.store.attempt_started(attempt_id, node_id, 0, now)
-    wanted = runtime.store.wanted_attempts(node_id, body.running)
-    listed = {*body.running, *acked}
-    lost = end_unlisted(runtime, node_id, runtime.store.running_attempt_ids(node_id), listed, now)
+    here = runtime.store.attempts_on_node(node_id)
+    wanted = here.wanted(body.running)
+    lost = end_unlisted(runtime, node_id, here.running, {*body.running, *acked}, now)
     return PingResult(
         # (A lost attempt too: should the agent still hold it somewhere, it must not run on.)
         kill=[a for a in body.running if a not in wanted] + lost,

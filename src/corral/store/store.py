@@ -140,6 +140,18 @@ class FleetCounts:
         return sum(cost for _, cost in self.by_type.values())
 
 
+@dataclass(frozen=True, slots=True)
+class NodeAttempts:
+    """The attempts corral has on a node (Store.attempts_on_node)."""
+
+    running: list[int]  # those started, in id order
+    time_limits: dict[int, float | None]  # every one assigned or running: its job's time limit
+
+    def wanted(self, listed: Sequence[int]) -> dict[int, float | None]:
+        """Of the attempts an agent lists, those corral still wants run there, with their limits."""
+        return {a: self.time_limits[a] for a in listed if a in self.time_limits}
+
+
 class NotFound(LookupError):
     pass
 
@@ -1559,26 +1571,27 @@ class Store:
         row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
         return job_from_row(dict(row._mapping)), at
 
-    def running_attempt_ids(self, node_id: str) -> list[int]:
-        """The attempts corral records as running on the node (a gang's on its first node, where
-        its command runs), in id order."""
+    def attempts_on_node(self, node_id: str) -> NodeAttempts:
+        """The attempts corral has assigned or running on the node (a gang's on its first node,
+        where its command runs), with their jobs' time limits as they stand now: what a ping is
+        answered from, in one read."""
         with self.read() as conn:
-            query = select(A.c.id).where(A.c.node_id == node_id, A.c.state == AttemptState.RUNNING.value)
-            return list(conn.execute(query.order_by(A.c.id)).scalars().all())
+            rows = conn.execute(
+                select(A.c.id, A.c.state, J.c.spec)
+                .join(J, J.c.id == A.c.job_id)
+                .where(A.c.node_id == node_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
+                .order_by(A.c.id)
+            ).all()
+        return NodeAttempts(
+            running=[row.id for row in rows if row.state == AttemptState.RUNNING.value],
+            time_limits={row.id: row.spec.get("time_limit") for row in rows},
+        )
 
     def wanted_attempts(self, node_id: str, running: Sequence[int]) -> dict[int, float | None]:
         """Of the attempts an agent says it runs, those corral still wants running there, each with
         its job's time limit as it stands now (None: none), which the agent enforces itself while
         the server is away (a limit changed during the run reaches it this way)."""
-        if not running:
-            return {}
-        with self.read() as conn:
-            rows = conn.execute(
-                select(A.c.id, J.c.spec)
-                .join(J, J.c.id == A.c.job_id)
-                .where(A.c.id.in_(list(running)), A.c.node_id == node_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
-            ).all()
-        return {row.id: row.spec.get("time_limit") for row in rows}
+        return self.attempts_on_node(node_id).wanted(running)
 
     # ---- attempts run by an executor (Slurm) ------------------------------------------------
 
