@@ -192,6 +192,8 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
     node_id = node["id"]
     now = time.time()
     if node["state"] in (NodeState.SHUTTING_DOWN.value, NodeState.GONE.value):
+        with runtime.unlisted_lock:
+            runtime.unlisted.pop(node_id, None)  # (its attempts were ended with it)
         return PingResult(kill=list(body.running), ack=[f.attempt_id for f in body.finished], shutdown=True)
     runtime.store.record_ping(node_id, Resources(body.used.vcpus, body.used.ram_mib, 0, 0), now)
     if body.interruption is not None and drain.INTERRUPTION not in (node["attributes"] or {}):
