@@ -302,3 +302,30 @@ def test_placement_filters_left_out_that_keep_jobs_off_nodes_that_cannot_run_the
         ).warnings()
         == []
     )
+
+
+def test_an_instance_types_own_cap_is_a_positive_count_and_one_that_cannot_bind_is_warned_of() -> None:
+    gpu = {"name": "g5.xlarge", "vcpus": 4, "ram": "16GiB", "price_per_hour": 1.0, "gpus": 1}
+    cpu = {"name": "c5.large", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1}
+    fine = Config.model_validate({"instance_types": [{**gpu, "max_instances": 4}, cpu]})
+    assert fine.core_instance_types()[0].max_instances == 4 and fine.core_instance_types()[1].max_instances is None
+    assert fine.warnings() == []
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=r"instance_types\.0\.max_instances"):
+            Config.model_validate({"instance_types": [{**gpu, "max_instances": bad}, cpu]})
+    loose = Config.model_validate(
+        {
+            "instance_types": [{**gpu, "max_instances": 8}, {**cpu, "max_instances": 1}],
+            "policy": {"boot": {"max_instances": 8}, "lifecycle": {"min_instances": 8}},
+        }
+    )
+    assert loose.warnings() == [
+        "instance_types.0.max_instances (8, g5.xlarge) is not below policy.boot.max_instances (8): it never limits"
+        " anything"
+    ]
+    loose.policy.lifecycle.min_instances = 8
+    loose.instance_types[0].max_instances = 4
+    assert loose.warnings() == [
+        "policy.lifecycle.min_instances (8) is more than the instance types' max_instances allow together (5): the"
+        " fleet is never kept at its floor"
+    ]

@@ -1359,6 +1359,7 @@ def status(as_json: JsonFlag = False) -> None:
         limits.append(f"{report['max_vcpus']:g} vcpus")
     if report.get("max_cost_per_hour") is not None:
         limits.append(f"${report['max_cost_per_hour']:.3f}/hour")
+    limits += [f"{count} {name}" for name, count in report.get("type_max_instances", {}).items()]
     if report["max_instances"] or len(limits) > 1:  # (nothing to say in front of Slurm)
         grid.add_row("at most", ", ".join(limits))
     for entry in report["fleet"]:

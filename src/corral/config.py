@@ -113,6 +113,13 @@ class InstanceTypeConfig(_Strict):
         " 0: none); the bill, the simulator's cost and the billing window count it",
     )
     attributes: dict[str, str] = Field(default_factory=dict)
+    max_instances: Int | None = Field(
+        None,
+        gt=0,
+        description="live instances of this type (booting or running) at most, beside policy.boot.max_instances"
+        " (an account's quota for the type, a team's budget; none: no cap of its own); a job that only this type"
+        " holds waits once it is reached, one that another type holds boots the next cheapest",
+    )
 
     @field_validator("ram")
     @classmethod
@@ -132,6 +139,7 @@ class InstanceTypeConfig(_Strict):
             billing_granularity=self.billing_granularity,
             billing_minimum=self.billing_minimum,
             attributes=tuple(sorted(self.attributes.items())),
+            max_instances=self.max_instances,
         )
 
 
@@ -490,6 +498,25 @@ class Config(_Strict):
             found.append(
                 f"policy.boot.max_vcpus ({boot.max_vcpus:g}) is below every instance type's vCPUs (the smallest,"
                 f" {smallest.name}, has {smallest.vcpus:g}): nothing can boot"
+            )
+        return found + self._type_cap_warnings()
+
+    def _type_cap_warnings(self) -> list[str]:
+        """An instance type's own max_instances that can never bind, and a floor the caps keep the
+        fleet from."""
+        found = []
+        boot, floor = self.policy.boot, self.policy.lifecycle.min_instances
+        for i, itype in enumerate(self.instance_types):
+            if itype.max_instances is not None and itype.max_instances >= boot.max_instances > 0:
+                found.append(
+                    f"instance_types.{i}.max_instances ({itype.max_instances}, {itype.name}) is not below"
+                    f" policy.boot.max_instances ({boot.max_instances}): it never limits anything"
+                )
+        caps = [t.max_instances for t in self.instance_types]
+        if all(cap is not None for cap in caps) and floor > (most := sum(cap or 0 for cap in caps)):
+            found.append(
+                f"policy.lifecycle.min_instances ({floor}) is more than the instance types' max_instances allow"
+                f" together ({most}): the fleet is never kept at its floor"
             )
         return found
 

@@ -39,6 +39,10 @@ class LiveFleet:
             cost += node.price_per_hour
         return cls(vcpus, cost)
 
+    def plus(self, itype: InstanceType, count: int) -> LiveFleet:
+        """The fleet with `count` more instances of `itype`."""
+        return LiveFleet(self.vcpus + count * itype.vcpus, self.cost_per_hour + count * itype.price_per_hour)
+
 
 @dataclass(frozen=True, slots=True)
 class SpendLimits:

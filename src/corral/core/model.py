@@ -160,6 +160,9 @@ class InstanceType:
     billing_granularity: float = 1.0
     billing_minimum: float = 60.0
     attributes: tuple[tuple[str, str], ...] = ()
+    # At most this many live instances of the type (booting, up, draining; None: no cap of its own),
+    # as a quota or a budget per type says (Karpenter's NodePool limits): the boot planner's.
+    max_instances: int | None = None
     capacity: Resources = field(init=False, compare=False, repr=False)  # read for every job in a pass
 
     def __post_init__(self) -> None:

@@ -3,8 +3,12 @@
 Jobs are taken in queue order. A job first goes on capacity already on its way (instances still
 booting), then on room left in an instance this pass already decided to boot, and only then asks
 for a new instance: the cheapest type that fits it, within `max_instances` and skipping types in
-capacity back-off, and within `max_vcpus` and `max_cost_per_hour` (`corral.core.limits`). A job no
-instance type can hold is unplaceable, with the reason. For a job that
+capacity back-off, and within `max_vcpus` and `max_cost_per_hour` (`corral.core.limits`). A type
+with a `max_instances` of its own (an account's quota for it) boots no instance past that cap,
+counted over its live instances as `max_instances` counts the fleet's: the job boots the next
+cheapest type that fits (a gang takes the room of each in price order), or, when every type that
+fits is at its cap, waits naming them. A job no instance type can hold is unplaceable, with the
+reason. For a job that
 asks for more of a node than room (traits, a platform, a reservation), "fits" is also the placement
 filters' word on a new node of the type, and it counts only on instances of such types on their
 way: otherwise it would get an instance it can never run on (the cheaper spot type, for a job that
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from corral.core.capacity import is_available
@@ -108,20 +112,27 @@ def warm_boots(
     settings: BootSettings,
     fleet: LiveFleet | None,
     planned: list[Boot],
+    of_type: Mapping[str, int] | None = None,
 ) -> list[Boot]:
     """The boots that bring the live instances (booting ones, and `planned`, this pass's boots for
     jobs, counted in `live_after`) up to `lifecycle.min_instances`, as an autoscaling group keeps its
     minimum size: a fleet that starts empty, or lost a kept node (a failure, an expiry), is brought
     back to its floor without waiting for work. The cheapest type not in capacity back-off, within
     max_instances, max_boots_per_pass and the spend limits (`fleet`: what the live instances hold,
-    None when no spend limit is set)."""
+    None when no spend limit is set), and below its own max_instances (`of_type`: the live
+    instances of each type, None when no type has a cap)."""
     count = min(min(min_instances, settings.max_instances) - live_after, settings.max_boots_per_pass - len(planned))
     if count <= 0:
         return []  # (the usual pass: at or above the floor; the types are not looked at)
     available = [t for t in types if is_available(t.name, unavailable, now)]
+    room: dict[str, int] = {}
+    if of_type is not None:
+        room = _type_room(types, of_type, planned)
+        available = [t for t in available if room.get(t.name, 1) > 0]
     if not available:
         return []
     cheapest = min(available, key=lambda t: (t.price_per_hour, t.vcpus, t.ram_mib, t.name))
+    count = min(count, room.get(cheapest.name, count))
     limits = settings.spend_limits()
     if limits.any and fleet is not None:
         by_name = {t.name: t for t in types}
@@ -150,6 +161,7 @@ def plan_boots(
     placement: PlacementSettings | None = None,
     locality: LocalityIndex | None = None,
     fleet: LiveFleet | None = None,
+    of_type: Mapping[str, int] | None = None,
 ) -> BootPlan:
     """`waiting` are the queue-ordered jobs that found no room now; `booting` the nodes on their
     way with the room they will have. `cost` is the placer's cost gate when it applies to jobs
@@ -160,7 +172,9 @@ def plan_boots(
     platform, reservation) may run on (None: room alone); `locality` where the pass's work runs,
     for the strict locality hints of a gang that waits while nodes are idle (None: such a gang
     counts no idle node); `fleet` what the `live_instances` hold, which `max_vcpus` and
-    `max_cost_per_hour` limit (None: nothing, for a caller without those limits set)."""
+    `max_cost_per_hour` limit (None: nothing, for a caller without those limits set); `of_type`
+    the live instances of each type, which the types' own `max_instances` limit (None: no type
+    has one)."""
     idle = idle or []
     if not waiting:
         return BootPlan([], {})
@@ -189,6 +203,7 @@ def plan_boots(
             [t.name for t in types if unavailable.get(t.name, 0.0) > now] if unavailable else None,
             (settings.max_instances, settings.max_boots_per_pass, settings.max_vcpus, settings.max_cost_per_hour),
             fleet,
+            None if of_type is None else sorted(of_type.items()),
             None if cost is None else (cost.max_extension, tuple(cost.run_fractions), cost.boot_time),
             default_limit,
         )
@@ -212,6 +227,7 @@ def plan_boots(
             None if placement is None else _Constraints(types, placement, now),
             None if placement is None or not idle else _UpNodes(idle, memo.verdicts_of(placement), now, locality),
             fleet or LiveFleet(),
+            of_type,
         )
         last = memo.last = (inputs, made, until)
     return last[1]
@@ -261,6 +277,7 @@ def _plan_boots(
     constraints: _Constraints | None,
     up_nodes: _UpNodes | None,
     fleet: LiveFleet,
+    of_type: Mapping[str, int] | None,
 ) -> tuple[BootPlan, float]:
     """The plan, and the time until which it holds with the same inputs."""
     types_for = order.holding
@@ -289,6 +306,8 @@ def _plan_boots(
     fitting_of: dict[int, list[InstanceType]] = {}
     capped = (f"waiting for resources: max_instances ({settings.max_instances}) reached", False)
     paced = (f"waiting for resources: max_boots_per_pass ({settings.max_boots_per_pass}) reached", False)
+    # How many more instances each type with a cap of its own may have (less this pass's boots).
+    room = None if of_type is None else _type_room(types, of_type, [])
     # The reason of each (request, nodes, time limit) that found no bin and no new instance since
     # the last boot planned: a job asking the same finds none either, for bins only fill up, and
     # the budget, the boots and the gate stay as they were until the next boot.
@@ -351,15 +370,17 @@ def _plan_boots(
             fitting = kept_fitting
         else:
             fitting = holding
+        # The types a new instance may be of: those below their own max_instances.
+        bootable = fitting if room is None else [t for t in fitting if room.get(t.name, 1) > 0]
         refuses: Callable[[_Bin], bool] | None = None
         if (
             cost is not None
             and limit is not None
-            and fitting
+            and bootable
             and need <= budget
-            and not (spending and limits.refuses(fleet, fitting[0], need))
+            and not (spending and limits.refuses(fleet, bootable[0], need))
         ):
-            refuses = _gate(cost, limit, Bill.of(fitting[0]), verdicts)
+            refuses = _gate(cost, limit, Bill.of(bootable[0]), verdicts)
         promise = math.inf if limit is None else limit
         if need == 1:
             chosen = _take_bins(pending_for, request, need, promise, refuses)
@@ -403,18 +424,35 @@ def _plan_boots(
             reason = f"needs {need} nodes, max_instances is {settings.max_instances}"
             notes[job.id] = settled[key] = (reason, True)
             continue
+        if room is not None and need > 1:
+            most = sum(math.inf if t.max_instances is None else t.max_instances for t in holding)
+            if need > most:
+                # Never, under this config: the types that hold it cannot have that many at once.
+                caps = ", ".join(f"{t.name} {t.max_instances}" for t in holding)
+                reason = f"needs {need} nodes, the instance types that fit have max_instances {caps}"
+                notes[job.id] = settled[key] = (reason, True)
+                continue
         if missing > budget:
             notes[job.id] = settled[key] = capped
             continue
+        # The instances to boot, of which types: the cheapest below its own cap first, and for a
+        # gang that one's room, then the next cheapest's.
+        picks = [(bootable[0], missing)] if room is None else _share_out(bootable, missing, room)
+        if picks is None:
+            notes[job.id] = settled[key] = (f"waiting for resources: {_at_caps(fitting, room or {})}", False)
+            continue
         if spending:
-            never = limits.never(fitting[0], need)
+            never = limits.never(picks[0][0], need)
             if never is not None:
                 # Never, under this config (as a gang larger than max_instances): unplaceable.
-                what = f"a {fitting[0].name}" if need == 1 else f"{need} × {fitting[0].name}"
+                what = f"a {picks[0][0].name}" if need == 1 else f"{need} × {picks[0][0].name}"
                 reason = f"{what} would pass {never} on {'its' if need == 1 else 'their'} own"
                 notes[job.id] = settled[key] = (reason, True)
                 continue
-            past = limits.refuses(fleet, fitting[0], missing)
+            before_last = fleet
+            for itype, count in picks[:-1]:
+                before_last = before_last.plus(itype, count)
+            past = limits.refuses(before_last, *picks[-1])
             if past is not None:
                 notes[job.id] = settled[key] = (f"waiting for resources: {past} reached", False)
                 continue
@@ -424,33 +462,80 @@ def _plan_boots(
             notes[job.id] = settled[key] = paced
             continue
         settled.clear()
-        cheapest = fitting[0]
         _take(on_the_way, request, promise)
         held.update(b.label for b in on_the_way if b.up)
-        for _ in range(now_booted):
-            boots.append(Boot(cheapest.name, f"job {job.id} needs {request.describe()}"))
-            planned.append(
-                _Bin(
-                    f"new {cheapest.name}",
-                    cheapest.capacity - request,
-                    cheapest.price_per_hour,
-                    promise,
-                    instance_type=cheapest.name,
-                    paid_for=paid_after_boot(cheapest.billing_granularity, cheapest.billing_minimum, boot_time),
+        new_labels: list[str] = []
+        left = now_booted
+        for itype, count in picks:
+            count = min(count, left)
+            left -= count
+            for _ in range(count):
+                boots.append(Boot(itype.name, f"job {job.id} needs {request.describe()}"))
+                planned.append(
+                    _Bin(
+                        f"new {itype.name}",
+                        itype.capacity - request,
+                        itype.price_per_hour,
+                        promise,
+                        instance_type=itype.name,
+                        paid_for=paid_after_boot(itype.billing_granularity, itype.billing_minimum, boot_time),
+                    )
                 )
-            )
+                new_labels.append(f"new {itype.name}")
+            if room is not None and itype.name in room:
+                room[itype.name] -= count
+            if spending:
+                fleet = fleet.plus(itype, count)
         budget -= now_booted
-        if spending:
-            fleet = LiveFleet(
-                fleet.vcpus + now_booted * cheapest.vcpus, fleet.cost_per_hour + now_booted * cheapest.price_per_hour
-            )
         if need == 1:
-            notes[job.id] = (f"waiting for an instance to boot ({cheapest.name})", False)
+            notes[job.id] = (f"waiting for an instance to boot ({picks[0][0].name})", False)
         else:
-            labels = [b.label for b in on_the_way] + [f"new {cheapest.name}"] * now_booted
+            labels = [b.label for b in on_the_way] + new_labels
             later = "" if now_booted == missing else f"; {missing - now_booted} more to boot in later passes"
             notes[job.id] = (f"waiting for instances to boot ({', '.join(labels)}){later}", False)
     return BootPlan(boots, notes, frozenset(held)), math.inf if up_nodes is None else up_nodes.until
+
+
+def _type_room(types: list[InstanceType], of_type: Mapping[str, int], planned: list[Boot]) -> dict[str, int]:
+    """How many more instances each type with a max_instances of its own may have: its cap, less
+    its live instances and the boots already `planned`."""
+    room = {t.name: t.max_instances - of_type.get(t.name, 0) for t in types if t.max_instances is not None}
+    for boot in planned:
+        if boot.instance_type in room:
+            room[boot.instance_type] -= 1
+    return room
+
+
+def _share_out(
+    bootable: list[InstanceType], missing: int, room: Mapping[str, int]
+) -> list[tuple[InstanceType, int]] | None:
+    """`missing` new instances over the types (cheapest first), each within its room; None if
+    their room together is less."""
+    picks: list[tuple[InstanceType, int]] = []
+    left = missing
+    for itype in bootable:
+        count = min(left, room.get(itype.name, left))
+        if count > 0:
+            picks.append((itype, count))
+            left -= count
+            if left == 0:
+                return picks
+    return None
+
+
+def _at_caps(fitting: list[InstanceType], room: Mapping[str, int]) -> str:
+    """Which of the types that fit a job are at their own max_instances (or have too little room
+    left under it for a gang), for its wait reason."""
+    said = []
+    for itype in fitting:
+        left = room.get(itype.name)
+        if left is None:
+            continue
+        if left <= 0:
+            said.append(f"{itype.name} is at its max_instances ({itype.max_instances})")
+        else:
+            said.append(f"{itype.name} has room for {left} more under its max_instances ({itype.max_instances})")
+    return "; ".join(said)
 
 
 def _pins_nodes(job: Job) -> bool:

@@ -413,6 +413,17 @@ def plan_pass(
         if settings.boot.spend_limits().any
         else None
     )
+    # The live instances of each type with a cap of its own (instance_types' max_instances), counted
+    # as `live` is (only when one is set: it walks every node).
+    of_type = (
+        Counter(
+            n.instance_type
+            for n in nodes.values()
+            if n.state is not NodeState.GONE and n.id not in down_now and n.id not in retiring_ids
+        )
+        if any(t.max_instances is not None for t in snapshot.instance_types)
+        else None
+    )
     plan = plan_boots(
         for_boot,
         booting,
@@ -428,6 +439,7 @@ def plan_pass(
         settings.placement,
         locality,
         fleet,
+        of_type,
     )
     decisions.boots.extend(plan.boots)
     # 6b. The fleet's floor (lifecycle.min_instances): booted up to it, not only kept from draining.
@@ -441,6 +453,7 @@ def plan_pass(
             settings.boot,
             fleet,
             plan.boots,
+            of_type,
         )
     )
     notes = plan.notes

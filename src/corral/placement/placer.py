@@ -6,7 +6,7 @@ fit now gets a new instance from the boot planner, so holding running nodes back
 idle them; a reservation is made only when no instance can be booted for the job: no instance
 types, `max_instances` reached, its instances past `max_vcpus` or `max_cost_per_hour`
 (`corral.core.limits`), or every type that could hold it (by the same filters) in capacity
-back-off. `bounded` and `elastic` force one or the other.
+back-off or at its own `max_instances`. `bounded` and `elastic` force one or the other.
 
 Build a placer once per configuration with `make_placer`. Between passes it keeps what the nodes
 say about themselves (`FleetFacts`), which instance types can take which request (`TypeFits`),
@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections import Counter
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -77,6 +78,12 @@ class Capacity:
         self._snapshot, self._now = snapshot, now
         self._fleet: LiveFleet | None = None
         self._past_limits: dict[tuple[float, int, int, int, int], bool] = {}
+        # Instance types' own max_instances (corral.core.planner): a job that only types at their
+        # caps hold is bounded, as one past max_instances. (None: no type has a cap.)
+        self._type_room: dict[str, int] | None = None
+        if any(t.max_instances is not None for t in snapshot.instance_types):
+            self._type_room = type_room(snapshot)
+        self._past_caps: dict[tuple[object, int], bool] = {}
         self.has_types = bool(snapshot.instance_types)
         self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now)
         # Every demand is bounded (a fixed fleet: nothing can be booted): no need to ask per job.
@@ -94,7 +101,25 @@ class Capacity:
             return True
         if self.limits is not None and self._past_spend_limits(demand):
             return True
+        if self._type_room is not None and self._past_type_caps(demand):
+            return True
         return not self.fits.any_fits(demand) or self._pinned_to_running(demand)
+
+    def _past_type_caps(self, demand: Demand) -> bool:
+        """Whether the types that could hold the demand (by the filters, not backed off) have room
+        under their own max_instances for fewer instances than it needs."""
+        key = (demand.key[:4], demand.node_count)
+        past = self._past_caps.get(key)
+        if past is None:
+            assert self._type_room is not None
+            accepted, unavailable = self.fits.accepting(demand), self.fits.unavailable
+            room = sum(
+                self._type_room.get(t.name, math.inf)
+                for t in self.fits.types
+                if t.name in accepted and t.name not in unavailable
+            )
+            past = self._past_caps[key] = room < demand.node_count
+        return past
 
     def _past_spend_limits(self, demand: Demand) -> bool:
         """Whether the instances the boot planner would boot for the demand (its cheapest type that
@@ -160,9 +185,16 @@ class TypeFits:
         return self._offers
 
     def any_fits(self, demand: Demand) -> bool:
+        return self._ranked().any_fits(demand)  # the ranker remembers each request's answer
+
+    def accepting(self, demand: Demand) -> frozenset[str]:
+        """The types whose new node the filters let the demand run on, back-offs aside."""
+        return self._ranked().accepting(demand)
+
+    def _ranked(self) -> TypeRanker:
         if self._ranker is None:
             self._ranker = TypeRanker(self.types, self._settings, now=self._now, unavailable=self.unavailable)
-        return self._ranker.any_fits(demand)  # the ranker remembers each request's answer
+        return self._ranker
 
 
 def live_count(snapshot: Snapshot) -> int:
@@ -172,6 +204,15 @@ def live_count(snapshot: Snapshot) -> int:
         return len(snapshot.index.nodes) - len(by_state[NodeState.SHUTTING_DOWN]) - len(by_state[NodeState.GONE])
     states = [n.state for n in snapshot.nodes]
     return len(states) - states.count(NodeState.SHUTTING_DOWN) - states.count(NodeState.GONE)
+
+
+def type_room(snapshot: Snapshot) -> dict[str, int]:
+    """How many more instances each type with a max_instances of its own may have: its cap less its
+    nodes not gone (a node shutting down still bills, and counts, as in the boot planner)."""
+    live = Counter(n.instance_type for n in snapshot.nodes if n.state is not NodeState.GONE)
+    return {
+        t.name: max(0, t.max_instances - live[t.name]) for t in snapshot.instance_types if t.max_instances is not None
+    }
 
 
 def make_placer(

@@ -576,6 +576,11 @@ def status(runtime: UserRuntime) -> StatusOut:
         max_instances=boot.max_instances,
         max_vcpus=boot.max_vcpus,
         max_cost_per_hour=boot.max_cost_per_hour,
+        type_max_instances={
+            t.name: t.max_instances
+            for t in runtime.config.instance_types
+            if t.max_instances is not None and runtime.config.executor == "agent"
+        },
         backoffs=[BackoffOut(**row) for row in store.backoffs_in_force(now)],
         boots_paused_until=paused[0] if paused else None,
         boots_paused_reason=paused[1] if paused else "",

@@ -611,6 +611,8 @@ class StatusOut(BaseModel):
     max_instances: int = 0
     max_vcpus: float | None = None
     max_cost_per_hour: float | None = None
+    # The instance types' own max_instances (instance_types), by type: those that have one.
+    type_max_instances: dict[str, int] = {}
     backoffs: list[BackoffOut]  # instance types not tried for now
     # This dispatcher boots no type until then: its last boots failed for no one type's fault (an
     # instance profile, a security group, credentials), the last for `boots_paused_reason`.
