@@ -6,10 +6,15 @@ loop's `decide`."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from corral.core.model import NodeState
 from corral.core.snapshot import Decisions, Snapshot
 from corral.workload.model import SimJob
 from tests.sim.helpers import config, decides_as_live, job, simulate, skips_as_it_ticks
+from tests.sim.test_random_worlds import random_world
 
 GPU = {"name": "g5.xlarge", "vcpus": 4, "ram": "16GiB", "gpus": 1, "price_per_hour": 1.0, "billing_minimum": 0}
 CPU = {"name": "c5.xlarge", "vcpus": 4, "ram": "8GiB", "price_per_hour": 0.2, "billing_minimum": 0}
@@ -48,3 +53,25 @@ def test_a_capped_world_replays_the_same_three_ways() -> None:
     cfg = config(instance_types=[{**GPU, "max_instances": 2}, CPU], policy={"lifecycle": {"idle_grace": 60}})
     skips_as_it_ticks(gpu_work(), cfg)
     decides_as_live(gpu_work(), cfg)
+
+
+@pytest.mark.parametrize("seed", [3, 8, 21])  # worlds in which a cap binds; quick
+def test_random_worlds_with_capped_types_replay_the_same_three_ways(seed: int) -> None:
+    """Random elastic worlds (gangs, failures, outages, back-offs) with caps on some of their
+    types: the kept plan, the placer's bounded jobs and the quiet ticks skipped decide as afresh."""
+    jobs, cfg = random_world(seed)
+    r = random.Random(seed * 31 + 7)
+    for itype in cfg.instance_types:
+        itype.max_instances = r.choice([None, 1, 2, 3])
+    if all(itype.max_instances is None for itype in cfg.instance_types):
+        cfg.instance_types[0].max_instances = 1
+    cfg.sim.horizon = 20000.0
+    capped: list[str] = []
+
+    def watch(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
+        capped.extend(a.wait_reason for a in decisions.annotations if "at its max_instances" in a.wait_reason)
+
+    skips_as_it_ticks(jobs, cfg, watch)
+    decides_as_live(jobs, cfg)
+    if cfg.sim.fleet.mode == "elastic":
+        assert capped, "a cap binds in this world"
