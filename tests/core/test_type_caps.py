@@ -123,3 +123,19 @@ def test_at_its_cap_a_waiting_job_holds_a_reservation_on_the_running_node_of_the
     assert reasons(at_cap)[2] == "waiting for resources: g5.xlarge is at its max_instances (1)"
     free = plan_pass(dataclasses.replace(snapshot, instance_types=[CPU, GPU]), NOW, PolicySettings())
     assert [b.instance_type for b in free.boots] == ["g5.xlarge"] and "reservation" not in free.explanations[2]
+
+
+def test_past_the_cap_the_spend_limits_are_those_of_the_next_cheapest_type() -> None:
+    """The cheapest GPU type is at its cap; the next would pass max_cost_per_hour: the job waits for
+    the spend limit and holds a reservation on the running node, as the planner says."""
+    capped = dataclasses.replace(GPU, max_instances=1)
+    busy = node("n1", capped, NodeState.BUSY)
+    running = Job(1, ["x"], Resources(4, GiB, gpus=1), state=JobState.RUNNING, claimed_by="local", time_limit=600)
+    attempt = Attempt(7, 1, ["n1"], running.resources, AttemptState.RUNNING, assigned_at=NOW - 60, started_at=NOW - 60)
+    waiting = Job(2, ["x"], Resources(2, GiB, gpus=1), submitted_at=2)
+    policy = PolicySettings()
+    policy.boot.max_cost_per_hour = 2.0  # the g5.xlarge up ($1.00/h) and a g5.2xlarge ($1.20/h) pass it
+    decisions = plan_pass(Snapshot([running, waiting], [attempt], [busy], [capped, BIG_GPU]), NOW, policy)
+    assert decisions.boots == []
+    assert reasons(decisions)[2] == "waiting for resources: max_cost_per_hour ($2.00/h) reached"
+    assert decisions.explanations[2]["reservation"]["nodes"] == ["n1"]

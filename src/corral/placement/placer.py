@@ -133,10 +133,13 @@ class Capacity:
             if self._fleet is None:
                 gone = (NodeState.SHUTTING_DOWN, NodeState.GONE)
                 self._fleet = LiveFleet.of(n for n in snapshot.nodes if n.state not in gone)
+            room = self._type_room or {}
             holding = [
                 t
                 for t in snapshot.instance_types
-                if request.fits_in(t.capacity) and snapshot.unavailable_types.get(t.name, 0.0) <= now
+                if request.fits_in(t.capacity)
+                and snapshot.unavailable_types.get(t.name, 0.0) <= now
+                and room.get(t.name, 1) > 0  # (the planner boots no type at its own cap)
             ]
             cheapest = min(holding, key=lambda t: t.price_per_hour, default=None)
             past = cheapest is not None and self.limits.refuses(self._fleet, cheapest, demand.node_count) is not None
