@@ -7,11 +7,15 @@ loop's `decide`."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from corral.core.model import NodeState
 from corral.core.snapshot import Decisions, Snapshot
+from corral.sim.engine import Simulation
+from corral.sim.run import WorkloadOptions, load_runs, read_for
+from corral.sim.run import simulate as simulate_workload
 from corral.workload.model import SimJob
 from tests.sim.helpers import config, decides_as_live, job, simulate, skips_as_it_ticks
 from tests.sim.test_random_worlds import random_world
@@ -75,3 +79,25 @@ def test_random_worlds_with_capped_types_replay_the_same_three_ways(seed: int) -
     decides_as_live(jobs, cfg)
     if cfg.sim.fleet.mode == "elastic":
         assert capped, "a cap binds in this world"
+
+
+def test_the_shipped_half_the_gpus_example_caps_the_gpu_type_and_its_jobs_wait_longer() -> None:
+    """examples/simulate/gpu-mix/half-gpus.toml: the default config with the g5.xlarge capped at 16,
+    half the uncapped run's peak. Every job still runs; the fleet never holds more than 16 of the
+    type; the bursts' GPU jobs wait longer (p95 several times the uncapped run's), for a smaller bill."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "simulate" / "gpu-mix"
+    runs = load_runs([example / "default.toml", example / "half-gpus.toml"])
+    workload = example / "workload.jsonl"
+    jobs = read_for(workload, runs[1].config, WorkloadOptions()).jobs
+    most: list[int] = []
+
+    def watch(snapshot: Snapshot, now: float, decisions: Decisions) -> None:
+        live = sum(1 for n in snapshot.nodes if n.instance_type == "g5.xlarge" and n.state is not NodeState.GONE)
+        most.append(live + sum(1 for b in decisions.boots if b.instance_type == "g5.xlarge"))
+
+    Simulation(jobs, runs[1].config, on_pass=watch).run()
+    assert max(most) == 16
+    full, half = simulate_workload(workload, runs).results
+    assert full.completed == half.completed == 720
+    assert half.wait_p95 > 3 * full.wait_p95
+    assert half.cost < full.cost
