@@ -139,3 +139,27 @@ def test_past_the_cap_the_spend_limits_are_those_of_the_next_cheapest_type() -> 
     assert decisions.boots == []
     assert reasons(decisions)[2] == "waiting for resources: max_cost_per_hour ($2.00/h) reached"
     assert decisions.explanations[2]["reservation"]["nodes"] == ["n1"]
+
+
+def test_a_type_at_its_cap_is_no_new_instance_to_the_cost_gate() -> None:
+    """The cost gate keeps a job off a running node only where a new instance costs less. With the
+    cheapest type that holds the job at its cap, the new instance the planner would boot is the next
+    one: a $5/h type, dearer than keeping a $3.06/h node whose work ends in ten minutes up for the
+    job. Before, the gate priced the capped $0.085/h type, kept the job off the node, and the planner
+    booted the $5/h instance for it."""
+    small = InstanceType("c5.large", 2, 4 * GiB, 0.085, max_instances=1)
+    pricey = InstanceType("x.large", 2, 4 * GiB, 5.0)
+    big = InstanceType("c5.18xlarge", 72, 144 * GiB, 3.06)
+    soon, full = node("n-soon", big, NodeState.BUSY), node("n-full", small, NodeState.BUSY)
+    ending = Job(101, ["x"], Resources(40, 40 * GiB), state=JobState.RUNNING, claimed_by="local", time_limit=600)
+    filling = Job(102, ["x"], Resources(2, 4 * GiB), state=JobState.RUNNING, claimed_by="local", time_limit=36000)
+    began = NOW - 100
+    attempts = [
+        Attempt(1, 101, ["n-soon"], ending.resources, AttemptState.RUNNING, assigned_at=began, started_at=began),
+        Attempt(2, 102, ["n-full"], filling.resources, AttemptState.RUNNING, assigned_at=began, started_at=began),
+    ]
+    queued = Job(1, ["x"], Resources(1, GiB), submitted_at=1, time_limit=36000)
+    snapshot = Snapshot([ending, filling, queued], attempts, [soon, full], [small, pricey, big])
+    decisions = plan_pass(snapshot, NOW, PolicySettings())
+    assert [(p.job_id, p.node_ids) for p in decisions.placements] == [(1, ("n-soon",))]
+    assert decisions.boots == []

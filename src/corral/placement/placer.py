@@ -78,14 +78,17 @@ class Capacity:
         self._snapshot, self._now = snapshot, now
         self._fleet: LiveFleet | None = None
         self._past_limits: dict[tuple[float, int, int, int, int], bool] = {}
+        self.has_types = bool(snapshot.instance_types)
         # Instance types' own max_instances (corral.core.planner): a job that only types at their
-        # caps hold is bounded, as one past max_instances. (None: no type has a cap.)
+        # caps hold is bounded, as one past max_instances; and a type at its cap is no offer of a
+        # new instance (to the cost gate, as a type in back-off). (None: no type has a cap.)
         self._type_room: dict[str, int] | None = None
+        at_cap: frozenset[str] = frozenset()
         if any(t.max_instances is not None for t in snapshot.instance_types):
             self._type_room = type_room(snapshot)
+            at_cap = frozenset(name for name, room in self._type_room.items() if room <= 0)
         self._past_caps: dict[tuple[object, int], bool] = {}
-        self.has_types = bool(snapshot.instance_types)
-        self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now)
+        self.fits = (memo or FactsMemo(settings)).type_fits(snapshot, now, at_cap)
         # Every demand is bounded (a fixed fleet: nothing can be booted): no need to ask per job.
         self.all_bounded = self.mode == "bounded" or (
             self.mode == "auto"
@@ -160,12 +163,14 @@ class Capacity:
 
 class TypeFits:
     """Whether some instance type could hold a demand now (`TypeRanker.any_fits`); the ranker is
-    built lazily, and kept by a FactsMemo while the types, the back-offs in force and the
-    types' own reservations are unchanged."""
+    built lazily, and kept by a FactsMemo while the types, the back-offs in force, the types at
+    their own max_instances and the types' own reservations are unchanged."""
 
-    def __init__(self, snapshot: Snapshot, settings: PlacementSettings, now: float) -> None:
+    def __init__(
+        self, snapshot: Snapshot, settings: PlacementSettings, now: float, at_cap: frozenset[str] = frozenset()
+    ) -> None:
         self.types = list(snapshot.instance_types)
-        self.unavailable = {name: until for name, until in snapshot.unavailable_types.items() if until > now}
+        self.unavailable = _not_bootable(snapshot, now, at_cap)
         self._settings = settings
         self._now = now
         self._ranker: TypeRanker | None = None
@@ -175,11 +180,10 @@ class TypeFits:
         ends = [attr.number(a, attr.RESERVATION_UNTIL) for a in reserved]
         self._expires = min((end for end in ends if end > now), default=math.inf)
 
-    def holds(self, snapshot: Snapshot, now: float) -> bool:
+    def holds(self, snapshot: Snapshot, now: float, at_cap: frozenset[str] = frozenset()) -> bool:
         if now >= self._expires:
             return False
-        in_force = {name: until for name, until in snapshot.unavailable_types.items() if until > now}
-        return in_force == self.unavailable and snapshot.instance_types == self.types
+        return _not_bootable(snapshot, now, at_cap) == self.unavailable and snapshot.instance_types == self.types
 
     def offers(self) -> Offers:
         """The cost gate's offers (`lifetime.offers`): the same while this is kept."""
@@ -207,6 +211,15 @@ def live_count(snapshot: Snapshot) -> int:
         return len(snapshot.index.nodes) - len(by_state[NodeState.SHUTTING_DOWN]) - len(by_state[NodeState.GONE])
     states = [n.state for n in snapshot.nodes]
     return len(states) - states.count(NodeState.SHUTTING_DOWN) - states.count(NodeState.GONE)
+
+
+def _not_bootable(snapshot: Snapshot, now: float, at_cap: frozenset[str]) -> dict[str, float]:
+    """The types no new instance of which the boot planner would boot now, and until when: those in
+    capacity back-off, and those at their own max_instances (until one of their instances goes)."""
+    found = {name: until for name, until in snapshot.unavailable_types.items() if until > now}
+    for name in at_cap:
+        found[name] = math.inf
+    return found
 
 
 def type_room(snapshot: Snapshot) -> dict[str, int]:
@@ -337,9 +350,9 @@ class FactsMemo:
         assert self.facts is not None
         return self.facts
 
-    def type_fits(self, snapshot: Snapshot, now: float) -> TypeFits:
-        if self.fits is None or not self.fits.holds(snapshot, now):
-            self.fits = TypeFits(snapshot, self.settings, now)
+    def type_fits(self, snapshot: Snapshot, now: float, at_cap: frozenset[str] = frozenset()) -> TypeFits:
+        if self.fits is None or not self.fits.holds(snapshot, now, at_cap):
+            self.fits = TypeFits(snapshot, self.settings, now, at_cap)
         return self.fits
 
 
