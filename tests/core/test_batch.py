@@ -319,7 +319,7 @@ def test_a_job_slurm_forgot_ended_as_its_exit_status_file_says() -> None:
 @pytest.mark.parametrize(
     ("state", "status"),
     [
-        ("", None),  # killed with its batch script (time limit, scancel, a lost node): no file
+        ("", None),  # killed with its batch script (a lost node, a command that outlived KillWait): no file
         ("", batch.ExitStatus(0, "76")),  # another Slurm job's file (not this one's): not read
         ("RUNNING", batch.ExitStatus(0, "77")),  # Slurm still lists it: Slurm's word counts
     ],
@@ -334,6 +334,53 @@ def test_an_exit_status_file_counts_only_for_its_own_slurm_job_once_slurm_forgot
         (outcome,) = decisions.job_outcomes
         assert outcome.state is JobState.QUEUED and outcome.temp_failure
         assert "and left no exit status file" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("killed_as", "ran", "time_limit", "state"),
+    [
+        ("TIMEOUT", 30.0, 60.0, "TIMEOUT"),  # slurmstepd's word counts (a limit changed since, say)
+        ("PREEMPTED", 500.0, 60.0, "PREEMPTED"),
+        ("CANCELLED", 500.0, 60.0, "CANCELLED"),
+        ("", 118.0, 61.0, "TIMEOUT"),  # no word: ran Slurm's limit (61 s is 2 min), less the script's start
+        ("", 100.0, 61.0, "CANCELLED"),  # before its limit: a scancel
+        ("", 5000.0, None, "CANCELLED"),  # no limit: a scancel
+    ],
+)
+def test_a_job_slurm_killed_and_forgot_is_read_as_the_state_slurm_killed_it_in(
+    killed_as: str, ran: float, time_limit: float | None, state: str
+) -> None:
+    status = batch.ExitStatus(143, "77", 100.0, 100.0 + ran, signal="TERM", killed_as=killed_as)
+    assert status.slurm_state(time_limit) == state
+    assert dataclasses.replace(status, signal="").slurm_state(time_limit) == ""  # ended by itself
+
+
+def test_a_job_slurm_killed_and_forgot_ends_as_slurms_state_would_have_had_it() -> None:
+    """A status file that says Slurm signalled the script: TIMEOUT fails (never retried), a
+    scancel outside corral cancels, a preemption requeues without a failure; none is lost."""
+    timed, timed_attempt = claimed(1, 10, running=True, started_at=100.0, time_limit=60.0)
+    cancelled, cancelled_attempt = claimed(2, 11, running=True, started_at=100.0, time_limit=600.0)
+    preempted, preempted_attempt = claimed(3, 12, running=True, started_at=100.0)
+    seen = {
+        10: Seen(10, "77", "", status=batch.ExitStatus(143, "77", 100.0, 161.0, signal="TERM")),
+        11: Seen(11, "78", "", status=batch.ExitStatus(143, "78", 100.0, 130.0, signal="TERM")),
+        12: Seen(12, "79", "", status=batch.ExitStatus(143, "79", 100.0, 140.0, "TERM", "PREEMPTED")),
+    }
+    attempts = (timed_attempt, cancelled_attempt, preempted_attempt)
+    decisions = plan(world(timed, cancelled, preempted, attempts=attempts), seen)
+    (ended,) = decisions.exits
+    assert (ended.attempt_id, ended.at, ended.timeout) == (10, 161.0, True)
+    outcome = batch.exit_outcome(timed, ended.exit_code, 10, ended.detail, ended.timeout)
+    assert outcome.state is JobState.FAILED and outcome.timeout
+    assert outcome.reason.startswith("TIMEOUT: ran past its time limit of 1m (slurm job 77 TIMEOUT: Slurm no longer")
+    assert "killed it (SIGTERM) once it had run its time limit" in outcome.reason
+    by_job = {o.job_id: o for o in decisions.job_outcomes}
+    assert by_job[2].state is JobState.CANCELLED
+    assert by_job[2].reason.startswith("slurm job 78 was cancelled outside corral (Slurm no longer lists it")
+    assert by_job[2].reason.endswith("its status file says Slurm killed it (SIGTERM) before its time limit)")
+    assert by_job[3].state is JobState.QUEUED and by_job[3].preempted and not by_job[3].temp_failure
+    assert "and its output says why" in by_job[3].reason
+    assert decisions.outcome_times == {2: 130.0, 3: 140.0}  # when the script was killed
 
 
 @pytest.mark.parametrize("state", ["NODE_FAIL", "BOOT_FAIL"])

@@ -343,7 +343,8 @@ def test_a_slurm_job_that_ended_while_corral_was_away_past_min_job_age_is_record
     """Slurm forgets an ended job MinJobAge (300 s by default) after its end, and with accounting
     off nothing knows of it then. A corral stopped for longer found its jobs in neither squeue nor
     scontrol, took them for lost and requeued them: a job that had completed ran a second time.
-    Its batch script's exit status file now says how it ended; a job Slurm killed leaves none."""
+    Its batch script's exit status file now says how it ended; one scancelled outside corral says
+    that Slurm killed it, and it ends cancelled, as corral would have seen it."""
     runs = tmp_path / "runs"
     done = corral.submit("sh", "-c", f"sleep 3; echo run >> {runs}; echo once", ram=128)
     failed = corral.submit("sh", "-c", "sleep 3; exit 3", ram=128)
@@ -380,14 +381,56 @@ def test_a_slurm_job_that_ended_while_corral_was_away_past_min_job_age_is_record
     assert any("exit status read from its status file" in e for e in corral.events(failed))
     for job_id in (done, failed, unrecorded):
         assert [a["state"] for a in corral.attempts(job_id)] == ["exited"]
-    # Killed by Slurm: no exit status, so it is lost as before (a temporary failure), and said so.
-    assert corral.job(killed)["state"] == "queued" and corral.job(killed)["temp_failures"] == 1
-    (requeued,) = [e for e in corral.events(killed) if e.startswith("job.requeued:")]
-    assert f"slurm job {refs[killed]} vanished from squeue (Slurm no longer lists it" in requeued
-    assert "and left no exit status file" in requeued
+    # scancelled outside corral: cancelled, as a pass that saw Slurm's CANCELLED would have had it.
+    assert corral.job(killed)["state"] == "cancelled" and len(corral.attempts(killed)) == 1
+    (cancelled,) = [e for e in corral.events(killed) if e.startswith("job.cancelled:")]
+    assert f"slurm job {refs[killed]} was cancelled outside corral (Slurm no longer lists it" in cancelled
+    assert "its status file says Slurm killed it (SIGTERM), and its output says why" in cancelled
     # The status files are gone once corral has recorded the ends; the outputs stay.
     left = sorted(p.name for p in (corral.home / "logs").rglob("*") if p.is_file())
     assert not [name for name in left if not name.endswith(".log")], left
+
+
+def test_a_slurm_job_that_slurm_killed_and_forgot_while_corral_was_away_ends_as_slurm_ended_it(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    """A job that ran into its time limit, and one preempted, while corral was stopped for longer
+    than MinJobAge: their batch scripts died with their commands and left no status file, so
+    corral requeued both as lost, and the timed-out job ran again instead of ending TIMEOUT. The
+    script now traps Slurm's SIGTERM and records it, and slurmstepd's line in the output says why:
+    the first fails TIMEOUT (never retried), the second is requeued as a preemption (no failure)."""
+    timed_out = corral.submit("sleep", "300", ram=128, time_limit=60)
+    preempted = corral.submit("sleep", "300", vcpus=2, ram=128)
+    corral.until(lambda: all(corral.job(j)["state"] == "running" for j in (timed_out, preempted)), 30, "both to run")
+    refs = {j: corral.attempts(j)[0]["executor_ref"] for j in (timed_out, preempted)}
+    (node,) = [
+        w.removeprefix("NodeList=") for w in slurm.show_job(refs[preempted]).split() if w.startswith("NodeList=")
+    ]
+    # corral stops (no pass runs) while Slurm ends both and forgets them.
+    with slurm.forgetting_ended_jobs():
+        slurm.run(
+            "sbatch",
+            f"--partition={PREEMPTOR}",
+            f"--nodelist={node}",
+            "--cpus-per-task=2",
+            "--mem=128M",
+            "--output=/dev/null",
+            "--wrap=sleep 1",
+        )
+        wait_until(lambda: not any(slurm.listed(ref) for ref in refs.values()), 180, "Slurm to end and forget both")
+    corral.restart()
+    corral.loop.run_pass()
+
+    row = corral.job(timed_out)
+    assert row["state"] == "failed" and len(corral.attempts(timed_out)) == 1, corral.events(timed_out)
+    (ended,) = [e for e in corral.events(timed_out) if e.startswith("job.timeout:")]
+    assert ended.startswith("job.timeout: TIMEOUT: ran past its time limit of 1m")
+    assert f"slurm job {refs[timed_out]} TIMEOUT: Slurm no longer lists it" in ended
+    assert [a["state"] for a in corral.attempts(timed_out)] == ["timeout"]
+    first = corral.attempts(preempted)[0]
+    assert first["state"] == "preempted" and corral.job(preempted)["temp_failures"] == 0
+    assert first["reason"].startswith(f"slurm job {refs[preempted]} PREEMPTED (Slurm no longer lists it")
+    assert first["reason"].endswith("requeued (a preemption is not a failure)")
 
 
 def test_a_silent_dispatchers_slurm_jobs_are_adopted_by_its_peer_not_run_again(

@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 import pytest
 
 from corral.core.batch import ExitStatus
-from corral.executor.slurm import SlurmJob, job_name, parse_exit_status, parse_show_job, parse_squeue, parse_time
+from corral.executor.slurm import (
+    SlurmJob,
+    job_name,
+    killed_state,
+    parse_exit_status,
+    parse_show_job,
+    parse_squeue,
+    parse_time,
+)
 
 COMMENT = "corral cluster=c job=4 attempt=9 dispatcher=d-1"
 
@@ -81,6 +89,8 @@ def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
     [
         ("exit=3 slurm_job=17 started=1764125430 ended=1764125432\n", ExitStatus(3, "17", 1764125430, 1764125432)),
         ("exit=0 slurm_job=17 started= ended=\n", ExitStatus(0, "17")),  # a node whose date has no %s
+        ("exit=143 slurm_job=17 started=1 ended=2 signal=TERM\n", ExitStatus(143, "17", 1, 2, signal="TERM")),
+        ("exit=0 slurm_job=17 started=1 ended=2 signal=\n", ExitStatus(0, "17", 1, 2)),
         ("", None),
         ("exit=x slurm_job=17 started= ended=", None),
         ("3\n", None),
@@ -88,3 +98,24 @@ def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
 )
 def test_the_batch_scripts_exit_status_file_reads_or_is_no_status(text: str, status: ExitStatus | None) -> None:
     assert parse_exit_status(text) == status
+
+
+@pytest.mark.parametrize(
+    ("tail", "state"),
+    [
+        # slurmstepd's own lines, as Slurm 22.05 wrote them to a job's output here
+        (
+            "x\nslurmstepd-c1: error: *** JOB 17 ON c1 CANCELLED AT 2026-11-26T21:56:05 DUE TO TIME LIMIT ***\n",
+            "TIMEOUT",
+        ),
+        (
+            "slurmstepd-c2: error: *** JOB 17 ON c2 CANCELLED AT 2026-11-26T21:55:05 DUE TO PREEMPTION ***\n",
+            "PREEMPTED",
+        ),
+        ("slurmstepd-c1: error: *** JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 ***\nTerminated\n", "CANCELLED"),
+        ("slurmstepd-c1: error: *** JOB 16 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO TIME LIMIT ***\n", ""),
+        ("the command's own output\n", ""),
+    ],
+)
+def test_why_slurm_killed_a_job_is_read_from_slurmstepds_line_in_its_output(tail: str, state: str) -> None:
+    assert killed_state(tail, "17") == state

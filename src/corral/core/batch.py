@@ -21,8 +21,9 @@ those of the dispatchers that stopped heartbeating):
    failure, `retry.after_preemption`), lost otherwise (REVOKED, vanished from Slurm's listing:
    `retry.after_temp_failure`), or cancelled in Slurm by someone other than corral. A job Slurm
    no longer lists (it forgets an ended job `MinJobAge` after its end) whose batch script left its
-   exit status (`ExitStatus`, read by the shell from the file beside its output) ended with it;
-   with none, it is lost;
+   exit status (`ExitStatus`, read by the shell from the file beside its output) ended with it, or,
+   if Slurm killed it (SIGTERM), as the Slurm state that killed it would have had it
+   (`ExitStatus.slurm_state`: TIMEOUT, CANCELLED, PREEMPTED); with none, it is lost;
 4. an attempt claimed but never submitted (the dispatcher stopped between the claim and `sbatch`)
    is submitted;
 5. queued jobs whose dependency can never be satisfied are cancelled (`corral.core.dependency`,
@@ -95,6 +96,10 @@ SLURM_STATES: dict[str, Phase] = {
     "CANCELLED": Phase.CANCELLED,
 }
 TIMEOUT = "TIMEOUT"
+# How much later than Slurm's StartTime a batch script may record its own start (Slurm launches it
+# after the allocation; whole seconds): a script signalled this close to its time limit was killed
+# at it.
+SCRIPT_START_SLACK = 5.0
 # corral's exit code of a Slurm job that ended in a state other than COMPLETED with ExitCode=0:0
 # (or with none known): not 0, so that nothing reads it as a success (`corral submit --wait`).
 NOT_COMPLETED_EXIT = 1
@@ -201,12 +206,32 @@ class ExitStatus:
     """What corral's batch script recorded when the job's command ended: the file beside its
     output, written at its exit. Slurm's own word (squeue, scontrol) comes first; this is read
     only for a job Slurm no longer lists, which it forgets MinJobAge after its end. A job Slurm
-    killed (time limit, scancel, a failed node) leaves none: its script was killed too."""
+    killed by SIGTERM (time limit, scancel, preemption) records `signal`; one whose node failed,
+    or whose command outlived KillWait, leaves none."""
 
     exit_code: int
     slurm_job: str  # SLURM_JOB_ID of the script that wrote it
     started_at: float | None = None  # by the node's clock (None: not recorded)
     ended_at: float | None = None
+    signal: str = ""  # "TERM": Slurm signalled the script (it killed the job); "": the command ended by itself
+    # The Slurm state that killed it, as slurmstepd said in the job's output (TIMEOUT, PREEMPTED,
+    # NODE_FAIL, CANCELLED); "": not said (or not looked for).
+    killed_as: str = ""
+
+    def slurm_state(self, time_limit: float | None) -> str:
+        """The Slurm state a job that left this file ended in, as squeue would have said while it
+        listed the job: "" for a command that ended by itself (its exit code says how); for one
+        Slurm signalled, what slurmstepd said, else TIMEOUT if it ran its time limit as Slurm
+        enforces it (whole minutes) and CANCELLED if not: someone or something ended it, and
+        running it again is not corral's to decide."""
+        if not self.signal:
+            return ""
+        if self.killed_as:
+            return self.killed_as
+        ran = None if self.started_at is None or self.ended_at is None else self.ended_at - self.started_at
+        if time_limit is not None and ran is not None and ran >= slurm_limit(time_limit) - SCRIPT_START_SLACK:
+            return TIMEOUT
+        return "CANCELLED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +282,7 @@ class Exit:
     exit_code: int
     detail: str  # e.g. "slurm job 17 TIMEOUT"
     at: float  # when it ended (`end_time`)
+    timeout: bool = False  # Slurm ended it at its time limit (`exit_outcome`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,16 +343,22 @@ def end_time(observed: Seen, started: float, now: float) -> float:
     return min(now, max(observed.ended_at, started))
 
 
-def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "") -> JobOutcome:
+def slurm_limit(time_limit: float) -> float:
+    """The time limit Slurm enforces for a job that asked `time_limit`: whole minutes, rounded up."""
+    return math.ceil(time_limit / 60) * 60
+
+
+def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "", timeout: bool = False) -> JobOutcome:
     """What an exit means for the job: `retry.after_exit`, with Slurm's word on it where it says
-    more than the code (OUT_OF_MEMORY). A TIMEOUT (Slurm enforced the job's `--time`) is a timeout
-    as corral's own pass records one (`retry.after_timeout`: failed, never retried, event
-    job.timeout), whatever the exit code Slurm gives it (often 0)."""
-    if detail.endswith(f" {TIMEOUT}"):
+    more than the code (OUT_OF_MEMORY). A TIMEOUT (Slurm enforced the job's `--time`: `timeout`,
+    or a detail that ends with Slurm's state) is a timeout as corral's own pass records one
+    (`retry.after_timeout`: failed, never retried, event job.timeout), whatever the exit code
+    Slurm gives it (often 0)."""
+    if timeout or detail.endswith(f" {TIMEOUT}"):
         limit = job.time_limit
         if limit is not None and limit % 60:
             # Slurm keeps time limits in whole minutes: what it enforced is the asked one rounded up.
-            detail += f"; Slurm's limit is whole minutes: {retry.format_seconds(math.ceil(limit / 60) * 60)}"
+            detail += f"; Slurm's limit is whole minutes: {retry.format_seconds(slurm_limit(limit))}"
         outcome = retry.after_timeout(job, limit, (attempt_id,), detail)
         return dataclasses.replace(outcome, exit_code=exit_code)
     outcome = retry.after_exit(job, exit_code, (attempt_id,))
@@ -418,13 +450,28 @@ def plan_batch_pass(
             pending += 1
             continue
         recorded = observed.recorded_exit()
+        from_file = ""  # for a job Slurm forgot: what its status file says, for the reason
         if recorded is not None:
             # Slurm forgot the job (MinJobAge passed while corral was away) and its batch script
-            # recorded how it ended: it ran, and is not run again.
+            # recorded how it ended: it ran, and is not run again. One Slurm killed (SIGTERM)
+            # ends as Slurm's state would have had it, had corral seen it (TIMEOUT: failed;
+            # CANCELLED outside corral; PREEMPTED: requeued).
+            killed = recorded.slurm_state(job.time_limit)
             observed = dataclasses.replace(
-                observed, exit_code=recorded.exit_code, started_at=recorded.started_at, ended_at=recorded.ended_at
+                observed,
+                state=killed,
+                exit_code=recorded.exit_code,
+                started_at=recorded.started_at,
+                ended_at=recorded.ended_at,
             )
-            phase = Phase.EXITED
+            phase = phase_of(killed) if killed else Phase.EXITED
+            if not killed:
+                from_file = f"{FORGOTTEN}; exit status read from its status file"
+            elif recorded.killed_as:
+                from_file = f"{FORGOTTEN}; its status file says Slurm killed it (SIGTERM), and its output says why"
+            else:
+                when = "once it had run its time limit" if killed == TIMEOUT else "before its time limit"
+                from_file = f"{FORGOTTEN}; its status file says Slurm killed it (SIGTERM) {when}"
         else:
             phase = phase_of(observed.state)
         slurm_job = f"slurm job {observed.ref}"
@@ -456,7 +503,7 @@ def plan_batch_pass(
             detail = "" if state in ("COMPLETED", "FAILED") else f"{slurm_job} {state}"
             if recorded is not None:
                 code = recorded.exit_code
-                detail = f"{slurm_job}: {FORGOTTEN}; exit status read from its status file"
+                detail = f"{slurm_job} {state}: {from_file}" if state else f"{slurm_job}: {from_file}"
             elif code is None:  # ended without an exit code known: say what Slurm says
                 code = 0 if state == "COMPLETED" else NOT_COMPLETED_EXIT
             elif code == 0 and state not in ("COMPLETED", TIMEOUT):
@@ -466,7 +513,8 @@ def plan_batch_pass(
                 # job's afterok: the job failed (TIMEOUT has its own outcome, `exit_outcome`).
                 code = NOT_COMPLETED_EXIT
                 detail = f"{slurm_job} {state} with ExitCode=0:0"
-            decisions.exits.append(Exit(attempt.id, job.id, code, detail, end_time(observed, started, now)))
+            at = end_time(observed, started, now)
+            decisions.exits.append(Exit(attempt.id, job.id, code, detail, at, timeout=state == TIMEOUT))
         elif phase is Phase.LOST:
             why = (
                 f"{slurm_job} {observed.state}"
@@ -475,6 +523,8 @@ def plan_batch_pass(
             )
             if observed.reason not in QUIET_REASONS:
                 why += f" ({observed.reason})"
+            if from_file:
+                why += f" ({from_file})"
             ids = attempt_ids(job.id)
             if base_state(observed.state) in NODE_FAILURES:  # seed 002 §5.4.6
                 node = observed.nodes or slurm_job
@@ -486,9 +536,8 @@ def plan_batch_pass(
             else:
                 decisions.job_outcomes.append(retry.after_temp_failure(job, now, settings.retry, why, ids))
         else:  # cancelled in Slurm, and not by corral (corral's own cancel ended the attempt)
-            decisions.job_outcomes.append(
-                JobOutcome(job.id, JobState.CANCELLED, f"{slurm_job} was cancelled outside corral", attempt_ids(job.id))
-            )
+            why = f"{slurm_job} was cancelled outside corral" + (f" ({from_file})" if from_file else "")
+            decisions.job_outcomes.append(JobOutcome(job.id, JobState.CANCELLED, why, attempt_ids(job.id)))
         if phase is not Phase.PENDING and phase is not Phase.RUNNING:
             ended.add(job.id)
             if phase is not Phase.EXITED and attempt.started_at is not None and observed.state:

@@ -43,8 +43,13 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 # allocation, as the corral agent runs a gang's command; CORRAL_NODELIST and CORRAL_NNODES say what
 # the gang holds. When the command ends, the script records its exit status in that file, beside
 # the job's output, written whole or not at all (a rename in the same directory): once slurmctld
-# forgets the ended job (MinJobAge), the file still says how it ended. A script Slurm kills (time
-# limit, scancel, a node lost) records nothing: it dies with its command, untrapped.
+# forgets the ended job (MinJobAge), the file still says how it ended. Slurm ends a job at its time
+# limit, at a scancel or a preemption by SIGTERM to all its processes (SIGKILL after KillWait): the
+# script traps TERM, and once its command has ended (killed by the same TERM, as a rule) records
+# `signal=TERM`, so that a job Slurm killed is not taken for one that was never run. Why Slurm
+# killed it is what slurmstepd wrote to the job's output ("*** JOB 17 ON c1 CANCELLED AT ... DUE
+# TO TIME LIMIT ***", `killed_state`): squeue, asked from the trap, says only COMPLETING. A command
+# that outlives KillWait, or a node that fails, leaves no file.
 BATCH_SCRIPT = """#!/bin/sh
 # corral's Slurm batch script: runs "$@" after its first argument (the job's argv) as is, and
 # writes the exit status to the file its first argument names.
@@ -54,24 +59,46 @@ CORRAL_NNODES="${SLURM_JOB_NUM_NODES:-1}"
 CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)"
 export CORRAL_NNODES CORRAL_NODELIST
 corral_started="$(date +%s)"
+corral_signal=
+trap 'corral_signal=TERM' TERM
 (exec "$@")
 corral_exit=$?
-printf 'exit=%s slurm_job=%s started=%s ended=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" "$corral_started" \\
-    "$(date +%s)" >"$corral_status.$$" && mv -f "$corral_status.$$" "$corral_status"
+printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" \\
+    "$corral_started" "$(date +%s)" "$corral_signal" >"$corral_status.$$" && mv -f "$corral_status.$$" "$corral_status"
 exit "$corral_exit"
 """
 STATUS_SUFFIX = ".exit"  # an attempt's exit status file: beside its output (<attempt>.log)
-STATUS_FIELDS = re.compile(r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)$")
+# "signal=" (empty: the command ended by itself) is absent from the files of corral before it.
+STATUS_FIELDS = re.compile(r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)(?: signal=(\w*))?$")
+# What slurmstepd writes to a job's output (its stderr) as it kills it: "slurmstepd-c1: error: ***
+# JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO TIME LIMIT ***" (Slurm 22.05; no "DUE TO"
+# for a scancel).
+KILLED_LINE = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
+KILLED_CAUSES = {"TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+# How much of an output's end `killed_state` is given: slurmstepd's line is among its last.
+KILLED_TAIL_BYTES = 4096
 
 
 def parse_exit_status(text: str) -> ExitStatus | None:
-    """The exit status file corral's batch script writes ("exit=3 slurm_job=17 started=T ended=T"),
-    or None if it is not one (a torn write cannot happen: it is renamed into place whole)."""
+    """The exit status file corral's batch script writes ("exit=3 slurm_job=17 started=T ended=T
+    signal=TERM"), or None if it is not one (a torn write cannot happen: it is renamed into place
+    whole)."""
     match = STATUS_FIELDS.match(text.strip())
     if match is None:
         return None
     started, ended = (float(t) if t else None for t in (match[3], match[4]))
-    return ExitStatus(int(match[1]), match[2], started, ended)
+    return ExitStatus(int(match[1]), match[2], started, ended, signal=match[5] or "")
+
+
+def killed_state(output_tail: str, slurm_job: str) -> str:
+    """The Slurm state slurmstepd's last word on killing `slurm_job` in its output stands for:
+    TIMEOUT, PREEMPTED, NODE_FAIL, or CANCELLED (a scancel); "" if the output has none for that
+    job. The last such line counts (a user's output before it cannot stand in for Slurm's)."""
+    state = ""
+    for match in KILLED_LINE.finditer(output_tail):
+        if match[1] == slurm_job:
+            state = KILLED_CAUSES.get(match[2] or "", "CANCELLED")
+    return state
 
 
 class SlurmError(Exception):

@@ -29,12 +29,14 @@ from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
 from corral.executor.slurm import (
     BATCH_SCRIPT,
+    KILLED_TAIL_BYTES,
     STATUS_SUFFIX,
     Slurm,
     SlurmError,
     SlurmJob,
     comment_for,
     job_name,
+    killed_state,
     parse_exit_status,
 )
 from corral.loop import LiveLoop, PassReport
@@ -221,7 +223,21 @@ class SlurmLoop(LiveLoop):
         status = parse_exit_status(text)
         if status is None:
             log.warning("the exit status file %s of job %s is not one corral wrote: %r", path, job_id, text[:200])
+        elif status.signal:
+            # Slurm killed it: why (time limit, scancel, preemption) is slurmstepd's last word in its output.
+            killed = killed_state(self._output_tail(job_id, attempt_id), status.slurm_job)
+            status = dataclasses.replace(status, killed_as=killed)
         return status
+
+    def _output_tail(self, job_id: int, attempt_id: int) -> str:
+        """The end of an attempt's output as Slurm wrote it ("" if it cannot be read)."""
+        try:
+            with self.output_path(job_id, attempt_id).open("rb") as output:
+                output.seek(0, os.SEEK_END)
+                output.seek(max(0, output.tell() - KILLED_TAIL_BYTES))
+                return output.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _forget_exit_status(self, job_id: int, attempt_ids: Iterable[int]) -> None:
         """Remove the exit status files of attempts corral has ended: they were only needed while
@@ -302,7 +318,7 @@ class SlurmLoop(LiveLoop):
             self._collect_output(ended.job_id, ended.attempt_id)
 
             def outcome_of(job: Job, ended: batch.Exit = ended) -> batch.JobOutcome:
-                return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, ended.detail)
+                return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, ended.detail, ended.timeout)
 
             self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at)
             self._forget_exit_status(ended.job_id, (ended.attempt_id,))
