@@ -114,6 +114,15 @@ class SlurmCluster:
             subprocess.run(["slurmctld", "-f", str(self.conf)], check=True, timeout=30, stdin=subprocess.DEVNULL)
             wait_until(lambda: self.answers(), 30, "slurmctld to answer again", interval=0.2)
 
+    def restart_with_state_lost(self) -> None:
+        """slurmctld started again with its StateSaveLocation lost (a new disk, an emptied
+        directory): it knows no job, and gives job ids out from the first again."""
+        _kill_pidfile(self.root / "slurmctld.pid")
+        for saved in (self.root / "state").iterdir():
+            shutil.rmtree(saved) if saved.is_dir() else saved.unlink()
+        subprocess.run(["slurmctld", "-f", str(self.conf)], check=True, timeout=30, stdin=subprocess.DEVNULL)
+        wait_until(lambda: self.answers(), 30, "slurmctld to answer again", interval=0.2)
+
     @contextlib.contextmanager
     def forgetting_ended_jobs(self) -> Iterator[None]:
         """slurmctld forgets an ended job within seconds while the block runs (MinJobAge=2; its

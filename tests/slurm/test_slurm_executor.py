@@ -433,6 +433,40 @@ def test_a_slurm_job_that_slurm_killed_and_forgot_while_corral_was_away_ends_as_
     assert first["reason"].endswith("requeued (a preemption is not a failure)")
 
 
+def test_a_slurm_job_id_given_out_again_after_slurmctld_lost_its_state_is_not_taken_for_the_attempts(
+    corral: Dispatcher, slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """slurmctld restarted with its state lost (`slurmctld -c`) hands out job ids from the first
+    again. corral followed each attempt by the id it recorded, so another user's job given that id
+    was taken for the attempt's: a corral job that had completed stayed claimed, "pending" behind
+    someone else's held job (and a cancel would have scancelled that job). The comment of a listed
+    job must name the attempt; a job that does not is said (slurm.id_reused) and the attempt is
+    taken as no longer listed: here its exit status file says it completed."""
+    runs = tmp_path / "runs"
+    for _ in range(3):  # not Slurm's first job (the first id is not always given out again)
+        slurm.run("sbatch", "--mem=100M", "--output=/dev/null", "--wrap=true")
+    done = corral.submit("sh", "-c", f"echo run >> {runs}; echo once", ram=128)
+    corral.until(lambda: corral.attempts(done)[0]["executor_ref"], 10, "the job to be submitted")
+    ref = corral.attempts(done)[0]["executor_ref"]
+    wait_until(lambda: slurm.state(ref) == "COMPLETED", 20, "the slurm job to complete")
+    # corral is stopped (no pass runs) while slurmctld loses its state, and another user's
+    # jobs are given the ids from the first again, the attempt's among them.
+    slurm.restart_with_state_lost()
+    given: list[str] = []
+    while not given or int(given[-1]) < int(ref):
+        held = ["sbatch", "--parsable", "--hold", "--mem=100M", "--output=/dev/null", "--wrap=sleep 1"]
+        given.append(slurm.run(*held).strip())
+    assert ref in given
+    corral.restart()
+    corral.loop.run_pass()
+
+    assert (corral.job(done)["state"], corral.job(done)["exit_code"]) == ("complete", 0), corral.events(done)
+    assert runs.read_text() == "run\n"
+    (reused,) = [e for e in corral.events(done) if e.startswith("slurm.id_reused:")]
+    assert f"slurm job {ref}, recorded for attempt {corral.attempts(done)[0]['id']}, is now a job of another" in reused
+    assert slurm.state(ref) == "PENDING"  # the other user's job is left alone
+
+
 def test_a_silent_dispatchers_slurm_jobs_are_adopted_by_its_peer_not_run_again(
     tmp_path: Path, slurm: SlurmCluster
 ) -> None:

@@ -119,3 +119,11 @@ def test_the_batch_scripts_exit_status_file_reads_or_is_no_status(text: str, sta
 )
 def test_why_slurm_killed_a_job_is_read_from_slurmstepds_line_in_its_output(tail: str, state: str) -> None:
     assert killed_state(tail, "17") == state
+
+
+def test_a_listed_slurm_job_is_an_attempts_only_if_its_comment_names_that_attempt() -> None:
+    """A slurmctld that lost its state gives ids out again: the id alone does not say whose job it is."""
+    ours = SlurmJob("4", "RUNNING", "None", "c1", 0, COMMENT)
+    assert ours.runs("c", 4, 9)
+    assert not ours.runs("c", 4, 8) and not ours.runs("c", 5, 9) and not ours.runs("other", 4, 9)
+    assert not SlurmJob("4", "PENDING", "JobHeldUser", "", 0, "").runs("c", 4, 9)  # another user's

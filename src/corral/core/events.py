@@ -66,6 +66,8 @@ EVENT_KINDS: dict[str, str] = {
     " which it left to the next corral",
     "slurm.reachable": "squeue answers again",
     "slurm.orphan": "a Slurm job of an attempt corral ended was scancelled",
+    "slurm.id_reused": "the Slurm job id recorded on an attempt names another job now (slurmctld lost its state"
+    " and gave the id out again): the attempt is taken as no longer listed by Slurm",
     "slurm.adopted": "a dispatcher took over a silent one's attempt that Slurm still knows: it follows it to its end,"
     " and does not run it again",
     "slurm.reniced": "a priority change reached a pending Slurm job as its Nice",

@@ -128,6 +128,15 @@ class SlurmJob:
             return None
         return int(match["job"]), int(match["attempt"]), match["dispatcher"]
 
+    def runs(self, cluster: str, job_id: int, attempt_id: int) -> bool:
+        """Whether this Slurm job is the one submitted for corral's attempt `attempt_id` of job
+        `job_id` in cluster `cluster`, as its comment says (by whichever dispatcher: an adopted
+        attempt's comment names the one that submitted it). A slurmctld that lost its state
+        (`slurmctld -c`, a lost StateSaveLocation) gives job ids out from the start again, so an
+        id recorded on an attempt may name another job since."""
+        ids = self.corral_ids(cluster)
+        return ids is not None and ids[:2] == (job_id, attempt_id)
+
 
 def comment_for(cluster: str, job_id: int, attempt_id: int, dispatcher_id: str) -> str:
     return f"corral cluster={cluster} job={job_id} attempt={attempt_id} dispatcher={dispatcher_id}"

@@ -83,6 +83,8 @@ class SlurmLoop(LiveLoop):
         # another was reniced outside corral (`scontrol update JobId=.. Nice=..`), which the event
         # says. Not known after a restart: the renice is then recorded as any other.
         self._nice_given: dict[str, int] = {}
+        # Attempt id -> the Slurm job id recorded on it that names another job now, to say so once.
+        self._reused: dict[int, str] = {}
 
     # ---- a pass -------------------------------------------------------------------------------
 
@@ -181,6 +183,12 @@ class SlurmLoop(LiveLoop):
                 self.store.set_executor_ref(attempt.id, ref, f"attempt {attempt.id} re-adopted as slurm job {ref}", now)
             else:
                 slurm_job = by_ref.get(ref)
+                if slurm_job is not None and not slurm_job.runs(self.cluster, attempt.job_id, attempt.id):
+                    # Not this attempt's job: following it would take another job's state (and
+                    # scancel, renice it) for this one's. What became of this one is what Slurm no
+                    # longer listing it means: its exit status file, or lost.
+                    self._id_reused(attempt, slurm_job, now)
+                    slurm_job = None
             if slurm_job is None:
                 # Slurm forgot it (MinJobAge): what its batch script recorded at its exit, if anything.
                 seen[attempt.id] = Seen(attempt.id, ref, "", status=self._exit_status(attempt.job_id, attempt.id))
@@ -208,6 +216,20 @@ class SlurmLoop(LiveLoop):
                 else:  # no exit code this pass: wait for one (Slurm keeps the job for MinJobAge)
                     seen[s.attempt_id] = dataclasses.replace(s, state="COMPLETING")
         return seen
+
+    def _id_reused(self, attempt: Attempt, slurm_job: SlurmJob, now: float) -> None:
+        """Record, once per attempt, that its recorded Slurm job id names another job now."""
+        if self._reused.get(attempt.id) == slurm_job.id:
+            return
+        self._reused[attempt.id] = slurm_job.id
+        ids = slurm_job.corral_ids(self.cluster)
+        other = f"corral job {ids[0]} attempt {ids[1]}" if ids else "a job of another corral or Slurm user"
+        message = (
+            f"slurm job {slurm_job.id}, recorded for attempt {attempt.id}, is now {other} ({slurm_job.state});"
+            " slurmctld lost its state and gave the id out again: the attempt is taken as no longer listed by Slurm"
+        )
+        log.warning("%s", message)
+        self.store.add_event(now, "slurm.id_reused", message, job_id=attempt.job_id)
 
     def _exit_status(self, job_id: int, attempt_id: int) -> batch.ExitStatus | None:
         """The exit status corral's batch script recorded for an attempt, or None: no file (the
