@@ -527,6 +527,53 @@ def test_a_silent_dispatchers_slurm_jobs_are_adopted_by_its_peer_not_run_again(
             peer.store.close()
 
 
+def test_a_dispatcher_frozen_between_its_claim_and_sbatch_submits_nothing_once_its_claim_was_released(
+    tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two dispatchers on one store; one claims a job and freezes before its sbatch (SIGSTOP, a
+    stalled host) past dispatcher_stale, and its peer releases the claim. On resuming it ran its
+    sbatch all the same: a Slurm job for a released attempt beside the one the peer submitted once
+    the back-off ended, and a short job ran twice. The claim is read again just before sbatch."""
+    cluster = f"t-{uuid.uuid4().hex[:8]}"
+
+    def config(name: str) -> Config:
+        return load_config(
+            None,
+            home=tmp_path / name,
+            cloud={"cluster": cluster},
+            executor="slurm",
+            store={"url": f"sqlite:///{tmp_path / 'shared.db'}"},
+            slurm={"conf": str(slurm.conf)},
+            policy={"retry": {"backoff_initial": 0.5}, "dispatch": {"dispatcher_stale": "3s"}},
+        )
+
+    frozen = Dispatcher(tmp_path / "a", config("a"), "d-frozen")
+    peer = Dispatcher(tmp_path / "b", config("b"), "d-peer")
+    try:
+        # The peer's passes happen 10 s later than the frozen one's: it finds it silent.
+        peer.loop.clock = lambda: time.time() + 10
+        runs = tmp_path / "runs"
+        job_id = frozen.submit("sh", "-c", f"echo ran >> {runs}", ram=128)
+        claim = frozen.store.claim
+
+        def frozen_after_its_claim(*args: Any) -> int | None:
+            attempt = claim(*args)
+            peer.loop.run_pass()  # while it is frozen here, past dispatcher_stale
+            return attempt
+
+        monkeypatch.setattr(frozen.store, "claim", frozen_after_its_claim)
+        frozen.loop.run_pass()  # it resumes and goes on to its sbatch
+        (released,) = frozen.attempts(job_id)
+        assert released["state"] == "tempfail" and released["executor_ref"] is None
+        assert not [line for line in slurm.jobs() if f"cluster={cluster} " in line]
+        assert peer.until_state(job_id, "complete", "failed")["state"] == "complete"
+        assert runs.read_text() == "ran\n"
+        assert len([line for line in slurm.jobs() if f"cluster={cluster} " in line]) == 1
+    finally:
+        frozen.store.close()
+        peer.store.close()
+
+
 def nice_of(slurm: SlurmCluster, ref: str) -> int:
     (field,) = [word for word in slurm.show_job(ref).split() if word.startswith("Nice=")]
     return int(field.removeprefix("Nice="))

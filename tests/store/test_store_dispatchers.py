@@ -203,3 +203,33 @@ def test_a_silent_dispatchers_attempt_is_adopted_once_and_only_while_it_is_still
     assert store.finish_attempt(gone, "slurm", 0, NOW + 5, lambda job: retry.after_exit(job, 0, (gone,)))
     assert not store.adopt_attempt(gone, ended, "disp-a", "disp-b", "too late", STALE)
     assert store.job(ended).state is JobState.COMPLETE and store.job(ended).claimed_by == "disp-a"
+
+
+def test_a_dispatcher_holds_its_attempt_to_submit_only_while_a_peer_has_not_released_it(store: Store) -> None:
+    """Read just before sbatch: a dispatcher frozen between its claim and its sbatch (SIGSTOP, a
+    stalled host) finds its claim released by a peer, or the job claimed anew, and submits nothing."""
+    add_node(store, "slurm", NOW)
+    store.heartbeat("disp-a", NOW)
+    released, submitted = submit(store, 2)
+    frozen = claim(store, released, "disp-a", ["slurm"], now=NOW)
+    sent = claim(store, submitted, "disp-a", ["slurm"], now=NOW)
+    assert store.holds_unsubmitted(frozen, "disp-a") and store.holds_unsubmitted(sent, "disp-a")
+    assert not store.holds_unsubmitted(frozen, "disp-b")
+    store.set_executor_ref(sent, "17", "submitted as slurm job 17", NOW)
+    assert not store.holds_unsubmitted(sent, "disp-a")  # submitted already
+
+    # disp-a is frozen past dispatcher_stale: disp-b releases its claims, and claims the job anew.
+    store.heartbeat("disp-b", STALE)
+    snapshot = store.load_snapshot("disp-b", [SMALL], observing_since=NOW - 1000)
+    for outcome in plan_pass(snapshot, STALE, POLICY).job_outcomes:
+        assert store.apply_outcome(outcome, STALE)
+    assert store.job(released).state is JobState.QUEUED
+    assert not store.holds_unsubmitted(frozen, "disp-a")
+    with store.write() as conn:  # its back-off over
+        from sqlalchemy import update
+
+        from corral.store.schema import jobs
+
+        conn.execute(update(jobs).where(jobs.c.id == released).values(retry_at=None))
+    again = claim(store, released, "disp-b", ["slurm"], now=STALE)
+    assert not store.holds_unsubmitted(frozen, "disp-a") and store.holds_unsubmitted(again, "disp-b")

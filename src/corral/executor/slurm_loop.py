@@ -468,6 +468,13 @@ class SlurmLoop(LiveLoop):
 
     def _submit(self, job: Job, attempt_id: int, now: float) -> bool:
         """sbatch the attempt; False if Slurm failed in a way that the next sbatch would too."""
+        if not self.store.holds_unsubmitted(attempt_id, self.dispatcher_id):
+            # Read just before sbatch: this dispatcher may have been frozen since its claim or its
+            # snapshot long enough for a peer to judge it silent and release the claim (the job
+            # may be queued again, or claimed and run by the peer). Submitting now would run the
+            # job beside the peer's run, until the next pass scancelled it as an orphan.
+            log.warning("attempt %s of job %s is no longer this dispatcher's: not submitted", attempt_id, job.id)
+            return True
         try:
             self.output_path(job.id, attempt_id).parent.mkdir(parents=True, exist_ok=True)
             self.work_dir.mkdir(parents=True, exist_ok=True)

@@ -1637,6 +1637,26 @@ class Store:
             return False
         return True
 
+    def holds_unsubmitted(self, attempt_id: int, dispatcher_id: str) -> bool:
+        """Whether dispatcher `dispatcher_id` still holds attempt `attempt_id` and its job's claim,
+        with the attempt not yet submitted (assigned, no executor id): read just before its
+        `sbatch`. A dispatcher frozen after its claim (SIGSTOP, a stalled host) may have had the
+        claim released by a peer meanwhile, the job queued again and claimed anew."""
+        with self.read() as conn:
+            row = conn.execute(
+                select(A.c.id)
+                .select_from(A.join(J, J.c.id == A.c.job_id))
+                .where(
+                    A.c.id == attempt_id,
+                    A.c.dispatcher_id == dispatcher_id,
+                    A.c.state == AttemptState.ASSIGNED.value,
+                    A.c.executor_ref.is_(None),
+                    J.c.claimed_by == dispatcher_id,
+                    J.c.state.in_(CLAIMED_JOB_STATES),
+                )
+            ).first()
+        return row is not None
+
     def executor_refs(self, dispatcher_id: str) -> dict[int, str]:
         """The executor ids of a dispatcher's active attempts that have one, by attempt id."""
         with self.read() as conn:
