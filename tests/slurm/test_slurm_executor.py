@@ -433,6 +433,31 @@ def test_a_slurm_job_that_slurm_killed_and_forgot_while_corral_was_away_ends_as_
     assert first["reason"].endswith("requeued (a preemption is not a failure)")
 
 
+def test_a_slurm_job_whose_node_went_down_and_that_slurm_forgot_applies_the_node_failure_policy(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    """A node set DOWN under a job while corral is stopped: slurmd (alive) kills the job with
+    SIGTERM, and its script records it; slurmstepd's "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR
+    DETAILS" makes it a node failure (requeued by default), not a cancel outside corral."""
+    job_id = corral.submit("sleep", "300", ram=128)
+    corral.until_state(job_id, "running")
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    (node,) = [w.removeprefix("NodeList=") for w in slurm.show_job(ref).split() if w.startswith("NodeList=")]
+    try:
+        with slurm.forgetting_ended_jobs():
+            slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=corral test: node failure")
+            wait_until(lambda: not slurm.listed(ref), 90, f"Slurm to end and forget slurm job {ref}")
+        corral.restart()
+        corral.loop.run_pass()
+        first = corral.attempts(job_id)[0]
+        assert first["state"] == "tempfail" and corral.job(job_id)["temp_failures"] == 1
+        assert first["reason"].startswith(f"slurm job {ref} NODE_FAIL (Slurm no longer lists it")
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        wait_until(lambda: slurm.node_state(node) in ("idle", "mixed", "allocated"), 30, f"{node} to come back")
+
+
 def test_a_slurm_job_id_given_out_again_after_slurmctld_lost_its_state_is_not_taken_for_the_attempts(
     corral: Dispatcher, slurm: SlurmCluster, tmp_path: Path
 ) -> None:

@@ -113,6 +113,8 @@ def test_the_batch_scripts_exit_status_file_reads_or_is_no_status(text: str, sta
             "PREEMPTED",
         ),
         ("slurmstepd-c1: error: *** JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 ***\nTerminated\n", "CANCELLED"),
+        ("*** JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO NODE FAILURE, SEE SLURMCTLD LOG ***", "NODE_FAIL"),
+        ("*** JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO SOMETHING NEW ***", ""),  # the core judges
         ("slurmstepd-c1: error: *** JOB 16 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO TIME LIMIT ***\n", ""),
         ("the command's own output\n", ""),
     ],

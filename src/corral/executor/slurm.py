@@ -72,9 +72,15 @@ STATUS_SUFFIX = ".exit"  # an attempt's exit status file: beside its output (<at
 STATUS_FIELDS = re.compile(r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)(?: signal=(\w*))?$")
 # What slurmstepd writes to a job's output (its stderr) as it kills it: "slurmstepd-c1: error: ***
 # JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO TIME LIMIT ***" (Slurm 22.05; no "DUE TO"
-# for a scancel).
-KILLED_LINE = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
-KILLED_CAUSES = {"TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+# for a scancel). A cause may go on ("DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"): its
+# first words name it.
+KILLED_LINE = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([^*]*?))? \*\*\*")
+KILLED_CAUSES = {
+    "TIME LIMIT": "TIMEOUT",
+    "PREEMPTION": "PREEMPTED",
+    "NODE FAIL": "NODE_FAIL",  # Slurm's own state then: the job's on_node_failure decides
+    "SYSTEM FAILURE": "NODE_FAIL",
+}
 # How much of an output's end `killed_state` is given: slurmstepd's line is among its last.
 KILLED_TAIL_BYTES = 4096
 
@@ -93,11 +99,14 @@ def parse_exit_status(text: str) -> ExitStatus | None:
 def killed_state(output_tail: str, slurm_job: str) -> str:
     """The Slurm state slurmstepd's last word on killing `slurm_job` in its output stands for:
     TIMEOUT, PREEMPTED, NODE_FAIL, or CANCELLED (a scancel); "" if the output has none for that
-    job. The last such line counts (a user's output before it cannot stand in for Slurm's)."""
+    job (or a cause not known here: the core then judges by the job's time limit). The last such
+    line counts (a user's output before it cannot stand in for Slurm's)."""
     state = ""
     for match in KILLED_LINE.finditer(output_tail):
         if match[1] == slurm_job:
-            state = KILLED_CAUSES.get(match[2] or "", "CANCELLED")
+            cause = match[2]
+            known = [said for words, said in KILLED_CAUSES.items() if cause is not None and cause.startswith(words)]
+            state = "CANCELLED" if cause is None else (known[0] if known else "")
     return state
 
 
