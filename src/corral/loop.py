@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from corral.cloud.base import (
+    TAG_NODE_ID,
     TAG_STORE,
     CloudDriver,
     CloudError,
@@ -242,6 +243,7 @@ class ControlLoop(LiveLoop):
             and row["state"] != NodeState.SHUTTING_DOWN.value
         ]
         why_gone = self.cloud.why_gone(ended) if ended else {}
+        unfinished: list[tuple[str, str]] = []  # (node, instance) of shutdowns to finish
         for node_id, row in live_nodes.items():
             mine = row["dispatcher_id"] in (None, self.dispatcher_id)
             if mine and not row["instance_id"] and node_id in by_node:
@@ -286,21 +288,31 @@ class ControlLoop(LiveLoop):
                 instance_id = by_node[node_id].id
                 if instance_id not in self._undestroyed:
                     log.info("finishing the shutdown of node %s (instance %s)", node_id, instance_id)
-                if self._terminate(node_id, instance_id, now):
-                    self.store.mark_node(
-                        node_id, NodeState.GONE, "shut down (its shutdown was cut short)", self.clock()
-                    )
-        for inst in instances:
-            if inst.node_id not in live_nodes:
-                told = inst.id in self._undestroyed
-                failed = self._destroy(inst.id)
-                if failed is None:
-                    log.info("destroyed orphan instance %s (node %s)", inst.id, inst.node_id)
-                    message = f"instance {inst.id} has no live node record; destroyed"
-                    self.store.add_event(now, "node.orphan", message, node_id=inst.node_id)
-                elif not told:
-                    message = f"instance {inst.id} has no live node record; terminating it failed: {failed}"
-                    self.store.add_event(now, "node.orphan", message + "; tried again each pass", node_id=inst.node_id)
+                unfinished.append((node_id, instance_id))
+        orphans = [inst for inst in instances if inst.node_id not in live_nodes]
+        # Terminated together, in as few cloud calls as it takes (a store restored from an old
+        # backup may leave hundreds of orphans).
+        told = {inst.id for inst in orphans if inst.id in self._undestroyed}
+        refused = self._terminate_many(unfinished, now, [inst.id for inst in orphans])
+        for node_id, instance_id in unfinished:
+            if instance_id not in refused:
+                self.store.mark_node(node_id, NodeState.GONE, "shut down (its shutdown was cut short)", self.clock())
+        told_now: list[tuple[str, str | None]] = []
+        for inst in orphans:
+            failed = refused.get(inst.id)
+            # An instance without the node tag was started as no node of a corral (by hand, or by a
+            # launch template that copied the cluster tag): "(node None)" said nothing of it.
+            # (The event of a tagged one names its node in its own field.)
+            which = f"node {inst.node_id}" if inst.node_id else f"no {TAG_NODE_ID} tag"
+            said = f"instance {inst.id}" + ("" if inst.node_id else f" ({which})")
+            if failed is None:
+                log.info("destroyed orphan instance %s (%s)", inst.id, which)
+                told_now.append((f"{said} has no live node record; destroyed", inst.node_id))
+            elif inst.id not in told:
+                message = f"{said} has no live node record; terminating it failed: {failed}; tried again each pass"
+                told_now.append((message, inst.node_id))
+        if told_now:
+            self.store.add_node_events(now, "node.orphan", told_now)
 
     def _own(self, instances: list[CloudInstance], now: float) -> list[CloudInstance]:
         """The instances of this store's dispatchers (and untagged ones, from before instances
@@ -364,17 +376,26 @@ class ControlLoop(LiveLoop):
         # just marked down: "shut down (busy)" would read as a busy node killed).
         state_now = {node_id: node.state for node_id, node in nodes.items()}
         state_now.update((mark.node_id, mark.state) for mark in decisions.node_marks)
+        # The pass's shutdowns are recorded first and their instances terminated together, in as few
+        # cloud calls as it takes: an idle fleet that drains at once is hundreds of them.
+        shutdowns: dict[str, str] = {}
         for decision in decisions.node_decisions:
             if decision.action is NodeAction.START_DRAIN:
                 self.store.mark_node(decision.node_id, NodeState.DRAINING, decision.reason, now)
             else:
-                self.store.mark_node(decision.node_id, NodeState.SHUTTING_DOWN, decision.reason, now)
-                row = self.store.node_row(decision.node_id)
-                if row and row["instance_id"] and not self._terminate(decision.node_id, row["instance_id"], now):
-                    continue  # still billed: shutting down until the cloud takes a terminate (sync_cloud)
-                self.store.mark_node(
-                    decision.node_id, NodeState.GONE, f"shut down ({state_now[decision.node_id]})", self.clock()
-                )
+                shutdowns[decision.node_id] = decision.reason
+        if shutdowns:
+            self.store.mark_nodes(shutdowns, NodeState.SHUTTING_DOWN, now)
+            instance_of = {row["id"]: row["instance_id"] for row in self.store.node_rows() if row["id"] in shutdowns}
+            refused = self._terminate_many(
+                [(node_id, instance_id) for node_id, instance_id in instance_of.items() if instance_id], now
+            )
+            # Those the cloud would not terminate are still billed: shutting down until it takes one (sync_cloud).
+            gone = {node_id: f"shut down ({state_now[node_id]})" for node_id in shutdowns}
+            for node_id, instance_id in instance_of.items():
+                if instance_id in refused:
+                    del gone[node_id]
+            self.store.mark_nodes(gone, NodeState.GONE, self.clock())
 
     def record_boot_failures(self, decisions: Decisions, now: float, unavailable: dict[str, float]) -> None:
         """The core's back-offs of types whose instances did not pair within the boot grace (their
@@ -466,30 +487,45 @@ class ControlLoop(LiveLoop):
         if isinstance(exc, TypeUnusable):
             log.warning("%s: %s not booted for %g s", exc, type_name, until - now)
 
-    def _destroy(self, instance_id: str) -> str | None:
-        """Terminate an instance: None once the cloud has taken it, else what it said (logged, and
-        the instance remembered as one it would not terminate)."""
-        try:
-            self.cloud.destroy(instance_id)
-        except CloudError as exc:
-            log.warning("destroy %s failed: %s", instance_id, exc)
-            self._undestroyed.add(instance_id)
-            return str(exc)
-        self._undestroyed.discard(instance_id)
-        return None
+    def _terminate_many(
+        self, nodes: list[tuple[str, str]], now: float, orphans: list[str] | None = None
+    ) -> dict[str, str]:
+        """Destroy the instances of these shutting-down (node, instance) pairs, and the `orphans`,
+        together: what the cloud said of each instance it would not terminate. A node whose instance it would not
+        terminate (corral's role lacks ec2:TerminateInstances, termination protection, a throttle
+        past botocore's retries) stays shutting down and says why once (event
+        `node.shutting_down`); sync_cloud tries again each pass. Marked gone instead, it vanished
+        from `corral nodes` while it ran and billed, and its instance read as an orphan at every
+        pass after."""
+        told = {instance_id for _, instance_id in nodes if instance_id in self._undestroyed}
+        refused = self._destroy_many([instance_id for _, instance_id in nodes] + (orphans or []))
+        for node_id, instance_id in nodes:
+            failed = refused.get(instance_id)
+            if failed is not None and instance_id not in told:
+                message = f"terminating instance {instance_id} failed: {failed}; tried again each pass"
+                self.store.add_event(now, "node.shutting_down", message, node_id=node_id)
+        return refused
 
-    def _terminate(self, node_id: str, instance_id: str, now: float) -> bool:
-        """Destroy a shutting-down node's instance: whether the cloud took it. A node whose
-        instance it would not terminate (corral's role lacks ec2:TerminateInstances, a throttle
-        past botocore's retries) stays shutting down and says why once; sync_cloud tries again
-        each pass. Marked gone instead, it vanished from `corral nodes` while it ran and billed,
-        and its instance read as an orphan at every pass after."""
-        told = instance_id in self._undestroyed
-        failed = self._destroy(instance_id)
-        if failed is not None and not told:
-            message = f"terminating instance {instance_id} failed: {failed}; tried again each pass"
-            self.store.add_event(now, "node.shutting_down", message, node_id=node_id)
-        return failed is None
+    def _destroy_many(self, instance_ids: list[str]) -> dict[str, str]:
+        """Terminate instances: what the cloud said of each it would not take (logged, and the
+        instance remembered as one it would not terminate). The new ones go in one `destroy_many`;
+        one refused before is tried in a call of its own, so that a refusal that lasts (a protected
+        instance, a role that may not terminate) does not make the cloud look for it among the
+        others' every pass."""
+        if not instance_ids:
+            return {}
+        fresh = [instance_id for instance_id in dict.fromkeys(instance_ids) if instance_id not in self._undestroyed]
+        refused = self.cloud.destroy_many(fresh) if fresh else {}
+        for instance_id in dict.fromkeys(instance_ids):
+            if instance_id in self._undestroyed:
+                refused.update(self.cloud.destroy_many([instance_id]))
+        for instance_id in dict.fromkeys(instance_ids):
+            if instance_id in refused:
+                log.warning("destroy %s failed: %s", instance_id, refused[instance_id])
+                self._undestroyed.add(instance_id)
+            else:
+                self._undestroyed.discard(instance_id)
+        return {instance_id: str(exc) for instance_id, exc in refused.items()}
 
     def _shutdown_fleet(self, reason: str) -> None:
         """Requeue this dispatcher's running work as a temporary failure and destroy its instances."""
@@ -508,8 +544,12 @@ class ControlLoop(LiveLoop):
                 self.store.apply_outcome(
                     retry.after_temp_failure(job, now, self.config.policy.retry, reason, (attempt.id,)), now
                 )
-        for row in fleet:
-            self.store.mark_node(row["id"], NodeState.SHUTTING_DOWN, reason, now)
-            if row["instance_id"] and not self._terminate(row["id"], row["instance_id"], now):
-                continue  # left shutting down: the next corral's first pass finishes it
-            self.store.mark_node(row["id"], NodeState.GONE, reason, self.clock())
+        # Every node is recorded shutting down before any instance is terminated (a stop killed
+        # meanwhile leaves them for the next corral to finish), then all are terminated together:
+        # one cloud call per instance, a fleet of 500 took minutes, past systemd's stop timeout, and
+        # what the stop did not reach billed on.
+        self.store.mark_nodes(dict.fromkeys((row["id"] for row in fleet), reason), NodeState.SHUTTING_DOWN, now)
+        refused = self._terminate_many([(row["id"], row["instance_id"]) for row in fleet if row["instance_id"]], now)
+        # Those the cloud would not terminate are left shutting down: the next corral's first pass finishes them.
+        gone = [row["id"] for row in fleet if row["instance_id"] not in refused]
+        self.store.mark_nodes(dict.fromkeys(gone, reason), NodeState.GONE, self.clock())

@@ -665,3 +665,74 @@ def test_the_operator_guides_iam_policy_allows_every_ec2_call_the_driver_makes(
     assert called <= allowed
     # Tags are set at launch (TagSpecifications), which EC2 authorizes as CreateTags on RunInstances.
     assert "ec2:CreateTags" in allowed and "iam:PassRole" in allowed
+
+
+def test_destroy_many_terminates_in_one_call_and_leaves_out_only_what_ec2_refuses(
+    settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """TerminateInstances takes up to 1,000 ids; EC2 refuses the whole call for one instance it will
+    not terminate (here: termination protection, moto's own refusal) and terminates none of the
+    others. destroy_many terminates the others and names the one with EC2's words."""
+    cloud = Ec2Cloud(settings, cluster, "http://10.0.0.5:8642")
+    instances = [cloud.create(C5, f"n-{i}", TOKEN, {}) for i in range(6)]
+    protected = instances[3].id
+    ec2.modify_instance_attribute(InstanceId=protected, DisableApiTermination={"Value": True})
+    calls = inject(cloud.client, "TerminateInstances", "never", when=lambda params: False)
+
+    refused = cloud.destroy_many([i.id for i in instances] + ["i-0123456789abcdef0"])  # and one long gone
+
+    assert list(refused) == [protected]
+    assert isinstance(refused[protected], CloudError)
+    assert f"The instance '{protected}' may not be terminated" in str(refused[protected])
+    for instance in instances:
+        expected = ("running",) if instance.id == protected else ("shutting-down", "terminated")
+        assert state(ec2, instance.id) in expected
+    # One call, then again without the id EC2 named as unknown, then without the protected one.
+    assert len(calls.seen) == 3
+    assert cloud.destroy_many([]) == {}
+
+    ec2.modify_instance_attribute(InstanceId=protected, DisableApiTermination={"Value": False})
+    assert cloud.destroy_many([protected]) == {}
+    assert state(ec2, protected) in ("shutting-down", "terminated")
+
+
+def test_destroy_many_halves_a_call_whose_refusal_names_no_instance_and_sends_at_most_1000_ids(
+    settings: Ec2Config, cluster: str
+) -> None:
+    """An IAM condition that refuses one instance may say so without naming it (EC2's encoded
+    authorization message): the call is halved until the refused instance is alone. The ids go
+    1,000 a call, EC2's most."""
+    cloud = Ec2Cloud(settings, cluster, "http://10.0.0.5:8642")
+    instances = [cloud.create(C5, f"n-{i}", TOKEN, {}) for i in range(8)]
+    denied = instances[5].id
+    encoded = "You are not authorized to perform this operation. Encoded authorization failure message: AbC123"
+    refusal = inject(
+        cloud.client,
+        "TerminateInstances",
+        "UnauthorizedOperation",
+        when=lambda params: denied in params.values(),
+        message=encoded,
+    )
+
+    refused = cloud.destroy_many([i.id for i in instances])
+
+    assert list(refused) == [denied] and "Encoded authorization failure message" in str(refused[denied])
+    assert [i.id for i in cloud.list()] == [denied]
+    assert len(refusal.seen) <= 1 + 2 * 3  # halved down to one of 8: at most three levels of two calls
+
+    impatient = Ec2Cloud(settings.model_copy(update={"max_attempts": 1}), cluster, "http://10.0.0.5:8642")
+    throttled = inject(impatient.client, "TerminateInstances", "RequestLimitExceeded")
+    refused = impatient.destroy_many([denied, "i-0123456789abcdef0"])
+    # A throttle is the whole call's: no halving into it, both ids refused with it.
+    assert set(refused) == {denied, "i-0123456789abcdef0"} and all(isinstance(e, Throttled) for e in refused.values())
+    assert len(throttled.calls) == 1
+    assert Ec2Cloud(settings, cluster, "").destroy_many([denied]) == {}
+
+    sent: list[int] = []
+    original = cloud.client.terminate_instances
+    cloud.client.terminate_instances = lambda InstanceIds: sent.append(len(InstanceIds))  # noqa: N803
+    try:
+        assert cloud.destroy_many([f"i-{n:017x}" for n in range(2500)]) == {}
+    finally:
+        cloud.client.terminate_instances = original
+    assert sent == [1000, 1000, 500]

@@ -701,3 +701,87 @@ def test_an_instance_a_user_terminates_while_it_boots_backs_nothing_off(
     live = [n for n in store.node_rows() if n["state"] != "gone"]
     assert [n["instance_type"] for n in live] == ["c5.large"]
     loop.shutdown_fleet("corral stopped")
+
+
+def booted_nodes(loop: ControlLoop, store: Store, count: int, now: float) -> list[dict[str, Any]]:
+    """`count` nodes of this loop's dispatcher, each with its instance booted on moto."""
+    for n in range(count):
+        node_id = f"n-{n:04x}"
+        store.create_node(node_id, node_type(loop), f"boot-token-{n:04d}-of-24-chars", now, "test", "d-test")
+        instance = loop.cloud.create(node_type(loop), node_id, f"boot-token-{n:04d}-of-24-chars", {})
+        store.set_instance_id(node_id, instance.id)
+    return store.node_rows()
+
+
+def test_a_clean_stop_terminates_the_fleet_in_one_call_and_one_refused_instance_stops_no_other(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """A clean stop (Ctrl-C, systemd's stop) called TerminateInstances once per instance: a fleet of
+    500 took minutes, past systemd's TimeoutStopSec, and what it did not reach billed on. Now the
+    fleet goes in one call; an instance EC2 will not terminate (termination protection) is left
+    shutting down, said once, and every other one is terminated."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    nodes = booted_nodes(loop, store, 12, clock())
+    protected = nodes[7]
+    ec2.modify_instance_attribute(InstanceId=protected["instance_id"], DisableApiTermination={"Value": True})
+    calls = inject(cloud.client, "TerminateInstances", "never", when=lambda params: False)
+
+    loop.shutdown_fleet("corral stopped")
+
+    # One call with every instance, which EC2 refuses for the protected one; one without it.
+    assert len(calls.seen) == 2 and len(calls.seen[0]) - 2 == 12  # Action, Version, and 12 ids
+    for node in nodes:
+        row = store.node_row(node["id"])
+        assert row is not None
+        if node is protected:
+            assert row["state"] == "shutting_down" and state(ec2, node["instance_id"]) == "running"
+        else:
+            assert row["state"] == "gone" and state(ec2, node["instance_id"]) in ("shutting-down", "terminated")
+    [told] = [e["message"] for e in store.list_events(kind="node.shutting_down") if "failed" in e["message"]]
+    assert told.startswith(f"terminating instance {protected['instance_id']} failed: ec2 TerminateInstances:")
+    assert "may not be terminated" in told
+
+    # The next corral finishes it once it may be terminated.
+    ec2.modify_instance_attribute(InstanceId=protected["instance_id"], DisableApiTermination={"Value": False})
+    restarted = ControlLoop(store, cloud, loop.config, "d-test", clock=clock)
+    restarted.run_pass()
+    row = store.node_row(protected["id"])
+    assert row is not None and row["state"] == "gone"
+    assert state(ec2, protected["instance_id"]) in ("shutting-down", "terminated")
+
+
+def test_a_pass_terminates_its_shutdowns_and_the_orphans_together_and_names_an_untagged_orphan(
+    tmp_path: Path, settings: Ec2Config, cluster: str, ec2: Any
+) -> None:
+    """The nodes a pass shuts down (an idle fleet past its boot grace here) and the orphans it
+    finds were terminated one call each; now in one. An orphan without a node tag was logged as
+    "(node None)"; it now says it carries no corral-node-id tag."""
+    loop, cloud, store, clock = make_loop(tmp_path, settings, cluster)
+    nodes = booted_nodes(loop, store, 6, clock())
+    tagged = cloud.create(node_type(loop), "n-stray", "a-boot-token-of-24-chars", {"corral-store": store.store_id()})
+    by_hand = ec2.run_instances(
+        ImageId=settings.image_id,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="t3.micro",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": cluster}]}],
+    )["Instances"][0]["InstanceId"]
+    calls = inject(cloud.client, "TerminateInstances", "never", when=lambda params: False)
+
+    clock.now += 5 * 60 + 1  # no agent pairs on moto: past boot_grace each node is shut down
+    loop.run_pass()
+
+    assert [len(call) - 2 for call in calls.seen] == [2, 6]  # the orphans, then the pass's shutdowns
+    for node in nodes:
+        row = store.node_row(node["id"])
+        assert row is not None and row["state"] == "gone"
+    for instance_id in [tagged.id, by_hand, *(n["instance_id"] for n in nodes)]:
+        assert state(ec2, instance_id) in ("shutting-down", "terminated")
+    messages = sorted(e["message"] for e in store.list_events(kind="node.orphan"))
+    assert messages == sorted(
+        [
+            f"instance {tagged.id} has no live node record; destroyed",
+            f"instance {by_hand} (no {TAG_NODE_ID} tag) has no live node record; destroyed",
+        ]
+    )
+    loop.shutdown_fleet("corral stopped")

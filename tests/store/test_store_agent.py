@@ -227,3 +227,31 @@ def test_a_jobs_end_names_the_node_it_ran_on_and_a_node_failure_the_node_lost(st
     [requeued] = store.list_events(node_id="n2")
     assert (requeued["kind"], requeued["job_id"]) == ("job.requeued", two)
     assert requeued["message"].startswith("node n2 lost; retry 1/")
+
+
+def test_mark_nodes_marks_many_in_one_transaction_as_mark_node_does_one(store: Store) -> None:
+    """A clean stop marks its whole fleet shutting down, then gone: one transaction for all, with
+    mark_node's rules (gone is final, an unknown node is skipped) and one event each."""
+    for node_id in ("n1", "n2", "n3"):
+        store.create_node(node_id, SMALL, f"tok-{node_id}", NOW, "r")
+    assert store.mark_node("n3", NodeState.GONE, "instance disappeared", NOW + 1)
+
+    changed = store.mark_nodes(
+        {"n1": "corral stopped", "n2": "idle", "n3": "x", "n9": "y"}, NodeState.SHUTTING_DOWN, NOW + 2
+    )
+
+    assert changed == {"n1", "n2"}
+    rows = {row["id"]: row for row in store.node_rows(include_gone=True)}
+    assert (rows["n1"]["state"], rows["n1"]["reason"]) == ("shutting_down", "corral stopped")
+    assert (rows["n2"]["state"], rows["n2"]["reason"]) == ("shutting_down", "idle")
+    assert rows["n3"]["state"] == "gone"
+    assert store.mark_nodes({"n1": "corral stopped"}, NodeState.GONE, NOW + 3) == {"n1"}
+    assert [e["kind"] for e in store.list_events(node_id="n1")] == ["node.booting", "node.shutting_down", "node.gone"]
+
+    store.add_node_events(
+        NOW + 4, "node.orphan", [("instance i-1 has no live node record; destroyed", "n7"), ("b", None)]
+    )
+    assert [(e["message"], e["node_id"]) for e in store.list_events(kind="node.orphan")][-2:] in (
+        [("instance i-1 has no live node record; destroyed", "n7"), ("b", None)],
+        [("b", None), ("instance i-1 has no live node record; destroyed", "n7")],
+    )

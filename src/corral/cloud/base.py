@@ -6,7 +6,7 @@ corral can find its instances again from the cloud alone (durable facts live in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,6 +131,13 @@ class CloudDriver(Protocol):
         """Terminate an instance; no error if it is already gone."""
         ...
 
+    def destroy_many(self, instance_ids: Sequence[str]) -> dict[str, CloudError]:
+        """Terminate these instances in as few calls as the cloud takes (EC2: up to 1,000 ids in one
+        TerminateInstances): what the cloud said of each one it would not terminate, by id. Every
+        other one is terminated (or was gone already), whatever the refused ones are: one refusal
+        never keeps the rest running. Never raises CloudError."""
+        ...
+
     def check(self) -> str | None:
         """What would make every call fail (credentials, a region), asked once at start: in words
         naming the setting to fix, or None. `corral run` refuses to start with it."""
@@ -141,3 +148,15 @@ class CloudDriver(Protocol):
         reason), for the operator to read in its node's events; an instance it says nothing of is
         left out. Never raises."""
         ...
+
+
+def destroy_each(destroy: Callable[[str], None], instance_ids: Sequence[str]) -> dict[str, CloudError]:
+    """`destroy_many` for a cloud that terminates one instance per call (loopback, sim): each in
+    turn, and the refusals by id."""
+    refused: dict[str, CloudError] = {}
+    for instance_id in dict.fromkeys(instance_ids):
+        try:
+            destroy(instance_id)
+        except CloudError as exc:
+            refused[instance_id] = exc
+    return refused

@@ -40,6 +40,7 @@ from corral.cloud.base import (
     CloudInstance,
     Ended,
     agent_options,
+    destroy_each,
 )
 from corral.core.model import InstanceType
 
@@ -225,6 +226,9 @@ class LoopbackCloud:
 
     def why_gone(self, instance_ids: Sequence[str]) -> dict[str, Ended]:
         return {}  # an agent process that ended leaves no word of why
+
+    def destroy_many(self, instance_ids: Sequence[str]) -> dict[str, CloudError]:
+        return destroy_each(self.destroy, instance_ids)
 
     def destroy(self, instance_id: str) -> None:
         directory = self._dir(instance_id)

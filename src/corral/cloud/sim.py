@@ -23,9 +23,11 @@ from corral.cloud.base import (
     TAG_CLUSTER,
     TAG_INSTANCE_TYPE,
     TAG_NODE_ID,
+    CloudError,
     CloudInstance,
     Ended,
     InsufficientCapacity,
+    destroy_each,
 )
 from corral.core.accounting import billed_seconds
 from corral.core.model import InstanceType
@@ -162,6 +164,9 @@ class SimCloud:
         sim.terminated_at = self.clock()
         sim.instance.state = "terminated"
         self.stats.destroys += 1
+
+    def destroy_many(self, instance_ids: Sequence[str]) -> dict[str, CloudError]:
+        return destroy_each(self.destroy, instance_ids)
 
     # ---- what the simulated world reads --------------------------------------------------------
 

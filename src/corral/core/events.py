@@ -40,7 +40,7 @@ EVENT_KINDS: dict[str, str] = {
     "node.down": "silent past ping_stale, broken, drained or retired: it is shut down",
     "node.shutting_down": "its instance is being terminated",
     "node.gone": "its instance is gone",
-    "node.orphan": "an instance with no live node record was destroyed",
+    "node.orphan": "an instance with no live node record was destroyed, or its terminate failed",
     "node.attributes": "an operator's memo changed (corral node)",
     "node.scratch_short": "its work dir has less free than its type's scratch",
     "node.health_check": "its health check failed, or passed again",
