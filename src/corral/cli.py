@@ -1281,19 +1281,21 @@ def nodes(
     all_nodes: Annotated[bool, typer.Option("--all", help="Include nodes that are gone.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """List instances with type, state, age, idle time, running jobs and price."""
+    """List instances with type, zone, market (spot or on-demand), state, age, idle time, running jobs and price."""
     rows = call("GET", "/api/nodes", params={"all": all_nodes})
     if as_json:
         print_json(rows)
         return
     table = Table(show_edge=False, header_style="bold")
-    for column in ("node", "instance", "type", "state", "age", "idle", "jobs", "load", "$/h", "note"):
+    for column in ("node", "instance", "type", "zone", "market", "state", "age", "idle", "jobs", "load", "$/h", "note"):
         table.add_column(column)
     for n in rows:
         table.add_row(
             n["id"],
             n["instance_id"] or "-",
             n["instance_type"],
+            n.get("zone") or "-",
+            n.get("market") or "-",
             styled(n["state"]),
             ago(n["age"]),
             ago(n["idle_for"]),

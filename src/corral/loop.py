@@ -251,7 +251,11 @@ class ControlLoop(LiveLoop):
                 # which instance it is. Without its id the node's shutdown would destroy nothing (the
                 # next pass's orphan sweep did) and a vanished instance would go unnoticed.
                 row["instance_id"] = by_node[node_id].id
-                self.store.set_instance_id(node_id, row["instance_id"])
+                self.store.set_instance_id(node_id, row["instance_id"], by_node[node_id].zone, by_node[node_id].market)
+            elif mine and node_id in by_node and row["zone"] is None and by_node[node_id].zone:
+                # Booted before migration 0015 (or its create's answer said no zone): the listing says.
+                listed = by_node[node_id]
+                self.store.set_instance_id(node_id, listed.id, listed.zone, listed.market)
             if (
                 mine
                 and not row["instance_id"]
@@ -467,7 +471,7 @@ class ControlLoop(LiveLoop):
             log.warning("boot of %s failed: %s; no boot for %g s", type_name, exc, pause)
             return
         self._boot_errors_in_a_row = 0
-        self.store.set_instance_id(node_id, instance.id)
+        self.store.set_instance_id(node_id, instance.id, instance.zone, instance.market)
 
     def _back_off(self, type_name: str, exc: CloudError, now: float, unavailable: dict[str, float]) -> None:
         """A type the cloud refused to boot, or whose instance it ended in its launch. An account

@@ -785,3 +785,110 @@ def test_a_pass_terminates_its_shutdowns_and_the_orphans_together_and_names_an_u
         ]
     )
     loop.shutdown_fleet("corral stopped")
+
+
+@pytest.mark.timeout(120)
+def test_corral_nodes_and_the_dashboard_show_each_instances_zone_and_market(
+    tmp_path: Path, moto_url: str, image_id: str, subnet_ids: list[str], cluster: str, ec2: Any
+) -> None:
+    """An operator triaging a zone's outage or a wave of spot reclaims could not tell from `corral
+    nodes` which zone a node ran in nor whether it was spot: both are now recorded at the boot
+    (EC2's answer, the market it was launched as) and shown in the table, in --json and on the
+    dashboard."""
+    zone_of = {s["SubnetId"]: s["AvailabilityZone"] for s in ec2.describe_subnets(SubnetIds=subnet_ids)["Subnets"]}
+    home = tmp_path / "home"
+    config = tmp_path / "corral.toml"
+    config.write_text(
+        f"""
+[server]
+host = "127.0.0.1"
+port = {free_port()}
+
+[cloud]
+driver = "ec2"
+cluster = "{cluster}"
+
+[cloud.ec2]
+endpoint_url = "{moto_url}"
+image_id = "{image_id}"
+server_url = "http://10.0.0.5:8642"
+subnet_ids = ["{subnet_ids[0]}"]
+market = {{ "c5.large" = "spot" }}
+
+[[instance_types]]
+name = "c5.large"
+vcpus = 2
+ram = "4GiB"
+price_per_hour = 0.03
+
+[[instance_types]]
+name = "m5.xlarge"
+vcpus = 4
+ram = "16GiB"
+price_per_hour = 0.192
+"""
+    )
+    env = {**os.environ, "CORRAL_HOME": str(home), "COLUMNS": "250"}
+    env.pop("CORRAL_URL", None)
+    run = subprocess.Popen(
+        [CORRAL, "run", "--config", str(config)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=(tmp_path / "run.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+    def corral(*args: str) -> str:
+        done = subprocess.run([CORRAL, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        wait_until(lambda: (home / "server.json").exists() or run.poll() is not None, 30, "corral run to serve")
+        assert run.poll() is None, (tmp_path / "run.log").read_text()
+        wait_until(lambda: subprocess.run([CORRAL, "status"], env=env, capture_output=True).returncode == 0, 30, "it")
+        corral("submit", "--vcpus", "2", "--", "true")
+        corral("submit", "--vcpus", "4", "--", "true")
+
+        def booted() -> list[dict[str, Any]]:
+            rows = json.loads(corral("nodes", "--json"))
+            return rows if len(rows) == 2 and all(row["instance_id"] for row in rows) else []
+
+        nodes = {row["instance_type"]: row for row in wait_until(booted, 60, "both instances booted")}
+        zone = zone_of[subnet_ids[0]]
+        assert (nodes["c5.large"]["zone"], nodes["c5.large"]["market"]) == (zone, "spot")
+        assert (nodes["m5.xlarge"]["zone"], nodes["m5.xlarge"]["market"]) == (zone, "on-demand")
+
+        table = corral("nodes")
+        assert re.search(r"\bzone\b.*\bmarket\b", table)
+        assert re.search(rf"c5\.large\W+{zone}\W+spot\b", table), table
+        assert re.search(rf"m5\.xlarge\W+{zone}\W+on-demand\b", table), table
+        token = (home / "token").read_text().strip()
+        base = corral("dashboard").strip().split("/dashboard")[0]
+        page = httpx.get(f"{base}/dashboard", cookies={"corral_token": token}, timeout=30).text
+        assert "<th>zone</th><th>market</th>" in page
+        assert f"<td>c5.large</td><td>{zone}</td><td>spot</td>" in page
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.wait(30)
+    assert Ec2Cloud(Ec2Config(region="us-east-1", endpoint_url=moto_url, image_id=image_id), cluster, "").list() == []
+
+
+def test_a_node_booted_before_its_zone_was_recorded_gets_it_from_the_listing(
+    tmp_path: Path, settings: Ec2Config, cluster: str, subnet_ids: list[str], ec2: Any
+) -> None:
+    """A node booted by a corral from before migration 0015 has no zone or market in the store: the
+    pass's listing fills them in (`corral nodes` showed "-" for it for ever otherwise)."""
+    spot = settings.model_copy(update={"market": {"c5.large": "spot"}, "subnet_ids": subnet_ids[1:2]})
+    loop, cloud, store, clock = make_loop(tmp_path, spot, cluster)
+    [node] = booted_nodes(loop, store, 1, clock())  # set_instance_id without a zone: as before 0015
+    assert (node["zone"], node["market"]) == (None, None)
+    listed = {inst.id: inst for inst in Ec2Cloud(spot, cluster, "").list()}[node["instance_id"]]
+    zone = ec2.describe_subnets(SubnetIds=subnet_ids[1:2])["Subnets"][0]["AvailabilityZone"]
+    assert (listed.zone, listed.market) == (zone, "spot")  # EC2's InstanceLifecycle
+
+    loop.run_pass()
+
+    row = store.node_row(node["id"])
+    assert row is not None and (row["zone"], row["market"]) == (zone, "spot")
+    loop.shutdown_fleet("corral stopped")

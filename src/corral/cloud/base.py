@@ -76,6 +76,10 @@ class CloudInstance:
     tags: dict[str, str] = field(default_factory=dict)
     created_at: float = 0.0
     state: str = "running"  # the cloud's own word; corral does not act on it (seed 000)
+    # Where it runs, for the operator (`corral nodes`): EC2's availability zone, and "spot" or
+    # "on-demand". Empty: the cloud has no such thing (loopback, sim) or did not say.
+    zone: str = ""
+    market: str = ""
 
     @property
     def node_id(self) -> str | None:

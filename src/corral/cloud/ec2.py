@@ -475,6 +475,7 @@ class Ec2Cloud:
                 raise last from exc
             # RunInstances answers before the tags are on the instance: read it with the tags it was given.
             instance = _instance({**response["Instances"][0], "Tags": tag_list}, launched_if_unknown=time.time())
+            instance.market = "spot" if spot else "on-demand"  # what it was launched as, whatever the answer says
             with self._lock:
                 self._recent[instance.id] = (instance, time.monotonic())
                 if subnet is not None:
@@ -658,6 +659,8 @@ def _instance(raw: dict[str, Any], launched_if_unknown: float = 0.0) -> CloudIns
         tags=tags,
         created_at=launched.timestamp() if launched is not None else launched_if_unknown,
         state=str(raw.get("State", {}).get("Name", "pending")),
+        zone=str(raw.get("Placement", {}).get("AvailabilityZone") or ""),
+        market="spot" if raw.get("InstanceLifecycle") == "spot" else "on-demand",
     )
 
 

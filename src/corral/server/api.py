@@ -518,6 +518,8 @@ def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOu
         attributes=dict(row["attributes"] or {}),
         rack=row["rack"] or "",
         dispatcher_id=row["dispatcher_id"],
+        zone=row.get("zone"),
+        market=row.get("market"),
     )
 
 

@@ -129,11 +129,13 @@ def _page(runtime: Runtime) -> str:
         ),
         f"<h2>Nodes ({len(nodes)})</h2>",
         _table(
-            ["node", "type", "state", "age", "jobs", "load", "$/h", "note"],
+            ["node", "type", "zone", "market", "state", "age", "jobs", "load", "$/h", "note"],
             [
                 [
                     node.id,
                     node.instance_type,
+                    node.zone or "-",
+                    node.market or "-",
                     _state(node.state),
                     format_duration(node.age),
                     str(node.running),
@@ -144,8 +146,8 @@ def _page(runtime: Runtime) -> str:
                 ]
                 for node in nodes
             ],
-            numeric={3, 4, 5, 6},
-            markup={2},
+            numeric={5, 6, 7, 8},
+            markup={4},
         ),
         "<h2>Recent events</h2>",
         _table(

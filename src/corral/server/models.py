@@ -371,6 +371,10 @@ class NodeOut(BaseModel):
     rack: str = ""
     # The dispatcher that booted it, whose cloud holds its instance (None: booted before migration 0002).
     dispatcher_id: str | None = None
+    # Where its instance runs: the availability zone, and "spot" or "on-demand" (None: the cloud has
+    # no such thing, loopback, or has not said yet).
+    zone: str | None = None
+    market: str | None = None
 
 
 class EventOut(BaseModel):

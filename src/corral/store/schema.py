@@ -133,6 +133,9 @@ nodes = Table(
     Column("hostname", String(255)),
     Column("gone_at", Float),
     Column("dispatcher_id", String(64)),  # the dispatcher that booted it (None: booted before 0002)
+    # Where its instance runs, as the cloud says (None: a cloud without zones or markets, loopback).
+    Column("zone", String(64)),  # EC2's availability zone
+    Column("market", String(16)),  # "spot" or "on-demand"
     Index("ix_nodes_state", "state"),
     Index("ix_nodes_secret", "secret_hash"),
 )

@@ -1725,9 +1725,15 @@ class Store:
             )
             self._event(conn, now, "node.booting", f"{itype.name}: {reason}", node_id=node_id)
 
-    def set_instance_id(self, node_id: str, instance_id: str) -> None:
+    def set_instance_id(self, node_id: str, instance_id: str, zone: str = "", market: str = "") -> None:
+        """The node's instance, and its zone and market when the cloud says them (empty: unknown)."""
+        values: dict[str, Any] = {"instance_id": instance_id}
+        if zone:
+            values["zone"] = zone
+        if market:
+            values["market"] = market
         with self.write() as conn:
-            conn.execute(update(N).where(N.c.id == node_id).values(instance_id=instance_id))
+            conn.execute(update(N).where(N.c.id == node_id).values(**values))
 
     def set_node_attributes(
         self,
