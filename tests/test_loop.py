@@ -263,3 +263,32 @@ def test_a_boot_cut_short_before_the_cloud_made_the_instance_does_not_hold_the_q
     assert booted["id"] != phantom["id"] and [i.node_id for i in cloud.list()] == [booted["id"]]
     assert store.list_events(kind="type.boot_failed") == []
     assert store.job_row(job_id)["state"] == "queued"
+
+
+def test_a_fleet_of_more_than_1000_nodes_is_neither_taken_for_orphans_nor_left_running_by_a_stop(
+    tmp_path: Path,
+) -> None:
+    """The loop read the live nodes through the listing's query, which returns the newest 1,000:
+    past 1,000 nodes, each pass destroyed the oldest nodes' instances as orphans (running work
+    and all), and a clean stop left them running, billed."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    cloud = SimCloud(CONFIG.core_instance_types(), SimSettings(), time.time)
+    loop = ControlLoop(store, cloud, CONFIG, "d-test")
+    itype = loop.instance_types[CONFIG.core_instance_types()[0].name]
+    now = time.time()
+    count = 1005
+    for n in range(count):
+        store.create_node(f"n-{n:05d}", itype, f"token-{n}", now - count + n, "test", "d-test")
+        instance = cloud.create(itype, f"n-{n:05d}", f"token-{n}", {})
+        store.set_instance_id(f"n-{n:05d}", instance.id)
+
+    loop.sync_cloud(now)
+
+    assert store.list_events(kind="node.orphan") == []
+    assert len(cloud.list()) == count
+
+    loop.shutdown_fleet("corral stopped")
+
+    assert cloud.list() == []
+    assert store.node_rows(include_gone=False, limit=None) == []

@@ -231,7 +231,8 @@ class ControlLoop(LiveLoop):
             return
         instances = self._own(instances, now)
         by_node = {inst.node_id: inst for inst in instances if inst.node_id}
-        live_nodes = {row["id"]: row for row in self.store.node_rows()}
+        # Every live node: the listing's newest 1,000 took an older node's instance for an orphan.
+        live_nodes = {row["id"]: row for row in self.store.node_rows(limit=None)}
         # What the cloud says ended the instances that vanished while corral was not shutting them
         # down, asked at once for all (a spot reclaim may take many in one pass).
         ended = [
@@ -390,7 +391,8 @@ class ControlLoop(LiveLoop):
                 shutdowns[decision.node_id] = decision.reason
         if shutdowns:
             self.store.mark_nodes(shutdowns, NodeState.SHUTTING_DOWN, now)
-            instance_of = {row["id"]: row["instance_id"] for row in self.store.node_rows() if row["id"] in shutdowns}
+            rows = self.store.node_rows(limit=None)
+            instance_of = {row["id"]: row["instance_id"] for row in rows if row["id"] in shutdowns}
             refused = self._terminate_many(
                 [(node_id, instance_id) for node_id, instance_id in instance_of.items() if instance_id], now
             )
@@ -540,7 +542,7 @@ class ControlLoop(LiveLoop):
         jobs = {job.id: job for job in snapshot.jobs}
         # This dispatcher's fleet (another sharing the store keeps its own), and the work that stops
         # with it: what runs on it, and what this dispatcher claimed.
-        fleet = [row for row in self.store.node_rows() if row["dispatcher_id"] in (None, self.dispatcher_id)]
+        fleet = [row for row in self.store.node_rows(limit=None) if row["dispatcher_id"] in (None, self.dispatcher_id)]
         stopping = {row["id"] for row in fleet}
         for attempt in snapshot.attempts:
             job = jobs.get(attempt.job_id)

@@ -1894,11 +1894,14 @@ class Store:
                 .values(last_ping_at=now, used_vcpus=used.vcpus, used_ram_mib=used.ram_mib, used_at=now)
             )
 
-    def node_rows(self, include_gone: bool = False, limit: int = 1000) -> list[dict[str, Any]]:
+    def node_rows(self, include_gone: bool = False, limit: int | None = 1000) -> list[dict[str, Any]]:
+        """The nodes, oldest first: the newest `limit` of them (None: all, as the loop reads them)."""
         query = select(N)
         if not include_gone:
             query = query.where(N.c.state != NodeState.GONE.value)
-        query = query.order_by(N.c.created_at.desc()).limit(limit)
+        query = query.order_by(N.c.created_at.desc())
+        if limit is not None:
+            query = query.limit(limit)
         with self.read() as conn:
             rows = [dict(r._mapping) for r in conn.execute(query)]
         rows.reverse()
