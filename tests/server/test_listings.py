@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from corral.core.model import InstanceType
 from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.server.cli import corral, corral_json
@@ -27,3 +28,14 @@ def test_the_output_of_a_job_that_never_ran_says_so(served: tuple[str, Store]) -
     assert never.stderr == f"error: job {job_id} has not run: it is queued (held by an operator: input not ready)\n"
     # --all lists every attempt: none, and no error.
     assert corral(url, "logs", "--all", str(job_id)).stdout == ""
+
+
+def test_corral_nodes_lists_every_live_node_of_a_fleet_of_more_than_1000(served: tuple[str, Store]) -> None:
+    """`corral nodes` showed the newest 1,000 live nodes, and its fleet's $/hour summed only those."""
+    url, store = served
+    itype = InstanceType("c5.large", vcpus=2, ram_mib=4096, price_per_hour=0.1)
+    for n in range(1003):
+        store.create_node(f"n-{n:05d}", itype, f"token-{n}", 1000.0 + n, "test")
+    listed = corral_json(url, "nodes")
+    assert len(listed) == 1003 and listed[0]["id"] == "n-00000"
+    assert "1,003 live nodes, $100.300/hour" in corral(url, "nodes").stdout

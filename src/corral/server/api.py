@@ -486,7 +486,9 @@ def explain_job(job_id: JobId, runtime: UserRuntime) -> dict[str, Any]:
 def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")) -> list[NodeOut]:
     now = time.time()
     running = runtime.store.running_counts()
-    return [node_out(row, running, now) for row in runtime.store.node_rows(include_gone=all_nodes)]
+    # Every live node (a fleet's listing cut at 1,000 hid nodes that bill); with the gone ones, the newest 1,000.
+    rows = runtime.store.node_rows(include_gone=all_nodes, limit=1000 if all_nodes else None)
+    return [node_out(row, running, now) for row in rows]
 
 
 @router.patch("/nodes/{node_id}")
