@@ -11,6 +11,8 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -577,6 +579,35 @@ def test_an_instance_ec2_would_not_terminate_stays_listed_shutting_down_until_it
 
 
 @pytest.mark.timeout(120)
+@contextmanager
+def corral_run(tmp_path: Path, home: Path, config: Path) -> Iterator[Callable[..., str]]:
+    """A real `corral run` of `config` in `home`, serving; yields a function that runs a corral
+    command against it and returns its output. Stopped with SIGINT (a clean stop) at the end."""
+    env = {**os.environ, "CORRAL_HOME": str(home), "COLUMNS": "250"}
+    env.pop("CORRAL_URL", None)
+    run = subprocess.Popen(
+        [CORRAL, "run", "--config", str(config)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=(tmp_path / "run.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+    def corral(*args: str) -> str:
+        done = subprocess.run([CORRAL, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        wait_until(lambda: (home / "server.json").exists() or run.poll() is not None, 30, "corral run to serve")
+        assert run.poll() is None, (tmp_path / "run.log").read_text()
+        wait_until(lambda: subprocess.run([CORRAL, "status"], env=env, capture_output=True).returncode == 0, 30, "it")
+        yield corral
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.wait(30)
+
+
 def test_corral_status_says_boots_are_paused_and_why_while_ec2_refuses_every_boot(
     tmp_path: Path, moto_url: str, image_id: str, cluster: str
 ) -> None:
@@ -612,25 +643,7 @@ ram = "4GiB"
 price_per_hour = 0.085
 """
     )
-    env = {**os.environ, "CORRAL_HOME": str(home), "COLUMNS": "250"}
-    env.pop("CORRAL_URL", None)
-    run = subprocess.Popen(
-        [CORRAL, "run", "--config", str(config)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=(tmp_path / "run.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-    def corral(*args: str) -> str:
-        done = subprocess.run([CORRAL, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    try:
-        wait_until(lambda: (home / "server.json").exists() or run.poll() is not None, 30, "corral run to serve")
-        assert run.poll() is None, (tmp_path / "run.log").read_text()
-        wait_until(lambda: subprocess.run([CORRAL, "status"], env=env, capture_output=True).returncode == 0, 30, "it")
+    with corral_run(tmp_path, home, config) as corral:
         corral("submit", "--", "true")
         wait_until(lambda: json.loads(corral("events", "--kind", "node.gone", "--json")), 30, "the failed boot")
 
@@ -644,9 +657,6 @@ price_per_hour = 0.085
         base = corral("dashboard").strip().split("/dashboard")[0]
         page = httpx.get(f"{base}/dashboard", cookies={"corral_token": token}, timeout=30).text
         assert "<th>boots paused</th><td>until " in page and "corral-nodes-typo" in page
-    finally:
-        run.send_signal(signal.SIGINT)
-        run.wait(30)
 
 
 def ended_in_launch(cloud: Ec2Cloud, instance_id: str, code: str, message: str) -> None:
@@ -828,25 +838,7 @@ ram = "16GiB"
 price_per_hour = 0.192
 """
     )
-    env = {**os.environ, "CORRAL_HOME": str(home), "COLUMNS": "250"}
-    env.pop("CORRAL_URL", None)
-    run = subprocess.Popen(
-        [CORRAL, "run", "--config", str(config)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=(tmp_path / "run.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-    def corral(*args: str) -> str:
-        done = subprocess.run([CORRAL, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    try:
-        wait_until(lambda: (home / "server.json").exists() or run.poll() is not None, 30, "corral run to serve")
-        assert run.poll() is None, (tmp_path / "run.log").read_text()
-        wait_until(lambda: subprocess.run([CORRAL, "status"], env=env, capture_output=True).returncode == 0, 30, "it")
+    with corral_run(tmp_path, home, config) as corral:
         corral("submit", "--vcpus", "2", "--", "true")
         corral("submit", "--vcpus", "4", "--", "true")
 
@@ -868,9 +860,6 @@ price_per_hour = 0.192
         page = httpx.get(f"{base}/dashboard", cookies={"corral_token": token}, timeout=30).text
         assert "<th>zone</th><th>market</th>" in page
         assert f"<td>c5.large</td><td>{zone}</td><td>spot</td>" in page
-    finally:
-        run.send_signal(signal.SIGINT)
-        run.wait(30)
     assert Ec2Cloud(Ec2Config(region="us-east-1", endpoint_url=moto_url, image_id=image_id), cluster, "").list() == []
 
 
