@@ -281,7 +281,10 @@ def test_an_end_not_yet_reported_when_the_agent_dies_is_reported_by_the_next(age
     wait_for(lambda: 1 in state.finished, 15, "the end to be reported by the next agent")
     assert state.resumes[0]["running"] == [1] and state.lost == set()
     assert state.finished[1][0] == 7 and state.log_text(1) == "up\ndone\n"
-    assert not list((agents.tmp_path / "n1" / "running").iterdir())  # nothing left for a later agent
+    # Nothing left for a later agent, once the server's answer acknowledged the end (the agent
+    # removes the run's records after that answer, which comes after the server recorded it).
+    running = agents.tmp_path / "n1" / "running"
+    wait_for(lambda: not list(running.iterdir()), 15, "the run's records to be removed")
 
 
 def test_sigusr1_hands_the_runs_over_to_the_next_agent(agents: Agents, peer: Any) -> None:
