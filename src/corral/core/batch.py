@@ -544,21 +544,8 @@ def plan_batch_pass(
                 decisions.outcome_times[job.id] = end_time(observed, attempt.started_at, now)
 
     # 5. Dependencies: judged as plan_pass judges them.
-    blocked: set[int] = set()
-    reasons: dict[int, str] = {}
-    if index.dependent:
-        kill_invalid = settings.dispatch.kill_invalid_depend
-        judged = dependency.step(
-            index.dependent,
-            index.jobs,
-            snapshot.finished,
-            snapshot.array_tasks,
-            ended,
-            kill_invalid,
-            attempt_ids,
-            decisions.job_outcomes,
-        )
-        blocked, reasons = judged.blocked, judged.reasons
+    judged = dependency.step(snapshot, index, ended, settings.dispatch.kill_invalid_depend, decisions.job_outcomes)
+    blocked, reasons = judged.blocked, judged.reasons
 
     # 6. The queue: claim and submit in queue order (corral.core.admission) while fewer than
     # max_pending wait in Slurm, and no more of an array's tasks, or of a user's jobs, than its

@@ -31,9 +31,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
+from corral.core.index import SnapshotIndex
 from corral.core.job_array import MAX_TASK_ID
 from corral.core.model import Job, JobState
-from corral.core.snapshot import JobOutcome
+from corral.core.snapshot import JobOutcome, Snapshot
 
 DEPENDENCY = "Dependency"  # Slurm's reason words, which a Slurm user looks for in `squeue`
 NEVER_SATISFIED = "DependencyNeverSatisfied"
@@ -360,20 +361,17 @@ def judge(
 
 
 def step(
-    dependent: Mapping[int, Job],
-    jobs: Mapping[int, Job],
-    finished: Mapping[int, JobState],
-    array_tasks: Mapping[int, Sequence[int]],
-    ended: set[int],
-    kill_invalid: bool,
-    attempt_ids: Callable[[int], tuple[int, ...]],
-    outcomes: list[JobOutcome],
+    snapshot: Snapshot, index: SnapshotIndex, ended: set[int], kill_invalid: bool, outcomes: list[JobOutcome]
 ) -> Judgement:
-    """A pass's dependency step, as both passes take it: the jobs `judge`s, those never
-    satisfiable cancelled (their outcomes appended to `outcomes`, their ids added to `ended`); the
-    judgement says which jobs wait, and why."""
-    judged = judge(dependent, jobs, finished, ended, kill_invalid, array_tasks)
+    """A pass's dependency step, as both passes (plan_pass, plan_batch_pass) take it: the queued
+    jobs with a dependency `judge`d, those never satisfiable cancelled (their outcomes appended to
+    `outcomes`, their ids added to `ended`); the judgement says which jobs wait, and why (empty
+    when no queued job has a dependency)."""
+    if not index.dependent:
+        return Judgement()
+    judged = judge(index.dependent, index.jobs, snapshot.finished, ended, kill_invalid, snapshot.array_tasks)
     for job_id, reason in judged.cancel:
-        outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempt_ids(job_id)))
+        attempts = tuple(index.job_attempts.get(job_id, ()))
+        outcomes.append(JobOutcome(job_id, JobState.CANCELLED, reason, attempts))
         ended.add(job_id)
     return judged

@@ -203,21 +203,9 @@ def plan_pass(
     # 4c. Dependencies (Slurm's --dependency): a queued job waits until the jobs it names got far
     # enough; one whose dependency can never be satisfied is cancelled (kill_invalid_depend), and
     # so are the jobs that depend on it in turn, in this pass.
-    blocked: AbstractSet[int] = frozenset()
-    dependency_reasons: Mapping[int, str] = {}
-    if index.dependent:
-        kill_invalid = settings.dispatch.kill_invalid_depend
-        judged = dependency.step(
-            index.dependent,
-            index.jobs,
-            snapshot.finished,
-            snapshot.array_tasks,
-            ended,
-            kill_invalid,
-            attempt_ids,
-            decisions.job_outcomes,
-        )
-        blocked, dependency_reasons = judged.blocked, judged.reasons
+    judged = dependency.step(snapshot, index, ended, settings.dispatch.kill_invalid_depend, decisions.job_outcomes)
+    blocked: AbstractSet[int] = judged.blocked
+    dependency_reasons: Mapping[int, str] = judged.reasons
 
     # Nodes past policy.lifecycle.max_node_age (Karpenter's expireAfter): no new work; shut down once
     # empty, as a broken node is. Not on a fleet that cannot boot their replacements.
