@@ -254,17 +254,24 @@ def test_spot_market_per_instance_type(settings: Ec2Config, cluster: str, ec2: A
         cloud.destroy(instance.id)
 
 
-def test_insufficient_capacity_tries_the_next_subnet_then_raises_for_the_type(
-    settings: Ec2Config, cluster: str, ec2: Any, subnet_ids: list[str]
-) -> None:
-    first, second = subnet_ids
+def short_of_c5_large_in(subnet: str, settings: Ec2Config, cluster: str, subnet_ids: list[str]) -> tuple[Ec2Cloud, Any]:
+    """A driver over `subnet_ids` whose RunInstances of a c5.large in `subnet` EC2 answers with
+    InsufficientInstanceCapacity; the injection records the calls it answered."""
     cloud = Ec2Cloud(settings.model_copy(update={"subnet_ids": subnet_ids}), cluster, "http://h:1")
     ice = inject(
         cloud.client,
         "RunInstances",
         "InsufficientInstanceCapacity",
-        when=lambda p: p["InstanceType"] == "c5.large" and p.get("SubnetId") == first,
+        when=lambda p: p["InstanceType"] == "c5.large" and p.get("SubnetId") == subnet,
     )
+    return cloud, ice
+
+
+def test_insufficient_capacity_tries_the_next_subnet_then_raises_for_the_type(
+    settings: Ec2Config, cluster: str, ec2: Any, subnet_ids: list[str]
+) -> None:
+    first, second = subnet_ids
+    cloud, ice = short_of_c5_large_in(first, settings, cluster, subnet_ids)
     instance = cloud.create(C5, "n-1", TOKEN, {})
     assert described(ec2, instance.id)["SubnetId"] == second
     # One call in the short subnet: botocore does not retry EC2's HTTP 500 for a capacity error.
@@ -286,13 +293,7 @@ def test_a_subnet_short_of_a_type_is_tried_last_for_that_type_and_first_for_othe
     """Before, each boot of a type one zone had no capacity for asked that zone first again (one
     more RunInstances call, and its wait, per boot), for as long as the shortage lasted."""
     first, second = subnet_ids
-    cloud = Ec2Cloud(settings.model_copy(update={"subnet_ids": subnet_ids}), cluster, "http://h:1")
-    ice = inject(
-        cloud.client,
-        "RunInstances",
-        "InsufficientInstanceCapacity",
-        when=lambda p: p["InstanceType"] == "c5.large" and p.get("SubnetId") == first,
-    )
+    cloud, ice = short_of_c5_large_in(first, settings, cluster, subnet_ids)
     booted = [cloud.create(C5, f"n-{n}", TOKEN, {}) for n in range(2)]
     assert [described(ec2, i.id)["SubnetId"] for i in booted] == [second, second]
     assert len(ice.calls) == 1  # the second boot went to the second subnet at once
