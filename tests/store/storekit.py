@@ -141,6 +141,6 @@ def wait_for_lock_waiters(store: Store, count: int, timeout: float = 20.0) -> No
 
 def attempts_to_kill(store: Store, node_id: str, running: list[int]) -> list[int]:
     """Of the attempts an agent says it runs, those its ping's answer tells it to kill (as the agent
-    API reads them off `wanted_attempts`)."""
-    wanted = store.wanted_attempts(node_id, running)
+    API reads them off `Store.attempts_on_node`)."""
+    wanted = store.attempts_on_node(node_id).wanted(running)
     return [a for a in running if a not in wanted]

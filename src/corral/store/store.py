@@ -148,7 +148,9 @@ class NodeAttempts:
     time_limits: dict[int, float | None]  # every one assigned or running: its job's time limit
 
     def wanted(self, listed: Sequence[int]) -> dict[int, float | None]:
-        """Of the attempts an agent lists, those corral still wants run there, with their limits."""
+        """Of the attempts an agent lists, those corral still wants run there, each with its job's
+        time limit as it stands now (None: none), which the agent enforces itself while the server
+        is away (a limit changed during the run reaches it this way)."""
         return {a: self.time_limits[a] for a in listed if a in self.time_limits}
 
 
@@ -1593,12 +1595,6 @@ class Store:
             running=[row.id for row in rows if row.state == AttemptState.RUNNING.value],
             time_limits={row.id: row.spec.get("time_limit") for row in rows},
         )
-
-    def wanted_attempts(self, node_id: str, running: Sequence[int]) -> dict[int, float | None]:
-        """Of the attempts an agent says it runs, those corral still wants running there, each with
-        its job's time limit as it stands now (None: none), which the agent enforces itself while
-        the server is away (a limit changed during the run reaches it this way)."""
-        return self.attempts_on_node(node_id).wanted(running)
 
     # ---- attempts run by an executor (Slurm) ------------------------------------------------
 
