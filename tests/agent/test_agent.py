@@ -491,3 +491,27 @@ def test_an_attempt_that_ended_is_listed_until_its_end_is_reported(agents: Agent
     wait_for(lambda: 1 in state.finished, 60, "the finish")
     state.shutdown = True
     assert agent.wait(15) == 0
+
+
+def test_a_keeper_killed_under_a_running_agent_leaves_the_run_lost_not_failed(agents: Agents, peer: Any) -> None:
+    """The keeper alone SIGKILLed (not by corral): the command's end is unknown, so no exit goes
+    out as if the command had failed with 137; its command is stopped, and the agent lists the run
+    neither way, so the server takes it for lost (the job's on_node_failure deciding), as when the
+    same happens with no agent running."""
+    state = peer.state
+    state.assign(1, "n1", ["sh", "-c", "echo up; exec sleep 300"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.log_text(1) == "up\n", 15, "the attempt to run")
+    keeper = state.started[1]
+    [command] = [pid for pid in sysinfo.session_members(keeper) if pid != keeper]
+    os.kill(keeper, signal.SIGKILL)
+    wait_for(lambda: not alive(command), 15, "the command to be stopped")
+    seen = len(state.pings)
+    wait_for(lambda: len(state.pings) >= seen + 2, 15, "two more pings")
+    with state.lock:
+        later = state.pings[seen + 1]
+    assert 1 not in later["running"] and 1 not in [f["attempt_id"] for f in later["finished"]]
+    assert 1 not in state.finished
+    assert any(e["msg"].startswith("the attempt's keeper was killed") for e in agents.log("n1"))
+    assert not list((agents.tmp_path / "n1" / "running").glob("1.*")), "a later agent would take it up"
+    assert agent.poll() is None

@@ -625,7 +625,14 @@ class Agent:
         was left for the next round (an attempt sends at most LOG_ROUND per round)."""
         behind = False
         for attempt in self.runner.poll():
-            logs.info("attempt exited", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
+            if attempt.keeper_killed:
+                logs.warning(
+                    "the attempt's keeper was killed before its command ended; its command was stopped"
+                    " and the run is left to the server as lost",
+                    attempt_id=attempt.attempt_id,
+                )
+            else:
+                logs.info("attempt exited", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
         for attempt in self.runner.past_time_limit(self.limit_slack):
             # slurmstepd's way: a limit holds even when the controller cannot be reached.
             logs.warning(

@@ -164,6 +164,7 @@ class Attempt:
     # Killed because the agent itself is stopping: the node is going away, which is the server's to
     # judge (a temporary failure), so the exit is not reported as if the command had ended.
     abandoned: bool = False
+    keeper_killed: bool = False  # its keeper ended without the command's status: the run is lost
     log_offset: int = 0  # bytes of the log the server has accepted
     log_done: bool = False  # nothing more will be shipped (all sent, or the server refused the log)
     log_failing_since: float | None = None
@@ -420,6 +421,14 @@ class Runner:
                     continue
                 code = attempt.proc.poll()
                 if code is not None:
+                    if attempt.kill_requested_at is None and not self._status_path(attempt.attempt_id).exists():
+                        # The keeper was killed, not by corral, before the command ended (it writes the
+                        # status first): the command's own end is unknown, so it is not reported as
+                        # one, and no later agent is to (no status is kept). The server takes the run
+                        # for lost, the job's on_node_failure deciding, as when this happens with no
+                        # agent running (adopt).
+                        attempt.abandoned = True
+                        attempt.keeper_killed = True
                     attempt.exit_code = exit_code_of(code)
                     attempt.finished_at = time.time()
                     # Whatever the command left behind in its session goes with it, as at the end of a
@@ -428,7 +437,8 @@ class Runner:
                         signal_session(attempt.proc.pid, signal.SIGKILL)
                     # The record stays until the end is reported (forget): an agent that dies before
                     # then leaves it, with the status, to the next, which reports the end.
-                    self._keep_status(attempt.attempt_id, code)
+                    if not attempt.keeper_killed:
+                        self._keep_status(attempt.attempt_id, code)
                     done.append(attempt)
                 elif (
                     attempt.kill_requested_at is not None
