@@ -184,6 +184,27 @@ def test_destroy_of_a_hung_agent_powers_off_its_work(cloud: LoopbackCloud, peer:
     wait_for(lambda: not alive(state.started[1]), 5, "the attempt to be killed with its instance")
 
 
+def test_a_fleet_stop_powers_off_every_instance_the_hung_among_the_clean(cloud: LoopbackCloud, peer: Any) -> None:
+    """destroy_many SIGTERMs every instance at once and then SIGKILLs what outlived the grace:
+    one hung agent does not keep the others' work running, nor escape its own power-off."""
+    cloud.server_url = peer.url
+    cloud.destroy_grace = 0.5
+    state = peer.state
+    instances = []
+    for n in range(3):
+        state.assign(n + 1, f"n{n}", ["sleep", "60"])
+        instances.append(cloud.create(SMALL, f"n{n}", state.add_token(f"n{n}"), {}))
+    wait_for(lambda: all(n + 1 in state.started for n in range(3)), 30, "the attempts to start")
+    [hung_agent] = children(record(cloud, instances[1].id)["pid"])
+    os.kill(hung_agent, signal.SIGSTOP)
+    assert cloud.destroy_many([i.id for i in instances]) == {}
+    assert not alive(hung_agent)
+    work = [state.started[attempt_id] for attempt_id in (1, 2, 3)]
+    wait_for(lambda: not any(alive(pid) for pid in work), 5, "the attempts to be killed with their instances")
+    assert not any(n + 1 in state.finished for n in (0, 2)), "stopped by their agents, not ended by their commands"
+    assert cloud.list() == []
+
+
 def test_an_agent_that_exits_is_no_longer_listed(cloud: LoopbackCloud, peer: Any) -> None:
     cloud.server_url = peer.url
     instance = cloud.create(SMALL, "refused", "wrong-token", {})

@@ -40,7 +40,6 @@ from corral.cloud.base import (
     CloudInstance,
     Ended,
     agent_options,
-    destroy_each,
 )
 from corral.core.model import InstanceType
 
@@ -228,31 +227,40 @@ class LoopbackCloud:
         return {}  # an agent process that ended leaves no word of why
 
     def destroy_many(self, instance_ids: Sequence[str]) -> dict[str, CloudError]:
-        return destroy_each(self.destroy, instance_ids)
-
-    def destroy(self, instance_id: str) -> None:
-        directory = self._dir(instance_id)
-        record = self._read(directory)
+        """Every instance's init is SIGTERMed at once and given the one `destroy_grace`, as EC2 stops
+        a fleet in one call: a stop of a large loopback fleet takes a grace, not one per instance."""
+        records = {instance_id: self._read(self._dir(instance_id)) for instance_id in dict.fromkeys(instance_ids)}
         # An agent that ends on the SIGTERM has stopped its jobs, containers included; one dead
         # already, or killed, may have left containers running under the engine.
-        stopped_cleanly = False
-        if record is not None and self._alive(record):
-            pid = int(record["pid"])
+        alive = {i: r for i, r in records.items() if r is not None and self._alive(r)}
+        for record in alive.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + self.destroy_grace
-            while time.monotonic() < deadline and self._alive(record):
-                time.sleep(0.05)
-            stopped_cleanly = not self._alive(record)
-            if not stopped_cleanly:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-                deadline = time.monotonic() + 2.0
-                while time.monotonic() < deadline and self._alive(record):
-                    time.sleep(0.02)
-        node_id = str((record or {}).get("tags", {}).get(TAG_NODE_ID, ""))
-        self._power_off(instance_id, "" if stopped_cleanly else node_id)
-        (directory / RECORD).unlink(missing_ok=True)
+                os.killpg(int(record["pid"]), signal.SIGTERM)
+        left = self._wait_gone(alive, self.destroy_grace)
+        for record in left.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(record["pid"]), signal.SIGKILL)
+        self._wait_gone(left, 2.0)
+        for instance_id, entry in records.items():
+            stopped_cleanly = instance_id in alive and instance_id not in left
+            node_id = str((entry or {}).get("tags", {}).get(TAG_NODE_ID, ""))
+            self._power_off(instance_id, "" if stopped_cleanly else node_id)
+            (self._dir(instance_id) / RECORD).unlink(missing_ok=True)
+        return {}
+
+    def _wait_gone(self, records: dict[str, dict[str, Any]], grace: float) -> dict[str, dict[str, Any]]:
+        """Those of `records` whose init still runs after up to `grace` seconds."""
+        deadline = time.monotonic() + grace
+        left = dict(records)
+        while left:
+            left = {i: r for i, r in left.items() if self._alive(r)}
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        return left
+
+    def destroy(self, instance_id: str) -> None:
+        self.destroy_many([instance_id])
 
     def _power_off(self, instance_id: str, node_id: str) -> None:
         """Nothing that ran on the instance survives it: its processes (the mark), and the containers
