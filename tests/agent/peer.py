@@ -31,6 +31,7 @@ class PeerState:
     starts_down: bool = False  # "started" answers 503, as a server that is down
     unwanted: set[int] = field(default_factory=set)  # "started" answers 409
     logs: dict[int, bytearray] = field(default_factory=dict)
+    log_offsets: list[tuple[int, int]] = field(default_factory=list)  # (attempt, offset) of every chunk taken
     finished: dict[int, tuple[int, float]] = field(default_factory=dict)
     kill: set[int] = field(default_factory=set)
     pings: list[dict[str, Any]] = field(default_factory=list)
@@ -98,12 +99,14 @@ def build_app(state: PeerState) -> Starlette:
             state.resumes.append(body)
             lost = sorted(a for a in state.started if a not in state.finished and a not in body["running"])
             state.lost.update(lost)
+            stored = {a: len(state.logs.get(a, b"")) for a in body["running"]}
         return JSONResponse(
             {
                 "node_id": node,
                 "ping_interval": state.ping_interval,
                 "containers": {"program": [], "run_args": []},
                 "lost": lost,
+                "output_stored": stored,
             }
         )
 
@@ -161,6 +164,7 @@ def build_app(state: PeerState) -> Starlette:
             if offset > len(buf):
                 return JSONResponse({"detail": "gap"}, status_code=409)
             buf[offset : offset + len(data)] = data
+            state.log_offsets.append((aid, offset))
         return JSONResponse({})
 
     async def finished(request: Request) -> Response:

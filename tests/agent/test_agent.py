@@ -246,6 +246,7 @@ def test_a_restarted_agent_resumes_its_node_and_re_adopts_what_the_dead_one_ran(
     (attempts / "2" / "go").touch()  # attempt 2 ends while no agent runs
     wait_for(lambda: not alive(state.started[2]), 10, "attempt 2 to end")
 
+    shipped_before = len(state.log_offsets)
     again = agents.start(peer.url, "n1", "")  # no boot token: the used one would be refused anyway
     wait_for(lambda: state.resumes, 15, "the new agent to resume")
     assert sorted(state.resumes[0]["running"]) == [1, 2] and state.resumes[0]["pid"] == again.pid
@@ -256,6 +257,8 @@ def test_a_restarted_agent_resumes_its_node_and_re_adopts_what_the_dead_one_ran(
     (attempts / "1" / "go").touch()
     wait_for(lambda: 1 in state.finished, 15, "the end of attempt 1 to be reported")
     assert state.finished[1][0] == 5 and state.log_text(1) == "up\ndone\n"
+    # The output the server had ("up\n") is not sent again: the new agent goes on from its end.
+    assert sorted(state.log_offsets[shipped_before:]) == [(1, 3), (2, 3)]
     state.assign(3, "n1", ["sh", "-c", "echo third"])
     wait_for(lambda: 3 in state.finished, 15, "the resumed node to run new work")
     assert again.poll() is None

@@ -31,9 +31,13 @@ def test_a_resumed_node_stays_and_the_runs_its_dead_agent_carried_end_as_on_a_lo
     kept, kept_attempt = running_on(store, "n1")
     body = {"node_id": "n1", "hostname": "host-n1", "pid": 77, "running": [kept_attempt]}
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}) as client:
+        shipped = client.post(f"/api/agent/attempts/{kept_attempt}/log", params={"offset": 0}, content=b"step 1\n")
+        assert shipped.status_code == 200, shipped.text
         answer = client.post("/api/agent/resume", json=body)
         assert answer.status_code == 200, answer.text
         assert answer.json()["lost"] == [lost_first, lost_second]
+        # The new agent ships the run's output on from what the server has, not again from its start.
+        assert answer.json()["output_stored"] == {str(kept_attempt): 7}
         assert answer.json()["containers"] == {"program": ["podman"], "run_args": []}
 
         assert client.post("/api/agent/resume", json={**body, "node_id": "n2"}).status_code == 403

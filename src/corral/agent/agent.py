@@ -253,6 +253,7 @@ class Agent:
             return False
         lost = _ints(answer.get("lost"))
         self._configure(answer)
+        self._skip_output_stored(answer.get("output_stored"))
         logs.warning(
             "resumed with the saved credentials",
             node_id=saved.node_id,
@@ -261,6 +262,17 @@ class Agent:
         )
         self._remove_node_containers()
         return True
+
+    def _skip_output_stored(self, stored: Any) -> None:
+        """A re-adopted run's output goes on from what the server has of it (a server older than
+        this says nothing: all of it is sent again, and stored at its offsets unchanged)."""
+        if not isinstance(stored, dict):
+            return
+        for key, size in stored.items():
+            attempt = self.runner.get(int(key)) if str(key).isdigit() else None
+            if attempt is not None and isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                # Never past what this node has: the server's is a prefix of the file the run writes.
+                attempt.log_offset = min(size, attempt.log_size())
 
     def _until_answered(self, call: Any, doing: str) -> Any:
         """`call`'s answer, retried with back-off while the server cannot be reached; None if the

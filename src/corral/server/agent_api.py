@@ -81,7 +81,12 @@ def resume(body: ResumeBody, node: AgentNode, runtime: AnyRuntime) -> ResumeResu
     ended = runtime.store.resume_node(node_id, body.running, message, now, lost)
     log.warning("node %s: %s; attempts lost: %s", node_id, message, ended or "none")
     runtime.wake()
-    return ResumeResult(node_id=node_id, lost=ended, **node_settings(runtime))
+    stored = {}
+    for attempt_id in body.running:
+        row = runtime.store.attempt_row(attempt_id)
+        if row is not None and node_id in row["node_ids"]:
+            stored[attempt_id] = runtime.logs.size(row["job_id"], attempt_id)
+    return ResumeResult(node_id=node_id, lost=ended, output_stored=stored, **node_settings(runtime))
 
 
 def node_settings(runtime: Runtime) -> dict[str, Any]:

@@ -22,6 +22,13 @@ class LogStore:
     def path(self, job_id: int, attempt_id: int) -> Path:
         return self.root / str(job_id) / f"{attempt_id}.log"
 
+    def size(self, job_id: int, attempt_id: int) -> int:
+        """Bytes of the attempt's output stored (0 for none)."""
+        try:
+            return self.path(job_id, attempt_id).stat().st_size
+        except FileNotFoundError:
+            return 0
+
     def write(self, job_id: int, attempt_id: int, offset: int, data: bytes) -> None:
         path = self.path(job_id, attempt_id)
         path.parent.mkdir(parents=True, exist_ok=True)

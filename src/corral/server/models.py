@@ -502,6 +502,8 @@ class ResumeResult(BaseModel):
     health_check: HealthCheckOut | None = None
     containers: ContainersOut
     lost: list[int]  # the attempts the restart lost, each ended as on a lost node
+    # Bytes of output stored for each run the agent re-adopted, by attempt id: it ships from there on.
+    output_stored: dict[int, int] = {}
 
 
 class UsedIn(Inbound):
