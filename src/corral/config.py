@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from corral.cloud.base import TAG_CLUSTER, TAG_INSTANCE_TYPE, TAG_NODE_ID, TAG_STORE
+from corral.core import fairshare
 from corral.core.batch import DEFAULT_NICE_BASE, NICE_LIMIT
 from corral.core.health import parse_max_unhealthy
 from corral.core.model import GiB, InstanceType
@@ -406,6 +407,28 @@ class LoopConfig(_Strict):
     interval: Duration = Field(1.0, gt=0, description="seconds between reconcile passes (a submission wakes it early)")
 
 
+class RetentionConfig(_Strict):
+    """How long the store keeps what has ended (slurmdbd's PurgeJobAfter, PurgeEventAfter). Unset:
+    kept for ever, as before; nothing is deleted unless asked for."""
+
+    jobs_after: Duration | None = Field(
+        None,
+        gt=0,
+        description="an ended job is deleted this long after it ended, with its attempts, dependency rows and output,"
+        " e.g. '90d'; unset: kept for ever",
+    )
+    output_after: Duration | None = Field(
+        None, gt=0, description="an ended job's output is deleted this long after it ended (sooner than the job)"
+    )
+    events_after: Duration | None = Field(
+        None, gt=0, description="an event is deleted this long after it happened; unset: kept for ever"
+    )
+    interval: Duration = Field(3600.0, gt=0, description="how often the live loop deletes what is due")
+
+    def enabled(self) -> bool:
+        return any(v is not None for v in (self.jobs_after, self.output_after, self.events_after))
+
+
 class SlurmConfig(_Strict):
     """`executor = "slurm"`: corral dispatches to an existing Slurm cluster (docs/operator-guide.md)."""
 
@@ -445,6 +468,7 @@ class Config(_Strict):
     store: StoreConfig = Field(default_factory=StoreConfig)
     cloud: CloudConfig = Field(default_factory=CloudConfig)
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     health_check: HealthCheckConfig = Field(default_factory=HealthCheckConfig)
     containers: ContainersConfig = Field(default_factory=ContainersConfig)
     instance_types: list[InstanceTypeConfig] = Field(default_factory=_default_instance_types)
@@ -479,7 +503,32 @@ class Config(_Strict):
     def warnings(self) -> list[str]:
         """What is valid but surely not meant: limits under which no instance type can ever boot,
         placement filters left out that keep jobs off nodes that cannot run them (with the agent
-        executor; in front of Slurm corral boots and places nothing)."""
+        executor; in front of Slurm corral boots and places nothing), a retention that forgets what
+        fair share still counts."""
+        return self._retention_warnings() + self._agent_warnings()
+
+    def _retention_warnings(self) -> list[str]:
+        retention = self.retention
+        found: list[str] = []
+        if retention.jobs_after is None:
+            return found
+        if retention.output_after is not None and retention.output_after >= retention.jobs_after:
+            found.append(
+                "retention.output_after is not shorter than retention.jobs_after: an ended job's output goes with"
+                " the job at jobs_after"
+            )
+        queue = self.policy.placement.queue
+        remembered = fairshare.FORGOTTEN_AFTER_HALF_LIVES * queue.fairshare.half_life
+        if queue.reads_usage() and retention.jobs_after < remembered:
+            found.append(
+                f"retention.jobs_after ({retention.jobs_after / 86400:g} days) is shorter than fair share remembers"
+                f" usage ({fairshare.FORGOTTEN_AFTER_HALF_LIVES} half-lives of"
+                f" {queue.fairshare.half_life / 86400:g} days): after a restart, the usage of jobs deleted"
+                " meanwhile no longer counts"
+            )
+        return found
+
+    def _agent_warnings(self) -> list[str]:
         types = self.instance_types
         if self.executor != "agent":
             return []

@@ -40,6 +40,7 @@ from corral.store import NotFound, Store
 
 if TYPE_CHECKING:
     from corral.notifier import Notifier
+    from corral.retention import Retention
 
 log = logging.getLogger("corral.loop")
 
@@ -76,6 +77,8 @@ class LiveLoop:
 
     # Carries out the [[notify]] rules after each pass (serve sets it when the config has some).
     notifier: Notifier | None = None
+    # Deletes what has ended once it is old enough, a step after each pass ([retention]; serve sets it).
+    retention: Retention | None = None
 
     def __init__(
         self, store: Store, config: Config, dispatcher_id: str, clock: Callable[[], float] = time.time
@@ -135,6 +138,8 @@ class LiveLoop:
                 report = self._run_pass()
         if self.notifier is not None:
             self.notifier.after_pass()  # never raises; the actions run on its own thread
+        if self.retention is not None:
+            self.retention.after_pass()  # never raises
         return report
 
     def _run_pass(self) -> PassReport:

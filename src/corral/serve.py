@@ -20,6 +20,7 @@ import secrets
 import socket
 import socket as socketlib
 import stat
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -237,6 +238,10 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
             store, config.notify, home=home.resolve(), dispatcher_id=dispatcher_id, policy=config.policy
         )
         runtime.on_stop.append(loop.notifier.close)  # after the fleet's stop: its events are notified too
+    if config.retention.enabled():
+        from corral.retention import Retention
+
+        loop.retention = Retention(store, runtime.logs, config.retention, time.time)
     app = create_app(runtime)
     info = home / "server.json"
     ca_file = config.server.ca_file

@@ -74,6 +74,10 @@ EVENT_KINDS: dict[str, str] = {
     "slurm.renice_failed": "Slurm refused a Nice",
     "notify.failed": "a notification's action failed",
     "notify.moved": "the notifier's cursor was moved (corral notify skip)",
+    "store.purged": (
+        "a batch of ended jobs past `retention.jobs_after` was deleted, with their attempts and output"
+        " (*Keeping and deleting what has ended*)"
+    ),
 }
 
 

@@ -4,7 +4,9 @@ Chunks arrive with their byte offset, so a chunk the agent sends twice lands in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 CHUNK = 1024 * 1024  # bytes of output read at a time to be sent
@@ -21,6 +23,19 @@ class LogStore:
 
     def path(self, job_id: int, attempt_id: int) -> Path:
         return self.root / str(job_id) / f"{attempt_id}.log"
+
+    def job_ids(self) -> list[int]:
+        """The jobs whose output is stored, ascending."""
+        try:
+            with os.scandir(self.root) as entries:
+                return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def remove(self, job_ids: Iterable[int]) -> None:
+        """Delete these jobs' output (retention)."""
+        for job_id in job_ids:
+            shutil.rmtree(self.root / str(job_id), ignore_errors=True)
 
     def size(self, job_id: int, attempt_id: int) -> int:
         """Bytes of the attempt's output stored (0 for none)."""

@@ -25,6 +25,7 @@ takes, leaves alone the key-share locks of a submission whose dependency names t
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import logging
 import secrets
@@ -2222,6 +2223,99 @@ class Store:
             rows = conn.execute(select(J.c.state, func.count()).group_by(J.c.state)).all()
         return {r[0]: int(r[1]) for r in rows}
 
+    # ---- retention ----------------------------------------------------------------------------
+
+    def purge_jobs(self, ended_before: float, limit: int, now: float, after_id: int = 0) -> tuple[list[int], int]:
+        """Of the first `limit` jobs after id `after_id` that ended (complete, failed, cancelled)
+        before `ended_before`, delete those that may go, with their attempts and dependency rows,
+        in one transaction (slurmdbd's PurgeJobAfter): the ids deleted, ascending, and the last id
+        looked at (0: none was; the next batch goes on after it). A job that an open job's
+        dependency names is kept (its dependent would wait for ever: DependencyNeverSatisfied),
+        and so is every task of a job array until all of them may go, so that an array is never
+        left in part."""
+        D = schema.job_dependencies
+        dependent = J.alias("dependent")
+        ended = [J.c.state.in_(TERMINAL_JOB_STATES), func.coalesce(J.c.finished_at, J.c.updated_at) < ended_before]
+
+        def named_by_open(ids: Iterable[int]) -> set[int]:
+            query = (
+                select(D.c.depends_on)
+                .join(dependent, dependent.c.id == D.c.job_id)
+                .where(D.c.depends_on.in_(list(ids)), dependent.c.state.in_(OPEN_JOB_STATES))
+            )
+            return {int(job_id) for job_id in conn.execute(query).scalars()}
+
+        with self.write() as conn:
+            # Locked (FOR UPDATE): a submission naming one of them in a dependency waits, then finds
+            # it gone and is refused ("no job N"), as it would be after the purge.
+            rows = conn.execute(
+                select(J.c.id, J.c.array_job_id)
+                .where(J.c.id > after_id, *ended)
+                .order_by(J.c.id)
+                .limit(limit)
+                .with_for_update()
+            ).all()
+            if not rows:
+                return [], 0
+            last_seen = int(rows[-1].id)
+            # Read after the locks are held: a dependency committed before them is seen.
+            keep = named_by_open(r.id for r in rows)
+            arrays = {int(r.array_job_id) for r in rows if r.array_job_id is not None}
+            if arrays:
+                tasks = conn.execute(
+                    select(J.c.id, J.c.array_job_id, and_(*ended).label("ended")).where(J.c.array_job_id.in_(arrays))
+                ).all()
+                named = named_by_open(t.id for t in tasks)
+                arrays -= {int(t.array_job_id) for t in tasks if not t.ended or t.id in named}
+            ids = sorted(
+                int(r.id)
+                for r in rows
+                if r.id not in keep and (r.array_job_id is None or int(r.array_job_id) in arrays)
+            )
+            if not ids:
+                return [], last_seen
+            conn.execute(delete(D).where(or_(D.c.job_id.in_(ids), D.c.depends_on.in_(ids))))
+            conn.execute(delete(A).where(A.c.job_id.in_(ids)))
+            conn.execute(delete(J).where(J.c.id.in_(ids)))
+            self._event(
+                conn,
+                now,
+                "store.purged",
+                f"{len(ids)} ended jobs ({ids[0]} to {ids[-1]}), ended before {_utc(ended_before)}, deleted with"
+                " their attempts and output (retention.jobs_after)",
+            )
+        return ids, last_seen
+
+    def purge_events(self, before: float, limit: int) -> int:
+        """Delete up to `limit` of the oldest events from before `before`; how many. Never one the
+        notifier has not handled yet (its cursor), which would go unnotified."""
+        events = schema.events
+        cursor = schema.notify_cursor
+        with self.write() as conn:
+            handled = conn.execute(select(func.min(cursor.c.last_event_id))).scalar()
+            query = select(events.c.id).where(events.c.at < before)
+            if handled is not None:
+                query = query.where(events.c.id <= handled)
+            oldest = select(query.order_by(events.c.id).limit(limit).subquery().c.id)
+            return int(conn.execute(delete(events).where(events.c.id.in_(oldest))).rowcount or 0)
+
+    def output_to_remove(self, job_ids: Sequence[int], ended_before: float) -> list[int]:
+        """Of `job_ids` (those whose output the log store holds), the ones whose output may go:
+        jobs no longer in the store (purged), and jobs that ended before `ended_before`."""
+        found: dict[int, bool] = {}
+        with self.read() as conn:
+            for start in range(0, len(job_ids), 1000):
+                chunk = list(job_ids[start : start + 1000])
+                query = select(
+                    J.c.id,
+                    and_(
+                        J.c.state.in_(TERMINAL_JOB_STATES),
+                        func.coalesce(J.c.finished_at, J.c.updated_at) < ended_before,
+                    ).label("due"),
+                ).where(J.c.id.in_(chunk))
+                found.update({int(row.id): bool(row.due) for row in conn.execute(query)})
+        return [job_id for job_id in job_ids if found.get(job_id, True)]
+
     # ---- figures for /metrics ------------------------------------------------------------------
 
     def fleet_counts(self) -> FleetCounts:
@@ -2540,3 +2634,7 @@ def node_from_row(row: dict[str, Any]) -> Node:
         billing_granularity=row["billing_granularity"],
         billing_minimum=row["billing_minimum"],
     )
+
+
+def _utc(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
