@@ -2248,9 +2248,13 @@ class Store:
         with self.write() as conn:
             # Locked (FOR UPDATE): a submission naming one of them in a dependency waits, then finds
             # it gone and is refused ("no job N"), as it would be after the purge.
+            # In id order from `after_id`, by the primary key: with the state index (`state || ''`
+            # keeps SQLite off it) every batch sorted all the ended jobs: 272 ms a batch against 76
+            # in a sweep of 200,000 (bench/retention_sweep.py).
+            due = [J.c.state.concat("").in_(TERMINAL_JOB_STATES), *ended[1:]]
             rows = conn.execute(
                 select(J.c.id, J.c.array_job_id)
-                .where(J.c.id > after_id, *ended)
+                .where(J.c.id > after_id, *due)
                 .order_by(J.c.id)
                 .limit(limit)
                 .with_for_update()
