@@ -149,3 +149,28 @@ def test_a_queued_job_is_moved_into_a_reservation_in_force_and_refused_one_in_fo
     # Only while queued, as its resources.
     done = corral.cli("update", str(waiting), "--reservation", "", check=False)
     assert done.returncode != 0 and "a finished job cannot change" in done.stderr
+
+
+def test_a_maintenance_window_set_ahead_takes_until_then_only_jobs_that_end_by_its_start(
+    corral: Corral, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm's reservation StartTime: the node runs, until the window opens, the jobs whose time
+    limits end by then, and keeps off one that would run into it."""
+    monkeypatch.setenv("COLUMNS", "250")
+    corral.start()
+    first = int(corral.cli("submit", "--", "sleep", "300").stdout)
+    wait_until(lambda: corral.jobs()[first]["state"] == "running", 60, "the first job to run")
+    [node] = corral.live_nodes()
+    start = round(time.time() + 3600)
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))
+    corral.cli("node", node["id"], "reservation=maint", f"reservation_start={iso}")
+    assert f"reservation=maint from {when(start)}" in corral.cli("nodes").stdout
+
+    short = int(corral.cli("submit", "--time-limit", "30m", "--", "true").stdout)
+    wait_until(lambda: corral.jobs()[short]["state"] == "complete", 60, "the short job to run")
+    assert corral.jobs()[short]["node"] == node["id"]
+    # One that would run into the window goes to a node booted for it (the reserved one had room).
+    long = int(corral.cli("submit", "--time-limit", "2h", "--", "true").stdout)
+    wait_until(lambda: corral.jobs()[long]["state"] == "complete", 90, "the long job to run elsewhere")
+    assert corral.jobs()[long]["node"] != node["id"]
+    corral.cli("cancel", str(first))

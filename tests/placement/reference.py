@@ -131,6 +131,7 @@ class Reference:
                 or any(role in s.blocked_roles for role in attr.values(n.attributes.get("role")))
             ),
             "reservation": self._reservation_ok(n, job),
+            "reservation-start": self._reservation_start_ok(n, job),
             "category": not any(
                 c in s.blocking_categories or c.endswith(("-failure", "-maintenance"))
                 for c in attr.values(n.attributes.get("category"))
@@ -159,9 +160,17 @@ class Reference:
     def _reservation_ok(self, n: Node, job: Job) -> bool:
         name = attr.first(n.attributes, "reservation") or ""
         until = attr.number(n.attributes, "reservation_until")
-        if not name or until <= self.now:
+        if not name or until <= self.now or attr.number(n.attributes, "reservation_start") > self.now:
             return True
         return job.reservation == name
+
+    def _reservation_start_ok(self, n: Node, job: Job) -> bool:
+        name = attr.first(n.attributes, "reservation") or ""
+        until = attr.number(n.attributes, "reservation_until")
+        start = attr.number(n.attributes, "reservation_start")
+        if not name or until <= self.now or not start > self.now or job.reservation == name:
+            return True
+        return job.time_limit is not None and self.now + job.time_limit <= start
 
     def _max_jobs(self, n: Node) -> float:
         m = attr.number(n.attributes, "max_jobs")

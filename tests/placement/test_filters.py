@@ -42,6 +42,28 @@ def test_admin_reservation_admits_only_its_jobs_until_it_ends() -> None:
     assert placed(run_pass(nodes[1:], [job(3)])) == {3: ("other",)}
 
 
+def test_a_reservation_that_starts_later_takes_until_then_only_jobs_that_end_by_then() -> None:
+    """Slurm's maintenance window: before a reservation's StartTime its nodes run only the jobs
+    whose time limit ends by then (and the reservation's own); from then on, only its own."""
+    start = NOW + 3600
+    nodes = [node("maint", reservation="maint", reservation_start=str(start), reservation_until=str(start + 7200))]
+    jobs = [
+        job(1, time_limit=1800.0),
+        job(2, time_limit=7200.0),
+        job(3),  # no time limit: it could run into the window
+        job(4, time_limit=7200.0, reservation="maint"),
+    ]
+    result = run_pass(nodes, jobs, settings=only(spread=1))
+    assert placed(result) == {1: ("maint",), 4: ("maint",)}
+    assert reason(result, 2).startswith("RESERVATION_STARTS")
+    assert "it could run until" in reason(result, 2) and "maint at " in reason(result, 2)
+    assert "it has no time limit" in reason(result, 3)
+    # Once it has started, only its own jobs.
+    result = run_pass(nodes, jobs, now=start + 1, settings=only(spread=1))
+    assert placed(result) == {4: ("maint",)}
+    assert reason(result, 1).startswith("ADMIN_RESERVATION")
+
+
 def test_blocking_category() -> None:
     nodes = [node("broken", category=["hardware-failure"]), node("fine", category="benchmarked-ok")]
     result = run_pass(nodes, [job(1), job(2)], settings=only(spread=1))

@@ -93,8 +93,8 @@ def keeps(node: Node, itype: InstanceType | None, now: float) -> bool:
     if not name or itype is None:
         return False
     until = attr.number(attributes, attr.RESERVATION_UNTIL)
-    if until <= now:
-        return False
+    if until <= now or attr.number(attributes, attr.RESERVATION_START) > now:
+        return False  # ended, or yet to start (until then the node takes other work too)
     given = dict(itype.attributes)
     if attr.first(given, attr.RESERVATION) != name:
         return True

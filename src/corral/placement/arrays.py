@@ -101,6 +101,10 @@ class FleetFacts:
         self.reserved = np.zeros(n, dtype=bool)
         self.category_blocked = np.zeros(n, dtype=bool)
         self.reservation = np.zeros(n, dtype=np.int64)
+        # A reservation that starts later (its code in `upcoming`): until then the node takes the
+        # jobs that end by its start, and any job naming it.
+        self.reservation_start = np.full(n, math.inf)
+        self.upcoming = np.zeros(n, dtype=np.int64)
         self.max_jobs = np.full(n, self._default_max_jobs)
         self.capped_pin = np.full(n, -1, dtype=np.int64)
         self.next_reboot = np.full(n, math.nan)
@@ -162,7 +166,13 @@ class FleetFacts:
             if name not in self.reservation_codes:
                 self.reservation_codes[name] = len(self.reservation_names)
                 self.reservation_names.append(name)
-            self.reservation[i] = self.reservation_codes[name]
+            start = attr.number(a, attr.RESERVATION_START)
+            if start > self._now:
+                self.reservation_start[i] = start
+                self.upcoming[i] = self.reservation_codes[name]
+                self.expires = min(self.expires, start)
+            else:
+                self.reservation[i] = self.reservation_codes[name]
             if until < self.expires:
                 self.expires = until
         if attr.MAX_JOBS in a and not math.isnan(m := attr.number(a, attr.MAX_JOBS)):
@@ -185,6 +195,7 @@ class FleetFacts:
         self.listed = listed
         n = self.n
         self.has_job_limits = bool(np.isfinite(self.max_jobs).any()) if n else False
+        self.has_upcoming = bool(self.upcoming.any()) if n else False
         # Platform versions become ordinal ranks over the fleet's distinct versions (-1: none), so a
         # minimum version is one comparison and "newest" is a min-max over ranks.
         keys = self._keys
@@ -217,6 +228,7 @@ class FleetFacts:
         self.why_unschedulable[i] = "" if taking else node.state.value
         self.reserved[i] = self.category_blocked[i] = False
         self.reservation[i], self.capped_pin[i], self.failures[i] = 0, -1, 0.0
+        self.reservation_start[i], self.upcoming[i] = math.inf, 0
         self.max_jobs[i] = self._default_max_jobs
         self.next_reboot[i] = self.hardware[i] = math.nan
         self.categories[i], self.platform_text[i], self._keys[i] = (), "", None
@@ -257,6 +269,7 @@ class NodeArrays:
         f = facts
         n = f.n
         self.ids, self.index, self.n = f.ids, f.index, n
+        self.now = now  # the pass's (an engine kept between passes moves it on: `PlacementEngine.renew`)
         self.policy: AvailabilityPolicy = settings.availability_policy()
         # Fixed for these arrays, as is `capacity` until a `refleet` (counted in `refleets`).
         self.ratio = np.ones(len(RESOURCES))
@@ -323,6 +336,9 @@ class NodeArrays:
         self.reservation = f.reservation
         self.reservation_codes = f.reservation_codes
         self.reservation_names = f.reservation_names
+        self.reservation_start = f.reservation_start
+        self.upcoming = f.upcoming
+        self.has_upcoming = f.has_upcoming
         self.max_jobs = f.max_jobs
         self.has_job_limits = f.has_job_limits
         self.capped_pin = f.capped_pin

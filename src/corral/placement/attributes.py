@@ -26,6 +26,9 @@ RESERVED = "reserved"  # true: no new work at all (hard-filter-reserved)
 ROLE = "role"  # e.g. "head"; roles in settings.blocked_roles take no work (hard-filter-headnode)
 RESERVATION = "reservation"  # admin reservation name: only jobs with that `reservation` may use the node
 RESERVATION_UNTIL = "reservation_until"  # epoch seconds when the reservation ends (absent: open-ended)
+# epoch seconds when the reservation starts (absent: in force now); before then the node takes any
+# job that ends by then (its time limit), as Slurm's nodes do before a reservation's StartTime
+RESERVATION_START = "reservation_start"
 MAX_JOBS = "max_jobs"  # jobs the node may run at once (hard-filter-vm-count)
 CAPPED = "capped"  # true/false pins the node's capness; absent: follows the jobs running on it
 RECENT_FAILURES = "recent_failures"  # recent failures on this node, as an operator counts them (corral node)
@@ -44,6 +47,7 @@ ENGINE_KEYS = frozenset(
         CATEGORY,
         RESERVATION,
         RESERVATION_UNTIL,
+        RESERVATION_START,
         MAX_JOBS,
         CAPPED,
         RECENT_FAILURES,
@@ -128,7 +132,9 @@ def service_notes(attributes: Mapping[str, AttributeValue], now: float, when: Ca
         # operator's reservation keeps the node up while it idles.
         ends = number(attributes, RESERVATION_UNTIL)
         end = "" if math.isnan(ends) else f" {'until' if ends > now else 'ended'} {when(ends)}"
-        notes.append(f"{RESERVATION}={reservation}{end}")
+        starts = number(attributes, RESERVATION_START)
+        start = f" from {when(starts)}" if starts > now else ""
+        notes.append(f"{RESERVATION}={reservation}{start}{end}")
     until = number(attributes, FAILURE_RESERVED_UNTIL)
     if until > now:
         notes.append(f"transient failure: no work until {when(until)}")

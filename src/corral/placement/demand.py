@@ -9,7 +9,7 @@ pass the others need not look (capacity only shrinks within a pass).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +60,10 @@ class Demand:
     reservation: str = ""
     hints: Hints | None = None
     time_limit: float | None = None
+    # When the job would end if it started now, given only while some node has an admin reservation
+    # that starts later (the reservation-start filter reads it); part of `key`, so that requests
+    # equal but for it are not taken for one.
+    horizon: float | None = None
     amounts: tuple[float, float, float, float] = field(init=False, compare=False, hash=False, repr=False)
     static_key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
     key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
@@ -72,13 +76,18 @@ class Demand:
         set_ = object.__setattr__
         set_(self, "amounts", amounts)
         set_(self, "static_key", static_key)
-        set_(self, "key", (static_key, amounts, self.node_count, self.capped, self.hints))
+        key = (static_key, amounts, self.node_count, self.capped, self.hints)
+        set_(self, "key", key if self.horizon is None else (*key, self.horizon))
 
     @property
     def vector(self) -> npt.NDArray[np.float64]:
         """The request as a read-only array (cpu, ram, disk, gpu), for backfill: made when first
         asked for, since most jobs never need it, and shared by every request of the same amounts."""
         return _vector(self.amounts)
+
+    def ending_by(self, horizon: float) -> Demand:
+        """This request from a job that would end at `horizon` (see `horizon`)."""
+        return replace(self, horizon=horizon)
 
     @classmethod
     def of(cls, job: Job) -> Demand:

@@ -258,7 +258,7 @@ class Engine:
         same_types = list(instance_types) == self.instance_types
         if where or not same_types:
             self.version += 1
-        self.now = now
+        self.now = self.arrays.now = now
         self.arrays.used = used
         self.as_left = same_types
         # The nodes placed on last pass: their room comes back if a placement was not carried out.
@@ -335,7 +335,8 @@ class Engine:
 
     def note_misfit(self, demand: Demand, explanation: dict[str, Any], quick: bool) -> None:
         """No node takes `demand` now, as `explanation` (made at this version) says."""
-        if demand.hints is None:
+        # (One with a horizon is kept no longer than its pass: its key holds the pass's time.)
+        if demand.hints is None and demand.horizon is None:
             self.misfits[demand.key] = Misfit(self.version, explanation, quick, self._changes, self._room_tests(demand))
 
     def _note_changed(self, nodes: Sequence[int]) -> None:
@@ -606,7 +607,7 @@ class Engine:
 
     def note_refused(self, demand: Demand, gate: CostGate) -> None:
         """The cost gate kept `demand` off every node it fits, as of now."""
-        if demand.node_count == 1 and demand.hints is None and self._sharing:
+        if demand.node_count == 1 and demand.hints is None and demand.horizon is None and self._sharing:
             key = (demand.key, gate.limit(demand), gate.allowed(demand))
             self._refused[key] = (self._changes, gate.paid_hours_end)
 
@@ -726,6 +727,8 @@ def _inert(name: str, arrays: NodeArrays) -> bool:
         return not arrays.has_job_limits
     if name == "overprovision":
         return not any(arrays.policy[r] is Policy.UTILIZED and arrays.ratio_set[r] for r in RESOURCES)
+    if name == "reservation-start":
+        return not arrays.has_upcoming
     return False
 
 

@@ -13,9 +13,11 @@ pass; the engine caches their combined mask per distinct constraint set.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -88,6 +90,40 @@ def _describe_reservation(
     listing = ", ".join(f"{name} ({_count(a, n)})" for name, n in sorted(held.items()) if name != d.reservation)
     mine = f"; the job may use reservation {d.reservation!r}" if d.reservation else ""
     return f"held by admin reservations: {listing}{mine}"
+
+
+def _reservation_start(a: NodeArrays, d: Demand, loc: Resolved | None) -> Bools | None:
+    if not a.has_upcoming:
+        return None
+    ends = math.inf if d.horizon is None else d.horizon
+    result: Bools = a.reservation_start >= ends
+    own = a.reservation_codes.get(d.reservation, 0) if d.reservation else 0
+    if own:
+        result = result | (a.upcoming == own)
+    return result
+
+
+def _describe_reservation_start(
+    a: NodeArrays, d: Demand, scope: Bools, loc: Resolved | None, types: Sequence[InstanceType]
+) -> str:
+    ends = math.inf if d.horizon is None else d.horizon
+    starting = scope & (a.reservation_start < ends)
+    starts = Counter(
+        (a.reservation_names[a.upcoming[i]], float(a.reservation_start[i])) for i in np.flatnonzero(starting)
+    )
+    listing = ", ".join(
+        f"{name} at {datetime.fromtimestamp(start, UTC):%Y-%m-%d %H:%M} UTC ({_count(a, n)})"
+        for (name, start), n in sorted(starts.items(), key=lambda item: item[0][1])
+    )
+    limit = (
+        "it has no time limit"
+        if d.horizon is None or math.isinf(d.horizon)
+        else f"it could run until {datetime.fromtimestamp(d.horizon, UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    return (
+        f"admin reservations start before the job would end ({limit}): {listing}; a shorter --time-limit,"
+        " or naming the reservation, lets it run there until then"
+    )
 
 
 def _category(a: NodeArrays, d: Demand, loc: Resolved | None) -> Bools | None:
@@ -351,6 +387,14 @@ FILTERS: dict[str, Filter] = {
             _describe_reserved,
         ),
         Filter("reservation", "ADMIN_RESERVATION", "", True, _reservation, _describe_reservation),
+        Filter(
+            "reservation-start",
+            "RESERVATION_STARTS",
+            "",
+            False,
+            _reservation_start,
+            _describe_reservation_start,
+        ),
         Filter("category", "NODE_CATEGORY", "", True, _category, _describe_category),
         Filter("max-jobs", "MAX_JOBS_REACHED", "hard-filter-vm-count", False, _max_jobs, _describe_max_jobs),
         Filter("capness", "CAPNESS_MISMATCH", "hard-filter-capness", False, _capness, _describe_capness),

@@ -177,7 +177,8 @@ class TypeFits:
         self._offers: Offers | None = None
         self.prices = GatePrices()  # the cost gate's, of these offers
         reserved = [dict(t.attributes) for t in self.types if any(k == attr.RESERVATION for k, _ in t.attributes)]
-        ends = [attr.number(a, attr.RESERVATION_UNTIL) for a in reserved]
+        # (A reservation that starts later changes what these offers take then, too.)
+        ends = [attr.number(a, key) for a in reserved for key in (attr.RESERVATION_UNTIL, attr.RESERVATION_START)]
         self._expires = min((end for end in ends if end > now), default=math.inf)
 
     def holds(self, snapshot: Snapshot, now: float, at_cap: frozenset[str] = frozenset()) -> bool:
@@ -512,6 +513,8 @@ def place(
     blocker_reason = ""  # the blocked job's reason before its reservation is described
     # Read once: the loop below runs for every queued job, pass after pass.
     backfill, max_job_test, default_limit = policy.backfill, policy.max_job_test, policy.default_time_limit
+    # An admin reservation that starts later: each job's request carries when it would end.
+    upcoming = arrays.has_upcoming
     reasons, details_of = result.reasons, result.details
     placed_after_block = 0
     resume_at = 0  # the position of the first job not walked over last pass (see QueueWalk)
@@ -546,6 +549,8 @@ def place(
         # every job of a long queue whenever the walk starts from its head.
         kept = kept_demands.get(job.id)
         demand = kept[1] if kept is not None and kept[0] is job else demands.of(job)
+        if upcoming:
+            demand = demand.ending_by(end_time(now, demand.time_limit, default_limit, now))
         bounded = False
         if blocker is not None and capacity is not None:
             bounded = capacity.all_bounded or capacity.bounded_for(demand)
@@ -1019,4 +1024,7 @@ def explain_job(
     snapshot, so the `state` filter shows the ones that take no work)."""
     placement = coerce(settings)
     engine = build_engine(snapshot, list(snapshot.nodes if nodes is None else nodes), None, now, placement)
-    return explain(engine, Demand.of(job))
+    demand = Demand.of(job)
+    if engine.arrays.has_upcoming:
+        demand = demand.ending_by(end_time(now, demand.time_limit, placement.queue.default_time_limit, now))
+    return explain(engine, demand)

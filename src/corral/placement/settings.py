@@ -23,6 +23,7 @@ FILTER_NAMES: tuple[str, ...] = (
     "state",  # hard-filter-running, hard-filter-invalid-servers
     "reserved",  # hard-filter-reserved, hard-filter-headnode
     "reservation",  # admin reservations (seed 002 §5.4.2, mrsvctl)
+    "reservation-start",  # a reservation that starts later: only jobs that end by its start (Slurm's StartTime)
     "category",  # node categories that block work (seed 002 §5.4.2)
     "max-jobs",  # hard-filter-vm-count
     "capness",  # hard-filter-capness

@@ -220,7 +220,7 @@ class HoldBody(BaseModel):
 
 
 # Epoch seconds; ISO 8601 is turned into them.
-_TIMES = (attr.NEXT_REBOOT, attr.RESERVATION_UNTIL, attr.FAILURE_RESERVED_UNTIL)
+_TIMES = (attr.NEXT_REBOOT, attr.RESERVATION_UNTIL, attr.RESERVATION_START, attr.FAILURE_RESERVED_UNTIL)
 _NUMBERS = (attr.HARDWARE_PRIORITY, attr.RECENT_FAILURES, attr.MAX_JOBS)
 _FLAGS = (attr.HELD, attr.RESERVED, attr.CAPPED)
 
