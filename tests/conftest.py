@@ -3,7 +3,8 @@
 The suite runs in parallel workers (pytest-xdist, `--dist loadgroup`; see pyproject.toml): most tests
 own their temp dirs, ports and PostgreSQL schemas. Tests that share one real part of the machine run
 in one worker, in a group: the Slurm cluster the Slurm suite starts (one per worker that needs it
-would double its cost), and the podman image the container tests make.
+would double its cost), the podman image the container tests make, and the private PostgreSQL
+cluster the store outage tests stop and start.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ GROUPS = {
     "tests/slurm/": "slurm",
     "tests/agent/test_container.py": "podman",
     "tests/e2e/test_container_job.py": "podman",
+    "tests/test_store_outage.py": "private-postgresql",
 }
 
 

@@ -130,10 +130,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 
 
 @contextlib.contextmanager
-def served_app(data_dir: Path, config: Config | None = None) -> Iterator[tuple[str, Store]]:
-    """corral's server app (no control loop) on a real store, served over HTTP on 127.0.0.1 in a
-    thread: its address, and the store to arrange and read."""
-    store = Store(f"sqlite:///{data_dir / 'corral.db'}")
+def served_app(
+    data_dir: Path, config: Config | None = None, store_url: str | None = None
+) -> Iterator[tuple[str, Store]]:
+    """corral's server app (no control loop) on a real store (SQLite in `data_dir`, unless
+    `store_url`), served over HTTP on 127.0.0.1 in a thread: its address, and the store to arrange
+    and read."""
+    store = Store(store_url or f"sqlite:///{data_dir / 'corral.db'}")
     store.migrate()
     runtime = Runtime(config=config or Config(), store=store, logs=LogStore(data_dir / "logs"), api_token="t")
     server = uvicorn.Server(uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning"))

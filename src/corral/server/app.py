@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,12 +38,14 @@ from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.server.metrics import Metrics
 from corral.server.models import MAX_BODY, MAX_LOG_CHUNK_BODY, MAX_SUBMIT_BODY
-from corral.store import InvalidJobs, NotFound, Store
+from corral.store import InvalidJobs, NotFound, Store, store_unreachable
 
 log = logging.getLogger("corral.server")
 
 HISTORY_EVERY = 5.0  # seconds between two samples of the dashboard's charts
 HISTORY_SAMPLES = 1440  # two hours of them
+# The API's requests refused while the store is unreachable are logged at most once per this long.
+STORE_REFUSALS_LOGGED_EVERY = 10.0
 
 
 @dataclass
@@ -100,6 +103,8 @@ class Runtime:
     # Kept here, not stored: a restarted server only counts again, which delays no more than a grace.
     unlisted: dict[str, dict[int, Unlisted]] = field(default_factory=dict)
     unlisted_lock: threading.Lock = field(default_factory=threading.Lock)
+    # When the API last logged a request it answered 503 because the store was unreachable.
+    refusal_logged_at: float = -math.inf
 
     def __post_init__(self) -> None:
         self.metrics.event_cursor = self.store.last_event_id()
@@ -203,6 +208,28 @@ def create_app(runtime: Runtime) -> FastAPI:
     async def _invalid_jobs(_request: Request, exc: InvalidJobs) -> JSONResponse:
         # As a request that fails validation: one line per problem, naming the job and field.
         return JSONResponse({"detail": exc.problems}, status_code=422)
+
+    async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:
+        reason = store_unreachable(exc)
+        if reason is None:
+            raise exc  # a fault of corral's or of the store's data: the 500 and its traceback
+        now = time.monotonic()
+        if now - runtime.refusal_logged_at >= STORE_REFUSALS_LOGGED_EVERY:
+            runtime.refusal_logged_at = now
+            log.warning(
+                "store unreachable: %s (%s %s answered 503; such answers are logged once per %gs)",
+                reason,
+                request.method,
+                request.url.path,
+                STORE_REFUSALS_LOGGED_EVERY,
+            )
+        # The transaction it was in was rolled back by the database. Agents send theirs again by
+        # themselves (any 5xx is an unreachable server to them); a person is told to.
+        detail = f"the store is unreachable ({reason}): try again shortly"
+        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "5"})
+
+    app.add_exception_handler(OperationalError, _store_unreachable)
+    app.add_exception_handler(InterfaceError, _store_unreachable)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

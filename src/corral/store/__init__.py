@@ -9,6 +9,7 @@ from corral.store.store import (
     NotFound,
     NotQueued,
     Store,
+    store_unreachable,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "NotFound",
     "NotQueued",
     "Store",
+    "store_unreachable",
 ]

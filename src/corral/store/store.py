@@ -59,7 +59,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from corral.core import batch, job_array, retry, user_limits
@@ -157,6 +157,30 @@ class NodeAttempts:
 
 class NotFound(LookupError):
     pass
+
+
+# SQLSTATE classes of a store that is not there: 08, the connection failed or was lost; 57,
+# operator intervention (the server shutting down, pg_terminate_backend, a crash's restart).
+_OUTAGE_SQLSTATE_CLASSES = ("08", "57")
+# SQLite's: the file locked by another writer past the busy timeout, or not there to open.
+_SQLITE_OUTAGES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_IOERR")
+
+
+def store_unreachable(exc: BaseException) -> str | None:
+    """What to tell of an error that says the store cannot be reached right now (PostgreSQL
+    restarting or failing over, the network between, a session ended under a transaction, SQLite's
+    file locked past its busy timeout), one line without the SQL; None for any other error. Such a
+    transaction was rolled back whole by the database; the same work may be tried again later."""
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return None
+    sqlite_error = getattr(exc.orig, "sqlite_errorname", None)
+    if sqlite_error is not None and not sqlite_error.startswith(_SQLITE_OUTAGES):
+        return None  # no such table, a syntax error: the file answered
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate is not None and not (exc.connection_invalidated or sqlstate.startswith(_OUTAGE_SQLSTATE_CLASSES)):
+        return None  # a deadlock, a lock timeout, a full disk: the store answered
+    said = str(exc.orig or exc).strip().splitlines()
+    return said[0] if said else type(exc.orig or exc).__name__
 
 
 class NotQueued(ValueError):

@@ -1,0 +1,125 @@
+"""corral while its PostgreSQL store goes away and comes back (a restart for a minor upgrade, a
+failover, a network blip): a private PostgreSQL cluster of this module's own, stopped and started
+under a real store, server, control loop and notifier. Never the shared server: others' tests use it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.store import Store
+from tests.e2e.conftest import free_port
+from tests.support import served_app
+
+START = 1_000_000.0
+
+
+def postgres_program(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path="/usr/local/bin:/usr/lib/postgresql/15/bin")
+    assert found, f"{name} (PostgreSQL's) is not installed: the store outage tests need a cluster of their own"
+    return found
+
+
+@dataclass
+class PrivateCluster:
+    """A PostgreSQL cluster in a temp dir on a free port, which only this module's tests use."""
+
+    data: Path
+    port: int
+    as_owner: list[str]  # PostgreSQL refuses to run as root: as its own user then
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run(
+            [*self.as_owner, postgres_program("pg_ctl"), "-D", str(self.data), *args], check=True, timeout=60
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._ctl("-o", options, "-l", str(self.data / "server.log"), "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._ctl("-m", mode, "-w", "stop")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PrivateCluster]:
+    root = Path(tempfile.mkdtemp(prefix="corral-pg-outage-"))
+    as_owner: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+        as_owner = ["runuser", "-u", "postgres", "--"]
+    data = root / "data"
+    initdb = [*as_owner, postgres_program("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync"]
+    subprocess.run(initdb, check=True, timeout=120, capture_output=True)
+    private = PrivateCluster(data, free_port(), as_owner)
+    private.start()
+    try:
+        yield private
+    finally:
+        with_stop = subprocess.run(
+            [*as_owner, postgres_program("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
+        )
+        assert with_stop.returncode in (0, 1), with_stop.stderr  # 1: already stopped by a failed test
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def store(cluster: PrivateCluster) -> Iterator[Store]:
+    """A store on the private cluster, in a schema of this test's own."""
+    schema = f"outage_{os.getpid()}_{time.monotonic_ns()}"
+    admin = Store(cluster.url)
+    with admin.write() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    admin.close()
+    fresh = Store(f"{cluster.url}?options=-csearch_path%3D{schema}")
+    fresh.migrate()
+    try:
+        yield fresh
+    finally:
+        fresh.close()
+
+
+def test_the_api_answers_503_saying_the_store_is_unreachable_and_serves_again_once_it_is_back(
+    cluster: PrivateCluster, store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen: with PostgreSQL stopped, `corral jobs` said 'error: Internal Server Error', and the
+    server logged a traceback for each request (300 in 27 s, the agents' pings among them)."""
+    with served_app(tmp_path, store_url=store.url) as (url, _store):
+        headers = {"Authorization": "Bearer t"}
+        submitted = httpx.post(f"{url}/api/jobs", json={"jobs": [{"command": ["true"]}]}, headers=headers)
+        assert submitted.status_code == 201, submitted.text
+        cluster.stop()
+        try:
+            with caplog.at_level(logging.WARNING, logger="corral.server"):
+                listing = httpx.get(f"{url}/api/jobs", headers=headers, timeout=30)
+                refused = httpx.post(f"{url}/api/jobs", json={"jobs": [{"command": ["true"]}]}, headers=headers)
+        finally:
+            cluster.start()
+        for answer in (listing, refused):
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["detail"].startswith("the store is unreachable ("), answer.text
+            assert answer.json()["detail"].endswith("): try again shortly"), answer.text
+            assert answer.headers["Retry-After"] == "5"
+        said = [r for r in caplog.records if "store unreachable" in r.getMessage()]
+        assert said and all(r.exc_info is None for r in said)  # one line, no traceback
+        assert "GET /api/jobs answered 503" in said[0].getMessage()
+
+        # The pool's connections died with the server; the next request is served on a new one.
+        again = httpx.get(f"{url}/api/jobs", headers=headers)
+        assert again.status_code == 200, again.text
+        assert [job["command"] for job in again.json()] == [["true"]]  # the one refused was not kept
