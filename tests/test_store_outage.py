@@ -18,8 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.store import Store
+from corral.cloud.base import TAG_STORE
+from corral.cloud.sim import SimCloud
+from corral.config import Config
+from corral.core.model import NodeState
+from corral.loop import ControlLoop
+from corral.sim.settings import SimSettings
+from corral.store import Store, store_unreachable
 from tests.e2e.conftest import free_port
+from tests.store.storekit import SMALL, add_node
 from tests.support import served_app
 
 START = 1_000_000.0
@@ -123,3 +130,42 @@ def test_the_api_answers_503_saying_the_store_is_unreachable_and_serves_again_on
         again = httpx.get(f"{url}/api/jobs", headers=headers)
         assert again.status_code == 200, again.text
         assert [job["command"] for job in again.json()] == [["true"]]  # the one refused was not kept
+
+
+def test_a_node_heard_before_an_outage_longer_than_ping_stale_is_not_marked_down_for_it(
+    cluster: PrivateCluster, store: Store
+) -> None:
+    """Seen: PostgreSQL down for 27 s under `ping_stale = 10s`: the first pass after it marked a node
+    down, 'no ping for more than 10s', because its agent's pings had been refused meanwhile (a node
+    with work would have had its work run again under `on_node_failure`)."""
+    config = Config.model_validate(
+        {
+            "instance_types": [{"name": "small", "vcpus": 4, "ram": "8GiB", "price_per_hour": 0.1}],
+            "policy": {"lifecycle": {"ping_stale": "10s", "idle_grace": "1h"}},
+        }
+    )
+    clock = [START]
+    cloud = SimCloud(config.core_instance_types(), SimSettings(), lambda: clock[0])
+    instance = cloud.create(SMALL, "n1", "boot-n1", {TAG_STORE: store.store_id()})
+    loop = ControlLoop(store, cloud, config, "d-outage", clock=lambda: clock[0])
+    add_node(store, "n1", START)
+    store.set_instance_id("n1", instance.id)
+    loop.run_pass()
+
+    clock[0] = START + 5
+    cluster.stop("immediate")
+    try:
+        with pytest.raises(Exception) as failed:
+            loop.run_pass()
+        assert store_unreachable(failed.value) is not None
+    finally:
+        cluster.start()
+
+    clock[0] = START + 60  # the agent's pings were refused all along
+    loop.run_pass()
+    assert "node.down" not in [e["kind"] for e in store.list_events(node_id="n1")]
+    assert [(n["id"], n["state"]) for n in store.node_rows(limit=None)] == [("n1", NodeState.IDLE.value)]
+
+    clock[0] = START + 71  # silent for ping_stale since the store came back: that is a silent node
+    loop.run_pass()
+    assert "node.down" in [e["kind"] for e in store.list_events(node_id="n1")]

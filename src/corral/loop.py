@@ -36,7 +36,7 @@ from corral.core.reconcile import Placer, plan_pass
 from corral.core.snapshot import BootFailures, Decisions, NodeAction, Snapshot
 from corral.placement.attributes import FAILURE_RESERVED_UNTIL
 from corral.placement.placer import make_placer
-from corral.store import NotFound, Store
+from corral.store import NotFound, Store, store_unreachable
 
 if TYPE_CHECKING:
     from corral.notifier import Notifier
@@ -91,6 +91,7 @@ class LiveLoop:
         self._serial = threading.Lock()  # a pass and the fleet's shutdown never overlap
         self.stopped = False
         self._ledger: fairshare.UsageLedger | None = None  # fair share's, read at the first pass
+        self._store_lost = False  # the last pass failed because the store could not be reached
 
     @property
     def usage_ledger(self) -> fairshare.UsageLedger | None:
@@ -127,20 +128,32 @@ class LiveLoop:
         with self._serial:
             if self.stopped:
                 return PassReport(Decisions())
-            # Passes of the dispatchers sharing the store, one at a time (Store.pass_lock): what a
-            # pass places and boots is counted on its snapshot. A peer stuck in its pass is waited
-            # for half of dispatcher_stale at most, before anyone judges this one silent.
-            with self.store.pass_lock(self.config.policy.dispatch.dispatcher_stale / 2) as serialised:
-                if not serialised:
-                    log.warning(
-                        "another dispatcher's pass held the store's pass lock too long; this pass runs beside it"
-                    )
-                report = self._run_pass()
+            if self._store_lost:
+                # No ping, heartbeat or report could be recorded while the store was unreachable:
+                # silence is counted from now, as after a restart, or every agent and peer
+                # dispatcher would be judged silent for the outage (nodes marked down and their
+                # work run again, peers' claims released) at the first pass that reads the store.
+                self.observing_since = max(self.observing_since, self.clock())
+            try:
+                report = self._serialised_pass()
+            except Exception as exc:
+                self._store_lost = store_unreachable(exc) is not None
+                raise
+            self._store_lost = False
         if self.notifier is not None:
             self.notifier.after_pass()  # never raises; the actions run on its own thread
         if self.retention is not None:
             self.retention.after_pass()  # never raises
         return report
+
+    def _serialised_pass(self) -> PassReport:
+        # Passes of the dispatchers sharing the store, one at a time (Store.pass_lock): what a
+        # pass places and boots is counted on its snapshot. A peer stuck in its pass is waited
+        # for half of dispatcher_stale at most, before anyone judges this one silent.
+        with self.store.pass_lock(self.config.policy.dispatch.dispatcher_stale / 2) as serialised:
+            if not serialised:
+                log.warning("another dispatcher's pass held the store's pass lock too long; this pass runs beside it")
+            return self._run_pass()
 
     def _run_pass(self) -> PassReport:
         raise NotImplementedError

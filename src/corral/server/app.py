@@ -44,6 +44,10 @@ log = logging.getLogger("corral.server")
 
 HISTORY_EVERY = 5.0  # seconds between two samples of the dashboard's charts
 HISTORY_SAMPLES = 1440  # two hours of them
+# While the store cannot be reached, the wait between passes doubles from loop.interval up to this
+# (or loop.interval, if longer): a restart or failover is caught within seconds of its end, and an
+# outage of minutes logs a line every few seconds, not one per interval.
+STORE_RETRY_MAX = 8.0
 # The API's requests refused while the store is unreachable are logged at most once per this long.
 STORE_REFUSALS_LOGGED_EVERY = 10.0
 
@@ -144,17 +148,39 @@ class Runtime:
     async def run_loop(self) -> None:
         assert self.loop is not None and self.wake_event is not None
         interval = self.config.loop.interval
+        lost_at: float | None = None  # when the store was first found unreachable, in this outage
+        retry_in = interval
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake_event.wait(), timeout=interval)
             self.wake_event.clear()
             try:
                 report = await asyncio.to_thread(self.loop.run_pass)
-            except Exception:
+            except Exception as exc:
                 self.metrics.pass_errors.inc()
-                log.exception("reconcile pass failed")
-                await asyncio.sleep(interval)
+                reason = store_unreachable(exc)
+                if reason is None:
+                    log.exception("reconcile pass failed")
+                    await asyncio.sleep(interval)
+                    continue
+                # The database rolled back whatever the pass had begun to write; one line per try
+                # says so, without the traceback, which says nothing more.
+                if lost_at is None:
+                    lost_at, retry_in = time.time(), interval
+                    said = "no pass runs until it answers; the API answers 503"
+                else:
+                    retry_in = min(retry_in * 2, max(interval, STORE_RETRY_MAX))
+                    said = f"unreachable for {time.time() - lost_at:.0f}s"
+                log.warning("store unreachable: %s (%s; trying again in %gs)", reason, said, retry_in)
+                await asyncio.sleep(retry_in)
                 continue
+            if lost_at is not None:
+                log.warning(
+                    "store reachable again after %.0fs: passes run again; nodes and dispatchers that could not"
+                    " be heard meanwhile are given their full grace from now",
+                    time.time() - lost_at,
+                )
+                lost_at = None
             self.metrics.passes.inc()
             self.metrics.pass_seconds.observe(report.duration)
             self.metrics.last_pass.set(time.time())
