@@ -10,10 +10,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,11 +26,13 @@ from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import NodeState
 from corral.loop import ControlLoop
+from corral.notifier import Notifier
 from corral.sim.settings import SimSettings
 from corral.store import Store, store_unreachable
 from tests.e2e.conftest import free_port
 from tests.store.storekit import SMALL, add_node
-from tests.support import served_app
+from tests.support import served_app, wait_until
+from tests.test_notifier import Receiver
 
 START = 1_000_000.0
 
@@ -169,3 +174,58 @@ def test_a_node_heard_before_an_outage_longer_than_ping_stale_is_not_marked_down
     clock[0] = START + 71  # silent for ping_stale since the store came back: that is a silent node
     loop.run_pass()
     assert "node.down" in [e["kind"] for e in store.list_events(node_id="n1")]
+
+
+def test_a_failed_webhook_handed_back_during_an_outage_is_still_tried_again(
+    cluster: PrivateCluster, store: Store
+) -> None:
+    """The worker hands a failed action back to the loop's thread, which keeps it in the store as a
+    retry at the next pass. Seen (in the code): a pass whose store read failed dropped what it had
+    taken back, and the page was never tried again, nor said to have failed."""
+    posted: list[dict[str, Any]] = []
+    handler = type("Handler", (Receiver,), {"posted": posted, "refuse": [503]})
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    rules = Config.model_validate(
+        {
+            "notify": [
+                {"name": "chat", "on": ["job.failed"], "webhook": f"http://127.0.0.1:{receiver.server_address[1]}/"}
+            ]
+        }
+    ).notify
+    clock = [START]
+    notifier = Notifier(store, rules, lambda: clock[0])
+    try:
+        notifier.after_pass()
+        store.add_event(START, "job.failed", "exit 1", job_id=7, node_id="n-1")
+        assert notifier.after_pass() == 1
+        # The refusal handed back to the loop's thread (nothing public tells it before the next pass).
+        wait_until(lambda: notifier._back, 20, "the worker to hand the refused webhook back")
+
+        # The store goes away after the pass has read the cursor (and taken the worker's hand-back),
+        # before it reads the new events: the outage is real, its moment arranged.
+        read_events = store.events_after
+
+        def events_after_an_outage(after: int, limit: int = 500) -> list[dict[str, Any]]:
+            cluster.stop()
+            return read_events(after, limit)
+
+        store.events_after = events_after_an_outage  # type: ignore[method-assign,assignment]
+        try:
+            assert notifier.after_pass() == 0  # the store gone: logged, the loop goes on
+        finally:
+            store.events_after = read_events  # type: ignore[method-assign]
+            cluster.start()
+
+        wait_until(lambda: notifier.after_pass() == 0 and store.notify_cursor(), 20, "the cursor read again")
+        cursor = store.notify_cursor()
+        assert cursor is not None
+        assert [(r["rule"], r["tries"]) for r in cursor[1].get("retry", [])] == [("chat", 1)]
+        clock[0] = START + 10
+        assert notifier.after_pass() == 1
+        wait_until(lambda: posted, 20, "the webhook sent again")
+        assert [(p["rule"], p["event"]["job_id"]) for p in posted] == [("chat", 7)]
+    finally:
+        notifier.close()
+        receiver.shutdown()
+        receiver.server_close()

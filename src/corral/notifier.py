@@ -61,7 +61,7 @@ from corral.core.notify import (
     shown_url,
 )
 from corral.core.settings import PolicySettings
-from corral.store import Store
+from corral.store import Store, store_unreachable
 
 log = logging.getLogger("corral.notify")
 
@@ -123,8 +123,12 @@ class Notifier:
         try:
             with self._lock:
                 return self._after_pass()
-        except Exception:  # the loop goes on; the events are tried again next pass
-            log.exception("notifier failed")
+        except Exception as exc:  # the loop goes on; the events are tried again next pass
+            reason = store_unreachable(exc)
+            if reason is None:
+                log.exception("notifier failed")
+            else:
+                log.warning("notifier: store unreachable: %s (its events are notified once it answers)", reason)
             return 0
 
     def _after_pass(self) -> int:
@@ -140,39 +144,47 @@ class Notifier:
             back, self._back = self._back, []
             done, self._done = self._done, set()
             in_hand = {k: r for k, r in self._in_hand.items() if k not in done}
-        retries = [r for data in state_json.get(RETRY_KEY, []) if (r := Retry.from_json(data, names))] + back
-        rows = self.store.events_after(last_id, BATCH)
-        now = self.clock()
-        held_elsewhere, orphans = self._sending_elsewhere(state_json.get(SENDING_KEY, []), names, in_hand, done, now)
-        due = [] if self._closing else [r for r in retries if r.due <= now] + orphans
-        if not rows and not due and not back and not done:
-            return 0
-        events = [
-            Event(row["id"], row["at"], row["kind"], row["message"] or "", row["job_id"], row["node_id"])
-            for row in rows
-        ]
-        notes, state = decide(self.rules, events, NotifyState.from_json(state_json), now)
-        taken = {id(r) for r in due}
-        kept = [r for r in retries if id(r) not in taken]
-        if self._closing:  # stopping: what this last look finds goes out after the restart
-            kept += [Retry(note, 0, now) for note in notes]
-            notes = []
-        # The state is written at every pass with events: a receiver down for long under a busy
-        # queue must not make it grow without end. The newest past the bound are given up.
-        kept, given_up = kept[:RETRIES_KEPT], kept[RETRIES_KEPT:]
-        queued = [(note, 0) for note in notes] + [(r.note, r.tries) for r in due]
-        sending = {**in_hand, **{key_of(note): Retry(note, tries, now) for note, tries in queued}}
-        new_state = state.to_json()
-        if kept:
-            new_state[RETRY_KEY] = [r.to_json() for r in kept]
-        if sending or held_elsewhere:
-            mine = [{**r.to_json(), "owner": self.dispatcher_id} for r in sending.values()]
-            new_state[SENDING_KEY] = held_elsewhere + mine
-        new_id = events[-1].id if events else last_id
-        if not self.store.advance_notify_cursor(last_id, new_id, new_state, now, moved_at=moved_at):
-            with self._back_lock:  # another dispatcher moved it first; these are tried next pass
-                self._back[:0] = back
-                self._done |= done
+        # What the worker handed back (failures to try again, actions that ran) is out of its
+        # hands now: given back if the cursor does not move, or the failures were never tried again
+        # (a store outage in the middle of this: their webhooks never sent, no notify.failed).
+        try:
+            retries = [r for data in state_json.get(RETRY_KEY, []) if (r := Retry.from_json(data, names))] + back
+            rows = self.store.events_after(last_id, BATCH)
+            now = self.clock()
+            held_elsewhere, orphans = self._sending_elsewhere(
+                state_json.get(SENDING_KEY, []), names, in_hand, done, now
+            )
+            due = [] if self._closing else [r for r in retries if r.due <= now] + orphans
+            if not rows and not due and not back and not done:
+                return 0
+            events = [
+                Event(row["id"], row["at"], row["kind"], row["message"] or "", row["job_id"], row["node_id"])
+                for row in rows
+            ]
+            notes, state = decide(self.rules, events, NotifyState.from_json(state_json), now)
+            taken = {id(r) for r in due}
+            kept = [r for r in retries if id(r) not in taken]
+            if self._closing:  # stopping: what this last look finds goes out after the restart
+                kept += [Retry(note, 0, now) for note in notes]
+                notes = []
+            # The state is written at every pass with events: a receiver down for long under a busy
+            # queue must not make it grow without end. The newest past the bound are given up.
+            kept, given_up = kept[:RETRIES_KEPT], kept[RETRIES_KEPT:]
+            queued = [(note, 0) for note in notes] + [(r.note, r.tries) for r in due]
+            sending = {**in_hand, **{key_of(note): Retry(note, tries, now) for note, tries in queued}}
+            new_state = state.to_json()
+            if kept:
+                new_state[RETRY_KEY] = [r.to_json() for r in kept]
+            if sending or held_elsewhere:
+                mine = [{**r.to_json(), "owner": self.dispatcher_id} for r in sending.values()]
+                new_state[SENDING_KEY] = held_elsewhere + mine
+            new_id = events[-1].id if events else last_id
+            advanced = self.store.advance_notify_cursor(last_id, new_id, new_state, now, moved_at=moved_at)
+        except BaseException:
+            self._give_back(back, done)
+            raise
+        if not advanced:  # another dispatcher moved it first; these are tried next pass
+            self._give_back(back, done)
             return 0
         with self._back_lock:
             for key in done:
@@ -192,6 +204,11 @@ class Notifier:
                 self._failed(note, f"{QUEUE_MAX} notifications already waiting; dropped")
                 self._ran(note)
         return len(queued)
+
+    def _give_back(self, back: list[Retry], done: set[Key]) -> None:
+        with self._back_lock:
+            self._back[:0] = back
+            self._done |= done
 
     def _sending_elsewhere(
         self, entries: list[dict[str, Any]], names: list[str], in_hand: dict[Key, Retry], done: set[Key], now: float
