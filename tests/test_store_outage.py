@@ -20,15 +20,19 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text, update
+from sqlalchemy.exc import OperationalError
 
 from corral.cloud.base import TAG_STORE
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import NodeState
+from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.notifier import Notifier
 from corral.sim.settings import SimSettings
 from corral.store import Store, store_unreachable
+from corral.store.schema import jobs as J
 from tests.e2e.conftest import free_port
 from tests.store.storekit import SMALL, add_node
 from tests.support import served_app, wait_until
@@ -229,3 +233,26 @@ def test_a_failed_webhook_handed_back_during_an_outage_is_still_tried_again(
         notifier.close()
         receiver.shutdown()
         receiver.server_close()
+
+
+def test_a_session_ended_inside_a_write_is_told_as_the_store_unreachable_and_nothing_of_it_is_kept(
+    store: Store,
+) -> None:
+    """Seen: pg_terminate_backend under corral run while agents reported: the agent API answered 500
+    with SQLAlchemy's 'Can't reconnect until invalid transaction is rolled back', which hid the
+    store's own error (so no 503 for the agent, and a traceback in the log)."""
+    [job_id] = store.submit([JobRequest(command=["true"])], START)
+    with pytest.raises(OperationalError) as ended, store.write() as conn:
+        conn.execute(update(J).where(J.c.id == job_id).values(priority=0))
+        store._event(conn, START, "job.updated", "half of a write", job_id=job_id)
+        with store.engine.connect() as other:
+            session = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": session})
+            other.commit()
+        conn.exec_driver_sql("SELECT 1")
+    assert store_unreachable(ended.value) is not None
+    assert "terminating connection" in str(ended.value.orig)
+
+    # The next write takes a new connection; nothing of the ended one's transaction was kept.
+    assert store.job_row(job_id)["priority"] != 0
+    assert [e["kind"] for e in store.list_events(job_id=job_id)] == ["job.queued"]

@@ -398,7 +398,11 @@ class Store:
                 if events:
                     _insert_events(conn, events)
             finally:
-                conn.info.pop(_PENDING_EVENTS, None)  # the connection goes back to the pool
+                # The connection goes back to the pool. One lost under the transaction (the server
+                # restarted, the session ended) is discarded with its info, which it can no longer
+                # give (SQLAlchemy's PendingRollbackError, which hid the error that said why).
+                if not conn.invalidated:
+                    conn.info.pop(_PENDING_EVENTS, None)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
