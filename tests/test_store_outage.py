@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from sqlalchemy import text, update
 from sqlalchemy.exc import OperationalError
 
@@ -30,6 +31,8 @@ from corral.core.model import NodeState
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.notifier import Notifier
+from corral.server.app import Runtime, create_app
+from corral.server.logstore import LogStore
 from corral.sim.settings import SimSettings
 from corral.store import Store, store_unreachable
 from corral.store.schema import jobs as J
@@ -256,3 +259,44 @@ def test_a_session_ended_inside_a_write_is_told_as_the_store_unreachable_and_not
     # The next write takes a new connection; nothing of the ended one's transaction was kept.
     assert store.job_row(job_id)["priority"] != 0
     assert [e["kind"] for e in store.list_events(job_id=job_id)] == ["job.queued"]
+
+
+def test_a_stop_while_the_store_is_unreachable_leaves_the_fleet_for_the_next_start_and_ends_cleanly(
+    cluster: PrivateCluster, store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen: Ctrl-C of corral run with PostgreSQL stopped: 'Application shutdown failed. Exiting.'
+    after a traceback, and the stop's last steps (the notifier's, the server's address file) skipped."""
+    config = Config.model_validate(
+        {"instance_types": [{"name": "small", "vcpus": 4, "ram": "8GiB", "price_per_hour": 0.1}]}
+    )
+    cloud = SimCloud(config.core_instance_types(), SimSettings(), time.time)
+    instance = cloud.create(SMALL, "n1", "boot-n1", {TAG_STORE: store.store_id()})
+    add_node(store, "n1", time.time())
+    store.set_instance_id("n1", instance.id)
+    runtime = Runtime(
+        config=config,
+        store=store,
+        logs=LogStore(tmp_path / "logs"),
+        api_token="t",
+        loop=ControlLoop(store, cloud, config, "d-outage"),
+    )
+    stopped: list[bool] = []
+    runtime.on_stop.append(lambda: stopped.append(True))
+    server = uvicorn.Server(uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 10, "the server to start")
+    cluster.stop()
+    try:
+        with caplog.at_level(logging.INFO):
+            server.should_exit = True
+            thread.join(30)
+    finally:
+        cluster.start()
+    assert not thread.is_alive()
+    assert stopped == [True]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR and "shutdown failed" in r.getMessage()]
+    [said] = [r for r in caplog.records if "the fleet and its work are left running" in r.getMessage()]
+    assert said.getMessage().startswith("store unreachable: ") and said.exc_info is None
+    assert [i.id for i in cloud.list()] == [instance.id]  # still running, for the next start to take back
+    assert [(n["id"], n["state"]) for n in store.node_rows(limit=None)] == [("n1", NodeState.IDLE.value)]

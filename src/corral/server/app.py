@@ -208,8 +208,24 @@ def create_app(runtime: Runtime) -> FastAPI:
                     await task
                 if runtime.stop_fleet_on_exit:
                     log.info("stopping: requeueing running work and shutting the fleet down")
-                    await asyncio.to_thread(runtime.loop.shutdown_fleet, "corral stopped")
-                    left = "its work requeued, its fleet shut down"
+                    try:
+                        await asyncio.to_thread(runtime.loop.shutdown_fleet, "corral stopped")
+                    except Exception as exc:
+                        reason = store_unreachable(exc)
+                        if reason is None:
+                            raise
+                        # The work cannot be requeued without the store, nor the fleet's end recorded:
+                        # both are left as a --keep-fleet stop leaves them, for the next start to take
+                        # back, rather than the stop failing half-way with a traceback.
+                        log.error(
+                            "store unreachable: %s: the fleet and its work are left running, as with --keep-fleet;"
+                            " the next corral run on this data directory takes them back (or stop it again then"
+                            " to shut them down)",
+                            reason,
+                        )
+                        left = "its fleet and work kept for its next start (the store was unreachable)"
+                    else:
+                        left = "its work requeued, its fleet shut down"
                 else:
                     log.info("stopping: the fleet and its work keep running for the next corral (--keep-fleet)")
                     left = "its fleet and work kept for its next start (--keep-fleet)"
@@ -217,8 +233,12 @@ def create_app(runtime: Runtime) -> FastAPI:
                     await asyncio.to_thread(
                         runtime.store.dispatcher_stopped, runtime.loop.dispatcher_id, time.time(), left
                     )
-                except Exception:  # the store gone too: the others see it fall silent, as after a crash
-                    log.exception("cannot record this dispatcher's stop in the store")
+                except Exception as exc:  # the store gone too: the others see it fall silent, as after a crash
+                    reason = store_unreachable(exc)
+                    if reason is None:
+                        log.exception("cannot record this dispatcher's stop in the store")
+                    else:
+                        log.warning("cannot record this dispatcher's stop in the store: unreachable: %s", reason)
             for stop in runtime.on_stop:
                 stop()
 
