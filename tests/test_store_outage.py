@@ -5,6 +5,7 @@ under a real store, server, control loop and notifier. Never the shared server: 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -28,8 +29,9 @@ from corral.cloud.base import TAG_STORE
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import NodeState
+from corral.core.snapshot import Decisions
 from corral.jobspec import JobRequest
-from corral.loop import ControlLoop
+from corral.loop import ControlLoop, LiveLoop, PassReport
 from corral.notifier import Notifier
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
@@ -300,3 +302,54 @@ def test_a_stop_while_the_store_is_unreachable_leaves_the_fleet_for_the_next_sta
     assert said.getMessage().startswith("store unreachable: ") and said.exc_info is None
     assert [i.id for i in cloud.list()] == [instance.id]  # still running, for the next start to take back
     assert [(n["id"], n["state"]) for n in store.node_rows(limit=None)] == [("n1", NodeState.IDLE.value)]
+
+
+class PassThenOutage(LiveLoop):
+    """A loop whose first pass ends just as the store goes away (the outage is real, its moment
+    arranged); it counts its passes."""
+
+    def __init__(self, store: Store, config: Config, cluster: PrivateCluster) -> None:
+        super().__init__(store, config, "d-outage")
+        self.cluster = cluster
+        self.passes = 0
+
+    def _run_pass(self) -> PassReport:
+        self.passes += 1
+        if self.passes == 1:
+            self.cluster.stop()
+        return PassReport(Decisions())
+
+    def _shutdown_fleet(self, reason: str) -> None:
+        pass
+
+
+def test_the_loop_goes_on_when_the_store_goes_away_right_after_a_pass(
+    cluster: PrivateCluster, store: Store, tmp_path: Path
+) -> None:
+    """Seen (in the code): the dashboard's sample of the store after a pass was the one read of the
+    loop outside its guard: the store gone just then ended the control loop's task for good, and
+    the server went on answering with no pass ever run again."""
+    config = Config.model_validate({"loop": {"interval": "0.05s"}})
+    loop = PassThenOutage(store, config, cluster)
+    runtime = Runtime(config=config, store=store, logs=LogStore(tmp_path / "logs"), api_token="t", loop=loop)
+
+    async def run_until_passes_again() -> None:
+        runtime.wake_event = asyncio.Event()
+        task = asyncio.create_task(runtime.run_loop())
+        try:
+            while loop.passes < 1:
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(cluster.start)
+            deadline = time.monotonic() + 30
+            while loop.passes < 3 and not task.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert not task.done(), task.exception()
+            assert loop.passes >= 3
+        finally:
+            task.cancel()
+
+    try:
+        asyncio.run(run_until_passes_again())
+    finally:
+        if not (cluster.data / "postmaster.pid").exists():
+            cluster.start()

@@ -185,7 +185,15 @@ class Runtime:
             self.metrics.pass_seconds.observe(report.duration)
             self.metrics.last_pass.set(time.time())
             if not self.history or time.time() - self.history[-1][0] >= HISTORY_EVERY:
-                self.history.append(await asyncio.to_thread(self._sample))
+                # Guarded as the pass is: a store lost just after a pass ended the loop's task for good.
+                try:
+                    self.history.append(await asyncio.to_thread(self._sample))
+                except Exception as exc:
+                    reason = store_unreachable(exc)
+                    if reason is None:
+                        log.exception("the dashboard's sample of the store failed")
+                    else:
+                        log.warning("store unreachable: %s (the dashboard's charts miss a sample)", reason)
             for node_id in report.started_nodes:
                 self.node_event(node_id).set()
             if report.decisions.job_outcomes or report.decisions.node_marks:
