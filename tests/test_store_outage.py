@@ -314,9 +314,9 @@ class PassThenOutage(LiveLoop):
         self.passes = 0
 
     def _run_pass(self) -> PassReport:
-        self.passes += 1
-        if self.passes == 1:
+        if self.passes == 0:
             self.cluster.stop()
+        self.passes += 1  # (after the stop: the test starts the cluster again once it sees a pass)
         return PassReport(Decisions())
 
     def _shutdown_fleet(self, reason: str) -> None:
