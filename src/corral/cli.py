@@ -50,6 +50,11 @@ backoff_app = typer.Typer(
     help="Instance types backed off (`corral status` lists them): end a back-off.", no_args_is_help=True
 )
 app.add_typer(backoff_app, name="backoff")
+users_app = typer.Typer(
+    help="Users with a token of their own, who change only their own jobs (an admin's: anything).",
+    no_args_is_help=True,
+)
+app.add_typer(users_app, name="users")
 # Piped output (scripts, CI logs) is not cut to 80 columns. No markup: what is printed holds what
 # users wrote (job names, commands, events), which must show as written, and a name like '[/b]'
 # would be an error in markup; styles are given as Text.
@@ -87,18 +92,9 @@ def client() -> httpx.Client:
             fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
         except DamagedServerInfo as exc:
             fail(f"{exc}: set CORRAL_URL, or start corral again")
-    token = os.environ.get("CORRAL_TOKEN")
-    token_from = "CORRAL_TOKEN"
-    if not token:
-        token_file = home / "token"
-        token_from = str(token_file)
-        token = token_file.read_text().strip() if token_file.exists() else ""
-        if not token:
-            # An empty Bearer header failed in httpx as "cannot reach corral: Illegal header value".
-            fail(
-                f"no API token: set CORRAL_TOKEN to the server's (the token file in its data directory;"
-                f" {token_file} is missing or empty)"
-            )
+    token, token_from = _token(home)
+    global _token_from
+    _token_from = token_from
     if not (token.isascii() and token.isprintable()):
         # A pasted typographic quote or a line break: no HTTP header can carry it.
         fail(f"{token_from}: the API token has a character no token has (not ASCII, or a control character)")
@@ -114,6 +110,41 @@ def client() -> httpx.Client:
         )
     except httpx.InvalidURL as exc:
         fail(f"{url_from}: not a valid URL: {url!r} ({exc})")
+
+
+# Where the token of the latest client() came from, for a refusal of it (401) to name.
+_token_from = ""
+
+
+def user_token_file() -> Path:
+    """A user's own token (`corral users add` prints it): $XDG_CONFIG_HOME/corral/token."""
+    config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config_home) / "corral" / "token"
+
+
+def _token(home: Path) -> tuple[str, str]:
+    """The token the CLI sends and where it came from: CORRAL_TOKEN, else the user's own token file,
+    else the data directory's (the operator's, an admin's)."""
+    token = os.environ.get("CORRAL_TOKEN")
+    if token:
+        return token, "CORRAL_TOKEN"
+    why: list[str] = []
+    for token_file in (user_token_file(), home / "token"):
+        try:
+            token = token_file.read_text().strip()
+        except FileNotFoundError:
+            token = ""
+        except OSError as exc:  # the data directory of an operator who is not you: 0700
+            why.append(f"cannot read {token_file}: {exc.strerror}")
+            continue
+        if token:
+            return token, str(token_file)
+        why.append(f"{token_file} is missing or empty")
+    # An empty Bearer header failed in httpx as "cannot reach corral: Illegal header value".
+    fail(
+        f"no API token: set CORRAL_TOKEN to the server's (the token file in its data directory; {why[-1]}) or to"
+        f" your own (`corral users add` gave it), or put yours in {user_token_file()} ({why[0]})"
+    )
 
 
 def _why_unreachable() -> str:
@@ -156,6 +187,8 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
             lines = [re.sub(r"^query\.(\w+)(?:\.\d+)?", _as_flag, str(d)) for d in detail]
             lines = [re.sub(r"^path\.(\w+)", lambda m: m[1].upper(), line) for line in lines]
             detail = lines[0] if len(lines) == 1 else "\n  " + "\n  ".join(lines)
+        if response.status_code == 401:
+            detail = f"{detail} (the token of {_token_from})"
         raise Refused(f"{detail}")
     if response.is_redirect:
         # No route of the API redirects a request the CLI makes as it meant it: a path gone wrong.
@@ -511,7 +544,10 @@ def submit(
     ] = None,
     user: Annotated[
         str | None,
-        typer.Option(help="Whose job it is, for `corral usage` (default: you; a file's own `user` is kept)."),
+        typer.Option(
+            help="Whose job it is (default: your token's user, or under the operator's token your login name;"
+            " a file's own `user` is kept). Only an admin submits as another user."
+        ),
     ] = None,
     dependency: Annotated[
         str | None,
@@ -598,10 +634,12 @@ def submit(
         except ValidationError as exc:
             problems = [f"{_option_of(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
             fail("nothing was submitted:\n  " + "\n  ".join(problems))
-    owner = _login_name() if user is None else user
-    requests = [r if r.user else r.model_copy(update={"user": owner}) for r in requests]
+    if user is not None:
+        requests = [r if r.user else r.model_copy(update={"user": user}) for r in requests]
+    # The rest are the token's user's; under the operator's token, this login's (as Slurm's owner).
+    body = {"jobs": [r.model_dump(mode="json") for r in requests], "submitter": _login_name()}
     try:
-        result = request("POST", "/api/jobs", json={"jobs": [r.model_dump(mode="json") for r in requests]})
+        result = request("POST", "/api/jobs", json=body)
     except Refused as exc:
         fail(_submit_refusal(str(exc), file, places))
     if as_json:
@@ -1831,3 +1869,51 @@ register_simulate(app)
 
 if __name__ == "__main__":  # python -m corral.cli, as the `corral` script
     app()
+
+
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(help="The user's name, as their login name (letters, digits, _ . -).")],
+    admin: Annotated[bool, typer.Option("--admin", help="An admin: may do what the operator's token does.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Add a user and print their token, this once (corral keeps only its hash). The user puts it in
+    ~/.config/corral/token (mode 0600) or CORRAL_TOKEN. Needs an admin's token."""
+    result = call("POST", "/api/users", json={"name": name, "admin": admin})
+    if as_json:
+        print_json(result)
+        return
+    sys.stdout.write(f"{result['token']}\n")
+    err.print(
+        f"user {name} added{' (admin)' if admin else ''}: the token above is shown once; give it to them, to put"
+        f" in {user_token_file()} (mode 0600) or CORRAL_TOKEN",
+        highlight=False,
+    )
+
+
+@users_app.command("list")
+def users_list(as_json: JsonFlag = False) -> None:
+    """The users, with when each was added and last used their token (to the minute)."""
+    rows = call("GET", "/api/users")
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("NAME", "ADMIN", "CREATED", "LAST USED")
+    for row in rows:
+        table.add_row(row["name"], "yes" if row["admin"] else "", when(row["created_at"]), when(row["last_used_at"]))
+    console.print(table)
+
+
+@users_app.command("remove")
+def users_remove(name: Annotated[str, typer.Argument(help="The user's name.")]) -> None:
+    """Remove a user: their token is refused from the next request on. Their jobs stay, and run
+    (`corral cancel --user NAME` ends them). Needs an admin's token."""
+    call("DELETE", f"/api/users/{name}")
+    sys.stdout.write(f"user {name} removed: their token is refused\n")
+
+
+@users_app.command("whoami")
+def users_whoami() -> None:
+    """Who your token says you are."""
+    me = call("GET", "/api/whoami")
+    sys.stdout.write(f"{me['name'] or 'the operator'}{' (admin)' if me['admin'] else ''}\n")

@@ -14,6 +14,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
+from corral.server.app import WRONG_TOKEN
 from corral.store import Store
 from corral.store.migrate import alembic_config
 from tests.e2e.conftest import CORRAL, Corral
@@ -130,7 +131,7 @@ def test_the_api_wants_the_token(running: Corral) -> None:
     # A token that is not ASCII (a pasted typographic quote, say) is as wrong, not a server error.
     for token in (b"Bearer \xe9t\xe9", "Bearer ‘x’".encode()):
         response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={b"Authorization": token})
-        assert response.status_code == 401 and response.json()["detail"] == "wrong API token (see CORRAL_HOME/token)"
+        assert response.status_code == 401 and response.json()["detail"] == WRONG_TOKEN
 
 
 def test_config_check_names_the_key_and_reason(tmp_path: Path) -> None:

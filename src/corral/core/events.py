@@ -78,6 +78,8 @@ EVENT_KINDS: dict[str, str] = {
         "a batch of ended jobs past `retention.jobs_after` was deleted, with their attempts and output"
         " (*Keeping and deleting what has ended*)"
     ),
+    "user.added": "a user was given a token of their own (corral users add)",
+    "user.removed": "a user was removed (corral users remove): their token is refused",
 }
 
 

@@ -22,8 +22,8 @@ from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown
 from corral.core.settings import BootSettings
 from corral.jobspec import JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
-from corral.server.app import Runtime
-from corral.server.deps import UserRuntime
+from corral.server.app import Caller, Runtime
+from corral.server.deps import AdminRuntime, CallerOf, UserRuntime
 from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
@@ -43,6 +43,7 @@ from corral.server.models import (
     JobOut,
     JobUpdateBody,
     JobUpdateOut,
+    NewUserOut,
     NodeAttributesBody,
     NodeOut,
     NotifyRuleOut,
@@ -67,13 +68,15 @@ from corral.server.models import (
     TypeUsageOut,
     UsageOut,
     UsageRowOut,
+    UserBody,
+    UserOut,
     error_responses,
     plain_number,
 )
-from corral.store import ArrayOutcome, JobFilter, NotBackedOff, NotQueued
+from corral.store import ArrayOutcome, JobFilter, NotBackedOff, NotQueued, UserExists
 from corral.store.store import UPDATABLE_WHILE_RUNNING
 
-router = APIRouter(prefix="/api", responses=error_responses(400, 401, 404, 413, 422))
+router = APIRouter(prefix="/api", responses=error_responses(400, 401, 403, 404, 413, 422))
 
 # Slurm's name of an array's task: ARRAY_TASK, as 12_3.
 TASK_NAME = re.compile(r"([0-9]+)_([0-9]+)")
@@ -126,6 +129,22 @@ JobOrArray = Annotated[Target, Depends(target_of)]
 
 def array_out(outcome: ArrayOutcome) -> ArrayActionOut:
     return ArrayActionOut(**dataclasses.asdict(outcome))
+
+
+def denied(caller: Caller, what: str) -> HTTPException:
+    """Slurm's refusal of a user's change to another's job (scancel, scontrol: "Access/permission
+    denied"), naming what and whose."""
+    return HTTPException(403, f"Access/permission denied: {what} (you are {caller.name}; an admin may)")
+
+
+def check_owner(runtime: Runtime, caller: Caller, job_id: int, action: str) -> None:
+    """A user may change only their own jobs (an array's tasks are all its submitter's); an admin
+    any. 404 for no such job, as for an admin."""
+    if caller.admin:
+        return
+    owner = runtime.store.job_row(job_id)["spec"].get("user", "")
+    if owner != caller.name:
+        raise denied(caller, f"job {job_id} belongs to {owner or 'no user'}: only its owner may {action} it")
 
 
 IdFilter = Annotated[int | None, BeforeValidator(plain_number), Query(ge=DB_INT_MIN, le=DB_INT_MAX)]
@@ -200,10 +219,14 @@ def attempt_out(row: dict[str, Any]) -> AttemptOut:
 
 
 @router.post("/jobs", status_code=201)
-def submit(body: SubmitBody, runtime: UserRuntime) -> SubmitResult:
+def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitResult:
+    """Queue jobs. A job's `user` is whose it is: a user token's own (naming another is refused,
+    403: Slurm's sbatch --uid is root's); the operator's and an admin's may name anyone, and a job
+    naming none is the `submitter`'s (the operator's CLI sends its login name) or the admin's own."""
+    jobs = owned_jobs(body, caller)
     if runtime.config.executor == "slurm":
         # Slurm runs the command on its nodes, where corral's agent and [containers] are not.
-        images = [i for i, job in enumerate(body.jobs) if job.image is not None]
+        images = [i for i, job in enumerate(jobs) if job.image is not None]
         if images:
             raise HTTPException(
                 422,
@@ -214,12 +237,29 @@ def submit(body: SubmitBody, runtime: UserRuntime) -> SubmitResult:
                 ],
             )
     now = time.time()
-    refused = _reservation_refusals(body.jobs, runtime, now)
+    refused = _reservation_refusals(jobs, runtime, now)
     if refused:
         raise HTTPException(422, refused)
-    ids = runtime.store.submit(body.jobs, now)
+    ids = runtime.store.submit(jobs, now)
     runtime.wake()
     return SubmitResult(ids=ids)
+
+
+def owned_jobs(body: SubmitBody, caller: Caller) -> list[JobRequest]:
+    """The submitted jobs, each with its user: 403, one line per job, for a user's job that names
+    another."""
+    if caller.admin:
+        default = caller.name or body.submitter
+        return [job if job.user else job.model_copy(update={"user": default}) for job in body.jobs]
+    others = [
+        f"jobs.{i}.user: Access/permission denied: {job.user!r} is not you ({caller.name}): a user submits only"
+        " as themselves (an admin may submit as another)"
+        for i, job in enumerate(body.jobs)
+        if job.user and job.user != caller.name
+    ]
+    if others:
+        raise HTTPException(403, others)
+    return [job.model_copy(update={"user": caller.name}) for job in body.jobs]
 
 
 def _reservation_refusals(jobs: list[JobRequest], runtime: Runtime, now: float) -> list[str]:
@@ -270,20 +310,27 @@ def list_jobs(
 
 
 @router.post("/jobs/cancel")
-def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime) -> CancelMatchingOut:
+def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime, caller: CallerOf) -> CancelMatchingOut:
     """Slurm's `scancel --state/-u/-n`: cancel every open job that matches all the filters given
-    (at least one); the ids marked for cancellation."""
+    (at least one); the ids marked for cancellation. A user's cancels only their own jobs, and
+    naming another user is refused (403)."""
     states = tuple(s.value for s in body.states or ())
-    picked = JobFilter(states, body.user, body.name, body.tag, body.array)
+    user = body.user
+    if not caller.admin:
+        if user is not None and user != caller.name:
+            raise denied(caller, f"user: the jobs of {user} are theirs: a user cancels only their own")
+        user = caller.name
+    picked = JobFilter(states, user, body.name, body.tag, body.array)
     ids = runtime.store.request_cancel_matching(time.time(), picked)
     runtime.wake()
     return CancelMatchingOut(ids=ids)
 
 
 @router.patch("/arrays/{array_job_id}")
-def set_array_throttle(array_job_id: PathId, body: ThrottleBody, runtime: UserRuntime) -> ThrottleOut:
+def set_array_throttle(array_job_id: PathId, body: ThrottleBody, runtime: UserRuntime, caller: CallerOf) -> ThrottleOut:
     """Slurm's `scontrol update JobId=A ArrayTaskThrottle=N`: a job array's throttle, on all its
     tasks (0: no limit). Running tasks go on; the next pass starts no more than it allows."""
+    check_owner(runtime, caller, array_job_id, "throttle")  # (an array's id is its first task's)
     result = runtime.store.set_array_throttle(array_job_id, body.throttle, time.time())
     runtime.wake()
     return ThrottleOut(**result)
@@ -301,9 +348,10 @@ def show_job(job_id: JobId, runtime: UserRuntime) -> JobOut:
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | ArrayActionOut:
+def cancel_job(target: JobOrArray, runtime: UserRuntime, caller: CallerOf) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scancel`: the next pass cancels the job (kills its run). A job array's id: every
     open task."""
+    check_owner(runtime, caller, target.job_id, "cancel")
     store, now = runtime.store, time.time()
     result = (
         array_out(store.cancel_array(target.job_id, now))
@@ -315,11 +363,14 @@ def cancel_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | Arr
 
 
 @router.post("/jobs/{job_id}/hold", responses=error_responses(409))
-def hold_job(target: JobOrArray, runtime: UserRuntime, body: HoldBody | None = None) -> dict[str, Any] | ArrayActionOut:
+def hold_job(
+    target: JobOrArray, runtime: UserRuntime, caller: CallerOf, body: HoldBody | None = None
+) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scontrol hold`: a queued job stays queued and is not placed (nor booted for) until
     released. In front of Slurm, a claimed job (pending in Slurm's queue) is taken back by the
     next pass and held (`taken_back`). 409 for a job that is not queued (nor claimed); for a job
     array's id, every such task, and 409 only when it has none (nor any held already)."""
+    check_owner(runtime, caller, target.job_id, "hold")
     take_back = runtime.config.executor == "slurm"
     reason = body.reason if body else ""
     try:
@@ -338,11 +389,12 @@ def hold_job(target: JobOrArray, runtime: UserRuntime, body: HoldBody | None = N
 
 @router.post("/jobs/{job_id}/requeue")
 def requeue_job(
-    target: JobOrArray, runtime: UserRuntime, body: RequeueBody | None = None
+    target: JobOrArray, runtime: UserRuntime, caller: CallerOf, body: RequeueBody | None = None
 ) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scontrol requeue` (with `{"hold": true}`: `requeuehold`): the next pass stops a
     claimed or running job's run and queues it again, counting no failure; a finished job is queued
     again at once, as a job submitted now. A job array's id: each of its tasks."""
+    check_owner(runtime, caller, target.job_id, "requeue")
     hold = body.hold if body else False
     store, now = runtime.store, time.time()
     result = (
@@ -355,8 +407,9 @@ def requeue_job(
 
 
 @router.post("/jobs/{job_id}/release")
-def release_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | ArrayActionOut:
+def release_job(target: JobOrArray, runtime: UserRuntime, caller: CallerOf) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scontrol release`. A job array's id: each of its held tasks."""
+    check_owner(runtime, caller, target.job_id, "release")
     store, now = runtime.store, time.time()
     result = (
         array_out(store.release_array(target.job_id, now)) if target.whole_array else store.release(target.job_id, now)
@@ -366,8 +419,16 @@ def release_job(target: JobOrArray, runtime: UserRuntime) -> dict[str, Any] | Ar
 
 
 @router.patch("/jobs/{job_id}")
-def set_priority(target: JobOrArray, body: PriorityBody, runtime: UserRuntime) -> JobOut | ArrayActionOut:
+def set_priority(
+    target: JobOrArray, body: PriorityBody, runtime: UserRuntime, caller: CallerOf
+) -> JobOut | ArrayActionOut:
     """A job's priority (0 cancels it). A job array's id: each of its tasks not finished."""
+    check_owner(runtime, caller, target.job_id, "change the priority of")
+    current = runtime.store.job_row(target.job_id)["priority"]
+    if not caller.admin and body.priority > current:
+        # Slurm: "Only the Slurm administrator or root can increase job's priority".
+        raised = f"{current} to {body.priority}"
+        raise denied(caller, f"job {target.job_id}: only an admin raises a job's priority ({raised})")
     store = runtime.store
     if target.whole_array:
         outcome = array_out(store.set_array_priority(target.job_id, body.priority, time.time()))
@@ -379,7 +440,9 @@ def set_priority(target: JobOrArray, body: PriorityBody, runtime: UserRuntime) -
 
 
 @router.post("/jobs/{job_id}/update", responses=error_responses(409))
-def update_job(target: JobOrArray, body: JobUpdateBody, runtime: UserRuntime) -> JobUpdateOut | ArrayActionOut:
+def update_job(
+    target: JobOrArray, body: JobUpdateBody, runtime: UserRuntime, caller: CallerOf
+) -> JobUpdateOut | ArrayActionOut:
     """Slurm's `scontrol update JobId=`: change what a job asked for. Resources, nodes, its
     requested start and its admin reservation only while it is queued (409 otherwise; a reservation
     in force nowhere is refused, 422, as at submission); its time limit, retries and name also
@@ -387,6 +450,7 @@ def update_job(target: JobOrArray, body: JobUpdateBody, runtime: UserRuntime) ->
     change (409), and a claimed job (pending in Slurm's queue) takes every change: the next pass
     takes it back from Slurm and submits it again. A job array's id: every task whose state takes
     the change (409 when none does); a value refused for one task changes none."""
+    check_owner(runtime, caller, target.job_id, "update")
     changes = {key: getattr(body, key) for key in body.model_fields_set if key != "time_limit_add"}
     if body.reservation:
         # As at submission: a reservation in force nowhere is refused, not waited for.
@@ -419,14 +483,18 @@ def update_job(target: JobOrArray, body: JobUpdateBody, runtime: UserRuntime) ->
 def job_logs(
     job_id: JobId,
     runtime: UserRuntime,
+    caller: CallerOf,
     attempt: IdFilter = None,
     all_attempts: bool = False,
     offset: Annotated[
         int, Query(ge=0, le=2**62, description="from this byte of one attempt's output on (corral logs --follow)")
     ] = 0,
 ) -> Any:
+    """A job's output: its owner's and an admin's alone (Slurm's output files are the owner's by
+    their Unix mode; here the server holds them all)."""
     if offset and all_attempts:
         raise HTTPException(422, "offset reads one attempt's output: not with all_attempts")
+    check_owner(runtime, caller, job_id, "read the output of")
     attempts = runtime.store.attempts_of(job_id)
     job = runtime.store.job_row(job_id)  # 404 for an unknown job
     if not attempts and not all_attempts:
@@ -492,7 +560,7 @@ def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")
 
 
 @router.patch("/nodes/{node_id}")
-def set_node_attributes(node_id: str, body: NodeAttributesBody, runtime: UserRuntime) -> NodeOut:
+def set_node_attributes(node_id: str, body: NodeAttributesBody, runtime: AdminRuntime) -> NodeOut:
     row = runtime.store.set_node_attributes(node_id, body.set, body.unset, body.rack, time.time())
     runtime.wake()
     return node_out(row, runtime.store.running_counts(), time.time())
@@ -598,7 +666,7 @@ def status(runtime: UserRuntime) -> StatusOut:
 
 
 @router.post("/backoffs/clear", responses=error_responses(409))
-def clear_backoffs(body: ClearBackoffsBody, runtime: UserRuntime) -> ClearBackoffsOut:
+def clear_backoffs(body: ClearBackoffsBody, runtime: AdminRuntime) -> ClearBackoffsOut:
     """An operator's "try again now": end the back-offs in force of the instance types named (or of
     every type, `all`) and forget their failed boots in a row, after fixing what failed them (the
     AMI, a quota, a security group). A pass is woken, so the next boot of the type can be made at
@@ -733,7 +801,7 @@ def queue_order(runtime: UserRuntime, limit: int = Query(1000, ge=1, le=100_000)
 
 
 @router.get("/notify")
-def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
+def notify_status(runtime: AdminRuntime) -> NotifyStatusOut:
     """Where the notifier is in the event log, against the newest event; the rules in force; which
     subjects each rule is quiet for (rearm) and how many events a threshold rule has counted."""
     rules = runtime.config.notify
@@ -786,7 +854,7 @@ def notify_status(runtime: UserRuntime) -> NotifyStatusOut:
 
 
 @router.post("/notify/skip")
-def notify_skip(runtime: UserRuntime, body: NotifySkipBody | None = None) -> NotifySkipOut:
+def notify_skip(runtime: AdminRuntime, body: NotifySkipBody | None = None) -> NotifySkipOut:
     """Move the notifier's cursor: to the newest event (a backlog nobody wants paged about is
     dropped), or to `to`, which may be back (the events after it are notified again: what a
     webhook that was down never got). An event `notify.moved` records it."""
@@ -816,3 +884,36 @@ def _rule_out(name: str, rule: NotifyRule) -> NotifyRuleOut:
         threshold=rule.threshold,
         window=rule.window,
     )
+
+
+# ---- users and their tokens ------------------------------------------------------------------
+
+
+@router.get("/whoami")
+def whoami(caller: CallerOf) -> UserOut:
+    """Who the request's token is: a user, or the operator (the data directory's token, no name)."""
+    return UserOut(name=caller.name, admin=caller.admin)
+
+
+@router.get("/users")
+def list_users(runtime: AdminRuntime) -> list[UserOut]:
+    return [UserOut(**row) for row in runtime.store.user_rows()]
+
+
+@router.post("/users", status_code=201, responses=error_responses(409))
+def add_user(body: UserBody, runtime: AdminRuntime) -> NewUserOut:
+    """A user with a token of their own, answered once (only its hash is kept). An event `user.added`."""
+    now = time.time()
+    try:
+        token = runtime.store.add_user(body.name, body.admin, now)
+    except UserExists as exc:
+        raise HTTPException(409, str(exc)) from None
+    return NewUserOut(name=body.name, admin=body.admin, created_at=now, token=token)
+
+
+@router.delete("/users/{name}")
+def remove_user(name: str, runtime: AdminRuntime) -> UserOut:
+    """Remove a user: their token is refused from the next request on; their jobs stay, and run.
+    An event `user.removed`."""
+    runtime.store.remove_user(name, time.time())
+    return UserOut(name=name)

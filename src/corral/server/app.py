@@ -252,7 +252,7 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
-    app.add_middleware(GuardBodies, api_token=runtime.api_token)
+    app.add_middleware(GuardBodies, runtime=runtime)
 
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
@@ -315,16 +315,35 @@ def create_app(runtime: Runtime) -> FastAPI:
     return app
 
 
-def bearer_refusal(authorization: str | None, api_token: str) -> str | None:
-    """Why a request's Authorization header does not carry the API token; None when it does.
-    Compared in constant time, as bytes: compare_digest raises TypeError (a 500) on a str that is
-    not ASCII, and a header may be any latin-1."""
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the operator (the data directory's `token`, named OPERATOR) or a user of
+    `corral users add`. An admin may do anything; a user changes only their own jobs."""
+
+    name: str
+    admin: bool
+
+
+OPERATOR = Caller("", admin=True)
+WRONG_TOKEN = (
+    "wrong API token: neither CORRAL_HOME/token nor a user's token (corral users add); a removed user's is refused"
+)
+
+
+def caller_for(authorization: str | None, runtime: Runtime) -> Caller | str:
+    """The caller a request's Authorization header names, or why it names none. The API token is
+    compared in constant time, as bytes: compare_digest raises TypeError (a 500) on a str that is
+    not ASCII, and a header may be any latin-1. A user's token is looked up by its hash, in the store
+    each time, so that a removed user's is refused at once, by every dispatcher."""
     token = bearer_token(authorization)
     if token is None:
         return "missing bearer token"
-    if not hmac.compare_digest(token.encode(), api_token.encode()):
-        return "wrong API token (see CORRAL_HOME/token)"
-    return None
+    if hmac.compare_digest(token.encode(), runtime.api_token.encode()):
+        return OPERATOR
+    user = runtime.store.user_for_token(token, time.time())
+    if user is None:
+        return WRONG_TOKEN
+    return Caller(user["name"], user["admin"])
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -338,14 +357,14 @@ class GuardBodies:
     """What the server reads of a request's body, before FastAPI reads it (whole, into memory) and
     parses it (into some ten times its size), which it does before a route's dependencies, the
     token check among them, run:
-    - a user route's request with a body is refused (401) unread when it does not carry the API
-      token (the routes' own check, corral.server.deps.require_user, stays);
+    - a user route's request with a body is refused (401) unread when it carries neither the API
+      token nor a user's (the routes' own check, corral.server.deps.require_user, stays);
     - a body longer than its route takes (body_limit) is refused (413): at once when its
       Content-Length says so, else as soon as the bytes received pass the limit."""
 
-    def __init__(self, app: ASGIApp, api_token: str) -> None:
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
         self.app = app
-        self.api_token = api_token
+        self.runtime = runtime
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -355,9 +374,10 @@ class GuardBodies:
         headers = dict(scope["headers"])
         if _user_route(path):
             header = headers.get(b"authorization")
-            refusal = bearer_refusal(None if header is None else header.decode("latin-1"), self.api_token)
-            if refusal is not None:
-                await JSONResponse({"detail": refusal}, status_code=401)(scope, receive, send)
+            authorization = None if header is None else header.decode("latin-1")
+            caller = await asyncio.to_thread(caller_for, authorization, self.runtime)
+            if isinstance(caller, str):
+                await JSONResponse({"detail": caller}, status_code=401)(scope, receive, send)
                 return
         limit = body_limit(method, path)
         too_large = StarletteHTTPException(

@@ -1,5 +1,5 @@
-"""Request dependencies: the runtime, and the two kinds of caller (user with the API token, agent
-with its node secret)."""
+"""Request dependencies: the runtime, and the kinds of caller (the operator with the API token, a
+user with their own token, an agent with its node secret)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, HTTPException, Request
 
-from corral.server.app import Runtime, bearer_refusal, bearer_token
+from corral.server.app import Caller, Runtime, bearer_token, caller_for
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -15,12 +15,34 @@ def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
-def require_user(
+def get_caller(
     runtime: Annotated[Runtime, Depends(get_runtime)], authorization: Annotated[str | None, Header()] = None
+) -> Caller:
+    caller = caller_for(authorization, runtime)
+    if isinstance(caller, str):
+        raise HTTPException(401, caller)
+    return caller
+
+
+def require_user(
+    runtime: Annotated[Runtime, Depends(get_runtime)], _caller: Annotated[Caller, Depends(get_caller)]
 ) -> Runtime:
-    refusal = bearer_refusal(authorization, runtime.api_token)
-    if refusal is not None:
-        raise HTTPException(401, refusal)
+    return runtime
+
+
+def require_admin(
+    request: Request,
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    caller: Annotated[Caller, Depends(get_caller)],
+) -> Runtime:
+    """Slurm's AdminLevel: nodes, reservations, the fleet's back-offs, the notifier and the users
+    are the operator's, or an admin user's."""
+    if not caller.admin:
+        raise HTTPException(
+            403,
+            f"Access/permission denied: {request.method} {request.url.path} is for an admin (the data directory's"
+            f" token, or a user added with --admin); you are user {caller.name}",
+        )
     return runtime
 
 
@@ -37,5 +59,7 @@ def require_node(
 
 
 UserRuntime = Annotated[Runtime, Depends(require_user)]
+AdminRuntime = Annotated[Runtime, Depends(require_admin)]
+CallerOf = Annotated[Caller, Depends(get_caller)]
 AgentNode = Annotated[dict[str, Any], Depends(require_node)]
 AnyRuntime = Annotated[Runtime, Depends(get_runtime)]

@@ -70,8 +70,20 @@ MAX_LOG_CHUNK_BODY = 4 * 1024 * 1024
 MAX_AGENT_LIST = 10_000
 
 
+USER_NAME_MAX = 64
+# A login name's characters (POSIX's portable ones): what Slurm's users are, and what a shell, a
+# tag or a log line shows as it is.
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
 class SubmitBody(BaseModel):
     jobs: list[JobRequest] = Field(min_length=1, max_length=MAX_SUBMITTED)
+    submitter: str = Field(
+        "",
+        max_length=USER_NAME_MAX,
+        description="Whose the jobs that name no user are, when the operator's token submits them (the CLI"
+        " sends its login name); a user token's jobs are its user's.",
+    )
 
     @model_validator(mode="after")
     def _not_too_many_tasks(self) -> SubmitBody:
@@ -711,3 +723,29 @@ class UsageOut(BaseModel):
     unattributed: float  # idle and booting nodes, and room on busy nodes no job asked for
     rows: list[UsageRowOut]  # the largest cost first
     types: list[TypeUsageOut]
+
+
+class UserBody(Inbound):
+    name: str = Field(description="The user's name: as their login name (letters, digits, _ . -).")
+    admin: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _a_login_name(cls, name: str) -> str:
+        if len(name) > USER_NAME_MAX or not USER_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not a user name: at most {USER_NAME_MAX} of letters, digits, _ . and -,"
+                " not starting with a digit, . or -"
+            )
+        return name
+
+
+class UserOut(BaseModel):
+    name: str
+    admin: bool = False
+    created_at: float | None = None
+    last_used_at: float | None = None
+
+
+class NewUserOut(UserOut):
+    token: str = Field(description="The user's token: shown this once (only its hash is kept).")

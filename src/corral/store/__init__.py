@@ -9,6 +9,7 @@ from corral.store.store import (
     NotFound,
     NotQueued,
     Store,
+    UserExists,
     store_unreachable,
 )
 
@@ -22,4 +23,5 @@ __all__ = [
     "NotQueued",
     "Store",
     "store_unreachable",
+    "UserExists",
 ]

@@ -199,3 +199,16 @@ notify_cursor = Table(
     Column("state", JSON, nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+# The users that hold a token of their own (0016): each may submit, and change only their own jobs;
+# an admin may do what the data directory's `token` does. Only the token's sha256 is kept: the token
+# is shown once, when the user is added.
+users = Table(
+    "users",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("admin", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+    Column("last_used_at", Float),
+)

@@ -98,6 +98,7 @@ TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
 # What `update_job` changes: while the job runs too, and in all (the rest only while it is queued).
 UPDATABLE_WHILE_RUNNING = frozenset({"time_limit", "max_retries", "name"})
 UPDATABLE = UPDATABLE_WHILE_RUNNING | {"vcpus", "ram", "scratch", "gpus", "nodes", "not_before", "reservation"}
+USER_LAST_USED_EVERY = 60.0  # seconds: how stale `corral users list`'s "last used" may be
 LIVE_NODE_STATES = tuple(s.value for s in NodeState if s is not NodeState.GONE)
 # A job's latest attempt's executor id (the Slurm job id), beside the job's row: what an operator
 # takes to `scontrol show job`.
@@ -206,6 +207,10 @@ class ClearedBackoff:
     until: float
     reason: str
     boot_failures: int
+
+
+class UserExists(ValueError):
+    """A user of that name exists already."""
 
 
 class InvalidJobs(ValueError):
@@ -1961,6 +1966,53 @@ class Store:
             for node_id in node_ids:
                 counts[node_id] = counts.get(node_id, 0) + 1
         return counts
+
+    # ---- users and their tokens ------------------------------------------------------------------
+
+    def add_user(self, name: str, admin: bool, now: float) -> str:
+        """Add user `name` with a new token, which is returned (only its hash is kept: it cannot be
+        shown again); an event `user.added`. UserExists if the name is taken."""
+        token = secrets.token_urlsafe(32)
+        table = schema.users
+        with self.write() as conn:
+            added = conn.execute(
+                _upsert(conn, table)
+                .values(name=name, token_hash=token_hash(token), admin=admin, created_at=now)
+                .on_conflict_do_nothing(index_elements=[table.c.name])
+                .returning(table.c.name)
+            ).first()
+            if added is None:
+                raise UserExists(f"user {name!r} exists already (remove it first to give it a new token)")
+            self._event(conn, now, "user.added", f"user {name} added{' (admin)' if admin else ''}")
+        return token
+
+    def remove_user(self, name: str, now: float) -> None:
+        """Remove user `name`: its token is refused from the next request on (every dispatcher reads
+        the same table); its jobs stay, and run. An event `user.removed`; NotFound for no such user."""
+        table = schema.users
+        with self.write() as conn:
+            if conn.execute(delete(table).where(table.c.name == name)).rowcount == 0:
+                raise NotFound(f"no user {name!r}")
+            self._event(conn, now, "user.removed", f"user {name} removed: its token is refused")
+
+    def user_rows(self) -> list[dict[str, Any]]:
+        table = schema.users
+        query = select(table.c.name, table.c.admin, table.c.created_at, table.c.last_used_at).order_by(table.c.name)
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
+    def user_for_token(self, token: str, now: float) -> dict[str, Any] | None:
+        """The user whose token `token` is (name, admin), None for none. Its last use is written at
+        most once a minute: a write per request would queue every read behind SQLite's one writer."""
+        table = schema.users
+        with self.read() as conn:
+            row = conn.execute(select(table).where(table.c.token_hash == token_hash(token))).first()
+        if row is None:
+            return None
+        if row.last_used_at is None or now - row.last_used_at >= USER_LAST_USED_EVERY:
+            with self.write() as conn:
+                conn.execute(update(table).where(table.c.name == row.name).values(last_used_at=now))
+        return {"name": row.name, "admin": bool(row.admin)}
 
     # ---- the store's own identity --------------------------------------------------------------
 
