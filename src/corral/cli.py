@@ -9,6 +9,7 @@ import re
 import ssl
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -92,7 +93,7 @@ def client() -> httpx.Client:
             fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
         except DamagedServerInfo as exc:
             fail(f"{exc}: set CORRAL_URL, or start corral again")
-    token, token_from = _token(home)
+    token, token_from = _token(home, url_from_home=url_from != "CORRAL_URL")
     global _token_from
     _token_from = token_from
     if not (token.isascii() and token.isprintable()):
@@ -122,28 +123,31 @@ def user_token_file() -> Path:
     return Path(config_home) / "corral" / "token"
 
 
-def _token(home: Path) -> tuple[str, str]:
-    """The token the CLI sends and where it came from: CORRAL_TOKEN, else the user's own token file,
-    else the data directory's (the operator's, an admin's)."""
+def _token(home: Path, url_from_home: bool) -> tuple[str, str]:
+    """The token the CLI sends and where it came from: CORRAL_TOKEN; else the token goes with the
+    server: the data directory's (the operator's) for the server its server.json names, the user's
+    own token file first for one CORRAL_URL names (a user's shared corral, whose data directory is
+    not theirs to read)."""
     token = os.environ.get("CORRAL_TOKEN")
     if token:
         return token, "CORRAL_TOKEN"
-    why: list[str] = []
-    for token_file in (user_token_file(), home / "token"):
+    data_dir_token, own = home / "token", user_token_file()
+    why: dict[Path, str] = {}
+    for token_file in (data_dir_token, own) if url_from_home else (own, data_dir_token):
         try:
             token = token_file.read_text().strip()
         except FileNotFoundError:
             token = ""
         except OSError as exc:  # the data directory of an operator who is not you: 0700
-            why.append(f"cannot read {token_file}: {exc.strerror}")
+            why[token_file] = f"cannot read {token_file}: {exc.strerror}"
             continue
         if token:
             return token, str(token_file)
-        why.append(f"{token_file} is missing or empty")
+        why[token_file] = f"{token_file} is missing or empty"
     # An empty Bearer header failed in httpx as "cannot reach corral: Illegal header value".
     fail(
-        f"no API token: set CORRAL_TOKEN to the server's (the token file in its data directory; {why[-1]}) or to"
-        f" your own (`corral users add` gave it), or put yours in {user_token_file()} ({why[0]})"
+        f"no API token: set CORRAL_TOKEN to the server's (the token file in its data directory;"
+        f" {why[data_dir_token]}) or to your own (`corral users add` gave it), or put yours in {own} ({why[own]})"
     )
 
 
@@ -1908,7 +1912,7 @@ def users_list(as_json: JsonFlag = False) -> None:
 def users_remove(name: Annotated[str, typer.Argument(help="The user's name.")]) -> None:
     """Remove a user: their token is refused from the next request on. Their jobs stay, and run
     (`corral cancel --user NAME` ends them). Needs an admin's token."""
-    call("DELETE", f"/api/users/{name}")
+    call("DELETE", f"/api/users/{urllib.parse.quote(name, safe='')}")
     sys.stdout.write(f"user {name} removed: their token is refused\n")
 
 

@@ -5,6 +5,8 @@ anything."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -214,6 +216,15 @@ def test_the_cli_adds_a_user_whose_token_file_acts_as_them(served: tuple[str, St
     assert refused.exit_code != 0 and f"Access/permission denied: job {bobs} belongs to bob" in refused.stderr
     impersonating = cli(alice, "submit", "--user", "bob", "--", "true")
     assert impersonating.exit_code != 0 and "'bob' is not you (alice)" in impersonating.stderr
+
+    # The same machine's operator, with alice's file in reach: the data directory's server goes with
+    # its token.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    (home / "token").write_text(OPERATOR)
+    on_the_server = {**alice, "CORRAL_URL": None, "CORRAL_HOME": str(home)}
+    assert cli(on_the_server, "users", "whoami").stdout == "the operator (admin)\n"
 
     assert cli(operator, "users", "remove", "alice").stdout == "user alice removed: their token is refused\n"
     gone = cli(alice, "jobs")
