@@ -153,7 +153,7 @@ def test_nodes_the_fleet_the_notifier_and_users_are_for_admins(served: tuple[str
     alice = add_user(url, "alice")
     with api(url, alice) as as_alice:
         for method, path, body in [
-            ("PATCH", "/api/nodes/n-1", {"set": {"reserved": "x"}}),
+            ("PATCH", "/api/nodes/n-1", {"rack": "r1"}),
             ("POST", "/api/backoffs/clear", {"all": True}),
             ("GET", "/api/notify", None),
             ("POST", "/api/notify/skip", None),
@@ -168,6 +168,9 @@ def test_nodes_the_fleet_the_notifier_and_users_are_for_admins(served: tuple[str
                 " added with --admin); you are user alice"
             )
         assert as_alice.get("/api/whoami").json()["name"] == "alice"
+        # `corral node ID` with nothing to change shows the node: a read, which is everyone's.
+        unchanged = as_alice.patch("/api/nodes/n-1", json={"set": {}, "unset": [], "rack": None})
+        assert unchanged.status_code == 404 and unchanged.json()["detail"].startswith("no ")
     # The dashboard shows every job and the fleet's bill: an admin's page, not a user's.
     assert httpx.get(f"{url}/dashboard", params={"token": alice}).status_code == 401
     assert httpx.get(f"{url}/dashboard", params={"token": add_user(url, "carol", admin=True)}).status_code == 303

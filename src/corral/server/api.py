@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
@@ -23,7 +23,7 @@ from corral.core.settings import BootSettings
 from corral.jobspec import JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
 from corral.server.app import Caller, Runtime
-from corral.server.deps import AdminRuntime, CallerOf, UserRuntime
+from corral.server.deps import AdminRuntime, CallerOf, UserRuntime, require_admin
 from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
@@ -560,7 +560,13 @@ def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")
 
 
 @router.patch("/nodes/{node_id}")
-def set_node_attributes(node_id: str, body: NodeAttributesBody, runtime: AdminRuntime) -> NodeOut:
+def set_node_attributes(
+    node_id: str, body: NodeAttributesBody, request: Request, runtime: UserRuntime, caller: CallerOf
+) -> NodeOut:
+    """A node's attributes, reservations and rack: an admin's to change (Slurm's scontrol update
+    NodeName=). With no change it answers the node as it is (`corral node ID`), to anyone."""
+    if body.set or body.unset or body.rack is not None:
+        require_admin(request, runtime, caller)
     row = runtime.store.set_node_attributes(node_id, body.set, body.unset, body.rack, time.time())
     runtime.wake()
     return node_out(row, runtime.store.running_counts(), time.time())
