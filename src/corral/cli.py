@@ -1364,6 +1364,10 @@ def dashboard() -> None:
 
     The address carries the API token once: the page trades it for a cookie. Open it on the machine
     (or through a tunnel to it): the server listens on 127.0.0.1 by default."""
+    me = call("GET", "/api/whoami")
+    if not me["admin"]:
+        # The page would only say "not signed in": it shows every job and the fleet's bill.
+        fail(f"the dashboard is the operator's and the admins' (you are user {me['name']}): corral jobs, queue, nodes")
     with client() as http:
         token = http.headers.get("Authorization", "").removeprefix("Bearer ")
         address = http.base_url.join("/dashboard").copy_add_param("token", token)

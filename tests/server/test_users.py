@@ -214,6 +214,7 @@ def test_the_cli_adds_a_user_whose_token_file_acts_as_them(served: tuple[str, St
     }
 
     mine = cli(alice, "submit", "--", "true").stdout.strip()
+    assert "the dashboard is the operator's and the admins' (you are user alice)" in cli(alice, "dashboard").stderr
     assert "alice" in cli(operator, "job", mine).stdout
     refused = cli(alice, "cancel", bobs)
     assert refused.exit_code != 0 and f"Access/permission denied: job {bobs} belongs to bob" in refused.stderr
