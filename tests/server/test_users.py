@@ -82,6 +82,9 @@ def test_a_user_cannot_change_anothers_job_which_stays_queued_and_an_admin_can(s
         assert as_bob.post(f"/api/jobs/{job}/hold").status_code == 200
         assert as_carol.post(f"/api/jobs/{job}/cancel").status_code == 200
         assert as_bob.get(f"/api/jobs/{job}").json()["cancel_requested"] is True
+        # Whoever changed a job is named in its events (the operator's token names no one, as before).
+        said = [(e["kind"], e["message"]) for e in as_bob.get("/api/events", params={"job": job}).json()]
+        assert said[-2:] == [("job.held", "held by bob"), ("job.cancel_requested", "cancel requested (by carol)")]
 
 
 def test_a_user_may_lower_their_jobs_priority_but_only_an_admin_raises_it(served: tuple[str, Store]) -> None:

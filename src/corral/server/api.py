@@ -73,7 +73,7 @@ from corral.server.models import (
     error_responses,
     plain_number,
 )
-from corral.store import ArrayOutcome, JobFilter, NotBackedOff, NotQueued, UserExists
+from corral.store import ArrayOutcome, JobFilter, NotBackedOff, NotQueued, UserExists, acting_as
 from corral.store.store import UPDATABLE_WHILE_RUNNING
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 403, 404, 413, 422))
@@ -129,6 +129,19 @@ JobOrArray = Annotated[Target, Depends(target_of)]
 
 def array_out(outcome: ArrayOutcome) -> ArrayActionOut:
     return ArrayActionOut(**dataclasses.asdict(outcome))
+
+
+def names_its_caller(route: Callable[..., Any]) -> Callable[..., Any]:
+    """A route whose events say who asked ("cancel requested (by alice)"): a user's or an admin
+    user's token (the operator's names no one, as before). FastAPI reads the route's own signature
+    through functools.wraps, and passes `caller` by name."""
+
+    @functools.wraps(route)
+    def named(**kwargs: Any) -> Any:
+        with acting_as(kwargs["caller"].name):
+            return route(**kwargs)
+
+    return named
 
 
 def denied(caller: Caller, what: str) -> HTTPException:
@@ -219,6 +232,7 @@ def attempt_out(row: dict[str, Any]) -> AttemptOut:
 
 
 @router.post("/jobs", status_code=201)
+@names_its_caller
 def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitResult:
     """Queue jobs. A job's `user` is whose it is: a user token's own (naming another is refused,
     403: Slurm's sbatch --uid is root's); the operator's and an admin's may name anyone, and a job
@@ -310,6 +324,7 @@ def list_jobs(
 
 
 @router.post("/jobs/cancel")
+@names_its_caller
 def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime, caller: CallerOf) -> CancelMatchingOut:
     """Slurm's `scancel --state/-u/-n`: cancel every open job that matches all the filters given
     (at least one); the ids marked for cancellation. A user's cancels only their own jobs, and
@@ -327,6 +342,7 @@ def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime, caller: Call
 
 
 @router.patch("/arrays/{array_job_id}")
+@names_its_caller
 def set_array_throttle(array_job_id: PathId, body: ThrottleBody, runtime: UserRuntime, caller: CallerOf) -> ThrottleOut:
     """Slurm's `scontrol update JobId=A ArrayTaskThrottle=N`: a job array's throttle, on all its
     tasks (0: no limit). Running tasks go on; the next pass starts no more than it allows."""
@@ -348,6 +364,7 @@ def show_job(job_id: JobId, runtime: UserRuntime) -> JobOut:
 
 
 @router.post("/jobs/{job_id}/cancel")
+@names_its_caller
 def cancel_job(target: JobOrArray, runtime: UserRuntime, caller: CallerOf) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scancel`: the next pass cancels the job (kills its run). A job array's id: every
     open task."""
@@ -363,6 +380,7 @@ def cancel_job(target: JobOrArray, runtime: UserRuntime, caller: CallerOf) -> di
 
 
 @router.post("/jobs/{job_id}/hold", responses=error_responses(409))
+@names_its_caller
 def hold_job(
     target: JobOrArray, runtime: UserRuntime, caller: CallerOf, body: HoldBody | None = None
 ) -> dict[str, Any] | ArrayActionOut:
@@ -388,6 +406,7 @@ def hold_job(
 
 
 @router.post("/jobs/{job_id}/requeue")
+@names_its_caller
 def requeue_job(
     target: JobOrArray, runtime: UserRuntime, caller: CallerOf, body: RequeueBody | None = None
 ) -> dict[str, Any] | ArrayActionOut:
@@ -407,6 +426,7 @@ def requeue_job(
 
 
 @router.post("/jobs/{job_id}/release")
+@names_its_caller
 def release_job(target: JobOrArray, runtime: UserRuntime, caller: CallerOf) -> dict[str, Any] | ArrayActionOut:
     """Slurm's `scontrol release`. A job array's id: each of its held tasks."""
     check_owner(runtime, caller, target.job_id, "release")
@@ -419,6 +439,7 @@ def release_job(target: JobOrArray, runtime: UserRuntime, caller: CallerOf) -> d
 
 
 @router.patch("/jobs/{job_id}")
+@names_its_caller
 def set_priority(
     target: JobOrArray, body: PriorityBody, runtime: UserRuntime, caller: CallerOf
 ) -> JobOut | ArrayActionOut:
@@ -440,6 +461,7 @@ def set_priority(
 
 
 @router.post("/jobs/{job_id}/update", responses=error_responses(409))
+@names_its_caller
 def update_job(
     target: JobOrArray, body: JobUpdateBody, runtime: UserRuntime, caller: CallerOf
 ) -> JobUpdateOut | ArrayActionOut:
@@ -560,6 +582,7 @@ def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")
 
 
 @router.patch("/nodes/{node_id}")
+@names_its_caller
 def set_node_attributes(
     node_id: str, body: NodeAttributesBody, request: Request, runtime: UserRuntime, caller: CallerOf
 ) -> NodeOut:
@@ -672,7 +695,8 @@ def status(runtime: UserRuntime) -> StatusOut:
 
 
 @router.post("/backoffs/clear", responses=error_responses(409))
-def clear_backoffs(body: ClearBackoffsBody, runtime: AdminRuntime) -> ClearBackoffsOut:
+@names_its_caller
+def clear_backoffs(body: ClearBackoffsBody, runtime: AdminRuntime, caller: CallerOf) -> ClearBackoffsOut:
     """An operator's "try again now": end the back-offs in force of the instance types named (or of
     every type, `all`) and forget their failed boots in a row, after fixing what failed them (the
     AMI, a quota, a security group). A pass is woken, so the next boot of the type can be made at
@@ -860,7 +884,8 @@ def notify_status(runtime: AdminRuntime) -> NotifyStatusOut:
 
 
 @router.post("/notify/skip")
-def notify_skip(runtime: AdminRuntime, body: NotifySkipBody | None = None) -> NotifySkipOut:
+@names_its_caller
+def notify_skip(runtime: AdminRuntime, caller: CallerOf, body: NotifySkipBody | None = None) -> NotifySkipOut:
     """Move the notifier's cursor: to the newest event (a backlog nobody wants paged about is
     dropped), or to `to`, which may be back (the events after it are notified again: what a
     webhook that was down never got). An event `notify.moved` records it."""
@@ -907,7 +932,8 @@ def list_users(runtime: AdminRuntime) -> list[UserOut]:
 
 
 @router.post("/users", status_code=201, responses=error_responses(409))
-def add_user(body: UserBody, runtime: AdminRuntime) -> NewUserOut:
+@names_its_caller
+def add_user(body: UserBody, runtime: AdminRuntime, caller: CallerOf) -> NewUserOut:
     """A user with a token of their own, answered once (only its hash is kept). An event `user.added`."""
     now = time.time()
     try:
@@ -918,7 +944,8 @@ def add_user(body: UserBody, runtime: AdminRuntime) -> NewUserOut:
 
 
 @router.delete("/users/{name}")
-def remove_user(name: str, runtime: AdminRuntime) -> UserOut:
+@names_its_caller
+def remove_user(name: str, runtime: AdminRuntime, caller: CallerOf) -> UserOut:
     """Remove a user: their token is refused from the next request on; their jobs stay, and run.
     An event `user.removed`."""
     runtime.store.remove_user(name, time.time())

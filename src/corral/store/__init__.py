@@ -10,6 +10,7 @@ from corral.store.store import (
     NotQueued,
     Store,
     UserExists,
+    acting_as,
     store_unreachable,
 )
 
@@ -24,4 +25,5 @@ __all__ = [
     "Store",
     "store_unreachable",
     "UserExists",
+    "acting_as",
 ]

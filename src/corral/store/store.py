@@ -31,6 +31,7 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,6 +257,29 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
 
 _PENDING_EVENTS = "corral.pending_events"  # a write transaction's events, in Connection.info
 
+# The user whose request the store's calls in this context serve: the events they record say "(by
+# NAME)", so that a user whose job an admin cancelled can tell who did (slurmctld logs the uid of
+# every scancel). "": the operator's token, or corral itself (a pass, an agent), as before.
+_ACTING_USER: ContextVar[str] = ContextVar("corral_acting_user", default="")
+
+
+@contextmanager
+def acting_as(user: str) -> Iterator[None]:
+    """Name `user` in the events the store records within."""
+    token = _ACTING_USER.set(user)
+    try:
+        yield
+    finally:
+        _ACTING_USER.reset(token)
+
+
+def _by_acting_user(message: str) -> str:
+    user = _ACTING_USER.get()
+    if not user:
+        return message
+    # ("held by an operator": a user's own hold was no operator's.)
+    return message.replace("by an operator", f"by {user}") if "by an operator" in message else f"{message} (by {user})"
+
 
 def _insert_events(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Insert a transaction's events as its last statements, so that event ids follow commit order.
@@ -440,13 +464,16 @@ class Store:
         job_id: int | None = None,
         node_id: str | None = None,
     ) -> None:
-        row = {"at": now, "kind": kind, "job_id": job_id, "node_id": node_id, "message": message}
+        row = {"at": now, "kind": kind, "job_id": job_id, "node_id": node_id, "message": _by_acting_user(message)}
         conn.info.setdefault(_PENDING_EVENTS, []).append(row)
 
     @staticmethod
     def _job_events(conn: Connection, now: float, kind: str, messages: Iterable[tuple[int, str]]) -> None:
         """One event of `kind` per (job id, message): a batch's jobs."""
-        rows = [{"at": now, "kind": kind, "job_id": job_id, "node_id": None, "message": m} for job_id, m in messages]
+        rows = [
+            {"at": now, "kind": kind, "job_id": job_id, "node_id": None, "message": _by_acting_user(m)}
+            for job_id, m in messages
+        ]
         conn.info.setdefault(_PENDING_EVENTS, []).extend(rows)
 
     def add_event(
