@@ -1894,7 +1894,7 @@ def users_add(
     sys.stdout.write(f"{result['token']}\n")
     err.print(
         f"user {name} added{' (admin)' if admin else ''}: the token above is shown once; give it to them, to put"
-        f" in {user_token_file()} (mode 0600) or CORRAL_TOKEN",
+        " in their ~/.config/corral/token (mode 0600) or CORRAL_TOKEN, with the server's address in CORRAL_URL",
         highlight=False,
     )
 
