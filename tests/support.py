@@ -138,6 +138,17 @@ def served_app(
     and read."""
     store = Store(store_url or f"sqlite:///{data_dir / 'corral.db'}")
     store.migrate()
+    try:
+        with served_store(store, data_dir, config) as url:
+            yield url, store
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def served_store(store: Store, data_dir: Path, config: Config | None = None) -> Iterator[str]:
+    """corral's server app (no control loop) on a migrated store of any backend, served as
+    served_app serves it: its address. The store stays open."""
     runtime = Runtime(config=config or Config(), store=store, logs=LogStore(data_dir / "logs"), api_token="t")
     server = uvicorn.Server(uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -145,11 +156,10 @@ def served_app(
     try:
         wait_until(lambda: server.started or not thread.is_alive(), 10, "the server to start")
         port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}", store
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(10)
-        store.close()
 
 
 def debian_packages_missing(packages: list[str], missing: Callable[[], list[str]]) -> str | None:
