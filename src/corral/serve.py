@@ -34,7 +34,7 @@ from corral.loop import ControlLoop, LiveLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
 from corral.store import Store
-from corral.store.migrate import StoreTooNew
+from corral.store.migrate import OlderDispatchersRun, Starter, StoreTooNew
 
 log = logging.getLogger("corral.serve")
 
@@ -175,9 +175,15 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SystemExit(f"error: another corral is running with the data directory {home}{_whose(home)}") from None
+    dispatcher_id = read_or_create(home / "dispatcher-id", new_dispatcher_id(socketlib.gethostname()))
+    if not dispatcher_id or len(dispatcher_id) > MAX_DISPATCHER_ID:
+        raise SystemExit(
+            f"error: {home / 'dispatcher-id'}: a dispatcher id has 1 to {MAX_DISPATCHER_ID} characters, not"
+            f" {len(dispatcher_id)} (the store keeps no more)"
+        )
     store = Store(config.store_url)
     try:
-        store.migrate()
+        store.migrate(Starter(dispatcher_id, time.time(), config.policy.dispatch.dispatcher_stale))
     except SQLAlchemyError as exc:
         store.close()
         reason = without_password(str(getattr(exc, "orig", None) or exc))
@@ -189,6 +195,10 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         raise SystemExit(
             f"error: the store {without_password(config.store_url)} (store.url) was migrated by a newer corral: {exc}"
         ) from None
+    except OlderDispatchersRun as exc:
+        store.close()
+        where = without_password(config.store_url)
+        raise SystemExit(f"error: the store {where} (store.url) was not migrated: {exc}") from None
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
     if not (api_token and api_token.isascii() and api_token.isprintable()):
         # Emptied to rotate the token, say: no client could present it, and the CLI would only say
@@ -196,12 +206,6 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         raise SystemExit(
             f"error: {home / 'token'}: the API token is empty or has a character no token has (not"
             " printable ASCII): remove the file and corral run makes a new one"
-        )
-    dispatcher_id = read_or_create(home / "dispatcher-id", new_dispatcher_id(socketlib.gethostname()))
-    if not dispatcher_id or len(dispatcher_id) > MAX_DISPATCHER_ID:
-        raise SystemExit(
-            f"error: {home / 'dispatcher-id'}: a dispatcher id has 1 to {MAX_DISPATCHER_ID} characters, not"
-            f" {len(dispatcher_id)} (the store keeps no more)"
         )
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -15,7 +16,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from corral.jobspec import JobRequest
 from corral.store import Store
-from corral.store.migrate import alembic_config, upgrade
+from corral.store.migrate import OlderDispatchersRun, Starter, alembic_config, upgrade
 from corral.store.schema import metadata
 
 from .storekit import NOW, count_rows, submit
@@ -155,3 +156,50 @@ def test_dispatchers_started_at_once_on_an_empty_database_both_migrate_it(db_url
         assert current_revision(store) == head_revision(store)
     finally:
         store.close()
+
+
+def store_at_0014_with_dispatcher(store: Store, stopped_at: float | None = None, heartbeat: float = NOW - 3) -> None:
+    upgrade(store.engine, "0014")
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO dispatchers (id, started_at, last_heartbeat, host, pid, stopped_at)"
+                " VALUES ('d-old', :at, :beat, 'host-a', 4242, :stopped)"
+            ),
+            {"at": NOW - 3600, "beat": heartbeat, "stopped": stopped_at},
+        )
+
+
+def test_an_upgraded_dispatcher_will_not_migrate_the_store_under_an_older_one_that_runs(empty_store: Store) -> None:
+    """A rolling upgrade of dispatchers sharing a store: the first upgraded one migrated the schema
+    under the older ones still running, which read it as the schema they knew."""
+    store_at_0014_with_dispatcher(empty_store)
+    head = head_revision(empty_store)
+    with pytest.raises(OlderDispatchersRun) as refused:
+        empty_store.migrate(Starter("d-new", NOW, stale_after=30.0))
+    assert str(refused.value) == (
+        f"its schema is at revision 0014 and this corral would migrate it to {head}, but a dispatcher of the"
+        " older corral still runs on it (d-old on host-a pid 4242, last heartbeat 3 s ago), which would read the"
+        " newer schema as the old one: stop every older dispatcher first, then start the upgraded ones"
+    )
+    assert current_revision(empty_store) == "0014"
+
+
+@pytest.mark.parametrize(
+    ("stopped_at", "heartbeat", "starter_id"),
+    [(NOW - 60, NOW - 60, "d-new"), (None, NOW - 31, "d-new"), (None, NOW - 3, "d-old")],
+    ids=["stopped", "silent past dispatcher_stale", "its own last run"],
+)
+def test_an_upgraded_dispatcher_migrates_once_no_other_runs(
+    empty_store: Store, stopped_at: float | None, heartbeat: float, starter_id: str
+) -> None:
+    store_at_0014_with_dispatcher(empty_store, stopped_at, heartbeat)
+    empty_store.migrate(Starter(starter_id, NOW, stale_after=30.0))
+    assert current_revision(empty_store) == head_revision(empty_store)
+
+
+def test_dispatchers_of_the_same_corral_start_beside_each_other(store: Store) -> None:
+    """At the head nothing is migrated: a dispatcher joins running ones of its own version."""
+    store.heartbeat("d-peer", NOW - 1, "host-b", 7)
+    store.migrate(Starter("d-new", NOW, stale_after=30.0))
+    assert current_revision(store) == head_revision(store)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, MetaData, Table, inspect, select
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -34,15 +35,67 @@ class StoreTooNew(RuntimeError):
         )
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+class OlderDispatchersRun(RuntimeError):
+    """The store needs migrating, and dispatchers of the older corral that use it still heartbeat."""
+
+    def __init__(self, current: str, head: str | None, dispatchers: list[str]) -> None:
+        super().__init__(
+            f"its schema is at revision {current} and this corral would migrate it to {head}, but"
+            f" {'a dispatcher' if len(dispatchers) == 1 else 'dispatchers'} of the older corral still"
+            f" {'runs' if len(dispatchers) == 1 else 'run'} on it ({'; '.join(dispatchers)}), which would read the"
+            " newer schema as the old one: stop every older dispatcher first, then start the upgraded ones"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Starter:
+    """The dispatcher about to migrate: its id, the time, and how long a silent dispatcher counts
+    as running (policy.dispatch.dispatcher_stale)."""
+
+    dispatcher_id: str
+    now: float
+    stale_after: float
+
+
+def upgrade(engine: Engine, revision: str = "head", starter: Starter | None = None) -> None:
+    """Migrates the store to `revision`. With a `starter`, refuses (OlderDispatchersRun) while
+    another dispatcher that heartbeats on the store would be left running on a schema it does not
+    know: a rolling upgrade of dispatchers sharing a PostgreSQL store."""
     config = alembic_config(engine)
     script = ScriptDirectory.from_config(config)
     with engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_heads()
-    known = {rev.revision for rev in script.walk_revisions()}
-    # Alembic would refuse with "Can't locate revision identified by '0012'" and a traceback: an
-    # older corral started on a store an upgrade migrated (a roll back) must say so and stop.
-    unknown = sorted(set(current) - known)
-    if unknown:
-        raise StoreTooNew(unknown, script.get_current_head())
+        known = {rev.revision for rev in script.walk_revisions()}
+        # Alembic would refuse with "Can't locate revision identified by '0012'" and a traceback: an
+        # older corral started on a store an upgrade migrated (a roll back) must say so and stop.
+        unknown = sorted(set(current) - known)
+        if unknown:
+            raise StoreTooNew(unknown, script.get_current_head())
+        target = script.get_current_head() if revision == "head" else revision
+        if starter is not None and current and set(current) != {target}:
+            # Any dispatcher that heartbeats here runs an older corral: one as new as this would
+            # have migrated the store when it started.
+            running = dispatchers_running(conn, starter)
+            if running:
+                raise OlderDispatchersRun(", ".join(current), target, running)
     command.upgrade(config, revision)
+
+
+def dispatchers_running(conn: Connection, starter: Starter) -> list[str]:
+    """The other dispatchers that heartbeat on the store, as "ID on HOST pid PID, last heartbeat N s
+    ago". Read from the schema as it is (an older one lacks `stopped_at` and `stale_at`)."""
+    if not inspect(conn).has_table("dispatchers"):
+        return []
+    table = Table("dispatchers", MetaData(), autoload_with=conn)
+    query = select(table.c.id, table.c.host, table.c.pid, table.c.last_heartbeat).where(
+        table.c.id != starter.dispatcher_id, table.c.last_heartbeat > starter.now - starter.stale_after
+    )
+    for ended in ("stopped_at", "stale_at"):
+        if ended in table.c:
+            query = query.where(table.c[ended].is_(None))
+    rows = conn.execute(query.order_by(table.c.id)).all()
+    return [
+        f"{row.id} on {row.host or '?'} pid {row.pid}, last heartbeat {max(0.0, starter.now - beat):.0f} s ago"
+        for row in rows
+        for beat in [row.last_heartbeat]
+    ]

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from sqlalchemy import (
@@ -86,6 +86,9 @@ from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
 from corral.store.schema import nodes as N
+
+if TYPE_CHECKING:
+    from corral.store.migrate import Starter
 
 log = logging.getLogger("corral.store")
 
@@ -323,10 +326,12 @@ class Store:
         if self.reader is not self.engine:
             self.reader.dispose()
 
-    def migrate(self) -> None:
+    def migrate(self, starter: Starter | None = None) -> None:
+        """Brings the schema to the head (corral.store.migrate.upgrade; `starter`: the dispatcher
+        that starts, which is refused while older dispatchers run on the store)."""
         from corral.store.migrate import upgrade
 
-        upgrade(self.engine)
+        upgrade(self.engine, starter=starter)
 
     @contextmanager
     def pass_lock(self, timeout: float) -> Iterator[bool]:
