@@ -1,3 +1,10 @@
 """corral: a workload manager for cloud and cluster compute."""
 
 __version__ = "0.1.0"
+
+# The agent protocol (docs/agent.md, "Versions"): the number goes up when a server and an agent of
+# different numbers can no longer work together. An agent tells it at pairing and resuming; the
+# server refuses an agent whose number it does not speak. Agents that tell none speak 1.
+AGENT_PROTOCOL = 1
+# The agent protocols this server speaks, oldest first.
+AGENT_PROTOCOLS_SPOKEN = (1,)

@@ -1323,13 +1323,15 @@ def nodes(
     all_nodes: Annotated[bool, typer.Option("--all", help="Include nodes that are gone.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """List instances with type, zone, market (spot or on-demand), state, age, idle time, running jobs and price."""
+    """List instances with type, zone, market (spot or on-demand), state, age, idle time, running jobs, price
+    and the corral version of their agent."""
     rows = call("GET", "/api/nodes", params={"all": all_nodes})
     if as_json:
         print_json(rows)
         return
     table = Table(show_edge=False, header_style="bold")
-    for column in ("node", "instance", "type", "zone", "market", "state", "age", "idle", "jobs", "load", "$/h", "note"):
+    columns = ("node", "instance", "type", "zone", "market", "state", "age", "idle", "jobs", "load", "$/h", "agent")
+    for column in (*columns, "note"):
         table.add_column(column)
     for n in rows:
         table.add_row(
@@ -1344,6 +1346,7 @@ def nodes(
             str(n["running"]),
             f"{n['used_vcpus']:.1f}/{n['resources']['vcpus']:g}",
             f"{n['price_per_hour']:.3f}",
+            n.get("agent_version") or "-",
             node_note(n),
         )
     console.print(table)

@@ -62,5 +62,6 @@ def test_a_resumed_node_stays_and_the_runs_its_dead_agent_carried_end_as_on_a_lo
     assert node is not None and node["state"] == NodeState.IDLE.value  # the pass marks it from its work
     [restarted] = store.list_events(node_id="n1", kind="node.agent_restarted")
     assert restarted["message"] == (
-        f"agent restarted on host-n1 (pid 77), resumed with its saved credentials; it runs on attempts {kept_attempt}"
+        "agent (corral unknown) restarted on host-n1 (pid 77), resumed with its saved credentials; it runs on"
+        f" attempts {kept_attempt}"
     )

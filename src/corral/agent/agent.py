@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -35,11 +36,16 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential, wait_random
 
+from corral import AGENT_PROTOCOL, __version__
 from corral.agent import container, credentials, logs, sysinfo
 from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
 from corral.agent.health import HealthChecker
 from corral.agent.imds import Imds, Notice
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_limit
+
+# Told at pairing and resuming: the server shows the version (corral nodes) and refuses a
+# protocol it does not speak. An older server ignores both.
+WHO_SPEAKS = {"agent_version": __version__, "protocol": AGENT_PROTOCOL}
 
 EXIT_OK = 0
 EXIT_PAIRING_REFUSED = 2
@@ -58,6 +64,15 @@ LOG_STUCK_AFTER = 30.0  # a finish waits this long for its log to get through be
 # the agent ends it itself only this much later (at least; 3 ping intervals if longer), which is
 # when the server has evidently not: it is down, or cut off from this node.
 LIMIT_SLACK = 5.0
+
+
+def server_detail(exc: Rejected) -> str:
+    """What the server said of a refusal: its JSON `detail`, else its text."""
+    try:
+        detail = json.loads(exc.detail).get("detail")
+    except (ValueError, AttributeError):
+        return exc.detail
+    return detail if isinstance(detail, str) else exc.detail
 
 
 @dataclass(slots=True)
@@ -229,7 +244,13 @@ class Agent:
         """True: resumed; False: stop (exit_code says why); None: the server refused the saved
         secret, pair instead if a boot token was given. `running`: the runs re-adopted, which the
         server keeps (those that ended meanwhile are reported as any end is)."""
-        body = {"node_id": saved.node_id, "hostname": socket.gethostname(), "pid": os.getpid(), "running": running}
+        body = {
+            "node_id": saved.node_id,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "running": running,
+            **WHO_SPEAKS,
+        }
         try:
             answer = self._until_answered(lambda: self.client.resume(saved.secret, body), "resuming")
         except Unauthorized as exc:
@@ -244,7 +265,7 @@ class Agent:
             return False
         except Rejected as exc:
             self.client.secret = None
-            logs.error("the server refused to resume with the saved credentials", error=str(exc))
+            logs.error(f"the server refused to resume with the saved credentials: {server_detail(exc)}", error=str(exc))
             if self.options.boot_token:
                 return None
             self.exit_code = EXIT_PAIRING_REFUSED
@@ -336,6 +357,7 @@ class Agent:
             "work_dir_free_mib": sysinfo.writable_mib(self.options.work_dir),
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
+            **WHO_SPEAKS,
         }
 
         try:
@@ -350,6 +372,8 @@ class Agent:
                 )
             elif status == 403:
                 said = "pairing refused: the boot token is wrong or already used, or the node id unknown; exiting"
+            elif status == 409 and isinstance(exc, Rejected):
+                said = f"pairing refused: {server_detail(exc)}; exiting"
             else:
                 said = f"pairing refused by the server (HTTP {status}); exiting"
             logs.error(said, node_id=self.options.node_id, server=self.options.server, error=str(exc))

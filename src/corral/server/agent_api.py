@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from corral import AGENT_PROTOCOLS_SPOKEN, __version__
 from corral.core import capacity, categories, drain, health, listing, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
@@ -18,6 +19,7 @@ from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.logstore import LogGap
 from corral.server.models import (
+    AgentVersionIn,
     ContainersOut,
     FinishedBody,
     HealthCheckOut,
@@ -42,11 +44,26 @@ log = logging.getLogger("corral.server")
 AttemptId = PathId
 
 
+def refuse_unspoken_protocol(body: AgentVersionIn) -> None:
+    """An agent of a corral whose agent protocol this server does not speak is refused (409) with
+    both versions, before it takes the node: it would misread the work it is given."""
+    if body.protocol in AGENT_PROTOCOLS_SPOKEN:
+        return
+    spoken = ", ".join(str(p) for p in AGENT_PROTOCOLS_SPOKEN)
+    raise HTTPException(
+        409,
+        f"this agent (corral {body.agent_version or 'unknown'}) speaks agent protocol {body.protocol}; this server"
+        f" (corral {__version__}) speaks agent protocol {spoken}: run an agent of a corral that speaks it"
+        " (docs/agent.md, Versions)",
+    )
+
+
 @router.post("/pair")
 def pair(body: PairBody, runtime: AnyRuntime) -> PairResult:
+    refuse_unspoken_protocol(body)
     capacity = Resources(body.capacity.vcpus, body.capacity.ram_mib, body.capacity.scratch_mib, body.capacity.gpus)
     now = time.time()
-    secret = runtime.store.pair_node(body.node_id, body.boot_token, capacity, body.hostname, now)
+    secret = runtime.store.pair_node(body.node_id, body.boot_token, capacity, body.hostname, now, body.agent_version)
     if secret is None:
         raise HTTPException(403, "unknown node, or boot token wrong or already used")
     if body.work_dir_free_mib is not None and body.work_dir_free_mib < capacity.scratch_mib:
@@ -67,18 +84,18 @@ def resume(body: ResumeBody, node: AgentNode, runtime: AnyRuntime) -> ResumeResu
     node_id = node["id"]
     if body.node_id != node_id:
         raise HTTPException(403, f"this secret is node {node_id}'s, not node {body.node_id}'s")
+    refuse_unspoken_protocol(body)
     now = time.time()
     settings = runtime.config.policy.retry
     running = ", ".join(str(a) for a in body.running)
-    message = f"agent restarted on {body.hostname or '?'} (pid {body.pid}), resumed with its saved credentials" + (
-        f"; it runs on attempts {running}" if running else ""
-    )
+    agent = f"agent (corral {body.agent_version or 'unknown'}) restarted on {body.hostname or '?'} (pid {body.pid})"
+    message = f"{agent}, resumed with its saved credentials" + (f"; it runs on attempts {running}" if running else "")
 
     def lost(job: Job, attempt_id: int) -> JobOutcome:
         said = f"the agent on node {node_id} restarted; attempt {attempt_id} was lost"
         return retry.after_node_failure(job, now, settings, node_id, (attempt_id,), said)
 
-    ended = runtime.store.resume_node(node_id, body.running, message, now, lost)
+    ended = runtime.store.resume_node(node_id, body.running, message, now, lost, body.agent_version)
     log.warning("node %s: %s; attempts lost: %s", node_id, message, ended or "none")
     runtime.wake()
     stored = {}

@@ -619,6 +619,7 @@ def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOu
         dispatcher_id=row["dispatcher_id"],
         zone=row.get("zone"),
         market=row.get("market"),
+        agent_version=row.get("agent_version"),
     )
 
 

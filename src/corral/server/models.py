@@ -387,6 +387,9 @@ class NodeOut(BaseModel):
     # no such thing, loopback, or has not said yet).
     zone: str | None = None
     market: str | None = None
+    # The corral version of its agent, as told at pairing or its latest resume (None: not paired, or
+    # an agent of a corral that did not tell).
+    agent_version: str | None = None
 
 
 class EventOut(BaseModel):
@@ -465,7 +468,15 @@ class CapacityIn(Inbound):
     gpus: Int = Field(0, ge=0, le=DB_INT_MAX)
 
 
-class PairBody(Inbound):
+class AgentVersionIn(Inbound):
+    """Which agent speaks: its corral version and the agent protocol it speaks (corral.AGENT_PROTOCOL).
+    An agent of a corral before these were told sends neither: protocol 1, version unknown."""
+
+    agent_version: str | None = Field(None, max_length=32)
+    protocol: DbInt = 1
+
+
+class PairBody(AgentVersionIn):
     node_id: str
     boot_token: str
     capacity: CapacityIn
@@ -497,7 +508,7 @@ class PairResult(BaseModel):
     containers: ContainersOut
 
 
-class ResumeBody(Inbound):
+class ResumeBody(AgentVersionIn):
     """A paired node's agent started again, with the secret it saved at pairing (the bearer)."""
 
     node_id: str

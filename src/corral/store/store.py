@@ -1853,8 +1853,17 @@ class Store:
         self._event(conn, now, f"node.{state.value}", reason, node_id=node_id)
         return True
 
-    def pair_node(self, node_id: str, boot_token: str, capacity: Resources, hostname: str, now: float) -> str | None:
-        """One-time boot token -> a node secret. None when the token is wrong or already used."""
+    def pair_node(
+        self,
+        node_id: str,
+        boot_token: str,
+        capacity: Resources,
+        hostname: str,
+        now: float,
+        agent_version: str | None = None,
+    ) -> str | None:
+        """One-time boot token -> a node secret. None when the token is wrong or already used.
+        `agent_version`: the corral version the agent told (None: it told none)."""
         secret = secrets.token_urlsafe(32)
         with self.write() as conn:
             result = conn.execute(
@@ -1877,11 +1886,13 @@ class Store:
                     scratch_mib=capacity.scratch_mib,
                     gpus=capacity.gpus,
                     reason="",
+                    agent_version=agent_version,
                 )
             )
             if result.rowcount != 1:
                 return None
-            self._event(conn, now, "node.paired", f"agent on {hostname}: {capacity.describe()}", node_id=node_id)
+            agent = f"agent (corral {agent_version or 'unknown'}) on {hostname}"
+            self._event(conn, now, "node.paired", f"{agent}: {capacity.describe()}", node_id=node_id)
         return secret
 
     def resume_node(
@@ -1891,12 +1902,16 @@ class Store:
         message: str,
         now: float,
         outcome_of: Callable[[Job, int], JobOutcome],
+        agent_version: str | None = None,
     ) -> list[int]:
         """A paired node's agent started again (it died, or was restarted) and resumed with its
         saved secret: an event `node.agent_restarted`, and each attempt the node was running that
         the new agent does not run on (`kept`) ends as `outcome_of` says (its process died with the
-        old agent, or the new one stopped it). The attempts lost, in id order."""
+        old agent, or the new one stopped it). The attempts lost, in id order. `agent_version`: the
+        corral version the new agent told (None: it told none), which may differ from the old one's
+        (an upgrade of the node's corral)."""
         with self.write() as conn:
+            conn.execute(update(N).where(N.c.id == node_id).values(agent_version=agent_version))
             self._event(conn, now, "node.agent_restarted", message, node_id=node_id)
             query = select(A.c.id).where(A.c.node_id == node_id, A.c.state == AttemptState.RUNNING.value)
             if kept:

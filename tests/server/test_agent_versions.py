@@ -1,0 +1,101 @@
+"""Agents of another corral version than the server's (after an upgrade with --keep-fleet, or an AMI
+baked with an older corral): each tells its version and agent protocol at pairing and resuming, the
+server records the version (`corral nodes`), and refuses a protocol it does not speak, naming both."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import corral
+import corral.server.agent_api
+from corral.core.model import InstanceType
+from corral.store import Store
+from tests.server.cli import corral as corral_cli
+from tests.server.cli import corral_json
+
+C5 = InstanceType("c5.large", vcpus=2, ram_mib=4096, price_per_hour=0.1)
+CAPACITY = {"vcpus": 2, "ram_mib": 4096}
+
+
+def booting(store: Store, node_id: str) -> str:
+    store.create_node(node_id, C5, f"boot-{node_id}", 1000.0, "test")
+    return f"boot-{node_id}"
+
+
+def pair(url: str, node_id: str, token: str, **told: Any) -> httpx.Response:
+    body = {"node_id": node_id, "boot_token": token, "capacity": CAPACITY, "hostname": f"host-{node_id}", **told}
+    return httpx.post(f"{url}/api/agent/pair", json=body)
+
+
+def test_corral_nodes_shows_the_version_each_agent_told_and_follows_a_restarted_one(
+    served: tuple[str, Store],
+) -> None:
+    url, store = served
+    old = pair(url, "n-old", booting(store, "n-old"))  # an agent of a corral that told nothing
+    assert old.status_code == 200, old.text
+    new = pair(url, "n-new", booting(store, "n-new"), agent_version="0.1.0", protocol=1)
+    assert new.status_code == 200, new.text
+    shown = {n["id"]: n["agent_version"] for n in corral_json(url, "nodes")}
+    assert shown == {"n-old": None, "n-new": "0.1.0"}
+    [told] = store.list_events(node_id="n-new", kind="node.paired")
+    assert told["message"].startswith("agent (corral 0.1.0) on host-n-new: ")
+    table = corral_cli(url, "nodes").stdout
+    [old_line] = [line for line in table.splitlines() if line.lstrip().startswith("n-old")]
+    [new_line] = [line for line in table.splitlines() if line.lstrip().startswith("n-new")]
+    assert " 0.1.0 " in f"{new_line} " and " 0.1.0" not in old_line
+
+    # The node's corral upgraded, its agent restarted: it resumes and tells its new version.
+    secret = old.json()["secret"]
+    body = {"node_id": "n-old", "hostname": "host-n-old", "agent_version": "0.2.0", "protocol": 1}
+    resumed = httpx.post(f"{url}/api/agent/resume", json=body, headers={"Authorization": f"Bearer {secret}"})
+    assert resumed.status_code == 200, resumed.text
+    assert {n["id"]: n["agent_version"] for n in corral_json(url, "nodes")}["n-old"] == "0.2.0"
+    [restarted] = store.list_events(node_id="n-old", kind="node.agent_restarted")
+    assert restarted["message"].startswith("agent (corral 0.2.0) restarted on host-n-old")
+
+
+def test_an_agent_of_a_protocol_the_server_does_not_speak_is_refused_naming_both(served: tuple[str, Store]) -> None:
+    url, store = served
+    refused = pair(url, "n1", booting(store, "n1"), agent_version="9.0.0", protocol=2)
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == (
+        f"this agent (corral 9.0.0) speaks agent protocol 2; this server (corral {corral.__version__}) speaks agent"
+        " protocol 1: run an agent of a corral that speaks it (docs/agent.md, Versions)"
+    )
+    node = store.node_row("n1")
+    assert node is not None and node["state"] == "booting" and node["agent_version"] is None  # its token unused
+
+    paired = pair(url, "n1", "boot-n1", agent_version="0.1.0", protocol=1)
+    secret = paired.json()["secret"]
+    body = {"node_id": "n1", "agent_version": "9.0.0", "protocol": 2}
+    resumed = httpx.post(f"{url}/api/agent/resume", json=body, headers={"Authorization": f"Bearer {secret}"})
+    assert resumed.status_code == 409 and "speaks agent protocol 2" in resumed.json()["detail"]
+    assert store.list_events(node_id="n1", kind="node.agent_restarted") == []
+
+
+def test_a_real_agent_refused_for_its_protocol_exits_2_saying_why(
+    served: tuple[str, Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server of a later protocol: the one fault a test cannot have from two real corrals of one
+    checkout, so the server's spoken protocols are set for it."""
+    url, store = served
+    monkeypatch.setattr(corral.server.agent_api, "AGENT_PROTOCOLS_SPOKEN", (2,))
+    argv = [sys.executable, "-m", "corral.agent", "--server", url, "--node-id", "n1", "--work-dir", str(tmp_path / "w")]
+    argv += ["--vcpus", "2", "--ram-mib", "1024"]
+    env = {**os.environ, "CORRAL_BOOT_TOKEN": booting(store, "n1")}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    said = [json.loads(line)["msg"] for line in done.stderr.splitlines() if line.startswith("{")]
+    assert (
+        f"pairing refused: this agent (corral {corral.__version__}) speaks agent protocol 1; this server (corral"
+        f" {corral.__version__}) speaks agent protocol 2: run an agent of a corral that speaks it (docs/agent.md,"
+        " Versions); exiting"
+    ) in said, done.stderr
