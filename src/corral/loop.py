@@ -92,6 +92,7 @@ class LiveLoop:
         self.stopped = False
         self._ledger: fairshare.UsageLedger | None = None  # fair share's, read at the first pass
         self._store_lost = False  # the last pass failed because the store could not be reached
+        self._told_moved_on = False  # the store's schema moved on under this corral, logged once
 
     @property
     def usage_ledger(self) -> fairshare.UsageLedger | None:
@@ -128,13 +129,19 @@ class LiveLoop:
         with self._serial:
             if self.stopped:
                 return PassReport(Decisions())
-            if self._store_lost:
-                # No ping, heartbeat or report could be recorded while the store was unreachable:
-                # silence is counted from now, as after a restart, or every agent and peer
-                # dispatcher would be judged silent for the outage (nodes marked down and their
-                # work run again, peers' claims released) at the first pass that reads the store.
-                self.observing_since = max(self.observing_since, self.clock())
             try:
+                moved_on = self.store.schema_moved_on()
+                if moved_on is not None:
+                    if not self._told_moved_on:
+                        log.error("%s", moved_on)
+                        self._told_moved_on = True
+                    return PassReport(Decisions())
+                if self._store_lost:
+                    # No ping, heartbeat or report could be recorded while the store was unreachable:
+                    # silence is counted from now, as after a restart, or every agent and peer
+                    # dispatcher would be judged silent for the outage (nodes marked down and their
+                    # work run again, peers' claims released) at the first pass that reads the store.
+                    self.observing_since = max(self.observing_since, self.clock())
                 report = self._serialised_pass()
             except Exception as exc:
                 self._store_lost = store_unreachable(exc) is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -14,7 +15,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
+from corral.config import Config
+from corral.core.snapshot import Decisions
 from corral.jobspec import JobRequest
+from corral.loop import LiveLoop, PassReport
 from corral.store import Store
 from corral.store.migrate import OlderDispatchersRun, Starter, alembic_config, upgrade
 from corral.store.schema import metadata
@@ -203,3 +207,36 @@ def test_dispatchers_of_the_same_corral_start_beside_each_other(store: Store) ->
     store.heartbeat("d-peer", NOW - 1, "host-b", 7)
     store.migrate(Starter("d-new", NOW, stale_after=30.0))
     assert current_revision(store) == head_revision(store)
+
+
+class PassCounter(LiveLoop):
+    """A live loop whose passes only count themselves: what LiveLoop.run_pass lets through."""
+
+    passes = 0
+
+    def _run_pass(self) -> PassReport:
+        self.passes += 1
+        return PassReport(Decisions())
+
+
+def test_a_dispatcher_whose_store_a_newer_corral_migrated_under_it_makes_no_more_passes(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The other side of a rolling upgrade: an older dispatcher that ran on when a newer one
+    migrated the store (started in the moment the newer one checked) acted on a schema it did
+    not know. It stops passing (and heartbeating: its peers take its claims over) and says why."""
+    loop = PassCounter(store, Config(), "d-old", clock=lambda: NOW)
+    loop.run_pass()
+    assert loop.passes == 1
+    head = head_revision(store)
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    with caplog.at_level(logging.ERROR, logger="corral.loop"):
+        loop.run_pass()
+        loop.run_pass()
+    assert loop.passes == 1
+    assert [r.getMessage() for r in caplog.records if r.name == "corral.loop"] == [
+        f"the store was migrated to revision 0099 by a newer corral while this one, of revision {head}, ran: this"
+        " dispatcher makes no more passes (it would read the newer schema as the old one); stop it, its peers take"
+        " its claims over once it is silent"
+    ]

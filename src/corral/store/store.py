@@ -320,6 +320,7 @@ class Store:
         self.engine, self.reader = make_engines(url)
         self._jobs: dict[int, tuple[int, Job]] = {}  # the open jobs of the last snapshot, by id, with their spec_rev
         self._store_id: str | None = None
+        self.migrated_to: str | None = None  # the schema revision migrate() left (None: not migrated here)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -332,6 +333,27 @@ class Store:
         from corral.store.migrate import upgrade
 
         upgrade(self.engine, starter=starter)
+        self.migrated_to = self.schema_revision()
+
+    def schema_revision(self) -> str | None:
+        """The schema revision the store is at now (Alembic's `alembic_version`)."""
+        with self.read() as conn:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one_or_none()
+
+    def schema_moved_on(self) -> str | None:
+        """Why this corral must not act on the store: a newer corral migrated it after this one
+        started (a rolling upgrade that did not stop it first); None while its schema is the one
+        migrate() left."""
+        if self.migrated_to is None:
+            return None
+        now = self.schema_revision()
+        if now == self.migrated_to:
+            return None
+        return (
+            f"the store was migrated to revision {now} by a newer corral while this one, of revision"
+            f" {self.migrated_to}, ran: this dispatcher makes no more passes (it would read the newer schema"
+            " as the old one); stop it, its peers take its claims over once it is silent"
+        )
 
     @contextmanager
     def pass_lock(self, timeout: float) -> Iterator[bool]:
