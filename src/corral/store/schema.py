@@ -137,7 +137,7 @@ nodes = Table(
     Column("zone", String(64)),  # EC2's availability zone
     Column("market", String(16)),  # "spot" or "on-demand"
     # The corral version its agent told at pairing or its latest resume (None: not paired yet, or
-    # its agent is of a corral that did not tell; 0019).
+    # its agent is of a corral that did not tell; 0017).
     Column("agent_version", String(32)),
     Index("ix_nodes_state", "state"),
     Index("ix_nodes_secret", "secret_hash"),

@@ -1,7 +1,7 @@
 """nodes.agent_version: the corral version of the agent a node runs (told at pairing and resuming)
 
-Revision ID: 0019
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-11-27 00:00:00.000000
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
