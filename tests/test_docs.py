@@ -167,3 +167,19 @@ def test_every_toml_block_the_docs_show_is_a_config_corral_takes(
         load_config(config)
     except ConfigError as error:
         pytest.fail(f"{path}:{line}: {error}")
+
+
+def test_every_argument_and_option_of_every_command_says_what_it_is_in_its_help() -> None:
+    """`corral priority --help` listed its second argument as `value` with no word on it (is it the
+    new priority, an increment?), `corral node --help` its node the same: each must explain itself."""
+    silent = []
+
+    def walk(command: Any, words: tuple[str, ...]) -> None:
+        for param in command.params:
+            if not getattr(param, "help", None) and param.name != "help":
+                silent.append(f"corral {' '.join(words)} {param.name}")
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, (*words, name))
+
+    walk(typer.main.get_command(app), ())
+    assert silent == []

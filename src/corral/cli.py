@@ -1090,7 +1090,12 @@ def array_said(done: str, result: dict[str, Any], detail: str = "") -> str:
 
 
 @app.command()
-def priority(job_id: ActArg, value: int) -> None:
+def priority(
+    job_id: ActArg,
+    value: Annotated[
+        int, typer.Argument(metavar="PRIORITY", help="The new priority: higher runs first; 0 cancels the job.")
+    ],
+) -> None:
     """Set a job's priority; 0 cancels it (seed 001). A job array's id: each of its tasks not
     finished (12_3: that task alone)."""
     j = call("PATCH", f"/api/jobs/{job_id}", json={"priority": value})
@@ -1104,8 +1109,12 @@ def priority(job_id: ActArg, value: int) -> None:
 
 @app.command()
 def throttle(
-    array_job_id: Annotated[int, typer.Argument(parser=plain_id, help="The job array's id (its first task's job id).")],
-    value: Annotated[int, typer.Argument(help="At most this many tasks claimed or running at once; 0: no limit.")],
+    array_job_id: Annotated[
+        int, typer.Argument(parser=plain_id, metavar="ARRAY", help="The job array's id (its first task's job id).")
+    ],
+    value: Annotated[
+        int, typer.Argument(metavar="N", help="At most this many tasks claimed or running at once; 0: no limit.")
+    ],
 ) -> None:
     """Change a job array's throttle (Slurm's scontrol update JobId=A ArrayTaskThrottle=N).
 
@@ -1629,11 +1638,14 @@ def queue(
 
 @app.command("node")
 def show_node(
-    node_id: str,
+    node_id: Annotated[
+        str, typer.Argument(metavar="NODE", help="The node's id, as corral nodes lists it (n-1a2b3c4d).")
+    ],
     changes: Annotated[
         list[str] | None,
         typer.Argument(
-            help="KEY=VALUE attributes to set (KEY=A,B sets a list), e.g. drain=true held=true next_reboot=2026-12-01."
+            metavar="KEY=VALUE...",
+            help="KEY=VALUE attributes to set (KEY=A,B sets a list), e.g. drain=true held=true next_reboot=2026-12-01.",
         ),
     ] = None,
     unset: Annotated[list[str] | None, typer.Option("--unset", help="Remove this attribute; repeatable.")] = None,
@@ -1841,7 +1853,9 @@ def notify_status(as_json: JsonFlag = False) -> None:
 
 
 @config_app.command("check")
-def config_check(file: Path) -> None:
+def config_check(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="The TOML or YAML config file to check.")],
+) -> None:
     """Validate a config file; errors name the key and the reason."""
     from corral.config import ConfigError, load_config
 
@@ -1856,7 +1870,12 @@ def config_check(file: Path) -> None:
 
 
 @config_app.command("show")
-def config_show(file: Annotated[Path | None, typer.Argument()] = None) -> None:
+def config_show(
+    file: Annotated[
+        Path | None,
+        typer.Argument(metavar="FILE", help="A TOML or YAML config file (default: the embedded defaults)."),
+    ] = None,
+) -> None:
     """Print the effective configuration (defaults filled in) as JSON."""
     from corral.config import ConfigError, load_config
 
