@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from corral.config import Config, ConfigError, load_config, reference_markdown
 from corral.core.units import parse_duration, parse_size
+from corral.jobspec import JobRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -258,6 +259,22 @@ def test_a_key_given_twice_in_a_yaml_config_is_an_error_naming_both_lines(tmp_pa
     path.write_text("base: &base {idle_grace: 5m}\npolicy:\n  lifecycle:\n    <<: *base\n    idle_grace: 1h\n")
     with pytest.raises(ConfigError, match="base: unknown key"):  # a merge key may be overridden
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    "slurm,seconds",
+    [("1:30", 90), ("1:30:00", 5400), ("2-00:00:00", 172800), ("2-12", 216000), ("1-2:30", 95400), ("0:00:00", 0)],
+)
+def test_a_duration_in_slurms_time_format_means_what_it_meant_to_sbatch(slurm: str, seconds: float) -> None:
+    """A limit copied from an sbatch script (`--time=1:30:00`) was refused as not a duration."""
+    assert parse_duration(slurm) == seconds
+    assert (JobRequest(command=["true"], time_limit=slurm).time_limit or 0) == seconds  # 0: no limit
+
+
+def test_a_bare_number_stays_seconds_and_a_form_neither_reads_names_both() -> None:
+    assert parse_duration("90") == 90  # Slurm's bare minutes would silently change every config
+    with pytest.raises(ValueError, match=r"not a duration: '1:2:3:4' \(write seconds, .* '1:30:00'"):
+        parse_duration("1:2:3:4")
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nan", "inf", "Infinity", "1e999", 10**400])

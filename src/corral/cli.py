@@ -485,7 +485,11 @@ def submit(
         str | None, typer.Option(help="Do not start before this ISO 8601 time (local unless it has an offset).")
     ] = None,
     time_limit: Annotated[
-        str | None, typer.Option(help="Time limit, e.g. 2h: a longer run is ended, failed (TIMEOUT); 0 = none.")
+        str | None,
+        typer.Option(
+            help="Time limit, e.g. 2h or Slurm's 1:30:00, 2-00:00:00 (a bare number is seconds, not Slurm's minutes):"
+            " a longer run is ended, failed (TIMEOUT); 0 = none."
+        ),
     ] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
@@ -1137,7 +1141,9 @@ def update(
     nodes: Annotated[str | None, typer.Option(help="Nodes of a gang (queued jobs only).")] = None,
     time_limit: Annotated[
         str | None,
-        typer.Option(help="A new time limit (2h; 0: none), or +D to add D to the one it has (Slurm's TimeLimit=+)."),
+        typer.Option(
+            help="A new time limit (2h, 1:30:00; 0: none), or +D to add D to the one it has (Slurm's TimeLimit=+)."
+        ),
     ] = None,
     not_before: Annotated[
         str | None, typer.Option(help="Not before this time, ISO 8601 (queued jobs only); 'now' for no wait.")

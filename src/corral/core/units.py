@@ -14,6 +14,9 @@ from pydantic import BeforeValidator
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# Slurm's --time forms but its bare minutes (a bare number here is seconds, as everywhere in corral):
+# MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)((?::\d+){0,2})")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _SIZE_MIB = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024.0}
 
@@ -46,6 +49,8 @@ def parse_duration(value: Any) -> float:
             pass
         else:
             return _finite_duration(number, value)
+        if (slurm := _slurm_time(text)) is not None:
+            return _finite_duration(slurm, value)
         pos, total = 0, 0.0
         for match in _DURATION_PART.finditer(text):
             if text[pos : match.start()].strip():
@@ -54,7 +59,28 @@ def parse_duration(value: Any) -> float:
             pos = match.end()
         if pos == len(text) and pos > 0:
             return _finite_duration(total, value)
-    raise ValueError(f"not a duration: {value!r} (write seconds, or e.g. '90s', '5m', '1h30m')")
+    raise ValueError(
+        f"not a duration: {value!r} (write seconds, or e.g. '90s', '5m', '1h30m', or as Slurm's --time '1:30:00', "
+        "'2-12:00:00')"
+    )
+
+
+def _slurm_time(text: str) -> float | None:
+    """Seconds from Slurm's time forms, so that a limit copied from an sbatch script means what it
+    meant there; None for a text not in one of them (a bare number is not: it is read as seconds)."""
+    match = _SLURM_TIME.fullmatch(text)
+    if match is None:
+        return None
+    days, first = match.group(1), int(match.group(2))
+    rest = [int(part) for part in match.group(3).split(":")[1:]]
+    if days is not None:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = [first, *rest, 0, 0][:3]
+        return int(days) * 86400.0 + hours * 3600.0 + minutes * 60.0 + seconds
+    if len(rest) == 1:  # MM:SS
+        return first * 60.0 + rest[0]
+    if len(rest) == 2:  # HH:MM:SS
+        return first * 3600.0 + rest[0] * 60.0 + rest[1]
+    return None  # a bare number, which the caller reads as seconds
 
 
 def _as_float(value: int | float) -> float:
