@@ -349,6 +349,20 @@ def run(
     serve(config, keep_fleet=keep_fleet)
 
 
+def _start_time(text: str) -> str | float:
+    """`now` and `now+D` (Slurm's --begin=now+1hour) as epoch seconds, read on this machine's clock
+    as the user means them; any other text goes to the job request, which reads ISO 8601."""
+    lowered = text.strip().lower()
+    if lowered == "now":
+        return time.time()
+    if lowered.startswith("now+"):
+        try:
+            return time.time() + parse_duration(lowered.removeprefix("now+"))
+        except ValueError as exc:
+            fail(f"--not-before {text!r}: {exc}")
+    return text
+
+
 def _parse_env(values: list[str]) -> dict[str, str]:
     env = {}
     for item in values:
@@ -482,7 +496,11 @@ def submit(
     nodes: Annotated[int, typer.Option(help="Run as a gang on this many nodes.")] = 1,
     priority: Annotated[int, typer.Option(help="Higher runs first; 0 cancels.")] = 1,
     not_before: Annotated[
-        str | None, typer.Option(help="Do not start before this ISO 8601 time (local unless it has an offset).")
+        str | None,
+        typer.Option(
+            help="Do not start before this ISO 8601 time (local unless it has an offset), or now+D (now+2h),"
+            " as Slurm's --begin."
+        ),
     ] = None,
     time_limit: Annotated[
         str | None,
@@ -613,7 +631,7 @@ def submit(
         if image is not None:
             fields["image"] = image
         if not_before:
-            fields["not_before"] = not_before
+            fields["not_before"] = _start_time(not_before)
         if time_limit:
             fields["time_limit"] = time_limit
         if on_node_failure is not None:
@@ -1146,7 +1164,8 @@ def update(
         ),
     ] = None,
     not_before: Annotated[
-        str | None, typer.Option(help="Not before this time, ISO 8601 (queued jobs only); 'now' for no wait.")
+        str | None,
+        typer.Option(help="Not before this time, ISO 8601 or now+D (queued jobs only); 'now' for no wait."),
     ] = None,
     max_retries: Annotated[str | None, typer.Option(help="Retries after a non-zero exit.")] = None,
     reservation: Annotated[
@@ -1169,7 +1188,7 @@ def update(
         "scratch": scratch,
         "gpus": gpus,
         "nodes": nodes,
-        "not_before": time.time() if not_before == "now" else not_before,
+        "not_before": None if not_before is None else _start_time(not_before),
         "max_retries": max_retries,
         "reservation": reservation,
     }
