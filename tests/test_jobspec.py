@@ -156,6 +156,19 @@ def test_what_no_process_can_be_given_is_refused_by_field(given: dict[str, objec
         assert getattr(JobRequest.stored({"command": ["x"], **given}), loc[0]) == given[loc[0]]
 
 
+def test_a_command_given_as_one_string_is_refused_saying_how_to_write_it() -> None:
+    """`"command": "echo hi"` in a job file was refused with pydantic's "Input should be a valid
+    list", which said neither what list nor that no shell would split it."""
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": "echo $HOME"})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("command",)
+    assert error["msg"] == (
+        'Value error, an argument list, not a string: run it through a shell with ["sh", "-c", "echo $HOME"],'
+        " or give its words"
+    )
+
+
 def test_the_mapping_form_of_a_dependency_names_array_tasks_as_the_text_does() -> None:
     def stored(dependency: object) -> str | None:
         return JobRequest.model_validate({"command": ["x"], "dependency": dependency}).dependency

@@ -7,6 +7,7 @@ constraint.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import datetime, timedelta, timezone
@@ -191,6 +192,18 @@ class JobRequest(BaseModel):
         description="Slurm's --array: one job per task id, 0-99, 1,3,5-7, 0-99:4 (ids 0 to"
         f" {job_array.MAX_TASK_ID}); '%N' at the end runs at most N at once (0-99%10)",
     )
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command_is_a_list(cls, value: Any) -> Any:
+        # "command": "echo hi" in a job file was refused as "Input should be a valid list", which says
+        # neither what a list is here nor that no shell runs it.
+        if isinstance(value, str):
+            as_shell = json.dumps(["sh", "-c", value])
+            raise ValueError(
+                f"an argument list, not a string: run it through a shell with {as_shell}, or give its words"
+            )
+        return value
 
     @field_validator("command")
     @classmethod
