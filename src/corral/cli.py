@@ -683,10 +683,21 @@ def wait_for_jobs(job_ids: list[int]) -> int:
     more requests than one), and give sbatch --wait's exit code. Ctrl-C leaves the jobs running."""
     worst = 0
     remaining = list(job_ids)
+    told_unplaceable: set[int] = set()
     try:
         with err.status(f"waiting for {len(remaining)} job(s) to end") as shown:
             while remaining:
                 job = call("GET", f"/api/jobs/{remaining[0]}")
+                if job.get("unplaceable") and job["id"] not in told_unplaceable:
+                    # It stays queued until an operator adds an instance type that holds it: without a
+                    # word, --wait looked hung (sbatch refuses such a job at submission instead).
+                    told_unplaceable.add(job["id"])
+                    err.print(
+                        f"job {job['id']} cannot be placed: {job['wait_reason']}; it waits for an instance type"
+                        f" that holds it (corral update {job['id']} to ask for less, corral cancel {job['id']})",
+                        highlight=False,
+                        markup=False,
+                    )
                 if JobState(job["state"]).terminal:
                     remaining.pop(0)
                     if job["state"] != JobState.COMPLETE.value:
@@ -1669,7 +1680,7 @@ def show_node(
     changes: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="KEY=VALUE...",
+            metavar="KEY=VALUE",
             help="KEY=VALUE attributes to set (KEY=A,B sets a list), e.g. drain=true held=true next_reboot=2026-12-01.",
         ),
     ] = None,

@@ -3,11 +3,17 @@ against a served app (no control loop: the jobs are only stored, which is what i
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import subprocess
 import time
 from pathlib import Path
+from subprocess import PIPE
 
-from tests.server.cli import corral
-from tests.support import served_app
+from corral.core.snapshot import Annotation
+from tests.server.cli import CORRAL, corral
+from tests.support import served_app, wait_until
 
 
 def test_a_start_time_of_now_or_now_plus_a_duration_is_taken_as_slurms_begin_takes_it(tmp_path: Path) -> None:
@@ -26,3 +32,28 @@ def test_a_start_time_of_now_or_now_plus_a_duration_is_taken_as_slurms_begin_tak
         assert bad.returncode == 1
         assert bad.stderr.startswith("error: --not-before 'now+soon': not a duration: 'soon'"), bad.stderr
         assert len(store.list_job_rows()) == 2
+
+
+def test_submit_wait_says_when_the_job_it_waits_for_cannot_be_placed(tmp_path: Path) -> None:
+    """A job no instance type holds stays queued until an operator adds one: `corral submit --wait`
+    on it (`-f examples/jobs.jsonl`, whose last job asks for 64 GiB) sat silent, as if hung."""
+    with served_app(tmp_path) as (url, store):
+        env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "t"}
+        waiting = subprocess.Popen(
+            [CORRAL, "submit", "--wait", "--ram", "64GiB", "--", "true"], env=env, stdout=PIPE, stderr=PIPE, text=True
+        )
+        try:
+            wait_until(lambda: store.list_job_rows() != [], 30, "the job to be submitted")
+            reason = "no instance type has 64 GiB RAM (the largest has 32 GiB RAM)"
+            store.annotate_many([Annotation(1, reason, unplaceable=True)], {}, time.time())  # as a pass does
+            assert waiting.stderr is not None
+            ready, _, _ = select.select([waiting.stderr], [], [], 30)  # silent: the failure is the assert's
+            said = waiting.stderr.readline() if ready else ""
+        finally:
+            waiting.send_signal(signal.SIGINT)
+            waiting.wait(30)
+        assert said == (
+            f"job 1 cannot be placed: {reason}; it waits for an instance type that holds it"
+            " (corral update 1 to ask for less, corral cancel 1)\n"
+        )
+        assert waiting.returncode == 130  # Ctrl-C stops the waiting, not the job
