@@ -11,6 +11,7 @@ from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import ZERO, JobState
 from corral.core.snapshot import Annotation
+from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
 from corral.sim.settings import SimSettings
 from corral.store import NotFound, NotQueued, Store
@@ -56,6 +57,18 @@ def test_only_a_queued_job_can_be_held(store: Store) -> None:
     with pytest.raises(NotFound):
         store.release(job_id + 100, NOW)
     assert not store.job_row(job_id)["held"] and event_kinds(store, job_id) == ["job.queued", "job.claimed"]
+
+
+def test_a_refused_hold_of_an_arrays_first_task_names_the_task_not_the_whole_array(store: Store) -> None:
+    """`corral hold 12_0` of a running task said `corral requeue --hold 12 stops its run`: 12 is the
+    array's id too, and that command would have stopped every task of it."""
+    first, second = store.submit([JobRequest(command=["x"], array="0-1")], NOW)
+    for task in (first, second):
+        claim(store, task)
+    with pytest.raises(NotQueued, match=rf"job {first} is claimed: .* .corral requeue --hold {first}_0 stops"):
+        store.hold(first, NOW)
+    with pytest.raises(NotQueued, match=rf"job {second} is claimed: .* .corral requeue --hold {second} stops"):
+        store.hold(second, NOW)  # its own id names it alone
 
 
 def test_in_front_of_slurm_a_claimed_job_is_taken_back_and_held_and_a_running_one_refused(store: Store) -> None:

@@ -1139,7 +1139,9 @@ class Store:
             .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
             .values(held=True, wait_reason=why, unplaceable=False, updated_at=now)
         )
-        row = conn.execute(select(J.c.state, J.c.held, J.c.requeue_hold).where(J.c.id == job_id)).first()
+        row = conn.execute(
+            select(J.c.state, J.c.held, J.c.requeue_hold, J.c.array_job_id, J.c.array_task_id).where(J.c.id == job_id)
+        ).first()
         if row is None:
             raise NotFound(f"no job {job_id}")
         changed = result.rowcount == 1
@@ -1150,9 +1152,11 @@ class Store:
             return {"id": job_id, "state": row.state, "held": False, "changed": False, "taken_back": True}
         elif row.state != JobState.QUEUED.value:
             also = " or claimed" if take_back else ""
+            # An array's first task has the array's id, which `corral requeue` takes for every task.
+            this_one = f"{job_id}_{row.array_task_id}" if row.array_job_id == job_id else str(job_id)
             raise NotQueued(
                 f"job {job_id} is {row.state}: only a queued{also} job can be held"
-                f" (corral requeue --hold {job_id} stops its run and holds it)"
+                f" (corral requeue --hold {this_one} stops its run and holds it)"
             )
         return {"id": job_id, "state": row.state, "held": True, "changed": changed}
 
