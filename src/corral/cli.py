@@ -1004,8 +1004,12 @@ def cancel(
     filtered = bool(state) or any(value is not None for value in (user, name, tag, array))
     if not job_ids and not filtered:
         fail("give job ids, or --state, --user, --name, --tag or --array")
+    states = job_states(state)
+    if ended := [s for s in states if JobState(s).terminal]:
+        # Matched nothing, and said "cancel requested for 0 jobs" as if none were in that state.
+        fail(f"--state {ended[0]}: a finished job cannot be cancelled; give queued, claimed or running (PD, R)")
     if filtered:
-        body = {"states": job_states(state) or None, "user": user, "name": name, "tag": tag, "array": array}
+        body = {"states": states or None, "user": user, "name": name, "tag": tag, "array": array}
         result = call("POST", "/api/jobs/cancel", json=body)
         ids = result["ids"]
         sys.stdout.write(f"cancel requested for {counted(len(ids), 'job')}")

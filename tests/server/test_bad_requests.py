@@ -35,6 +35,11 @@ def test_state_filters_take_slurm_names_and_name_the_one_refused(served: tuple[s
         bad = corral(url, command, "--state", "queued", "--state", "bogus", check=False)
         assert bad.returncode == 1
         assert bad.stderr.startswith("error: --state 'bogus': not a job state; give queued, claimed, running"), bad
+    # scancel takes no finished state either: `cancel --state CD` matched nothing and said "0 jobs".
+    finished = corral(url, "cancel", "--state", "queued,CD", check=False)
+    assert finished.returncode == 1
+    assert finished.stderr.startswith("error: --state complete: a finished job cannot be cancelled; give queued,")
+    assert [j["state"] for j in corral_json(url, "jobs")] == ["queued", "queued"]
     # Over HTTP, the parameter and the value refused.
     answer = httpx.get(f"{url}/api/jobs", params={"state": ["queued", "bogus"]}, headers=TOKEN)
     assert answer.status_code == 422
