@@ -3,6 +3,8 @@ value refused and where it was given, with the status the API documents, and not
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from corral.jobspec import JobRequest
 from corral.store import Store
-from tests.server.cli import corral, corral_json
+from tests.server.cli import CORRAL, corral, corral_json
 from tests.support import served_app
 
 TOKEN = {"Authorization": "Bearer t"}
@@ -62,3 +64,13 @@ def test_a_body_that_is_not_json_is_a_400_and_submits_nothing(served: tuple[str,
     assert answer.status_code == 400
     assert answer.json() == {"detail": "the body is not JSON: Expecting value (at character 10)"}
     assert [j["name"] for j in store.list_job_rows()] == ["first", "second"]
+
+
+def test_a_wrong_token_names_where_the_cli_took_it_from(served: tuple[str, Store], tmp_path: Path) -> None:
+    """A CORRAL_TOKEN left in a shell overrides the data directory's token: the refusal pointed at
+    CORRAL_HOME/token alone, which was right all along."""
+    url, _store = served
+    env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "stale", "CORRAL_HOME": str(tmp_path)}
+    refused = subprocess.run([CORRAL, "jobs"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: wrong API token") and "(the token of CORRAL_TOKEN)" in refused.stderr
