@@ -132,6 +132,18 @@ def test_a_bad_value_is_named_by_its_key(tmp_path: Path, text: str, message: str
     assert str(path) in str(error.value)
 
 
+def test_a_bad_value_the_message_names_is_not_named_again_after_it(tmp_path: Path) -> None:
+    """It read "not a duration: '1 minute' (write seconds, ...) (got '1 minute')"."""
+    path = tmp_path / "c.toml"
+    path.write_text('[policy.lifecycle]\nidle_grace = "1 minute"\n')
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(error.value).splitlines()[1] == (
+        "  policy.lifecycle.idle_grace: not a duration: '1 minute' (write seconds, or e.g. '90s', '5m', '1h30m',"
+        " or as Slurm's --time '1:30:00', '2-12:00:00')"
+    )
+
+
 def test_a_config_that_is_not_utf8_names_its_line_and_a_byte_order_mark_is_no_part_of_it(tmp_path: Path) -> None:
     path = tmp_path / "latin.toml"
     path.write_bytes(b'[cloud]\ncluster = "caf\xe9"\n')

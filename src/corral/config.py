@@ -700,8 +700,8 @@ def format_validation_error(error: ValidationError, source: str) -> str:
         if item["type"] == "extra_forbidden":
             message = "unknown key"
         value = item.get("input")
-        shown = (  # the value, unless the message already starts with it
-            item["type"] != "extra_forbidden" and not isinstance(value, dict) and not message.startswith(repr(value))
+        shown = (  # the value, unless the message already names it ("not a duration: '1 minute' (write ...)")
+            item["type"] != "extra_forbidden" and not isinstance(value, dict) and repr(value) not in message
         )
         if isinstance(value, str):
             value = without_password(value)  # an error message is read, pasted, logged
