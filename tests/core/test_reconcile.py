@@ -250,6 +250,26 @@ def test_a_fixed_fleet_says_why_a_job_waits_and_which_can_never_run() -> None:
     assert notes[3].unplaceable and "no instance type has 64 vcpus" in notes[3].wait_reason
 
 
+def test_an_unplaceable_jobs_reason_counts_in_words() -> None:
+    """It said "no instance type has 1 GPUs (the largest has 0 GPUs)"."""
+
+    def gpu_job(job_id: int, gpus: int) -> Job:
+        return Job(id=job_id, command=["true"], resources=Resources(gpus=gpus))
+
+    wanted = [gpu_job(1, 1), gpu_job(2, 3), job(3, vcpus=9)]
+    snap = Snapshot(jobs=wanted, attempts=[], nodes=[], instance_types=[SMALL, dataclasses.replace(LARGE, gpus=1)])
+    reasons = {a.job_id: a.wait_reason for a in plan_pass(snap, 1000.0, settings()).annotations}
+    assert reasons == {
+        1: "waiting for an instance to boot (large)",
+        2: "no instance type has 3 GPUs (the largest has 1 GPU)",
+        3: "no instance type has 9 vcpus (the largest has 8 vcpus)",
+    }
+    snap = Snapshot(jobs=[gpu_job(1, 1)], attempts=[], nodes=[], instance_types=[SMALL])
+    assert [a.wait_reason for a in plan_pass(snap, 1000.0, settings()).annotations] == [
+        "no instance type has 1 GPU (none has any)"
+    ]
+
+
 def test_a_type_in_capacity_back_off_is_skipped() -> None:
     snap = Snapshot(jobs=[job(1)], attempts=[], nodes=[], instance_types=TYPES, unavailable_types={"small": 500.0})
     assert [b.instance_type for b in plan_pass(snap, 100.0, settings()).boots] == ["large"]

@@ -92,15 +92,23 @@ def why_no_type_fits(request: Resources, types: list[InstanceType]) -> str | Non
     if not types:
         return "no instance types are configured"
     checks = [
-        ("vcpus", request.vcpus, max(t.vcpus for t in types), "{:g} vcpus"),
-        ("RAM", request.ram_mib / GiB, max(t.ram_mib for t in types) / GiB, "{:g} GiB RAM"),
-        ("scratch", request.scratch_mib / GiB, max(t.scratch_mib for t in types) / GiB, "{:g} GiB scratch"),
-        ("GPUs", request.gpus, max(t.gpus for t in types), "{:g} GPUs"),
+        (request.vcpus, max(t.vcpus for t in types), "vcpu"),
+        (request.ram_mib / GiB, max(t.ram_mib for t in types) / GiB, "GiB RAM"),
+        (request.scratch_mib / GiB, max(t.scratch_mib for t in types) / GiB, "GiB scratch"),
+        (request.gpus, max(t.gpus for t in types), "GPU"),
     ]
-    for _name, wanted, largest, fmt in checks:
+    for wanted, largest, unit in checks:
         if wanted > largest + 1e-9:
-            return f"no instance type has {fmt.format(wanted)} (the largest has {fmt.format(largest)})"
+            if not largest:  # "the largest has 0 GPUs" said it in a roundabout way
+                return f"no instance type has {_amount(wanted, unit)} (none has any)"
+            return f"no instance type has {_amount(wanted, unit)} (the largest has {_amount(largest, unit)})"
     return f"no single instance type has {request.describe()} together"
+
+
+def _amount(count: float, unit: str) -> str:
+    """A count and its unit: 1 GPU, 2 GPUs, 0.5 vcpus, 64 GiB RAM (a unit of GiB stays as it is)."""
+    plural = "" if count == 1 or unit.startswith("GiB") else "s"
+    return f"{count:g} {unit}{plural}"
 
 
 def warm_boots(
