@@ -673,9 +673,25 @@ def submit(
     else:
         for job_id in result["ids"]:
             sys.stdout.write(f"{job_id}\n")
+    _warn_of_relative_programs(requests)
     if wait:
         sys.stdout.flush()
         raise typer.Exit(wait_for_jobs(result["ids"]))
+
+
+def _warn_of_relative_programs(requests: list[JobRequest]) -> None:
+    """`corral submit ./step`, as one types `sbatch ./step`, queued a job that could only end with
+    exit 127: the command runs in its attempt's own directory on the node, where no ./step is."""
+    relative = {r.command[0] for r in requests if r.image is None and "/" in r.command[0]}
+    for program in sorted(p for p in relative if not p.startswith("/")):
+        here = Path(program)
+        hint = f"give its full path ({here.resolve()})" if here.exists() else "give its full path"
+        err.print(
+            f"warning: {program} is a relative path, and the command does not run here: on the node it runs in"
+            f" a directory of its own (its attempt's), where {program} is not found (exit 127): {hint}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def wait_for_jobs(job_ids: list[int]) -> int:

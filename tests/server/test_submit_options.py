@@ -57,3 +57,22 @@ def test_submit_wait_says_when_the_job_it_waits_for_cannot_be_placed(tmp_path: P
             " (corral update 1 to ask for less, corral cancel 1)\n"
         )
         assert waiting.returncode == 130  # Ctrl-C stops the waiting, not the job
+
+
+def test_a_program_named_by_a_relative_path_is_warned_of_with_its_full_path(tmp_path: Path) -> None:
+    """`corral submit ./step`, as `sbatch ./step`, queued a job bound to end with exit 127: it runs in
+    its attempt's directory on the node. It is still queued (the README shows why it fails)."""
+    step = tmp_path / "step"
+    step.write_text("#!/bin/sh\n")
+    (tmp_path / "home").mkdir()
+    with served_app(tmp_path / "home") as (url, store):
+        env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "t"}
+        done = subprocess.run([CORRAL, "submit", "./step"], env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0 and done.stdout == "1\n"
+        assert done.stderr == (
+            "warning: ./step is a relative path, and the command does not run here: on the node it runs in a"
+            " directory of its own (its attempt's), where ./step is not found (exit 127):"
+            f" give its full path ({step})\n"
+        )
+        full = subprocess.run([CORRAL, "submit", str(step)], env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert full.stderr == "" and [store.job(i).command[0] for i in (1, 2)] == ["./step", str(step)]
