@@ -90,7 +90,11 @@ def client() -> httpx.Client:
             url, _pid, written_ca = read_server_info(info)
             ca = ca or written_ca
         except FileNotFoundError:
-            fail(f"no running corral found (no {info}); start one with `corral run` or set CORRAL_URL")
+            # `corral run --home DIR` serves from DIR, and the CLI looks in CORRAL_HOME's (or the default).
+            fail(
+                f"no running corral found (no {info}); start one with `corral run`, set CORRAL_HOME to the"
+                " data directory of one started with --home DIR, or set CORRAL_URL"
+            )
         except DamagedServerInfo as exc:
             fail(f"{exc}: set CORRAL_URL, or start corral again")
     token, token_from = _token(home, url_from_home=url_from != "CORRAL_URL")

@@ -74,3 +74,16 @@ def test_a_wrong_token_names_where_the_cli_took_it_from(served: tuple[str, Store
     refused = subprocess.run([CORRAL, "jobs"], env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1
     assert refused.stderr.startswith("error: wrong API token") and "(the token of CORRAL_TOKEN)" in refused.stderr
+
+
+def test_no_running_corral_says_where_it_looked_and_how_to_point_at_one(tmp_path: Path) -> None:
+    """After `corral run --home DIR`, the CLI looked in the default data directory and said only
+    "start one with `corral run`", though one was running."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_URL", "CORRAL_TOKEN")}
+    env["CORRAL_HOME"] = str(tmp_path)
+    refused = subprocess.run([CORRAL, "jobs"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"error: no running corral found (no {tmp_path / 'server.json'}); start one with `corral run`, set"
+        " CORRAL_HOME to the data directory of one started with --home DIR, or set CORRAL_URL\n"
+    )
