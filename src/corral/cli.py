@@ -483,6 +483,7 @@ def _option_of(loc: tuple[int | str, ...]) -> str:
 
 @app.command()
 def submit(
+    ctx: typer.Context,
     command: Annotated[list[str] | None, typer.Argument(help="The command and its arguments, after --.")] = None,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Submit the jobs in a .jsonl or .yaml file.")
@@ -615,6 +616,20 @@ def submit(
             fail("give either a command or --file, not both")
         if array is not None:
             fail("--array: give each job of the file its own 'array' instead")
+        # Options that describe a job were dropped without a word (sbatch lets them override the
+        # script's #SBATCH lines): the file's jobs say their own.
+        ignored = [
+            f"--{param.name.replace('_', '-')}"
+            for param in ctx.command.params
+            if param.name not in {"command", "file", "wait", "as_json", "user"}
+            # (typer carries its own click: its ParameterSource is known by name only)
+            and getattr(ctx.get_parameter_source(param.name or ""), "name", "") == "COMMANDLINE"
+        ]
+        if ignored:
+            fail(
+                f'{", ".join(ignored)}: with --file, each job of the file gives its own (e.g. "vcpus": 4 on'
+                " its line); nothing was submitted"
+            )
         requests, places = read_job_file(file)
     else:
         if not command:

@@ -76,3 +76,20 @@ def test_a_program_named_by_a_relative_path_is_warned_of_with_its_full_path(tmp_
         )
         full = subprocess.run([CORRAL, "submit", str(step)], env=env, cwd=tmp_path, capture_output=True, text=True)
         assert full.stderr == "" and [store.job(i).command[0] for i in (1, 2)] == ["./step", str(step)]
+
+
+def test_job_options_given_with_a_job_file_are_refused_not_dropped(tmp_path: Path) -> None:
+    """`corral submit -f jobs.jsonl --vcpus 4 --name x` submitted the file's jobs with 1 vCPU and no
+    name, without a word (sbatch's options override the script's): each is refused by its option."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"command": ["true"]}\n')
+    with served_app(tmp_path) as (url, store):
+        refused = corral(url, "submit", "-f", str(jobs), "--vcpus", "4", "--name", "x", check=False)
+        assert refused.returncode == 1
+        assert refused.stderr == (
+            'error: --name, --vcpus: with --file, each job of the file gives its own (e.g. "vcpus": 4 on its line);'
+            " nothing was submitted\n"
+        )
+        assert store.list_job_rows() == []
+        corral(url, "submit", "-f", str(jobs), "--user", "bob")  # whose jobs they are stays an option
+        assert [store.job(row["id"]).user for row in store.list_job_rows()] == ["bob"]
