@@ -949,7 +949,13 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
 @app.command()
 def logs(
     job_id: JobArg,
-    attempt: Annotated[int | None, typer.Option(parser=plain_id, help="A given attempt (default: the last).")] = None,
+    attempt: Annotated[
+        int | None,
+        typer.Option(
+            parser=plain_id,
+            help="An attempt by its id, as corral job ID lists them (ids count over all jobs; default: the last).",
+        ),
+    ] = None,
     all_attempts: Annotated[bool, typer.Option("--all", help="Every attempt, each with a header.")] = False,
     follow: Annotated[
         bool,
@@ -991,9 +997,14 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
         job = call("GET", f"/api/jobs/{job_id}")
         attempts = job["attempt_list"]
         if attempt_id is not None:
-            attempts = [a for a in attempts if a["id"] == attempt_id]
-            if not attempts:
-                fail(f"job {job_id} has no attempt {attempt_id}")
+            chosen = [a for a in attempts if a["id"] == attempt_id]
+            if not chosen:
+                theirs = ", ".join(str(a["id"]) for a in attempts) or "none yet"
+                fail(
+                    f"job {job_id} has no attempt {attempt_id}"
+                    f" (its attempts: {theirs}; as corral job {job_id} lists them)"
+                )
+            attempts = chosen
         # The rest of the attempt followed so far (it may have ended since), then each later one whole.
         for each in attempts:
             if current is not None and each["id"] < current:

@@ -13,6 +13,7 @@ import pytest
 from corral.core.model import GiB, InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.store import Store
+from tests.server.cli import corral
 from tests.support import served_app
 
 TOKEN = {"Authorization": "Bearer t"}
@@ -56,3 +57,19 @@ def test_a_large_output_is_sent_without_being_held_in_memory(served: tuple[str, 
             assert peak < SIZE // 4, f"{params}: {peak / MiB:.0f} MiB held"
     finally:
         tracemalloc.stop()
+
+
+def test_an_attempt_the_job_does_not_have_is_refused_with_the_attempts_it_has(served: tuple[str, Store]) -> None:
+    """Attempt ids count over the whole store: `corral logs 7 --attempt 1`, the natural guess for a
+    job's first attempt, answered "job 7 has no attempt 1" and no more."""
+    url, store = served
+    store.create_node("n-1", InstanceType("small", 2, 4 * GiB, 0.10), "boot", 1000.0, "test")
+    first, job_id = store.submit([JobRequest(command=["true"]), JobRequest(command=["true"])], 1000.0)
+    store.claim(first, "d-test", ["n-1"], Resources(1, GiB), 1000.0)
+    attempt_id = store.claim(job_id, "d-test", ["n-1"], Resources(1, GiB), 1000.0)
+    for follow in ([], ["--follow"]):
+        refused = corral(url, "logs", str(job_id), "--attempt", "1", *follow, check=False)
+        assert refused.returncode == 1
+        assert refused.stderr == (
+            f"error: job {job_id} has no attempt 1 (its attempts: {attempt_id}; as corral job {job_id} lists them)\n"
+        ), follow

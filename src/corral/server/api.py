@@ -524,9 +524,16 @@ def job_logs(
         why = f" ({job['wait_reason']})" if job["wait_reason"] else ""
         raise HTTPException(409, f"job {job_id} has not run: it is {job['state']}{why}")
     if attempt is not None:
-        attempts = [a for a in attempts if a["id"] == attempt]
-        if not attempts:
-            raise HTTPException(404, f"job {job_id} has no attempt {attempt}")
+        chosen = [a for a in attempts if a["id"] == attempt]
+        if not chosen:
+            # Attempt ids count over the whole store, not per job: `--attempt 1` for a job's first
+            # attempt is the natural guess, and was answered with no clue.
+            theirs = ", ".join(str(a["id"]) for a in attempts) or "none"
+            raise HTTPException(
+                404,
+                f"job {job_id} has no attempt {attempt} (its attempts: {theirs}; as corral job {job_id} lists them)",
+            )
+        attempts = chosen
     elif not all_attempts:
         attempts = attempts[-1:]
     parts: list[bytes | int] = []  # text, or an attempt whose output is sent from its file
