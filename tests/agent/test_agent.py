@@ -311,13 +311,20 @@ def test_sigusr1_hands_the_runs_over_to_the_next_agent(agents: Agents, peer: Any
     assert state.finished[1][0] == 4 and state.log_text(1) == "up\ndone\n"
 
 
-def test_a_restarted_agent_stops_a_run_whose_keeper_died_with_it(agents: Agents, peer: Any) -> None:
+def run_under_keeper(agents: Agents, peer: Any) -> tuple[subprocess.Popen[bytes], int, int]:
+    """An agent running attempt 1 (a long sleep): the agent, the attempt's keeper, its command."""
     state = peer.state
     state.assign(1, "n1", ["sh", "-c", "echo up; exec sleep 300"])
     agent = agents.start(peer.url, "n1", state.add_token("n1"))
     wait_for(lambda: state.log_text(1) == "up\n", 15, "the attempt to run")
     keeper = state.started[1]
     [command] = [pid for pid in sysinfo.session_members(keeper) if pid != keeper]
+    return agent, keeper, command
+
+
+def test_a_restarted_agent_stops_a_run_whose_keeper_died_with_it(agents: Agents, peer: Any) -> None:
+    state = peer.state
+    agent, keeper, command = run_under_keeper(agents, peer)
     os.kill(keeper, signal.SIGKILL)  # (killed with the agent, as by a kill of the whole group)
     agent.kill()
     agent.wait()
@@ -502,11 +509,7 @@ def test_a_keeper_killed_under_a_running_agent_leaves_the_run_lost_not_failed(ag
     neither way, so the server takes it for lost (the job's on_node_failure deciding), as when the
     same happens with no agent running."""
     state = peer.state
-    state.assign(1, "n1", ["sh", "-c", "echo up; exec sleep 300"])
-    agent = agents.start(peer.url, "n1", state.add_token("n1"))
-    wait_for(lambda: state.log_text(1) == "up\n", 15, "the attempt to run")
-    keeper = state.started[1]
-    [command] = [pid for pid in sysinfo.session_members(keeper) if pid != keeper]
+    agent, keeper, command = run_under_keeper(agents, peer)
     os.kill(keeper, signal.SIGKILL)
     wait_for(lambda: not alive(command), 15, "the command to be stopped")
     seen = len(state.pings)

@@ -182,7 +182,7 @@ def test_instances_that_never_pair_are_shut_down_after_the_boot_grace_until_the_
 def test_a_job_no_type_can_hold_ends_the_run_at_once() -> None:
     sim, r = simulate([job(1, run=60, gpus=1)], config())
     assert r.boots == 0 and r.unfinished == 1 and not r.horizon_reached
-    assert sim.jobs[1].unplaceable and "GPUs" in sim.jobs[1].wait_reason
+    assert sim.jobs[1].unplaceable and "1 GPU (none has any)" in sim.jobs[1].wait_reason
 
 
 def test_user_cancellations_and_exit_codes() -> None:
