@@ -854,7 +854,7 @@ def jobs(
         )
     console.print(table)
     if more:
-        err.print(f"the newest {len(rows):,} jobs shown; there are more (--limit)", highlight=False)
+        err.print(f"the newest {counted(len(rows), 'job')} shown; there are more (--limit)", highlight=False)
 
 
 def array_task_text(job: dict[str, Any]) -> str:

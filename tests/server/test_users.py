@@ -80,6 +80,7 @@ def test_a_user_cannot_change_anothers_job_which_stays_queued_and_an_admin_can(s
             assert as_alice.get(path).status_code == 200, path
 
         assert as_bob.post(f"/api/jobs/{job}/hold").status_code == 200
+        assert as_alice.get(f"/api/jobs/{job}").json()["wait_reason"] == "held by bob"  # not "by an operator"
         assert as_carol.post(f"/api/jobs/{job}/cancel").status_code == 200
         assert as_bob.get(f"/api/jobs/{job}").json()["cancel_requested"] is True
         # Whoever changed a job is named in its events (the operator's token names no one, as before).

@@ -1137,7 +1137,8 @@ class Store:
         result = conn.execute(
             update(J)
             .where(J.c.id == job_id, J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
-            .values(held=True, wait_reason=why, unplaceable=False, updated_at=now)
+            # A user's own hold says so in its wait reason, as in its event (Slurm's JobHeldUser).
+            .values(held=True, wait_reason=_by_acting_user(why), unplaceable=False, updated_at=now)
         )
         row = conn.execute(
             select(J.c.state, J.c.held, J.c.requeue_hold, J.c.array_job_id, J.c.array_task_id).where(J.c.id == job_id)
