@@ -18,10 +18,10 @@ from corral import notifier as notifier_module
 from corral.cloud.sim import SimCloud
 from corral.config import Config
 from corral.core.model import Resources
-from corral.core.notify import Event, Notification, shown_url
+from corral.core.notify import Event, Notification, NotifyRule, shown_url
 from corral.jobspec import JobRequest
 from corral.loop import ControlLoop
-from corral.notifier import Notifier
+from corral.notifier import Notifier, missing_programs
 from corral.sim.settings import SimSettings
 from corral.store import Store
 
@@ -402,3 +402,24 @@ def test_what_a_live_dispatcher_has_in_hand_is_left_to_it_and_a_silent_ones_is_s
     second.close()
     assert out.read_text().split() == ["a", "b"]
     store.close()
+
+
+def test_a_rule_whose_program_cannot_be_run_here_is_named_before_any_event(tmp_path: Path) -> None:
+    """Seen on a first try: examples/notify.toml's diagnose script passed `corral config check`, and
+    its every action would only have failed, one notify.failed event at a time."""
+    script = tmp_path / "diagnose"
+    script.write_text("#!/bin/sh\n")
+    rules = [
+        NotifyRule(name="mail", on=["node.down"], command=["sh", "-c", "true"]),
+        NotifyRule(name="diagnose", on=["node.down"], command=[str(script)]),  # not executable
+        NotifyRule(on=["job.failed"], command=["corral-no-such-program"]),
+        NotifyRule(name="chat", on=["job.failed"], webhook="https://chat.example.org/hook"),
+    ]
+    assert missing_programs(rules) == [
+        f"notify rule 'diagnose': its command's program '{script}' cannot be run here (no such executable"
+        " file): each of its actions would fail (notify.failed)",
+        "notify rule 'notify[2]': its command's program 'corral-no-such-program' cannot be run here (not on"
+        " PATH): each of its actions would fail (notify.failed)",
+    ]
+    script.chmod(0o755)
+    assert len(missing_programs(rules)) == 1

@@ -1951,7 +1951,9 @@ def config_check(
         fail(str(exc), 2)
     types = len(config.instance_types)
     console.print(f"{file}: OK ({types} instance type{'' if types == 1 else 's'}, store {config.store_url})")
-    for warning in config.warnings():
+    from corral.notifier import missing_programs
+
+    for warning in config.warnings() + missing_programs(config.notify):
         console.print(Text.assemble(("warning", "yellow"), f": {warning}"))
 
 

@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import os
 import queue
+import shutil
 import subprocess
 import threading
 import time
@@ -77,6 +78,29 @@ Key = tuple[str, int]  # a notification: its rule's name and its event's id
 
 def key_of(note: Notification) -> Key:
     return note.rule, note.event.id
+
+
+def missing_programs(rules: list[NotifyRule]) -> list[str]:
+    """The rules whose command names a program that cannot be run from here (not on PATH, no such
+    file, not executable), each in words: its every action would fail, seen only in a notify.failed
+    event. `corral config check` and `corral run` say so at once."""
+    found = []
+    for name, rule in zip(rule_names(rules), rules, strict=True):
+        if not rule.command:
+            continue
+        program = rule.command[0]
+        if os.sep in program:
+            runnable = os.path.isfile(program) and os.access(program, os.X_OK)
+            why = "no such executable file"
+        else:
+            runnable = shutil.which(program) is not None
+            why = "not on PATH"
+        if not runnable:
+            found.append(
+                f"notify rule {name!r}: its command's program {program!r} cannot be run here ({why}):"
+                " each of its actions would fail (notify.failed)"
+            )
+    return found
 
 
 class Notifier:

@@ -236,7 +236,10 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs"), api_token=api_token, loop=loop)
     runtime.stop_fleet_on_exit = not keep_fleet
     if config.notify:
-        from corral.notifier import Notifier
+        from corral.notifier import Notifier, missing_programs
+
+        for missing in missing_programs(config.notify):
+            log.warning("%s", missing)
 
         loop.notifier = Notifier(
             store, config.notify, home=home.resolve(), dispatcher_id=dispatcher_id, policy=config.policy
