@@ -34,7 +34,7 @@ from corral.loop import ControlLoop, LiveLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
 from corral.store import Store
-from corral.store.migrate import OlderDispatchersRun, Starter, StoreTooNew
+from corral.store.migrate import BrokenForeignKeys, OlderDispatchersRun, Starter, StoreTooNew
 
 log = logging.getLogger("corral.serve")
 
@@ -195,7 +195,7 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         raise SystemExit(
             f"error: the store {without_password(config.store_url)} (store.url) was migrated by a newer corral: {exc}"
         ) from None
-    except OlderDispatchersRun as exc:
+    except (OlderDispatchersRun, BrokenForeignKeys) as exc:
         store.close()
         where = without_password(config.store_url)
         raise SystemExit(f"error: the store {where} (store.url) was not migrated: {exc}") from None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,7 +22,7 @@ from corral.core.snapshot import Decisions
 from corral.jobspec import JobRequest
 from corral.loop import LiveLoop, PassReport
 from corral.store import Store
-from corral.store.migrate import OlderDispatchersRun, Starter, alembic_config, upgrade
+from corral.store.migrate import BrokenForeignKeys, OlderDispatchersRun, Starter, alembic_config, upgrade
 from corral.store.schema import metadata
 
 from .storekit import NOW, count_rows, submit
@@ -240,3 +242,25 @@ def test_a_dispatcher_whose_store_a_newer_corral_migrated_under_it_makes_no_more
         " dispatcher makes no more passes (it would read the newer schema as the old one); stop it, its peers take"
         " its claims over once it is silent"
     ]
+
+
+def test_a_sqlite_store_with_rows_that_point_nowhere_is_not_migrated_and_says_which(tmp_path: Path) -> None:
+    """A store written with its keys unenforced (by hand, by a tool) has an attempt of no job: the
+    check after the migrations found it, and corral stopped with a traceback."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    upgrade(store.engine, "0014")
+    with contextlib.closing(sqlite3.connect(tmp_path / "corral.db")) as raw:  # its keys unenforced, as sqlite3's
+        raw.execute(
+            "INSERT INTO attempts (job_id, node_id, node_ids, vcpus, ram_mib, scratch_mib, gpus, state,"
+            " assigned_at, reason) VALUES (404, 'n1', '[\"n1\"]', 1, 1024, 0, 0, 'exited', ?, '')",
+            (NOW,),
+        )
+        raw.commit()
+    with pytest.raises(BrokenForeignKeys) as refused:
+        store.migrate()
+    assert str(refused.value) == (
+        "1 rows point nowhere (attempts row 1 names no jobs row); nothing was migrated: delete those rows, or"
+        " restore a backup, then start again"
+    )
+    assert current_revision(store) == "0014"
+    store.close()

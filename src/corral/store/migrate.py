@@ -47,6 +47,21 @@ class OlderDispatchersRun(RuntimeError):
         )
 
 
+class BrokenForeignKeys(RuntimeError):
+    """SQLite's check found rows whose foreign keys point nowhere: before the migrations (a store
+    written with its keys unenforced, by hand or by a tool), which then do not run; or after them."""
+
+    def __init__(self, broken: list[tuple[str, int | None, str]], migrated: bool) -> None:
+        shown = "; ".join(f"{table} row {rowid} names no {parent} row" for table, rowid, parent in broken[:5])
+        more = f" and {len(broken) - 5} more" if len(broken) > 5 else ""
+        done = (
+            "the migrations left them so: restore the backup taken before the upgrade"
+            if migrated
+            else "nothing was migrated: delete those rows, or restore a backup, then start again"
+        )
+        super().__init__(f"{len(broken)} rows point nowhere ({shown}{more}); {done}")
+
+
 @dataclass(frozen=True, slots=True)
 class Starter:
     """The dispatcher about to migrate: its id, the time, and how long a silent dispatcher counts

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 
+from corral.store.migrate import BrokenForeignKeys
 from corral.store.schema import metadata
 
 config = context.config
+
+
+def check_foreign_keys(connection: Connection, migrated: bool) -> None:
+    # (table, rowid, parent table, foreign key's index) for each row that points nowhere.
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        raise BrokenForeignKeys([(str(row[0]), row[1], str(row[2])) for row in broken], migrated)
+
+
 engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url") or "")
 
 with engine.connect() as connection:
@@ -29,9 +39,13 @@ with engine.connect() as connection:
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(hashtext('corral.migrate'), hashtext(current_schema()))")
             )
+        # (A store at head is not checked: the check reads every row, at every start.)
+        checked = sqlite and context.get_context().get_current_revision() != context.get_head_revision()
+        if checked:
+            # With the keys unenforced, rows that already point nowhere would go through the
+            # migrations unseen; a store with such rows is not migrated at all.
+            check_foreign_keys(connection, migrated=False)
         context.run_migrations()
-        if sqlite:
-            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
-            if broken:
-                raise RuntimeError(f"the migrations left rows whose foreign keys point nowhere: {broken[:5]}")
+        if checked:
+            check_foreign_keys(connection, migrated=True)
     connection.commit()
