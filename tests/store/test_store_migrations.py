@@ -259,7 +259,7 @@ def test_a_sqlite_store_with_rows_that_point_nowhere_is_not_migrated_and_says_wh
     with pytest.raises(BrokenForeignKeys) as refused:
         store.migrate()
     assert str(refused.value) == (
-        "1 rows point nowhere (attempts row 1 names no jobs row); nothing was migrated: delete those rows, or"
+        "1 row points nowhere (attempts row 1 names no jobs row); nothing was migrated: delete those rows, or"
         " restore a backup, then start again"
     )
     assert current_revision(store) == "0014"

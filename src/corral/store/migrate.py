@@ -59,7 +59,8 @@ class BrokenForeignKeys(RuntimeError):
             if migrated
             else "nothing was migrated: delete those rows, or restore a backup, then start again"
         )
-        super().__init__(f"{len(broken)} rows point nowhere ({shown}{more}); {done}")
+        points = "1 row points" if len(broken) == 1 else f"{len(broken)} rows point"
+        super().__init__(f"{points} nowhere ({shown}{more}); {done}")
 
 
 @dataclass(frozen=True, slots=True)
