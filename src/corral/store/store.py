@@ -2389,7 +2389,7 @@ class Store:
         left in part."""
         D = schema.job_dependencies
         dependent = J.alias("dependent")
-        ended = [J.c.state.in_(TERMINAL_JOB_STATES), func.coalesce(J.c.finished_at, J.c.updated_at) < ended_before]
+        ended = _ended_before(ended_before)
 
         def named_by_open(ids: Iterable[int]) -> set[int]:
             query = (
@@ -2405,10 +2405,9 @@ class Store:
             # In id order from `after_id`, by the primary key: with the state index (`state || ''`
             # keeps SQLite off it) every batch sorted all the ended jobs: 272 ms a batch against 76
             # in a sweep of 200,000 (bench/retention_sweep.py).
-            due = [J.c.state.concat("").in_(TERMINAL_JOB_STATES), *ended[1:]]
             rows = conn.execute(
                 select(J.c.id, J.c.array_job_id)
-                .where(J.c.id > after_id, *due)
+                .where(J.c.id > after_id, _ended_before(ended_before, J.c.state.concat("")))
                 .order_by(J.c.id)
                 .limit(limit)
                 .with_for_update()
@@ -2421,7 +2420,7 @@ class Store:
             arrays = {int(r.array_job_id) for r in rows if r.array_job_id is not None}
             if arrays:
                 tasks = conn.execute(
-                    select(J.c.id, J.c.array_job_id, and_(*ended).label("ended")).where(J.c.array_job_id.in_(arrays))
+                    select(J.c.id, J.c.array_job_id, ended.label("ended")).where(J.c.array_job_id.in_(arrays))
                 ).all()
                 named = named_by_open(t.id for t in tasks)
                 arrays -= {int(t.array_job_id) for t in tasks if not t.ended or t.id in named}
@@ -2464,13 +2463,7 @@ class Store:
         with self.read() as conn:
             for start in range(0, len(job_ids), 1000):
                 chunk = list(job_ids[start : start + 1000])
-                query = select(
-                    J.c.id,
-                    and_(
-                        J.c.state.in_(TERMINAL_JOB_STATES),
-                        func.coalesce(J.c.finished_at, J.c.updated_at) < ended_before,
-                    ).label("due"),
-                ).where(J.c.id.in_(chunk))
+                query = select(J.c.id, _ended_before(ended_before).label("due")).where(J.c.id.in_(chunk))
                 found.update({int(row.id): bool(row.due) for row in conn.execute(query)})
         return [job_id for job_id in job_ids if found.get(job_id, True)]
 
@@ -2792,6 +2785,13 @@ def node_from_row(row: dict[str, Any]) -> Node:
         billing_granularity=row["billing_granularity"],
         billing_minimum=row["billing_minimum"],
     )
+
+
+def _ended_before(before: float, state: Any = J.c.state) -> Any:
+    """A job that ended (complete, failed, cancelled) before `before`: at its finish, or, with none
+    recorded, at its last change. `state`: the column, or an expression of it that keeps SQLite off
+    the state index."""
+    return and_(state.in_(TERMINAL_JOB_STATES), func.coalesce(J.c.finished_at, J.c.updated_at) < before)
 
 
 def _utc(epoch: float) -> str:
