@@ -379,6 +379,8 @@ class GuardBodies:
             if isinstance(caller, str):
                 await JSONResponse({"detail": caller}, status_code=401)(scope, receive, send)
                 return
+            # Kept for the route's own check (deps.get_caller): a user's token is looked up once.
+            scope.setdefault("state", {})["caller"] = caller
         limit = body_limit(method, path)
         too_large = StarletteHTTPException(
             413, f"the request's body has more than {limit:,} bytes, the most {method} {path} takes"

@@ -16,8 +16,13 @@ def get_runtime(request: Request) -> Runtime:
 
 
 def get_caller(
-    runtime: Annotated[Runtime, Depends(get_runtime)], authorization: Annotated[str | None, Header()] = None
+    request: Request,
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    authorization: Annotated[str | None, Header()] = None,
 ) -> Caller:
+    known = getattr(request.state, "caller", None)  # found by GuardBodies for a request with a body
+    if isinstance(known, Caller):
+        return known
     caller = caller_for(authorization, runtime)
     if isinstance(caller, str):
         raise HTTPException(401, caller)
