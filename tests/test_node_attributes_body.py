@@ -50,3 +50,14 @@ def test_blocking_categories_are_read_in_the_same_spelling() -> None:
 
     settings = PlacementSettings.model_validate({"blocking_categories": ["Benchmark", "GridReservation"]})
     assert settings.blocking_categories == ["benchmark", "grid-reservation"]
+
+
+def test_only_a_category_nothing_reads_is_warned_of() -> None:
+    from corral.core import categories
+
+    read = ["gpu-failure", "lustre-maintenance", "site3", "idle", "quarantine", "hardware-failure"]
+    assert categories.unread(read, blocking=["quarantine"]) == []
+    typo, unknown = categories.unread(["hardware-falure", "quarantine"], blocking=[])
+    assert unknown.startswith("category 'quarantine' is not one corral reads: the node goes on taking work")
+    assert typo.startswith("category 'hardware-falure' is not one corral reads (did you mean 'hardware-failure'?)")
+    assert "the node goes on taking work" in typo

@@ -1759,6 +1759,8 @@ def show_node(
     except Refused as exc:
         # A bad value names the attribute as typed (drain=soon), not the API's body field ("set: drain: ...").
         fail(re.sub(r"(^|\n  )set: ", r"\1", str(exc)))
+    for warning in row.pop("warnings", []):
+        err.print(escape(f"warning: {warning}"), highlight=False)
     if as_json:
         print_json(row)
         return

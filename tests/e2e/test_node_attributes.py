@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from tests.e2e.conftest import Corral, wait_until
@@ -38,6 +39,15 @@ def test_an_operator_holds_a_node_it_takes_no_work_and_is_not_drained_until_rele
     assert corral.cli_json("node", held)["attributes"] == {"held": "true", "category": "hardware-maintenance"}
     dated = corral.cli_json("node", held, "next_reboot=2030-01-01T00:00:00+00:00")
     assert dated["attributes"]["next_reboot"] == "1893456000"
+
+    # A mistyped category would leave a broken node taking work: it is set as asked, with a warning.
+    typo = corral.cli("node", held, "category=hardware-falure,benchmark", "--json")
+    assert json.loads(typo.stdout)["attributes"]["category"] == ["hardware-falure", "benchmark"]
+    assert "warning: category 'hardware-falure' is not one corral reads (did you mean 'hardware-failure'?):" in (
+        typo.stderr
+    )
+    assert "'benchmark'" not in typo.stderr
+    assert "warning" not in corral.cli("node", held, "category=hardware-maintenance").stderr
 
     # Released: drained after its idle grace, and gone.
     corral.cli("node", held, "--unset", "held", "--unset", "category")

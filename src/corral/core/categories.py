@@ -16,12 +16,42 @@ may not be imported by the index.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 
 CATEGORY = "category"
 MAINTENANCE_SUFFIX = "-maintenance"
 FAILURE_SUFFIX = "-failure"
+
+# Seed 002's categories as corral spells them (Moab's OtherFailure is `general-failure`, its
+# Site1..Site8 are `site1`..`site8`): those that take no work are in the default
+# `placement.blocking_categories`; the others (active, idle, job-reservation, other, site*) only say
+# what a node is doing.
+SEED_CATEGORIES: frozenset[str] = frozenset(
+    {
+        "active",
+        "batch-failure",
+        "benchmark",
+        "emergency-maintenance",
+        "grid-reservation",
+        "hardware-failure",
+        "hardware-maintenance",
+        "idle",
+        "job-reservation",
+        "network-failure",
+        "other",
+        "general-failure",
+        "personal-reservation",
+        *(f"site{n}" for n in range(1, 9)),
+        "software-failure",
+        "software-maintenance",
+        "standing-reservation",
+        "storage-failure",
+        "user-reservation",
+        "vpc",
+    }
+)
 
 
 def normalise(name: str) -> str:
@@ -48,6 +78,24 @@ def out_of_service(values: Iterable[str]) -> bool:
     a failure or maintenance category, which the lifecycle reads as broken or as maintenance. A
     node placed on would never empty (a broken one), or would be in maintenance with work on it."""
     return any(c.endswith((FAILURE_SUFFIX, MAINTENANCE_SUFFIX)) for c in values)
+
+
+def unread(values: Iterable[str], blocking: Iterable[str]) -> list[str]:
+    """A warning for each of these categories that nothing reads: not a seed 002 category, not
+    `blocking` (`placement.blocking_categories`), not of the failure or maintenance family. An
+    operator's `hardware-falure` would leave the broken node taking work, without a word."""
+    known = SEED_CATEGORIES | set(blocking)
+    warnings = []
+    for value in values:
+        if value in known or out_of_service([value]):
+            continue
+        close = difflib.get_close_matches(value, sorted(known), n=1)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        warnings.append(
+            f"category {value!r} is not one corral reads{guess}: the node goes on taking work. A node takes"
+            " none under any *-failure or *-maintenance category, or one of placement.blocking_categories"
+        )
+    return warnings
 
 
 def failures(attributes: Mapping[str, str | list[str]]) -> tuple[str, ...]:

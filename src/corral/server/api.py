@@ -45,6 +45,7 @@ from corral.server.models import (
     JobUpdateOut,
     NewUserOut,
     NodeAttributesBody,
+    NodeChangedOut,
     NodeOut,
     NotifyRuleOut,
     NotifySkipBody,
@@ -592,14 +593,20 @@ def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")
 @names_its_caller
 def set_node_attributes(
     node_id: str, body: NodeAttributesBody, request: Request, runtime: UserRuntime, caller: CallerOf
-) -> NodeOut:
+) -> NodeChangedOut:
     """A node's attributes, reservations and rack: an admin's to change (Slurm's scontrol update
-    NodeName=). With no change it answers the node as it is (`corral node ID`), to anyone."""
+    NodeName=). With no change it answers the node as it is (`corral node ID`), to anyone. A
+    category nothing reads is set as asked, with a warning in the answer."""
     if body.set or body.unset or body.rack is not None:
         require_admin(request, runtime, caller)
     row = runtime.store.set_node_attributes(node_id, body.set, body.unset, body.rack, time.time())
     runtime.wake()
-    return node_out(row, runtime.store.running_counts(), time.time())
+    node = node_out(row, runtime.store.running_counts(), time.time())
+    warnings = []
+    if categories.CATEGORY in body.set:
+        blocking = runtime.config.policy.placement.blocking_categories
+        warnings = categories.unread(categories.of(body.set), blocking)
+    return NodeChangedOut(**node.model_dump(), warnings=warnings)
 
 
 def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOut:

@@ -392,6 +392,13 @@ class NodeOut(BaseModel):
     agent_version: str | None = None
 
 
+class NodeChangedOut(NodeOut):
+    """A node as an operator's change left it, and what in the change will not do what it seems
+    to (a category nothing reads)."""
+
+    warnings: list[str] = Field(default_factory=list)
+
+
 class EventOut(BaseModel):
     id: int
     at: float
