@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.core.model import JobState
-from corral.core.units import parse_duration
+from corral.core.units import format_duration, parse_duration
 from corral.files import (
     DamagedServerInfo,
     RepeatedKey,
@@ -898,6 +898,8 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
         + (f", preempted {preempted}" if preempted else "")
         + ")"
     )
+    limit = format_duration(j["time_limit"]) if j.get("time_limit") else "none"
+    console.print(f"  time limit {limit}   retries after a non-zero exit {j.get('max_retries', 0)}")
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j.get("array_task_id") is not None:
         throttle = f"at most {j['array_throttle']} at once" if j["array_throttle"] else "no throttle"
@@ -1221,7 +1223,8 @@ def update(
     time_limit: Annotated[
         str | None,
         typer.Option(
-            help="A new time limit (2h, 1:30:00; 0: none), or +D to add D to the one it has (Slurm's TimeLimit=+)."
+            help="A new time limit (2h, 1:30:00; 0: none), or +D to add D to the one it has (Slurm's TimeLimit=+);"
+            " only an admin lengthens one."
         ),
     ] = None,
     not_before: Annotated[

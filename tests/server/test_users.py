@@ -99,6 +99,38 @@ def test_a_user_may_lower_their_jobs_priority_but_only_an_admin_raises_it(served
         assert operator.patch(f"/api/jobs/{job}", json={"priority": 9}).json()["priority"] == 9
 
 
+def test_a_user_may_shorten_their_jobs_time_limit_but_only_an_admin_lengthens_it(served: tuple[str, Store]) -> None:
+    url, _ = served
+    with api(url, add_user(url, "alice")) as as_alice, api(url, OPERATOR) as operator:
+        job = submit(as_alice, time_limit=3600)
+        shortened = as_alice.post(f"/api/jobs/{job}/update", json={"time_limit": "30m"})
+        assert shortened.json()["changes"] == {"time_limit": [3600, 1800]}
+        # Longer, added to, or none at all (0): each would let the job hold its node past its promise.
+        for change, said in (
+            ({"time_limit": "2h"}, "1800 s to 7200 s"),
+            ({"time_limit_add": "10m"}, "1800 s to 2400 s"),
+            ({"time_limit": 0}, "1800 s to no limit"),
+        ):
+            refused = as_alice.post(f"/api/jobs/{job}/update", json=change)
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["detail"] == (
+                f"Access/permission denied: job {job}: only an admin lengthens a job's time limit ({said})"
+                " (you are alice; an admin may)"
+            )
+        assert as_alice.get(f"/api/jobs/{job}").json()["time_limit"] == 1800
+
+        # An array: one task that would be lengthened refuses the change for all of them.
+        array = submit(as_alice, array="0-1")
+        assert as_alice.post(f"/api/jobs/{array}_1/update", json={"time_limit": 600}).status_code == 200
+        whole = as_alice.post(f"/api/jobs/{array}/update", json={"time_limit": 900})
+        assert whole.status_code == 403, whole.text
+        assert [as_alice.get(f"/api/jobs/{array}_{task}").json()["time_limit"] for task in (0, 1)] == [None, 600]
+
+        assert operator.post(f"/api/jobs/{job}/update", json={"time_limit": "2h"}).json()["changes"] == {
+            "time_limit": [1800, 7200]
+        }
+
+
 def test_a_users_bulk_cancel_takes_only_their_own_jobs_and_naming_another_is_refused(
     served: tuple[str, Store],
 ) -> None:

@@ -74,7 +74,7 @@ from corral.server.models import (
     error_responses,
     plain_number,
 )
-from corral.store import ArrayOutcome, JobFilter, NotBackedOff, NotQueued, UserExists, acting_as
+from corral.store import ArrayOutcome, JobFilter, LimitLengthened, NotBackedOff, NotQueued, UserExists, acting_as
 from corral.store.store import UPDATABLE_WHILE_RUNNING
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 403, 404, 413, 422))
@@ -195,6 +195,8 @@ def job_out(
         requeue_requested=row["requeue_requested"],
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
+        time_limit=spec.get("time_limit") or None,
+        max_retries=spec.get("max_retries", 0),
         executor_ref=row["executor_ref"],
         not_before=spec.get("not_before"),
         locality=spec.get("locality"),
@@ -484,18 +486,22 @@ def update_job(
     slurm = runtime.config.executor == "slurm"
     while_running = UPDATABLE_WHILE_RUNNING - {"time_limit"} if slurm else UPDATABLE_WHILE_RUNNING
     store = runtime.store
+    # Slurm: "Only the Slurm administrator or root can increase job's TimeLimit".
+    may_lengthen = caller.admin
     try:
         if target.whole_array:
             outcome = store.update_array(
-                target.job_id, changes, time.time(), body.time_limit_add, while_running, take_back=slurm
+                target.job_id, changes, time.time(), body.time_limit_add, while_running, slurm, may_lengthen
             )
             runtime.wake()
             return array_out(outcome)
         result = store.update_job(
-            target.job_id, changes, time.time(), body.time_limit_add, while_running, take_back=slurm
+            target.job_id, changes, time.time(), body.time_limit_add, while_running, slurm, may_lengthen
         )
     except NotQueued as exc:
         raise HTTPException(409, str(exc)) from None
+    except LimitLengthened as exc:
+        raise denied(caller, str(exc)) from None
     runtime.wake()
     return JobUpdateOut(**result)
 

@@ -28,6 +28,7 @@ import dataclasses
 import datetime
 import hashlib
 import logging
+import math
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -190,6 +191,10 @@ def store_unreachable(exc: BaseException) -> str | None:
 
 class NotQueued(ValueError):
     """A change that only a queued job takes (a hold), asked of a job in another state."""
+
+
+class LimitLengthened(ValueError):
+    """A job's time limit made longer (or removed) by an update that may only shorten it."""
 
 
 class NotBackedOff(ValueError):
@@ -1002,6 +1007,7 @@ class Store:
         time_limit_add: float | None = None,
         while_running: frozenset[str] = UPDATABLE_WHILE_RUNNING,
         take_back: bool = False,
+        may_lengthen: bool = True,
     ) -> dict[str, Any]:
         """Change what a job asked for (Slurm's `scontrol update JobId=`): `changes` are JobRequest
         fields, `time_limit_add` seconds added to its time limit (TimeLimit=+). Its resources, nodes,
@@ -1016,12 +1022,16 @@ class Store:
         Slurm, where a claimed job only waits in Slurm's queue, as a pending job a Slurm user would
         `scontrol update`): a claimed job takes every change too, and is marked as
         `request_requeue` marks it, so that the next pass scancels its Slurm job and queues it
-        again, counting nothing, to be submitted with the new request."""
+        again, counting nothing, to be submitted with the new request. Without `may_lengthen` (a
+        user's update, as Slurm lets only an operator raise a TimeLimit), a longer time limit, or
+        none, is refused: LimitLengthened, and nothing changes."""
         unknown = sorted(set(changes) - UPDATABLE)
         if unknown:
             raise InvalidJobs([f"{name}: cannot be changed (only {', '.join(sorted(UPDATABLE))})" for name in unknown])
         with self.write() as conn:
-            return self._update_in(conn, job_id, changes, now, time_limit_add, while_running, take_back)
+            return self._update_in(
+                conn, job_id, changes, now, time_limit_add, while_running, take_back, may_lengthen=may_lengthen
+            )
 
     def _update_in(
         self,
@@ -1033,6 +1043,7 @@ class Store:
         while_running: frozenset[str],
         take_back: bool,
         by: str = "",
+        may_lengthen: bool = True,
     ) -> dict[str, Any]:
         row = conn.execute(select(J.c.state, J.c.spec, J.c.spec_rev).where(J.c.id == job_id)).first()
         if row is None:
@@ -1046,6 +1057,12 @@ class Store:
             if not limit:  # (0 is no limit, as Slurm's --time=0)
                 raise InvalidJobs([f"time_limit: job {job_id} has no time limit to add to (set one)"])
             wanted["time_limit"] = limit + time_limit_add
+        if not may_lengthen and "time_limit" in wanted:
+            # 0 and none are no limit, as Slurm's --time=0 and UNLIMITED.
+            old, new = row.spec.get("time_limit") or math.inf, wanted["time_limit"] or math.inf
+            if new > old:
+                said = " to ".join("no limit" if limit == math.inf else f"{limit:g} s" for limit in (old, new))
+                raise LimitLengthened(f"job {job_id}: only an admin lengthens a job's time limit ({said})")
         queued_only = sorted(set(wanted) - while_running)
         resubmit = bool(queued_only) and take_back and state is JobState.CLAIMED
         if queued_only and state is not JobState.QUEUED and not resubmit:
@@ -1299,10 +1316,12 @@ class Store:
         time_limit_add: float | None = None,
         while_running: frozenset[str] = UPDATABLE_WHILE_RUNNING,
         take_back: bool = False,
+        may_lengthen: bool = True,
     ) -> ArrayOutcome:
         """`update_job` on each task of the array (Slurm's `scontrol update JobId=12`): a task whose
         state does not take the change is told of; a value no task can take (InvalidJobs) changes
-        none. NotQueued when no task takes it nor has it already."""
+        none, and so does a time limit one task may not lengthen to (LimitLengthened). NotQueued
+        when no task takes it nor has it already."""
         unknown = sorted(set(changes) - UPDATABLE)
         if unknown:
             raise InvalidJobs([f"{name}: cannot be changed (only {', '.join(sorted(UPDATABLE))})" for name in unknown])
@@ -1312,7 +1331,9 @@ class Store:
 
         def one(conn: Connection, task_id: int, outcome: ArrayOutcome) -> tuple[bool, str]:
             try:
-                result = self._update_in(conn, task_id, changes, now, time_limit_add, while_running, take_back, by)
+                result = self._update_in(
+                    conn, task_id, changes, now, time_limit_add, while_running, take_back, by, may_lengthen
+                )
             except NotQueued:
                 state = conn.execute(select(J.c.state).where(J.c.id == task_id)).scalar_one()
                 if JobState(state).terminal:
