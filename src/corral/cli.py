@@ -275,6 +275,17 @@ def plain_id(text: str) -> int:
     return int(text)
 
 
+def duration(text: str) -> float:
+    """A positive duration as the config takes one (90d, 36h, 1:30:00, seconds)."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if seconds <= 0:
+        raise typer.BadParameter(f"{text!r}: a duration longer than 0")
+    return seconds
+
+
 JOB_HELP = "A job id, or an array's task as ARRAY_TASK (12_3)."
 JobArg = Annotated[str, typer.Argument(parser=job_name, metavar="JOB", help=JOB_HELP, show_default=False)]
 # A command that changes jobs takes an array's id for every task of it, as Slurm's do.
@@ -1941,6 +1952,52 @@ def notify_status(as_json: JsonFlag = False) -> None:
             f" next try {when(r['due'])}",
             highlight=False,
         )
+
+
+@app.command()
+def retention(
+    jobs_after: Annotated[
+        float | None,
+        typer.Option(parser=duration, metavar="DURATION", help="Try this retention.jobs_after (e.g. 90d) instead."),
+    ] = None,
+    output_after: Annotated[
+        float | None, typer.Option(parser=duration, metavar="DURATION", help="Try this retention.output_after.")
+    ] = None,
+    events_after: Annotated[
+        float | None, typer.Option(parser=duration, metavar="DURATION", help="Try this retention.events_after.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show what the next retention sweep would delete, deleting nothing: by the running corral's
+    [retention], or by the values given, to try one before setting it (admin)."""
+    params = {
+        key: value
+        for key, value in (("jobs_after", jobs_after), ("output_after", output_after), ("events_after", events_after))
+        if value is not None
+    }
+    data = call("GET", "/api/retention", params=params)
+    if as_json:
+        print_json(data)
+        return
+    if not data["configured"] and not params:
+        console.print("[retention] deletes nothing: every job, event and output is kept (try --jobs-after 90d)")
+        return
+    source = "the values given, and the running corral's [retention] for the others" if params else "[retention]"
+    every = format_duration(data["interval"])
+    console.print(f"by {source}, the next sweep (every {every}) would delete:", highlight=False)
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("what", "kept for", "deleted"):
+        table.add_column(column)
+    if data["jobs_after"] is not None:
+        kept = data["jobs_ended"] - data["jobs"]
+        why = f" ({kept:,} more ended, kept: an open job depends on them, or their array has not all ended)"
+        table.add_row("ended jobs", format_duration(data["jobs_after"]), f"{data['jobs']:,}" + (why if kept else ""))
+    if data["outputs"] is not None:
+        kept_for = format_duration(data["output_after"] or data["jobs_after"])
+        table.add_row("job output here", kept_for, f"{data['outputs']:,} jobs'")
+    if data["events_after"] is not None:
+        table.add_row("events", format_duration(data["events_after"]), f"{data['events']:,}")
+    console.print(table)
 
 
 @config_app.command("check")

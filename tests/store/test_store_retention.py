@@ -38,12 +38,25 @@ def run_to_end(store: Store, job_id: int, at: float, exit_code: int = 0) -> int:
 
 
 def sweep(store: Store, logs: LogStore, now: float, **settings: str) -> Retention:
-    """A whole sweep, as the passes of a live loop run it step by step."""
-    retention = Retention(store, logs, RetentionConfig.model_validate(settings), lambda: now)
+    """A whole sweep, as the passes of a live loop run it step by step; what `corral retention`
+    counted before it (Store.purgeable) is what it deleted."""
+    config = RetentionConfig.model_validate(settings)
+    jobs_cut = None if config.jobs_after is None else now - config.jobs_after
+    events_cut = None if config.events_after is None else now - config.events_after
+    counted = store.purgeable(jobs_cut, events_cut)
+    jobs, events, purges = count_rows(store, "jobs"), count_rows(store, "events"), purge_events(store)
+    retention = Retention(store, logs, config, lambda: now)
     retention.after_pass()
     while retention.sweep is not None:
         retention.after_pass()
+    assert count_rows(store, "jobs") == jobs - counted.jobs
+    # (Each batch of jobs deleted is an event, store.purged, newer than any cut.)
+    assert count_rows(store, "events") == events - counted.events + purge_events(store) - purges
     return retention
+
+
+def purge_events(store: Store) -> int:
+    return len(store.list_events(kind="store.purged"))
 
 
 def test_ended_jobs_past_jobs_after_go_with_their_attempts_and_output_and_the_rest_stays(
@@ -101,6 +114,18 @@ def test_a_job_array_goes_whole_or_not_at_all(store: Store, tmp_path: Path) -> N
     assert all(not gone(store, task) for task in tasks), "its last task ended 85 days ago"
     sweep(store, logs, NOW + 101 * DAY, jobs_after="90d")
     assert all(gone(store, task) for task in tasks)
+
+
+def test_a_task_an_open_job_depends_on_keeps_its_whole_array(store: Store, tmp_path: Path) -> None:
+    add_node(store, "n1")
+    tasks = store.submit([JobRequest(command=["sweep"], array="0-1")], NOW)
+    for task in tasks:
+        run_to_end(store, task, NOW)
+    store.submit([request(dependency=f"afterok:{tasks[1]}")], NOW)
+
+    assert store.purgeable(NOW + 10 * DAY, None).jobs == 0
+    sweep(store, LogStore(tmp_path / "logs"), NOW + 100 * DAY, jobs_after="90d")
+    assert all(not gone(store, task) for task in tasks)
 
 
 def test_a_sweep_goes_on_past_a_batch_whose_jobs_must_all_stay(store: Store) -> None:

@@ -58,6 +58,7 @@ from corral.server.models import (
     QuietOut,
     RequeueBody,
     ResourcesOut,
+    RetentionOut,
     RetryOut,
     ShareOut,
     ShareRowOut,
@@ -848,6 +849,39 @@ def queue_order(runtime: UserRuntime, limit: int = Query(1000, ge=1, le=100_000)
         max_age=weights.max_age if multifactor_order else None,
         queued=len(jobs),
         rows=out,
+    )
+
+
+@router.get("/retention")
+def retention_preview(
+    runtime: AdminRuntime,
+    jobs_after: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
+    output_after: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
+    events_after: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
+) -> RetentionOut:
+    """What the next retention sweep would delete, counted and nothing deleted: by the running
+    corral's [retention], or, for a value given, by that (seconds), to try one before setting it."""
+    configured = runtime.config.retention
+    jobs_after = jobs_after or configured.jobs_after
+    output_after = output_after or configured.output_after
+    events_after = events_after or configured.events_after
+    now = time.time()
+    counts = runtime.store.purgeable(
+        None if jobs_after is None else now - jobs_after, None if events_after is None else now - events_after
+    )
+    outputs, output_kept_for = None, output_after or jobs_after
+    if output_kept_for is not None:
+        outputs = len(runtime.store.output_to_remove(runtime.logs.job_ids(), now - output_kept_for))
+    return RetentionOut(
+        configured=configured.enabled(),
+        interval=configured.interval,
+        jobs_after=jobs_after,
+        output_after=output_after,
+        events_after=events_after,
+        jobs_ended=None if jobs_after is None else counts.jobs_ended,
+        jobs=None if jobs_after is None else counts.jobs,
+        outputs=outputs,
+        events=None if events_after is None else counts.events,
     )
 
 

@@ -455,6 +455,21 @@ class NotifyStatusOut(BaseModel):
     sending: int = 0  # handed to a dispatcher's worker, their action not run yet (sent again after a crash)
 
 
+class RetentionOut(BaseModel):
+    """What a retention sweep would delete now (`corral retention`), by the running corral's
+    [retention] or the values asked for; a kind whose setting is unset is kept (None)."""
+
+    configured: bool  # whether the running corral's [retention] deletes anything
+    interval: float
+    jobs_after: float | None
+    output_after: float | None
+    events_after: float | None
+    jobs_ended: int | None  # ended before jobs_after ago
+    jobs: int | None  # of those, deleted (the others are kept for an open dependent or their array)
+    outputs: int | None  # jobs whose output this dispatcher holds and would delete
+    events: int | None
+
+
 class NotifySkipBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     to: DbInt | None = Field(

@@ -193,6 +193,16 @@ class NotQueued(ValueError):
     """A change that only a queued job takes (a hold), asked of a job in another state."""
 
 
+@dataclass
+class Purgeable:
+    """What a retention sweep would delete (Store.purgeable): `jobs` of the `jobs_ended` that ended
+    before its cut (the others are kept for an open dependent or their array), and `events`."""
+
+    jobs_ended: int = 0
+    jobs: int = 0
+    events: int = 0
+
+
 class LimitLengthened(ValueError):
     """A job's time limit made longer (or removed) by an update that may only shorten it."""
 
@@ -2463,6 +2473,44 @@ class Store:
                 " their attempts and output (retention.jobs_after)",
             )
         return ids, last_seen
+
+    def purgeable(self, jobs_ended_before: float | None, events_before: float | None) -> Purgeable:
+        """What a retention sweep with these cuts would delete now (None: that kind is kept), counted
+        without deleting anything, as purge_jobs and purge_events choose it: ended jobs not named by
+        an open job's dependency, in no array with a task that must stay; events the notifier has
+        handled."""
+        counts = Purgeable()
+        with self.read() as conn:
+            if jobs_ended_before is not None:
+                D = schema.job_dependencies
+                task, dependent = J.alias("task"), J.alias("dependent")
+                named = (
+                    select(D.c.depends_on)
+                    .join(dependent, dependent.c.id == D.c.job_id)
+                    .where(dependent.c.state.in_(OPEN_JOB_STATES))
+                )
+                task_ended = and_(
+                    task.c.state.in_(TERMINAL_JOB_STATES),
+                    func.coalesce(task.c.finished_at, task.c.updated_at) < jobs_ended_before,
+                )
+                whole_arrays_kept = select(task.c.array_job_id).where(
+                    task.c.array_job_id.is_not(None), or_(~task_ended, task.c.id.in_(named))
+                )
+                ended = select(func.count()).where(_ended_before(jobs_ended_before))
+                counts.jobs_ended = int(conn.execute(ended).scalar_one())
+                going = ended.where(
+                    J.c.id.not_in(named),
+                    or_(J.c.array_job_id.is_(None), J.c.array_job_id.not_in(whole_arrays_kept)),
+                )
+                counts.jobs = int(conn.execute(going).scalar_one())
+            if events_before is not None:
+                events = schema.events
+                handled = conn.execute(select(func.min(schema.notify_cursor.c.last_event_id))).scalar()
+                query = select(func.count()).where(events.c.at < events_before)
+                if handled is not None:
+                    query = query.where(events.c.id <= handled)
+                counts.events = int(conn.execute(query).scalar_one())
+        return counts
 
     def purge_events(self, before: float, limit: int) -> int:
         """Delete up to `limit` of the oldest events from before `before`; how many. Never one the
