@@ -15,7 +15,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, event, inspect, text
 
 from corral.config import Config
 from corral.core.snapshot import Decisions
@@ -264,3 +264,37 @@ def test_a_sqlite_store_with_rows_that_point_nowhere_is_not_migrated_and_says_wh
     )
     assert current_revision(store) == "0014"
     store.close()
+
+
+def test_a_sqlite_migration_that_would_leave_rows_pointing_nowhere_is_rolled_back_whole(tmp_path: Path) -> None:
+    """The check after the migrations said "the migrations left them so: restore the backup": the
+    store was migrated, broken. The check is in the migrations' transaction now: nothing is kept."""
+    path = tmp_path / "corral.db"
+    store = Store(f"sqlite:///{path}")
+    upgrade(store.engine, "0014")
+    with store.engine.begin() as conn:
+        conn.execute(text("INSERT INTO store_meta (name, value) VALUES ('kept', 'yes')"))
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        before = list(raw.iterdump())
+
+    def a_faulty_last_revision(conn: object, cursor: sqlite3.Cursor, statement: str, *rest: object) -> None:
+        # What a faulty migration would do: write an attempt of no job, with the keys off.
+        if statement.startswith("UPDATE alembic_version SET version_num='0017'"):
+            cursor.execute(
+                "INSERT INTO attempts (job_id, node_id, node_ids, vcpus, ram_mib, scratch_mib, gpus, state,"
+                " assigned_at, reason) VALUES (404, 'n1', '[\"n1\"]', 1, 1024, 0, 0, 'exited', 1.0, '')"
+            )
+
+    event.listen(store.engine, "before_cursor_execute", a_faulty_last_revision)
+    try:
+        with pytest.raises(BrokenForeignKeys) as refused:
+            store.migrate()
+    finally:
+        store.close()
+    assert str(refused.value) == (
+        "1 row points nowhere (attempts row 1 names no jobs row); the migrations would have left them so (a fault"
+        " of this corral's): nothing was migrated, the store is as it was; run the corral you upgraded from, and"
+        " report it"
+    )
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert list(raw.iterdump()) == before

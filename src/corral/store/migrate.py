@@ -49,13 +49,15 @@ class OlderDispatchersRun(RuntimeError):
 
 class BrokenForeignKeys(RuntimeError):
     """SQLite's check found rows whose foreign keys point nowhere: before the migrations (a store
-    written with its keys unenforced, by hand or by a tool), which then do not run; or after them."""
+    written with its keys unenforced, by hand or by a tool), which then do not run; or after them,
+    in their transaction, which is then rolled back."""
 
     def __init__(self, broken: list[tuple[str, int | None, str]], migrated: bool) -> None:
         shown = "; ".join(f"{table} row {rowid} names no {parent} row" for table, rowid, parent in broken[:5])
         more = f" and {len(broken) - 5} more" if len(broken) > 5 else ""
         done = (
-            "the migrations left them so: restore the backup taken before the upgrade"
+            "the migrations would have left them so (a fault of this corral's): nothing was migrated, the store"
+            " is as it was; run the corral you upgraded from, and report it"
             if migrated
             else "nothing was migrated: delete those rows, or restore a backup, then start again"
         )
