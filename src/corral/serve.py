@@ -34,7 +34,7 @@ from corral.loop import ControlLoop, LiveLoop
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
 from corral.store import Store
-from corral.store.migrate import BrokenForeignKeys, OlderDispatchersRun, Starter, StoreTooNew
+from corral.store.migrate import BrokenForeignKeys, MigrationFailed, OlderDispatchersRun, Starter, StoreTooNew
 
 log = logging.getLogger("corral.serve")
 
@@ -195,10 +195,12 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         raise SystemExit(
             f"error: the store {without_password(config.store_url)} (store.url) was migrated by a newer corral: {exc}"
         ) from None
-    except (OlderDispatchersRun, BrokenForeignKeys) as exc:
+    except (OlderDispatchersRun, BrokenForeignKeys, MigrationFailed) as exc:
         store.close()
         where = without_password(config.store_url)
-        raise SystemExit(f"error: the store {where} (store.url) was not migrated: {exc}") from None
+        # As for a store that cannot be opened: the database's reason may quote the URL, password and all.
+        reason = without_password(str(exc))
+        raise SystemExit(f"error: the store {where} (store.url) was not migrated: {reason}") from None
     api_token = read_or_create(home / "token", secrets.token_urlsafe(32))
     if not (api_token and api_token.isascii() and api_token.isprintable()):
         # Emptied to rotate the token, say: no client could present it, and the CLI would only say

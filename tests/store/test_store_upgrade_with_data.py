@@ -11,14 +11,20 @@ its node's agent: what the work of the month before an upgrade goes through.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, MetaData, Table, insert, select
+from sqlalchemy import Connection, MetaData, Table, event, insert, select
 
 from corral.core.model import AttemptState, JobState, NodeState, Resources
 from corral.jobspec import JobRequest
@@ -318,3 +324,98 @@ def assert_a_queued_job_runs(store: Store, written: dict[str, list[dict[str, Any
     assert attempt_id is not None
     [work] = store.work_for(idle)
     assert (work.attempt_id, work.job_id, work.command) == (attempt_id, queued["id"], ["echo", queued["name"]])
+
+
+def whole_database(path: Path) -> list[str]:
+    """Every table, index and row of a SQLite store, as the statements that would make it again."""
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        return list(raw.iterdump())
+
+
+@pytest.mark.parametrize(
+    ("at", "in_the_way", "reason"),
+    [
+        # 0015 (a rebuild of `nodes`) runs, then 0016 cannot create its table.
+        ("0014", "CREATE TABLE users (login TEXT)", "table users already exists"),
+        # 0008 rebuilds `jobs` (copy, DROP, rename), 0009 adds a table, 0010 rebuilds `jobs` again
+        # and then cannot create its index.
+        ("0007", "CREATE INDEX ix_jobs_array ON events (at)", "index ix_jobs_array already exists"),
+    ],
+    ids=["the third pending revision fails", "a revision fails inside a table rebuild"],
+)
+def test_a_sqlite_store_whose_migration_fails_is_left_exactly_as_it_was_then_migrates(
+    tmp_path: Path, at: str, in_the_way: str, reason: str
+) -> None:
+    """On SQLite Alembic committed each revision as it ran: a migration that failed part way left the
+    store at a revision between, some tables rebuilt, and the operator restoring a backup (losing
+    the work queued since it). In the way here: an operator's own table or index, of a name a later
+    revision creates."""
+    path = tmp_path / "corral.db"
+    url = f"sqlite:///{path}"
+    store = Store(url)
+    written: dict[str, list[dict[str, Any]]] = {}
+    for step, revision in enumerate(["0001", at]):
+        upgrade(store.engine, revision)
+        with store.engine.begin() as conn:
+            for name, rows in insert_as_the_schema_allows(conn, rows_of_step(step)).items():
+                written.setdefault(name, []).extend(rows)
+    head = revisions_oldest_first(store)[-1]
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.execute(in_the_way)
+        raw.commit()
+    before = whole_database(path)
+
+    # As `corral run` starts on it.
+    command = [sys.executable, "-m", "corral", "run", "--port", "0"]
+    env = {**os.environ, "CORRAL_HOME": str(tmp_path)}
+    started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert started.returncode != 0 and "Traceback" not in started.stderr, started.stderr
+    assert started.stderr.strip().splitlines()[-1] == (
+        f"error: the store {url} (store.url) was not migrated: migrating it to revision {head} failed: {reason};"
+        f" nothing was migrated, the store is at revision {at} as before: remove the cause, then start again"
+    )
+    assert whole_database(path) == before
+
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.execute(f"DROP {in_the_way.split()[1]} {in_the_way.split()[2]}")
+        raw.commit()
+    store = Store(url)
+    try:
+        store.migrate()
+        assert store.schema_revision() == head
+        with store.engine.connect() as conn:
+            assert_every_row_kept(conn, written, head)
+        assert_a_queued_job_runs(store, written)
+    finally:
+        store.close()
+
+
+def test_ctrl_c_in_a_sqlite_table_rebuild_leaves_the_store_as_it_was(tmp_path: Path) -> None:
+    """Ctrl-C while a revision copied `jobs` into its rebuilt table, a revision after another that
+    had rebuilt it already: the operator sees the interrupt, not a failed migration's reason, and
+    the store is at its old revision with every row."""
+    path = tmp_path / "corral.db"
+    store = Store(f"sqlite:///{path}")
+    upgrade(store.engine, "0001")
+    with store.engine.begin() as conn:
+        insert_as_the_schema_allows(conn, rows_of_step(0))
+    before = whole_database(path)
+    copies = 0
+
+    def interrupt_the_second_copy(conn: Connection, cursor: Any, statement: str, *_: Any) -> None:
+        # Where SIGINT's KeyboardInterrupt would come out of the driver mid-statement.
+        nonlocal copies
+        if statement.startswith("INSERT INTO _alembic_tmp_jobs"):
+            copies += 1
+            if copies == 2:
+                raise KeyboardInterrupt
+
+    event.listen(store.engine, "before_cursor_execute", interrupt_the_second_copy)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.migrate()
+    finally:
+        store.close()
+    assert copies == 2
+    assert whole_database(path) == before

@@ -10,6 +10,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, select
+from sqlalchemy.exc import SQLAlchemyError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -65,6 +66,18 @@ class BrokenForeignKeys(RuntimeError):
         super().__init__(f"{points} nowhere ({shown}{more}); {done}")
 
 
+class MigrationFailed(RuntimeError):
+    """A statement of a migration failed (a table or index of the name it creates is there
+    already, say). The migrations run in one transaction, rolled back: nothing of them is kept."""
+
+    def __init__(self, current: list[str], target: str | None, reason: str) -> None:
+        was = f"at revision {', '.join(current)}" if current else "empty"
+        super().__init__(
+            f"migrating it to revision {target} failed: {reason}; nothing was migrated, the store is {was} as"
+            " before: remove the cause, then start again"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Starter:
     """The dispatcher about to migrate: its id, the time, and how long a silent dispatcher counts
@@ -96,7 +109,27 @@ def upgrade(engine: Engine, revision: str = "head", starter: Starter | None = No
             running = dispatchers_running(conn, starter)
             if running:
                 raise OlderDispatchersRun(", ".join(current), target, running)
-    command.upgrade(config, revision)
+    try:
+        command.upgrade(config, revision)
+    except SQLAlchemyError as exc:
+        interrupt = interrupt_behind(exc)
+        if interrupt is not None:
+            # Ctrl-C in a table rebuild: Alembic's clean-up on the connection SQLAlchemy then
+            # invalidated fails ("Can't reconnect until invalid transaction is rolled back"),
+            # which is no reason to give the operator.
+            raise interrupt from None
+        # The database's own words, without SQLAlchemy's statement dump and link to its docs.
+        raise MigrationFailed(list(current), target, str(getattr(exc, "orig", None) or exc)) from exc
+
+
+def interrupt_behind(exc: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt (or SystemExit) that `exc` was raised while handling, if any."""
+    cause = exc.__context__
+    while cause is not None:
+        if not isinstance(cause, Exception):
+            return cause
+        cause = cause.__context__
+    return None
 
 
 def dispatchers_running(conn: Connection, starter: Starter) -> list[str]:
