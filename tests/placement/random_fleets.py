@@ -30,7 +30,34 @@ class World:
         return free
 
 
-def world(seed: int, *, n_nodes: int | None = None, n_jobs: int | None = None) -> World:
+def world(seed: int, *, n_nodes: int | None = None, n_jobs: int | None = None, windows: bool = False) -> World:
+    """`windows`: some nodes also hold admin reservations for a while only (started and ending,
+    or starting later), some queued jobs have time limits, and the reservation-start filter is on
+    (drawn apart, so the rest of the world is the one `seed` gives without)."""
+    w = _world(seed, n_nodes, n_jobs)
+    if windows:
+        _add_windows(w, random.Random(seed + 1))
+    return w
+
+
+def _add_windows(w: World, rng: random.Random) -> None:
+    for n in w.nodes:
+        if rng.random() < 0.4:
+            n.attributes["reservation"] = "maint"
+        if "reservation" not in n.attributes:
+            continue
+        start = rng.choice([None, w.now + rng.choice([300.0, 900.0, 3000.0])])
+        if start is not None:
+            n.attributes["reservation_start"] = str(start)
+        if rng.random() < 0.8:
+            n.attributes["reservation_until"] = str((start or w.now) + rng.choice([200.0, 1200.0, 4000.0]))
+    for job in w.queue:
+        if rng.random() < 0.6:
+            job.time_limit = rng.choice([100.0, 600.0, 2000.0])
+    w.settings["filters"].append("reservation-start")
+
+
+def _world(seed: int, n_nodes: int | None, n_jobs: int | None) -> World:
     rng = random.Random(seed)
     now = 50_000.0
     nodes = []

@@ -1,14 +1,17 @@
 """Properties over random fleets: a placed job always fits under the node's availability policy,
-and strict locality hints are never violated."""
+strict locality hints are never violated, and backfill's reservation never counts a node an admin
+reservation closes to the job during its run."""
 
 from __future__ import annotations
+
+import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_fleets import World, world
 
 from corral.core.model import Job, NodeState
-from corral.core.snapshot import Snapshot
+from corral.core.snapshot import PlacementResult, Snapshot
 from corral.placement.availability import Policy, Resource
 from corral.placement.placer import make_placer
 from corral.placement.settings import PlacementSettings
@@ -18,10 +21,17 @@ RESOURCE_FILTER = ["min-cpu", "min-ram", "min-disk", "gpus"]  # a filter turned 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def run(w: World, backfill: str) -> list[tuple[Job, tuple[str, ...]]]:
-    w.settings["queue"] = {"backfill": backfill, "capacity": "bounded", "default_time_limit": 600}
+DEFAULT_LIMIT = 600.0
+
+
+def place(w: World, backfill: str) -> PlacementResult:
+    w.settings["queue"] = {"backfill": backfill, "capacity": "bounded", "default_time_limit": DEFAULT_LIMIT}
     snapshot = Snapshot(jobs=w.running_jobs + w.queue, attempts=w.attempts, nodes=w.nodes, instance_types=[])
-    result = make_placer(PlacementSettings.model_validate(w.settings))(snapshot, w.queue, w.nodes, w.free(), w.now)
+    return make_placer(PlacementSettings.model_validate(w.settings))(snapshot, w.queue, w.nodes, w.free(), w.now)
+
+
+def run(w: World, backfill: str) -> list[tuple[Job, tuple[str, ...]]]:
+    result = place(w, backfill)
     jobs = {j.id: j for j in w.queue}
     return [(jobs[p.job_id], p.node_ids) for p in result.placements]
 
@@ -109,3 +119,30 @@ def test_strict_locality_is_never_violated(seed: int, backfill: str) -> None:
                 if near:
                     assert key(node_id) in near, (job.id, node_id, "near")
         where.setdefault(job.id, []).extend(node_ids)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32))
+def test_a_reservation_never_counts_a_node_closed_to_the_job_during_its_run(seed: int) -> None:
+    w = world(seed, windows=True)
+    result = place(w, "easy")
+    nodes = {n.id: n for n in w.nodes}
+    jobs = {j.id: j for j in w.queue}
+    for job_id, details in result.details.items():
+        reserved = details.get("reservation")
+        if reserved is None or reserved["job"] != job_id:
+            continue
+        job = jobs[job_id]
+        start = reserved["start"]
+        end = start + (job.time_limit if job.time_limit is not None else DEFAULT_LIMIT)
+        for node_id in reserved["nodes"]:
+            a = nodes[node_id].attributes
+            if a.get("reservation") != "maint" or job.reservation == "maint":
+                continue
+            closed_from = float(str(a.get("reservation_start", w.now)))
+            closed_until = float(str(a.get("reservation_until", math.inf)))
+            if closed_until <= w.now:
+                continue  # ended: no reservation
+            if "reservation" not in w.settings["filters"] and closed_from <= w.now:
+                continue  # not kept for its reservation: placement ignores it
+            assert end <= closed_from or start >= closed_until, (job_id, node_id, start, end)

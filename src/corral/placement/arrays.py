@@ -105,6 +105,9 @@ class FleetFacts:
         # jobs that end by its start, and any job naming it.
         self.reservation_start = np.full(n, math.inf)
         self.upcoming = np.zeros(n, dtype=np.int64)
+        # When the node's reservation (started or not) ends and it returns to general use (inf:
+        # never); backfill counts a node closed to a job by a reservation from then.
+        self.reservation_until = np.full(n, math.inf)
         self.max_jobs = np.full(n, self._default_max_jobs)
         self.capped_pin = np.full(n, -1, dtype=np.int64)
         self.next_reboot = np.full(n, math.nan)
@@ -173,6 +176,8 @@ class FleetFacts:
                 self.expires = min(self.expires, start)
             else:
                 self.reservation[i] = self.reservation_codes[name]
+            if not math.isnan(until):
+                self.reservation_until[i] = until
             if until < self.expires:
                 self.expires = until
         if attr.MAX_JOBS in a and not math.isnan(m := attr.number(a, attr.MAX_JOBS)):
@@ -196,6 +201,11 @@ class FleetFacts:
         n = self.n
         self.has_job_limits = bool(np.isfinite(self.max_jobs).any()) if n else False
         self.has_upcoming = bool(self.upcoming.any()) if n else False
+        # Whether some reservation closes a node to other jobs for a while only (one that starts
+        # later, or ends): backfill's reservations then plan around it.
+        self.has_windows = self.has_upcoming or (
+            bool(((self.reservation != 0) & np.isfinite(self.reservation_until)).any()) if n else False
+        )
         # Platform versions become ordinal ranks over the fleet's distinct versions (-1: none), so a
         # minimum version is one comparison and "newest" is a min-max over ranks.
         keys = self._keys
@@ -228,7 +238,7 @@ class FleetFacts:
         self.why_unschedulable[i] = "" if taking else node.state.value
         self.reserved[i] = self.category_blocked[i] = False
         self.reservation[i], self.capped_pin[i], self.failures[i] = 0, -1, 0.0
-        self.reservation_start[i], self.upcoming[i] = math.inf, 0
+        self.reservation_start[i], self.upcoming[i], self.reservation_until[i] = math.inf, 0, math.inf
         self.max_jobs[i] = self._default_max_jobs
         self.next_reboot[i] = self.hardware[i] = math.nan
         self.categories[i], self.platform_text[i], self._keys[i] = (), "", None
@@ -271,6 +281,10 @@ class NodeArrays:
         self.ids, self.index, self.n = f.ids, f.index, n
         self.now = now  # the pass's (an engine kept between passes moves it on: `PlacementEngine.renew`)
         self.policy: AvailabilityPolicy = settings.availability_policy()
+        # Which admin reservations close nodes to other jobs, as the filters in force say: those
+        # in force now (the reservation filter), those that start later (reservation-start).
+        self.closes_now = "reservation" in settings.filters
+        self.closes_later = "reservation-start" in settings.filters
         # Fixed for these arrays, as is `capacity` until a `refleet` (counted in `refleets`).
         self.ratio = np.ones(len(RESOURCES))
         self.refleets = 0
@@ -339,6 +353,8 @@ class NodeArrays:
         self.reservation_start = f.reservation_start
         self.upcoming = f.upcoming
         self.has_upcoming = f.has_upcoming
+        self.reservation_until = f.reservation_until
+        self.has_windows = f.has_windows
         self.max_jobs = f.max_jobs
         self.has_job_limits = f.has_job_limits
         self.capped_pin = f.capped_pin

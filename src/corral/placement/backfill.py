@@ -8,6 +8,11 @@ reservation, or on a reserved node if they end before the reservation starts or 
 reserved job leaves free there. Reservations are made again every pass (LastReservation
 refigures only the nodes that changed).
 
+Admin reservations that hold a node for a while only (a maintenance window: one that starts later,
+or one that ends) close it to the jobs outside them from their start to their end. The reservation
+counts such a node only at a time when the job, run for its time limit (or the default one; without
+either, for ever), would end by the window's start, or from the window's end on.
+
 The future is projected from requests alone (the only thing known about it), against capacity
 times the overprovision ratio; measured use is not projected. Job-count limits and capness are
 not projected either: the reservation says where the job could go, the filters still decide.
@@ -282,13 +287,27 @@ class Reservation:
     # holds_back's answers by request, while `spare` is as it was (the jobs of a long queue share
     # a few requests).
     _held_for: dict[bytes, Bools | None] = field(default_factory=dict)
+    # Admin reservations whose windows close some of its nodes until its start (their ends, not
+    # running work, set the start), by name.
+    after_windows: tuple[str, ...] = ()
+    # The last time the job may start on all its nodes and still end before a window closes one
+    # of them (inf: none does): a started reservation moves once the clock passes it.
+    open_until: float = math.inf
 
     def __post_init__(self) -> None:
         self._column = {i: k for k, i in enumerate(self.nodes)}
 
     def copy(self) -> Reservation:
         """One whose room placements may take from (`take`) without changing this one."""
-        return Reservation(self.job_id, self.start, self.nodes, self.spare.copy(), self.held)
+        return Reservation(
+            self.job_id,
+            self.start,
+            self.nodes,
+            self.spare.copy(),
+            self.held,
+            after_windows=self.after_windows,
+            open_until=self.open_until,
+        )
 
     def same_as(self, other: Reservation | None, now: float = -math.inf) -> bool:
         """The same start (or both started by `now`: every job still to be placed ends after
@@ -336,19 +355,68 @@ class Reservation:
         # In node order: the same reservation reads the same whichever node first fit first.
         where = ", ".join(arrays.ids[i] for i in sorted(self.nodes)[:5]) + (" ..." if len(self.nodes) > 5 else "")
         when = "now" if self.start <= now else f"in {_duration(self.start - now)}"
-        return f"reserved {where} from {when} ({'EASY backfill' if mode == 'easy' else 'strict FIFO'})"
+        after = f", after admin reservation {', '.join(self.after_windows)} ends" if self.after_windows else ""
+        return f"reserved {where} from {when}{after} ({'EASY backfill' if mode == 'easy' else 'strict FIFO'})"
 
 
 def reserve(
-    arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float, ready: Floats | None = None
+    arrays: NodeArrays,
+    demand: Demand,
+    eligible: Bools,
+    timeline: Timeline,
+    now: float,
+    ready: Floats | None = None,
+    default_limit: float | None = None,
 ) -> Reservation | None:
     """The earliest reservation for `demand` on `eligible` nodes, or None if running work never
     frees enough (work without a time limit never ends, for this purpose). `ready`: per node, the
-    time before which it cannot be used (a down node's `now + node_down_delay`, seed 002 §5.4.5)."""
+    time before which it cannot be used (a down node's `now + node_down_delay`, seed 002 §5.4.5).
+    `default_limit`: how long a job without a time limit is taken to run, against windows."""
     first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
     if ready is not None:
         first_fit = np.maximum(first_fit, ready)
-    return _reservation(arrays, demand, timeline, first_fit)
+    return _reservation(arrays, demand, timeline, first_fit, windows_for(arrays, demand, default_limit))
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """When admin reservations close nodes to one job: node i from `closed_from[i]` (-inf: it is
+    closed already) until `closed_until[i]` (inf: for good); a node no window closes has both inf.
+    `duration`: how long the job runs (inf: without a limit)."""
+
+    closed_from: Floats
+    closed_until: Floats
+    duration: float
+
+
+def windows_for(arrays: NodeArrays, demand: Demand, default_limit: float | None) -> Windows | None:
+    """The windows that close nodes to `demand`'s job (None: none does). A reservation the job
+    names closes nothing to it; one in force that never ends keeps its nodes out of `eligible`
+    already (the reservation filter), so only one with an end counts here. Neither closes a node
+    while the filter that keeps jobs off it is not in force."""
+    if not arrays.has_windows:
+        return None
+    own = arrays.reservation_codes.get(demand.reservation, 0) if demand.reservation else 0
+    upcoming = (arrays.upcoming != 0) & (arrays.upcoming != own) & arrays.closes_later
+    started = (arrays.reservation != 0) & (arrays.reservation != own) & np.isfinite(arrays.reservation_until)
+    started &= arrays.closes_now
+    if not (upcoming.any() or started.any()):
+        return None
+    closed_from = np.where(upcoming, arrays.reservation_start, np.where(started, -math.inf, math.inf))
+    # (An end before the start ends nothing: the reservation never takes hold.)
+    closed_until = np.where(upcoming | started, np.maximum(arrays.reservation_until, closed_from), math.inf)
+    limit = demand.time_limit if demand.time_limit is not None else default_limit
+    return Windows(closed_from, closed_until, math.inf if limit is None else float(limit))
+
+
+def ending_reservations(arrays: NodeArrays) -> Bools | None:
+    """Nodes held by a reservation in force that ends (None: none is): the reservation filter
+    keeps them from every job outside it, but from its end they take any, so backfill may count
+    them from then (see `windows_for`)."""
+    if not (arrays.has_windows and arrays.closes_now):
+        return None
+    ending = (arrays.reservation != 0) & np.isfinite(arrays.reservation_until)
+    return ending if ending.any() else None
 
 
 _FIRST = np.zeros(1, dtype=np.int64)  # the first event starts a node's group
@@ -473,16 +541,32 @@ def _first_fits_few(
     return first_fit
 
 
-def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_fit: Floats) -> Reservation | None:
-    """The reservation starts when the `need`-th node fits (ties to the first nodes)."""
+def _reservation(
+    arrays: NodeArrays, demand: Demand, timeline: Timeline, first_fit: Floats, windows: Windows | None = None
+) -> Reservation | None:
+    """The reservation starts when the `need`-th node fits (ties to the first nodes); with
+    `windows`, when `need` nodes fit and are open to the job for its whole run."""
     need = demand.node_count
-    # The first `need` nodes by first fit, ties to the lower position (argmin: the first minimum).
-    order: Ints = (
-        np.array([first_fit.argmin()]) if need == 1 and len(first_fit) else np.argsort(first_fit, kind="stable")[:need]
-    )
-    if len(order) < need or not np.isfinite(first_fit[order[-1]]):
-        return None
-    start = float(first_fit[order[-1]])
+    after_windows: tuple[str, ...] = ()
+    open_until = math.inf
+    if windows is not None:
+        opened = _open_start(first_fit, windows, need)
+        if opened is None:
+            return None
+        start, order, stretch_end, after = opened
+        open_until = float(stretch_end.min())
+        codes = np.where(arrays.upcoming[order] != 0, arrays.upcoming[order], arrays.reservation[order])[after]
+        after_windows = tuple(sorted({arrays.reservation_names[c] for c in codes.tolist()}))
+    else:
+        # The first `need` nodes by first fit, ties to the lower position (argmin: the first minimum).
+        order = (
+            np.array([first_fit.argmin()])
+            if need == 1 and len(first_fit)
+            else np.argsort(first_fit, kind="stable")[:need]
+        )
+        if len(order) < need or not np.isfinite(first_fit[order[-1]]):
+            return None
+        start = float(first_fit[order[-1]])
     chosen = [int(i) for i in order]
     held = np.zeros(arrays.n, dtype=bool)
     held[chosen] = True
@@ -501,7 +585,40 @@ def _reservation(arrays: NodeArrays, demand: Demand, timeline: Timeline, first_f
     ceiling = arrays.capacity[:, chosen] * arrays.ratio[:, None]
     projected = np.minimum(ceiling - arrays.dedicated[:, chosen], ceiling)
     spare = np.minimum(projected + freed, ceiling) - demand.vector[:, None]
-    return Reservation(demand.job_id, start, chosen, spare, held)
+    return Reservation(demand.job_id, start, chosen, spare, held, after_windows=after_windows, open_until=open_until)
+
+
+def _open_start(first_fit: Floats, windows: Windows, need: int) -> tuple[float, Ints, Floats, Bools] | None:
+    """The earliest time at which `need` nodes fit the job and stay open to it for its run; the
+    first `need` of those nodes by when their open stretch began (ties to the lower position);
+    the last start each allows (inf: any); and which of them open only at a window's end.
+
+    A node fits from its first fit on (its room only grows as work ends), so the starts it allows
+    are at most two stretches: from its first fit to the last start that ends by its window's
+    start, and from the window's end (or its first fit, if later) on. The earliest start with
+    `need` stretches open is at the beginning of one: a sweep over their sorted beginnings and
+    ends finds it."""
+    closed_from, closed_until, duration = windows.closed_from, windows.closed_until, windows.duration
+    with np.errstate(invalid="ignore"):  # inf - inf: a node without a window, for a job without a limit
+        last_before = np.where(np.isinf(closed_from) & (closed_from > 0), math.inf, closed_from - duration)
+    before = np.isfinite(first_fit) & (first_fit <= last_before)
+    after_start = np.maximum(first_fit, closed_until)  # inf: the window never ends, or it never fits
+    after = np.isfinite(after_start)
+    begins = np.sort(np.concatenate((first_fit[before], after_start[after])))
+    ends = np.sort(last_before[before])
+    # Stretches open at each beginning: those begun by then, less those ended before it.
+    open_at = np.searchsorted(begins, begins, side="right") - np.searchsorted(ends, begins, side="left")
+    enough = (open_at >= need).nonzero()[0]
+    if not len(enough):
+        return None
+    start = float(begins[enough[0]])
+    in_before = before & (first_fit <= start) & (start <= last_before)
+    in_after = after & ~in_before & (after_start <= start)
+    began = np.where(in_before, first_fit, np.where(in_after, after_start, math.inf))
+    order: Ints = np.argsort(began, kind="stable")[:need]
+    stretch_end = np.where(in_before[order], last_before[order], math.inf)
+    # The windows whose ends, not the room, set when these nodes open.
+    return start, order, stretch_end, (in_after & (closed_until > first_fit))[order]
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,14 +652,19 @@ class LastReservation:
     its time limit waits with its start held at `now`, pass after pass. Busy fixed fleets reserve
     for the same blocked job pass after pass while a few jobs end and start."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_limit: float | None = None) -> None:
         self._made: _Made | None = None
+        self.default_limit = default_limit  # see `reserve`'s
 
     def reserve(
         self, arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float
     ) -> Reservation | None:
         made, key, changes = self._made, (demand.job_id, demand.key), timeline.changes
         added = timeline.added_nodes()
+        # Windows (rare) move the reservation in ways the shortcuts below do not follow (a started
+        # one moves when the clock passes the last start its nodes allow): it is made from the
+        # first fits each time, which are kept as ever.
+        windows = windows_for(arrays, demand, self.default_limit)
         dirty = None
         if (
             made is not None
@@ -561,7 +683,7 @@ class LastReservation:
             if changes.serial != made.serial and changes.nodes is not None:
                 dirty[changes.nodes] = True
             last = made.reservation
-            if last is not None and last.start > now and not dirty.any():
+            if last is not None and last.start > now and not dirty.any() and windows is None:
                 self._made = replace(made, serial=changes.serial, added=added, now=now)
                 return _in_order(last, made.first_fit, now).copy()
         stands = False
@@ -570,7 +692,7 @@ class LastReservation:
             first_fit = _first_fits_few(arrays, demand, eligible, now, at, timeline, made.first_fit)
             if first_fit is None:
                 first_fit = _Fits(arrays, demand, eligible, now, at).first_fits(timeline, made.first_fit)
-            stands = _stands(made, dirty, first_fit, now)
+            stands = windows is None and _stands(made, dirty, first_fit, now)
         else:
             first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
         reservation: Reservation | None
@@ -583,7 +705,7 @@ class LastReservation:
             elif last is not None:
                 reservation = _in_order(last, first_fit, now)
         else:
-            reservation = _reservation(arrays, demand, timeline, first_fit)
+            reservation = _reservation(arrays, demand, timeline, first_fit, windows)
             if reservation is not None and reservation.start <= now:
                 next_end = timeline.next_end(now, reservation.held)
         if changes is not None:

@@ -364,12 +364,20 @@ class Engine:
     def static_mask_but_state(self, demand: Demand) -> Bools:
         """The static filters but the node state's: where a node that is not taking work now could
         take `demand` once it does (backfill's down nodes, seed 002 §5.4.5)."""
-        key = ("but state", demand.static_key)
+        return self._static_mask_but("state", demand)
+
+    def static_mask_but_reservation(self, demand: Demand) -> Bools:
+        """The static filters but the admin reservation's: where a node held by a reservation
+        could take `demand` once the reservation ends (backfill's windows)."""
+        return self._static_mask_but("reservation", demand)
+
+    def _static_mask_but(self, name: str, demand: Demand) -> Bools:
+        key = ("but", name, demand.static_key)
         cached = self._static_cache.get(key)
         if cached is None:
             cached = self._all
             for f in self._static:
-                if f.name != "state" and (m := f.mask(self.arrays, demand, None)) is not None:
+                if f.name != name and (m := f.mask(self.arrays, demand, None)) is not None:
                     cached = cached & m
             self._static_cache[key] = cached
         return cached

@@ -32,7 +32,15 @@ from corral.core.model import Job, Node, NodeState, Resources
 from corral.core.snapshot import Placement, PlacementResult, Snapshot
 from corral.placement import attributes as attr
 from corral.placement.arrays import Bools, FleetFacts, Floats, Ints, NodeArrays, fleet_signature
-from corral.placement.backfill import LastReservation, Reservation, RunningEnds, Timeline, end_time, reserve
+from corral.placement.backfill import (
+    LastReservation,
+    Reservation,
+    RunningEnds,
+    Timeline,
+    end_time,
+    ending_reservations,
+    reserve,
+)
 from corral.placement.boot import TypeRanker
 from corral.placement.collector import collector_paused
 from corral.placement.demand import Demand
@@ -274,7 +282,7 @@ class FactsMemo:
         self.fits: TypeFits | None = None
         self.work = new_ledger(settings)
         self.running = RunningEnds(settings.queue.default_time_limit)
-        self.reservation = LastReservation()
+        self.reservation = LastReservation(settings.queue.default_time_limit)
         self.demands = DemandMemo()
         self.walk: QueueWalk | None = None  # where the last pass's queue loop stood, if it may go on
         self.engine: Engine | None = None  # the last pass's, kept in step with `work`
@@ -499,7 +507,7 @@ def place(
 
     demands = memo.demands if memo is not None else DemandMemo()
     make: Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None]
-    make = memo.reservation.reserve if memo is not None else reserve
+    make = memo.reservation.reserve if memo is not None else _reserving_from(None, policy.default_time_limit)
     # Down nodes that come back (seed 002 §5.4.5, NODEDOWNSTATEDELAYTIME): reservations count them
     # from `now + node_down_delay`, which floats with the clock, so no kept reservation or walk
     # holds from one pass to the next while there are any.
@@ -508,7 +516,7 @@ def place(
         marked = np.array([why == NodeState.DOWN.value for why in arrays.why_unschedulable], dtype=bool)
         if marked.any():
             down = marked
-            make = _reserving_from(np.where(marked, now + policy.node_down_delay, -math.inf))
+            make = _reserving_from(np.where(marked, now + policy.node_down_delay, -math.inf), policy.default_time_limit)
     not_examined = ""
     blocker_reason = ""  # the blocked job's reason before its reservation is described
     # Read once: the loop below runs for every queued job, pass after pass.
@@ -693,6 +701,10 @@ def place(
                 eligible = engine.static_mask(demand)
                 if down is not None:
                     eligible = eligible | (down & engine.static_mask_but_state(demand))
+                ending = ending_reservations(arrays)
+                if ending is not None:
+                    # Held by an admin reservation that ends: from its end the node takes any job.
+                    eligible = eligible | (ending & engine.static_mask_but_reservation(demand))
                 strict = engine.resolve(demand)
                 if strict is not None and strict.hints.strict and engine.locality_filter:
                     allowed = strict.allowed()
@@ -729,8 +741,11 @@ def place(
         # Before its start, only the clock reaching it moves the reservation; from then on (work
         # past its limit is taken to end now) only the clock passing another end of running work
         # on a node it may use.
+        # Or, on a node a window closes later, the clock passing the last start that ends by then.
         start = reservation.start
-        result.revisit_from = start if start > now else timeline.built().next_end(now, eligible)
+        result.revisit_from = (
+            start if start > now else min(timeline.built().next_end(now, eligible), reservation.open_until)
+        )
     if (
         memo is not None
         and not explanations
@@ -894,12 +909,13 @@ class QueueWalk:
 
 
 def _reserving_from(
-    ready: Floats,
+    ready: Floats | None, default_limit: float | None
 ) -> Callable[[NodeArrays, Demand, Bools, Timeline, float], Reservation | None]:
-    """`reserve` with nodes usable only from `ready` on (a down node's `now + node_down_delay`)."""
+    """`reserve` with nodes usable only from `ready` on (a down node's `now + node_down_delay`;
+    None: all now), taking a job without a time limit to run for `default_limit`."""
 
     def make(arrays: NodeArrays, demand: Demand, eligible: Bools, timeline: Timeline, now: float) -> Reservation | None:
-        return reserve(arrays, demand, eligible, timeline, now, ready)
+        return reserve(arrays, demand, eligible, timeline, now, ready, default_limit)
 
     return make
 
