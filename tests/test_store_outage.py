@@ -146,6 +146,30 @@ def test_the_api_answers_503_saying_the_store_is_unreachable_and_serves_again_on
         assert [job["command"] for job in again.json()] == [["true"]]  # the one refused was not kept
 
 
+def test_health_says_the_store_is_unreachable_while_liveness_stays_up(
+    cluster: PrivateCluster, store: Store, tmp_path: Path
+) -> None:
+    """Seen: with PostgreSQL stopped, /api/health answered 200 while every other call answered 503,
+    so a load balancer kept sending work to a dispatcher that could do none. Readiness (/api/health)
+    now says so; liveness (/api/live) stays up, so that a watchdog does not restart corral in a loop
+    through an outage a restart cannot end."""
+    with served_app(tmp_path, store_url=store.url) as (url, _store):
+        before = httpx.get(f"{url}/api/health")
+        assert before.status_code == 200 and before.json()["store"] == "reachable", before.text
+        cluster.stop()
+        try:
+            health = httpx.get(f"{url}/api/health", timeout=30)
+            live = httpx.get(f"{url}/api/live", timeout=30)
+        finally:
+            cluster.start()
+        assert health.status_code == 503, health.text
+        assert health.json()["ok"] is False
+        assert health.json()["store"].startswith("unreachable: "), health.text
+        assert health.headers["Retry-After"] == "5"
+        assert live.status_code == 200 and live.json()["ok"] is True, live.text
+        assert httpx.get(f"{url}/api/health").status_code == 200  # ready again, on a new connection
+
+
 def test_a_node_heard_before_an_outage_longer_than_ping_stale_is_not_marked_down_for_it(
     cluster: PrivateCluster, store: Store
 ) -> None:

@@ -303,9 +303,28 @@ def create_app(runtime: Runtime) -> FastAPI:
         runtime.metrics.refresh(runtime.store, time.time(), config.policy, names)
         return PlainTextResponse(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/api/health")
-    def health() -> dict[str, Any]:
+    @app.get("/api/live")
+    def live() -> dict[str, Any]:
+        # Liveness: the process answers. It reads no store, so that a watchdog or a Kubernetes
+        # liveness probe does not restart corral in a loop through a database outage, which a
+        # restart cannot end (and a start with the store unreachable fails).
         return {"ok": True, "dispatcher": runtime.loop.dispatcher_id if runtime.loop else None}
+
+    @app.get("/api/health")
+    def health() -> JSONResponse:
+        # Readiness: this dispatcher can serve. With the store unreachable every other call answers
+        # 503, and a load balancer that went on sending them here would only have them refused.
+        dispatcher = runtime.loop.dispatcher_id if runtime.loop else None
+        try:
+            runtime.store.answers()
+        except (OperationalError, InterfaceError) as exc:
+            reason = store_unreachable(exc)
+            return JSONResponse(
+                {"ok": False, "dispatcher": dispatcher, "store": f"unreachable: {reason}"},
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
+        return JSONResponse({"ok": True, "dispatcher": dispatcher, "store": "reachable"})
 
     from corral.server import agent_api, api, dashboard
 
@@ -415,7 +434,7 @@ def body_limit(method: str, path: str) -> int:
 
 
 def _user_route(path: str) -> bool:
-    return path.startswith("/api/") and not path.startswith("/api/agent/") and path != "/api/health"
+    return path.startswith("/api/") and not path.startswith("/api/agent/") and path not in ("/api/health", "/api/live")
 
 
 def _naming_input(errors: Any) -> list[dict[str, Any]]:
