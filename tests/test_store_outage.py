@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text, update
 from sqlalchemy.exc import OperationalError
 
@@ -44,6 +45,7 @@ from tests.support import served_app, wait_until
 from tests.test_notifier import Receiver
 
 START = 1_000_000.0
+LAST_PASS = "corral_pass_last_success_timestamp_seconds"
 
 
 def postgres_program(name: str) -> str:
@@ -168,6 +170,34 @@ def test_health_says_the_store_is_unreachable_while_liveness_stays_up(
         assert health.headers["Retry-After"] == "5"
         assert live.status_code == 200 and live.json()["ok"] is True, live.text
         assert httpx.get(f"{url}/api/health").status_code == 200  # ready again, on a new connection
+
+
+def test_metrics_say_the_store_is_down_and_keep_the_loops_own_figures_through_an_outage(
+    cluster: PrivateCluster, store: Store, tmp_path: Path
+) -> None:
+    """Seen: with PostgreSQL stopped, /metrics answered 503, so Prometheus saw `up == 0` (corral
+    down, by the guide's CorralDown) and lost the very figures that tell a store outage:
+    corral_pass_errors_total and the last good pass."""
+
+    def scrape(url: str) -> dict[str, float]:
+        response = httpx.get(f"{url}/metrics", timeout=30)
+        assert response.status_code == 200, response.text
+        samples = (s for family in text_string_to_metric_families(response.text) for s in family.samples)
+        return {sample.name: sample.value for sample in samples if not sample.labels}
+
+    with served_app(tmp_path, store_url=store.url) as (url, _store):
+        before = scrape(url)
+        assert before["corral_store_up"] == 1 and "corral_jobs_held" in before
+        cluster.stop()
+        try:
+            during = scrape(url)
+        finally:
+            cluster.start()
+        assert during["corral_store_up"] == 0
+        assert {"corral_passes_total", "corral_pass_errors_total", LAST_PASS} <= set(during)
+        # The store's figures are absent, not frozen at what they were before it went away.
+        assert "corral_jobs_held" not in during and "corral_queue_oldest_wait_seconds" not in during
+        assert scrape(url)["corral_store_up"] == 1
 
 
 def test_a_node_heard_before_an_outage_longer_than_ping_stale_is_not_marked_down_for_it(

@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -300,8 +300,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     def metrics() -> PlainTextResponse:
         config = runtime.config
         names = [instance_type.name for instance_type in config.instance_types] if config.executor == "agent" else []
-        runtime.metrics.refresh(runtime.store, time.time(), config.policy, names)
-        return PlainTextResponse(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        exposition = runtime.metrics.exposition(runtime.store, time.time(), config.policy, names)
+        return PlainTextResponse(exposition, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/live")
     def live() -> dict[str, Any]:

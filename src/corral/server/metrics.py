@@ -18,7 +18,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -28,7 +36,7 @@ from corral.core.events import EVENT_KINDS
 from corral.core.model import JobState, NodeState
 from corral.core.settings import PolicySettings
 from corral.notifier import RETRY_KEY
-from corral.store import Store
+from corral.store import Store, store_unreachable
 
 # Seconds from a job's submission to its first start: a second to a day.
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600)
@@ -70,14 +78,22 @@ class FleetCostCollector(Collector):
 @dataclass
 class Metrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # The metrics this process knows without the store: all a scrape can serve while the store is
+    # unreachable. Each is in `registry` too.
+    own: CollectorRegistry = field(default_factory=CollectorRegistry)
     # The last event counted: the store's newest when the server started (Runtime sets it).
     event_cursor: int = 0
 
     def __post_init__(self) -> None:
         registry = self.registry
         # Which corral answers (a dashboard's "version" panel; `count by (version)` during an upgrade).
-        Info("corral_build", "The corral version and Python of this server", registry=registry).info(
-            {"version": corral.__version__, "python": platform.python_version()}
+        build = Info("corral_build", "The corral version and Python of this server", registry=None)
+        build.info({"version": corral.__version__, "python": platform.python_version()})
+        self.store_up = Gauge(
+            "corral_store_up",
+            "1 if the store answered this scrape's reads, 0 if it was unreachable (then only this"
+            " process's own metrics are served)",
+            registry=None,
         )
         self.jobs = Gauge("corral_jobs", "Jobs by state", ["state"], registry=registry)
         self.jobs_held = Gauge("corral_jobs_held", "Queued jobs on hold (corral hold)", registry=registry)
@@ -105,14 +121,17 @@ class Metrics:
         # first capacity error after each start.
         for kind in EVENT_KINDS:
             self.events.labels(kind)
-        self.passes = Counter("corral_passes", "Reconcile passes run", registry=registry)
-        self.pass_errors = Counter("corral_pass_errors", "Reconcile passes that raised", registry=registry)
-        self.pass_seconds = Histogram("corral_pass_seconds", "Duration of a reconcile pass", registry=registry)
+        self.passes = Counter("corral_passes", "Reconcile passes run", registry=None)
+        self.pass_errors = Counter("corral_pass_errors", "Reconcile passes that raised", registry=None)
+        self.pass_seconds = Histogram("corral_pass_seconds", "Duration of a reconcile pass", registry=None)
         self.last_pass = Gauge(
             "corral_pass_last_success_timestamp_seconds",
             "Unix time at which this server's last reconcile pass ended without an error (0: none yet)",
-            registry=registry,
+            registry=None,
         )
+        for own in (build, self.store_up, self.passes, self.pass_errors, self.pass_seconds, self.last_pass):
+            registry.register(own)
+            self.own.register(own)
         self.fleet_cost = FleetCostCollector()
         registry.register(self.fleet_cost)
         self.backoff = Gauge(
@@ -148,6 +167,23 @@ class Metrics:
         self._types_seen: set[str] = set()
         # Two scrapes at once must not count the same events twice.
         self._lock = threading.Lock()
+
+    def exposition(
+        self, store: Store, now: float, policy: PolicySettings | None = None, instance_types: Iterable[str] = ()
+    ) -> bytes:
+        """What a scrape answers: every metric, read from the store as of `now`; with the store
+        unreachable, `corral_store_up 0` and this process's own metrics (its passes and their
+        errors, the last good pass), not a failed scrape: an outage of the database is then an
+        alert of its own, not `up == 0`, and the store's figures are absent rather than stale."""
+        try:
+            self.refresh(store, now, policy, instance_types)
+        except Exception as exc:
+            if store_unreachable(exc) is None:
+                raise
+            self.store_up.set(0)
+            return generate_latest(self.own)
+        self.store_up.set(1)
+        return generate_latest(self.registry)
 
     def refresh(
         self, store: Store, now: float, policy: PolicySettings | None = None, instance_types: Iterable[str] = ()
