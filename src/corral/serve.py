@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import socket as socketlib
 import stat
@@ -298,12 +299,23 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         )
     )
     server.runtime = runtime
+    signal.signal(signal.SIGHUP, _hangup_ignored)
     try:
         server.run(sockets=[sock])
     finally:
         forget_address()  # also when the server fails before it stops
         store.close()
         lock.close()
+
+
+def _hangup_ignored(_signum: int, _frame: object) -> None:
+    # logrotate's postrotate and `systemctl kill -s HUP` send it to whatever they are told to. By
+    # default it ended corral at once, as a crash does (no requeue, no recorded stop), and systemd's
+    # Restart=on-failure does not start again a service that SIGHUP ended.
+    log.info(
+        "SIGHUP received and ignored: corral's log goes to stderr (no file of its own to reopen) and its"
+        " config is read at start only (to change it, restart corral, with --keep-fleet to keep the work running)"
+    )
 
 
 def _whose(home: Path) -> str:

@@ -1,0 +1,25 @@
+"""The signals an operator's tools send a running `corral run`."""
+
+from __future__ import annotations
+
+import signal
+
+import httpx
+
+from tests.e2e.conftest import Corral
+from tests.support import wait_until
+
+
+def test_sighup_is_logged_and_ignored_and_a_sigterm_after_it_still_stops_cleanly(corral: Corral) -> None:
+    """Seen: a logrotate postrotate's `kill -HUP` ended corral at once, as a crash does: no clean
+    stop, server.json left behind, and under systemd no restart (Restart=on-failure takes a
+    SIGHUP for a clean end)."""
+    corral.start()
+    assert corral.process is not None
+    corral.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "SIGHUP received and ignored" in corral.server_log(), 30, "corral to log the SIGHUP")
+    assert corral.process.poll() is None, corral.server_log()
+    assert httpx.get(f"{corral.base}/api/health", timeout=10).status_code == 200
+    corral.stop(signal.SIGTERM)
+    assert not (corral.home / "server.json").exists()
+    assert "stopping: requeueing running work and shutting the fleet down" in corral.server_log()
