@@ -340,7 +340,11 @@ def run(
     config_file: Annotated[Path | None, typer.Option("--config", "-c", help="TOML or YAML config file.")] = None,
     home: Annotated[Path | None, typer.Option(help="Data directory (default: CORRAL_HOME).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (0 = any free port).")] = None,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_level: Annotated[str, typer.Option(help="Log level: debug, info, warning or error.")] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(help="How log lines are written to stderr: logfmt (key=value) or json (one object a line)."),
+    ] = "logfmt",
     keep_fleet: Annotated[
         bool,
         typer.Option(
@@ -352,15 +356,19 @@ def run(
 ) -> None:
     """Run corral: the server, the control loop and the cloud driver (default: loopback + SQLite)."""
     from corral.config import ConfigError, load_config
-    from corral.serve import serve, setup_logging
+    from corral.serve import LOG_FORMATS, LOG_LEVELS, serve, setup_logging
 
+    if log_level.lower() not in LOG_LEVELS:
+        fail(f"--log-level {log_level!r}: write one of {', '.join(LOG_LEVELS)}", 2)
+    if log_format.lower() not in LOG_FORMATS:
+        fail(f"--log-format {log_format!r}: write one of {', '.join(LOG_FORMATS)}", 2)
     try:
         config = load_config(config_file, home=home)
     except ConfigError as exc:
         fail(str(exc), 2)
     if port is not None:
         config.server.port = port
-    setup_logging(log_level.upper())
+    setup_logging(log_level, log_format)
     serve(config, keep_fleet=keep_fleet)
 
 

@@ -317,7 +317,12 @@ class ControlLoop(LiveLoop):
                 # takes one, so that `corral nodes` shows what still bills.
                 instance_id = by_node[node_id].id
                 if instance_id not in self._undestroyed:
-                    log.info("finishing the shutdown of node %s (instance %s)", node_id, instance_id)
+                    log.info(
+                        "finishing the shutdown of node %s (instance %s)",
+                        node_id,
+                        instance_id,
+                        extra={"node_id": node_id, "instance_id": instance_id},
+                    )
                 unfinished.append((node_id, instance_id))
         orphans = [inst for inst in instances if inst.node_id not in live_nodes]
         # Terminated together, in as few cloud calls as it takes (a store restored from an old
@@ -336,7 +341,12 @@ class ControlLoop(LiveLoop):
             which = f"node {inst.node_id}" if inst.node_id else f"no {TAG_NODE_ID} tag"
             said = f"instance {inst.id}" + ("" if inst.node_id else f" ({which})")
             if failed is None:
-                log.info("destroyed orphan instance %s (%s)", inst.id, which)
+                log.info(
+                    "destroyed orphan instance %s (%s)",
+                    inst.id,
+                    which,
+                    extra={"instance_id": inst.id, "node_id": inst.node_id},
+                )
                 told_now.append((f"{said} has no live node record; destroyed", inst.node_id))
             elif inst.id not in told:
                 message = f"{said} has no live node record; terminating it failed: {failed}; tried again each pass"
@@ -439,7 +449,7 @@ class ControlLoop(LiveLoop):
             unavailable[name] = max(unavailable.get(name, 0.0), backoff.until)
             row = self.store.node_row(backoff.node_id)
             message = capacity.boot_failed_message(backoff, row["instance_id"] if row else None)
-            log.warning("%s: %s", name, message)
+            log.warning("%s: %s", name, message, extra={"instance_type": name, "node_id": backoff.node_id})
             self.store.set_unavailable(
                 name,
                 backoff.until,
@@ -495,7 +505,13 @@ class ControlLoop(LiveLoop):
             self._boots_paused_until = now + pause
             self._boot_pause_reason = f"boot of {type_name} failed: {exc}"
             self.store.mark_node(node_id, NodeState.GONE, f"boot failed: {exc}; no boot for {pause:g} s", now)
-            log.warning("boot of %s failed: %s; no boot for %g s", type_name, exc, pause)
+            log.warning(
+                "boot of %s failed: %s; no boot for %g s",
+                type_name,
+                exc,
+                pause,
+                extra={"instance_type": type_name, "node_id": node_id},
+            )
             return
         self._boot_errors_in_a_row = 0
         self.store.set_instance_id(node_id, instance.id, instance.zone, instance.market)
@@ -516,7 +532,7 @@ class ControlLoop(LiveLoop):
             kind = "capacity.unavailable"
         self.store.set_unavailable(type_name, until, str(exc), now, kind)
         if isinstance(exc, TypeUnusable):
-            log.warning("%s: %s not booted for %g s", exc, type_name, until - now)
+            log.warning("%s: %s not booted for %g s", exc, type_name, until - now, extra={"instance_type": type_name})
 
     def _terminate_many(
         self, nodes: list[tuple[str, str]], now: float, orphans: list[str] | None = None
@@ -552,7 +568,9 @@ class ControlLoop(LiveLoop):
                 refused.update(self.cloud.destroy_many([instance_id]))
         for instance_id in dict.fromkeys(instance_ids):
             if instance_id in refused:
-                log.warning("destroy %s failed: %s", instance_id, refused[instance_id])
+                log.warning(
+                    "destroy %s failed: %s", instance_id, refused[instance_id], extra={"instance_id": instance_id}
+                )
                 self._undestroyed.add(instance_id)
             else:
                 self._undestroyed.discard(instance_id)

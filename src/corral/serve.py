@@ -40,6 +40,24 @@ from corral.store.migrate import BrokenForeignKeys, MigrationFailed, OlderDispat
 log = logging.getLogger("corral.serve")
 
 
+# The ids a log call may pass as `extra` (log.warning("...", extra={"node_id": ...})): written as
+# fields of their own, so that a log shipper (Loki, Elasticsearch) can select a node's or a job's lines
+# without parsing the message.
+LOG_FIELDS = ("job_id", "attempt_id", "node_id", "instance_id", "instance_type")
+LOG_FORMATS = ("logfmt", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    # RFC 3339 with the UTC offset: a log shipper (Loki, Vector) reads a time without one as
+    # UTC, which the local time of a host elsewhere is not.
+    return datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
+
+
+def _fields(record: logging.LogRecord) -> dict[str, object]:
+    return {name: value for name in LOG_FIELDS if (value := getattr(record, name, None)) is not None}
+
+
 class KeyValueFormatter(logging.Formatter):
     """Structured logs: one line of key=value pairs per record."""
 
@@ -49,22 +67,42 @@ class KeyValueFormatter(logging.Formatter):
         # with no ts or level, and a trailing backslash would escape the closing quote.
         message = record.getMessage().replace("\\", "\\\\").replace('"', "'")
         message = message.replace("\n", "\\n").replace("\r", "\\r")
-        # RFC 3339 with the UTC offset: a log shipper (Loki, Vector) reads a time without one as
-        # UTC, which the local time of a host elsewhere is not.
-        at = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
-        line = f"ts={at} level={record.levelname.lower()} "
+        line = f"ts={_timestamp(record)} level={record.levelname.lower()} "
         line += f'logger={record.name} msg="{message}"'
+        for name, value in _fields(record).items():
+            line += f" {name}={_logfmt_value(str(value))}"
         if record.exc_info:
             line += " exc=" + json.dumps(self.formatException(record.exc_info))
         return line
 
 
-def setup_logging(level: str = "INFO") -> None:
+def _logfmt_value(value: str) -> str:
+    return json.dumps(value) if not value or any(c in value for c in ' "=\\') else value
+
+
+class JsonFormatter(logging.Formatter):
+    """Structured logs: one JSON object per line (`corral run --log-format json`), for a shipper
+    that parses JSON (Elasticsearch, Loki's json stage)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, object] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_fields(record),
+        }
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def setup_logging(level: str = "info", log_format: str = "logfmt") -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(KeyValueFormatter())
+    handler.setFormatter(JsonFormatter() if log_format.lower() == "json" else KeyValueFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(level.upper())
     for noisy in ("uvicorn.access", "httpx", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 
 import httpx
@@ -13,8 +14,9 @@ from tests.support import wait_until
 def test_sighup_is_logged_and_ignored_and_a_sigterm_after_it_still_stops_cleanly(corral: Corral) -> None:
     """Seen: a logrotate postrotate's `kill -HUP` ended corral at once, as a crash does: no clean
     stop, server.json left behind, and under systemd no restart (Restart=on-failure takes a
-    SIGHUP for a clean end)."""
-    corral.start()
+    SIGHUP for a clean end). Run with --log-format json, as a shipper to Elasticsearch wants it:
+    every line it writes, from start to stop, must parse."""
+    corral.start("--log-format", "json")
     assert corral.process is not None
     corral.process.send_signal(signal.SIGHUP)
     wait_until(lambda: "SIGHUP received and ignored" in corral.server_log(), 30, "corral to log the SIGHUP")
@@ -22,4 +24,8 @@ def test_sighup_is_logged_and_ignored_and_a_sigterm_after_it_still_stops_cleanly
     assert httpx.get(f"{corral.base}/api/health", timeout=10).status_code == 200
     corral.stop(signal.SIGTERM)
     assert not (corral.home / "server.json").exists()
-    assert "stopping: requeueing running work and shutting the fleet down" in corral.server_log()
+    # Every line the process wrote, from start to stop, is one JSON object (--log-format json).
+    lines = [json.loads(line) for line in corral.log_files[0].read_text().splitlines()]
+    assert {"ts", "level", "logger", "msg"} <= set(lines[0])
+    said = [line["msg"] for line in lines]
+    assert "stopping: requeueing running work and shutting the fleet down" in said

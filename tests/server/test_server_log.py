@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -10,7 +11,7 @@ from datetime import datetime
 
 import pytest
 
-from corral.serve import KeyValueFormatter
+from corral.serve import JsonFormatter, KeyValueFormatter
 
 
 @pytest.fixture
@@ -49,3 +50,38 @@ def test_a_message_of_several_lines_stays_one_log_line_whose_msg_reads_back_whol
     # Read back as logfmt readers unescape it: the whole message, its quotes as the formatter gives them.
     unescaped = re.sub(r"\\(.)", lambda m: {"n": "\n", "r": "\r"}.get(m[1], m[1]), found[1])
     assert unescaped == "cannot boot small: " + error.replace('"', "'")
+
+
+def test_json_logs_are_one_object_a_line_with_the_ids_as_fields_of_their_own() -> None:
+    """A shipper that parses JSON (Elasticsearch, Loki's json stage) could not read the key=value
+    lines, and a node's or job's id was only inside the message: selecting a node's lines meant a
+    regular expression over every message."""
+    error = 'no answer\n[SQL: SELECT 1]\n"quoted"'
+    # As `log.warning(..., extra={...})` makes it.
+    ids = {"node_id": "n-1a2b", "instance_type": "c5.large"}
+    message, arguments = "boot of %s failed: %s", ("c5", error)
+    record = logging.getLogger("corral.loop").makeRecord(
+        "corral.loop", logging.WARNING, __file__, 1, message, arguments, None, extra=ids
+    )
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    data = json.loads(line)
+    assert data["level"] == "warning" and data["logger"] == "corral.loop"
+    assert data["msg"] == f"boot of c5 failed: {error}"
+    assert (data["node_id"], data["instance_type"]) == ("n-1a2b", "c5.large")
+    assert datetime.fromisoformat(data["ts"]).timestamp() == pytest.approx(record.created, abs=0.001)
+    # The same ids in the key=value lines, after the message.
+    assert KeyValueFormatter().format(record).endswith(" node_id=n-1a2b instance_type=c5.large")
+
+
+def test_a_log_level_or_format_corral_run_does_not_know_is_refused_naming_the_option() -> None:
+    """Seen: `corral run --log-level verbose` ended in a traceback ('ValueError: Unknown level')."""
+    from typer.testing import CliRunner
+
+    from corral.cli import app
+
+    for option, value in (("--log-level", "verbose"), ("--log-format", "yaml")):
+        result = CliRunner().invoke(app, ["run", option, value])
+        assert result.exit_code == 2, result.output
+        assert f"{option} {value!r}: write one of" in result.output
+        assert "Traceback" not in result.output

@@ -240,11 +240,19 @@ class SlurmLoop(LiveLoop):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning("reading the exit status of job %s from %s failed: %s", job_id, path, exc)
+            log.warning(
+                "reading the exit status of job %s from %s failed: %s", job_id, path, exc, extra={"job_id": job_id}
+            )
             return None
         status = parse_exit_status(text)
         if status is None:
-            log.warning("the exit status file %s of job %s is not one corral wrote: %r", path, job_id, text[:200])
+            log.warning(
+                "the exit status file %s of job %s is not one corral wrote: %r",
+                path,
+                job_id,
+                text[:200],
+                extra={"job_id": job_id},
+            )
         elif status.signal:
             # Slurm killed it: why (time limit, scancel, preemption) is slurmstepd's last word in its output.
             killed = killed_state(self._output_tail(job_id, attempt_id), status.slurm_job)
@@ -268,7 +276,7 @@ class SlurmLoop(LiveLoop):
             try:
                 self.status_path(job_id, attempt_id).unlink(missing_ok=True)
             except OSError as exc:
-                log.warning("removing the exit status file of job %s failed: %s", job_id, exc)
+                log.warning("removing the exit status file of job %s failed: %s", job_id, exc, extra={"job_id": job_id})
 
     def _orphans(self, snapshot: Snapshot, ours: dict[int, SlurmJob], now: float) -> None:
         """scancel this cluster's Slurm jobs that still run or wait although corral no longer runs
@@ -473,7 +481,12 @@ class SlurmLoop(LiveLoop):
             # snapshot long enough for a peer to judge it silent and release the claim (the job
             # may be queued again, or claimed and run by the peer). Submitting now would run the
             # job beside the peer's run, until the next pass scancelled it as an orphan.
-            log.warning("attempt %s of job %s is no longer this dispatcher's: not submitted", attempt_id, job.id)
+            log.warning(
+                "attempt %s of job %s is no longer this dispatcher's: not submitted",
+                attempt_id,
+                job.id,
+                extra={"job_id": job.id, "attempt_id": attempt_id},
+            )
             return True
         try:
             self.output_path(job.id, attempt_id).parent.mkdir(parents=True, exist_ok=True)
@@ -491,7 +504,7 @@ class SlurmLoop(LiveLoop):
             # pass submits no more: the next sbatch would most likely fail the same way, each after
             # up to command_timeout. A submission that did happen (sbatch timed out after it) is
             # scancelled as an orphan.
-            log.warning("sbatch of job %s failed: %s", job.id, exc)
+            log.warning("sbatch of job %s failed: %s", job.id, exc, extra={"job_id": job.id, "attempt_id": attempt_id})
             kind = batch.sbatch_refusal(str(exc)) if isinstance(exc, SlurmError) else batch.Refusal.TEMPORARY
             if kind is batch.Refusal.REQUEST:
                 outcome = retry.after_refusal(job, f"sbatch refused: {exc}", (attempt_id,))
@@ -516,7 +529,9 @@ class SlurmLoop(LiveLoop):
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
         except OSError as exc:
-            log.warning("copying the output of job %s from %s failed: %s", job_id, source, exc)
+            log.warning(
+                "copying the output of job %s from %s failed: %s", job_id, source, exc, extra={"job_id": job_id}
+            )
 
     # ---- a clean stop -------------------------------------------------------------------------
 

@@ -96,7 +96,7 @@ def resume(body: ResumeBody, node: AgentNode, runtime: AnyRuntime) -> ResumeResu
         return retry.after_node_failure(job, now, settings, node_id, (attempt_id,), said)
 
     ended = runtime.store.resume_node(node_id, body.running, message, now, lost, body.agent_version)
-    log.warning("node %s: %s; attempts lost: %s", node_id, message, ended or "none")
+    log.warning("node %s: %s; attempts lost: %s", node_id, message, ended or "none", extra={"node_id": node_id})
     runtime.wake()
     stored = {}
     for attempt_id in body.running:
@@ -141,7 +141,7 @@ def interrupted(runtime: Runtime, node_id: str, instance_type: str, action: str,
     simulator calls too): the cloud is short of its spot capacity."""
     notice = f"{action} at {when}"
     message = f"the cloud takes it back: {notice} (spot interruption notice)"
-    log.warning("node %s: %s", node_id, message)
+    log.warning("node %s: %s", node_id, message, extra={"node_id": node_id})
     runtime.store.add_event(now, "node.interruption", message, node_id=node_id)
     with contextlib.suppress(NotFound):  # (gone meanwhile: nothing to drain)
         runtime.store.set_node_attributes(node_id, drain.interruption(notice), [], None, now)
@@ -177,7 +177,7 @@ def checked(runtime: Runtime, node: dict[str, Any], ok: bool, message: str, now:
             f" health_check.max_unhealthy = {check.max_unhealthy} lets go (the check, or something the"
             " nodes share, is likelier at fault)"
         )
-    log.log(logging.INFO if ok else logging.WARNING, "node %s: %s", node["id"], said)
+    log.log(logging.INFO if ok else logging.WARNING, "node %s: %s", node["id"], said, extra={"node_id": node["id"]})
     runtime.store.add_event(now, "node.health_check", said, node_id=node["id"])
     with contextlib.suppress(NotFound):  # (gone meanwhile)
         runtime.store.set_node_attributes(node["id"], setting, unsetting, None, now)
@@ -271,7 +271,8 @@ def end_unlisted(runtime: Runtime, node_id: str, running: list[int], listed: set
         for attempt_id in judged:
             runtime.unlisted.get(node_id, {}).pop(attempt_id, None)
     if ended:
-        log.warning("node %s: its agent lost attempts %s; they end as on a lost node", node_id, ended)
+        said = "node %s: its agent lost attempts %s; they end as on a lost node"
+        log.warning(said, node_id, ended, extra={"node_id": node_id})
         runtime.wake()
     return ended
 
