@@ -124,14 +124,42 @@ def test_every_corral_command_and_option_the_docs_show_exists(path: str) -> None
 
 
 def test_every_metric_the_operator_guide_names_is_exported() -> None:
+    exported = exported_metric_names()
+    named = set(re.findall(r"`(corral_[a-z_]+)", (ROOT / "docs" / "operator-guide.md").read_text()))
+    assert named and named <= exported, sorted(named - exported)
+
+
+def exported_metric_names() -> set[str]:
     from corral.server.metrics import Metrics
 
     families = list(Metrics().registry.collect())
     exported = {sample.name for family in families for sample in family.samples}
     # A labelled counter has no sample until its first increment: its name is the family's plus _total.
-    exported |= {family.name + ("_total" if family.type == "counter" else "") for family in families}
-    named = set(re.findall(r"`(corral_[a-z_]+)", (ROOT / "docs" / "operator-guide.md").read_text()))
-    assert named and named <= exported, sorted(named - exported)
+    return exported | {family.name + ("_total" if family.type == "counter" else "") for family in families}
+
+
+def test_the_example_alert_rules_are_the_guides_and_name_only_metrics_corral_exports() -> None:
+    """examples/corral-alerts.yml is what an operator loads into Prometheus: an alert on a metric
+    corral does not export never fires, and Prometheus does not say so."""
+    import yaml
+
+    guide = (ROOT / "docs" / "operator-guide.md").read_text()
+    block = guide.split("Alerts an operator would set", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    [group] = yaml.safe_load((ROOT / "examples" / "corral-alerts.yml").read_text())["groups"]
+    assert group["rules"] == yaml.safe_load(block)
+    named = {name for rule in group["rules"] for name in re.findall(r"\bcorral_[a-z_]+", rule["expr"])}
+    assert named and named <= exported_metric_names(), sorted(named - exported_metric_names())
+
+
+def test_the_example_systemd_unit_is_the_guides_and_runs_corral_with_options_it_has() -> None:
+    guide = (ROOT / "docs" / "operator-guide.md").read_text()
+    unit = (ROOT / "examples" / "corral.service").read_text()
+    assert f"```ini\n{unit}```" in guide
+    [start] = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("ExecStart=")]
+    program, command, *options = shlex.split(start)
+    assert program.endswith("/corral") and command == "run"
+    given = {word.split("=")[0] for word in options if word.startswith("-")}
+    assert given <= cli_options()[("run",)], sorted(given - cli_options()[("run",)])
 
 
 def test_every_agent_option_docs_agent_md_shows_exists_and_the_table_has_them_all() -> None:
