@@ -304,10 +304,12 @@ def create_app(runtime: Runtime) -> FastAPI:
         return PlainTextResponse(exposition, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/live")
-    def live() -> dict[str, Any]:
+    async def live() -> dict[str, Any]:
         # Liveness: the process answers. It reads no store, so that a watchdog or a Kubernetes
         # liveness probe does not restart corral in a loop through a database outage, which a
-        # restart cannot end (and a start with the store unreachable fails).
+        # restart cannot end (and a start with the store unreachable fails). On the event loop,
+        # not in the worker threads: health checks hung on a store that does not answer at all
+        # (a dropped network) can take every worker thread, and liveness must not wait for one.
         return {"ok": True, "dispatcher": runtime.loop.dispatcher_id if runtime.loop else None}
 
     @app.get("/api/health")
