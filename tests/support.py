@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -199,3 +200,27 @@ def require(unavailable: str | None, what: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true: {what} must run, but {unavailable}", pytrace=False)
     pytest.skip(unavailable)
+
+
+@contextlib.contextmanager
+def systemd_notify_socket() -> Iterator[tuple[str, socket.socket]]:
+    """A datagram socket where systemd's NOTIFY_SOCKET would be, to hear what corral tells systemd
+    (a short path: a socket's may have 107 bytes, which a test's tmp_path can pass)."""
+    root = tempfile.mkdtemp(prefix="corral-sd-")
+    path = f"{root}/notify"
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listening.bind(path)
+    listening.settimeout(10)
+    try:
+        yield path, listening
+    finally:
+        listening.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def heard_by_systemd(listening: socket.socket, until: str) -> list[str]:
+    """The messages sent to `listening`, up to the first that holds `until`."""
+    said: list[str] = []
+    while not said or until not in said[-1]:
+        said.append(listening.recv(4096).decode())
+    return said

@@ -15,6 +15,7 @@ import fcntl
 import ipaddress
 import json
 import logging
+import math
 import os
 import secrets
 import signal
@@ -189,12 +190,62 @@ def make_cloud(config: Config, server_url: str) -> CloudDriver:
     raise SystemExit(f"cloud.driver {config.cloud.driver!r} is not supported")
 
 
+class SystemdNotifier:
+    """systemd's service notifications (sd_notify(3), spoken directly: one datagram to the socket
+    NOTIFY_SOCKET names) for a unit of `Type=notify`, with `WatchdogSec=` if it sets one. Without
+    NOTIFY_SOCKET (not under systemd, or another Type) it sends nothing. The variables are taken out
+    of `environ`, so that the processes corral starts (the loopback cloud's agents) do not speak
+    for it."""
+
+    def __init__(self, environ: dict[str, str] | os._Environ[str]) -> None:
+        address = environ.pop("NOTIFY_SOCKET", "")
+        watchdog_usec = environ.pop("WATCHDOG_USEC", "")
+        watchdog_pid = environ.pop("WATCHDOG_PID", "")
+        # An abstract socket's name is written with a leading @ for its leading NUL.
+        self.address = "\0" + address[1:] if address.startswith("@") else address
+        self.watchdog_every: float | None = None
+        if watchdog_usec.isdigit() and int(watchdog_usec) > 0 and watchdog_pid in ("", str(os.getpid())):
+            # Half the timeout, as sd_watchdog_enabled(3) advises: one late tick is no restart.
+            self.watchdog_every = int(watchdog_usec) / 2e6
+        self.watchdog_sent_at = -math.inf
+
+    def send(self, state: str) -> None:
+        if not self.address:
+            return
+        try:
+            with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_DGRAM) as notify:
+                notify.sendto(state.encode(), self.address)
+        except OSError as exc:  # systemd gone or the socket misnamed: corral runs on regardless
+            log.warning("cannot notify systemd at %s: %s", self.address, exc.strerror or exc)
+
+    def watchdog(self, now: float) -> None:
+        if self.watchdog_every is not None and now - self.watchdog_sent_at >= self.watchdog_every:
+            self.watchdog_sent_at = now
+            self.send("WATCHDOG=1")
+
+
 class CorralServer(uvicorn.Server):
-    """Releases agents' long-polls as soon as a stop is asked for, so shutdown does not wait them out."""
+    """Releases agents' long-polls as soon as a stop is asked for, so shutdown does not wait them
+    out; tells systemd (`Type=notify`) when it serves and when it stops, and keeps its watchdog fed
+    from the event loop that answers every request."""
 
     runtime: Runtime | None = None
+    notifier: SystemdNotifier | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.notifier is not None:
+            self.notifier.send("READY=1\nSTATUS=serving")
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.notifier is not None:
+            self.notifier.watchdog(time.monotonic())
+        return await super().on_tick(counter)
 
     def handle_exit(self, sig: int, frame: object) -> None:
+        if self.notifier is not None:
+            # systemd then waits TimeoutStopSec for the fleet's shutdown, not mistaking it for a hang.
+            self.notifier.send("STOPPING=1\nSTATUS=stopping")
         if self.runtime is not None:
             self.runtime.release_waiters()
         super().handle_exit(sig, frame)  # type: ignore[arg-type]
@@ -337,6 +388,7 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         )
     )
     server.runtime = runtime
+    server.notifier = SystemdNotifier(os.environ)
     signal.signal(signal.SIGHUP, _hangup_ignored)
     try:
         server.run(sockets=[sock])
