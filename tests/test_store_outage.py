@@ -36,6 +36,7 @@ from corral.loop import ControlLoop, LiveLoop, PassReport
 from corral.notifier import Notifier
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
+from corral.server.metrics import Metrics
 from corral.sim.settings import SimSettings
 from corral.store import Store, store_unreachable
 from corral.store.schema import jobs as J
@@ -198,6 +199,31 @@ def test_metrics_say_the_store_is_down_and_keep_the_loops_own_figures_through_an
         # The store's figures are absent, not frozen at what they were before it went away.
         assert "corral_jobs_held" not in during and "corral_queue_oldest_wait_seconds" not in during
         assert scrape(url)["corral_store_up"] == 1
+
+
+def test_events_read_just_before_an_outage_are_counted_once_in_metrics(cluster: PrivateCluster, store: Store) -> None:
+    """Seen (in the code): a scrape counted a page of events, then read the jobs' first starts; the
+    store lost at that read, the next scrape counted the page again: one node.down became two, and
+    `increase()` alerts fired on events that never happened."""
+    metrics = Metrics()
+    metrics.event_cursor = store.last_event_id()
+    store.add_event(START, "node.down", "no ping for 30s", node_id="n-1")
+    store.add_event(START, "job.running", "on n-1", job_id=1)
+    read_first_starts = store.first_starts
+
+    def first_starts_as_the_store_goes(job_ids: Any) -> dict[int, tuple[float, float]]:
+        cluster.stop()
+        return read_first_starts(job_ids)
+
+    store.first_starts = first_starts_as_the_store_goes  # type: ignore[method-assign]
+    try:
+        with pytest.raises(OperationalError):
+            metrics.refresh(store, START)
+    finally:
+        store.first_starts = read_first_starts  # type: ignore[method-assign]
+        cluster.start()
+    metrics.refresh(store, START)
+    assert metrics.registry.get_sample_value("corral_events_total", {"kind": "node.down"}) == 1
 
 
 def test_a_node_heard_before_an_outage_longer_than_ping_stale_is_not_marked_down_for_it(

@@ -243,11 +243,16 @@ class Metrics:
                 return
             starts: dict[int, set[float]] = defaultdict(set)
             for event in events:
-                self.events.labels(event["kind"]).inc()
                 if event["kind"] == "job.running" and event["job_id"] is not None:
                     starts[event["job_id"]].add(event["at"])
+            # Read before anything is counted: a page is counted whole, with the cursor moved past
+            # it, or not at all. Counted first, a store lost at this read had the next scrape count
+            # the page again (an increase() of events that never happened, a false alert).
+            first_starts = store.first_starts(starts)
+            for event in events:
+                self.events.labels(event["kind"]).inc()
             # A job's first start is counted once: in the page that holds its job.running event.
-            for job_id, (submitted_at, first_start) in store.first_starts(starts).items():
+            for job_id, (submitted_at, first_start) in first_starts.items():
                 if first_start in starts[job_id]:
                     self.waits.observe(max(0.0, first_start - submitted_at))
             self.event_cursor = events[-1]["id"]
