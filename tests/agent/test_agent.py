@@ -113,6 +113,12 @@ def test_pairs_once_the_server_comes_up_and_runs_work(agents: Agents, tmp_path: 
         assert body["pid"] == agent.pid and body["hostname"] == socket.gethostname()
         wait_for(lambda: len(state.pings) >= 2, 10, "pings")
         assert agent.poll() is None
+        # A logrotate's kill -HUP, or the terminal it was started from closing: it pings on.
+        agent.send_signal(signal.SIGHUP)
+        pinged = len(state.pings)
+        wait_for(lambda: len(state.pings) > pinged, 10, "a ping after SIGHUP")
+        assert agent.poll() is None
+        assert any(e["msg"].startswith("SIGHUP received and ignored") for e in agents.log("n1"))
     finally:
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(15) == 0

@@ -127,9 +127,17 @@ class Agent:
             self.handing_over = True
             self.stop.set()
 
+        def hangup(_signum: int, _frame: Any) -> None:
+            # By default it ended the agent (a logrotate postrotate's kill -HUP, a closed terminal),
+            # and systemd's Restart=on-failure does not start again a service SIGHUP ended: the node
+            # then went silent and its work ran again elsewhere. Its log goes to stderr, so there is
+            # no file of its own to reopen.
+            logs.info("SIGHUP received and ignored: the agent's log goes to stderr, nothing to reopen")
+
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGUSR1, hand_over)
+        signal.signal(signal.SIGHUP, hangup)
 
     def run(self) -> int:
         logs.info(
