@@ -25,33 +25,27 @@ MAINTENANCE_SUFFIX = "-maintenance"
 FAILURE_SUFFIX = "-failure"
 
 # Seed 002's categories as corral spells them (Moab's OtherFailure is `general-failure`, its
-# Site1..Site8 are `site1`..`site8`): those that take no work are in the default
-# `placement.blocking_categories`; the others (active, idle, job-reservation, other, site*) only say
-# what a node is doing.
-SEED_CATEGORIES: frozenset[str] = frozenset(
-    {
-        "active",
-        "batch-failure",
-        "benchmark",
-        "emergency-maintenance",
-        "grid-reservation",
-        "hardware-failure",
-        "hardware-maintenance",
-        "idle",
-        "job-reservation",
-        "network-failure",
-        "other",
-        "general-failure",
-        "personal-reservation",
-        *(f"site{n}" for n in range(1, 9)),
-        "software-failure",
-        "software-maintenance",
-        "standing-reservation",
-        "storage-failure",
-        "user-reservation",
-        "vpc",
-    }
+# Site1..Site8 are `site1`..`site8`): those under which a node takes no batch work (the default
+# `placement.blocking_categories`), and those that only say what a node is doing.
+SEED_BLOCKING: tuple[str, ...] = (
+    "batch-failure",
+    "benchmark",
+    "emergency-maintenance",
+    "grid-reservation",
+    "hardware-failure",
+    "hardware-maintenance",
+    "network-failure",
+    "general-failure",
+    "personal-reservation",
+    "software-failure",
+    "software-maintenance",
+    "standing-reservation",
+    "storage-failure",
+    "user-reservation",
+    "vpc",
 )
+SEED_INFORMATIONAL: tuple[str, ...] = ("active", "idle", "job-reservation", "other", *(f"site{n}" for n in range(1, 9)))
+SEED_CATEGORIES: frozenset[str] = frozenset(SEED_BLOCKING + SEED_INFORMATIONAL)
 
 
 def normalise(name: str) -> str:

@@ -67,23 +67,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {
 DEFAULT_BOOT_WEIGHTS: dict[str, float] = {"price": 1.0, "pack": 0.1}
 
 # Seed 002 §5.4.2 categories under which a node takes no batch work.
-DEFAULT_BLOCKING_CATEGORIES: tuple[str, ...] = (
-    "batch-failure",
-    "benchmark",
-    "emergency-maintenance",
-    "grid-reservation",
-    "hardware-failure",
-    "hardware-maintenance",
-    "network-failure",
-    "general-failure",
-    "personal-reservation",
-    "software-failure",
-    "software-maintenance",
-    "standing-reservation",
-    "storage-failure",
-    "user-reservation",
-    "vpc",
-)
+DEFAULT_BLOCKING_CATEGORIES: tuple[str, ...] = categories.SEED_BLOCKING
 
 
 class _Strict(BaseModel):
