@@ -1472,9 +1472,10 @@ def nodes(
 
 
 def node_note(row: dict[str, Any], now: float | None = None) -> str:
-    """corral.placement.attributes.service_notes, then the reason of its state."""
+    """corral.placement.attributes.service_notes, the reason of its state, then what corral will do
+    about a silent agent and when (the server's outlook)."""
     notes = attr.service_notes(row["attributes"], time.time() if now is None else now, when)
-    return "; ".join([*notes, row["reason"]] if row["reason"] else notes)
+    return "; ".join(note for note in (*notes, row["reason"], row.get("outlook", "")) if note)
 
 
 @app.command()
@@ -1787,6 +1788,9 @@ def show_node(
         print_json(row)
         return
     sys.stdout.write(f"node {row['id']} {row['state']} ({row['instance_type']}), rack {row['rack'] or '-'}\n")
+    for label, text in (("reason", row["reason"]), ("outlook", row.get("outlook", ""))):
+        if text:
+            sys.stdout.write(f"  {label}: {text}\n")
     for key, value in sorted(row["attributes"].items()):
         sys.stdout.write(f"  {key} = {value if isinstance(value, str) else ','.join(value)}\n")
 

@@ -113,6 +113,32 @@ def test_stale_ping_reads_down_but_not_before_the_observer_has_had_time_to_hear_
     assert lifecycle.worker_state(n, 200, SETTINGS, 190, True) is WorkerState.BUSY
 
 
+def test_the_outlook_of_a_node_not_heard_from_says_when_corral_gives_it_up_and_agrees_with_the_matrix() -> None:
+    """`corral nodes` showed a booting node whose agent would never pair, and a busy node whose
+    agent had gone quiet, as if all were well: nothing said corral had noticed, nor when it would
+    shut the one down or take the other's jobs for lost."""
+    booting = node(NodeState.BOOTING, created_at=1000)
+    assert lifecycle.outlook(booting, 1150, SETTINGS, 0, 2) == (
+        "agent not paired after 2m30s: given up in 7m30s (boot_grace 10m)"
+    )
+    assert lifecycle.decide(lifecycle.state_tuple(booting, 1599, SETTINGS, 0, False)) is None
+    assert lifecycle.outlook(booting, 1601, SETTINGS, 0, 2) == (
+        "agent not paired after 10m01s: past boot_grace 10m, shut down at the next pass"
+    )
+    # A restarted server counts the grace from its start, as the matrix does.
+    assert "given up in 10m" in lifecycle.outlook(booting, 1601, SETTINGS, 1601, 2)
+
+    busy = node(NodeState.BUSY, created_at=0, paired_at=10, last_ping_at=1000)
+    assert lifecycle.outlook(busy, 1003, SETTINGS, 0, 2) == "", "a ping a little late is no news"
+    assert lifecycle.outlook(busy, 1045, SETTINGS, 0, 2) == (
+        "no ping for 45s: down in 15s (ping_stale 1m), its jobs then handled as on a lost node"
+    )
+    assert lifecycle.worker_state(busy, 1061, SETTINGS, 0, True) is WorkerState.DOWN
+    assert lifecycle.outlook(busy, 1061, SETTINGS, 0, 2) == "no ping for 1m01s: past ping_stale 1m, down at the next pass"
+    for gone in (NodeState.DOWN, NodeState.SHUTTING_DOWN, NodeState.GONE):
+        assert lifecycle.outlook(node(gone, last_ping_at=0), 5000, SETTINGS, 0, 2) == ""
+
+
 @pytest.mark.parametrize(
     ("age", "window"),
     [

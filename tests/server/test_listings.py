@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from corral.core.model import InstanceType
 from corral.jobspec import JobRequest
 from corral.store import Store
@@ -39,3 +41,29 @@ def test_corral_nodes_lists_every_live_node_of_a_fleet_of_more_than_1000(served:
     listed = corral_json(url, "nodes")
     assert len(listed) == 1003 and listed[0]["id"] == "n-00000"
     assert "1,003 live nodes, $100.300/hour" in corral(url, "nodes").stdout
+
+
+def test_corral_nodes_and_corral_node_say_when_a_silent_node_is_given_up(served: tuple[str, Store]) -> None:
+    """A booting node whose agent never pairs, and a busy node whose agent went quiet, listed as if
+    all were well: the on-call could not tell whether corral had noticed, nor when it would act."""
+    url, store = served
+    itype = InstanceType("c5.large", vcpus=2, ram_mib=4096, price_per_hour=0.1)
+    now = time.time()
+    store.create_node("n-booting", itype, "boot-1", now - 100, "test")
+    store.create_node("n-quiet", itype, "boot-2", now - 200, "test")
+    store.pair_node("n-quiet", "boot-2", itype.capacity, "host-2", now - 190)
+    store.create_node("n-fine", itype, "boot-3", now - 200, "test")
+    store.pair_node("n-fine", "boot-3", itype.capacity, "host-3", now)
+
+    outlooks = {n["id"]: n["outlook"] for n in corral_json(url, "nodes")}
+    # The defaults: boot_grace 10m, ping_stale 1m, ping_interval 2s.
+    assert outlooks["n-booting"].startswith("agent not paired after 1m4")
+    assert outlooks["n-booting"].endswith("(boot_grace 10m)") and "given up in 8m" in outlooks["n-booting"]
+    assert outlooks["n-quiet"].startswith("no ping for 3m") and "past ping_stale 1m, down at the next pass" in (
+        outlooks["n-quiet"]
+    )
+    assert outlooks["n-fine"] == ""
+    listing = corral(url, "nodes").stdout
+    assert "(boot_grace 10m)" in listing and "past ping_stale 1m" in listing
+    shown = corral(url, "node", "n-booting").stdout
+    assert "\n  outlook: agent not paired after 1m4" in shown

@@ -29,6 +29,7 @@ from itertools import product
 
 from corral.core import categories, drain
 from corral.core.model import Node, NodeState
+from corral.core.retry import format_seconds
 from corral.core.settings import LifecycleSettings
 from corral.core.snapshot import NodeAction
 from corral.placement import attributes as attr
@@ -184,3 +185,40 @@ def decide(state: StateTuple, matrix: dict[StateTuple, NodeAction | None] = DEFA
 
 def describe(state: StateTuple) -> str:
     return ", ".join(str(part) for part in state)
+
+
+def outlook(node: Node, now: float, settings: LifecycleSettings, observing_since: float, ping_interval: float) -> str:
+    """What corral will do about a live node it has not heard from, and when, in words ('' when it
+    hears from it as it should): an on-call looking at a booting node, or at a busy one whose
+    agent went quiet, needs to know whether corral has noticed and when it gives the node up (its
+    jobs then handled as on a lost node), not only the state it was last in. The deadlines are
+    those `boot_grace` and `ping_is_stale` apply, `observing_since` included."""
+    if node.state is NodeState.BOOTING:
+        waited = _seconds(now - node.created_at)
+        grace = format_seconds(settings.boot_grace)
+        left = max(node.created_at, observing_since) + settings.boot_grace - now
+        if left > 0:
+            return f"agent not paired after {waited}: given up in {_seconds(left)} (boot_grace {grace})"
+        return f"agent not paired after {waited}: past boot_grace {grace}, shut down at the next pass"
+    if node.state not in (NodeState.IDLE, NodeState.BUSY, NodeState.DRAINING):
+        return ""
+    heard = node.last_ping_at or node.paired_at or node.created_at
+    # A ping a little late is no news: only a silence of two intervals is worth a word.
+    if now - heard <= 2 * ping_interval:
+        return ""
+    stale = format_seconds(settings.ping_stale)
+    left = max(heard, observing_since) + settings.ping_stale - now
+    silence = f"no ping for {_seconds(now - heard)}"
+    if left > 0:
+        return f"{silence}: down in {_seconds(left)} (ping_stale {stale}), its jobs then handled as on a lost node"
+    return f"{silence}: past ping_stale {stale}, down at the next pass"
+
+
+def _seconds(duration: float) -> str:
+    """A duration to the second, as people write one (1m05s)."""
+    whole = max(int(round(duration)), 0)
+    minutes, seconds = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 
-from corral.core import accounting, admission, categories, fairshare, health, multifactor, reservations
+from corral.core import accounting, admission, categories, fairshare, health, lifecycle, multifactor, reservations
 from corral.core.dispatchers import is_stale
 from corral.core.model import Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
@@ -76,7 +76,7 @@ from corral.server.models import (
     plain_number,
 )
 from corral.store import ArrayOutcome, JobFilter, LimitLengthened, NotBackedOff, NotQueued, UserExists, acting_as
-from corral.store.store import UPDATABLE_WHILE_RUNNING
+from corral.store.store import UPDATABLE_WHILE_RUNNING, node_from_row
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 403, 404, 413, 422))
 
@@ -593,7 +593,7 @@ def list_nodes(runtime: UserRuntime, all_nodes: bool = Query(False, alias="all")
     running = runtime.store.running_counts()
     # Every live node (a fleet's listing cut at 1,000 hid nodes that bill); with the gone ones, the newest 1,000.
     rows = runtime.store.node_rows(include_gone=all_nodes, limit=1000 if all_nodes else None)
-    return [node_out(row, running, now) for row in rows]
+    return [node_out(row, running, now, runtime) for row in rows]
 
 
 @router.patch("/nodes/{node_id}")
@@ -608,7 +608,7 @@ def set_node_attributes(
         require_admin(request, runtime, caller)
     row = runtime.store.set_node_attributes(node_id, body.set, body.unset, body.rack, time.time())
     runtime.wake()
-    node = node_out(row, runtime.store.running_counts(), time.time())
+    node = node_out(row, runtime.store.running_counts(), time.time(), runtime)
     warnings = []
     if categories.CATEGORY in body.set:
         blocking = runtime.config.policy.placement.blocking_categories
@@ -616,8 +616,12 @@ def set_node_attributes(
     return NodeChangedOut(**node.model_dump(), warnings=warnings)
 
 
-def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOut:
+def node_out(row: dict[str, Any], running: dict[str, int], now: float, runtime: Runtime) -> NodeOut:
     end = row["gone_at"] or now
+    observing_since = runtime.loop.observing_since if runtime.loop is not None else 0.0
+    outlook = lifecycle.outlook(
+        node_from_row(row), now, runtime.config.policy.lifecycle, observing_since, runtime.config.cloud.ping_interval
+    )
     return NodeOut(
         id=row["id"],
         instance_id=row["instance_id"],
@@ -635,6 +639,7 @@ def node_out(row: dict[str, Any], running: dict[str, int], now: float) -> NodeOu
         used_ram_mib=row["used_ram_mib"],
         last_ping_at=row["last_ping_at"],
         reason=row["reason"],
+        outlook=outlook,
         attributes=dict(row["attributes"] or {}),
         rack=row["rack"] or "",
         dispatcher_id=row["dispatcher_id"],

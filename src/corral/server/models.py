@@ -381,6 +381,9 @@ class NodeOut(BaseModel):
     used_ram_mib: int
     last_ping_at: float | None
     reason: str
+    # A booting node not paired yet, or a live one whose agent went quiet: when corral gives it up
+    # (corral.core.lifecycle.outlook); '' while it hears from it as it should.
+    outlook: str = ""
     attributes: dict[str, str | list[str]] = Field(default_factory=dict)
     rack: str = ""
     # The dispatcher that booted it, whose cloud holds its instance (None: booted before migration 0002).
