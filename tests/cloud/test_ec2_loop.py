@@ -173,7 +173,9 @@ def test_a_type_whose_instances_never_pair_is_backed_off_and_boots_pause_while_e
     loop.run_pass()
     assert state(ec2, first.id) in ("shutting-down", "terminated")
     shutdowns = store.list_events(node_id=first_node["id"], kind="node.shutting_down")
-    assert [e["message"] for e in shutdowns] == ["unpaired, open, boot exceeded, not idle"]
+    assert [e["message"] for e in shutdowns] == [
+        "its agent did not pair within boot_grace 5m (unpaired, open, boot exceeded, not idle)"
+    ]
     [event] = store.list_events(kind="type.boot_failed")
     assert event["node_id"] == first_node["id"]
     assert event["message"] == (

@@ -48,7 +48,7 @@ def test_a_type_whose_instance_did_not_pair_is_backed_off_and_the_next_type_that
     # The matrix's shutdown, saying why as before.
     [shutdown] = decisions.node_decisions
     assert (shutdown.node_id, shutdown.action) == ("n1", NodeAction.START_SHUTDOWN)
-    assert shutdown.reason == "unpaired, open, boot exceeded, not idle"
+    assert shutdown.reason == "its agent did not pair within boot_grace 10m (unpaired, open, boot exceeded, not idle)"
     # Its type backed off for capacity_backoff, from this pass on: the job gets the next type.
     assert decisions.type_backoffs == [
         TypeBackoff("small", NOW + BACKOFF, 1, "n1", "did not pair within boot_grace 10m; small backed off for 5m")

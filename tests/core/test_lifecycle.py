@@ -134,7 +134,9 @@ def test_the_outlook_of_a_node_not_heard_from_says_when_corral_gives_it_up_and_a
         "no ping for 45s: down in 15s (ping_stale 1m), its jobs then handled as on a lost node"
     )
     assert lifecycle.worker_state(busy, 1061, SETTINGS, 0, True) is WorkerState.DOWN
-    assert lifecycle.outlook(busy, 1061, SETTINGS, 0, 2) == "no ping for 1m01s: past ping_stale 1m, down at the next pass"
+    assert (
+        lifecycle.outlook(busy, 1061, SETTINGS, 0, 2) == "no ping for 1m01s: past ping_stale 1m, down at the next pass"
+    )
     for gone in (NodeState.DOWN, NodeState.SHUTTING_DOWN, NodeState.GONE):
         assert lifecycle.outlook(node(gone, last_ping_at=0), 5000, SETTINGS, 0, 2) == ""
 

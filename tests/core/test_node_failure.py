@@ -74,6 +74,16 @@ def test_requeue_is_the_default_a_temporary_failure_with_back_off() -> None:
     assert outcome.hold == "" and outcome.reason == "node n1 lost; retry 1/5 in 5s"
 
 
+def test_a_silent_node_is_shut_down_saying_it_went_silent_not_that_its_boot_failed() -> None:
+    """Its shutdown (the node's reason in corral nodes, the node.shutting_down event) said only
+    "down, open, boot exceeded, not idle": to an on-call, a node whose boot had failed."""
+    silent = idle_node("n1", now=100.0)
+    silent.state = NodeState.BUSY
+    j, a = running(1, "n1")
+    [shutdown] = plan_pass(Snapshot([j], [a], [silent], TYPES), 1000.0, PolicySettings()).node_decisions
+    assert shutdown.reason == "no ping for more than 60s (down, open, boot exceeded, not idle)"
+
+
 def test_cancel_ends_the_job_cancelled_saying_which_node_and_which_policy() -> None:
     outcome = lose_node(*running(1, "n1"), policy("cancel"))
     assert outcome.state is JobState.CANCELLED and outcome.retry_at is None and outcome.hold == ""

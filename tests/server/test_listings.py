@@ -59,8 +59,9 @@ def test_corral_nodes_and_corral_node_say_when_a_silent_node_is_given_up(served:
     # The defaults: boot_grace 10m, ping_stale 1m, ping_interval 2s.
     assert outlooks["n-booting"].startswith("agent not paired after 1m4")
     assert outlooks["n-booting"].endswith("(boot_grace 10m)") and "given up in 8m" in outlooks["n-booting"]
-    assert outlooks["n-quiet"].startswith("no ping for 3m") and "past ping_stale 1m, down at the next pass" in (
-        outlooks["n-quiet"]
+    assert (
+        outlooks["n-quiet"].startswith("no ping for 3m")
+        and "past ping_stale 1m, down at the next pass" in (outlooks["n-quiet"])
     )
     assert outlooks["n-fine"] == ""
     listing = corral(url, "nodes").stdout

@@ -187,6 +187,25 @@ def describe(state: StateTuple) -> str:
     return ", ".join(str(part) for part in state)
 
 
+def in_words(state: StateTuple, node: Node, settings: LifecycleSettings, down_reason: str = "") -> str:
+    """Why the matrix acts on `node`, for its reason and its event: what happened in words, then
+    the seed-000 state tuple. The tuple alone misled: a node whose agent went quiet was shut down
+    as "down, open, boot exceeded, not idle", which reads as a boot that failed. `down_reason`:
+    why this pass marked it down (its record's reason is from before)."""
+    worker, _, boot, idle = state
+    if worker is WorkerState.DOWN:
+        words = (
+            down_reason or node.reason or ("drained, no work left on it" if node.state is NodeState.DRAINING else "")
+        )
+    elif worker is WorkerState.UNPAIRED and boot is BootGrace.BOOT_EXCEEDED:
+        words = f"its agent did not pair within boot_grace {format_seconds(settings.boot_grace)}"
+    elif worker is WorkerState.IDLE and idle is IdleGrace.IDLE_EXCEEDED:
+        words = f"idle for more than idle_grace {format_seconds(settings.idle_grace)}"
+    else:
+        words = ""
+    return f"{words} ({describe(state)})" if words else describe(state)
+
+
 def outlook(node: Node, now: float, settings: LifecycleSettings, observing_since: float, ping_interval: float) -> str:
     """What corral will do about a live node it has not heard from, and when, in words ('' when it
     hears from it as it should): an on-call looking at a booting node, or at a busy one whose

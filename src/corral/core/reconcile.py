@@ -518,6 +518,7 @@ def plan_pass(
     else:
         looked_at = [n for n in nodes.values() if n.state in LIVE]
     types_by_name: dict[str, InstanceType] | None = None  # only once a reserved node is looked at
+    down_reasons: dict[str, str] | None = None  # only once the matrix acts on a node
     for node in looked_at:
         has_work = node.id in working or node.id in placed_on
         if retiring_ids and node.id in retiring_ids:
@@ -570,7 +571,10 @@ def plan_pass(
             idle_count -= 1
             live_after -= 1
         if action is not None:
-            decisions.node_decisions.append(NodeDecision(node.id, action, lifecycle.describe(state)))
+            if down_reasons is None:
+                down_reasons = {m.node_id: m.reason for m in decisions.node_marks if m.state is NodeState.DOWN}
+            why = lifecycle.in_words(state, node, lifecycle_settings, down_reasons.get(node.id, ""))
+            decisions.node_decisions.append(NodeDecision(node.id, action, why))
     return decisions
 
 
