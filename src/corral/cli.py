@@ -913,9 +913,9 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
     preempted = sum(1 for a in j["attempt_list"] or () if a["state"] == "preempted")
     console.print(
         f"  exit code  {'-' if j['exit_code'] is None else j['exit_code']}   node {j['node'] or '-'}   "
-        f"attempts {j['attempts']} (temporary failures {j['temp_failures']}"
-        + (f", preempted {preempted}" if preempted else "")
-        + ")"
+        # Each non-zero exit reruns the job while it has retries left (corral.core.retry.after_exit).
+        f"attempts {j['attempts']} (retries {min(j['nonzero_exits'], j['max_retries'])} of {j['max_retries']},"
+        f" temporary failures {j['temp_failures']}" + (f", preempted {preempted}" if preempted else "") + ")"
     )
     limit = format_duration(j["time_limit"]) if j.get("time_limit") else "none"
     console.print(f"  time limit {limit}   retries after a non-zero exit {j.get('max_retries', 0)}")
@@ -946,7 +946,7 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
     if j["wait_reason"] and j["state"] in ("queued", "claimed"):
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     elif j["wait_reason"] and j["state"] in ("complete", "failed", "cancelled"):
-        console.print(f"  ended      {j['wait_reason']}", highlight=False)
+        console.print(f"  ended      {j['wait_reason']}{not_retried(j)}", highlight=False)
     if j["attempt_list"]:
         table = Table(show_edge=False, header_style="bold")
         in_slurm = any(a["executor_ref"] for a in j["attempt_list"])
@@ -965,6 +965,16 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
                 a["reason"],
             )
         console.print(table)
+
+
+def not_retried(j: dict[str, Any]) -> str:
+    """Why a job that failed on a non-zero exit was not run again: the first thing an on-call asks
+    of it, which its attempts alone do not say (`exit 3` reads the same with retries left)."""
+    if j["state"] != "failed" or j["exit_code"] in (None, 0) or not str(j["wait_reason"]).startswith("exit "):
+        return ""
+    if not j["max_retries"]:
+        return "; not retried: the job asked for no retries (corral submit --max-retries N)"
+    return f"; not retried: the retries it asked for (--max-retries {j['max_retries']}) are used up"
 
 
 @app.command()

@@ -8,6 +8,7 @@ from corral.core.model import InstanceType
 from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.server.cli import corral, corral_json
+from tests.store.storekit import add_node, after_exit, claim
 
 
 def test_a_job_listing_cut_at_its_limit_says_so(served: tuple[str, Store]) -> None:
@@ -68,3 +69,29 @@ def test_corral_nodes_and_corral_node_say_when_a_silent_node_is_given_up(served:
     assert "(boot_grace 10m)" in listing and "past ping_stale 1m" in listing
     shown = corral(url, "node", "n-booting").stdout
     assert "\n  outlook: agent not paired after 1m4" in shown
+
+
+def test_corral_job_says_why_a_failed_job_was_not_retried(served: tuple[str, Store]) -> None:
+    """`corral job` of a job that failed on a non-zero exit said `ended exit 4`, `attempts 3`: not
+    whether it had retries, nor that they were spent, which is what an on-call asks first."""
+    url, store = served
+    once, thrice = store.submit(
+        [JobRequest(command=["false"], name="once"), JobRequest(command=["false"], name="thrice", max_retries=2)],
+        1000.0,
+    )
+    add_node(store, "n1", 1000.0)
+    for job_id, runs in ((once, 1), (thrice, 3)):
+        for run in range(runs):
+            attempt = claim(store, job_id, now=1001.0 + run)
+            store.finish_attempt(attempt, "n1", 4, 1001.5 + run, after_exit(4, attempt))
+
+    shown = corral(url, "job", str(once)).stdout
+    assert "attempts 1 (retries 0 of 0, temporary failures 0)" in shown
+    assert "ended      exit 4; not retried: the job asked for no retries (corral submit --max-retries N)" in shown
+    shown = corral(url, "job", str(thrice)).stdout
+    assert "attempts 3 (retries 2 of 2, temporary failures 0)" in shown
+    assert "ended      exit 4; not retried: the retries it asked for (--max-retries 2) are used up" in shown
+    assert {k: corral_json(url, "job", str(thrice))[k] for k in ("nonzero_exits", "max_retries")} == {
+        "nonzero_exits": 3,
+        "max_retries": 2,
+    }

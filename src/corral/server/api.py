@@ -181,6 +181,8 @@ def job_out(
         node=row["node_id"],
         attempts=row["attempt_count"],
         temp_failures=row["temp_failures"],
+        nonzero_exits=row["perm_failures"],
+        max_retries=spec.get("max_retries") or 0,
         command=list(spec["command"]),
         image=spec.get("image"),
         resources=ResourcesOut(

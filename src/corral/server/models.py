@@ -325,6 +325,10 @@ class JobOut(BaseModel):
     node: str | None
     attempts: int
     temp_failures: int
+    # Its runs that exited non-zero, and how many reruns after one it asked for (--max-retries):
+    # why a failed job was, or was not, run again.
+    nonzero_exits: int = 0
+    max_retries: int = 0
     command: list[str]
     resources: ResourcesOut
     nodes: int
