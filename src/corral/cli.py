@@ -918,7 +918,7 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
         f" temporary failures {j['temp_failures']}" + (f", preempted {preempted}" if preempted else "") + ")"
     )
     limit = format_duration(j["time_limit"]) if j.get("time_limit") else "none"
-    console.print(f"  time limit {limit}   retries after a non-zero exit {j.get('max_retries', 0)}")
+    console.print(f"  time limit {limit}")
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j.get("array_task_id") is not None:
         throttle = f"at most {j['array_throttle']} at once" if j["array_throttle"] else "no throttle"

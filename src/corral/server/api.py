@@ -199,7 +199,6 @@ def job_out(
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
         time_limit=spec.get("time_limit") or None,
-        max_retries=spec.get("max_retries", 0),
         executor_ref=row["executor_ref"],
         not_before=spec.get("not_before"),
         locality=spec.get("locality"),

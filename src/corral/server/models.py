@@ -343,7 +343,6 @@ class JobOut(BaseModel):
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
     on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
     time_limit: float | None = None  # seconds (Slurm's TimeLimit); None: no limit
-    max_retries: int = 0  # retries after a non-zero exit
     executor_ref: str | None = None  # its latest attempt's executor_ref: the Slurm job id
     not_before: float | None = None  # epoch seconds: not started before then (--not-before)
     locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
