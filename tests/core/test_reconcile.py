@@ -282,8 +282,11 @@ def test_a_gang_needs_distinct_nodes() -> None:
     decisions = plan_pass(snap, 1000.0, settings())
     assert decisions.placements == []
     # n1 holds both, but a gang's nodes are distinct: it waits on n1 for one and boots the other.
+    # Its reason tells the node up from the one that boots: "(n1, new small)" read as if n1 booted.
     assert [b.instance_type for b in decisions.boots] == ["small"]
-    assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, new small)"
+    assert (
+        decisions.annotations[0].wait_reason == "waiting for instances to boot (new small), with n1 up and kept for it"
+    )
     nodes.append(idle_node("n2"))
     (placement,) = plan_pass(snap, 1000.0, settings()).placements
     assert sorted(placement.node_ids) == ["n1", "n2"]
@@ -310,7 +313,7 @@ def test_a_gang_waits_on_its_first_nodes_up_and_keeps_them_from_draining() -> No
     policy = settings()
     decisions = plan_pass(snap, 1000.0, policy)
     assert decisions.boots == [] and decisions.node_decisions == []
-    assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, n2, n3)"
+    assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n2, n3), with n1 up and kept for it"
     # Idle for the whole boot grace (600 s): no longer held; drained, and the gang boots another.
     up.last_ping_at = 700.0 + policy.lifecycle.boot_grace
     later = plan_pass(snap, up.last_ping_at, policy)
@@ -368,7 +371,9 @@ def test_a_constrained_gang_waits_on_its_first_nodes_up_and_starts_without_anoth
         )
         decisions = plan_pass(snap, 1000.0, settings())
         assert decisions.boots == [] and decisions.node_decisions == [], why
-        assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, n2, n3)", why
+        assert (
+            decisions.annotations[0].wait_reason == "waiting for instances to boot (n2, n3), with n1 up and kept for it"
+        ), why
         for node in nodes[1:]:
             node.state, node.paired_at, node.state_changed_at = NodeState.IDLE, 1000.0, 1000.0
         started = plan_pass(snap, 1001.0, settings())
@@ -390,7 +395,7 @@ def test_a_constrained_gang_boots_only_the_nodes_it_lacks_beside_idle_nodes_it_c
         assert decisions.placements == [], why
         assert [b.instance_type for b in decisions.boots] == ["small-a"] * 2, why
         assert decisions.annotations[0].wait_reason == (
-            "waiting for instances to boot (m1, m2, new small-a, new small-a)"
+            "waiting for instances to boot (new small-a, new small-a), with m1, m2 up and kept for it"
         ), why
         drained = sorted(d.node_id for d in decisions.node_decisions if d.action is NodeAction.START_DRAIN)
         assert drained == ["o1", "o2"], why
@@ -419,9 +424,11 @@ def test_a_gang_with_strict_rack_locality_counts_no_idle_node_in_a_far_target_s_
         attempts.append(on_busy)
         decisions = plan_pass(snap, 1001.0, policy, planner=kept)
         assert len(decisions.boots) == 3 - len(counted), level
-        labels = ", ".join(counted + ["new small"] * (3 - len(counted)))
+        labels = ", ".join(["new small"] * (3 - len(counted)))
         reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
-        assert reasons[1] == f"waiting for instances to boot ({labels})", level
+        assert (
+            reasons[1] == f"waiting for instances to boot ({labels}), with {', '.join(counted)} up and kept for it"
+        ), level
         # Without the locality filter the placer keeps no hint, nor does the planner.
         policy.placement.filters = [name for name in policy.placement.filters if name != "locality"]
         assert len(plan_pass(snap, 1002.0, policy).boots) == 1, level
@@ -440,7 +447,7 @@ def test_a_far_target_placed_in_the_same_pass_keeps_a_strict_gang_off_its_rack()
     decisions = plan_pass(snap, 1000.0, settings())
     assert [(p.job_id, p.node_ids) for p in decisions.placements] == [(9, ("ssd",))]
     reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
-    assert reasons[1] == "waiting for instances to boot (apart, new small, new small)"
+    assert reasons[1] == "waiting for instances to boot (new small, new small), with apart up and kept for it"
 
 
 def test_gangs_asking_the_same_room_but_different_constraints_count_their_own_idle_nodes() -> None:
@@ -462,7 +469,7 @@ def test_gangs_asking_the_same_room_but_different_constraints_count_their_own_id
     assert [b.instance_type for b in decisions.boots] == ["small"]
     reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
     assert reasons[1] == "waiting for resources: max_instances (3) reached"
-    assert reasons[2] == "waiting for instances to boot (z1, z2, new small)"
+    assert reasons[2] == "waiting for instances to boot (new small), with z1, z2 up and kept for it"
 
 
 # Idle nodes the placement filters keep a job off, whatever its request: an operator hold, a
@@ -493,7 +500,10 @@ def test_a_gang_counts_only_idle_nodes_the_filters_let_it_run_on() -> None:
     decisions = plan_pass(snap, 1000.0, settings())
     assert decisions.placements == []
     assert [b.instance_type for b in decisions.boots] == ["small", "small"]
-    assert decisions.annotations[0].wait_reason == "waiting for instances to boot (n1, new small, new small)"
+    assert (
+        decisions.annotations[0].wait_reason
+        == "waiting for instances to boot (new small, new small), with n1 up and kept for it"
+    )
     # Any one of them alone is no room either.
     for why, attributes in KEPT_OFF.items():
         off = dataclasses.replace(idle_node("n2"), attributes=attributes)
@@ -528,7 +538,7 @@ def test_a_gang_does_not_count_a_node_a_transient_failure_reserves_in_the_same_p
     assert [r.node_id for r in decisions.node_reservations] == ["n2"]
     assert [b.instance_type for b in decisions.boots] == ["small"]
     reasons = {a.job_id: a.wait_reason for a in decisions.annotations}
-    assert reasons[1] == "waiting for instances to boot (n1, new small)"
+    assert reasons[1] == "waiting for instances to boot (new small), with n1 up and kept for it"
 
 
 def test_a_kept_boot_plan_follows_the_idle_nodes_a_gang_may_count_on() -> None:

@@ -413,7 +413,7 @@ def _plan_boots(
             if len(on_the_way) == need:
                 _take(on_the_way, request, promise)
                 held.update(b.label for b in on_the_way if b.up)
-                notes[job.id] = (f"waiting for instances to boot ({', '.join(b.label for b in on_the_way)})", False)
+                notes[job.id] = (_gang_waits(on_the_way, []), False)
                 continue
         missing = need - len(on_the_way)
         if not fitting:
@@ -498,10 +498,20 @@ def _plan_boots(
         if need == 1:
             notes[job.id] = (f"waiting for an instance to boot ({picks[0][0].name})", False)
         else:
-            labels = [b.label for b in on_the_way] + new_labels
             later = "" if now_booted == missing else f"; {missing - now_booted} more to boot in later passes"
-            notes[job.id] = (f"waiting for instances to boot ({', '.join(labels)}){later}", False)
+            notes[job.id] = (_gang_waits(on_the_way, new_labels) + later, False)
     return BootPlan(boots, notes, frozenset(held)), math.inf if up_nodes is None else up_nodes.until
+
+
+def _gang_waits(on_the_way: list[_Bin], new_labels: list[str]) -> str:
+    """A gang's wait, telling the nodes that boot from those already up and kept for it: one list of
+    both read as if running nodes were booting."""
+    up = [b.label for b in on_the_way if b.up]
+    coming = [b.label for b in on_the_way if not b.up] + new_labels
+    if not coming:
+        return f"waiting to start on {', '.join(up)} (up and kept for it)"
+    kept = f", with {', '.join(up)} up and kept for it" if up else ""
+    return f"waiting for instances to boot ({', '.join(coming)}){kept}"
 
 
 def _type_room(types: list[InstanceType], of_type: Mapping[str, int], planned: list[Boot]) -> dict[str, int]:
