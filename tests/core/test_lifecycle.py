@@ -141,6 +141,19 @@ def test_the_outlook_of_a_node_not_heard_from_says_when_corral_gives_it_up_and_a
         assert lifecycle.outlook(node(gone, last_ping_at=0), 5000, SETTINGS, 0, 2) == ""
 
 
+def test_a_shutdown_says_why_in_words_before_the_state_tuple_and_says_it_once() -> None:
+    idle = node(NodeState.IDLE, paired_at=10, last_ping_at=1000, state_changed_at=900)
+    state = lifecycle.state_tuple(idle, 1000, SETTINGS, 0, False)
+    drain_reason = lifecycle.in_words(state, idle, SETTINGS)
+    assert drain_reason == "idle for more than idle_grace 1m (idle, open, boot exceeded, idle exceeded)"
+    # Once empty, the drained node is shut down: its drain's reason (and tuple) is not repeated.
+    draining = node(NodeState.DRAINING, paired_at=10, last_ping_at=1000, reason=drain_reason)
+    state = lifecycle.state_tuple(draining, 1001, SETTINGS, 0, False)
+    assert lifecycle.in_words(state, draining, SETTINGS) == (
+        "drained, no work left on it (down, open, boot exceeded, not idle)"
+    )
+
+
 @pytest.mark.parametrize(
     ("age", "window"),
     [

@@ -194,9 +194,9 @@ def in_words(state: StateTuple, node: Node, settings: LifecycleSettings, down_re
     why this pass marked it down (its record's reason is from before)."""
     worker, _, boot, idle = state
     if worker is WorkerState.DOWN:
-        words = (
-            down_reason or node.reason or ("drained, no work left on it" if node.state is NodeState.DRAINING else "")
-        )
+        # A draining node's reason is its drain's, with that decision's state tuple: not repeated.
+        drained = "drained, no work left on it" if node.state is NodeState.DRAINING else ""
+        words = down_reason or drained or node.reason
     elif worker is WorkerState.UNPAIRED and boot is BootGrace.BOOT_EXCEEDED:
         words = f"its agent did not pair within boot_grace {format_seconds(settings.boot_grace)}"
     elif worker is WorkerState.IDLE and idle is IdleGrace.IDLE_EXCEEDED:
