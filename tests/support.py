@@ -224,3 +224,8 @@ def heard_by_systemd(listening: socket.socket, until: str) -> list[str]:
     while not said or until not in said[-1]:
         said.append(listening.recv(4096).decode())
     return said
+
+
+def utc(epoch: float) -> str:
+    """A time as corral's event messages write it (a back-off's end)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))

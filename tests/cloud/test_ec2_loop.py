@@ -28,7 +28,7 @@ from corral.loop import ControlLoop
 from corral.store import Store
 from tests.cloud.ec2_support import UNKNOWN_TYPE, WRONG_ARCHITECTURE, free_port, inject
 from tests.server.cli import CORRAL
-from tests.support import wait_until
+from tests.support import utc, wait_until
 
 TYPES = [
     {"name": "c5.large", "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.085},
@@ -179,7 +179,7 @@ def test_a_type_whose_instances_never_pair_is_backed_off_and_boots_pause_while_e
     [event] = store.list_events(kind="type.boot_failed")
     assert event["node_id"] == first_node["id"]
     assert event["message"] == (
-        f"c5.large until {clock.now + 600:.0f}: instance {first.id} (node {first_node['id']}) did not pair"
+        f"c5.large until {utc(clock.now + 600)}: instance {first.id} (node {first_node['id']}) did not pair"
         " within boot_grace 5m; c5.large backed off for 10m"
     )
     [backoff] = store.backoffs_in_force(clock.now)

@@ -13,7 +13,7 @@ import pytest
 from corral.core.snapshot import BootFailures
 from corral.store import Store
 from tests.server.cli import corral, corral_json
-from tests.support import served_app
+from tests.support import served_app, utc
 
 # corral's default config: c5.large, m5.large, m5.xlarge, r5.xlarge.
 NEVER_PAIRED = "instance i-0abc (node n-1) did not pair within boot_grace 10m; c5.large backed off for 40m"
@@ -63,7 +63,7 @@ def test_an_operator_clears_a_back_off_and_the_type_is_no_longer_backed_off(serv
     # Its failed boots in a row are forgotten too: its next failure backs it off as a first one.
     assert store.load_snapshot("d", [], observing_since=0.0).boot_failures == {}
     [event] = corral_json(url, "events", "--kind", "type.backoff_cleared")
-    assert event["message"].startswith(f"c5.large: back-off cleared by an operator (was until {failed:.0f}, ")
+    assert event["message"].startswith(f"c5.large: back-off cleared by an operator (was until {utc(failed)}, ")
     assert event["message"].endswith(" more; 3 failed boots in a row)")
     assert "c5.large: back-off cleared by an operator" in corral(url, "events", "--kind", "type.").stdout
 

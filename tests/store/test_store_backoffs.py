@@ -7,6 +7,7 @@ import pytest
 
 from corral.core.snapshot import BootFailures
 from corral.store import ClearedBackoff, NotBackedOff, Store
+from tests.support import utc
 
 from .storekit import NOW, SMALL, snapshot_of_tables
 
@@ -33,7 +34,7 @@ def test_clearing_a_type_ends_its_back_off_and_its_failed_boots_in_a_row(store: 
     assert [b["instance_type"] for b in store.backoffs_in_force(NOW + 60)] == ["medium"]
     [event] = store.list_events(kind="type.backoff_cleared")
     assert event["message"] == (
-        f"big: back-off cleared by an operator (was until {NOW + 2400:.0f}, 39m more; 3 failed boots in a row)"
+        f"big: back-off cleared by an operator (was until {utc(NOW + 2400)}, 39m more; 3 failed boots in a row)"
     )
     assert event["at"] == NOW + 60
 
@@ -58,8 +59,8 @@ def test_clearing_every_type_ends_the_back_offs_in_force(store: Store) -> None:
     assert [(c.instance_type, c.boot_failures) for c in cleared] == [("big", 3), ("medium", 0)]
     assert store.backoffs_in_force(NOW + 60) == []
     assert [e["message"] for e in store.list_events(kind="type.backoff_cleared")] == [
-        f"big: back-off cleared by an operator (was until {NOW + 2400:.0f}, 39m more; 3 failed boots in a row)",
-        f"medium: back-off cleared by an operator (was until {NOW + 300:.0f}, 4m more)",
+        f"big: back-off cleared by an operator (was until {utc(NOW + 2400)}, 39m more; 3 failed boots in a row)",
+        f"medium: back-off cleared by an operator (was until {utc(NOW + 300)}, 4m more)",
     ]
     # Nothing left to clear: no error, nothing recorded.
     assert store.clear_backoffs(None, NOW + 61) == []

@@ -8,6 +8,7 @@ from corral.core.model import AttemptState, JobState, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.store import Store
 from corral.store.store import NotFound
+from tests.support import utc
 
 from .storekit import NOW, SMALL, add_node, claim, submit
 
@@ -98,9 +99,9 @@ def test_a_second_capacity_error_never_shortens_a_back_off(store: Store) -> None
     assert store.load_snapshot("d", [SMALL], observing_since=NOW).unavailable_types == {"big": NOW + 900}
 
     assert [e["message"] for e in store.list_events(kind="capacity.unavailable")] == [
-        f"big until {NOW + 600:.0f}: first",
-        f"big until {NOW + 300:.0f}: second (the back-off until {NOW + 600:.0f} stays)",
-        f"big until {NOW + 900:.0f}: third",
+        f"big until {utc(NOW + 600)}: first",
+        f"big until {utc(NOW + 300)}: second (the back-off until {utc(NOW + 600)} stays)",
+        f"big until {utc(NOW + 900)}: third",
     ]
 
 

@@ -2243,12 +2243,12 @@ class Store:
                     where=table.c.until <= stmt.excluded.until,
                 ).returning(table.c.until)
             ).first()
-            message = f"{instance_type} until {until:.0f}: {reason}"
+            message = f"{instance_type} until {_utc_second(until)}: {reason}"
             if written is None:
                 # The row stays locked until the commit (PostgreSQL: by the upsert; SQLite: by its
                 # write lock), so this is the back-off in force.
                 longer = conn.execute(select(table.c.until).where(table.c.instance_type == instance_type)).scalar_one()
-                message += f" (the back-off until {longer:.0f} stays)"
+                message += f" (the back-off until {_utc_second(longer)} stays)"
             if boot_failures is not None:
                 conn.execute(
                     update(table)
@@ -2871,3 +2871,9 @@ def _ended_before(before: float, state: Any = J.c.state) -> Any:
 
 def _utc(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _utc_second(epoch: float) -> str:
+    """A time in an event's words, to the second (back-offs last minutes): an epoch there read as
+    noise in `corral events`, the one place an on-call reads it."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
