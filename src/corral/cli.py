@@ -1801,6 +1801,11 @@ def show_node(
     for label, text in (("reason", row["reason"]), ("outlook", row.get("outlook", ""))):
         if text:
             sys.stdout.write(f"  {label}: {text}\n")
+    if row["state"] == "gone":
+        # Its record keeps only how it was shut down; why it went down is in its events.
+        sys.stdout.write(
+            f"  gone after {ago(row['age'])}: what happened to it and its jobs, corral events --node {row['id']}\n"
+        )
     for key, value in sorted(row["attributes"].items()):
         sys.stdout.write(f"  {key} = {value if isinstance(value, str) else ','.join(value)}\n")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from corral.core.model import InstanceType
+from corral.core.model import InstanceType, NodeState
 from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.server.cli import corral, corral_json
@@ -95,3 +95,23 @@ def test_corral_job_says_why_a_failed_job_was_not_retried(served: tuple[str, Sto
         "nonzero_exits": 3,
         "max_retries": 2,
     }
+
+
+def test_corral_node_shows_a_node_that_is_gone_and_where_its_story_is(served: tuple[str, Store]) -> None:
+    """`corral node N` of a node that failed and was shut down said only 'no live node N': the node
+    an on-call asks about after a failure is that one."""
+    url, store = served
+    itype = InstanceType("c5.large", vcpus=2, ram_mib=4096, price_per_hour=0.1)
+    add_node(store, "n-lost", 1000.0, itype)
+    store.mark_node("n-lost", NodeState.DOWN, "no ping for more than 60s", 1100.0)
+    store.mark_node("n-lost", NodeState.SHUTTING_DOWN, "no ping for more than 60s (down, ...)", 1100.0)
+    store.mark_node("n-lost", NodeState.GONE, "shut down (down)", 1105.0)
+
+    shown = corral(url, "node", "n-lost")
+    assert shown.stdout.startswith("node n-lost gone (c5.large), rack -\n  reason: shut down (down)\n")
+    assert "  gone after 1m45s: what happened to it and its jobs, corral events --node n-lost\n" in shown.stdout
+    # A change to it is still refused, and a node that never was is named as such.
+    refused = corral(url, "node", "n-lost", "held=true", check=False)
+    assert refused.returncode == 1 and "no live node n-lost" in refused.stderr
+    unknown = corral(url, "node", "n-never", check=False)
+    assert unknown.returncode == 1 and "no node n-never" in unknown.stderr

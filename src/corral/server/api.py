@@ -75,7 +75,16 @@ from corral.server.models import (
     error_responses,
     plain_number,
 )
-from corral.store import ArrayOutcome, JobFilter, LimitLengthened, NotBackedOff, NotQueued, UserExists, acting_as
+from corral.store import (
+    ArrayOutcome,
+    JobFilter,
+    LimitLengthened,
+    NotBackedOff,
+    NotFound,
+    NotQueued,
+    UserExists,
+    acting_as,
+)
 from corral.store.store import UPDATABLE_WHILE_RUNNING, node_from_row
 
 router = APIRouter(prefix="/api", responses=error_responses(400, 401, 403, 404, 413, 422))
@@ -605,8 +614,13 @@ def set_node_attributes(
     """A node's attributes, reservations and rack: an admin's to change (Slurm's scontrol update
     NodeName=). With no change it answers the node as it is (`corral node ID`), to anyone. A
     category nothing reads is set as asked, with a warning in the answer."""
-    if body.set or body.unset or body.rack is not None:
-        require_admin(request, runtime, caller)
+    if not (body.set or body.unset or body.rack is not None):
+        # A look: a node that is gone too, which is the one an on-call asks about after it failed.
+        shown = runtime.store.node_row(node_id)
+        if shown is None:
+            raise NotFound(f"no node {node_id}")
+        return NodeChangedOut(**node_out(shown, runtime.store.running_counts(), time.time(), runtime).model_dump())
+    require_admin(request, runtime, caller)
     row = runtime.store.set_node_attributes(node_id, body.set, body.unset, body.rack, time.time())
     runtime.wake()
     node = node_out(row, runtime.store.running_counts(), time.time(), runtime)
