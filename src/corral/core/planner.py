@@ -441,7 +441,17 @@ def _plan_boots(
                 notes[job.id] = settled[key] = (reason, True)
                 continue
         if missing > budget:
-            notes[job.id] = settled[key] = capped
+            # A gang short of instances while the fleet is below its cap said "max_instances reached"
+            # beside a `corral nodes` that showed fewer: say how many it lacks and how many may boot.
+            notes[job.id] = settled[key] = (
+                capped
+                if budget <= 0
+                else (
+                    f"waiting for resources: needs {missing} more instances at once, max_instances"
+                    f" ({settings.max_instances}) leaves room for {budget}",
+                    False,
+                )
+            )
             continue
         # The instances to boot, of which types: the cheapest below its own cap first, and for a
         # gang that one's room, then the next cheapest's.
