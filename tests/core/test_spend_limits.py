@@ -86,3 +86,22 @@ def test_limits_must_be_positive() -> None:
         PolicySettings.model_validate({"boot": {"max_cost_per_hour": 0}})
     with pytest.raises(ValidationError, match="max_vcpus"):
         PolicySettings.model_validate({"boot": {"max_vcpus": -4}})
+
+
+def test_a_gang_the_cheapest_type_within_the_cap_would_take_is_not_unplaceable_while_that_type_is_backed_off() -> None:
+    """While small was backed off, a gang of three 1-vcpu jobs under max_vcpus 6 was marked
+    unplaceable ("3 × big would pass max_vcpus (6) on their own", event job.unplaceable), and ran
+    once the back-off ended: an on-call read it as a config to change."""
+    gang = Job(1, ["x"], Resources(1, GiB), node_count=3, submitted_at=0)
+    backed_off = Snapshot([gang], [], [], [SMALL, BIG], unavailable_types={"small": NOW + 60})
+    decisions = plan_pass(backed_off, NOW, capped(max_vcpus=6))
+    assert decisions.boots == []
+    [note] = decisions.annotations
+    assert not note.unplaceable
+    assert note.wait_reason == (
+        "waiting for resources: 3 × big would pass max_vcpus (6) on their own; small would not, and may not boot"
+        " now (backed off or at its max_instances: corral status says why)"
+    )
+    # Once the back-off ends, the gang boots three small.
+    later = plan_pass(backed_off, NOW + 61, capped(max_vcpus=6))
+    assert [b.instance_type for b in later.boots] == ["small"] * 3

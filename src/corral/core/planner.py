@@ -462,10 +462,18 @@ def _plan_boots(
         if spending:
             never = limits.never(picks[0][0], need)
             if never is not None:
-                # Never, under this config (as a gang larger than max_instances): unplaceable.
                 what = f"a {picks[0][0].name}" if need == 1 else f"{need} × {picks[0][0].name}"
                 reason = f"{what} would pass {never} on {'its' if need == 1 else 'their'} own"
-                notes[job.id] = settled[key] = (reason, True)
+                # Never, under this config (as a gang larger than max_instances): unplaceable, unless
+                # a type that holds it and stays within the limit is only backed off or at its cap
+                # for now. Calling that unplaceable sent an on-call to change a config that was fine.
+                within = [t.name for t in holding if limits.never(t, need) is None]
+                if within:
+                    reason = (
+                        f"waiting for resources: {reason}; {', '.join(within)} would not, and"
+                        " may not boot now (backed off or at its max_instances: corral status says why)"
+                    )
+                notes[job.id] = settled[key] = (reason, not within)
                 continue
             before_last = fleet
             for itype, count in picks[:-1]:
