@@ -62,6 +62,21 @@ def test_with_no_nearest_miss_the_figures_are_of_the_nodes_the_filter_removed() 
     nodes = [node("held", reservation="team-a"), node("full", vcpus=2)]
     busy = running(1, 9, ["full"], Resources(2.0, GiB))
     result = run_pass(nodes, [job(1, gpus=1)], attempts=[busy], other_jobs=[job(9, vcpus=2)])
+    assert rows(result.details[1])["min-cpu"]["detail"] == "needs 1 vcpu, the largest free is 0 vcpu on full"
+
+
+def test_the_reason_is_what_no_node_has_at_all_not_what_is_busy_now() -> None:
+    """A job needing a GPU no node has, on a fleet whose vcpus were all in use, waited with the reason
+    'INSUFFICIENT_CPU: ... the largest free is 0 vcpu': the on-call waits for work to end, and then it
+    still does not run."""
+    nodes = [node("full", vcpus=2)]
+    busy = running(1, 9, ["full"], Resources(2.0, GiB))
+    result = run_pass(nodes, [job(1, gpus=1)], attempts=[busy], other_jobs=[job(9, vcpus=2)])
+    assert result.reasons[1] == "INSUFFICIENT_GPU: needs 1 GPU, the largest free is 0 GPU on full"
+    # The vcpus in use are still counted in their filter's row.
+    assert rows(result.details[1])["min-cpu"]["removed"] == 1
+    # A request that only lacks room now keeps the reason of the filter that took the last node.
+    result = run_pass(nodes, [job(1, vcpus=1)], attempts=[busy], other_jobs=[job(9, vcpus=2)])
     assert result.reasons[1] == "INSUFFICIENT_CPU: needs 1 vcpu, the largest free is 0 vcpu on full"
 
 

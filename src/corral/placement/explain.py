@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from corral.placement.arrays import Bools
+from corral.placement.arrays import EPSILON, Bools
 from corral.placement.demand import Demand
 from corral.placement.engine import Engine
-from corral.placement.filters import CROWDED
+from corral.placement.filters import CROWDED, RESOURCE_FILTERS, Filter
 from corral.placement.locality import Resolved
 
 
@@ -48,6 +48,22 @@ def _near_misses(engine: Engine, masks: list[Bools], resolved: Resolved) -> str:
     return "; ".join(parts)
 
 
+def _short_for_good(engine: Engine, demand: Demand) -> Filter | None:
+    """The first resource filter whose request too few nodes could meet even empty: the reason the
+    job waits whatever ends. A filter earlier in the order that only lacks room now (vcpus in use)
+    named a wait that its end would not end: a job needing a GPU no node has read 'INSUFFICIENT_CPU'
+    while the CPUs were busy."""
+    a = engine.arrays
+    for f in engine.filters:
+        resource = RESOURCE_FILTERS.get(f.name)
+        if resource is None or demand.amounts[resource] <= 0:
+            continue
+        most = a.capacity[resource] * max(float(a.ratio[resource]), 1.0)
+        if np.count_nonzero(most >= demand.amounts[resource] - EPSILON) < demand.node_count:
+            return f
+    return None
+
+
 def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str, Any]:
     """The explanation of why `demand` finds no (or too few) nodes now. `quick` leaves out the
     per-filter sentences and the nearest node, keeping counts and the reason (for long queues)."""
@@ -62,6 +78,7 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
     alive_count = a.n
     rows: list[dict[str, Any]] = []
     reason = ""
+    reason_filter: Filter | None = None
     # Nodes passing every filter except filter i: prefix & suffix products. Most filters remove
     # nothing for a given job: their rows are zeros, and they change no product.
     suffix = [everything]
@@ -97,12 +114,19 @@ def explain(engine: Engine, demand: Demand, *, quick: bool = False) -> dict[str,
             if f.name == "locality" and resolved is not None and CROWDED in row["detail"]:
                 row["detail"] = row["detail"].replace(CROWDED, f"{CROWDED}: {_near_misses(engine, masks, resolved)}")
         if emptied:
+            reason_filter = f
             reason = f"{f.code}: {row.get('detail', '')}".rstrip(": ")
             if need > 1:
                 reason += f" (the job needs {need} nodes, {after} remain)"
         prefix = prefix & m
 
     survivors = alive_count
+    if reason and reason_filter is not None and reason_filter.name in RESOURCE_FILTERS:
+        for_good = _short_for_good(engine, demand)
+        if for_good is not None and for_good is not reason_filter:
+            reason = f"{for_good.code}: {for_good.describe(a, demand, np.ones(a.n, dtype=bool), resolved, types)}"
+            if need > 1:
+                reason += f" (the job needs {need} nodes)"
     if not a.n:
         reason = "NO_NODES: no running node takes work"
     elif not reason and survivors < need:
