@@ -3,7 +3,8 @@ batch of ended jobs deleted is one transaction run after a pass, so its time is 
 pass's.
 
 Builds a SQLite store (or --url) as bench/status_queries.py does (--queued queued jobs and
---finished jobs that ran, one attempt each), then sweeps every finished job out in batches of
+--finished jobs that ran, one attempt each), counts what a sweep would delete as `corral retention`
+does (Store.purgeable, timed), then sweeps every finished job out in batches of
 corral.retention.JOB_BATCH, timing each. Prints a table, then one JSON object of the figures as
 the last line.
 
@@ -41,6 +42,9 @@ def main() -> None:
         store.migrate()
         build(store, args.queued, args.finished, args.nodes)
         size_before = database.stat().st_size if database.exists() else 0
+        started = time.perf_counter()
+        counted = store.purgeable(NOW, NOW)
+        preview_ms = (time.perf_counter() - started) * 1000
         batches: list[float] = []
         deleted = 0
         after_id = 0
@@ -59,6 +63,8 @@ def main() -> None:
         "finished_jobs": args.finished,
         "queued_jobs": args.queued,
         "deleted": deleted,
+        "preview_counted": counted.jobs,
+        "preview_ms": round(preview_ms, 1),
         "batch_size": JOB_BATCH,
         "batches": len(batches),
         "batch_median_ms": round(statistics.median(batches), 1),
@@ -70,6 +76,8 @@ def main() -> None:
     table.add_column("figure")
     table.add_column("value", justify="right")
     table.add_row("jobs deleted", f"{deleted:,}")
+    table.add_row("counted before by corral retention", f"{counted.jobs:,}")
+    table.add_row("that count (Store.purgeable), ms", f"{figures['preview_ms']:,}")
     table.add_row(f"batches of {JOB_BATCH:,}", f"{len(batches):,}")
     table.add_row("one batch (median), ms", f"{figures['batch_median_ms']:,}")
     table.add_row("one batch (slowest), ms", f"{figures['batch_max_ms']:,}")
