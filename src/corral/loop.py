@@ -411,11 +411,6 @@ class ControlLoop(LiveLoop):
             if now < self._boots_paused_until:
                 break
             self._boot(boot.instance_type, boot.reason, now, unavailable)
-        nodes = {node.id: node for node in snapshot.nodes}
-        # The state a node is shut down in is the one this pass left it in (a silent node was
-        # just marked down: "shut down (busy)" would read as a busy node killed).
-        state_now = {node_id: node.state for node_id, node in nodes.items()}
-        state_now.update((mark.node_id, mark.state) for mark in decisions.node_marks)
         # The pass's shutdowns are recorded first and their instances terminated together, in as few
         # cloud calls as it takes: an idle fleet that drains at once is hundreds of them.
         shutdowns: dict[str, str] = {}
@@ -432,7 +427,9 @@ class ControlLoop(LiveLoop):
                 [(node_id, instance_id) for node_id, instance_id in instance_of.items() if instance_id], now
             )
             # Those the cloud would not terminate are still billed: shutting down until it takes one (sync_cloud).
-            gone = {node_id: f"shut down ({state_now[node_id]})" for node_id in shutdowns}
+            # Why it was shut down stays its reason once gone (`corral nodes --all`, `corral node`),
+            # where "shut down (down)" left an on-call to search the events for the cause.
+            gone = {node_id: f"shut down: {why}" for node_id, why in shutdowns.items()}
             for node_id, instance_id in instance_of.items():
                 if instance_id in refused:
                     del gone[node_id]

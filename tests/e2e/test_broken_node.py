@@ -35,6 +35,9 @@ def test_a_node_in_a_failure_category_finishes_its_job_then_is_shut_down_and_rep
         "node.gone",
     ], after
     assert ("node.down", "hardware-failure: broken, no work left on it") in after
+    # Once gone, the node still says why (corral nodes --all, corral node).
+    assert [m for k, m in after if k == "node.gone"][0].startswith("shut down: hardware-failure: ")
+    assert corral.cli_json("node", broken)["reason"].startswith("shut down: hardware-failure: ")
     assert ("job.complete", "exit 0") in kinds  # the job that ran there, listed with the node it ran on
     assert not (corral.home / "loopback").exists() or not any(
         broken in p.read_text() for p in (corral.home / "loopback").glob("*/instance.json")
