@@ -618,6 +618,14 @@ def submit(
             " CORRAL_ARRAY_TASK_ID; %N at the end runs at most N at once. Prints every task's job id.",
         ),
     ] = None,
+    hold: Annotated[
+        bool,
+        typer.Option(
+            "--hold",
+            "-H",
+            help="Queue it held, as sbatch --hold: it waits until corral release (with --file: every job of it).",
+        ),
+    ] = False,
     wait: Annotated[
         bool,
         typer.Option(
@@ -640,7 +648,7 @@ def submit(
         ignored = [
             f"--{param.name.replace('_', '-')}"
             for param in ctx.command.params
-            if param.name not in {"command", "file", "wait", "as_json", "user"}
+            if param.name not in {"command", "file", "wait", "as_json", "user", "hold"}
             # (typer carries its own click: its ParameterSource is known by name only)
             and getattr(ctx.get_parameter_source(param.name or ""), "name", "") == "COMMANDLINE"
         ]
@@ -650,6 +658,8 @@ def submit(
                 " its line); nothing was submitted"
             )
         requests, places = read_job_file(file)
+        if hold:
+            requests = [request.model_copy(update={"hold": True}) for request in requests]
     else:
         if not command:
             fail("no command: write `corral submit [OPTIONS] -- COMMAND [ARG...]`")
@@ -693,6 +703,8 @@ def submit(
             fields["reservation"] = reservation
         if cpu_capped:
             fields["cpu_capped"] = True
+        if hold:
+            fields["hold"] = True
         try:
             requests = [JobRequest.model_validate(fields)]
         except ValidationError as exc:

@@ -180,6 +180,10 @@ class JobRequest(BaseModel):
         " (seed 002 §5.4.6); unset: policy.retry.on_node_failure",
     )
 
+    hold: bool = Field(
+        False, description="queued held (sbatch --hold): not placed until corral release; an array's every task"
+    )
+
     dependency: Annotated[str | None, BeforeValidator(dependency_text)] = Field(
         None,
         description="Slurm's --dependency: after, afterany, afterok, afternotok with job ids, ',' = all"

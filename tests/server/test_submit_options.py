@@ -93,3 +93,20 @@ def test_job_options_given_with_a_job_file_are_refused_not_dropped(tmp_path: Pat
         assert store.list_job_rows() == []
         corral(url, "submit", "-f", str(jobs), "--user", "bob")  # whose jobs they are stays an option
         assert [store.job(row["id"]).user for row in store.list_job_rows()] == ["bob"]
+
+
+def test_a_job_submitted_held_waits_until_released_as_with_sbatch_hold(tmp_path: Path) -> None:
+    """sbatch -H queues a job held (JobHeldUser) for a workflow to release when its inputs are in."""
+    with served_app(tmp_path) as (url, store):
+        job = int(corral(url, "submit", "--hold", "--", "true").stdout)
+        assert store.job(job).held  # what the pass reads: it places nothing held, boots nothing for it
+        assert store.job_row(job)["wait_reason"] == "held at submission: it runs once released (corral release)"
+        assert [e["kind"] for e in store.list_events(job_id=job)] == ["job.queued", "job.held"]
+
+        jobs = tmp_path / "jobs.jsonl"
+        jobs.write_text('{"command": ["true"], "array": "0-1"}\n{"command": ["true"], "hold": false}\n')
+        held = [int(i) for i in corral(url, "submit", "-H", "--file", str(jobs)).stdout.split()]
+        assert len(held) == 3 and all(store.job(i).held for i in held)  # -H holds every job of the file
+
+        corral(url, "release", str(job))
+        assert not store.job(job).held and store.job_row(job)["wait_reason"] == ""

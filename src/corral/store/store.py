@@ -291,6 +291,10 @@ def acting_as(user: str) -> Iterator[None]:
         _ACTING_USER.reset(token)
 
 
+# A job submitted held (sbatch --hold), Slurm's JobHeldUser: its wait reason and its event.
+HELD_AT_SUBMISSION = "held at submission: it runs once released (corral release)"
+
+
 def _by_acting_user(message: str) -> str:
     user = _ACTING_USER.get()
     if not user:
@@ -686,12 +690,12 @@ class Store:
                 "temp_failures": 0,
                 "perm_failures": 0,
                 "attempt_count": 0,
-                "wait_reason": "",
+                "wait_reason": _by_acting_user(HELD_AT_SUBMISSION) if r.hold else "",
                 "unplaceable": False,
                 "cancel_requested": False,
                 "requeue_requested": False,
                 "requeue_hold": False,
-                "held": False,
+                "held": r.hold,
                 "array_task_id": None,
                 "array_throttle": None,
                 "updated_at": now,
@@ -752,6 +756,8 @@ class Store:
                     for job_id, place, row in zip(ids, owners, rows, strict=True)
                 ),
             )
+            held = ((job_id, HELD_AT_SUBMISSION) for job_id, row in zip(ids, rows, strict=True) if row["held"])
+            self._job_events(conn, now, "job.held", held)
         return ids
 
     @staticmethod
