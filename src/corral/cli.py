@@ -6,6 +6,7 @@ import getpass
 import json
 import os
 import re
+import secrets
 import ssl
 import sys
 import time
@@ -175,35 +176,90 @@ class Refused(Exception):
     """The server refused a request (4xx/5xx); the message is its detail."""
 
 
-def request(method: str, path: str, **kwargs: Any) -> Any:
+class AnswerLost(Exception):
+    """A request's answer was lost after it was sent (the connection dropped, or the server's store
+    was unreachable, 503): whether it was carried out is not known."""
+
+    def __init__(self, message: str, response: httpx.Response | None = None) -> None:
+        super().__init__(message)
+        self.response = response
+
+
+# How long a request that is safe to send again (a submission with its key) is sent again while its
+# answer is lost: a store outage or a restart of corral is over in seconds to a minute or two.
+SEND_AGAIN_FOR = 120.0
+
+
+def request(method: str, path: str, again_if_lost: bool = False, **kwargs: Any) -> Any:
     """The response's JSON or bytes; Refused if the server refuses the request (an unreachable
-    server ends the command: no later request would reach it either)."""
-    try:
-        with client() as http:
-            response = http.request(method, path, **kwargs)
-    except httpx.TransportError as exc:
-        fail(f"cannot reach corral at {http.base_url}: {exc}{_why_unreachable()}")
-    if response.status_code >= 400:
+    server ends the command: no later request would reach it either). `again_if_lost`: the request
+    is safe to send again (a submission with its key queues its jobs once), and is, for up to
+    SEND_AGAIN_FOR, while its answer is lost."""
+    if again_if_lost:
+        from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+        def said_again(state: Any) -> None:
+            lost = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0
+            err.print(escape(f"{lost}: sending it again in {wait:.1f}s (its key queues it once)"), highlight=False)
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(AnswerLost),
+            wait=wait_exponential(multiplier=0.5, max=8),
+            stop=stop_after_delay(SEND_AGAIN_FOR),
+            before_sleep=said_again,
+            reraise=True,
+        )
         try:
-            body = response.json()
-            detail = body.get("detail", body) if isinstance(body, dict) else body
-        except ValueError:
-            detail = response.text
-        if isinstance(detail, list):
-            # A query parameter is the CLI's option of the same name ("query.limit" is --limit, and
-            # "query.state.1" the second --state), a path's the argument ("path.job_id" is JOB_ID).
-            lines = [re.sub(r"^query\.(\w+)(?:\.\d+)?", _as_flag, str(d)) for d in detail]
-            lines = [re.sub(r"^path\.(\w+)", lambda m: m[1].upper(), line) for line in lines]
-            detail = lines[0] if len(lines) == 1 else "\n  " + "\n  ".join(lines)
+            response = retrying(_send, method, path, again_if_lost, **kwargs)
+        except AnswerLost as exc:
+            if exc.response is None:
+                fail(f"{exc}; for {SEND_AGAIN_FOR:.0f}s: whether it was carried out is not known (corral jobs)")
+            response = exc.response
+    else:
+        response = _send(method, path, again_if_lost, **kwargs)
+    if response.status_code >= 400:
+        detail = _detail(response)
         if response.status_code == 401:
             detail = f"{detail} (the token of {_token_from})"
-        raise Refused(f"{detail}")
+        raise Refused(detail)
     if response.is_redirect:
         # No route of the API redirects a request the CLI makes as it meant it: a path gone wrong.
         raise Refused(f"{method} {path}: the server answered {response.status_code}, not a result")
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()
     return response.content
+
+
+def _detail(response: httpx.Response) -> str:
+    """What a refusal says: its detail, with the API's field names as the CLI's."""
+    try:
+        body = response.json()
+        detail = body.get("detail", body) if isinstance(body, dict) else body
+    except ValueError:
+        detail = response.text
+    if isinstance(detail, list):
+        # A query parameter is the CLI's option of the same name ("query.limit" is --limit, and
+        # "query.state.1" the second --state), a path's the argument ("path.job_id" is JOB_ID).
+        lines = [re.sub(r"^query\.(\w+)(?:\.\d+)?", _as_flag, str(d)) for d in detail]
+        lines = [re.sub(r"^path\.(\w+)", lambda m: m[1].upper(), line) for line in lines]
+        detail = lines[0] if len(lines) == 1 else "\n  " + "\n  ".join(lines)
+    return str(detail)
+
+
+def _send(method: str, path: str, again_if_lost: bool, **kwargs: Any) -> httpx.Response:
+    try:
+        with client() as http:
+            response = http.request(method, path, **kwargs)
+    except httpx.TransportError as exc:
+        # (One that never connected was not carried out: the server is not there.)
+        if again_if_lost and not isinstance(exc, httpx.ConnectError):
+            lost = str(exc) or type(exc).__name__
+            raise AnswerLost(f"the answer from corral at {http.base_url} was lost ({lost})") from exc
+        fail(f"cannot reach corral at {http.base_url}: {exc}{_why_unreachable()}")
+    if again_if_lost and response.status_code == 503:
+        raise AnswerLost(f"corral answered 503: {_detail(response)}", response)
+    return response
 
 
 def _as_flag(match: re.Match[str]) -> str:
@@ -713,9 +769,12 @@ def submit(
     if user is not None:
         requests = [r if r.user else r.model_copy(update={"user": user}) for r in requests]
     # The rest are the token's user's; under the operator's token, this login's (as Slurm's owner).
-    body = {"jobs": [r.model_dump(mode="json") for r in requests], "submitter": _login_name()}
+    # Its own key: sent again after a lost answer (a dropped connection, a store outage), the
+    # submission queues its jobs once.
+    key = secrets.token_urlsafe(24)
+    body = {"jobs": [r.model_dump(mode="json") for r in requests], "submitter": _login_name(), "key": key}
     try:
-        result = request("POST", "/api/jobs", json=body)
+        result = request("POST", "/api/jobs", again_if_lost=True, json=body)
     except Refused as exc:
         fail(_submit_refusal(str(exc), file, places))
     if as_json:

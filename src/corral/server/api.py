@@ -78,6 +78,7 @@ from corral.server.models import (
 from corral.store import (
     ArrayOutcome,
     JobFilter,
+    KeyReused,
     LimitLengthened,
     NotBackedOff,
     NotFound,
@@ -245,7 +246,7 @@ def attempt_out(row: dict[str, Any]) -> AttemptOut:
     )
 
 
-@router.post("/jobs", status_code=201)
+@router.post("/jobs", status_code=201, responses=error_responses(409))
 @names_its_caller
 def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitResult:
     """Queue jobs. A job's `user` is whose it is: a user token's own (naming another is refused,
@@ -268,7 +269,10 @@ def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitRe
     refused = _reservation_refusals(jobs, runtime, now)
     if refused:
         raise HTTPException(422, refused)
-    ids = runtime.store.submit(jobs, now)
+    try:
+        ids = runtime.store.submit(jobs, now, body.key)
+    except KeyReused as exc:
+        raise HTTPException(409, str(exc)) from None
     runtime.wake()
     return SubmitResult(ids=ids)
 

@@ -84,6 +84,14 @@ class SubmitBody(BaseModel):
         description="Whose the jobs that name no user are, when the operator's token submits them (the CLI"
         " sends its login name); a user token's jobs are its user's.",
     )
+    key: str | None = Field(
+        None,
+        min_length=16,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="The client's own key for this submission (16 to 64 of A-Z a-z 0-9 _ -): sent again within a"
+        " day, as after a lost answer, it queues nothing and answers the ids of the first time",
+    )
 
     @model_validator(mode="after")
     def _not_too_many_tasks(self) -> SubmitBody:

@@ -215,3 +215,16 @@ users = Table(
     Column("created_at", Float, nullable=False),
     Column("last_used_at", Float),
 )
+
+# Submissions by the key their client gave (0018): a submission sent again with its key (its answer
+# was lost: a dropped connection, a 503 from a store outage after the commit) answers the jobs it
+# queued the first time instead of queuing them twice. Kept a day (submission.KEY_KEPT_FOR).
+submissions = Table(
+    "submissions",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("body_hash", String(64), nullable=False),  # sha256 of what was submitted: a key reused for other jobs
+    Column("job_ids", JSON, nullable=False),
+    Column("at", Float, nullable=False),
+    Index("ix_submissions_at", "at"),
+)

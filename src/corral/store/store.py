@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import json
 import logging
 import math
 import secrets
@@ -61,7 +62,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from corral.core import batch, job_array, retry, user_limits
@@ -87,6 +88,7 @@ from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
 from corral.store.schema import nodes as N
+from corral.store.schema import submissions as S
 
 if TYPE_CHECKING:
     from corral.store.migrate import Starter
@@ -289,6 +291,32 @@ def acting_as(user: str) -> Iterator[None]:
         yield
     finally:
         _ACTING_USER.reset(token)
+
+
+# How long a submission's key answers the jobs it queued (Store.submit): a client sends it again
+# within seconds or minutes of the first time, never days later.
+KEY_KEPT_FOR = 86400.0
+
+
+class KeyReused(ValueError):
+    """A submission key sent again with other jobs than the first time it was sent."""
+
+
+def _submitted(conn: Connection, key: str, body_hash: str, now: float) -> list[int] | None:
+    """The ids a submission with `key` queued, if it was made within KEY_KEPT_FOR."""
+    row = conn.execute(select(S.c.body_hash, S.c.job_ids).where(S.c.key == key, S.c.at >= now - KEY_KEPT_FOR)).first()
+    if row is None:
+        return None
+    if row.body_hash != body_hash:
+        raise KeyReused(
+            f"submission key {key!r} was sent before with other jobs (ids {_id_span(row.job_ids)}): a new"
+            " submission takes a new key"
+        )
+    return [int(job_id) for job_id in row.job_ids]
+
+
+def _id_span(ids: list[int]) -> str:
+    return f"{ids[0]} to {ids[-1]}" if len(ids) > 1 else str(ids[0]) if ids else "none"
 
 
 # A job submitted held (sbatch --hold), Slurm's JobHeldUser: its wait reason and its event.
@@ -672,10 +700,32 @@ class Store:
 
     # ---- jobs ---------------------------------------------------------------------------------
 
-    def submit(self, requests: Sequence[JobRequest], now: float) -> list[int]:
+    def submit(self, requests: Sequence[JobRequest], now: float, key: str | None = None) -> list[int]:
         """Queue jobs in one transaction: all are stored, or (on any error) none. A request with an
         array is one job per task, in task order, each with the whole request as its spec; the
-        array's id is its first task's job id. The ids of every job, tasks included, in order."""
+        array's id is its first task's job id. The ids of every job, tasks included, in order.
+
+        `key`: the client's own for this submission (an idempotency key). Sent again within
+        KEY_KEPT_FOR, as a client does whose answer was lost (a dropped connection, a 503 after
+        the commit), it queues nothing and answers the ids of the first time; with other jobs than
+        the first time, KeyReused."""
+        body_hash = hashlib.sha256(
+            json.dumps([r.model_dump(mode="json") for r in requests], sort_keys=True).encode()
+        ).hexdigest()
+        try:
+            return self._submit(requests, now, key, body_hash)
+        except IntegrityError:
+            # The same key sent twice at once (PostgreSQL): the second waited on the first's row,
+            # then found it; what the first queued is the answer.
+            if key is None:
+                raise
+            with self.read() as conn:
+                known = _submitted(conn, key, body_hash, now)
+            if known is None:
+                raise
+            return known
+
+    def _submit(self, requests: Sequence[JobRequest], now: float, key: str | None, body_hash: str) -> list[int]:
         rows: list[dict[str, Any]] = []
         owners: list[int] = []  # the request each row comes from, by its place in `requests`
         specs: list[dict[str, Any]] = []  # each request's, which its rows share
@@ -713,6 +763,11 @@ class Store:
         dependencies = {i: d for i, r in enumerate(requests) if (d := r.to_dependency()) is not None}
         array_tasks: dict[int, dict[int, int]] = {}
         with self.write() as conn:
+            if key is not None:
+                conn.execute(delete(S).where(S.c.at < now - KEY_KEPT_FOR))
+                known = _submitted(conn, key, body_hash, now)
+                if known is not None:
+                    return known
             if dependencies:
                 self._check_dependencies(conn, dependencies)
                 array_tasks = self._arrays_named(conn, dependencies)
@@ -758,6 +813,8 @@ class Store:
             )
             held = ((job_id, HELD_AT_SUBMISSION) for job_id, row in zip(ids, rows, strict=True) if row["held"])
             self._job_events(conn, now, "job.held", held)
+            if key is not None:
+                conn.execute(insert(S).values(key=key, body_hash=body_hash, job_ids=ids, at=now))
         return ids
 
     @staticmethod
