@@ -14,12 +14,12 @@ reconcile pass itself (`boot_failed`, below); and so is a type the cloud takes a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 
 from corral.core.model import Node
 from corral.core.retry import format_seconds
 from corral.core.settings import BootSettings
 from corral.core.snapshot import BootFailures, TypeBackoff
+from corral.core.units import utc_text
 
 
 def unavailable_until(now: float, settings: BootSettings) -> float:
@@ -165,5 +165,4 @@ def backoff_cleared_message(instance_type: str, until: float, boot_failures: int
     row = ""
     if boot_failures > 0:
         row = f"; {boot_failures} failed boot{'' if boot_failures == 1 else 's'} in a row"
-    was = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"{instance_type}: back-off cleared by an operator (was until {was}, {left} more{row})"
+    return f"{instance_type}: back-off cleared by an operator (was until {utc_text(until)}, {left} more{row})"

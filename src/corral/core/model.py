@@ -11,11 +11,12 @@ permanent failure (PermFail) or retries exhausted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator
+
+from corral.core.units import utc_text
 
 if TYPE_CHECKING:
     from corral.core.dependency import Dependency
@@ -248,7 +249,7 @@ class Job:
 
     def not_yet_reason(self) -> str:
         """Why it waits while not eligible yet, and until when (UTC: a stored reason is read anywhere)."""
-        until = datetime.fromtimestamp(self.eligible_at(), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        until = utc_text(self.eligible_at())
         if (self.not_before or 0.0) >= (self.retry_at or 0.0):
             return f"not before its requested start, {until}"
         return f"back-off after a temporary failure, until {until}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -139,3 +140,9 @@ def format_duration(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
+
+
+def utc_text(epoch: float, seconds: bool = True) -> str:
+    """A time in a stored reason or an event's words: UTC, since they are read anywhere, and never
+    an epoch, which reads as noise in `corral events` (to the minute where seconds are noise)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")

@@ -25,7 +25,6 @@ takes, leaves alone the key-share locks of a submission whose dependency names t
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import hashlib
 import json
 import logging
@@ -83,6 +82,7 @@ from corral.core.model import (
     check_job_transition,
 )
 from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
+from corral.core.units import utc_text
 from corral.jobspec import JobRequest, describe_validation_errors
 from corral.store import schema
 from corral.store.schema import attempts as A
@@ -2306,12 +2306,12 @@ class Store:
                     where=table.c.until <= stmt.excluded.until,
                 ).returning(table.c.until)
             ).first()
-            message = f"{instance_type} until {_utc_second(until)}: {reason}"
+            message = f"{instance_type} until {utc_text(until)}: {reason}"
             if written is None:
                 # The row stays locked until the commit (PostgreSQL: by the upsert; SQLite: by its
                 # write lock), so this is the back-off in force.
                 longer = conn.execute(select(table.c.until).where(table.c.instance_type == instance_type)).scalar_one()
-                message += f" (the back-off until {_utc_second(longer)} stays)"
+                message += f" (the back-off until {utc_text(longer)} stays)"
             if boot_failures is not None:
                 conn.execute(
                     update(table)
@@ -2538,8 +2538,9 @@ class Store:
                 conn,
                 now,
                 "store.purged",
-                f"{len(ids)} ended jobs ({ids[0]} to {ids[-1]}), ended before {_utc(ended_before)}, deleted with"
-                " their attempts and output (retention.jobs_after)",
+                f"{len(ids)} ended jobs ({ids[0]} to {ids[-1]}), ended before"
+                f" {utc_text(ended_before, seconds=False)}, deleted with their attempts and output"
+                " (retention.jobs_after)",
             )
         return ids, last_seen
 
@@ -2930,13 +2931,3 @@ def _ended_before(before: float, state: Any = J.c.state) -> Any:
     recorded, at its last change. `state`: the column, or an expression of it that keeps SQLite off
     the state index."""
     return and_(state.in_(TERMINAL_JOB_STATES), func.coalesce(J.c.finished_at, J.c.updated_at) < before)
-
-
-def _utc(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _utc_second(epoch: float) -> str:
-    """A time in an event's words, to the second (back-offs last minutes): an epoch there read as
-    noise in `corral events`, the one place an on-call reads it."""
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
