@@ -55,6 +55,11 @@ BATCH_SCRIPT = """#!/bin/sh
 # writes the exit status to the file its first argument names.
 corral_status="$1"
 shift
+# The job's own values of the variables sbatch ran without (corral.executor.slurm.WITHHELD).
+for corral_name in $CORRAL_WITHHELD; do
+    eval "export $corral_name=\\"\\$CORRAL_WITHHELD_$corral_name\\"; unset CORRAL_WITHHELD_$corral_name"
+done
+unset CORRAL_WITHHELD corral_name
 CORRAL_NNODES="${SLURM_JOB_NUM_NODES:-1}"
 CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)"
 export CORRAL_NNODES CORRAL_NODELIST
@@ -207,6 +212,54 @@ def parse_show_job(text: str) -> dict[str, tuple[str, int]]:
         if job_id and state and code:
             found[job_id[1]] = (state[1], exit_code_of(int(code[1]), int(code[2])))
     return found
+
+
+# What sbatch itself reads as it starts, on corral's host and as corral's user: the dynamic
+# loader's variables (glibc ignores them only for setuid programs), Slurm's config file (whose
+# PluginDir names the libraries sbatch loads) and the PATH that finds sbatch. A job's value of one
+# would run code of the job's user's choosing as corral (LD_PRELOAD=/home/alice/x.so): sbatch runs
+# with corral's own, and the job gets its value back from the batch script (CORRAL_WITHHELD).
+WITHHELD_NAMES = frozenset(
+    {
+        "PATH",
+        "SLURM_CONF",
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TMPDIR",
+        "TZDIR",
+    }
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def withheld(name: str) -> bool:
+    """Whether sbatch runs with corral's value of `name` rather than the job's (WITHHELD_NAMES)."""
+    return (name in WITHHELD_NAMES or name.startswith("LD_")) and _IDENTIFIER.fullmatch(name) is not None
+
+
+def sbatch_environment(own: Mapping[str, str], job_env: Mapping[str, str]) -> dict[str, str]:
+    """sbatch's environment, which --export=ALL hands to the job: corral's own (`own`) with the
+    job's variables over it, but for those sbatch must not be steered by (`withheld`), whose job
+    values go as CORRAL_WITHHELD_NAME, listed in CORRAL_WITHHELD, for BATCH_SCRIPT to set back."""
+    env = dict(own)
+    kept = []
+    for name, value in job_env.items():
+        if withheld(name):
+            env[f"CORRAL_WITHHELD_{name}"] = value
+            kept.append(name)
+        else:
+            env[name] = value
+    env["CORRAL_WITHHELD"] = " ".join(kept)  # set always: a job's own CORRAL_WITHHELD names nothing
+    return env
 
 
 class Slurm:

@@ -38,6 +38,7 @@ from corral.executor.slurm import (
     job_name,
     killed_state,
     parse_exit_status,
+    sbatch_environment,
 )
 from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import LogStore
@@ -466,9 +467,11 @@ class SlurmLoop(LiveLoop):
 
     def job_env(self, job: Job, attempt_id: int) -> dict[str, str]:
         """sbatch's environment, which --export=ALL hands to the job: this process's, less corral's
-        credentials, plus the job's env and its ids (and an array task's, corral.core.job_array)."""
-        env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
-        env.update(job.env)
+        credentials, plus the job's env (what sbatch must not be steered by set back by the batch
+        script: corral.executor.slurm.sbatch_environment) and its ids (and an array task's,
+        corral.core.job_array)."""
+        own = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+        env = sbatch_environment(own, job.env)
         env.update(CORRAL_JOB_ID=str(job.id), CORRAL_ATTEMPT_ID=str(attempt_id))
         if job.array is not None:
             env.update(job_array.environment(job.array))
