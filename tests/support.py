@@ -150,7 +150,9 @@ def served_app(
 def served_store(store: Store, data_dir: Path, config: Config | None = None) -> Iterator[str]:
     """corral's server app (no control loop) on a migrated store of any backend, served as
     served_app serves it: its address. The store stays open."""
-    runtime = Runtime(config=config or Config(), store=store, logs=LogStore(data_dir / "logs"), api_token="t")
+    config = config or Config()
+    logs = LogStore(data_dir / "logs", config.server.max_output_bytes)
+    runtime = Runtime(config=config, store=store, logs=logs, api_token="t")
     server = uvicorn.Server(uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

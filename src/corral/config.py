@@ -51,6 +51,12 @@ class ServerConfig(_Strict):
         description="PEM CA bundle that clients (the CLI, loopback agents, EC2 agents unless cloud.ec2.server_ca"
         " is set) verify the server with; default: tls_cert itself, right for a self-signed certificate",
     )
+    max_output: SizeMiB = Field(
+        1024,
+        ge=0,
+        description="the most of one attempt's output the server keeps in logs/ (MiB, or e.g. '10GiB'): past it,"
+        " the output ends with a line saying it was cut, and the rest is dropped; 0: no limit",
+    )
 
     @model_validator(mode="after")
     def _tls(self) -> ServerConfig:
@@ -63,6 +69,11 @@ class ServerConfig(_Strict):
             if path is not None and not path.is_file():
                 raise ValueError(f"{name}: {path} is not a file")
         return self
+
+    @property
+    def max_output_bytes(self) -> int | None:
+        """max_output in bytes; None: no limit."""
+        return self.max_output * 1024 * 1024 or None
 
     @property
     def ca_file(self) -> Path | None:

@@ -12,9 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corral.config import Config
 from corral.core.model import GiB, InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.server.app import WRONG_TOKEN
+from corral.server.logstore import LogStore
 from corral.server.models import MAX_AGENT_LIST, MAX_BODY, MAX_LOG_CHUNK_BODY, MAX_SUBMIT_BODY, MAX_SUBMITTED
 from corral.store import Store
 from tests.support import served_app
@@ -120,3 +122,33 @@ def test_a_submission_longer_than_any_is_refused_by_its_declared_length_unsent(s
     # A submission of the most jobs one may hold, as the CLI sends a job file, is under the limit.
     job = JobRequest(command=["python", "train.py", "--seed", "100000"], name="train-100000", tags=["sweep"])
     assert len(json.dumps(job.model_dump(mode="json"))) * MAX_SUBMITTED < MAX_SUBMIT_BODY
+
+
+def test_an_attempts_output_past_server_max_output_is_cut_with_a_line_that_says_so(tmp_path: Path) -> None:
+    # A job printing without end (`yes`) filled the disk that the store and every job's output share.
+    config = Config.model_validate({"server": {"max_output": "1MiB"}})
+    limit = 1024 * 1024
+    with served_app(tmp_path, config) as (url, store):
+        store.create_node("n-1", SMALL, "boot-1", 1000.0, "test")
+        secret = store.pair_node("n-1", "boot-1", SMALL.capacity, "host-1", 1000.0)
+        [job_id] = store.submit([JobRequest(command=["yes"])], 1000.0)
+        attempt_id = store.claim(job_id, "d-test", ["n-1"], Resources(1, GiB), 1000.0)
+        node = {"Authorization": f"Bearer {secret}"}
+        log = f"{url}/api/agent/attempts/{attempt_id}/log"
+        chunk = b"y\n" * (256 * 1024 // 2)
+        # The agent sends it all, a chunk at a time: each is taken, those past the limit dropped.
+        for offset in range(0, 3 * limit, len(chunk)):
+            answer = httpx.post(log, params={"offset": offset}, content=chunk, headers=node)
+            assert answer.status_code == 200, answer.text
+        # A chunk sent again (after a lost answer) lands where it did.
+        assert httpx.post(log, params={"offset": 0}, content=chunk, headers=node).status_code == 200
+        output = httpx.get(f"{url}/api/jobs/{job_id}/logs", headers=TOKEN).content
+    note = f"\n[corral: this attempt's output was cut here, at {limit:,} bytes (server.max_output); the rest was not kept]\n"
+    assert output == chunk * (limit // len(chunk)) + note.encode()
+
+
+def test_max_output_zero_keeps_all_of_it(tmp_path: Path) -> None:
+    logs = LogStore(tmp_path, Config.model_validate({"server": {"max_output": 0}}).server.max_output_bytes)
+    logs.write(1, 1, 0, b"x" * 3000)
+    logs.write(1, 1, 3000, b"y")
+    assert logs.path(1, 1).read_bytes() == b"x" * 3000 + b"y"

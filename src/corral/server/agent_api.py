@@ -341,9 +341,16 @@ async def log_chunk(
     if node["id"] not in node_ids:  # a node writes the output of its own attempts only
         raise HTTPException(404, f"no attempt {attempt_id} on this node")
     try:
-        await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data)
+        cut = await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data)
     except LogGap as exc:
         raise HTTPException(409, str(exc)) from None
+    if cut:
+        log.warning(
+            "job %s: attempt %s's output reached server.max_output (%s bytes): the rest is dropped",
+            job_id,
+            attempt_id,
+            runtime.logs.max_bytes,
+        )
     return {"ok": True}
 
 
