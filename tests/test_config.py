@@ -190,6 +190,21 @@ def test_a_config_error_shows_no_password_of_a_url(tmp_path: Path) -> None:
     assert "'mysqlx://corral:***@db.example/corral'" in str(error.value)
 
 
+def test_config_check_and_show_print_no_password_of_the_store_url(tmp_path: Path) -> None:
+    # What an operator pastes into a ticket or a chat to say which store corral uses.
+    from typer.testing import CliRunner
+
+    from corral.cli import app
+
+    path = tmp_path / "store.toml"
+    path.write_text('[store]\nurl = "postgresql://corral:s3cret@db.example:5432/corral"\n')
+    for command in ("check", "show"):
+        result = CliRunner().invoke(app, ["config", command, str(path)])
+        assert result.exit_code == 0, result.output
+        assert "s3cret" not in result.output
+        assert "postgresql://corral:***@db.example:5432/corral" in result.output
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.toml")), ids=lambda p: p.name)
 def test_the_shipped_example_configs_are_valid_and_warn_of_nothing(path: Path) -> None:
     """README and the docs tell an operator to run each (`corral run --config`, `corral simulate`):

@@ -35,6 +35,7 @@ from corral.files import (
     read_server_info,
     read_text,
     unique_keys,
+    without_password,
 )
 from corral.home import default_home
 from corral.jobspec import JobRequest, to_epoch
@@ -2110,7 +2111,8 @@ def config_check(
     except ConfigError as exc:
         fail(str(exc), 2)
     types = len(config.instance_types)
-    console.print(f"{file}: OK ({types} instance type{'' if types == 1 else 's'}, store {config.store_url})")
+    store = without_password(config.store_url)
+    console.print(f"{file}: OK ({types} instance type{'' if types == 1 else 's'}, store {store})")
     from corral.notifier import missing_programs
 
     for warning in config.warnings() + missing_programs(config.notify):
@@ -2131,7 +2133,10 @@ def config_show(
         config = load_config(file)
     except ConfigError as exc:
         fail(str(exc), 2)
-    print_json(config.model_dump(mode="json"))
+    shown = config.model_dump(mode="json")
+    if shown["store"]["url"] is not None:  # (pasted into tickets and chats: as config errors show it)
+        shown["store"]["url"] = without_password(shown["store"]["url"])
+    print_json(shown)
 
 
 @config_app.command("reference")
