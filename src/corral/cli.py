@@ -2172,6 +2172,8 @@ def users_add(
         " in their ~/.config/corral/token (mode 0600) or CORRAL_TOKEN, with the server's address in CORRAL_URL",
         highlight=False,
     )
+    for warning in result.get("warnings", []):
+        err.print(Text.assemble(("warning", "yellow"), f": {warning}"), highlight=False)
 
 
 @users_app.command("list")

@@ -511,6 +511,19 @@ class Config(_Strict):
             raise ValueError(f"instance type names must be unique; repeated: {', '.join(dupes)}")
         return value
 
+    def jobs_reach_the_data_directory(self) -> str | None:
+        """Why users with tokens of their own can take the operator's, when they can: the loopback
+        cloud runs every job as this corral's own user, on its machine (its agents' work dirs are
+        in the data directory), so a job reads what corral reads. None under EC2 or Slurm."""
+        if self.executor != "agent" or self.cloud.driver != "loopback":
+            return None
+        return (
+            f"the loopback cloud runs every job as this corral's own user on this machine, where a job can read the"
+            f" data directory {self.home}: its token (the operator's, an admin's) and the store (every job's"
+            " environment), so a user's job can act as the operator; give users tokens of their own only with"
+            ' cloud.driver = "ec2" (or in front of Slurm, the data directory on no file system the compute nodes mount)'
+        )
+
     def warnings(self) -> list[str]:
         """What is valid but surely not meant: limits under which no instance type can ever boot,
         placement filters left out that keep jobs off nodes that cannot run them (with the agent

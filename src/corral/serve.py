@@ -367,6 +367,9 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
 
     runtime.on_stop.append(forget_address)
     log.info("corral listening on %s (data in %s, store %s)", url, home, store.url.split("@")[-1])
+    shared = config.jobs_reach_the_data_directory()
+    if shared is not None and store.user_rows():
+        log.warning("users have tokens of their own, but %s", shared)
     if not tls and not ipaddress.ip_address(host).is_loopback:
         log.warning(
             "corral listens on %s:%d over plain HTTP: the API token, the nodes' secrets and their boot tokens cross"

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from corral.cli import app
+from corral.config import Config
 from corral.store import Store
 from tests.support import served_app
 
@@ -270,3 +271,23 @@ def test_the_cli_adds_a_user_whose_token_file_acts_as_them(served: tuple[str, St
     gone = cli(alice, "jobs")
     assert gone.exit_code != 0 and "wrong API token" in gone.stderr
     assert f"(the token of {token_file})" in gone.stderr
+
+
+def test_adding_a_user_under_the_loopback_cloud_warns_that_their_jobs_can_read_the_operators_token(
+    tmp_path: Path,
+) -> None:
+    """The loopback cloud runs each job as corral's own user on corral's machine: a user's job printed
+    CORRAL_HOME/token (a real corral showed it: `cat ../../../../../token` from the attempt's
+    directory), which made the user the operator."""
+    with served_app(tmp_path) as (url, _):
+        added = CliRunner().invoke(app, ["users", "add", "alice"], env={"CORRAL_URL": url, "CORRAL_TOKEN": OPERATOR})
+    assert added.exit_code == 0, added.stderr
+    said = " ".join(added.stderr.split())
+    assert "warning: the loopback cloud runs every job as this corral's own user on this machine" in said
+    assert 'give users tokens of their own only with cloud.driver = "ec2"' in said
+    # In front of Slurm corral runs no job on its own machine: nothing to warn of.
+    (tmp_path / "slurm").mkdir()
+    with served_app(tmp_path / "slurm", Config(executor="slurm", instance_types=[])) as (url, _):
+        with api(url, OPERATOR) as operator:
+            answer = operator.post("/api/users", json={"name": "bob"})
+    assert answer.status_code == 201 and answer.json()["warnings"] == []

@@ -1019,7 +1019,8 @@ def add_user(body: UserBody, runtime: AdminRuntime, caller: CallerOf) -> NewUser
         token = runtime.store.add_user(body.name, body.admin, now)
     except UserExists as exc:
         raise HTTPException(409, str(exc)) from None
-    return NewUserOut(name=body.name, admin=body.admin, created_at=now, token=token)
+    shared = runtime.config.jobs_reach_the_data_directory()
+    return NewUserOut(name=body.name, admin=body.admin, created_at=now, token=token, warnings=[shared] if shared else [])
 
 
 @router.delete("/users/{name}")

@@ -798,3 +798,4 @@ class UserOut(BaseModel):
 
 class NewUserOut(UserOut):
     token: str = Field(description="The user's token: shown this once (only its hash is kept).")
+    warnings: list[str] = Field(default_factory=list, description="what the operator should know of it")
