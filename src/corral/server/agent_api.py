@@ -206,6 +206,7 @@ def finish_attempt(
         return retry.after_exit(job, exit_code, (attempt_id,))
 
     if runtime.store.finish_attempt(attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at):
+        runtime.forget_attempt(attempt_id)
         runtime.wake()
 
 
@@ -291,7 +292,7 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout=remaining)
     for item in items:
-        runtime.attempt_jobs[item.attempt_id] = (item.job_id, frozenset(item.node_ids))
+        runtime.remember_attempt(item.attempt_id, item.job_id, frozenset(item.node_ids))
     return WorkOut(
         attempts=[
             WorkItemOut(
@@ -336,7 +337,8 @@ async def log_chunk(
         row = await asyncio.to_thread(runtime.store.attempt_row, attempt_id)
         if row is None:
             raise HTTPException(404, f"no attempt {attempt_id} on this node")
-        known = runtime.attempt_jobs[attempt_id] = (row["job_id"], frozenset(row["node_ids"]))
+        known = (row["job_id"], frozenset(row["node_ids"]))
+        runtime.remember_attempt(attempt_id, *known)
     job_id, node_ids = known
     if node["id"] not in node_ids:  # a node writes the output of its own attempts only
         raise HTTPException(404, f"no attempt {attempt_id} on this node")

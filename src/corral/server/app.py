@@ -42,6 +42,7 @@ from corral.store import InvalidJobs, NotFound, Store, store_unreachable
 
 log = logging.getLogger("corral.server")
 
+ATTEMPT_CACHE_MAX = 100_000  # attempts whose job and nodes the server keeps at hand (Runtime.attempt_jobs)
 HISTORY_EVERY = 5.0  # seconds between two samples of the dashboard's charts
 HISTORY_SAMPLES = 1440  # two hours of them
 # While the store cannot be reached, the wait between passes doubles from loop.interval up to this
@@ -90,8 +91,10 @@ class Runtime:
     node_events: dict[str, asyncio.Event] = field(default_factory=dict)
     aio: asyncio.AbstractEventLoop | None = None
     wake_event: asyncio.Event | None = None
-    # attempt id -> its job id and nodes, for log chunks (which only those nodes may send)
+    # attempt id -> its job id and nodes, for log chunks (which only those nodes may send): a cache
+    # of the store, kept to the attempts that run (remember_attempt, forget_attempt).
     attempt_jobs: dict[int, tuple[int, frozenset[str]]] = field(default_factory=dict)
+    attempt_jobs_lock: threading.Lock = field(default_factory=threading.Lock)  # (exits are recorded in threads)
     # Run as the server stops, after the fleet's shutdown: before uvicorn re-raises a SIGTERM,
     # which ends the process before any code after the server's run.
     on_stop: list[Callable[[], None]] = field(default_factory=list)
@@ -113,6 +116,20 @@ class Runtime:
     def __post_init__(self) -> None:
         self.metrics.event_cursor = self.store.last_event_id()
         self.health_tally = HealthTally(fresh_for=self.config.cloud.ping_interval)
+
+    def remember_attempt(self, attempt_id: int, job_id: int, node_ids: frozenset[str]) -> None:
+        """An attempt's job and nodes, for its log chunks. At most ATTEMPT_CACHE_MAX are kept, the
+        oldest dropped first: an attempt whose end no agent reports (its node lost) would otherwise
+        stay for the server's life, some 450 bytes each (a million attempts: 450 MB)."""
+        with self.attempt_jobs_lock:
+            while len(self.attempt_jobs) >= ATTEMPT_CACHE_MAX:
+                del self.attempt_jobs[next(iter(self.attempt_jobs))]
+            self.attempt_jobs[attempt_id] = (job_id, node_ids)
+
+    def forget_attempt(self, attempt_id: int) -> None:
+        """Its agent reported its end: its output has been sent (a late chunk reads the store)."""
+        with self.attempt_jobs_lock:
+            self.attempt_jobs.pop(attempt_id, None)
 
     def wake(self) -> None:
         """Ask for a pass now; safe from any thread."""
