@@ -177,6 +177,33 @@ class Refused(Exception):
     """The server refused a request (4xx/5xx); the message is its detail."""
 
 
+# What a terminal acts on rather than shows: C0 controls but tab and newline, DEL, C1 controls.
+_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# How one shows in a JSON text (escaped, or DEL and C1 as they are): most answers have none, and
+# are not walked (a listing of 100,000 jobs would take a second more).
+_CONTROLS_IN_JSON = re.compile(r"\\u00[0-1][0-9a-fA-F]|\\u00[7-9][0-9a-fA-F]|\\[bfr]|[\x7f-\x9f]")
+
+
+def answer_of(response: httpx.Response) -> Any:
+    """A JSON answer, its text made safe to show (shown_safely)."""
+    data = response.json()
+    return shown_safely(data) if _CONTROLS_IN_JSON.search(response.text) else data
+
+
+def shown_safely(value: Any) -> Any:
+    """The server's answer with every control character in its text written out (ESC as \\x1b).
+    Its text is other users' (a job's name, tags, command, an event naming them): an ESC sequence
+    in a job's name would otherwise reach the terminal of whoever lists the queue, to clear it,
+    forge lines or, through OSC 52, write their clipboard."""
+    if isinstance(value, str):
+        return _TERMINAL_CONTROLS.sub(lambda m: f"\\x{ord(m[0]):02x}", value)
+    if isinstance(value, list):
+        return [shown_safely(item) for item in value]
+    if isinstance(value, dict):
+        return {shown_safely(key): shown_safely(item) for key, item in value.items()}
+    return value
+
+
 class AnswerLost(Exception):
     """A request's answer was lost after it was sent (the connection dropped, or the server's store
     was unreachable, 503): whether it was carried out is not known."""
@@ -228,17 +255,17 @@ def request(method: str, path: str, again_if_lost: bool = False, **kwargs: Any) 
         # No route of the API redirects a request the CLI makes as it meant it: a path gone wrong.
         raise Refused(f"{method} {path}: the server answered {response.status_code}, not a result")
     if response.headers.get("content-type", "").startswith("application/json"):
-        return response.json()
+        return answer_of(response)
     return response.content
 
 
 def _detail(response: httpx.Response) -> str:
     """What a refusal says: its detail, with the API's field names as the CLI's."""
     try:
-        body = response.json()
+        body = answer_of(response)
         detail = body.get("detail", body) if isinstance(body, dict) else body
     except ValueError:
-        detail = response.text
+        detail = shown_safely(response.text)
     if isinstance(detail, list):
         # A query parameter is the CLI's option of the same name ("query.limit" is --limit, and
         # "query.state.1" the second --state), a path's the argument ("path.job_id" is JOB_ID).
