@@ -21,6 +21,7 @@ from corral.core.model import GiB, Job, LocalityHints, OnNodeFailure, Resources
 from corral.core.units import Duration, Float, Int, SizeMiB
 
 MAX_PRIORITY = 1_000_000
+DEFAULT_PRIORITY = 1  # a job's, unless it says; a user submits at most at it (an admin above)
 # The longest job name the store keeps (jobs.name is VARCHAR(200): PostgreSQL refuses a longer one,
 # which reached the user as "Internal Server Error"; SQLite kept it whole).
 MAX_NAME = 200
@@ -158,7 +159,7 @@ class JobRequest(BaseModel):
     gpus: Int = Field(0, ge=0)
     nodes: Int = Field(1, ge=1, le=10_000, description="a gang of this many nodes")
     # Strict: a file's false (YAML's no) would be taken for 0, which cancels.
-    priority: int = Field(1, ge=0, le=MAX_PRIORITY, strict=True, description="0 cancels")
+    priority: int = Field(DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY, strict=True, description="0 cancels")
     not_before: EpochSeconds | None = None
     time_limit: Duration | None = Field(
         None, description="a longer run is ended (TIMEOUT); 0 = no limit, as Slurm's --time=0"

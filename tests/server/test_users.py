@@ -92,7 +92,17 @@ def test_a_user_cannot_change_anothers_job_which_stays_queued_and_an_admin_can(s
 def test_a_user_may_lower_their_jobs_priority_but_only_an_admin_raises_it(served: tuple[str, Store]) -> None:
     url, _ = served
     with api(url, add_user(url, "alice")) as as_alice, api(url, OPERATOR) as operator:
-        job = submit(as_alice, priority=5)
+        # Nor submits above the default: her job would pass everyone's (priority comes first in
+        # every queue order), as the change she is refused below would make it.
+        above = as_alice.post("/api/jobs", json={"jobs": [{"command": ["true"]}, {"command": ["true"], "priority": 5}]})
+        assert above.status_code == 403
+        assert above.json()["detail"] == [
+            "jobs.1.priority: Access/permission denied: 5 is above 1, the most a user submits at (alice; an admin"
+            " may submit higher, or raise it with corral priority)"
+        ]
+        assert as_alice.get("/api/jobs").json() == []
+        assert as_alice.get(f"/api/jobs/{submit(as_alice, priority=1)}").json()["priority"] == 1
+        job = submit(operator, priority=5, user="alice")
         assert as_alice.patch(f"/api/jobs/{job}", json={"priority": 3}).json()["priority"] == 3
         raised = as_alice.patch(f"/api/jobs/{job}", json={"priority": 9})
         assert raised.status_code == 403

@@ -20,7 +20,7 @@ from corral.core.dispatchers import is_stale
 from corral.core.model import Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
-from corral.jobspec import JobRequest
+from corral.jobspec import DEFAULT_PRIORITY, JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
 from corral.server.app import Caller, Runtime
 from corral.server.deps import AdminRuntime, CallerOf, UserRuntime, require_admin
@@ -288,6 +288,15 @@ def owned_jobs(body: SubmitBody, caller: Caller) -> list[JobRequest]:
         " as themselves (an admin may submit as another)"
         for i, job in enumerate(body.jobs)
         if job.user and job.user != caller.name
+    ]
+    # Priority comes first in every queue order: a user's job submitted above the default would
+    # pass everyone's, where `corral priority` lets a user only lower theirs (Slurm: only an
+    # operator or administrator sets sbatch --priority).
+    others += [
+        f"jobs.{i}.priority: Access/permission denied: {job.priority} is above {DEFAULT_PRIORITY}, the most a"
+        f" user submits at ({caller.name}; an admin may submit higher, or raise it with corral priority)"
+        for i, job in enumerate(body.jobs)
+        if job.priority > DEFAULT_PRIORITY
     ]
     if others:
         raise HTTPException(403, others)
