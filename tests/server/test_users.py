@@ -301,3 +301,25 @@ def test_adding_a_user_under_the_loopback_cloud_warns_that_their_jobs_can_read_t
         with api(url, OPERATOR) as operator:
             answer = operator.post("/api/users", json={"name": "bob"})
     assert answer.status_code == 201 and answer.json()["warnings"] == []
+
+
+def test_a_user_has_at_most_max_submitted_jobs_open_and_a_submission_past_it_queues_nothing(tmp_path: Path) -> None:
+    # Without a bound, one user's loop of submissions (100,000 jobs each) grew the store and every
+    # pass without end.
+    config = Config.model_validate({"policy": {"users": {"max_submitted_jobs": 3, "by_user": {"ci": {}}}}})
+    with served_app(tmp_path, config) as (url, store):
+        alice, ci = add_user(url, "alice"), add_user(url, "ci")
+        with api(url, alice) as as_alice, api(url, ci) as as_ci:
+            submit(as_alice)
+            submit(as_alice)
+            past = as_alice.post("/api/jobs", json={"jobs": [{"command": ["true"], "array": "0-1"}]})
+            assert past.status_code == 403
+            assert past.json()["detail"] == [
+                "QOSMaxSubmitJobPerUserLimit: alice has 2 open jobs (queued, claimed or running) and submits 2 more:"
+                " policy.users.max_submitted_jobs lets a user have 3 at most; nothing of the submission is queued"
+            ]
+            assert len(store.list_job_rows()) == 2
+            submit(as_alice)  # the third fits
+            # Their own limits instead ({}: none).
+            answer = as_ci.post("/api/jobs", json={"jobs": [{"command": ["true"], "array": "0-9"}]})
+            assert answer.status_code == 201, answer.text

@@ -34,3 +34,25 @@ def test_a_users_token_names_them_until_they_are_removed(store: Store) -> None:
         ("user.added", "user bob added (admin)"),
         ("user.removed", "user alice removed: its token is refused"),
     ]
+
+
+def test_a_users_open_jobs_are_counted_by_the_user_named_in_their_spec(store: Store) -> None:
+    """What policy.users.max_submitted_jobs weighs a submission against: queued, claimed and
+    running jobs, an array's tasks each; ended ones and other users' do not count."""
+    from corral.core import retry
+    from corral.core.model import GiB, Resources
+    from corral.jobspec import JobRequest
+
+    ids = store.submit(
+        [
+            JobRequest(command=["true"], user="alice"),
+            JobRequest(command=["true"], user="alice", array="0-2"),
+            JobRequest(command=["true"], user="bob"),
+            JobRequest(command=["true"], user="alice"),
+        ],
+        100.0,
+    )
+    store.claim(ids[0], "d-test", ["n-1"], Resources(1, GiB), 101.0)
+    ended = store.claim(ids[-1], "d-test", ["n-1"], Resources(1, GiB), 101.0)
+    assert store.finish_attempt(ended, "n-1", 0, 102.0, lambda job: retry.after_exit(job, 0, (ended,)))
+    assert store.open_jobs_of(["alice", "bob", "carol"]) == {"alice": 4, "bob": 1, "carol": 0}

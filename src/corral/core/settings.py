@@ -152,6 +152,12 @@ class DispatchSettings(_Strict):
 
 
 class UserLimits(_Strict):
+    max_submitted_jobs: Int | None = Field(
+        None,
+        ge=1,
+        description="Slurm's MaxSubmitJobsPerUser: a user's open jobs (queued, claimed or running, an array's"
+        " tasks each) at most; a submission past it is refused whole (at submission: the simulator refuses none)",
+    )
     max_running_jobs: Int | None = Field(
         None, ge=1, description="Slurm's MaxJobsPerUser: a user's jobs claimed or running at once at most"
     )
@@ -164,7 +170,16 @@ class UserLimits(_Strict):
 
 
 class UserLimitSettings(UserLimits):
-    """Limits on each user's running work (corral.core.user_limits); none by default."""
+    """Limits on each user's running work (corral.core.user_limits), none by default, and on their
+    open jobs, 100,000 by default: a user's loop of submissions would otherwise grow the store and
+    every pass without end."""
+
+    max_submitted_jobs: Int | None = Field(
+        100_000,
+        ge=1,
+        description="Slurm's MaxSubmitJobsPerUser: a user's open jobs (queued, claimed or running, an array's"
+        " tasks each) at most; a submission past it is refused whole (at submission: the simulator refuses none)",
+    )
 
     by_user: dict[str, UserLimits] = Field(
         default_factory=dict,

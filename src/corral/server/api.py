@@ -265,6 +265,9 @@ def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitRe
                     for i in images
                 ],
             )
+    over = _submit_limit_refusals(jobs, runtime)
+    if over:
+        raise HTTPException(403, over)
     now = time.time()
     refused = _reservation_refusals(jobs, runtime, now)
     if refused:
@@ -301,6 +304,28 @@ def owned_jobs(body: SubmitBody, caller: Caller) -> list[JobRequest]:
     if others:
         raise HTTPException(403, others)
     return [job.model_copy(update={"user": caller.name}) for job in body.jobs]
+
+
+def _submit_limit_refusals(jobs: list[JobRequest], runtime: Runtime) -> list[str]:
+    """Slurm's QOSMaxSubmitJobPerUserLimit, one line per user whose open jobs this submission would
+    take past their policy.users.max_submitted_jobs. Counted before the submission's transaction:
+    submissions racing one another may pass it by what they add, which bounds it all the same."""
+    adding: dict[str, int] = {}
+    for job in jobs:
+        tasks = job.to_array()
+        adding[job.user] = adding.get(job.user, 0) + (len(tasks.task_ids) if tasks is not None else 1)
+    limits = runtime.config.policy.users
+    limited = {user: most for user in adding if (most := limits.of(user).max_submitted_jobs) is not None}
+    if not limited:
+        return []
+    have = runtime.store.open_jobs_of(sorted(limited))
+    return [
+        f"QOSMaxSubmitJobPerUserLimit: {user or '(no user)'} has {have[user]:,} open jobs (queued, claimed or running)"
+        f" and submits {adding[user]:,} more: policy.users.max_submitted_jobs lets a user have {most:,} at most;"
+        " nothing of the submission is queued"
+        for user, most in limited.items()
+        if have[user] + adding[user] > most
+    ]
 
 
 def _reservation_refusals(jobs: list[JobRequest], runtime: Runtime, now: float) -> list[str]:

@@ -2472,6 +2472,14 @@ class Store:
                 found.setdefault(name or "", {})[state] = int(count)
         return found
 
+    def open_jobs_of(self, users: Sequence[str]) -> dict[str, int]:
+        """Each of these users' open jobs (queued, claimed, running), counted (0 for none)."""
+        user = J.c.spec["user"].as_string()
+        query = select(user, func.count()).where(J.c.state.in_(OPEN_JOB_STATES), user.in_(list(users))).group_by(user)
+        with self.read() as conn:
+            found = {str(r[0]): int(r[1]) for r in conn.execute(query).all()}
+        return {name: found.get(name, 0) for name in users}
+
     def counts(self) -> dict[str, int]:
         with self.read() as conn:
             rows = conn.execute(select(J.c.state, func.count()).group_by(J.c.state)).all()
