@@ -325,7 +325,13 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     refused = loop.check_settings()
     if refused is not None:
         raise SystemExit(f"error: {refused}")
-    runtime = Runtime(config=config, store=store, logs=LogStore(home / "logs", config.server.max_output_bytes), api_token=api_token, loop=loop)
+    runtime = Runtime(
+        config=config,
+        store=store,
+        logs=LogStore(home / "logs", config.server.max_output_bytes),
+        api_token=api_token,
+        loop=loop,
+    )
     runtime.stop_fleet_on_exit = not keep_fleet
     if config.notify:
         from corral.notifier import Notifier, missing_programs

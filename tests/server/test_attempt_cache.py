@@ -30,7 +30,8 @@ def test_ended_attempts_are_forgotten_and_the_cache_is_bounded(tmp_path: Path, m
     store.create_node("n-1", SMALL, "boot-1", 1000.0, "test")
     node = {"Authorization": f"Bearer {store.pair_node('n-1', 'boot-1', SMALL.capacity, 'host-1', 1000.0)}"}
     jobs = store.submit([JobRequest(command=["true"]) for _ in range(3)], 1000.0)
-    attempts = [store.claim(job_id, "d-test", ["n-1"], Resources(0.5, GiB), 1000.0) for job_id in jobs]
+    claimed = [store.claim(job_id, "d-test", ["n-1"], Resources(0.5, GiB), 1000.0) for job_id in jobs]
+    attempts = [attempt_id for attempt_id in claimed if attempt_id is not None]
     monkeypatch.setattr(server_app, "ATTEMPT_CACHE_MAX", 2)
     try:
         server = uvicorn.Server(uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning"))

@@ -143,7 +143,10 @@ def test_an_attempts_output_past_server_max_output_is_cut_with_a_line_that_says_
         # A chunk sent again (after a lost answer) lands where it did.
         assert httpx.post(log, params={"offset": 0}, content=chunk, headers=node).status_code == 200
         output = httpx.get(f"{url}/api/jobs/{job_id}/logs", headers=TOKEN).content
-    note = f"\n[corral: this attempt's output was cut here, at {limit:,} bytes (server.max_output); the rest was not kept]\n"
+    note = (
+        f"\n[corral: this attempt's output was cut here, at {limit:,} bytes (server.max_output);"
+        " the rest was not kept]\n"
+    )
     assert output == chunk * (limit // len(chunk)) + note.encode()
 
 

@@ -297,9 +297,9 @@ def test_adding_a_user_under_the_loopback_cloud_warns_that_their_jobs_can_read_t
     assert 'give users tokens of their own only with cloud.driver = "ec2"' in said
     # In front of Slurm corral runs no job on its own machine: nothing to warn of.
     (tmp_path / "slurm").mkdir()
-    with served_app(tmp_path / "slurm", Config(executor="slurm", instance_types=[])) as (url, _):
-        with api(url, OPERATOR) as operator:
-            answer = operator.post("/api/users", json={"name": "bob"})
+    slurm = Config(executor="slurm", instance_types=[])
+    with served_app(tmp_path / "slurm", slurm) as (url, _), api(url, OPERATOR) as operator:
+        answer = operator.post("/api/users", json={"name": "bob"})
     assert answer.status_code == 201 and answer.json()["warnings"] == []
 
 

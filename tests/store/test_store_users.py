@@ -54,5 +54,6 @@ def test_a_users_open_jobs_are_counted_by_the_user_named_in_their_spec(store: St
     )
     store.claim(ids[0], "d-test", ["n-1"], Resources(1, GiB), 101.0)
     ended = store.claim(ids[-1], "d-test", ["n-1"], Resources(1, GiB), 101.0)
+    assert ended is not None
     assert store.finish_attempt(ended, "n-1", 0, 102.0, lambda job: retry.after_exit(job, 0, (ended,)))
     assert store.open_jobs_of(["alice", "bob", "carol"]) == {"alice": 4, "bob": 1, "carol": 0}

@@ -1054,7 +1054,9 @@ def add_user(body: UserBody, runtime: AdminRuntime, caller: CallerOf) -> NewUser
     except UserExists as exc:
         raise HTTPException(409, str(exc)) from None
     shared = runtime.config.jobs_reach_the_data_directory()
-    return NewUserOut(name=body.name, admin=body.admin, created_at=now, token=token, warnings=[shared] if shared else [])
+    return NewUserOut(
+        name=body.name, admin=body.admin, created_at=now, token=token, warnings=[shared] if shared else []
+    )
 
 
 @router.delete("/users/{name}")
