@@ -13,7 +13,16 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from corral.core import dependency as dependencies
 from corral.core import job_array
@@ -25,6 +34,13 @@ DEFAULT_PRIORITY = 1  # a job's, unless it says; a user submits at most at it (a
 # The longest job name the store keeps (jobs.name is VARCHAR(200): PostgreSQL refuses a longer one,
 # which reached the user as "Internal Server Error"; SQLite kept it whole).
 MAX_NAME = 200
+# What exec takes on Linux, where the agent starts a job: one argument or NAME=value of at most
+# MAX_ARG_STRLEN (32 pages), and all of them, with the node's own variables, within ARG_MAX (2 MiB
+# under the usual 8 MiB stack limit). A job past either is refused at submission, where it was
+# stored whole (the store and every pass's memory holding it) only to fail on its node with exit 126
+# "Argument list too long".
+MAX_EXEC_STRING = 128 * 1024 - 1
+MAX_EXEC_TOTAL = 1024 * 1024
 
 
 def to_epoch(value: Any) -> Any:
@@ -226,6 +242,27 @@ class JobRequest(BaseModel):
             if "\0" in argument and not (info.context and info.context.get("stored")):
                 raise ValueError(f"argument {i} has a NUL byte: {argument!r}")
         return value
+
+    @model_validator(mode="after")
+    def _within_exec_limits(self, info: ValidationInfo) -> JobRequest:
+        if info.context and info.context.get("stored"):
+            return self
+        sizes = [(f"command.{i}", len(argument.encode())) for i, argument in enumerate(self.command)]
+        sizes += [(f"env.{name}", len(name.encode()) + 1 + len(text.encode())) for name, text in self.env.items()]
+        for where, size in sizes:
+            if size > MAX_EXEC_STRING:
+                raise ValueError(
+                    f"{where}: {size:,} bytes; exec takes at most {MAX_EXEC_STRING:,} in one argument or NAME=value"
+                    " (the job would fail on its node: Argument list too long): pass large data in a file"
+                )
+        total = sum(size + 1 for _, size in sizes)
+        if total > MAX_EXEC_TOTAL:
+            raise ValueError(
+                f"the command and environment have {total:,} bytes; at most {MAX_EXEC_TOTAL:,} (exec's limit on a"
+                " node, its own variables included, is about 2 MiB: the job would fail there with Argument list too"
+                " long): pass large data in a file"
+            )
+        return self
 
     @field_validator("env")
     @classmethod

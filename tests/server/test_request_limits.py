@@ -14,7 +14,7 @@ import pytest
 
 from corral.config import Config
 from corral.core.model import GiB, InstanceType, Resources
-from corral.jobspec import JobRequest
+from corral.jobspec import MAX_EXEC_STRING, JobRequest
 from corral.server.app import WRONG_TOKEN
 from corral.server.logstore import LogStore
 from corral.server.models import MAX_AGENT_LIST, MAX_BODY, MAX_LOG_CHUNK_BODY, MAX_SUBMIT_BODY, MAX_SUBMITTED
@@ -155,3 +155,23 @@ def test_max_output_zero_keeps_all_of_it(tmp_path: Path) -> None:
     logs.write(1, 1, 0, b"x" * 3000)
     logs.write(1, 1, 3000, b"y")
     assert logs.path(1, 1).read_bytes() == b"x" * 3000 + b"y"
+
+
+def test_a_job_that_exec_could_not_start_is_refused_at_submission(served: tuple[str, Store]) -> None:
+    # A 50 MB variable was stored whole (the store, and every pass's memory) and the job then failed
+    # on its node with exit 126, "Argument list too long".
+    url, store = served
+    cases = [
+        ({"command": ["sh"], "env": {"BIG": "x" * (MAX_EXEC_STRING + 1)}}, "env.BIG: 131,076 bytes; exec takes"),
+        ({"command": ["sh", "y" * MAX_EXEC_STRING]}, "command.1: 131,071 bytes"),
+        ({"command": ["sh", *["y" * 100_000] * 11]}, "the command and environment have 1,100,014 bytes; at most"),
+    ]
+    for job, said in cases:
+        answer = httpx.post(f"{url}/api/jobs", json={"jobs": [{"command": ["true"]}, job]}, headers=TOKEN)
+        if said.startswith("command.1"):  # the longest one exec takes
+            assert answer.status_code == 201, answer.text
+            continue
+        assert answer.status_code == 422, answer.text
+        [detail] = answer.json()["detail"]
+        assert detail.startswith(f"jobs.1: {said}"), detail
+    assert len(store.list_job_rows()) == 2
