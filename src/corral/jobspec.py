@@ -41,6 +41,9 @@ MAX_NAME = 200
 # "Argument list too long".
 MAX_EXEC_STRING = 128 * 1024 - 1
 MAX_EXEC_TOTAL = 1024 * 1024
+# The rest of a job's text (tags, traits, locality, its dependency, ...): stored with it, held by
+# every pass and shown to every user; far more than any job needs.
+MAX_OTHER_TEXT = 64 * 1024
 
 
 def to_epoch(value: Any) -> Any:
@@ -247,6 +250,20 @@ class JobRequest(BaseModel):
     def _within_exec_limits(self, info: ValidationInfo) -> JobRequest:
         if info.context and info.context.get("stored"):
             return self
+        # Counted in characters first, which take 1 to 4 bytes each: a job far within the limits
+        # (all but a few) is not measured further.
+        exec_text = [*self.command, *(f"{name}={text}" for name, text in self.env.items())]
+        if sum(map(len, exec_text)) * 4 > MAX_EXEC_STRING:
+            self._measure_exec_text()
+        other = self._other_text()
+        if sum(map(len, other)) * 4 > MAX_OTHER_TEXT and (size := sum(len(w.encode()) for w in other)) > MAX_OTHER_TEXT:
+            raise ValueError(
+                f"tags, traits, locality and the job's other fields but its command and environment have {size:,}"
+                f" bytes; at most {MAX_OTHER_TEXT:,}"
+            )
+        return self
+
+    def _measure_exec_text(self) -> None:
         sizes = [(f"command.{i}", len(argument.encode())) for i, argument in enumerate(self.command)]
         sizes += [(f"env.{name}", len(name.encode()) + 1 + len(text.encode())) for name, text in self.env.items()]
         for where, size in sizes:
@@ -262,7 +279,16 @@ class JobRequest(BaseModel):
                 " node, its own variables included, is about 2 MiB: the job would fail there with Argument list too"
                 " long): pass large data in a file"
             )
-        return self
+
+    def _other_text(self) -> list[str]:
+        words: list[str] = [*self.tags, self.reservation, self.user, self.min_platform or "", self.image or ""]
+        words += [self.dependency or "", self.array or ""]
+        for traits in (self.traits, self.forbidden_traits):
+            for key, wanted in traits.items():
+                words += [key, *([wanted] if isinstance(wanted, str) else wanted)]
+        if self.locality is not None:
+            words += [*self.locality.near, *self.locality.far]
+        return words
 
     @field_validator("env")
     @classmethod

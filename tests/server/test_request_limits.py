@@ -165,6 +165,12 @@ def test_a_job_that_exec_could_not_start_is_refused_at_submission(served: tuple[
         ({"command": ["sh"], "env": {"BIG": "x" * (MAX_EXEC_STRING + 1)}}, "env.BIG: 131,076 bytes; exec takes"),
         ({"command": ["sh", "y" * MAX_EXEC_STRING]}, "command.1: 131,071 bytes"),
         ({"command": ["sh", *["y" * 100_000] * 11]}, "the command and environment have 1,100,014 bytes; at most"),
+        # Not exec's, but stored with the job, held by every pass and shown to every user.
+        (
+            {"command": ["sh"], "tags": ["t" * 1000] * 70},
+            "tags, traits, locality and the job's other fields but its command and environment have 70,000 bytes;"
+            " at most 65,536",
+        ),
     ]
     for job, said in cases:
         answer = httpx.post(f"{url}/api/jobs", json={"jobs": [{"command": ["true"]}, job]}, headers=TOKEN)
