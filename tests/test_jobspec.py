@@ -156,6 +156,28 @@ def test_what_no_process_can_be_given_is_refused_by_field(given: dict[str, objec
         assert getattr(JobRequest.stored({"command": ["x"], **given}), loc[0]) == given[loc[0]]
 
 
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"name": "a\x00b"}, "name"),
+        ({"tags": ["ok", "x\x00"]}, "tags"),
+        ({"reservation": "r\x00"}, "reservation"),
+        ({"traits": {"rack": ["a", "b\x00"]}}, "traits"),
+    ],
+)
+def test_a_nul_byte_in_a_jobs_name_or_other_text_is_refused_naming_the_field(
+    given: dict[str, object], field: str
+) -> None:
+    """PostgreSQL stores no NUL: such a submission was an Internal Server Error there; on SQLite it
+    was stored, and an event naming the job could never reach a [[notify]] command (no environment
+    variable holds a NUL)."""
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], **given})
+    (error,) = refused.value.errors()
+    assert error["msg"] == f"Value error, {field}: a NUL byte, which no name or value here may hold"
+    assert JobRequest.stored({"command": ["x"], **given}).model_dump(include=set(given)) == given
+
+
 def test_a_command_given_as_one_string_is_refused_saying_how_to_write_it() -> None:
     """`"command": "echo hi"` in a job file was refused with pydantic's "Input should be a valid
     list", which said neither what list nor that no shell would split it."""

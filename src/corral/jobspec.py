@@ -252,11 +252,22 @@ class JobRequest(BaseModel):
             return self
         # Counted in characters first, which take 1 to 4 bytes each: a job far within the limits
         # (all but a few) is not measured further.
-        exec_text = [*self.command, *(f"{name}={text}" for name, text in self.env.items())]
-        if sum(map(len, exec_text)) * 4 > MAX_EXEC_STRING:
+        exec_chars = sum(map(len, self.command)) + sum(len(name) + len(text) + 1 for name, text in self.env.items())
+        if exec_chars * 4 > MAX_EXEC_STRING:
             self._measure_exec_text()
-        other = self._other_text()
-        if sum(map(len, other)) * 4 > MAX_OTHER_TEXT and (size := sum(len(w.encode()) for w in other)) > MAX_OTHER_TEXT:
+        text = self.name + self.reservation + self.user + (self.min_platform or "") + (self.image or "")
+        text += (self.dependency or "") + (self.array or "") + "".join(self.tags)
+        if self.traits or self.forbidden_traits or self.locality is not None:
+            fields = self._other_text()
+            text += "".join(word for f in ("traits", "forbidden_traits", "locality") for word in fields[f])
+        if "\0" in text:
+            # PostgreSQL stores no NUL (the submission was a 500), nor does an environment carry one
+            # (a trigger's CORRAL_EVENT_MESSAGE: its command never ran).
+            fields = {"name": [self.name], **self._other_text()}
+            where = next(field for field, words in fields.items() if any("\0" in word for word in words))
+            raise ValueError(f"{where}: a NUL byte, which no name or value here may hold")
+        other = len(text) - len(self.name)
+        if other * 4 > MAX_OTHER_TEXT and (size := len(text.encode()) - len(self.name.encode())) > MAX_OTHER_TEXT:
             raise ValueError(
                 f"tags, traits, locality and the job's other fields but its command and environment have {size:,}"
                 f" bytes; at most {MAX_OTHER_TEXT:,}"
@@ -280,15 +291,25 @@ class JobRequest(BaseModel):
                 " long): pass large data in a file"
             )
 
-    def _other_text(self) -> list[str]:
-        words: list[str] = [*self.tags, self.reservation, self.user, self.min_platform or "", self.image or ""]
-        words += [self.dependency or "", self.array or ""]
-        for traits in (self.traits, self.forbidden_traits):
-            for key, wanted in traits.items():
-                words += [key, *([wanted] if isinstance(wanted, str) else wanted)]
-        if self.locality is not None:
-            words += [*self.locality.near, *self.locality.far]
-        return words
+    def _other_text(self) -> dict[str, list[str]]:
+        """The job's text but its name, command and environment, by field."""
+        fields = {
+            "tags": list(self.tags),
+            "reservation": [self.reservation],
+            "user": [self.user],
+            "min_platform": [self.min_platform or ""],
+            "image": [self.image or ""],
+            "dependency": [self.dependency or ""],
+            "array": [self.array or ""],
+            "locality": [*self.locality.near, *self.locality.far] if self.locality is not None else [],
+        }
+        for name, traits in (("traits", self.traits), ("forbidden_traits", self.forbidden_traits)):
+            fields[name] = [
+                word
+                for key, wanted in traits.items()
+                for word in (key, *([wanted] if isinstance(wanted, str) else wanted))
+            ]
+        return fields
 
     @field_validator("env")
     @classmethod
