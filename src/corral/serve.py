@@ -162,6 +162,24 @@ def private_home(home: Path) -> list[str]:
     return said
 
 
+def readable_tls_key(key: Path | None) -> str | None:
+    """What to say of a TLS private key every user of the machine may read (whoever reads it can
+    pose as this server to the CLI and the agents, and read their tokens): the operator's file,
+    which corral does not change, but says so at start."""
+    if key is None:
+        return None
+    try:
+        was = stat.S_IMODE(key.stat().st_mode)
+    except OSError:
+        return None  # (the config check names a missing one)
+    if not was & 0o004:
+        return None
+    return (
+        f"server.tls_key {key} is readable by every user of this machine (mode {was:04o}): whoever reads it can"
+        f" pose as this server to the CLI and the agents, and read the tokens they send; chmod o-r {key}"
+    )
+
+
 def make_cloud(config: Config, server_url: str) -> CloudDriver:
     if config.cloud.driver == "loopback":
         from corral.cloud.loopback import LoopbackCloud
@@ -257,6 +275,8 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
     home = config.home
     for warning in private_home(home):
         log.warning("%s", warning)
+    if (key_warning := readable_tls_key(config.server.tls_key)) is not None:
+        log.warning("%s", key_warning)
     # One corral per data directory: a second would share the first's dispatcher id, and its stop
     # would requeue the first's work and destroy its fleet. Held until the process ends (the
     # descriptor is not inherited: agents started by the loopback cloud do not hold it).

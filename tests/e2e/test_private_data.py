@@ -37,3 +37,20 @@ def test_a_new_data_directory_is_its_owners_alone(tmp_path: Path) -> None:
     assert private_home(home) == []
     assert mode(home) == 0o700
     assert private_home(home) == []  # as it was: nothing to say
+
+
+def test_a_tls_key_every_user_may_read_is_said_at_start_and_left_as_it_is(tmp_path: Path) -> None:
+    """corral never said so: anyone on the machine could read the key and pose as the server."""
+    from corral.serve import readable_tls_key
+
+    key = tmp_path / "server-key.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    os.chmod(key, 0o644)
+    assert readable_tls_key(key) == (
+        f"server.tls_key {key} is readable by every user of this machine (mode 0644): whoever reads it can pose as"
+        f" this server to the CLI and the agents, and read the tokens they send; chmod o-r {key}"
+    )
+    assert mode(key) == 0o644  # the operator's file
+    os.chmod(key, 0o640)  # (Debian's ssl-cert group)
+    assert readable_tls_key(key) is None
+    assert readable_tls_key(None) is None
