@@ -1,7 +1,9 @@
 """What of a job's environment reaches sbatch itself, which corral runs on its own host as its own
-user: a job's LD_PRELOAD, LD_LIBRARY_PATH, SLURM_CONF or PATH would make sbatch run code the job's
-user chose, as corral. No Slurm is needed: a stand-in `sbatch` on corral's PATH records what it
-was started with and runs corral's batch script as Slurm would (its environment exported whole)."""
+user: a job's LD_PRELOAD, SLURM_CONF, PATH, or (for a site's sbatch that is a wrapper script)
+PYTHONPATH, BASH_ENV and the like would make sbatch run code the job's user chose, as corral. No
+Slurm is needed: a stand-in `sbatch` on corral's PATH, a Python script as a site's wrapper may be,
+records what it was started with and runs corral's batch script as Slurm would (its environment
+exported whole)."""
 
 from __future__ import annotations
 
@@ -12,34 +14,43 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from corral.config import Config
 from corral.executor.slurm import BATCH_SCRIPT, Slurm, sbatch_environment
+from tests.support import served_app
 
-# Records its own LD_LIBRARY_PATH, SLURM_CONF and path, then runs the batch script (the first
-# argument that is not an option) with the rest, as slurmd would with --export=ALL.
+# Records its own LD_LIBRARY_PATH, SLURM_CONF, SBATCH_COMMENT and path, then runs the batch script
+# (the first argument that is not an option) with the rest, as slurmd would with --export=ALL.
 STAND_IN_SBATCH = f"""#!{sys.executable}
 import os, subprocess, sys
-with open(os.environ["SBATCH_SEEN"], "w") as seen:
-    seen.write(repr((os.environ.get("LD_LIBRARY_PATH"), os.environ.get("SLURM_CONF"), sys.argv[0])))
+seen = [os.environ.get(name) for name in ("LD_LIBRARY_PATH", "SLURM_CONF", "SBATCH_COMMENT")]
+with open(os.environ["SBATCH_SEEN"], "w") as file:
+    file.write(repr((*seen, sys.argv[0])))
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 subprocess.run(["sh", *args], check=True)
 print("42")
 """
+VARIABLES = ("LD_LIBRARY_PATH", "SLURM_CONF", "PATH", "PYTHONPATH", "GREETING", "SBATCH_COMMENT")
 
 
-def test_a_jobs_loader_slurm_and_path_variables_reach_the_job_but_not_sbatch(
+def test_a_jobs_variables_reach_the_job_but_only_slurms_own_reach_sbatch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    corrals_bin, users_bin = tmp_path / "corral-bin", tmp_path / "alice-bin"
+    corrals_bin, users_bin, users_lib = tmp_path / "corral-bin", tmp_path / "alice-bin", tmp_path / "alice-lib"
     for directory in (corrals_bin, users_bin):
         directory.mkdir()
         program = directory / "sbatch"
         program.write_text(STAND_IN_SBATCH)
         program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    users_lib.mkdir()
+    pwned = tmp_path / "pwned"
+    # Python runs it at the start of any script on a PYTHONPATH that holds it.
+    (users_lib / "sitecustomize.py").write_text(f"open({str(pwned)!r}, 'w').write('ran as corral')\n")
     monkeypatch.setenv("PATH", f"{corrals_bin}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
-    monkeypatch.delenv("SLURM_CONF", raising=False)
+    for name in ("LD_LIBRARY_PATH", "SLURM_CONF", "PYTHONPATH"):
+        monkeypatch.delenv(name, raising=False)
     script = tmp_path / "corral-batch.sh"
     script.write_text(BATCH_SCRIPT)
     seen, status, job_saw = tmp_path / "sbatch-seen", tmp_path / "status", tmp_path / "job-saw"
@@ -47,26 +58,31 @@ def test_a_jobs_loader_slurm_and_path_variables_reach_the_job_but_not_sbatch(
         "LD_LIBRARY_PATH": "/home/alice/lib",
         "SLURM_CONF": "/home/alice/slurm.conf",
         "PATH": f"{users_bin}{os.pathsep}/usr/bin{os.pathsep}/bin",
-        "GREETING": "a b",
+        "PYTHONPATH": str(users_lib),
+        "GREETING": "a b 'c' $HOME",
+        "SBATCH_COMMENT": "Slurm's own: an sbatch option",
         # A job's own list names nothing: corral's is the one the script reads.
         "CORRAL_WITHHELD": "GREETING",
     }
     env = {**sbatch_environment(dict(os.environ), job_env), "SBATCH_SEEN": str(seen)}
-    command = ["sh", "-c", f'printf "%s|%s|%s|%s" "$LD_LIBRARY_PATH" "$SLURM_CONF" "$PATH" "$GREETING" >{job_saw}']
+    printed = " ".join(f'"${name}"' for name in VARIABLES)
+    command = ["sh", "-c", f"printf '%s|%s|%s|%s|%s|%s' {printed} >{job_saw}"]
 
     assert Slurm().sbatch(["--parsable"], script, [str(status), *command], env) == "42"
 
-    # sbatch was corral's, and ran without the job's loader path or Slurm config.
-    assert ast.literal_eval(seen.read_text()) == (None, None, str(corrals_bin / "sbatch"))
+    # sbatch was corral's, ran without the job's loader path, Slurm config or Python path, and read
+    # the Slurm option the job gave.
+    assert ast.literal_eval(seen.read_text()) == (None, None, job_env["SBATCH_COMMENT"], str(corrals_bin / "sbatch"))
+    assert not pwned.exists()
     # The job got every one of its values, as it asked for them.
-    assert job_saw.read_text() == "|".join(job_env[k] for k in ("LD_LIBRARY_PATH", "SLURM_CONF", "PATH", "GREETING"))
+    assert job_saw.read_text() == "|".join(job_env[name] for name in VARIABLES)
     assert status.read_text().startswith("exit=0 ")
 
 
-def test_a_job_without_such_variables_runs_with_corrals_as_before(tmp_path: Path) -> None:
+def test_a_job_without_variables_runs_with_corrals_as_before(tmp_path: Path) -> None:
     own = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/slurm/lib", "HOME": "/var/lib/corral"}
-    env = sbatch_environment(own, {"GREETING": "hi"})
-    assert env == {**own, "GREETING": "hi", "CORRAL_WITHHELD": ""}
+    env = sbatch_environment(own, {})
+    assert env == {**own, "CORRAL_WITHHELD": ""}
     script = tmp_path / "corral-batch.sh"
     script.write_text(BATCH_SCRIPT)
     done = subprocess.run(
@@ -77,3 +93,19 @@ def test_a_job_without_such_variables_runs_with_corrals_as_before(tmp_path: Path
         check=True,
     )
     assert done.stdout == "/opt/slurm/lib"
+
+
+def test_in_front_of_slurm_a_variable_the_script_cannot_set_is_refused_at_submission(tmp_path: Path) -> None:
+    # BASH_FUNC_cat%% is how bash exports a function: a wrapper sbatch in bash would run it as corral.
+    config = Config(executor="slurm", instance_types=[])
+    with served_app(tmp_path, config) as (url, store):
+        job = {"command": ["true"], "env": {"OK": "1", "BASH_FUNC_cat%%": "() { id; }"}}
+        answer = httpx.post(f"{url}/api/jobs", json={"jobs": [job]}, headers={"Authorization": "Bearer t"})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"] == [
+            "jobs.0.env: 'BASH_FUNC_cat%%' is no shell name (letters, digits and _, not first a digit): in front of"
+            " Slurm corral's batch script sets the job's variables, and sets only those"
+        ]
+        assert store.list_job_rows() == []
+    # One stored before is left out of sbatch's environment.
+    assert "BASH_FUNC_cat%%" not in sbatch_environment({}, {"BASH_FUNC_cat%%": "() { id; }"})

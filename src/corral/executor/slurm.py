@@ -55,7 +55,7 @@ BATCH_SCRIPT = """#!/bin/sh
 # writes the exit status to the file its first argument names.
 corral_status="$1"
 shift
-# The job's own values of the variables sbatch ran without (corral.executor.slurm.WITHHELD).
+# The job's own variables, which sbatch ran without (corral.executor.slurm.sbatch_environment).
 for corral_name in $CORRAL_WITHHELD; do
     eval "export $corral_name=\\"\\$CORRAL_WITHHELD_$corral_name\\"; unset CORRAL_WITHHELD_$corral_name"
 done
@@ -214,50 +214,33 @@ def parse_show_job(text: str) -> dict[str, tuple[str, int]]:
     return found
 
 
-# What sbatch itself reads as it starts, on corral's host and as corral's user: the dynamic
-# loader's variables (glibc ignores them only for setuid programs), Slurm's config file (whose
-# PluginDir names the libraries sbatch loads) and the PATH that finds sbatch. A job's value of one
-# would run code of the job's user's choosing as corral (LD_PRELOAD=/home/alice/x.so): sbatch runs
-# with corral's own, and the job gets its value back from the batch script (CORRAL_WITHHELD).
-WITHHELD_NAMES = frozenset(
-    {
-        "PATH",
-        "SLURM_CONF",
-        "GCONV_PATH",
-        "GETCONF_DIR",
-        "GLIBC_TUNABLES",
-        "HOSTALIASES",
-        "LOCALDOMAIN",
-        "LOCPATH",
-        "MALLOC_TRACE",
-        "NIS_PATH",
-        "NLSPATH",
-        "RESOLV_HOST_CONF",
-        "RES_OPTIONS",
-        "TMPDIR",
-        "TZDIR",
-    }
-)
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def withheld(name: str) -> bool:
-    """Whether sbatch runs with corral's value of `name` rather than the job's (WITHHELD_NAMES)."""
-    return (name in WITHHELD_NAMES or name.startswith("LD_")) and _IDENTIFIER.fullmatch(name) is not None
+# sbatch runs on corral's host as corral's user, and reads its environment as it starts: the
+# dynamic loader's LD_PRELOAD, Slurm's SLURM_CONF (whose PluginDir names the libraries it loads),
+# the PATH that finds it, and, should the site's sbatch be a wrapper script, BASH_ENV,
+# BASH_FUNC_cat%%, PYTHONPATH and the like. A job's value of any of them would run code of its
+# user's choosing as corral (LD_PRELOAD=/home/alice/x.so). So sbatch runs with corral's own
+# environment and the job's variables go beside it, as CORRAL_WITHHELD_NAME listed in
+# CORRAL_WITHHELD, for the batch script to set back before the command; only sbatch's input
+# variables (SBATCH_*, which act as its options) go to it as they are.
+PASSED_PREFIX = "SBATCH_"
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def sbatch_environment(own: Mapping[str, str], job_env: Mapping[str, str]) -> dict[str, str]:
-    """sbatch's environment, which --export=ALL hands to the job: corral's own (`own`) with the
-    job's variables over it, but for those sbatch must not be steered by (`withheld`), whose job
-    values go as CORRAL_WITHHELD_NAME, listed in CORRAL_WITHHELD, for BATCH_SCRIPT to set back."""
+    """sbatch's environment, which --export=ALL hands to the job: corral's own (`own`), the job's
+    SBATCH_* variables, and each other job variable as CORRAL_WITHHELD_NAME for BATCH_SCRIPT to set
+    back. A name the script cannot set (not a shell name: submission refuses them in front of
+    Slurm, corral.server.api) is left out, never handed to sbatch."""
     env = dict(own)
     kept = []
     for name, value in job_env.items():
-        if withheld(name):
+        if SHELL_NAME.fullmatch(name) is None:
+            continue
+        if name.startswith(PASSED_PREFIX):
+            env[name] = value
+        else:
             env[f"CORRAL_WITHHELD_{name}"] = value
             kept.append(name)
-        else:
-            env[name] = value
     env["CORRAL_WITHHELD"] = " ".join(kept)  # set always: a job's own CORRAL_WITHHELD names nothing
     return env
 

@@ -20,6 +20,7 @@ from corral.core.dispatchers import is_stale
 from corral.core.model import Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
+from corral.executor.slurm import SHELL_NAME
 from corral.jobspec import DEFAULT_PRIORITY, JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
 from corral.server.app import Caller, Runtime
@@ -265,6 +266,15 @@ def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitRe
                     for i in images
                 ],
             )
+        unnamed = [
+            f"jobs.{i}.env: {name!r} is no shell name (letters, digits and _, not first a digit): in front of Slurm"
+            " corral's batch script sets the job's variables, and sets only those"
+            for i, job in enumerate(jobs)
+            for name in job.env
+            if SHELL_NAME.fullmatch(name) is None
+        ]
+        if unnamed:
+            raise HTTPException(422, unnamed)
     over = _submit_limit_refusals(jobs, runtime)
     if over:
         raise HTTPException(403, over)
