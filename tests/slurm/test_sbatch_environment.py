@@ -61,8 +61,10 @@ def test_a_jobs_variables_reach_the_job_but_only_slurms_own_reach_sbatch(
         "PYTHONPATH": str(users_lib),
         "GREETING": "a b 'c' $HOME",
         "SBATCH_COMMENT": "Slurm's own: an sbatch option",
-        # A job's own list names nothing: corral's is the one the script reads.
+        # A job's own list names nothing: corral's is the one the script reads; nor does a job's
+        # variable named as one of the script's own move where it records the exit status.
         "CORRAL_WITHHELD": "GREETING",
+        "corral_status": str(tmp_path / "elsewhere"),
     }
     env = {**sbatch_environment(dict(os.environ), job_env), "SBATCH_SEEN": str(seen)}
     printed = " ".join(f'"${name}"' for name in VARIABLES)

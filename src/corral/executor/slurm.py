@@ -53,13 +53,14 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 BATCH_SCRIPT = """#!/bin/sh
 # corral's Slurm batch script: runs "$@" after its first argument (the job's argv) as is, and
 # writes the exit status to the file its first argument names.
-corral_status="$1"
-shift
-# The job's own variables, which sbatch ran without (corral.executor.slurm.sbatch_environment).
+# The job's own variables, which sbatch ran without (corral.executor.slurm.sbatch_environment):
+# set first, so that the script's own (corral_status, ...) are never the job's.
 for corral_name in $CORRAL_WITHHELD; do
     eval "export $corral_name=\\"\\$CORRAL_WITHHELD_$corral_name\\"; unset CORRAL_WITHHELD_$corral_name"
 done
 unset CORRAL_WITHHELD corral_name
+corral_status="$1"
+shift
 CORRAL_NNODES="${SLURM_JOB_NUM_NODES:-1}"
 CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)"
 export CORRAL_NNODES CORRAL_NODELIST
