@@ -178,6 +178,19 @@ def test_a_nul_byte_in_a_jobs_name_or_other_text_is_refused_naming_the_field(
     assert JobRequest.stored({"command": ["x"], **given}).model_dump(include=set(given)) == given
 
 
+def test_a_variable_ending_in_a_star_is_refused_in_a_job_with_an_image() -> None:
+    """The agent runs `podman run --env NAME ...`, and podman's `--env 'A*'` copies every variable of
+    the agent's starting with A into the container: `*` alone, all of them."""
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["env"], "image": "alpine", "env": {"OK": "1", "*": ""}})
+    (error,) = refused.value.errors()
+    assert (
+        error["msg"]
+        == "Value error, env: '*': podman reads a name ending in * as a wildcard; not in a job with an image"
+    )
+    assert JobRequest.model_validate({"command": ["env"], "env": {"*": ""}}).env == {"*": ""}  # (no engine reads it)
+
+
 def test_a_command_given_as_one_string_is_refused_saying_how_to_write_it() -> None:
     """`"command": "echo hi"` in a job file was refused with pydantic's "Input should be a valid
     list", which said neither what list nor that no shell would split it."""

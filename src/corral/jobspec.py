@@ -252,6 +252,12 @@ class JobRequest(BaseModel):
             return self
         # Counted in characters first, which take 1 to 4 bytes each: a job far within the limits
         # (all but a few) is not measured further.
+        if self.image is not None and (wild := [name for name in self.env if name.endswith("*")]):
+            # The agent passes a container its variables by name (--env NAME), and podman reads a
+            # name ending in * as "every variable of mine starting so": the agent's own environment.
+            raise ValueError(
+                f"env: {wild[0]!r}: podman reads a name ending in * as a wildcard; not in a job with an image"
+            )
         exec_chars = sum(map(len, self.command)) + sum(len(name) + len(text) + 1 for name, text in self.env.items())
         if exec_chars * 4 > MAX_EXEC_STRING:
             self._measure_exec_text()
