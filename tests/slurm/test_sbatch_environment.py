@@ -44,6 +44,11 @@ def test_a_jobs_variables_reach_the_job_but_only_slurms_own_reach_sbatch(
         program = directory / "sbatch"
         program.write_text(STAND_IN_SBATCH)
         program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    # The batch script asks scontrol for the job's node names, as Slurm would answer them; a real
+    # scontrol here, with no job and the job's own SLURM_CONF, looked for a controller in DNS for 30 s.
+    scontrol = users_bin / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho localhost\n")
+    scontrol.chmod(scontrol.stat().st_mode | stat.S_IXUSR)
     users_lib.mkdir()
     pwned = tmp_path / "pwned"
     # Python runs it at the start of any script on a PYTHONPATH that holds it.
