@@ -62,6 +62,57 @@ def new_node_id() -> str:
     return "n-" + secrets.token_hex(4)
 
 
+class PauseWatch:
+    """Notices when this whole process was paused: a garbage-collection or VM pause, SIGSTOP, a
+    machine starved of CPU. Meanwhile the server could record no ping, start or exit; the first
+    pass after, judging silence by the clock alone, declared every healthy node down and ran its
+    work again, finished runs whose exits waited in their agents too. A thread ticks every
+    `tick` seconds of the monotonic clock; a tick later than `threshold` is a pause, and so is a
+    tick overdue when asked (the pass may run before the ticker after the process resumes)."""
+
+    def __init__(self, threshold: float, tick: float = 0.25, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.threshold = threshold
+        self.tick_every = min(tick, threshold / 4)
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._last_tick = monotonic()
+        self._pauses = 0
+        self._longest = 0.0  # the longest pause not yet told (seconds)
+
+    def start(self) -> PauseWatch:
+        threading.Thread(target=self._run, name="pause-watch", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.tick_every)
+            self.tick()
+
+    def tick(self) -> None:
+        now = self._monotonic()
+        with self._lock:
+            gap = now - self._last_tick
+            if gap > self.threshold:
+                self._pauses += 1
+                self._longest = max(self._longest, gap)
+            self._last_tick = now
+
+    def pauses(self) -> tuple[int, float]:
+        """How many pauses so far (one going on until now counted), and the longest of those not
+        told before."""
+        self.tick()
+        with self._lock:
+            longest, self._longest = self._longest, 0.0
+            return self._pauses, longest
+
+
+def pause_threshold(config: Config) -> float:
+    """A pause that can make an agent that pings look silent is longer than ping_stale less a ping
+    interval (at least half of ping_stale, which config checks); half of that is caught with room to
+    spare, and is still far longer than the watch's ticks come late on a busy machine."""
+    return (config.policy.lifecycle.ping_stale - config.cloud.ping_interval) / 2
+
+
 @dataclass
 class PassReport:
     decisions: Decisions
@@ -214,6 +265,9 @@ class ControlLoop(LiveLoop):
         self._foreign: set[str] = set()  # another store's instances seen under this cluster, told once
         # Instances the cloud would not terminate (told once each; tried again every pass).
         self._undestroyed: set[str] = set()
+        # Set by `corral run` (serve): this process's pauses, after which silence is counted anew.
+        self.pause_watch: PauseWatch | None = None
+        self._pauses_told = 0
 
     def _run_pass(self) -> PassReport:
         started = self.clock()
@@ -223,6 +277,8 @@ class ControlLoop(LiveLoop):
             self.dispatcher_id, list(self.instance_types.values()), self.observing_since
         )
         now = self.clock()
+        if self.paused_meanwhile(now):
+            snapshot.observing_since = self.observing_since
         self.fill_usage(snapshot, now)
         self.tell_silent_dispatchers(snapshot, now)
         decisions = decide(snapshot, now, self.config, self.placer, self.planner)
@@ -234,6 +290,23 @@ class ControlLoop(LiveLoop):
     def check_settings(self) -> str | None:
         """The cloud driver's own start check (ec2: the credentials)."""
         return self.cloud.check()
+
+    def paused_meanwhile(self, now: float) -> bool:
+        """Whether this process was paused since the last pass looked (its snapshot read
+        included): then silence is counted from `now`, as after a restart or a store outage."""
+        if self.pause_watch is None:
+            return False
+        pauses, longest = self.pause_watch.pauses()
+        if pauses == self._pauses_told:
+            return False
+        self._pauses_told = pauses
+        log.warning(
+            "this dispatcher was paused for %.1fs (a GC or VM pause, SIGSTOP, no CPU): no ping could be"
+            " heard meanwhile; nodes and peer dispatchers are given their full grace from now",
+            longest,
+        )
+        self.observing_since = max(self.observing_since, now)
+        return True
 
     def boot_pause(self, now: float) -> tuple[float, str] | None:
         if now >= self._boots_paused_until:

@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from corral.cloud.base import CloudDriver
 from corral.config import Config
 from corral.files import DamagedServerInfo, read_server_info, without_password
-from corral.loop import ControlLoop, LiveLoop
+from corral.loop import ControlLoop, LiveLoop, PauseWatch, pause_threshold
 from corral.server.app import Runtime, create_app
 from corral.server.logstore import LogStore
 from corral.store import Store
@@ -342,6 +342,7 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         loop = SlurmLoop(store, config, dispatcher_id, home / "logs")
     else:
         loop = ControlLoop(store, make_cloud(config, url), config, dispatcher_id)
+        loop.pause_watch = PauseWatch(pause_threshold(config)).start()
     refused = loop.check_settings()
     if refused is not None:
         raise SystemExit(f"error: {refused}")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import time
 
 from corral.cloud.loopback import LoopbackCloud
 from corral.core.model import GiB, InstanceType
-from tests.e2e.conftest import Corral, free_port, wait_until
+from tests.e2e.conftest import CONFIG, Corral, free_port, wait_until
+from tests.support import children
 
 
 def test_sigkill_mid_run_then_restart_loses_nothing(corral: Corral) -> None:
@@ -71,3 +74,44 @@ def test_a_stop_with_keep_fleet_leaves_the_work_running_for_the_next_corral(corr
     assert job["attempts"] == 1 and job["temp_failures"] == 0, job
     assert corral.cli("logs", str(job_id)).stdout == "started\nfinished\n"
     assert "job.requeued" not in [e["kind"] for e in corral.cli_json("events", "--job", str(job_id))]
+
+
+def test_a_dispatcher_paused_longer_than_ping_stale_does_not_take_its_healthy_nodes_for_lost(
+    corral: Corral,
+) -> None:
+    """Seen in a chaos review: corral SIGSTOPped (as a GC or VM pause stops it) for longer than
+    ping_stale, while a job ended on its node: the first pass after it marked the node down, 'no
+    ping for more than 4s', requeued the job and ran it again, though its exit 0 waited in the
+    agent. Here the agent is stopped with corral and continued a second after it, so that the first
+    pass after the pause surely runs before the agent is heard again, as it often does."""
+    corral.config.write_text(CONFIG.replace("[policy.lifecycle]\n", '[policy.lifecycle]\nping_stale = "4s"\n'))
+    corral.start()
+    job_id = int(corral.cli("submit", "--", "sh", "-c", "echo started; while [ ! -e go ]; do sleep 0.1; done").stdout)
+    wait_until(lambda: corral.api("GET", f"/api/jobs/{job_id}/logs").text == "started\n", 60, "the job to run")
+    node = corral.jobs()[job_id]["node"]
+    [run] = corral.cli_json("job", str(job_id))["attempt_list"]
+    instance_id = next(n["instance_id"] for n in corral.live_nodes() if n["id"] == node)
+    instance = json.loads((corral.home / "loopback" / instance_id / "instance.json").read_text())
+    [agent] = children(int(instance["pid"]))  # its init's one child
+    attempt_dir = corral.home / "loopback" / instance_id / "work" / "attempts" / str(run["id"])
+
+    assert corral.process is not None
+    os.kill(agent, signal.SIGSTOP)
+    corral.process.send_signal(signal.SIGSTOP)
+    try:
+        (attempt_dir / "go").touch()  # the job ends (its keeper keeps its exit) while both are stopped
+        time.sleep(5)  # more than ping_stale
+    finally:
+        corral.process.send_signal(signal.SIGCONT)
+        time.sleep(1)
+        os.kill(agent, signal.SIGCONT)
+
+    def heard() -> bool:
+        requeued = corral.cli_json("events", "--job", str(job_id), "--kind", "job.requeued")
+        return corral.jobs()[job_id]["state"] == "complete" or bool(requeued)
+
+    wait_until(heard, 30, "the job's end to be heard")
+    job = corral.cli_json("job", str(job_id))
+    assert job["state"] == "complete" and job["attempts"] == 1 and job["temp_failures"] == 0, job
+    assert corral.cli_json("events", "--node", node, "--kind", "node.down") == []
+    assert node in {n["id"] for n in corral.live_nodes()}
