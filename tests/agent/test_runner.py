@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -172,3 +173,48 @@ def test_what_no_process_can_be_given_fails_the_attempt_not_the_agent(
     assert says in attempt.log_path.read_text()
     after = runner.start(spec(9, ["sh", "-c", "echo fine"]))
     assert after is not None and run_to_end(runner, after) == 0
+
+
+# An agent killed as it starts an attempt: after its keeper is running, before the run's record is
+# written (a SIGKILL, the OOM killer, at that moment).
+KILLED_BEFORE_THE_RECORD = """
+import os, sys
+from pathlib import Path
+from corral.agent.runner import AttemptSpec, Runner
+
+class KilledThere(Runner):
+    def _record(self, spec, pid, started_at):
+        print(pid, flush=True)  # the keeper's
+        os._exit(9)
+
+work, marker = Path(sys.argv[1]), sys.argv[2]
+command = ["sh", "-c", f"echo ran >> {marker}"]
+KilledThere(work).start(AttemptSpec(1, 7, command, {}, ["n1"], {}))
+"""
+
+
+def test_an_agent_killed_before_it_recorded_a_run_leaves_no_command_running(tmp_path: Path) -> None:
+    """Seen in a chaos review (at the code): the keeper started the command before the agent wrote
+    the run's record. An agent killed in between left the command running, unknown to the next
+    agent, and the server, never told of its start, gave the next agent the attempt again: the job
+    ran twice at once, with no event to say so."""
+    work, marker = tmp_path / "work", tmp_path / "ran"
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_THE_RECORD, str(work), str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert child.returncode == 9, child.stderr
+    keeper = int(child.stdout)
+    wait_for(lambda: not alive(keeper), 10, "the dead agent's keeper to end")
+    assert not marker.exists()
+
+    # The next agent knows of no run; given the attempt again (its start was never reported), it
+    # runs it, once.
+    runner = Runner(work)
+    assert runner.adopt() == ([], [])
+    attempt = runner.start(spec(1, ["sh", "-c", f"echo ran >> {marker}"]))
+    assert attempt is not None and run_to_end(runner, attempt) == 0
+    assert marker.read_text() == "ran\n"

@@ -2,10 +2,13 @@
 so that an agent started again after the one that started it died can re-adopt the run (as
 slurmstepd holds a Slurm job while slurmd restarts) and learn its exit status.
 
-`python -I -S keeper.py STATUS_FILE READY_FD -- COMMAND...`
+`python -I -S keeper.py STATUS_FILE READY_FD GO_FD -- COMMAND...`
 
 The agent starts it in the attempt's own session (it is the session and group leader, as the
-command was before), with the attempt's cwd, environment and output. It starts the command, tells
+command was before), with the attempt's cwd, environment and output. It waits for "go" on GO_FD,
+which the agent writes once it has recorded the run: an agent killed before that closes GO_FD
+with nothing said, and the keeper exits without starting the command (which no later agent would
+know of, and which would run again beside it). Then it starts the command, tells
 the agent on READY_FD whether it could ("ok", or "err ERRNO MESSAGE": the agent then reports 127
 or 126 as before), and waits. SIGTERM, SIGINT and SIGHUP are for the command (the agent signals the
 whole group): the keeper outlives them to record the end. Once the command ends, its Popen-style
@@ -23,14 +26,26 @@ import signal
 import subprocess
 import sys
 
+# The agent died before it recorded the run: the command was not started.
+NOT_STARTED = 125
+
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: keeper.py STATUS_FILE READY_FD -- COMMAND...", file=sys.stderr)
+    if len(argv) < 5 or argv[3] != "--":
+        print("usage: keeper.py STATUS_FILE READY_FD GO_FD -- COMMAND...", file=sys.stderr)
         return 2
-    status_file, ready_fd, command = argv[0], int(argv[1]), argv[3:]
+    status_file, ready_fd, go_fd, command = argv[0], int(argv[1]), int(argv[2]), argv[4:]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    said = b""
+    while len(said) < 2:
+        chunk = os.read(go_fd, 2 - len(said))
+        if not chunk:
+            break
+        said += chunk
+    os.close(go_fd)
+    if said != b"go":
+        return NOT_STARTED
     try:
         # The command gets the default dispositions back (Popen restores SIGPIPE; these by hand).
         child = subprocess.Popen(command, preexec_fn=_default_signals, close_fds=True)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,8 +277,16 @@ class Runner:
                     if not spec.command:
                         raise FileNotFoundError(2, "empty command")
                     argv = self.argv(spec, cwd)
-                    proc = self._start_kept(argv, cwd, self.environment(spec), out, spec.attempt_id)
+                    proc = self._start_kept(
+                        argv,
+                        cwd,
+                        self.environment(spec),
+                        out,
+                        spec.attempt_id,
+                        lambda keeper: self._record(spec, keeper.pid, started_at),
+                    )
                 except (OSError, ValueError) as exc:
+                    self._record_path(spec.attempt_id).unlink(missing_ok=True)  # it never ran
                     # ValueError: what no exec takes (an '=' in a variable's name, a NUL byte), which
                     # a job stored before submission refused them may still hold: this attempt
                     # fails, not the agent's work loop (and with it the node).
@@ -300,21 +308,31 @@ class Runner:
                 spec, log_path, proc, started_at, time_limit=spec.time_limit, started_monotonic=time.monotonic()
             )
             self.attempts[spec.attempt_id] = attempt
-            self._record(attempt)
             return attempt
 
     def _start_kept(
-        self, argv: list[str], cwd: Path, env: dict[str, str], out: Any, attempt_id: int
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        out: Any,
+        attempt_id: int,
+        record: Callable[[subprocess.Popen[bytes]], None],
     ) -> subprocess.Popen[bytes]:
         """The command under its keeper (corral.agent.keeper), which outlives this agent. Raises as
-        Popen of the command itself would (OSError with its errno) when the keeper cannot start it."""
+        Popen of the command itself would (OSError with its errno) when the keeper cannot start it.
+        The keeper starts the command only once `record` has written the run's record: an agent
+        killed before that leaves a keeper that starts nothing, where it left a command that ran on
+        unknown to the next agent, which was given the attempt again (its start never reported)
+        and ran it a second time beside it."""
         status = self._status_path(attempt_id)
         status.unlink(missing_ok=True)
         ready_read, ready_write = os.pipe()
+        go_read, go_write = os.pipe()
         try:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", KEEPER, str(status), str(ready_write), "--", *argv],
+                    [sys.executable, "-I", "-S", KEEPER, str(status), str(ready_write), str(go_read), "--", *argv],
                     cwd=cwd,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -322,10 +340,14 @@ class Runner:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
-                    pass_fds=(ready_write,),
+                    pass_fds=(ready_write, go_read),
                 )
             finally:
                 os.close(ready_write)
+                os.close(go_read)
+            record(proc)
+            with contextlib.suppress(BrokenPipeError):  # (the keeper died: no "ok" will come)
+                os.write(go_write, b"go")
             said = b""
             deadline = time.monotonic() + KEEPER_READY_TIMEOUT
             while time.monotonic() < deadline:
@@ -336,6 +358,7 @@ class Runner:
                 said += chunk
         finally:
             os.close(ready_read)
+            os.close(go_write)
         if said == b"ok":
             return proc
         with contextlib.suppress(ProcessLookupError):
@@ -352,20 +375,20 @@ class Runner:
     def _status_path(self, attempt_id: int) -> Path:
         return self.work_dir / RUN_RECORDS / f"{attempt_id}.status"
 
-    def _record(self, attempt: Attempt) -> None:
+    def _record(self, spec: AttemptSpec, pid: int, started_at: float) -> None:
         """What an agent started again after this one's death needs to stop the attempt: its session
-        (the pid, with its start time against the pid's reuse) and its container."""
-        stat = sysinfo.read_stat(attempt.pid)
+        (the keeper's pid, with its start time against the pid's reuse) and its container."""
+        stat = sysinfo.read_stat(pid)
         record: dict[str, Any] = {
-            "attempt_id": attempt.attempt_id,
-            "pid": attempt.pid,
+            "attempt_id": spec.attempt_id,
+            "pid": pid,
             "start_ticks": stat.start_ticks if stat is not None else None,
-            "started_at": attempt.started_at,
-            "spec": spec_json(attempt.spec),
+            "started_at": started_at,
+            "spec": spec_json(spec),
         }
-        if attempt.spec.image is not None and self.engine is not None:
-            record["container"] = {"program": list(self.engine.program), "name": container.name_of(attempt.attempt_id)}
-        path = self._record_path(attempt.attempt_id)
+        if spec.image is not None and self.engine is not None:
+            record["container"] = {"program": list(self.engine.program), "name": container.name_of(spec.attempt_id)}
+        path = self._record_path(spec.attempt_id)
         tmp = path.with_suffix(".tmp")
         try:
             # The job's environment is in it: the agent's user only.
