@@ -218,9 +218,14 @@ class AnswerLost(Exception):
 SEND_AGAIN_FOR = 120.0
 
 
-def request(method: str, path: str, again_if_lost: bool = False, **kwargs: Any) -> Any:
+class Away(Exception):
+    """corral does not answer for now: not running (a crash, a restart) or its store unreachable."""
+
+
+def request(method: str, path: str, *, again_if_lost: bool = False, away: bool = False, **kwargs: Any) -> Any:
     """The response's JSON or bytes; Refused if the server refuses the request (an unreachable
-    server ends the command: no later request would reach it either). `again_if_lost`: the request
+    server ends the command: no later request would reach it either; with `away`, Away is raised
+    for it and for a store the server cannot reach, 503, instead). `again_if_lost`: the request
     is safe to send again (a submission with its key queues its jobs once), and is, for up to
     SEND_AGAIN_FOR, while its answer is lost."""
     if again_if_lost:
@@ -239,13 +244,13 @@ def request(method: str, path: str, again_if_lost: bool = False, **kwargs: Any) 
             reraise=True,
         )
         try:
-            response = retrying(_send, method, path, again_if_lost, **kwargs)
+            response = retrying(_send, method, path, again_if_lost, away, **kwargs)
         except AnswerLost as exc:
             if exc.response is None:
                 fail(f"{exc}; for {SEND_AGAIN_FOR:.0f}s: whether it was carried out is not known (corral jobs)")
             response = exc.response
     else:
-        response = _send(method, path, again_if_lost, **kwargs)
+        response = _send(method, path, again_if_lost, away, **kwargs)
     if response.status_code >= 400:
         detail = _detail(response)
         if response.status_code == 401:
@@ -275,17 +280,21 @@ def _detail(response: httpx.Response) -> str:
     return str(detail)
 
 
-def _send(method: str, path: str, again_if_lost: bool, **kwargs: Any) -> httpx.Response:
+def _send(method: str, path: str, again_if_lost: bool, away: bool, **kwargs: Any) -> httpx.Response:
     try:
         with client() as http:
             response = http.request(method, path, **kwargs)
     except httpx.TransportError as exc:
+        if away:
+            raise Away(f"cannot reach corral at {http.base_url}: {exc}") from exc
         # (One that never connected was not carried out: the server is not there.)
         if again_if_lost and not isinstance(exc, httpx.ConnectError):
             lost = str(exc) or type(exc).__name__
             raise AnswerLost(f"the answer from corral at {http.base_url} was lost ({lost})") from exc
         fail(f"cannot reach corral at {http.base_url}: {exc}{_why_unreachable()}")
-    if again_if_lost and response.status_code == 503:
+    if response.status_code == 503 and away:
+        raise Away(f"corral answers 503: {_detail(response)}")
+    if response.status_code == 503 and again_if_lost:
         raise AnswerLost(f"corral answered 503: {_detail(response)}", response)
     return response
 
@@ -299,6 +308,38 @@ def call(method: str, path: str, **kwargs: Any) -> Any:
         return request(method, path, **kwargs)
     except Refused as exc:
         fail(str(exc))
+
+
+def look(path: str, **kwargs: Any) -> Any:
+    """GET `path` for a command that waits on jobs (submit --wait, logs -f); raises Away while
+    corral does not answer: crashed or stopped and not started again yet, or its store unreachable.
+    The jobs run on meanwhile (their agents keep their exits for the next corral), so such a
+    command waits on too: it ended with exit 1, which --wait also gives for a job that failed, and
+    a script that took it for one submitted the job again."""
+    if not os.environ.get("CORRAL_URL") and not (default_home() / "server.json").exists():
+        raise Away("corral is not running (a clean stop removes its server.json)")
+    try:
+        return request("GET", path, away=True, **kwargs)
+    except Refused as exc:
+        fail(str(exc))
+
+
+class AwayNotice:
+    """Says once per outage, on stderr, that corral does not answer and the wait goes on."""
+
+    def __init__(self) -> None:
+        self.away = False
+
+    def gone(self, exc: Away) -> None:
+        if not self.away:
+            said = f"warning: {exc}; waiting for it to answer again (the jobs run on; Ctrl-C stops waiting)"
+            err.print(escape(said), highlight=False)
+        self.away = True
+
+    def back(self) -> None:
+        if self.away:
+            err.print("corral answers again", highlight=False, markup=False)
+        self.away = False
 
 
 MAX_LIMIT = 100_000  # the most rows a listing of the API gives at once
@@ -837,10 +878,17 @@ def wait_for_jobs(job_ids: list[int]) -> int:
     worst = 0
     remaining = list(job_ids)
     told_unplaceable: set[int] = set()
+    notice = AwayNotice()
     try:
         with err.status(f"waiting for {len(remaining)} job(s) to end") as shown:
             while remaining:
-                job = call("GET", f"/api/jobs/{remaining[0]}")
+                try:
+                    job = look(f"/api/jobs/{remaining[0]}")
+                except Away as exc:
+                    notice.gone(exc)
+                    time.sleep(FOLLOW_EVERY)
+                    continue
+                notice.back()
                 if job.get("unplaceable") and job["id"] not in told_unplaceable:
                     # It stays queued until an operator adds an instance type that holds it: without a
                     # word, --wait looked hung (sbatch refuses such a job at submission instead).
@@ -1123,8 +1171,15 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
     current: int | None = None
     offset = 0
     told_waiting = False
+    notice = AwayNotice()
     while True:
-        job = call("GET", f"/api/jobs/{job_id}")
+        try:
+            job = look(f"/api/jobs/{job_id}")
+        except Away as exc:
+            notice.gone(exc)
+            time.sleep(FOLLOW_EVERY)
+            continue
+        notice.back()
         attempts = job["attempt_list"]
         if attempt_id is not None:
             chosen = [a for a in attempts if a["id"] == attempt_id]
@@ -1136,6 +1191,7 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
                 )
             attempts = chosen
         # The rest of the attempt followed so far (it may have ended since), then each later one whole.
+        missed = False
         for each in attempts:
             if current is not None and each["id"] < current:
                 continue
@@ -1143,11 +1199,19 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
                 if current is not None:
                     sys.stdout.write(f"==> attempt {each['id']} on {each['node'] or '-'} <==\n")
                 current, offset = each["id"], 0
-            data = call("GET", f"/api/jobs/{job_id}/logs", params={"attempt": current, "offset": offset})
+            try:
+                data = look(f"/api/jobs/{job_id}/logs", params={"attempt": current, "offset": offset})
+            except Away as exc:
+                notice.gone(exc)
+                missed = True  # read on from `offset` once it answers
+                break
             sys.stdout.flush()
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
             offset += len(data)
+        if missed:
+            time.sleep(FOLLOW_EVERY)
+            continue
         ended = attempts[-1]["finished_at"] is not None if attempt_id is not None else job["state"] in TERMINAL
         if not attempts and (ended or not told_waiting):
             reason = f": {job['wait_reason']}" if job["wait_reason"] else ""

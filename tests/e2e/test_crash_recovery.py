@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 from corral.cloud.loopback import LoopbackCloud
 from corral.core.model import GiB, InstanceType
-from tests.e2e.conftest import CONFIG, Corral, free_port, wait_until
+from tests.e2e.conftest import CONFIG, CORRAL, Corral, free_port, wait_until
 from tests.support import children
 
 
@@ -115,3 +117,53 @@ def test_a_dispatcher_paused_longer_than_ping_stale_does_not_take_its_healthy_no
     assert job["state"] == "complete" and job["attempts"] == 1 and job["temp_failures"] == 0, job
     assert corral.cli_json("events", "--node", node, "--kind", "node.down") == []
     assert node in {n["id"] for n in corral.live_nodes()}
+
+
+def test_submit_wait_and_logs_follow_outlast_a_crash_and_restart_of_corral(corral: Corral, tmp_path: Path) -> None:
+    """Seen in a chaos review: `corral submit --wait` ended with exit 1, "cannot reach corral", when
+    corral was killed while the job ran, and the job went on and completed after the restart. Exit 1
+    is also what --wait gives for a job that failed: a script that took it for one ran the job again.
+    `corral logs -f` ended so too, the rest of the output unread."""
+    corral.start()
+    said = tmp_path / "wait.err"
+    following: subprocess.Popen[str] | None = None
+    with said.open("w") as stderr:
+        waiting = subprocess.Popen(
+            [CORRAL, "submit", "--wait", "--", "sh", "-c", "echo started; while [ ! -e go ]; do sleep 0.1; done"],
+            env=corral.env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        assert waiting.stdout is not None
+        job_id = int(waiting.stdout.readline())
+        wait_until(lambda: corral.jobs()[job_id]["state"] == "running", 60, "the job to run")
+        following = subprocess.Popen(
+            [CORRAL, "logs", "-f", str(job_id)],
+            env=corral.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        [run] = corral.cli_json("job", str(job_id))["attempt_list"]
+        instance_id = next(n["instance_id"] for n in corral.live_nodes() if n["id"] == run["node"])
+        go = corral.home / "loopback" / instance_id / "work" / "attempts" / str(run["id"]) / "go"
+
+        corral.stop(signal.SIGKILL)
+        wait_until(
+            lambda: waiting.poll() is not None or "waiting for it to answer again" in said.read_text(),
+            30,
+            "submit --wait to find corral gone",
+        )
+        assert waiting.poll() is None, said.read_text()
+        corral.start()
+        go.touch()
+        assert waiting.wait(timeout=60) == 0, said.read_text()
+        assert following.communicate(timeout=60)[0] == "started\n" and following.returncode == 0
+    finally:
+        for process in (waiting, following):
+            if process is not None and process.poll() is None:
+                process.kill()
+    assert "corral answers again" in said.read_text()
+    assert corral.jobs()[job_id]["state"] == "complete"
