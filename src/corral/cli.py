@@ -288,10 +288,19 @@ def _send(method: str, path: str, again_if_lost: bool, away: bool, **kwargs: Any
         if away:
             raise Away(f"cannot reach corral at {http.base_url}: {exc}") from exc
         # (One that never connected was not carried out: the server is not there.)
-        if again_if_lost and not isinstance(exc, httpx.ConnectError):
+        sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+        if again_if_lost and sent:
             lost = str(exc) or type(exc).__name__
             raise AnswerLost(f"the answer from corral at {http.base_url} was lost ({lost})") from exc
-        fail(f"cannot reach corral at {http.base_url}: {exc}{_why_unreachable()}")
+        maybe = ""
+        if method != "GET" and sent:
+            # Sent, and no answer came back (corral killed as it answered): what was asked may have
+            # been done.
+            maybe = (
+                "; it went away after the request was sent, which it may have carried out: look (corral jobs,"
+                " corral events) before you try again"
+            )
+        fail(f"cannot reach corral at {http.base_url}: {exc}{maybe}{_why_unreachable()}")
     if response.status_code == 503 and away:
         raise Away(f"corral answers 503: {_detail(response)}")
     if response.status_code == 503 and again_if_lost:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -524,3 +526,32 @@ def test_events_of_a_job_that_does_not_exist_say_so(running: Corral) -> None:
     assert "no events:" in result.stderr and "999" in result.stderr
     job_id = int(running.cli("submit", "--", "true").stdout)
     assert "no events:" not in running.cli("events", "--job", str(job_id)).stderr
+
+
+def test_a_change_whose_answer_never_came_says_it_may_have_been_carried_out(tmp_path: Path) -> None:
+    """From a chaos review: corral killed while it handled a request left the CLI saying only
+    "cannot reach corral: Server disconnected without sending a response", as when nothing was
+    sent, though the change is made if the kill came after its commit. (A submission is sent again
+    with its key instead: tests/server/test_submission_lost_answer.py.)"""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+
+        def take_it_and_go_away() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)  # the request, then no answer
+
+        taker = threading.Thread(target=take_it_and_go_away)
+        taker.start()
+        env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "t", "CORRAL_HOME": str(tmp_path)}
+        sent = subprocess.run([CORRAL, "hold", "12"], env=env, capture_output=True, text=True, timeout=60)
+        taker.join()
+    assert sent.returncode == 1
+    assert "it went away after the request was sent, which it may have carried out: look (corral jobs" in sent.stderr
+
+    # Refused at the connection, nothing was sent: nothing to look for.
+    refused = subprocess.run([CORRAL, "submit", "--", "true"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "cannot reach corral" in refused.stderr
+    assert "may have carried out" not in refused.stderr
