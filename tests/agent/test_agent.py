@@ -527,3 +527,34 @@ def test_a_keeper_killed_under_a_running_agent_leaves_the_run_lost_not_failed(ag
     assert any(e["msg"].startswith("the attempt's keeper was killed") for e in agents.log("n1"))
     assert not list((agents.tmp_path / "n1" / "running").glob("1.*")), "a later agent would take it up"
     assert agent.poll() is None
+
+
+# An agent whose main thread is inside stop.wait(), the event's lock held (Condition.wait before it
+# lets go of it), when SIGTERM comes: the lock is taken here, and the signal sent, by hand.
+SIGTERM_IN_STOP_WAIT = """
+import os, signal, sys
+from pathlib import Path
+from corral.agent.agent import Agent, AgentOptions
+
+agent = Agent(AgentOptions("http://127.0.0.1:9", "n1", None, {}, Path(sys.argv[1])))
+agent.install_signal_handlers()
+with agent.stop._cond:
+    os.kill(os.getpid(), signal.SIGTERM)
+    handled = True  # (a step of the main thread's: the handler has run)
+print("stopped" if agent.stop.wait(30) else "not stopped", flush=True)
+"""
+
+
+def test_a_sigterm_that_comes_while_the_agent_waits_on_its_stop_event_stops_it(tmp_path: Path) -> None:
+    """Seen in a chaos review: a node's agent SIGTERMed by the shutdown of its node logged 'signal
+    received, stopping' and then nothing: its handler's stop.set() waited for the event's lock,
+    which the main thread held in stop.wait(), for ever. Its runs went on to their ends after corral
+    had requeued their jobs, until the next corral SIGKILLed the instance."""
+    stopped = subprocess.run(
+        [sys.executable, "-c", SIGTERM_IN_STOP_WAIT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert stopped.stdout == "stopped\n", stopped.stderr

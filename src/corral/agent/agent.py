@@ -118,14 +118,25 @@ class Agent:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        def handler(signum: int, _frame: Any) -> None:
-            logs.info("signal received, stopping", signal=signal.Signals(signum).name)
+        # A handler runs in the main thread between two of its steps, which may be inside
+        # stop.wait() with the event's lock held: stop.set() there waited for that lock for ever,
+        # and the agent, SIGTERMed by its node's shutdown, never stopped its runs (they ran on to
+        # their ends, after corral had requeued their jobs). The handler only starts a thread that
+        # says so and sets the event, once the main thread has let go of the lock.
+        def stop_for(said: str, **fields: Any) -> None:
+            logs.info(said, **fields)
             self.stop.set()
 
+        def handler(signum: int, _frame: Any) -> None:
+            name = signal.Signals(signum).name
+            threading.Thread(
+                target=stop_for, args=("signal received, stopping",), kwargs={"signal": name}, daemon=True
+            ).start()
+
         def hand_over(_signum: int, _frame: Any) -> None:
-            logs.info("SIGUSR1 received: exiting, leaving the runs to the next agent")
             self.handing_over = True
-            self.stop.set()
+            said = "SIGUSR1 received: exiting, leaving the runs to the next agent"
+            threading.Thread(target=stop_for, args=(said,), daemon=True).start()
 
         def hangup(_signum: int, _frame: Any) -> None:
             # By default it ended the agent (a logrotate postrotate's kill -HUP, a closed terminal),
