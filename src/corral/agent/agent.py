@@ -142,8 +142,9 @@ class Agent:
             # By default it ended the agent (a logrotate postrotate's kill -HUP, a closed terminal),
             # and systemd's Restart=on-failure does not start again a service SIGHUP ended: the node
             # then went silent and its work ran again elsewhere. Its log goes to stderr, so there is
-            # no file of its own to reopen.
-            logs.info("SIGHUP received and ignored: the agent's log goes to stderr, nothing to reopen")
+            # no file of its own to reopen. (Logged from a thread, as the others: see above.)
+            said = "SIGHUP received and ignored: the agent's log goes to stderr, nothing to reopen"
+            threading.Thread(target=logs.info, args=(said,), daemon=True).start()
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
