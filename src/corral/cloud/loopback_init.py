@@ -35,11 +35,15 @@ def say(level: str, msg: str, **fields: Any) -> None:
 
 
 def run(agent_argv: Sequence[str], restart_delay: float) -> int:
-    stopping = threading.Event()
+    stopping = threading.Event()  # wakes the wait between two starts
+    asked: list[int] = []  # the signals that asked for a stop, read as soon as the handler returns
     child: subprocess.Popen[bytes] | None = None
 
     def stop(signum: int, _frame: Any) -> None:
-        stopping.set()
+        asked.append(signum)
+        # The event is set from a thread: the handler runs in the main thread, which may hold the
+        # event's lock inside stopping.wait(), and set() there would wait for ever (as the agent's did).
+        threading.Thread(target=stopping.set, daemon=True).start()
         if child is not None and child.poll() is None:
             # (Already sent to the whole group by the driver's power-off; not if sent to this pid alone.)
             child.send_signal(signum)
@@ -53,13 +57,13 @@ def run(agent_argv: Sequence[str], restart_delay: float) -> int:
             say("error", "cannot start the agent", error=str(exc))
             return 1
         code = child.wait()
-        if stopping.is_set():
+        if asked:
             return 0
         if code in FINAL_EXITS:
             return code
         died = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
         say("warning", "the agent died; starting it again", pid=child.pid, died=died, delay=restart_delay)
-        if stopping.wait(restart_delay):
+        if stopping.wait(restart_delay) or asked:
             return 0
 
 
