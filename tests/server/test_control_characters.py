@@ -30,3 +30,18 @@ def test_a_jobs_control_characters_are_written_out_in_the_listings(tmp_path: Pat
         [listed] = json.loads(CliRunner().invoke(app, ["jobs", "--json"], env=env).output)
         assert (listed["name"], listed["tags"], listed["command"]) == (SHOWN, [SHOWN], ["true", SHOWN])
         assert SHOWN in CliRunner().invoke(app, ["job", "1"], env=env).output
+
+
+def test_a_nul_character_in_a_filter_is_refused_naming_it(tmp_path: Path) -> None:
+    """Nothing stored holds a NUL (submissions refuse it); PostgreSQL takes none in a text, and a
+    listing filtered by one was a 500 with SQLAlchemy's traceback."""
+    with served_app(tmp_path) as (url, _):
+        token = {"Authorization": "Bearer t"}
+        for path, params, named in (
+            ("/api/jobs", {"name": "a\x00b", "state": "queued"}, "query.name"),
+            ("/api/events", {"kind": "job.\x00"}, "query.kind"),
+            ("/api/nodes/n%00", {}, "path"),
+        ):
+            answer = httpx.get(f"{url}{path}", params=params, headers=token)
+            assert answer.status_code == 422, (path, answer.text)
+            assert answer.json()["detail"] == [f"{named}: a NUL character is not allowed"]
