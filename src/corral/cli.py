@@ -350,6 +350,18 @@ class AwayNotice:
             err.print("corral answers again", highlight=False, markup=False)
         self.away = False
 
+    def look(self, path: str, **kwargs: Any) -> Any | None:
+        """`look(path)`; None while corral does not answer, once said (gone) and FOLLOW_EVERY
+        waited, for the caller to look again."""
+        try:
+            answer = look(path, **kwargs)
+        except Away as exc:
+            self.gone(exc)
+            time.sleep(FOLLOW_EVERY)
+            return None
+        self.back()
+        return answer
+
 
 MAX_LIMIT = 100_000  # the most rows a listing of the API gives at once
 
@@ -891,13 +903,9 @@ def wait_for_jobs(job_ids: list[int]) -> int:
     try:
         with err.status(f"waiting for {len(remaining)} job(s) to end") as shown:
             while remaining:
-                try:
-                    job = look(f"/api/jobs/{remaining[0]}")
-                except Away as exc:
-                    notice.gone(exc)
-                    time.sleep(FOLLOW_EVERY)
+                job = notice.look(f"/api/jobs/{remaining[0]}")
+                if job is None:
                     continue
-                notice.back()
                 if job.get("unplaceable") and job["id"] not in told_unplaceable:
                     # It stays queued until an operator adds an instance type that holds it: without a
                     # word, --wait looked hung (sbatch refuses such a job at submission instead).
@@ -1182,13 +1190,9 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
     told_waiting = False
     notice = AwayNotice()
     while True:
-        try:
-            job = look(f"/api/jobs/{job_id}")
-        except Away as exc:
-            notice.gone(exc)
-            time.sleep(FOLLOW_EVERY)
+        job = notice.look(f"/api/jobs/{job_id}")
+        if job is None:
             continue
-        notice.back()
         attempts = job["attempt_list"]
         if attempt_id is not None:
             chosen = [a for a in attempts if a["id"] == attempt_id]
@@ -1208,10 +1212,8 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
                 if current is not None:
                     sys.stdout.write(f"==> attempt {each['id']} on {each['node'] or '-'} <==\n")
                 current, offset = each["id"], 0
-            try:
-                data = look(f"/api/jobs/{job_id}/logs", params={"attempt": current, "offset": offset})
-            except Away as exc:
-                notice.gone(exc)
+            data = notice.look(f"/api/jobs/{job_id}/logs", params={"attempt": current, "offset": offset})
+            if data is None:
                 missed = True  # read on from `offset` once it answers
                 break
             sys.stdout.flush()
@@ -1219,7 +1221,6 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
             sys.stdout.flush()
             offset += len(data)
         if missed:
-            time.sleep(FOLLOW_EVERY)
             continue
         ended = attempts[-1]["finished_at"] is not None if attempt_id is not None else job["state"] in TERMINAL
         if not attempts and (ended or not told_waiting):
