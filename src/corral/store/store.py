@@ -709,9 +709,10 @@ class Store:
         KEY_KEPT_FOR, as a client does whose answer was lost (a dropped connection, a 503 after
         the commit), it queues nothing and answers the ids of the first time; with other jobs than
         the first time, KeyReused."""
-        body_hash = hashlib.sha256(
-            json.dumps([r.model_dump(mode="json") for r in requests], sort_keys=True).encode()
-        ).hexdigest()
+        body_hash = ""  # what a key was sent with: read only with a key
+        if key is not None:
+            dumped = json.dumps([r.model_dump(mode="json") for r in requests], sort_keys=True)
+            body_hash = hashlib.sha256(dumped.encode()).hexdigest()
         try:
             return self._submit(requests, now, key, body_hash)
         except IntegrityError:
