@@ -15,6 +15,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from corral.cloud.loopback import LoopbackCloud
 from tests.e2e.conftest import Corral
 from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers
@@ -52,6 +54,9 @@ def attempt_dir(corral: Corral, node_id: str, attempt_id: int) -> Path:
 
 
 WAIT_FOR_GO = "echo start; while [ ! -e go ]; do sleep 0.1; done; echo end"
+# The podman tests share the machine's container names (corral-attempt-N, N from 1 in each test's
+# store): they run in one worker, as tests/conftest.py's "podman" group does for whole files.
+PODMAN = pytest.mark.xdist_group("podman")
 
 
 def test_a_killed_agent_is_started_again_its_node_stays_and_its_run_goes_on(corral: Corral) -> None:
@@ -96,6 +101,7 @@ def on_node(node_id: str) -> list[str]:
     return containers(f"label=corral-node={node_id}")
 
 
+@PODMAN
 def test_a_killed_agents_container_run_goes_on_under_the_agent_started_again(corral: Corral) -> None:
     image = busybox_image()
     corral.config.write_text(
@@ -121,6 +127,7 @@ def test_a_killed_agents_container_run_goes_on_under_the_agent_started_again(cor
             subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
 
 
+@PODMAN
 def test_a_dead_instances_container_is_removed_with_its_node(corral: Corral) -> None:
     image = busybox_image()
     corral.config.write_text(
@@ -145,6 +152,7 @@ def test_a_dead_instances_container_is_removed_with_its_node(corral: Corral) -> 
             subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
 
 
+@PODMAN
 def test_a_dead_instance_goes_with_the_containers_its_agent_left(tmp_path: Path) -> None:
     """The driver alone, as a restarted corral has it: the agent is gone, the container is not."""
     image = busybox_image()
