@@ -2568,10 +2568,7 @@ class Store:
                     .join(dependent, dependent.c.id == D.c.job_id)
                     .where(dependent.c.state.in_(OPEN_JOB_STATES))
                 )
-                task_ended = and_(
-                    task.c.state.in_(TERMINAL_JOB_STATES),
-                    func.coalesce(task.c.finished_at, task.c.updated_at) < jobs_ended_before,
-                )
+                task_ended = _ended_before(jobs_ended_before, jobs=task)
                 whole_arrays_kept = select(task.c.array_job_id).where(
                     task.c.array_job_id.is_not(None), or_(~task_ended, task.c.id.in_(named))
                 )
@@ -2583,25 +2580,16 @@ class Store:
                 )
                 counts.jobs = int(conn.execute(going).scalar_one())
             if events_before is not None:
-                events = schema.events
-                handled = conn.execute(select(func.min(schema.notify_cursor.c.last_event_id))).scalar()
-                query = select(func.count()).where(events.c.at < events_before)
-                if handled is not None:
-                    query = query.where(events.c.id <= handled)
-                counts.events = int(conn.execute(query).scalar_one())
+                due = _events_due(conn, events_before).subquery()
+                counts.events = int(conn.execute(select(func.count()).select_from(due)).scalar_one())
         return counts
 
     def purge_events(self, before: float, limit: int) -> int:
         """Delete up to `limit` of the oldest events from before `before`; how many. Never one the
         notifier has not handled yet (its cursor), which would go unnotified."""
         events = schema.events
-        cursor = schema.notify_cursor
         with self.write() as conn:
-            handled = conn.execute(select(func.min(cursor.c.last_event_id))).scalar()
-            query = select(events.c.id).where(events.c.at < before)
-            if handled is not None:
-                query = query.where(events.c.id <= handled)
-            oldest = select(query.order_by(events.c.id).limit(limit).subquery().c.id)
+            oldest = select(_events_due(conn, before).order_by(events.c.id).limit(limit).subquery().c.id)
             return int(conn.execute(delete(events).where(events.c.id.in_(oldest))).rowcount or 0)
 
     def output_to_remove(self, job_ids: Sequence[int], ended_before: float) -> list[int]:
@@ -2935,8 +2923,18 @@ def node_from_row(row: dict[str, Any]) -> Node:
     )
 
 
-def _ended_before(before: float, state: Any = J.c.state) -> Any:
+def _ended_before(before: float, state: Any = None, jobs: Any = J) -> Any:
     """A job that ended (complete, failed, cancelled) before `before`: at its finish, or, with none
-    recorded, at its last change. `state`: the column, or an expression of it that keeps SQLite off
-    the state index."""
-    return and_(state.in_(TERMINAL_JOB_STATES), func.coalesce(J.c.finished_at, J.c.updated_at) < before)
+    recorded, at its last change. `state`: the state column, or an expression of it that keeps
+    SQLite off the state index; `jobs`: the jobs table or an alias of it."""
+    state = jobs.c.state if state is None else state
+    return and_(state.in_(TERMINAL_JOB_STATES), func.coalesce(jobs.c.finished_at, jobs.c.updated_at) < before)
+
+
+def _events_due(conn: Connection, before: float) -> Select[Any]:
+    """The ids of the events from before `before` that may be deleted: never one the notifier has
+    not handled yet (its cursor), which would go unnotified."""
+    events = schema.events
+    handled = conn.execute(select(func.min(schema.notify_cursor.c.last_event_id))).scalar()
+    query = select(events.c.id).where(events.c.at < before)
+    return query if handled is None else query.where(events.c.id <= handled)
