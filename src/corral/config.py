@@ -439,6 +439,11 @@ class RetentionConfig(_Strict):
     def enabled(self) -> bool:
         return any(v is not None for v in (self.jobs_after, self.output_after, self.events_after))
 
+    @property
+    def output_kept_for(self) -> float | None:
+        """How long an ended job's output is kept: output_after, else as long as the job."""
+        return self.output_after or self.jobs_after
+
 
 class SlurmConfig(_Strict):
     """`executor = "slurm"`: corral dispatches to an existing Slurm cluster (docs/operator-guide.md)."""

@@ -73,9 +73,8 @@ class Retention:
             sweep.events_done = count < EVENT_BATCH
             return
         outputs_removed = 0
-        output_after = settings.output_after or settings.jobs_after
-        if output_after is not None:
-            due = self.store.output_to_remove(self.logs.job_ids(), now - output_after)
+        if settings.output_kept_for is not None:
+            due = self.store.output_to_remove(self.logs.job_ids(), now - settings.output_kept_for)
             self.logs.remove(due)
             outputs_removed = len(due)
         if sweep.jobs_deleted or sweep.events_deleted or outputs_removed:

@@ -930,26 +930,27 @@ def retention_preview(
     """What the next retention sweep would delete, counted and nothing deleted: by the running
     corral's [retention], or, for a value given, by that (seconds), to try one before setting it."""
     configured = runtime.config.retention
-    jobs_after = jobs_after or configured.jobs_after
-    output_after = output_after or configured.output_after
-    events_after = events_after or configured.events_after
+    tried = {"jobs_after": jobs_after, "output_after": output_after, "events_after": events_after}
+    settings = configured.model_copy(update={key: value for key, value in tried.items() if value is not None})
     now = time.time()
-    counts = runtime.store.purgeable(
-        None if jobs_after is None else now - jobs_after, None if events_after is None else now - events_after
-    )
-    outputs, output_kept_for = None, output_after or jobs_after
-    if output_kept_for is not None:
-        outputs = len(runtime.store.output_to_remove(runtime.logs.job_ids(), now - output_kept_for))
+
+    def cut(after: float | None) -> float | None:
+        return None if after is None else now - after
+
+    counts = runtime.store.purgeable(cut(settings.jobs_after), cut(settings.events_after))
+    outputs = None
+    if settings.output_kept_for is not None:
+        outputs = len(runtime.store.output_to_remove(runtime.logs.job_ids(), now - settings.output_kept_for))
     return RetentionOut(
         configured=configured.enabled(),
-        interval=configured.interval,
-        jobs_after=jobs_after,
-        output_after=output_after,
-        events_after=events_after,
-        jobs_ended=None if jobs_after is None else counts.jobs_ended,
-        jobs=None if jobs_after is None else counts.jobs,
+        interval=settings.interval,
+        jobs_after=settings.jobs_after,
+        output_after=settings.output_after,
+        events_after=settings.events_after,
+        jobs_ended=None if settings.jobs_after is None else counts.jobs_ended,
+        jobs=None if settings.jobs_after is None else counts.jobs,
         outputs=outputs,
-        events=None if events_after is None else counts.events,
+        events=None if settings.events_after is None else counts.events,
     )
 
 
