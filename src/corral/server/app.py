@@ -43,6 +43,8 @@ from corral.store import InvalidJobs, NotFound, Store, store_unreachable
 
 log = logging.getLogger("corral.server")
 
+# What a 503 for an unreachable store asks the client to wait (every route's, and the health check's).
+RETRY_AFTER = {"Retry-After": "5"}
 ATTEMPT_CACHE_MAX = 100_000  # attempts whose job and nodes the server keeps at hand (Runtime.attempt_jobs)
 HISTORY_EVERY = 5.0  # seconds between two samples of the dashboard's charts
 HISTORY_SAMPLES = 1440  # two hours of them
@@ -299,7 +301,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         # The transaction it was in was rolled back by the database. Agents send theirs again by
         # themselves (any 5xx is an unreachable server to them); a person is told to.
         detail = f"the store is unreachable ({reason}): try again shortly"
-        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "5"})
+        return JSONResponse({"detail": detail}, status_code=503, headers=RETRY_AFTER)
 
     app.add_exception_handler(OperationalError, _store_unreachable)
     app.add_exception_handler(InterfaceError, _store_unreachable)
@@ -340,10 +342,12 @@ def create_app(runtime: Runtime) -> FastAPI:
             runtime.store.answers()
         except (OperationalError, InterfaceError) as exc:
             reason = store_unreachable(exc)
+            if reason is None:
+                raise  # the store answered, with an error of corral's: the 500, as for any route
             return JSONResponse(
                 {"ok": False, "dispatcher": dispatcher, "store": f"unreachable: {reason}"},
                 status_code=503,
-                headers={"Retry-After": "5"},
+                headers=RETRY_AFTER,
             )
         return JSONResponse({"ok": True, "dispatcher": dispatcher, "store": "reachable"})
 
