@@ -250,30 +250,26 @@ class JobRequest(BaseModel):
     def _within_exec_limits(self, info: ValidationInfo) -> JobRequest:
         if info.context and info.context.get("stored"):
             return self
-        # Counted in characters first, which take 1 to 4 bytes each: a job far within the limits
-        # (all but a few) is not measured further.
         if self.image is not None and (wild := [name for name in self.env if name.endswith("*")]):
             # The agent passes a container its variables by name (--env NAME), and podman reads a
             # name ending in * as "every variable of mine starting so": the agent's own environment.
             raise ValueError(
                 f"env: {wild[0]!r}: podman reads a name ending in * as a wildcard; not in a job with an image"
             )
+        # Counted in characters first, which take 1 to 4 bytes each: a job far within the limits
+        # (all but a few) is not measured further.
         exec_chars = sum(map(len, self.command)) + sum(len(name) + len(text) + 1 for name, text in self.env.items())
         if exec_chars * 4 > MAX_EXEC_STRING:
             self._measure_exec_text()
-        text = self.name + self.reservation + self.user + (self.min_platform or "") + (self.image or "")
-        text += (self.dependency or "") + (self.array or "") + "".join(self.tags)
-        if self.traits or self.forbidden_traits or self.locality is not None:
-            fields = self._other_text()
-            text += "".join(word for f in ("traits", "forbidden_traits", "locality") for word in fields[f])
-        if "\0" in text:
+        fields = self._other_text()
+        other = "".join(word for words in fields.values() for word in words)
+        if "\0" in self.name + other:
             # PostgreSQL stores no NUL (the submission was a 500), nor does an environment carry one
             # (a trigger's CORRAL_EVENT_MESSAGE: its command never ran).
-            fields = {"name": [self.name], **self._other_text()}
-            where = next(field for field, words in fields.items() if any("\0" in word for word in words))
+            named = {"name": [self.name], **fields}
+            where = next(field for field, words in named.items() if any("\0" in word for word in words))
             raise ValueError(f"{where}: a NUL byte, which no name or value here may hold")
-        other = len(text) - len(self.name)
-        if other * 4 > MAX_OTHER_TEXT and (size := len(text.encode()) - len(self.name.encode())) > MAX_OTHER_TEXT:
+        if len(other) * 4 > MAX_OTHER_TEXT and (size := len(other.encode())) > MAX_OTHER_TEXT:
             raise ValueError(
                 f"tags, traits, locality and the job's other fields but its command and environment have {size:,}"
                 f" bytes; at most {MAX_OTHER_TEXT:,}"
