@@ -626,8 +626,8 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
-        """What no one key says alone: the instance types the [sim] section names exist (outages
-        and scheduled failures may also say '*': a misspelt name would silently never match), and
+        """What no one key says alone: the instance types the [sim] section names exist (outages,
+        scheduled failures and waves may also say '*': a misspelt name would silently never match), and
         the timings and bounds of the fleet agree with each other."""
         names = {t.name for t in self.instance_types}
         known = ", ".join(sorted(names)) or "none configured"
@@ -646,6 +646,8 @@ class Config(_Strict):
             (("failures", "per_instance_day_by_type", n), n, False) for n in sim.failures.per_instance_day_by_type
         ]
         named += [(("failures", "notice_by_type", n), n, False) for n in sim.failures.notice_by_type]
+        named += [(("failures", "waves", i, type_key), w.instance_type, True) for i, w in enumerate(sim.failures.waves)]
+        named += [(("failures", "waves_per_day_by_type", n), n, False) for n in sim.failures.waves_per_day_by_type]
         named += [(("boot_delay", "never_pairs_by_type", n), n, False) for n in sim.boot_delay.never_pairs_by_type]
         errors: list[InitErrorDetails] = []
         for path, name, star in named:

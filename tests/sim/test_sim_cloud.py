@@ -105,7 +105,7 @@ def test_a_type_with_its_own_failure_rate_fails_at_that_rate_and_the_others_at_t
     hourly = [driver.fails_at(driver.create(HOURLY, f"h-{i}", "t", {}).id) for i in range(200)]
     assert statistics.mean(small) == pytest.approx(10, rel=0.25)
     assert all(f == float("inf") for f in hourly)
-    assert driver.failure_delay("hourly") == float("inf") and driver.failure_delay("small") < float("inf")
+    assert driver.failure_at("hourly", 0) == float("inf") and driver.failure_at("small", 0) < float("inf")
 
 
 def test_a_rate_for_one_type_leaves_the_failure_times_of_the_others_as_they_were() -> None:

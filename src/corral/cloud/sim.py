@@ -3,9 +3,9 @@
 Instances boot after a delay drawn from the configured distribution, are billed per instance
 type (price, granularity, minimum), and fail as configured: insufficient-capacity periods per type
 (a schedule, or at random) make `create` raise the same `InsufficientCapacity` the EC2 driver
-raises, instances fail at random or on a schedule, and a fraction of them (overall, or per type:
-a broken image) never pair. It decides nothing: what to do about a failure is the core's
-business, exactly as with a real cloud.
+raises, instances fail at random, in waves (a spot pool running short) or on a schedule, and a
+fraction of them (overall, or per type: a broken image) never pair. It decides nothing: what to do
+about a failure is the core's business, exactly as with a real cloud.
 
 Every random draw comes from a stream seeded by the simulation seed and the purpose (and instance
 type), so a run is reproducible and one setting does not shift another's draws.
@@ -13,10 +13,11 @@ type), so a run is reproducible and one setting does not shift another's draws.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import math
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from corral.cloud.base import (
@@ -76,6 +77,45 @@ class _OutageStream:
         return now < self.current_end
 
 
+@dataclass(frozen=True, slots=True)
+class _Wave:
+    start: float
+    end: float
+    hazard: float  # failures per instance-second while it lasts
+
+
+def _wave(start: float, fraction: float, length: float) -> _Wave:
+    # The rate at which an instance up throughout the wave fails within it with probability `fraction`.
+    return _Wave(start, start + length, -math.log1p(-fraction) / length)
+
+
+class _WaveStream:
+    """One instance type's waves in order of their starts: the scheduled ones, and a Poisson process
+    of random ones, drawn as far as asked (so the same starts however the queries come)."""
+
+    def __init__(self, scheduled: list[_Wave], seed: str, rate: float, fraction: float, length: float) -> None:
+        self.waves = sorted(scheduled, key=lambda w: w.start)
+        self.longest = max([length, *(w.end - w.start for w in scheduled)])
+        self.hits = random.Random(f"{seed}:hits")  # which instances a wave takes, apart from when waves come
+        rng = self._rng = random.Random(f"{seed}:starts")
+        self._rate, self._fraction, self._length = rate, fraction, length
+        self._next_start = rng.expovariate(rate) if rate > 0 else math.inf
+
+    def from_(self, since: float) -> Iterator[_Wave]:
+        """The waves that end after `since`, in order of their starts, for ever if they come at random."""
+        i = bisect.bisect_left(self.waves, since - self.longest, key=lambda w: w.start)
+        while True:
+            while i == len(self.waves) or self._next_start <= self.waves[i].start:
+                if self._next_start == math.inf:
+                    return  # no random waves, and the scheduled ones are all past
+                bisect.insort(self.waves, _wave(self._next_start, self._fraction, self._length), key=lambda w: w.start)
+                self._next_start += self._rng.expovariate(self._rate)
+            wave = self.waves[i]
+            i += 1
+            if wave.end > since:
+                yield wave
+
+
 @dataclass(slots=True)
 class CloudStats:
     creates: int = 0
@@ -119,6 +159,19 @@ class SimCloud:
             name: (random.Random(f"{seed}:failure:{name}"), settings.failures.rate_per_day(name) / DAY)
             for name in self.types
         }
+        # And a stream of waves per type that has any, which shifts no other draw.
+        failures = settings.failures
+        self._waves = {
+            name: _WaveStream(
+                [_wave(w.at, w.fraction, w.length) for w in failures.waves if w.instance_type in ("*", name)],
+                f"{seed}:waves:{name}",
+                failures.waves_per_day_by_type.get(name, 0.0) / DAY,
+                failures.wave_fraction,
+                failures.wave_length,
+            )
+            for name in self.types
+            if failures.waves_per_day_by_type.get(name) or any(w.instance_type in ("*", name) for w in failures.waves)
+        }
         # A stream per type named in boot_delay.never_pairs_by_type: its draws shift no boot delay.
         self._never_pairs_rngs = {
             name: random.Random(f"{seed}:never-pairs:{name}") for name in settings.boot_delay.never_pairs_by_type
@@ -139,7 +192,7 @@ class SimCloud:
         all_tags = {**tags, TAG_CLUSTER: self.cluster, TAG_NODE_ID: node_id, TAG_INSTANCE_TYPE: name}
         instance = CloudInstance(instance_id, name, all_tags, created_at=now, state="pending")
         ready_at: float | None = now + self._boot_delay()
-        fails_at = now + self.failure_delay(name)
+        fails_at = self.failure_at(name, now)
         if self._never_pairs(name):
             ready_at = None
         elif ready_at is not None and fails_at <= ready_at and not self.reclaims(name):
@@ -203,11 +256,21 @@ class SimCloud:
         sim.instance.state = "broken"
         self.stats.failures += 1
 
-    def failure_delay(self, instance_type: str) -> float:
-        """Time until an instance of the type, up from now, fails at random (exponential lifetimes;
-        also for a fixed fleet's nodes, which are not cloud instances)."""
+    def failure_at(self, instance_type: str, now: float) -> float:
+        """When an instance of the type, up from `now`, fails (math.inf: never): its exponential
+        lifetime, or sooner, a wave it is up in (also for a fixed fleet's nodes, which are not cloud
+        instances)."""
         rng, rate = self._lifetimes[instance_type]
-        return rng.expovariate(rate) if rate > 0 else math.inf
+        at = now + rng.expovariate(rate) if rate > 0 else math.inf
+        stream = self._waves.get(instance_type)
+        if stream is None:
+            return at
+        for wave in stream.from_(now):
+            if wave.start >= at:
+                break
+            hit = max(wave.start, now) + stream.hits.expovariate(wave.hazard)
+            at = min(at, hit) if hit < wave.end else at
+        return at
 
     def choose(self, candidates: builtins.list[str], count: int) -> builtins.list[str]:
         """`count` of the given instance ids, drawn from the failure stream (for scheduled failures)."""

@@ -828,9 +828,9 @@ class Simulation:
         self.index.put_node(node)
         self.fleet_vcpus += itype.vcpus
         self._set_pinging(node, True)
-        delay = self.cloud.failure_delay(itype.name)
-        if delay < math.inf:
-            self._push_failure(now + delay, itype.name, node_id)
+        fails = self.cloud.failure_at(itype.name, now)
+        if fails < math.inf:
+            self._push_failure(fails, itype.name, node_id)
 
     def _push_failure(self, at: float, type_name: str, node_id: str) -> None:
         """The node's random failure at `at`, and the cloud's notice ahead of it, if its type gets one."""

@@ -340,7 +340,7 @@ def measure(sim: Simulation, wall_seconds: float = 0.0, curve_points: int = 400)
 
 
 def outside_run(sim: Simulation) -> list[str]:
-    """The scheduled outages and failures that fall wholly before the first submission or after
+    """The scheduled outages, failures and waves that fall wholly before the first submission or after
     the run's end."""
     start, end = sim.start_time, sim.end_time
     found = []
@@ -350,6 +350,9 @@ def outside_run(sim: Simulation) -> list[str]:
     for i, failure in enumerate(sim.config.sim.failures.schedule):
         if not start <= failure.at <= end:
             found.append(f"sim.failures.schedule.{i} (at {failure.at:g} s)")
+    for i, wave in enumerate(sim.config.sim.failures.waves):
+        if wave.at + wave.length <= start or wave.at >= end:
+            found.append(f"sim.failures.waves.{i} ({wave.at:g} s to {wave.at + wave.length:g} s)")
     return found
 
 

@@ -86,6 +86,18 @@ class ScheduledFailure(_Strict):
     instance_type: str = "*"
 
 
+class Wave(_Strict):
+    """A wave of interruptions of one instance type (an EC2 spot pool running short), at a time of
+    its own. See FailureSettings.waves."""
+
+    at: Duration
+    instance_type: str = Field(min_length=1, description="a name from instance_types, or '*' for every type")
+    fraction: Float = Field(
+        0.5, gt=0, lt=1, description="of the type's instances up throughout the wave, the share it takes"
+    )
+    length: Duration = Field(1800.0, gt=0, description="how long the wave lasts")
+
+
 class FailureSettings(_Strict):
     per_instance_day: Float = Field(0.0, ge=0, description="random failures per instance per simulated day")
     per_instance_day_by_type: dict[str, Annotated[Float, Field(ge=0)]] = Field(
@@ -115,6 +127,26 @@ class FailureSettings(_Strict):
             "at `at`, on the workload's own clock (as for capacity.outages)"
         ),
     )
+
+    # Independent lifetimes alone make a type taken back now no likelier to be taken back again
+    # soon; EC2 takes spot instances back in bursts when a pool runs short, which is what
+    # policy.boot.interruption_backoff is for. Waves make such bursts, so that it can be measured.
+    waves: list[Wave] = Field(
+        default_factory=list,
+        description=(
+            "{at, instance_type = a name from instance_types or '*', fraction = 0.5, length = '30m'}: from `at` (on"
+            " the workload's own clock) for `length`, the type's instances fail (a spot type's are taken back, with"
+            " its notice) at a rate that takes `fraction` of those up throughout; instances booted meanwhile too"
+        ),
+    )
+    waves_per_day_by_type: dict[str, Annotated[Float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="{name from instance_types = waves per simulated day}: waves of that type at random times",
+    )
+    wave_fraction: Float = Field(
+        0.5, gt=0, lt=1, description="a random wave's share of the type's instances up throughout it"
+    )
+    wave_length: Duration = Field(1800.0, gt=0, description="how long a random wave lasts")
 
 
 class FixedNodes(_Strict):
