@@ -42,6 +42,8 @@ class PeerState:
     closing: bool = False  # the server is stopping: end long-polls now
     ping_interval: float = 0.2
     log_delay: float = 0.0  # seconds each log chunk takes to be taken (a slow server or link)
+    # The container engine pairing and resuming name ([containers]); no program: none.
+    containers: dict[str, list[str]] = field(default_factory=lambda: {"program": [], "run_args": []})
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_token(self, node_id: str) -> str:
@@ -86,7 +88,9 @@ def build_app(state: PeerState) -> Starlette:
             secret = secrets.token_hex(16)
             state.secrets[secret] = node
             state.nodes[node] = body
-        return JSONResponse({"node_id": node, "secret": secret, "ping_interval": state.ping_interval})
+        return JSONResponse(
+            {"node_id": node, "secret": secret, "ping_interval": state.ping_interval, "containers": state.containers}
+        )
 
     async def resume(request: Request) -> Response:
         node = node_of(request)
@@ -104,7 +108,7 @@ def build_app(state: PeerState) -> Starlette:
             {
                 "node_id": node,
                 "ping_interval": state.ping_interval,
-                "containers": {"program": [], "run_args": []},
+                "containers": state.containers,
                 "lost": lost,
                 "output_stored": stored,
             }

@@ -54,8 +54,8 @@ def attempt_dir(corral: Corral, node_id: str, attempt_id: int) -> Path:
 
 
 WAIT_FOR_GO = "echo start; while [ ! -e go ]; do sleep 0.1; done; echo end"
-# The podman tests share the machine's container names (corral-attempt-N, N from 1 in each test's
-# store): they run in one worker, as tests/conftest.py's "podman" group does for whole files.
+# The podman tests share the image tests/podman.py makes once: they run in one worker, as
+# tests/conftest.py's "podman" group does for whole files.
 PODMAN = pytest.mark.xdist_group("podman")
 
 

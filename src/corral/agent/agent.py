@@ -348,7 +348,7 @@ class Agent:
         engine = self.runner.engine
         if engine is None:
             return
-        kept = {container.name_of(a.attempt_id) for a in self.runner.all() if a.spec.image is not None}
+        kept = {a.container_name for a in self.runner.all() if a.container_name is not None}
         try:
             listed = subprocess.run(
                 container.names_on_node_argv(engine, self.options.node_id),

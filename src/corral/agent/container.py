@@ -3,18 +3,21 @@ command"). The agent runs such a job through the command line of an OCI containe
 docker, whose `run` takes the same options (`[containers]` in the server's config, handed to the
 agent at pairing), where it runs any other job as a plain process.
 
-The container is removed when it ends (`--rm`) and named after the attempt, so that a kill the
-engine's client does not pass on (SIGKILL of the client leaves the container running under the
-engine) can still reach it by name. It is labelled with its node (`corral-node=NODE`), so that
-what a dead agent left running under the engine can be found, and removed with its node. The
-attempt's directory is mounted at its own path and is the working directory, as for a plain
-process. The container sees only the job's own environment and corral's CORRAL_* variables, not
-the agent's: the image's PATH and HOME stay the image's. Values are passed by name (`--env NAME`,
-the engine reading the value from its own environment), so no value shows in the process list.
+The container is removed when it ends (`--rm`) and named after the attempt, its node and its
+agent (name_of), so that a kill the engine's client does not pass on (SIGKILL of the client leaves
+the container running under the engine) can still reach it by name, and reach no other. It is
+labelled with its node (`corral-node=NODE`), so that what a dead agent left running under the
+engine can be found, and removed with its node. The attempt's directory is mounted at its own path
+and is the working directory, as for a plain process. The container sees only the job's own
+environment and corral's CORRAL_* variables, not the agent's: the image's PATH and HOME stay the
+image's. Values are passed by name (`--env NAME`, the engine reading the value from its own
+environment), so no value shows in the process list.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,21 +34,44 @@ class Engine:
 
 NODE_LABEL = "corral-node"
 
+# Both engines take names of [a-zA-Z0-9][a-zA-Z0-9_.-]*; kept to a DNS label's 63 characters, since
+# an engine may give the name out as the container's host name on its networks.
+NAME_MAX = 63
+NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_.-]")
 
-def name_of(attempt_id: int) -> str:
+
+def name_of(attempt_id: int, node_id: str | None, agent_dir: Path) -> str:
+    """The container's name, `corral-attempt-ID-NODE-AGENT`: unique among all the containers its
+    engine runs (a host's, or one user's under rootless podman), where the attempt's id alone is
+    not: ids are per store, so two corrals whose agents share an engine, or a store started afresh,
+    run attempt 1 at once. The node id says whose it is, but is no proof: it is 32 random bits,
+    which two stores may draw alike (and a store restored from a backup holds the same ones). AGENT
+    is: 8 hex digits of the SHA-256 of the agent's work dir (`agent_dir`), which no two agents that
+    share an engine share (one agent per work dir, which it locks; the engine mounts the attempt's
+    directory in it at its path, so the path is one on the engine's own machine)."""
+    head = f"corral-attempt-{attempt_id}"
+    agent = hashlib.sha256(str(agent_dir).encode()).hexdigest()[:8]
+    room = NAME_MAX - len(head) - len(agent) - 2
+    node = NOT_IN_A_NAME.sub("-", node_id or "")[: max(0, room)]
+    return "-".join(part for part in (head, node, agent) if part)
+
+
+def legacy_name_of(attempt_id: int) -> str:
+    """The name agents older than name_of gave the attempt's container (and recorded as such): what
+    a run record that names none falls back to."""
     return f"corral-attempt-{attempt_id}"
 
 
 def run_argv(
     engine: Engine,
-    attempt_id: int,
+    name: str,
     image: str,
     command: Sequence[str],
     work_dir: Path,
     env_names: Iterable[str],
     node_id: str | None = None,
 ) -> list[str]:
-    argv = [*engine.program, "run", "--rm", "--name", name_of(attempt_id)]
+    argv = [*engine.program, "run", "--rm", "--name", name]
     if node_id:
         argv += ["--label", f"{NODE_LABEL}={node_id}"]
     argv += ["--volume", f"{work_dir}:{work_dir}", "--workdir", str(work_dir)]
@@ -54,14 +80,14 @@ def run_argv(
     return [*argv, *engine.run_args, image, *command]
 
 
-def pid_argv(engine: Engine, attempt_id: int) -> list[str]:
+def pid_argv(engine: Engine, name: str) -> list[str]:
     """Prints the host pid of the container's first process (0 once it has stopped)."""
-    return [*engine.program, "inspect", "--format", "{{.State.Pid}}", name_of(attempt_id)]
+    return [*engine.program, "inspect", "--format", "{{.State.Pid}}", name]
 
 
-def kill_argv(engine: Engine, attempt_id: int) -> list[str]:
+def kill_argv(engine: Engine, name: str) -> list[str]:
     """SIGKILL, both engines' default for `kill`; `--rm` then removes the container."""
-    return [*engine.program, "kill", name_of(attempt_id)]
+    return [*engine.program, "kill", name]
 
 
 def on_node_argv(engine: Engine, node_id: str) -> list[str]:

@@ -178,6 +178,9 @@ class Attempt:
     cpu_sampled_at: float = 0.0
     # A container's processes run in a session of the engine's (container_session), not the client's.
     container_session: int | None = None
+    # The name its container was started under (container.name_of), by which it is inspected and
+    # killed: the one its run record gives, for a run an earlier agent started.
+    container_name: str | None = None
     adopted: bool = False  # started by an earlier agent in this work dir, re-adopted by this one
 
     @property
@@ -254,9 +257,16 @@ class Runner:
         if self.engine is None:
             raise FileNotFoundError(2, "no container engine given to this agent ([containers] in the config)")
         names = self.job_environment(spec)
+        node_id = self.node_of(spec)
+        return container.run_argv(self.engine, self.container_name(spec), spec.image, spec.command, cwd, names, node_id)
+
+    @staticmethod
+    def node_of(spec: AttemptSpec) -> str | None:
         # The agent starts only the attempts whose first node is its own (a gang's command runs there).
-        node_id = spec.node_ids[0] if spec.node_ids else None
-        return container.run_argv(self.engine, spec.attempt_id, spec.image, spec.command, cwd, names, node_id)
+        return spec.node_ids[0] if spec.node_ids else None
+
+    def container_name(self, spec: AttemptSpec) -> str:
+        return container.name_of(spec.attempt_id, self.node_of(spec), self.work_dir)
 
     def start(self, spec: AttemptSpec, now: float | None = None) -> Attempt | None:
         """Start the attempt's command; None once the runner is closed (the agent is exiting). A
@@ -305,7 +315,13 @@ class Runner:
                     self.attempts[spec.attempt_id] = attempt
                     return attempt
             attempt = Attempt(
-                spec, log_path, proc, started_at, time_limit=spec.time_limit, started_monotonic=time.monotonic()
+                spec,
+                log_path,
+                proc,
+                started_at,
+                time_limit=spec.time_limit,
+                started_monotonic=time.monotonic(),
+                container_name=self.container_name(spec) if spec.image is not None else None,
             )
             self.attempts[spec.attempt_id] = attempt
             return attempt
@@ -387,7 +403,7 @@ class Runner:
             "spec": spec_json(spec),
         }
         if spec.image is not None and self.engine is not None:
-            record["container"] = {"program": list(self.engine.program), "name": container.name_of(spec.attempt_id)}
+            record["container"] = {"program": list(self.engine.program), "name": self.container_name(spec)}
         path = self._record_path(spec.attempt_id)
         tmp = path.with_suffix(".tmp")
         try:
@@ -424,11 +440,11 @@ class Runner:
     def _kill_container(self, attempt: Attempt) -> None:
         """A SIGKILL reaches the engine's client, not the container it started (the engine runs
         that): kill it by name as well. Not waited for: the lock is held."""
-        if attempt.spec.image is None or self.engine is None:
+        if attempt.container_name is None or self.engine is None:
             return
         with contextlib.suppress(OSError):
             subprocess.Popen(
-                container.kill_argv(self.engine, attempt.attempt_id),
+                container.kill_argv(self.engine, attempt.container_name),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -532,6 +548,7 @@ class Runner:
                 started_at,
                 time_limit=spec.time_limit,
                 started_monotonic=time.monotonic() - max(0.0, time.time() - started_at),
+                container_name=recorded_container_name(record, spec),
                 adopted=True,
             )
             if not running:
@@ -630,11 +647,11 @@ class Runner:
     def _container_session(self, attempt: Attempt) -> int | None:
         """The session of the container's first process, which the engine (not the client) runs:
         None until the engine says it runs."""
-        if self.engine is None:
+        if self.engine is None or attempt.container_name is None:
             return None
         try:
             inspected = subprocess.run(
-                container.pid_argv(self.engine, attempt.attempt_id),
+                container.pid_argv(self.engine, attempt.container_name),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -646,6 +663,17 @@ class Runner:
         pid = inspected.stdout.strip()
         stat = sysinfo.read_stat(int(pid)) if pid.isdigit() and int(pid) > 0 else None
         return stat.session if stat is not None else None
+
+
+def recorded_container_name(record: dict[str, Any], spec: AttemptSpec) -> str | None:
+    """The name the run's container was started under, as its record gives it. A record without
+    one is an older agent's, whose container had the attempt's id alone for a name: the agent
+    upgraded under it must still inspect and kill that one, and not leave it as a leftover."""
+    if spec.image is None:
+        return None
+    engine = record.get("container")
+    name = engine.get("name") if isinstance(engine, dict) else None
+    return name if isinstance(name, str) and name else container.legacy_name_of(spec.attempt_id)
 
 
 def stop_recorded(path: Path, kill_timeout: float = 60.0) -> list[int]:
