@@ -39,7 +39,7 @@ from corral.loop import LiveLoop
 from corral.server.logstore import LogStore
 from corral.server.metrics import Metrics
 from corral.server.models import MAX_BODY, MAX_LOG_CHUNK_BODY, MAX_SUBMIT_BODY
-from corral.store import InvalidJobs, NotFound, Store, store_unreachable
+from corral.store import InvalidJobs, NotFound, Store, store_refused, store_unreachable
 
 log = logging.getLogger("corral.server")
 
@@ -180,7 +180,15 @@ class Runtime:
                 self.metrics.pass_errors.inc()
                 reason = store_unreachable(exc)
                 if reason is None:
-                    log.exception("reconcile pass failed")
+                    refused = store_refused(exc)
+                    if refused is None:
+                        log.exception("reconcile pass failed")
+                    else:
+                        # A timeout its DBA set, a deadlock: the store rolled the pass back; the traceback
+                        # would say nothing more.
+                        log.warning(
+                            "reconcile pass refused by the store: %s (rolled back; the next pass runs)", refused
+                        )
                     await asyncio.sleep(interval)
                     continue
                 # The database rolled back whatever the pass had begun to write; one line per try
@@ -287,7 +295,15 @@ def create_app(runtime: Runtime) -> FastAPI:
     async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:
         reason = store_unreachable(exc)
         if reason is None:
-            raise exc  # a fault of corral's or of the store's data: the 500 and its traceback
+            refused = store_refused(exc)
+            if refused is None:
+                raise exc  # a fault of corral's or of the store's data: the 500 and its traceback
+            # The store answered, and rolled the request's transaction back: a lock_timeout or
+            # statement_timeout its DBA set, a deadlock with another writer. The CLI's submit sends
+            # a 503 again by itself (its key queues it once); a person is told to.
+            log.warning("store refused %s %s: %s (answered 503)", request.method, request.url.path, refused)
+            detail = f"the store refused it for now ({refused}); its transaction was rolled back: try again shortly"
+            return JSONResponse({"detail": detail}, status_code=503, headers=RETRY_AFTER)
         now = time.monotonic()
         if now - runtime.refusal_logged_at >= STORE_REFUSALS_LOGGED_EVERY:
             runtime.refusal_logged_at = now

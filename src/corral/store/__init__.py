@@ -13,6 +13,7 @@ from corral.store.store import (
     Store,
     UserExists,
     acting_as,
+    store_refused,
     store_unreachable,
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "NotFound",
     "NotQueued",
     "Store",
+    "store_refused",
     "store_unreachable",
     "UserExists",
     "acting_as",

@@ -168,8 +168,14 @@ class NotFound(LookupError):
 
 
 # SQLSTATE classes of a store that is not there: 08, the connection failed or was lost; 57,
-# operator intervention (the server shutting down, pg_terminate_backend, a crash's restart).
+# operator intervention (the server shutting down, pg_terminate_backend, a crash's restart), but not
+# 57014, a statement cancelled (_REFUSED_FOR_NOW).
 _OUTAGE_SQLSTATE_CLASSES = ("08", "57")
+# What PostgreSQL refuses for now though it answers, rolling the transaction back: a serialization
+# failure, a deadlock (it ended one of the two transactions), a lock not granted within lock_timeout,
+# a statement cancelled by statement_timeout (or pg_cancel_backend). A DBA sets the timeouts on
+# corral's role or in store.url; the same work may be tried again.
+_REFUSED_FOR_NOW = ("40001", "40P01", LOCK_NOT_AVAILABLE, "57014")
 # SQLite's: the file locked by another writer past the busy timeout, or not there to open.
 _SQLITE_OUTAGES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_IOERR")
 
@@ -185,8 +191,27 @@ def store_unreachable(exc: BaseException) -> str | None:
     if sqlite_error is not None and not sqlite_error.startswith(_SQLITE_OUTAGES):
         return None  # no such table, a syntax error: the file answered
     sqlstate = getattr(exc.orig, "sqlstate", None)
-    if sqlstate is not None and not (exc.connection_invalidated or sqlstate.startswith(_OUTAGE_SQLSTATE_CLASSES)):
-        return None  # a deadlock, a lock timeout, a full disk: the store answered
+    answered = sqlstate is not None and (
+        sqlstate in _REFUSED_FOR_NOW or not sqlstate.startswith(_OUTAGE_SQLSTATE_CLASSES)
+    )
+    if answered and not exc.connection_invalidated:
+        return None  # a deadlock, a timeout, a full disk: the store answered
+    return _first_line(exc)
+
+
+def store_refused(exc: BaseException) -> str | None:
+    """What to tell of an error by which PostgreSQL, answering, refused a statement for now and
+    rolled its transaction back (a deadlock, a serialization failure, lock_timeout,
+    statement_timeout), one line without the SQL; None for any other error. The same work may be
+    tried again: a pass at the next, a request by its client."""
+    if not isinstance(exc, OperationalError) or exc.connection_invalidated:
+        return None
+    if getattr(exc.orig, "sqlstate", None) not in _REFUSED_FOR_NOW:
+        return None
+    return _first_line(exc)
+
+
+def _first_line(exc: DBAPIError) -> str:
     said = str(exc.orig or exc).strip().splitlines()
     return said[0] if said else type(exc.orig or exc).__name__
 
