@@ -291,7 +291,8 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
             f"error: {home / 'dispatcher-id'}: a dispatcher id has 1 to {MAX_DISPATCHER_ID} characters, not"
             f" {len(dispatcher_id)} (the store keeps no more)"
         )
-    store = Store(config.store_url)
+    # Named in pg_stat_activity by its dispatcher: a DBA tells which corral holds a lock or a session.
+    store = Store(config.store_url, application_name=f"corral {dispatcher_id}")
     try:
         store.migrate(Starter(dispatcher_id, time.time(), config.policy.dispatch.dispatcher_stale))
     except SQLAlchemyError as exc:

@@ -61,6 +61,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
@@ -272,10 +273,14 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def make_engines(url: str) -> tuple[Engine, Engine]:
-    """(writer, reader). For SQLite the writer begins IMMEDIATE; the reader reads a WAL snapshot."""
+def make_engines(url: str, application_name: str = "corral") -> tuple[Engine, Engine]:
+    """(writer, reader). For SQLite the writer begins IMMEDIATE; the reader reads a WAL snapshot.
+    PostgreSQL's sessions are named `application_name` (pg_stat_activity, the server's log's %a),
+    unless the URL names them itself."""
     if not url.startswith("sqlite"):
-        engine = create_engine(url, pool_pre_ping=True, future=True)
+        named = "application_name" in make_url(url).query
+        connect_args = {} if named else {"application_name": application_name[:63]}  # (NAMEDATALEN)
+        engine = create_engine(url, pool_pre_ping=True, future=True, connect_args=connect_args)
         return engine, engine
 
     def sqlite_engine(immediate: bool) -> Engine:
@@ -387,9 +392,11 @@ class _MovedOn(Exception):
 
 
 class Store:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, application_name: str = "corral") -> None:
+        """`application_name`: what a DBA sees of this store's PostgreSQL sessions (`corral run`
+        names its dispatcher), unless `url` names them itself."""
         self.url = url
-        self.engine, self.reader = make_engines(url)
+        self.engine, self.reader = make_engines(url, application_name)
         self._jobs: dict[int, tuple[int, Job]] = {}  # the open jobs of the last snapshot, by id, with their spec_rev
         self._store_id: str | None = None
         self.migrated_to: str | None = None  # the schema revision migrate() left (None: not migrated here)
