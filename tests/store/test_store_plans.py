@@ -47,15 +47,15 @@ def plans_of(store: Store, starting: str) -> Iterator[list[str]]:
         event.remove(store.engine, "before_cursor_execute", explain)
 
 
-def fill_events(store: Store, count: int) -> None:
-    """`count` events, one a second up to NOW, oldest first (as ids and times go together)."""
+def fill_events(store: Store, count: int, kind: str = "job.started") -> None:
+    """`count` events of `kind`, one a second up to NOW, oldest first (as ids and times go together)."""
     with store.write() as conn:
         conn.execute(
             text(
                 "INSERT INTO events (at, kind, job_id, node_id, message)"
-                " SELECT :now - :count + g, 'job.started', g, NULL, 'started' FROM generate_series(1, :count) g"
+                " SELECT :now - :count + g, :kind, g, NULL, 'started' FROM generate_series(1, :count) g"
             ),
-            {"now": NOW, "count": count},
+            {"now": NOW, "count": count, "kind": kind},
         )
     with store.engine.connect() as conn:
         conn.execute(text("ANALYZE events"))
@@ -75,3 +75,21 @@ def test_a_retention_sweeps_batch_of_events_reads_the_events_by_their_key_not_th
     assert "Seq Scan on events" not in plan, plan
     assert pg_store.list_events(limit=1)[0]["at"] == NOW  # the newest are kept
     assert len(pg_store.events_after(0, limit=10 * EVENT_BATCH)) == 4 * EVENT_BATCH
+
+
+def test_listing_events_by_kind_reads_the_kind_index_not_every_event(pg_store: Store) -> None:
+    """`corral events --kind node.` (a kind or its start: kind LIKE 'node.%') could not use
+    ix_events_kind under the database's collation unless it is "C" (C.UTF-8 and en_US.UTF-8 are
+    not): a sequential scan of every event for each listing, 114 ms over 700,000 events for the
+    one `store.purged` (0.07 ms by the index)."""
+    fill_events(pg_store, 5, "node.down")
+    fill_events(pg_store, 50_000)
+    fill_events(pg_store, 5, "node.drained")
+    with plans_of(pg_store, "SELECT") as plans:
+        listed = pg_store.list_events(kind="node.")
+        exact = pg_store.list_events(kind="node.down")
+    assert [e["kind"] for e in listed] == ["node.down"] * 5 + ["node.drained"] * 5
+    assert [e["kind"] for e in exact] == ["node.down"] * 5
+    assert plans and not [plan for plan in plans if "Seq Scan on events" in plan], plans
+    assert pg_store.list_events(kind="job.st", limit=3)[-1]["kind"] == "job.started"
+    assert pg_store.list_events(kind="nothing.") == []

@@ -621,11 +621,16 @@ class Store:
             query = query.where(schema.events.c.job_id == job_id)
         if node_id is not None:
             query = query.where(schema.events.c.node_id == node_id)
-        if kind:
-            # A kind or its start: node., job.requeued, job.cancel (cancel_requested and cancelled).
-            query = query.where(schema.events.c.kind.like(kind if "%" in kind else kind + "%"))
-        query = query.order_by(schema.events.c.id.desc()).limit(limit)
         with self.read() as conn:
+            if kind:
+                # A kind or its start: node., job.requeued, job.cancel (cancel_requested and cancelled).
+                # Matched against the few kinds recorded, then listed by equality: the kind index
+                # serves `kind IN (...)`, never `kind LIKE 'node.%'` under a collation other than "C".
+                kinds = _event_kinds(conn, kind if "%" in kind else kind + "%")
+                if not kinds:
+                    return []
+                query = query.where(schema.events.c.kind.in_(kinds))
+            query = query.order_by(schema.events.c.id.desc()).limit(limit)
             rows = [dict(r._mapping) for r in conn.execute(query)]
         rows.reverse()
         return rows
@@ -633,7 +638,7 @@ class Store:
     def event_kinds(self) -> list[str]:
         """The kinds of event recorded, sorted (from the kind index)."""
         with self.read() as conn:
-            return list(conn.execute(select(schema.events.c.kind).distinct().order_by(schema.events.c.kind)).scalars())
+            return _event_kinds(conn)
 
     def events_after(self, event_id: int, limit: int = 500) -> list[dict[str, Any]]:
         """The events with an id above `event_id`, oldest first, at most `limit`."""
@@ -2969,6 +2974,20 @@ def _ended_before(before: float, state: Any = None, jobs: Any = J) -> Any:
     SQLite off the state index; `jobs`: the jobs table or an alias of it."""
     state = jobs.c.state if state is None else state
     return and_(state.in_(TERMINAL_JOB_STATES), func.coalesce(jobs.c.finished_at, jobs.c.updated_at) < before)
+
+
+def _event_kinds(conn: Connection, like: str | None = None) -> list[str]:
+    """The kinds of event recorded (those LIKE `like`, if given), sorted: one probe of the kind
+    index per kind, each for the least kind above the last (a skip scan). SELECT DISTINCT read
+    every event: 456 ms over 700,000 events on PostgreSQL against 4.5."""
+    events = schema.events
+    kinds = select(func.min(events.c.kind).label("kind")).cte("kinds", recursive=True)
+    following = select(func.min(events.c.kind)).where(events.c.kind > kinds.c.kind).scalar_subquery()
+    kinds = kinds.union_all(select(following).where(kinds.c.kind.is_not(None)))
+    query = select(kinds.c.kind).where(kinds.c.kind.is_not(None))
+    if like is not None:
+        query = query.where(kinds.c.kind.like(like))
+    return [str(kind) for kind in conn.execute(query.order_by(kinds.c.kind)).scalars()]
 
 
 def _events_due(conn: Connection, before: float) -> ColumnElement[bool]:
