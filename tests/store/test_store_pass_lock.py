@@ -8,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from corral.cloud.sim import SimCloud
 from corral.config import Config
@@ -127,3 +128,21 @@ def test_a_dispatcher_stuck_in_its_pass_is_fenced_and_the_others_take_turns_agai
     finally:
         other.close()
         third.close()
+
+
+def test_a_statement_timeout_shorter_than_the_wait_for_the_turn_still_fences_a_stuck_pass(store: Store) -> None:
+    """A DBA's statement_timeout (on corral's role, or in store.url) below the wait for the pass
+    turn cancelled that wait (SQLSTATE 57014) before its lock_timeout: the pass failed, every pass,
+    and a stuck peer was never fenced."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("the pass lock is PostgreSQL's")
+    url = make_url(store.url)
+    options = f"{url.query['options']} -cstatement_timeout=100"
+    timed = Store(url.update_query_dict({"options": options}).render_as_string(hide_password=False))
+    try:
+        with store.pass_lock(30.0) as stuck:
+            assert stuck
+            with timed.pass_lock(0.3) as taken:
+                assert taken, "the stuck pass still held the lock: this pass ran beside it"
+    finally:
+        timed.close()

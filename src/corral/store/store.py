@@ -481,8 +481,11 @@ class Store:
     @staticmethod
     def _take_pass_lock(conn: Connection, key: str, timeout: float) -> bool:
         try:
-            # SET LOCAL: the timeout ends with this transaction; the session lock outlives it.
+            # SET LOCAL: the timeout ends with this transaction; the session lock outlives it. The
+            # wait is bounded by lock_timeout alone: a DBA's shorter statement_timeout cancelled it
+            # first, failing the pass, and a stuck holder was never fenced.
             conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{max(1, int(timeout * 1000))}"})
+            conn.execute(text("SELECT set_config('statement_timeout', '0', true)"))
             conn.execute(text(f"SELECT pg_advisory_lock({key})"))
             conn.commit()
             return True
