@@ -71,6 +71,7 @@ from corral.core import batch, job_array, retry, user_limits
 from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.capacity import backoff_cleared_message
 from corral.core.dependency import DEPENDENCY, Dependency, DependencyKind, whole_arrays
+from corral.core.dependency import parse as parse_dependency
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -86,7 +87,7 @@ from corral.core.model import (
 )
 from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
 from corral.core.units import utc_text
-from corral.jobspec import JobRequest, describe_validation_errors
+from corral.jobspec import JobRequest, dependency_text, describe_validation_errors
 from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
@@ -387,6 +388,15 @@ class WorkItem:
     resources: Resources
     image: str | None = None
     time_limit: float | None = None  # the job's, in seconds (None: none)
+
+
+@dataclass(frozen=True, slots=True)
+class _JobSources:
+    """What jobs are built from (Store._specs_to_build): the jobs kept from an earlier snapshot,
+    as they were when `specs`, the specs of the others, were read."""
+
+    kept: dict[int, tuple[int, Job]]
+    specs: dict[int, Any]
 
 
 class _MovedOn(Exception):
@@ -2410,14 +2420,20 @@ class Store:
         job_columns = [c for c in J.c if c.name not in ("spec", "explanation")]
         # One moment's view: an exit committed between the jobs and the attempts would show the
         # core a running job with no attempt behind it.
+        # Only reads within it: the jobs are built from their specs after it ends. Built within, a
+        # long queue's kept the transaction open and idle for seconds (24 s for 100,000 new jobs on
+        # PostgreSQL), holding VACUUM back and meeting a DBA's idle_in_transaction_session_timeout.
         with self.consistent_read() as conn:
             job_rows = conn.execute(select(*job_columns).where(J.c.state.in_(OPEN_JOB_STATES))).all()
-            jobs = self._jobs_from_rows(conn, job_rows)
+            sources = self._specs_to_build(conn, job_rows)
             attempt_rows = conn.execute(select(A).where(A.c.state.in_(ACTIVE_ATTEMPT_STATES))).all()
             node_rows = conn.execute(select(N).where(N.c.state.in_(LIVE_NODE_STATES))).all()
             dispatcher_rows = conn.execute(select(schema.dispatchers)).all()
             unavailable_rows = conn.execute(select(schema.unavailable_types)).all()
-            finished, array_tasks = self._finished_named(conn, jobs)
+            waiting = [self._dependency_of(row, sources) for row in job_rows if row.state == JobState.QUEUED.value]
+            open_ids = {int(row.id) for row in job_rows}
+            finished, array_tasks = self._finished_named(conn, [d for d in waiting if d is not None], open_ids)
+        jobs = self._jobs_from_rows(job_rows, sources)
         return Snapshot(
             jobs=jobs,
             attempts=[attempt_from_row(dict(r._mapping)) for r in attempt_rows],
@@ -2440,18 +2456,27 @@ class Store:
         )
 
     @staticmethod
-    def _finished_named(conn: Connection, jobs: Sequence[Job]) -> tuple[dict[int, JobState], dict[int, list[int]]]:
-        """The end states of the finished jobs that queued jobs' dependencies name, and the tasks
-        of each job array one names as a whole (afternotok on an array), by job id, the finished
-        ones' end states among the first (the core judges those dependencies on them); no query
-        at all while no queued job has a dependency."""
-        waiting = [job.dependency for job in jobs if job.dependency is not None and job.state is JobState.QUEUED]
+    def _dependency_of(row: Any, sources: _JobSources) -> Dependency | None:
+        """A job's dependency, from its spec as read, or from the job kept since an earlier
+        snapshot; without building the job."""
+        if row.id not in sources.specs:
+            return sources.kept[row.id][1].dependency
+        stored = dependency_text(sources.specs[row.id].get("dependency"))
+        return parse_dependency(stored) if stored else None
+
+    @staticmethod
+    def _finished_named(
+        conn: Connection, waiting: Sequence[Dependency], open_ids: set[int]
+    ) -> tuple[dict[int, JobState], dict[int, list[int]]]:
+        """The end states of the finished jobs that queued jobs' dependencies (`waiting`) name,
+        and the tasks of each job array one names as a whole (afternotok on an array), by job id,
+        the finished ones' end states among the first (the core judges those dependencies on
+        them); no query at all while no queued job has a dependency. `open_ids`: the open jobs."""
         if not waiting:
             return {}, {}
         named = {job_id for dependency in waiting for job_id in dependency.job_ids()}
         arrays = sorted({array_id for dependency in waiting for _, array_id in dependency.arrays})
         array_tasks: dict[int, list[int]] = {}
-        open_ids = {job.id for job in jobs}
         finished: dict[int, JobState] = {}
         for chunk in _chunks(arrays):
             query = (
@@ -2469,26 +2494,33 @@ class Store:
             finished.update((row.id, JobState(row.state)) for row in conn.execute(query))
         return finished, array_tasks
 
-    def _jobs_from_rows(self, conn: Connection, rows: Sequence[Any], keep: bool = True) -> list[Job]:
-        """Jobs for a snapshot. What a job asked for changes only by `corral update` (its spec_rev
-        moves), so each job is built from its spec once and kept between passes; a pass only
-        refreshes the columns that move (state, priority, failures...). The core never mutates a
-        snapshot. `keep`: False for a reader beside the loop, which gets copies and keeps nothing."""
-        cache = self._jobs
+    def _specs_to_build(self, conn: Connection, rows: Sequence[Any]) -> _JobSources:
+        """What `_jobs_from_rows` builds the jobs of `rows` from: the jobs kept from an earlier
+        snapshot, and the specs of the others (new, or changed by `corral update`: their spec_rev
+        moved), by job id."""
+        cache = self._jobs  # (replaced whole by the loop's next snapshot, never changed in place)
         missing = [row.id for row in rows if (kept := cache.get(row.id)) is None or kept[0] != row.spec_rev]
         specs: dict[int, Any] = {}
         for chunk in _chunks(missing):
             specs.update((row.id, row.spec) for row in conn.execute(select(J.c.id, J.c.spec).where(J.c.id.in_(chunk))))
+        return _JobSources(cache, specs)
+
+    def _jobs_from_rows(self, rows: Sequence[Any], sources: _JobSources, keep: bool = True) -> list[Job]:
+        """Jobs for a snapshot. What a job asked for changes only by `corral update` (its spec_rev
+        moves), so each job is built from its spec once and kept between passes; a pass only
+        refreshes the columns that move (state, priority, failures...). The core never mutates a
+        snapshot. `sources`: what `_specs_to_build` read for these rows (no store is read here).
+        `keep`: False for a reader beside the loop, which gets copies and keeps nothing."""
         fresh: dict[int, tuple[int, Job]] = {}
         jobs = []
         for row in rows:
-            kept = cache.get(row.id)
-            if kept is None or kept[0] != row.spec_rev:  # new, or its spec changed (corral update)
-                job = JobRequest.stored(specs[row.id]).to_job(
+            if row.id in sources.specs:  # new, or its spec changed (corral update)
+                job = JobRequest.stored(sources.specs[row.id]).to_job(
                     row.id, row.submitted_at, row.array_job_id, row.array_task_id
                 )
             else:
-                job = kept[1] if keep else dataclasses.replace(kept[1])  # a reader's copy: the loop's is its own
+                kept = sources.kept[row.id][1]
+                job = kept if keep else dataclasses.replace(kept)  # a reader's copy: the loop's is its own
             refresh_job(job, row._mapping)
             fresh[row.id] = (row.spec_rev, job)
             jobs.append(job)
@@ -2503,7 +2535,9 @@ class Store:
         columns = [c for c in J.c if c.name not in ("spec", "explanation")]
         query = select(*columns).where(J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
         with self.read() as conn:
-            return self._jobs_from_rows(conn, conn.execute(query).all(), keep=False)
+            rows = conn.execute(query).all()
+            sources = self._specs_to_build(conn, rows)
+        return self._jobs_from_rows(rows, sources, keep=False)
 
     def open_jobs_by_user(self) -> dict[str, dict[str, int]]:
         """Each user's open jobs, counted by state (queued, claimed, running)."""
