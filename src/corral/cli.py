@@ -999,16 +999,27 @@ def jobs(
         int | None, typer.Option(parser=plain_id, help="Only the tasks of this job array (its id).")
     ] = None,
     limit: Annotated[int, typer.Option(help="At most this many (newest).")] = 1000,
+    before: Annotated[
+        int | None, typer.Option(parser=plain_id, help="Only jobs with a lower id: the page before one shown.")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List jobs with state, node, attempts, exit code and why they wait; an array's task shows as
     ARRAY_TASK (Slurm's way) beside its job id."""
     params: dict[str, Any] = {"state": job_states(state)}
-    filters = (("user", user), ("name", name), ("tag", tag), ("array", array))
+    filters = (("user", user), ("name", name), ("tag", tag), ("array", array), ("before", before))
     params.update({key: value for key, value in filters if value is not None})
     rows, more = listed("/api/jobs", params, limit)
+    # Said on stderr with --json too: a script reading stdout would take a cut listing for the whole.
+    cut = (
+        f"the newest {counted(len(rows), 'job')} shown; older ones: --before {rows[0]['id']} (or a larger --limit)"
+        if more
+        else ""
+    )
     if as_json:
         print_json(rows)
+        if more:
+            err.print(escape(cut), highlight=False)
         return
     now = time.time()
     table = Table(show_edge=False, header_style="bold")
@@ -1037,7 +1048,7 @@ def jobs(
         )
     console.print(table)
     if more:
-        err.print(f"the newest {counted(len(rows), 'job')} shown; there are more (--limit)", highlight=False)
+        err.print(escape(cut), highlight=False)
 
 
 def array_task_text(job: dict[str, Any]) -> str:
@@ -2020,8 +2031,15 @@ def events(
                 f" --until {until!r} ({when(params['until'])})"
             )
     rows, more = listed("/api/events", params, limit)
+    cut = (
+        f"the newest {len(rows):,} events shown; older ones: --before {rows[0]['id']} (or a larger --limit)"
+        if more
+        else ""
+    )
     if as_json:
         print_json(rows)
+        if more:  # on stderr, as below: a script reading stdout would take a cut listing for the whole
+            err.print(escape(cut), highlight=False)
         return
     table = Table(show_edge=False, header_style="bold")
     for column in ("time", "kind", "job", "node", "message"):
@@ -2030,12 +2048,7 @@ def events(
         table.add_row(when(e["at"]), e["kind"], str(e["job_id"] or ""), e["node_id"] or "", e["message"])
     console.print(table)
     if more:
-        err.print(
-            escape(
-                f"the newest {len(rows):,} events shown; older ones: --before {rows[0]['id']} (or a larger --limit)"
-            ),
-            highlight=False,
-        )
+        err.print(escape(cut), highlight=False)
     if not rows and job is not None:
         try:
             request("GET", f"/api/jobs/{job}")

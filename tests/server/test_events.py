@@ -40,6 +40,8 @@ def test_a_listing_cut_at_its_limit_says_so_and_pages_back(history: tuple[str, S
     newest = corral_json(url, "events")
     assert [e["message"] for e in newest] == [f"event {i}" for i in range(50, 250)]
     assert f"older ones: --before {newest[0]['id']}" in shown.stderr
+    # With --json too, on stderr: stdout alone read as the whole.
+    assert f"older ones: --before {newest[0]['id']}" in corral(url, "events", "--json").stderr
     older = corral_json(url, "events", "--before", str(newest[0]["id"]))
     assert [e["message"] for e in older] == [f"event {i}" for i in range(50)]
     # The whole of what matches: no word of more.

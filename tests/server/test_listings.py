@@ -16,7 +16,7 @@ def test_a_job_listing_cut_at_its_limit_says_so(served: tuple[str, Store]) -> No
     store.submit([JobRequest(command=["true"], name=f"job-{i}") for i in range(3)], 1000.0)
     cut = corral(url, "jobs", "--limit", "2")
     assert "job-1" in cut.stdout and "job-2" in cut.stdout and "job-0" not in cut.stdout
-    assert "the newest 2 jobs shown; there are more (--limit)" in cut.stderr
+    assert "the newest 2 jobs shown; older ones: --before 2 (or a larger --limit)" in cut.stderr
     assert [j["name"] for j in corral_json(url, "jobs", "--limit", "2")] == ["job-1", "job-2"]
     assert "there are more" not in corral(url, "jobs", "--limit", "3").stderr
 

@@ -379,9 +379,16 @@ def list_jobs(
         BeforeValidator(plain_number),
         Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only the tasks of this job array (its id)"),
     ] = None,
+    before: Annotated[
+        int | None,
+        BeforeValidator(plain_number),
+        Query(ge=DB_INT_MIN, le=DB_INT_MAX, description="only jobs with a lower id: the page before"),
+    ] = None,
 ) -> list[JobOut]:
+    """The newest `limit` jobs that match every filter given, oldest first. An older page: the same
+    filters with `before` the first id of this one (a run's jobs by its tag, a page at a time)."""
     picked = JobFilter(tuple(s.value for s in state or ()), user, name, tag, array)
-    rows = runtime.store.list_job_rows(limit=limit, picked=picked)
+    rows = runtime.store.list_job_rows(limit=limit, picked=picked, before=before)
     return [job_out(r) for r in rows]
 
 

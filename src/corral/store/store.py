@@ -971,15 +971,22 @@ class Store:
         return int(found)
 
     def list_job_rows(
-        self, states: Iterable[str] | None = None, limit: int = 1000, picked: JobFilter | None = None
+        self,
+        states: Iterable[str] | None = None,
+        limit: int = 1000,
+        picked: JobFilter | None = None,
+        before: int | None = None,
     ) -> list[dict[str, Any]]:
         """Job rows as `job_row` gives them, the newest `limit`, oldest first; only those in
-        `states` and those `picked` picks, where given."""
+        `states`, those `picked` picks and those with an id below `before` (the next page back),
+        where given."""
         picked = picked or JobFilter()
         if states:
             picked = dataclasses.replace(picked, states=tuple(states))
         with self.read() as conn:
             query = select(J, _LATEST_REF).where(*picked.clauses(conn.dialect.name))
+            if before is not None:
+                query = query.where(J.c.id < before)
             query = query.order_by(J.c.id.desc()).limit(limit)
             rows = [dict(r._mapping) for r in conn.execute(query)]
         rows.reverse()
