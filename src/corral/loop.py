@@ -448,8 +448,7 @@ class ControlLoop(LiveLoop):
     # ---- act ----------------------------------------------------------------------------------
 
     def execute(self, decisions: Decisions, snapshot: Snapshot, now: float, report: PassReport) -> None:
-        for outcome in decisions.job_outcomes:
-            self.store.apply_outcome(outcome, now)
+        self.store.apply_outcomes(decisions.job_outcomes, now)
         for mark in decisions.node_marks:
             self.store.mark_node(mark.node_id, mark.state, mark.reason, now)
         for held in decisions.node_reservations:  # seed 002 §5.4.5: the placement filters read it

@@ -325,8 +325,8 @@ class SlurmLoop(LiveLoop):
                 adoption.attempt_id, adoption.job_id, adoption.stale, self.dispatcher_id, message, now
             ):
                 log.info("%s", message)
-        for outcome in decisions.job_outcomes:
-            self.store.apply_outcome(outcome, decisions.outcome_times.get(outcome.job_id, now))
+        self.store.apply_outcomes(decisions.job_outcomes, now, decisions.outcome_times)
+        for outcome in decisions.job_outcomes:  # once their ends are committed
             self._forget_exit_status(outcome.job_id, (i for i in outcome.attempt_ids if i in seen))
         if decisions.cancel:
             try:

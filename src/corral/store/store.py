@@ -106,6 +106,12 @@ OPEN_JOB_STATES = (JobState.QUEUED.value, JobState.CLAIMED.value, JobState.RUNNI
 CLAIMED_JOB_STATES = (JobState.CLAIMED.value, JobState.RUNNING.value)
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s.terminal)
 
+# A pass's job outcomes are committed this many to a transaction (Store.apply_outcomes): one each
+# made a pass that ended a run of thousands (cancelled by its tag, a chain of dependencies never
+# satisfied) commit thousands of times, minutes on SQLite, with nothing placed meanwhile; all in one
+# would hold the store's write lock (SQLite) or that many rows' locks (PostgreSQL) for as long.
+OUTCOMES_PER_TRANSACTION = 500
+
 # What `update_job` changes: while the job runs too, and in all (the rest only while it is queued).
 UPDATABLE_WHILE_RUNNING = frozenset({"time_limit", "max_retries", "name"})
 UPDATABLE = UPDATABLE_WHILE_RUNNING | {"vcpus", "ram", "scratch", "gpus", "nodes", "not_before", "reservation"}
@@ -1609,6 +1615,20 @@ class Store:
         already moved on (e.g. finished meanwhile): the outcome is then dropped, nothing lost."""
         with self.write() as conn:
             return self._apply_outcome(conn, outcome, now)
+
+    def apply_outcomes(
+        self, outcomes: Sequence[JobOutcome], now: float, times: Mapping[int, float] | None = None
+    ) -> None:
+        """Carry out a pass's JobOutcomes, each as `apply_outcome` does (one the job has moved on
+        from is dropped), OUTCOMES_PER_TRANSACTION to a transaction, in job id order: the lock order
+        of a write of many jobs (the module's docstring), which also records a job's end before
+        those of the jobs whose dependency names it (they were submitted after it). `times`: a job's
+        own time of its end, where not `now`."""
+        ordered = sorted(outcomes, key=lambda outcome: outcome.job_id)
+        for start in range(0, len(ordered), OUTCOMES_PER_TRANSACTION):
+            with self.write() as conn:
+                for outcome in ordered[start : start + OUTCOMES_PER_TRANSACTION]:
+                    self._apply_outcome(conn, outcome, (times or {}).get(outcome.job_id, now))
 
     def _apply_outcome(self, conn: Connection, outcome: JobOutcome, now: float) -> bool:
         attempt_state = {
