@@ -14,8 +14,10 @@ no class or partition level).
 from __future__ import annotations
 
 import dataclasses
+from enum import StrEnum
 
-from corral.core.model import Job, JobState, NodeFailureAction
+from corral.core.dependency import NEVER_SATISFIED
+from corral.core.model import AttemptState, Job, JobState, NodeFailureAction
 from corral.core.settings import RetrySettings
 from corral.core.snapshot import JobOutcome
 
@@ -159,3 +161,45 @@ def after_node_failure(
         hold=f"held after a node failure ({decided}) until released",
         node_id=node_id,
     )
+
+
+class EndCause(StrEnum):
+    """How an ended job ended, for a program to read (the API's `end_cause`; Slurm's sacct State):
+    its reason says the same in words."""
+
+    COMPLETE = "complete"  # exit 0 (COMPLETED)
+    EXIT = "exit"  # a non-zero exit, with no retry left: the job's exit_code (128+N: signal N) (FAILED)
+    TIMEOUT = "timeout"  # ran past its time limit (TIMEOUT)
+    NODE_FAILURE = "node_failure"  # infrastructure failed under it: too often, or on_node_failure=cancel (NODE_FAIL)
+    CANCELLED = "cancelled"  # a user's or admin's cancel (priority 0 too), or Slurm's outside corral (CANCELLED)
+    DEPENDENCY = "dependency"  # its dependency can never be satisfied (DependencyNeverSatisfied)
+    REFUSED = "refused"  # the batch scheduler refused its request for good (after_refusal: sbatch)
+
+
+def end_cause(
+    state: JobState,
+    reason: str,
+    by_request: bool,
+    last_attempt: AttemptState | None,
+    last_exit_code: int | None,
+) -> EndCause | None:
+    """How a job in `state` ended (None while it is open), from what its end left: its reason,
+    whether a user asked for its end (a cancel request, priority 0), and its last attempt's state
+    and exit code, as the outcomes above record them (the store's apply_outcome)."""
+    if not state.terminal:
+        return None
+    if state is JobState.COMPLETE:
+        return EndCause.COMPLETE
+    if state is JobState.FAILED:
+        if last_attempt is AttemptState.TIMEOUT:
+            return EndCause.TIMEOUT
+        if last_attempt is AttemptState.TEMPFAIL:
+            return EndCause.NODE_FAILURE
+        return EndCause.EXIT if last_exit_code is not None else EndCause.REFUSED
+    # Cancelled. A dependency's cancel is the pass's own, whatever came before it (a lost node).
+    if reason.startswith(NEVER_SATISFIED):
+        return EndCause.DEPENDENCY
+    if by_request:
+        return EndCause.CANCELLED
+    # after_node_failure under on_node_failure=cancel: the attempt lost with its node.
+    return EndCause.NODE_FAILURE if last_attempt is AttemptState.TEMPFAIL else EndCause.CANCELLED

@@ -15,9 +15,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 
-from corral.core import accounting, admission, categories, fairshare, health, lifecycle, multifactor, reservations
+from corral.core import (
+    accounting,
+    admission,
+    categories,
+    fairshare,
+    health,
+    lifecycle,
+    multifactor,
+    reservations,
+    retry,
+)
 from corral.core.dispatchers import is_stale
-from corral.core.model import Job, JobState, NodeState
+from corral.core.model import AttemptState, Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
 from corral.executor.slurm import SHELL_NAME
@@ -183,10 +193,19 @@ def job_out(
     dependencies: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
 ) -> JobOut:
     spec = row["spec"]
+    last_attempt = row["last_attempt_state"]
+    ended = retry.end_cause(
+        JobState(row["state"]),
+        row["wait_reason"],
+        row["cancel_requested"] or row["priority"] == 0,
+        AttemptState(last_attempt) if last_attempt else None,
+        row["last_attempt_exit_code"],
+    )
     return JobOut(
         id=row["id"],
         name=row["name"],
         state=row["state"],
+        end_cause=ended,
         priority=row["priority"],
         exit_code=row["exit_code"],
         node=row["node_id"],

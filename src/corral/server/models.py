@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from corral.core import categories, drain
 from corral.core.model import JobState
+from corral.core.retry import EndCause
 from corral.core.units import Duration, Float, Int, SizeMiB
 from corral.jobspec import MAX_PRIORITY, EpochSeconds, JobRequest, to_epoch
 from corral.placement import attributes as attr
@@ -327,7 +328,15 @@ class DependencyOut(BaseModel):
 class JobOut(BaseModel):
     id: int
     name: str
-    state: str
+    state: JobState
+    # How an ended job ended, for a program (a workflow engine's plugin) to read; None while open.
+    end_cause: EndCause | None = Field(
+        None,
+        description="How an ended job ended (null while it is open): complete, exit (a non-zero exit_code;"
+        " 128+N: signal N), timeout, node_failure, cancelled (by a user or admin; in front of Slurm, also"
+        " outside corral), dependency (DependencyNeverSatisfied) or refused (the batch scheduler refused its"
+        " request). wait_reason says the same in words.",
+    )
     priority: int
     exit_code: int | None
     node: str | None

@@ -128,6 +128,17 @@ _LATEST_REF = (
     .scalar_subquery()
     .label("executor_ref")
 )
+# Its latest attempt's state and exit code: how an ended job ended (the API's end_cause).
+_LATEST_END = tuple(
+    select(column)
+    .where(A.c.job_id == J.c.id)
+    .order_by(A.c.id.desc())
+    .limit(1)
+    .correlate(J)
+    .scalar_subquery()
+    .label(f"last_attempt_{column.name}")
+    for column in (A.c.state, A.c.exit_code)
+)
 
 
 @dataclass
@@ -954,9 +965,10 @@ class Store:
         return [dict(r._mapping) for r in depends_on], [dict(r._mapping) for r in needed_by]
 
     def job_row(self, job_id: int) -> dict[str, Any]:
-        """The job's row, and `executor_ref`: its latest attempt's executor id (the Slurm job id)."""
+        """The job's row, and `executor_ref`: its latest attempt's executor id (the Slurm job id);
+        `last_attempt_state` and `last_attempt_exit_code`: that attempt's (None: none)."""
         with self.read() as conn:
-            row = conn.execute(select(J, _LATEST_REF).where(J.c.id == job_id)).first()
+            row = conn.execute(select(J, _LATEST_REF, *_LATEST_END).where(J.c.id == job_id)).first()
         if row is None:
             raise NotFound(f"no job {job_id}")
         return dict(row._mapping)
@@ -990,7 +1002,7 @@ class Store:
         if states:
             picked = dataclasses.replace(picked, states=tuple(states))
         with self.read() as conn:
-            query = select(J, _LATEST_REF).where(*picked.clauses(conn.dialect.name))
+            query = select(J, _LATEST_REF, *_LATEST_END).where(*picked.clauses(conn.dialect.name))
             if before is not None:
                 query = query.where(J.c.id < before)
             query = query.order_by(J.c.id.desc()).limit(limit)
