@@ -366,13 +366,14 @@ class AwayNotice:
 MAX_LIMIT = 100_000  # the most rows a listing of the API gives at once
 
 
-def listed(path: str, params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:
-    """The newest `limit` rows of a listing (oldest first), and whether there were more: one row
-    more is asked for, and dropped (a listing cut at its limit without a word reads as complete)."""
+def listed(path: str, params: dict[str, Any], limit: int, oldest: bool = False) -> tuple[list[dict[str, Any]], bool]:
+    """The newest `limit` rows of a listing (oldest first; with `oldest`, a listing that gives the
+    oldest, the oldest `limit`), and whether there were more: one row more is asked for, and
+    dropped (a listing cut at its limit without a word reads as complete)."""
     if not 1 <= limit < MAX_LIMIT:
         return call("GET", path, params={**params, "limit": limit}), False
     rows = call("GET", path, params={**params, "limit": limit + 1})
-    return rows[-limit:], len(rows) > limit
+    return rows[:limit] if oldest else rows[-limit:], len(rows) > limit
 
 
 def print_json(data: Any) -> None:
@@ -2009,16 +2010,23 @@ def events(
         int | None,
         typer.Option(parser=plain_id, help="Only events older than this event id: the page before one shown."),
     ] = None,
-    limit: Annotated[int, typer.Option(help="The newest this many.")] = 200,
+    after: Annotated[
+        int | None,
+        typer.Option(
+            parser=plain_id,
+            help="Only events newer than this event id, the oldest --limit of them: the next page of a follower.",
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="The newest this many (with --after: the oldest).")] = 200,
     as_json: JsonFlag = False,
 ) -> None:
     """List state changes of jobs and nodes, oldest first: the newest --limit of those that match
-    (sacct -S/-E's window with --since/--until; --before pages back)."""
+    (sacct -S/-E's window with --since/--until; --before pages back, --after forward)."""
     now = time.time()
     params: dict[str, Any] = {"limit": limit}
     if job is not None and "_" in job:
         job = str(call("GET", f"/api/jobs/{job}")["id"])  # an array's task: its events are its job id's
-    for key, value in (("job", job), ("node", node), ("kind", kind), ("before", before)):
+    for key, value in (("job", job), ("node", node), ("kind", kind), ("before", before), ("after", after)):
         if value is not None:
             params[key] = value
     if since is not None:
@@ -2030,12 +2038,12 @@ def events(
                 f"--since {since!r} is {when(params['since'])}, which must be before"
                 f" --until {until!r} ({when(params['until'])})"
             )
-    rows, more = listed("/api/events", params, limit)
-    cut = (
-        f"the newest {len(rows):,} events shown; older ones: --before {rows[0]['id']} (or a larger --limit)"
-        if more
-        else ""
-    )
+    rows, more = listed("/api/events", params, limit, oldest=after is not None)
+    cut = ""
+    if more and after is not None:
+        cut = f"the oldest {len(rows):,} events after {after} shown; newer ones: --after {rows[-1]['id']}"
+    elif more:
+        cut = f"the newest {len(rows):,} events shown; older ones: --before {rows[0]['id']} (or a larger --limit)"
     if as_json:
         print_json(rows)
         if more:  # on stderr, as below: a script reading stdout would take a cut listing for the whole

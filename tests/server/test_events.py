@@ -65,3 +65,33 @@ def test_events_in_a_window_of_time(history: tuple[str, Store, float]) -> None:
     assert backwards.status_code == 422 and "since" in backwards.json()["detail"][0]
     bad = corral(url, "events", "--since", "last tuesday", check=False)
     assert bad.returncode == 1 and "--since: 'last tuesday' is neither a time ago" in bad.stderr
+
+
+def test_a_follower_reads_every_event_once_a_page_at_a_time_with_after(history: tuple[str, Store, float]) -> None:
+    """A workflow engine follows what happened to its jobs from the event log rather than listing
+    thousands of jobs at each poll; /api/events gave only the newest `limit` of what matched (since
+    a time too), so a follower that fell behind by more than a page skipped the events between."""
+    url, store, _first = history
+    token = {"Authorization": "Bearer t"}
+    seen: list[str] = []
+    after = 0
+    with httpx.Client(base_url=url, headers=token) as client:
+
+        def follow() -> None:
+            nonlocal after
+            while page := client.get("/api/events", params={"after": after, "limit": 100}).json():
+                assert [e["id"] for e in page] == sorted(e["id"] for e in page) and page[0]["id"] > after
+                seen.extend(e["message"] for e in page)
+                after = page[-1]["id"]
+
+        follow()
+        assert seen == [f"event {i}" for i in range(250)]
+        store.add_event(time.time(), "node.down", "event 250", node_id="n250")
+        follow()
+        assert seen[250:] == ["event 250"]
+        refused = client.get("/api/events", params={"after": "x"})
+        assert refused.status_code == 422 and "after" in refused.text
+    # The CLI follows the same way, and says where the next page starts.
+    cut = corral(url, "events", "--after", "0", "--limit", "2")
+    assert "event 0" in cut.stdout and "event 1 " in cut.stdout and "event 2 " not in cut.stdout
+    assert "newer ones: --after" in cut.stderr

@@ -752,12 +752,23 @@ def list_events(
     ] = None,
     since: Annotated[float | None, Query(allow_inf_nan=False, description="only events at or after (epoch s)")] = None,
     until: Annotated[float | None, Query(allow_inf_nan=False, description="only events before (epoch s)")] = None,
+    after: Annotated[
+        int | None,
+        BeforeValidator(plain_number),
+        Query(
+            ge=DB_INT_MIN,
+            le=DB_INT_MAX,
+            description="only events with a higher id, the oldest `limit` of them: a follower's next page",
+        ),
+    ] = None,
 ) -> list[EventOut]:
     """The newest `limit` events that match every filter given, oldest first. An older page: the
-    same filters with `before` the first id of this one."""
+    same filters with `before` the first id of this one. A follower (a workflow engine watching its
+    jobs) gives `after` the last id it has read: the oldest `limit` events after it, none skipped
+    (event ids follow commit order); an empty page means nothing new yet."""
     if since is not None and until is not None and not since < until:
         raise HTTPException(422, [f"since ({since:.0f}) must be before until ({until:.0f})"])
-    rows = runtime.store.list_events(job, node, kind, limit, before=before, since=since, until=until)
+    rows = runtime.store.list_events(job, node, kind, limit, before=before, since=since, until=until, after=after)
     return [EventOut(**row) for row in rows]
 
 

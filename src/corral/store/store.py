@@ -636,13 +636,17 @@ class Store:
         before: int | None = None,
         since: float | None = None,
         until: float | None = None,
+        after: int | None = None,
     ) -> list[dict[str, Any]]:
         """The newest `limit` events that match, oldest first: of a job, a node, a kind (or its
         start), with an id below `before` (the next page back), at or after `since` and before
-        `until` (epoch seconds)."""
+        `until` (epoch seconds). With `after`, the oldest `limit` with an id above it (a
+        follower's next page: event ids follow commit order, `_insert_events`)."""
         query = select(schema.events)
         if before is not None:
             query = query.where(schema.events.c.id < before)
+        if after is not None:
+            query = query.where(schema.events.c.id > after)
         if since is not None:
             query = query.where(schema.events.c.at >= since)
         if until is not None:
@@ -651,6 +655,7 @@ class Store:
             query = query.where(schema.events.c.job_id == job_id)
         if node_id is not None:
             query = query.where(schema.events.c.node_id == node_id)
+        newest_first = after is None
         with self.read() as conn:
             if kind:
                 # A kind or its start: node., job.requeued, job.cancel (cancel_requested and cancelled).
@@ -660,9 +665,10 @@ class Store:
                 if not kinds:
                     return []
                 query = query.where(schema.events.c.kind.in_(kinds))
-            query = query.order_by(schema.events.c.id.desc()).limit(limit)
+            query = query.order_by(schema.events.c.id.desc() if newest_first else schema.events.c.id).limit(limit)
             rows = [dict(r._mapping) for r in conn.execute(query)]
-        rows.reverse()
+        if newest_first:
+            rows.reverse()
         return rows
 
     def event_kinds(self) -> list[str]:
