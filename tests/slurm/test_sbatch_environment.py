@@ -21,18 +21,18 @@ from corral.config import Config
 from corral.executor.slurm import BATCH_SCRIPT, Slurm, sbatch_environment
 from tests.support import served_app
 
-# Records its own LD_LIBRARY_PATH, SLURM_CONF, SBATCH_COMMENT and path, then runs the batch script
+# Records its own LD_LIBRARY_PATH, SLURM_CONF, SBATCH_SIGNAL, SBATCH_ACCOUNT and path, then runs the batch script
 # (the first argument that is not an option) with the rest, as slurmd would with --export=ALL.
 STAND_IN_SBATCH = f"""#!{sys.executable}
 import os, subprocess, sys
-seen = [os.environ.get(name) for name in ("LD_LIBRARY_PATH", "SLURM_CONF", "SBATCH_COMMENT")]
+seen = [os.environ.get(name) for name in ("LD_LIBRARY_PATH", "SLURM_CONF", "SBATCH_SIGNAL", "SBATCH_ACCOUNT")]
 with open(os.environ["SBATCH_SEEN"], "w") as file:
     file.write(repr((*seen, sys.argv[0])))
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 subprocess.run(["sh", *args], check=True)
 print("42")
 """
-VARIABLES = ("LD_LIBRARY_PATH", "SLURM_CONF", "PATH", "PYTHONPATH", "GREETING", "SBATCH_COMMENT")
+VARIABLES = ("LD_LIBRARY_PATH", "SLURM_CONF", "PATH", "PYTHONPATH", "GREETING", "SBATCH_SIGNAL", "SBATCH_ACCOUNT")
 
 
 def test_a_jobs_variables_reach_the_job_but_only_slurms_own_reach_sbatch(
@@ -65,7 +65,10 @@ def test_a_jobs_variables_reach_the_job_but_only_slurms_own_reach_sbatch(
         "PATH": f"{users_bin}{os.pathsep}/usr/bin{os.pathsep}/bin",
         "PYTHONPATH": str(users_lib),
         "GREETING": "a b 'c' $HOME",
-        "SBATCH_COMMENT": "Slurm's own: an sbatch option",
+        "SBATCH_SIGNAL": "B:USR1@60",  # Slurm's own: an sbatch option of how the job runs
+        # One that would charge the job to an account of corral's choosing: stored before submission
+        # refused it, it reaches the job only.
+        "SBATCH_ACCOUNT": "another-group",
         # A job's own list names nothing: corral's is the one the script reads; nor does a job's
         # variable named as one of the script's own move where it records the exit status.
         "CORRAL_WITHHELD": "GREETING",
@@ -73,13 +76,14 @@ def test_a_jobs_variables_reach_the_job_but_only_slurms_own_reach_sbatch(
     }
     env = {**sbatch_environment(dict(os.environ), job_env), "SBATCH_SEEN": str(seen)}
     printed = " ".join(f'"${name}"' for name in VARIABLES)
-    command = ["sh", "-c", f"printf '%s|%s|%s|%s|%s|%s' {printed} >{job_saw}"]
+    command = ["sh", "-c", f"printf '{'|'.join(['%s'] * len(VARIABLES))}' {printed} >{job_saw}"]
 
     assert Slurm().sbatch(["--parsable"], script, [str(status), *command], env) == "42"
 
-    # sbatch was corral's, ran without the job's loader path, Slurm config or Python path, and read
-    # the Slurm option the job gave.
-    assert ast.literal_eval(seen.read_text()) == (None, None, job_env["SBATCH_COMMENT"], str(corrals_bin / "sbatch"))
+    # sbatch was corral's, ran without the job's loader path, Slurm config, Python path or account,
+    # and read the Slurm option the job gave.
+    sbatch_saw = (None, None, job_env["SBATCH_SIGNAL"], None, str(corrals_bin / "sbatch"))
+    assert ast.literal_eval(seen.read_text()) == sbatch_saw
     assert not pwned.exists()
     # The job got every one of its values, as it asked for them.
     assert job_saw.read_text() == "|".join(job_env[name] for name in VARIABLES)
@@ -116,3 +120,27 @@ def test_in_front_of_slurm_a_variable_the_script_cannot_set_is_refused_at_submis
         assert store.list_job_rows() == []
     # One stored before is left out of sbatch's environment.
     assert "BASH_FUNC_cat%%" not in sbatch_environment({}, {"BASH_FUNC_cat%%": "() { id; }"})
+
+
+def test_in_front_of_slurm_sbatch_variables_that_choose_the_account_or_placement_are_refused(tmp_path: Path) -> None:
+    """corral runs sbatch as its own Slurm user: a job's SBATCH_ACCOUNT would charge it to any account
+    corral may use (another group's), SBATCH_PARTITION or SBATCH_QOS run it where corral's settings
+    do not. Only the variables of how a job runs inside its request go to sbatch."""
+    config = Config(executor="slurm", instance_types=[])
+    with served_app(tmp_path, config) as (url, store):
+        env = {"SBATCH_ACCOUNT": "physics", "SBATCH_SIGNAL": "B:USR1@60", "SBATCH_GRES": "gpu:8", "OK": "1"}
+        jobs = [{"command": ["true"], "env": env}, {"command": ["true"], "env": {"SBATCH_QOS": "high"}}]
+        answer = httpx.post(f"{url}/api/jobs", json={"jobs": jobs}, headers={"Authorization": "Bearer t"})
+        assert answer.status_code == 422, answer.text
+        detail = answer.json()["detail"]
+        assert detail[0] == (
+            "jobs.0.env: 'SBATCH_ACCOUNT' would choose the Slurm account, QOS or partition the job is charged to or"
+            " runs in: corral submits as its own Slurm user, so that is corral's setting (slurm.account), not a job's"
+        )
+        assert detail[1].startswith("jobs.0.env: 'SBATCH_GRES' is not an sbatch variable a job may set in front")
+        assert detail[2].startswith("jobs.1.env: 'SBATCH_QOS' would choose the Slurm account, QOS or partition")
+        assert len(detail) == 3 and store.list_job_rows() == []
+        # The variables of how a job runs inside its request are accepted.
+        fine = [{"command": ["true"], "env": {"SBATCH_SIGNAL": "B:USR1@60", "SBATCH_OPEN_MODE": "append"}}]
+        answer = httpx.post(f"{url}/api/jobs", json={"jobs": fine}, headers={"Authorization": "Bearer t"})
+        assert answer.status_code == 201, answer.text

@@ -879,3 +879,25 @@ def test_a_dependency_on_a_failed_job_cancels_afterok_before_slurm_and_runs_afte
     assert corral.until_state(after_not_ok, "complete", "failed", "cancelled")["state"] == "complete"
     assert corral.output(after_not_ok) == "D\n"
     assert len(slurm_jobs_of(slurm, corral, after_not_ok)) == 1
+
+
+def test_a_stored_jobs_sbatch_account_and_partition_reach_the_job_but_not_sbatch(
+    corral: Dispatcher, slurm: SlurmCluster
+) -> None:
+    """sbatch runs as corral's Slurm user, so a job's SBATCH_PARTITION and SBATCH_ACCOUNT chose the
+    partition and account of corral's associations (another group's account). Submission refuses
+    them now (tests/slurm/test_sbatch_environment.py); a job stored before runs where corral's
+    settings say, charged as they say, sees its variables, and its job.submitted event says so."""
+    env = {"SBATCH_PARTITION": PREEMPTOR, "SBATCH_ACCOUNT": "another-group", "SBATCH_OPEN_MODE": "append"}
+    job_id = corral.submit("sh", "-c", 'echo "$SBATCH_PARTITION $SBATCH_ACCOUNT"', ram=128, env=env)
+    corral.until_state(job_id, "complete")
+
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    shown = slurm.show_job(ref)
+    assert " Partition=debug " in shown and " Account=another-group " not in shown, shown
+    assert corral.output(job_id) == f"{PREEMPTOR} another-group\n"
+    (submitted,) = [e for e in corral.events(job_id) if e.startswith("job.submitted:")]
+    assert submitted.endswith(
+        f"submitted as slurm job {ref}; its SBATCH_ACCOUNT, SBATCH_PARTITION reached the job only, not sbatch:"
+        " corral's slurm settings choose its account, QOS, partition and resources"
+    )

@@ -222,22 +222,71 @@ def parse_show_job(text: str) -> dict[str, tuple[str, int]]:
 # user's choosing as corral (LD_PRELOAD=/home/alice/x.so). So sbatch runs with corral's own
 # environment and the job's variables go beside it, as CORRAL_WITHHELD_NAME listed in
 # CORRAL_WITHHELD, for the batch script to set back before the command; only sbatch's input
-# variables (SBATCH_*, which act as its options) go to it as they are.
+# variables (SBATCH_*, which act as its options) go to it as they are, and only those that say how
+# the job runs inside what corral asked for (SBATCH_PASSED).
 PASSED_PREFIX = "SBATCH_"
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# sbatch submits as corral's Slurm user, so Slurm checks corral's associations, not the job's user's:
+# a job's SBATCH_ACCOUNT would charge any account corral may use (another group's), its
+# SBATCH_PARTITION or SBATCH_RESERVATION run it where corral's settings do not. What a job is
+# charged to, where it runs and what it holds are corral's settings and the job's request (which
+# corral's limits and fair share count); what Slurm adds in a later release must not widen that,
+# so the variables a job may hand sbatch are listed, not the ones it may not.
+SBATCH_PASSED = frozenset(
+    {
+        "SBATCH_SIGNAL",  # a signal before the time limit (to checkpoint)
+        "SBATCH_OPEN_MODE",  # append to or truncate the output file
+        "SBATCH_ACCTG_FREQ",
+        "SBATCH_PROFILE",
+        "SBATCH_CPU_FREQ_REQ",
+        "SBATCH_GPU_FREQ",
+        "SBATCH_MEM_BIND",
+        "SBATCH_GPU_BIND",
+        "SBATCH_DISTRIBUTION",
+    }
+)
+# Those that choose what the job is charged to, its priority or where it runs: said so when refused.
+SBATCH_ACCOUNTING = {
+    "SBATCH_ACCOUNT": "slurm.account",
+    "SBATCH_WCKEY": "slurm.extra_args (--wckey)",
+    "SBATCH_QOS": "slurm.extra_args (--qos)",
+    "SBATCH_PARTITION": "slurm.partition",
+    "SBATCH_RESERVATION": "slurm.extra_args (--reservation)",
+    "SBATCH_CLUSTERS": "slurm.extra_args (--clusters)",
+    "SBATCH_CLUSTER_CONSTRAINT": "slurm.extra_args (--cluster-constraint)",
+    "SBATCH_CONSTRAINT": "slurm.extra_args (--constraint)",
+}
+
+
+def sbatch_variable_refusal(name: str) -> str | None:
+    """Why a job's variable `name` may not go to sbatch, or None (not sbatch's, or one of
+    SBATCH_PASSED)."""
+    if not name.startswith(PASSED_PREFIX) or name in SBATCH_PASSED:
+        return None
+    setting = SBATCH_ACCOUNTING.get(name)
+    if setting is not None:
+        return (
+            f"{name!r} would choose the Slurm account, QOS or partition the job is charged to or runs in: corral"
+            f" submits as its own Slurm user, so that is corral's setting ({setting}), not a job's"
+        )
+    return (
+        f"{name!r} is not an sbatch variable a job may set in front of Slurm (only {', '.join(sorted(SBATCH_PASSED))}):"
+        " what the job holds, where and how long it runs are corral's to ask Slurm for"
+    )
 
 
 def sbatch_environment(own: Mapping[str, str], job_env: Mapping[str, str]) -> dict[str, str]:
     """sbatch's environment, which --export=ALL hands to the job: corral's own (`own`), the job's
-    SBATCH_* variables, and each other job variable as CORRAL_WITHHELD_NAME for BATCH_SCRIPT to set
-    back. A name the script cannot set (not a shell name: submission refuses them in front of
-    Slurm, corral.server.api) is left out, never handed to sbatch."""
+    SBATCH_PASSED variables, and each other job variable as CORRAL_WITHHELD_NAME for BATCH_SCRIPT to
+    set back. A name the script cannot set (not a shell name: submission refuses them in front of
+    Slurm, corral.server.api) is left out, never handed to sbatch; another SBATCH_* variable (also
+    refused at submission; a job stored before) reaches the job only, as any other variable."""
     env = dict(own)
     kept = []
     for name, value in job_env.items():
         if SHELL_NAME.fullmatch(name) is None:
             continue
-        if name.startswith(PASSED_PREFIX):
+        if name in SBATCH_PASSED:
             env[name] = value
         else:
             env[f"CORRAL_WITHHELD_{name}"] = value

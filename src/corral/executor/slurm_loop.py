@@ -39,6 +39,7 @@ from corral.executor.slurm import (
     killed_state,
     parse_exit_status,
     sbatch_environment,
+    sbatch_variable_refusal,
 )
 from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import LogStore
@@ -518,7 +519,15 @@ class SlurmLoop(LiveLoop):
                 outcome = retry.after_temp_failure(job, now, self.config.policy.retry, why, (attempt_id,))
             self.store.apply_outcome(outcome, now)
             return kind is batch.Refusal.REQUEST
-        self.store.set_executor_ref(attempt_id, ref, f"attempt {attempt_id} submitted as slurm job {ref}", now)
+        said = f"attempt {attempt_id} submitted as slurm job {ref}"
+        # A job stored before submission refused them: its job.submitted event says what sbatch was not given.
+        withheld = sorted(name for name in job.env if sbatch_variable_refusal(name))
+        if withheld:
+            said += (
+                f"; its {', '.join(withheld)} reached the job only, not sbatch: corral's slurm settings choose its"
+                " account, QOS, partition and resources"
+            )
+        self.store.set_executor_ref(attempt_id, ref, said, now)
         self._nice_given[ref] = batch.nice_for(job.priority, self.config.slurm.nice_base)
         return True
 

@@ -30,7 +30,7 @@ from corral.core.dispatchers import is_stale
 from corral.core.model import AttemptState, Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
-from corral.executor.slurm import SHELL_NAME
+from corral.executor.slurm import SHELL_NAME, sbatch_variable_refusal
 from corral.jobspec import DEFAULT_PRIORITY, JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
 from corral.server.app import Caller, Runtime
@@ -291,6 +291,13 @@ def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitRe
             for i, job in enumerate(jobs)
             for name in job.env
             if SHELL_NAME.fullmatch(name) is None
+        ]
+        # Slurm's own input variables act as sbatch options, with corral's Slurm user's rights.
+        unnamed += [
+            f"jobs.{i}.env: {why}"
+            for i, job in enumerate(jobs)
+            for name in job.env
+            if (why := sbatch_variable_refusal(name))
         ]
         if unnamed:
             raise HTTPException(422, unnamed)
