@@ -406,8 +406,12 @@ def test_a_slurm_job_that_slurm_killed_and_forgot_while_corral_was_away_ends_as_
     (node,) = [
         w.removeprefix("NodeList=") for w in slurm.show_job(refs[preempted]).split() if w.startswith("NodeList=")
     ]
-    # corral stops (no pass runs) while Slurm ends both and forgets them.
+    # corral stops (no pass runs) while Slurm ends both and forgets them. Slurm's time limits are
+    # whole minutes, enforced at its periodic check (every 30 s): the job would run 60-90 s. An
+    # admin's TimeLimit=0 on the running job has Slurm kill it for its time limit at its next
+    # check, as it would at the minute: the same SIGTERM, the same "DUE TO TIME LIMIT" line.
     with slurm.forgetting_ended_jobs():
+        slurm.run("scontrol", "update", f"JobId={refs[timed_out]}", "TimeLimit=0")
         slurm.run(
             "sbatch",
             f"--partition={PREEMPTOR}",
