@@ -246,15 +246,15 @@ SBATCH_PASSED = frozenset(
     }
 )
 # Those that choose what the job is charged to, its priority or where it runs: said so when refused.
-SBATCH_ACCOUNTING = {
-    "SBATCH_ACCOUNT": "slurm.account",
-    "SBATCH_WCKEY": "slurm.extra_args (--wckey)",
-    "SBATCH_QOS": "slurm.extra_args (--qos)",
-    "SBATCH_PARTITION": "slurm.partition",
-    "SBATCH_RESERVATION": "slurm.extra_args (--reservation)",
-    "SBATCH_CLUSTERS": "slurm.extra_args (--clusters)",
-    "SBATCH_CLUSTER_CONSTRAINT": "slurm.extra_args (--cluster-constraint)",
-    "SBATCH_CONSTRAINT": "slurm.extra_args (--constraint)",
+SBATCH_ACCOUNTING = {  # -> the slurm setting that chooses it for every job
+    "SBATCH_ACCOUNT": "account",
+    "SBATCH_WCKEY": "extra_args (--wckey)",
+    "SBATCH_QOS": "extra_args (--qos)",
+    "SBATCH_PARTITION": "partition",
+    "SBATCH_RESERVATION": "extra_args (--reservation)",
+    "SBATCH_CLUSTERS": "extra_args (--clusters)",
+    "SBATCH_CLUSTER_CONSTRAINT": "extra_args (--cluster-constraint)",
+    "SBATCH_CONSTRAINT": "extra_args (--constraint)",
 }
 
 
@@ -267,7 +267,7 @@ def sbatch_variable_refusal(name: str) -> str | None:
     if setting is not None:
         return (
             f"{name!r} would choose the Slurm account, QOS or partition the job is charged to or runs in: corral"
-            f" submits as its own Slurm user, so that is corral's setting ({setting}), not a job's"
+            f" submits as its own Slurm user, so that is corral's setting (slurm.{setting}), not a job's"
         )
     return (
         f"{name!r} is not an sbatch variable a job may set in front of Slurm (only {', '.join(sorted(SBATCH_PASSED))}):"
