@@ -113,6 +113,7 @@ class SlurmCluster:
         finally:
             subprocess.run(["slurmctld", "-f", str(self.conf)], check=True, timeout=30, stdin=subprocess.DEVNULL)
             wait_until(lambda: self.answers(), 30, "slurmctld to answer again", interval=0.2)
+            self.wait_for_nodes()
 
     def restart_with_state_lost(self) -> None:
         """slurmctld started again with its StateSaveLocation lost (a new disk, an emptied
@@ -122,6 +123,18 @@ class SlurmCluster:
             shutil.rmtree(saved) if saved.is_dir() else saved.unlink()
         subprocess.run(["slurmctld", "-f", str(self.conf)], check=True, timeout=30, stdin=subprocess.DEVNULL)
         wait_until(lambda: self.answers(), 30, "slurmctld to answer again", interval=0.2)
+        self.wait_for_nodes()
+
+    def wait_for_nodes(self) -> None:
+        """Until a restarted slurmctld has heard from every slurmd again: a node it has not is
+        "unknown" for a few seconds, and runs nothing, so that the next test's jobs, which may
+        need both nodes at once, would start one node's worth at a time."""
+        wait_until(
+            lambda: all(self.node_state(node).rstrip("*") != "unknown" for node in self.nodes),
+            30,
+            "the slurmd to register with slurmctld again",
+            interval=0.2,
+        )
 
     @contextlib.contextmanager
     def forgetting_ended_jobs(self) -> Iterator[None]:
