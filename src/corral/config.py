@@ -55,7 +55,8 @@ class ServerConfig(_Strict):
         1024,
         ge=0,
         description="the most of one attempt's output the server keeps in logs/ (MiB, or e.g. '10GiB'): past it,"
-        " the output ends with a line saying it was cut, and the rest is dropped; 0: no limit",
+        " the output ends with a line saying it was cut, and the rest is dropped (in front of Slurm, by the"
+        " batch script on the node); 0: no limit",
     )
 
     @model_validator(mode="after")

@@ -78,7 +78,7 @@ def test_a_jobs_variables_reach_the_job_but_only_slurms_own_reach_sbatch(
     printed = " ".join(f'"${name}"' for name in VARIABLES)
     command = ["sh", "-c", f"printf '{'|'.join(['%s'] * len(VARIABLES))}' {printed} >{job_saw}"]
 
-    assert Slurm().sbatch(["--parsable"], script, [str(status), *command], env) == "42"
+    assert Slurm().sbatch(["--parsable"], script, [str(status), "0", "", *command], env) == "42"
 
     # sbatch was corral's, ran without the job's loader path, Slurm config, Python path or account,
     # and read the Slurm option the job gave.
@@ -97,7 +97,7 @@ def test_a_job_without_variables_runs_with_corrals_as_before(tmp_path: Path) -> 
     script = tmp_path / "corral-batch.sh"
     script.write_text(BATCH_SCRIPT)
     done = subprocess.run(
-        ["sh", str(script), str(tmp_path / "status"), "sh", "-c", 'printf "%s" "$LD_LIBRARY_PATH"'],
+        ["sh", str(script), str(tmp_path / "status"), "0", "", "sh", "-c", 'printf "%s" "$LD_LIBRARY_PATH"'],
         env=env,
         capture_output=True,
         text=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import subprocess
 import time
 import uuid
@@ -14,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from corral.config import Config, load_config
+from corral.config import Config, ServerConfig, load_config
 from corral.core import accounting
 from corral.core.model import JobState
 from corral.core.snapshot import JobOutcome
 from corral.executor.slurm import SlurmJob
 from corral.executor.slurm_loop import SlurmLoop
 from corral.jobspec import JobRequest
+from corral.server.logstore import cut_note
 from corral.store import Store
 from tests.slurm.conftest import PREEMPTOR, SlurmCluster
 from tests.store.conftest import pg_schema, require_postgresql
@@ -905,3 +907,43 @@ def test_a_stored_jobs_sbatch_account_and_partition_reach_the_job_but_not_sbatch
         f"submitted as slurm job {ref}; its SBATCH_ACCOUNT, SBATCH_PARTITION reached the job only, not sbatch:"
         " corral's slurm settings choose its account, QOS, partition and resources"
     )
+
+
+def test_a_jobs_output_is_cut_at_server_max_output_as_an_agents_is(
+    tmp_path: Path, slurm: SlurmCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slurm writes a job's output file itself: a job printing without end filled the disk of
+    corral's output directory, where the server keeps at most server.max_output of an agent's. The
+    batch script keeps that much, ends it with the same line, and the job runs on to its own end."""
+    config = make_config(tmp_path, slurm).model_copy(update={"server": ServerConfig(max_output=1)})
+    corral = Dispatcher(tmp_path, config)
+    limit = 1024 * 1024
+    note = cut_note(limit)
+    try:
+        # About 1 MB/s without end (not faster: the shared disk of a run without the bound).
+        endless = corral.submit("sh", "-c", "while :; do yes corral | head -c 100000; sleep 0.1; done", ram=128)
+        ended = corral.submit("sh", "-c", "yes corral | head -c 3000000; echo done >&2; exit 3", ram=128)
+        with caplog.at_level(logging.WARNING, logger="corral.slurm"):
+            corral.until_state(ended, "failed")
+        assert corral.job(ended)["exit_code"] == 3  # the command's own, through the limiter
+        output = (tmp_path / "logs" / str(ended) / f"{corral.attempts(ended)[0]['id']}.log").read_bytes()
+        assert output == (b"corral\n" * limit)[:limit] + note
+        assert (
+            f"job {ended}: attempt {corral.attempts(ended)[0]['id']}'s output reached server.max_output" in caplog.text
+        )
+
+        # The endless one is cut too, and runs on (its Slurm job still RUNNING) until cancelled.
+        path = tmp_path / "logs" / str(endless) / f"{corral.attempts(endless)[0]['id']}.log"
+        wait_until(lambda: path.stat().st_size >= limit + len(note), 60, "the endless job's output to be cut")
+        cut = path.read_bytes()
+        assert len(cut) == limit + len(note) and cut.endswith(note) and cut.startswith(b"corral\n")
+        ref = corral.attempts(endless)[0]["executor_ref"]
+        assert slurm.state(ref) == "RUNNING" and corral.job(endless)["state"] == "running"
+        corral.store.request_cancel(endless, time.time())
+        corral.until_state(endless, "cancelled")
+        wait_until(lambda: slurm.state(ref) == "CANCELLED", 20, f"slurm job {ref} to be cancelled")
+        # What follows the cut is slurmstepd's own line on the scancel, no more of the job's output.
+        after = path.read_bytes()[limit + len(note) :]
+        assert len(after) < 200 and b"corral" not in after, after
+    finally:
+        corral.store.close()

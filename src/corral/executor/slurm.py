@@ -50,9 +50,20 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 # killed it is what slurmstepd wrote to the job's output ("*** JOB 17 ON c1 CANCELLED AT ... DUE
 # TO TIME LIMIT ***", `killed_state`): squeue, asked from the trap, says only COMPLETING. A command
 # that outlives KillWait, or a node that fails, leaves no file.
+# Slurm writes a job's output file as it comes, without end: the script's second argument is the
+# most of it to keep (server.max_output, as the server keeps of an agent's; 0: all), its third the
+# line that ends an output cut there (without its newlines: `scontrol show job` prints the
+# arguments, and its --oneliner would be lines). The command then writes to a pipe (a FIFO, so that the
+# command stays the script's own child, under its trap): a limiter copies that many bytes to the
+# output file, then the line, and reads the rest into /dev/null, so that the command runs on as
+# with the agent. The limiter ignores Slurm's SIGTERM, to keep what a command writes as it dies; it
+# ends when the pipe does, or a few seconds after the command did (a process the command left
+# running may hold the pipe open: Slurm kills it as the script ends). slurmstepd's own lines go to
+# the file directly, past the limit. No FIFO (no temporary directory on the node): not bounded.
 BATCH_SCRIPT = """#!/bin/sh
-# corral's Slurm batch script: runs "$@" after its first argument (the job's argv) as is, and
-# writes the exit status to the file its first argument names.
+# corral's Slurm batch script: runs "$@" after its first three arguments (the job's argv) as is,
+# writes the exit status to the file its first argument names, and keeps at most as many bytes of
+# the command's output as its second says (0: all), ended by its third when cut.
 # The job's own variables, which sbatch ran without (corral.executor.slurm.sbatch_environment):
 # set first, so that the script's own (corral_status, ...) are never the job's.
 for corral_name in $CORRAL_WITHHELD; do
@@ -60,15 +71,47 @@ for corral_name in $CORRAL_WITHHELD; do
 done
 unset CORRAL_WITHHELD corral_name
 corral_status="$1"
-shift
+corral_max_output="$2"
+corral_cut_note="$3"
+shift 3
 CORRAL_NNODES="${SLURM_JOB_NUM_NODES:-1}"
 CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)"
 export CORRAL_NNODES CORRAL_NODELIST
 corral_started="$(date +%s)"
 corral_signal=
 trap 'corral_signal=TERM' TERM
-(exec "$@")
-corral_exit=$?
+corral_limiter=
+corral_pipe_dir=
+if [ "$corral_max_output" -gt 0 ] 2>/dev/null && corral_pipe_dir="$(mktemp -d 2>/dev/null)" &&
+    mkfifo "$corral_pipe_dir/output" 2>/dev/null; then
+    (
+        trap '' TERM
+        # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
+        if command -v stdbuf >/dev/null 2>&1; then
+            stdbuf -o0 head -c "$corral_max_output"
+        else
+            head -c "$corral_max_output"
+        fi
+        if [ "$(head -c 1 | wc -c)" -gt 0 ]; then
+            printf '\\n%s\\n' "$corral_cut_note"
+            cat >/dev/null
+        fi
+    ) <"$corral_pipe_dir/output" &
+    corral_limiter=$!
+    (exec "$@") >"$corral_pipe_dir/output" 2>&1
+    corral_exit=$?
+    (sleep 5; kill -KILL "$corral_limiter") >/dev/null 2>&1 &
+    corral_watchdog=$!
+    wait "$corral_limiter" 2>/dev/null
+    # (Slurm's TERM, trapped, ends a wait before the limiter does.)
+    while kill -0 "$corral_limiter" 2>/dev/null; do wait "$corral_limiter" 2>/dev/null; done
+    kill "$corral_watchdog" 2>/dev/null
+    rm -rf "$corral_pipe_dir"
+else
+    [ -z "$corral_pipe_dir" ] || rmdir "$corral_pipe_dir" 2>/dev/null
+    (exec "$@")
+    corral_exit=$?
+fi
 printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" \\
     "$corral_started" "$(date +%s)" "$corral_signal" >"$corral_status.$$" && mv -f "$corral_status.$$" "$corral_status"
 exit "$corral_exit"

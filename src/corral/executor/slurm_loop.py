@@ -42,7 +42,7 @@ from corral.executor.slurm import (
     sbatch_variable_refusal,
 )
 from corral.loop import LiveLoop, PassReport
-from corral.server.logstore import LogStore
+from corral.server.logstore import LogStore, cut_note
 from corral.store import Store
 
 log = logging.getLogger("corral.slurm")
@@ -329,6 +329,9 @@ class SlurmLoop(LiveLoop):
         self.store.apply_outcomes(decisions.job_outcomes, now, decisions.outcome_times)
         for outcome in decisions.job_outcomes:  # once their ends are committed
             self._forget_exit_status(outcome.job_id, (i for i in outcome.attempt_ids if i in seen))
+            for attempt_id in outcome.attempt_ids:
+                if attempt_id in seen:
+                    self._tell_cut_output(outcome.job_id, attempt_id)
         if decisions.cancel:
             try:
                 self.slurm.scancel(decisions.cancel)
@@ -407,7 +410,11 @@ class SlurmLoop(LiveLoop):
         answering is no verdict (None, logged): the passes say so (`slurm.unreachable`)."""
         settings = self.config.slurm
         try:
-            self.slurm.test_only(["--output=/dev/null", *self.settings_options()], self.script, ["/dev/null", "true"])
+            self.slurm.test_only(
+                ["--output=/dev/null", *self.settings_options()],
+                self.script,
+                ["/dev/null", *self.output_bound(), "true"],
+            )
         except SlurmError as exc:
             if batch.sbatch_refusal(str(exc)) is batch.Refusal.TEMPORARY:
                 log.warning("could not check the slurm settings with sbatch --test-only: %s", exc)
@@ -466,6 +473,12 @@ class SlurmLoop(LiveLoop):
         options += [f"--account={settings.account}"] if settings.account else []
         return [*options, *settings.extra_args]
 
+    def output_bound(self) -> list[str]:
+        """The batch script's arguments that bound the output it keeps (BATCH_SCRIPT): server.max_output
+        in bytes (0: no limit), and the line that ends an output cut there, as the log store ends one."""
+        limit = self.config.server.max_output_bytes or 0
+        return [str(limit), cut_note(limit).decode().strip("\n") if limit else ""]
+
     def job_env(self, job: Job, attempt_id: int) -> dict[str, str]:
         """sbatch's environment, which --export=ALL hands to the job: this process's, less corral's
         credentials, plus the job's env (what sbatch must not be steered by set back by the batch
@@ -498,7 +511,7 @@ class SlurmLoop(LiveLoop):
             ref = self.slurm.sbatch(
                 self.sbatch_options(job, attempt_id),
                 self.script,
-                [str(self.status_path(job.id, attempt_id)), *job.command],
+                [str(self.status_path(job.id, attempt_id)), *self.output_bound(), *job.command],
                 self.job_env(job, attempt_id),
             )
         except (SlurmError, OSError) as exc:
@@ -531,8 +544,31 @@ class SlurmLoop(LiveLoop):
         self._nice_given[ref] = batch.nice_for(job.priority, self.config.slurm.nice_base)
         return True
 
+    def _tell_cut_output(self, job_id: int, attempt_id: int) -> None:
+        """Log, as the server does of an agent's, that an ended attempt's output was cut at
+        server.max_output: the batch script's line is there, at the limit."""
+        limit = self.config.server.max_output_bytes
+        if limit is None:
+            return
+        note = cut_note(limit)
+        try:
+            with self.output_path(job_id, attempt_id).open("rb") as output:
+                output.seek(limit)
+                cut = output.read(len(note)) == note
+        except OSError:
+            return
+        if cut:
+            log.warning(
+                "job %s: attempt %s's output reached server.max_output (%s bytes): the rest was dropped",
+                job_id,
+                attempt_id,
+                limit,
+                extra={"job_id": job_id, "attempt_id": attempt_id},
+            )
+
     def _collect_output(self, job_id: int, attempt_id: int) -> None:
         """Copy an ended attempt's output into the log store when it was written elsewhere."""
+        self._tell_cut_output(job_id, attempt_id)
         source = self.output_path(job_id, attempt_id)
         target = self.logs.path(job_id, attempt_id)
         if source == target or not source.exists():
