@@ -343,6 +343,8 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
         loop = SlurmLoop(store, config, dispatcher_id, home / "logs")
     else:
         loop = ControlLoop(store, make_cloud(config, url), config, dispatcher_id)
+        # Only here: the Slurm loop judges nothing by silence a pause of this process could cause
+        # (why: SlurmLoop._follow).
         loop.pause_watch = PauseWatch(pause_threshold(config)).start()
     refused = loop.check_settings()
     if refused is not None:

@@ -124,6 +124,17 @@ class SlurmLoop(LiveLoop):
         # This dispatcher's attempts, and those of the peers that stopped heartbeating, which the
         # core adopts where Slurm still knows them (a store keeps every dispatcher that ever ran:
         # only the silent ones that hold an attempt are asked about).
+        # No PauseWatch here, unlike ControlLoop (corral.loop): a pause of this process (GC, VM,
+        # SIGSTOP) makes none of this loop's judgements wrong. The agent path judges nodes by
+        # pings this process's server receives, which a pause holds back; here, what became of a
+        # job and its nodes is asked of slurmctld each pass (squeue, never inferred from silence),
+        # time limits are Slurm's to enforce, and the only judgement by elapsed time is this one,
+        # of peers, by heartbeats each peer writes to the store itself, which this process's
+        # pause does not hold back (a peer paused with it, on the same VM, may be judged silent:
+        # its Slurm jobs are then adopted and followed, never run twice, as for any silence). The
+        # peers' judgement of this one, silent while paused, is right, and what this one does on
+        # resuming from a stale view is guarded: its sbatch by holds_unsubmitted, its adoptions
+        # by adopt_attempt's transaction.
         stale = stale_dispatchers(snapshot, now, self.config.policy)
         followed = {self.dispatcher_id, *(a.dispatcher_id for a in snapshot.attempts if a.dispatcher_id in stale)}
         seen = self._observe(snapshot, followed, ours, by_ref, now)
