@@ -87,7 +87,8 @@ if [ "$corral_max_output" -gt 0 ] 2>/dev/null && corral_pipe_dir="$(mktemp -d 2>
     (
         trap '' TERM
         # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
-        if command -v stdbuf >/dev/null 2>&1; then
+        # (stdbuf tried first: one that cannot preload its library would run no head at all.)
+        if stdbuf -o0 true >/dev/null 2>&1; then
             stdbuf -o0 head -c "$corral_max_output"
         else
             head -c "$corral_max_output"
