@@ -2613,22 +2613,10 @@ class Store:
         """Of the first `limit` jobs after id `after_id` that ended (complete, failed, cancelled)
         before `ended_before`, delete those that may go, with their attempts and dependency rows,
         in one transaction (slurmdbd's PurgeJobAfter): the ids deleted, ascending, and the last id
-        looked at (0: none was; the next batch goes on after it). A job that an open job's
-        dependency names is kept (its dependent would wait for ever: DependencyNeverSatisfied),
-        and so is every task of a job array until all of them may go, so that an array is never
-        left in part."""
+        looked at (0: none was; the next batch goes on after it). Which may go is `_may_go`'s rule,
+        by which `corral retention` counts (purgeable): a job that an open job's dependency names
+        is kept, and so is every task of a job array until all of them may go."""
         D = schema.job_dependencies
-        dependent = J.alias("dependent")
-        ended = _ended_before(ended_before)
-
-        def named_by_open(ids: Iterable[int]) -> set[int]:
-            query = (
-                select(D.c.depends_on)
-                .join(dependent, dependent.c.id == D.c.job_id)
-                .where(D.c.depends_on.in_(list(ids)), dependent.c.state.in_(OPEN_JOB_STATES))
-            )
-            return {int(job_id) for job_id in conn.execute(query).scalars()}
-
         with self.write() as conn:
             # Locked (FOR UPDATE): a submission naming one of them in a dependency waits, then finds
             # it gone and is refused ("no job N"), as it would be after the purge.
@@ -2646,19 +2634,11 @@ class Store:
                 return [], 0
             last_seen = int(rows[-1].id)
             # Read after the locks are held: a dependency committed before them is seen.
-            keep = named_by_open(r.id for r in rows)
-            arrays = {int(r.array_job_id) for r in rows if r.array_job_id is not None}
-            if arrays:
-                tasks = conn.execute(
-                    select(J.c.id, J.c.array_job_id, ended.label("ended")).where(J.c.array_job_id.in_(arrays))
-                ).all()
-                named = named_by_open(t.id for t in tasks)
-                arrays -= {int(t.array_job_id) for t in tasks if not t.ended or t.id in named}
-            ids = sorted(
-                int(r.id)
-                for r in rows
-                if r.id not in keep and (r.array_job_id is None or int(r.array_job_id) in arrays)
-            )
+            # (By their ids, off the state index, as above.)
+            arrays = sorted({int(r.array_job_id) for r in rows if r.array_job_id is not None})
+            may_go = _may_go(ended_before, arrays, J.c.state.concat(""))
+            going = select(J.c.id).where(J.c.id.in_([int(r.id) for r in rows]), may_go)
+            ids = sorted(int(job_id) for job_id in conn.execute(going).scalars())
             if not ids:
                 return [], last_seen
             conn.execute(delete(D).where(or_(D.c.job_id.in_(ids), D.c.depends_on.in_(ids))))
@@ -2676,29 +2656,15 @@ class Store:
 
     def purgeable(self, jobs_ended_before: float | None, events_before: float | None) -> Purgeable:
         """What a retention sweep with these cuts would delete now (None: that kind is kept), counted
-        without deleting anything, as purge_jobs and purge_events choose it: ended jobs not named by
-        an open job's dependency, in no array with a task that must stay; events the notifier has
-        handled."""
+        without deleting anything, by the rules purge_jobs and purge_events choose by: ended jobs
+        not named by an open job's dependency, in no array with a task that must stay (`_may_go`);
+        events the notifier has handled (`_events_due`)."""
         counts = Purgeable()
         with self.read() as conn:
             if jobs_ended_before is not None:
-                D = schema.job_dependencies
-                task, dependent = J.alias("task"), J.alias("dependent")
-                named = (
-                    select(D.c.depends_on)
-                    .join(dependent, dependent.c.id == D.c.job_id)
-                    .where(dependent.c.state.in_(OPEN_JOB_STATES))
-                )
-                task_ended = _ended_before(jobs_ended_before, jobs=task)
-                whole_arrays_kept = select(task.c.array_job_id).where(
-                    task.c.array_job_id.is_not(None), or_(~task_ended, task.c.id.in_(named))
-                )
                 ended = select(func.count()).where(_ended_before(jobs_ended_before))
                 counts.jobs_ended = int(conn.execute(ended).scalar_one())
-                going = ended.where(
-                    J.c.id.not_in(named),
-                    or_(J.c.array_job_id.is_(None), J.c.array_job_id.not_in(whole_arrays_kept)),
-                )
+                going = select(func.count()).where(_may_go(jobs_ended_before))
                 counts.jobs = int(conn.execute(going).scalar_one())
             if events_before is not None:
                 due = _events_due(conn, events_before)
@@ -3070,6 +3036,40 @@ def _event_kinds(conn: Connection, like: str | None = None) -> list[str]:
     if like is not None:
         query = query.where(kinds.c.kind.like(like))
     return [str(kind) for kind in conn.execute(query.order_by(kinds.c.kind)).scalars()]
+
+
+def _named_by_open(jobs: Any) -> Any:
+    """A job (of `jobs`, the jobs table or an alias of it) that an open job's dependency names."""
+    D = schema.job_dependencies
+    dependent = J.alias()
+    return exists(
+        select(literal(1))
+        .select_from(D.join(dependent, dependent.c.id == D.c.job_id))
+        .where(D.c.depends_on == jobs.c.id, dependent.c.state.in_(OPEN_JOB_STATES))
+    )
+
+
+def _may_go(before: float, among_arrays: Sequence[int] | None = None, state: Any = None) -> Any:
+    """The retention keep rule, the one place it is written: a job that a sweep with jobs ended
+    before `before` deletes (Store.purge_jobs), and `corral retention` counts (Store.purgeable). It
+    ended before `before`; no open job's dependency names it (its dependent would wait for ever:
+    DependencyNeverSatisfied); and, a task of a job array, every task of its array may go too, so
+    that an array is never left in part. `among_arrays`: the only arrays the rows asked about can
+    be tasks of (a sweep's batch), so that only their tasks are read, not every array's. `state`:
+    as `_ended_before`'s.
+
+    A dependency is looked up by the job it names (its index), row by row: a batch reads its own
+    jobs' dependencies, not all of them."""
+    task = J.alias("task")
+    in_arrays = task.c.array_job_id.is_not(None) if among_arrays is None else task.c.array_job_id.in_(among_arrays)
+    arrays_kept = select(task.c.array_job_id).where(
+        in_arrays, or_(~_ended_before(before, jobs=task), _named_by_open(task))
+    )
+    return and_(
+        _ended_before(before, state),
+        ~_named_by_open(J),
+        or_(J.c.array_job_id.is_(None), J.c.array_job_id.not_in(arrays_kept)),
+    )
 
 
 def _events_due(conn: Connection, before: float) -> ColumnElement[bool]:
