@@ -55,7 +55,8 @@ def build(store: Store, queued: int, finished: int, nodes: int) -> None:
 
 def _finished_job(spec: dict[str, Any], i: int, at: float) -> dict[str, Any]:
     return {
-        "name": f"done-{i}", "state": JobState.COMPLETE.value, "priority": 1, "spec": spec, "submitted_at": at,
+        "name": f"done-{i}", "state": JobState.COMPLETE.value, "priority": 1, "spec": spec,
+        "user_name": spec["user"], "submitted_at": at,
         "temp_failures": 0, "perm_failures": 0, "attempt_count": 1, "wait_reason": "", "unplaceable": False,
         "cancel_requested": False, "held": False, "updated_at": at,
     }  # fmt: skip

@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from corral.jobspec import MAX_NAME, JobRequest, to_epoch
+from corral.jobspec import MAX_NAME, MAX_USER, JobRequest, to_epoch
 from corral.store import schema
 
 
@@ -80,6 +80,17 @@ def test_a_name_longer_than_the_store_keeps_is_refused_but_a_stored_one_is_still
     assert error["msg"] == f"Value error, a name has at most {MAX_NAME} characters, not {MAX_NAME + 1}"
     assert JobRequest.stored({"command": ["x"], "name": "n" * 300}).name == "n" * 300
     assert getattr(schema.jobs.c.name.type, "length", None) == MAX_NAME
+
+
+def test_a_user_longer_than_the_store_keeps_is_refused_but_a_stored_one_is_still_read() -> None:
+    """jobs.user_name holds MAX_USER characters, a user's name (corral users add) at most."""
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], "user": "u" * (MAX_USER + 1)})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("user",)
+    assert error["msg"] == f"Value error, a user has at most {MAX_USER} characters, not {MAX_USER + 1}"
+    assert JobRequest.stored({"command": ["x"], "user": "u" * 300}).user == "u" * 300
+    assert getattr(schema.jobs.c.user_name.type, "length", None) == MAX_USER
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,9 @@ DEFAULT_PRIORITY = 1  # a job's, unless it says; a user submits at most at it (a
 # The longest job name the store keeps (jobs.name is VARCHAR(200): PostgreSQL refuses a longer one,
 # which reached the user as "Internal Server Error"; SQLite kept it whole).
 MAX_NAME = 200
+# The longest user a job names: a user's name (corral users add), as jobs.user_name keeps it, by
+# which a user's open jobs are counted at each submission (policy.users.max_submitted_jobs).
+MAX_USER = 64
 # What exec takes on Linux, where the agent starts a job: one argument or NAME=value of at most
 # MAX_ARG_STRLEN (32 pages), and all of them, with the node's own variables, within ARG_MAX (2 MiB
 # under the usual 8 MiB stack limit). A job past either is refused at submission, where it was
@@ -332,6 +335,14 @@ class JobRequest(BaseModel):
         # A job stored before names were checked (SQLite kept a longer one) still loads.
         if len(value) > MAX_NAME and not (info.context and info.context.get("stored")):
             raise ValueError(f"a name has at most {MAX_NAME} characters, not {len(value)}")
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user_fits(cls, value: str, info: ValidationInfo) -> str:
+        # A job stored before users were checked still loads (its jobs.user_name is cut to fit).
+        if len(value) > MAX_USER and not (info.context and info.context.get("stored")):
+            raise ValueError(f"a user has at most {MAX_USER} characters, not {len(value)}")
         return value
 
     @field_validator("image")

@@ -17,6 +17,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +72,13 @@ def rows_of_step(step: int) -> dict[str, list[dict[str, Any]]]:
     def job(offset: int, state: JobState, **fields: Any) -> int:
         job_id = base + offset
         name = f"s{step}-{state.value}-{offset}"
+        user = f"user{(step + offset) % 3}"
         row = {
             "id": job_id,
             "name": name,
             "state": state.value,
             "priority": 10 + offset,
-            "spec": spec(name),
+            "spec": spec(name, user=user),
             "submitted_at": at + offset,
             "claimed_by": None,
             "retry_at": None,
@@ -100,7 +102,8 @@ def rows_of_step(step: int) -> dict[str, list[dict[str, Any]]]:
             "finished_at": None,
             "updated_at": at + offset,
         }
-        jobs.append(row | fields)
+        whole: dict[str, Any] = row | fields
+        jobs.append(whole | {"user_name": whole["spec"].get("user", "")})  # as a corral of 0019 on writes it
         events.append({"at": at + offset, "kind": "job.submitted", "job_id": job_id, "node_id": None, "message": ""})
         return job_id
 
@@ -289,6 +292,11 @@ def test_a_store_full_of_work_upgrades_through_every_revision_and_reads_back(
         assert {j.id for j in snapshot.jobs} == {r["id"] for r in written["jobs"] if not JobState(r["state"]).terminal}
         held = {r["id"] for r in written["jobs"] if r.get("held")}
         assert held and {j.id for j in snapshot.jobs if j.held} == held
+        # Each user's open jobs, those of before 0019 by the user their spec names, as a
+        # submission's policy.users.max_submitted_jobs counts them.
+        open_by_user = Counter(r["spec"]["user"] for r in written["jobs"] if not JobState(r["state"]).terminal)
+        assert {"user0", "user1", "user2"} <= set(open_by_user)
+        assert store.open_jobs_of(sorted(open_by_user)) == dict(open_by_user)
         with served_store(store, tmp_path) as url:
             assert_the_cli_reads_it(url, written)
         assert_a_queued_job_runs(store, written)

@@ -57,3 +57,14 @@ def test_a_users_open_jobs_are_counted_by_the_user_named_in_their_spec(store: St
     assert ended is not None
     assert store.finish_attempt(ended, "n-1", 0, 102.0, lambda job: retry.after_exit(job, 0, (ended,)))
     assert store.open_jobs_of(["alice", "bob", "carol"]) == {"alice": 4, "bob": 1, "carol": 0}
+
+
+def test_a_user_as_long_as_a_job_may_name_is_kept_whole_and_counted(store: Store) -> None:
+    from corral.jobspec import MAX_USER, JobRequest
+    from corral.store import JobFilter
+
+    longest = "u" * MAX_USER
+    [job_id] = store.submit([JobRequest(command=["true"], user=longest)], 100.0)
+    assert store.open_jobs_of([longest]) == {longest: 1}
+    assert store.open_jobs_by_user() == {longest: {"queued": 1}}
+    assert [row["id"] for row in store.list_job_rows(picked=JobFilter(user=longest))] == [job_id]

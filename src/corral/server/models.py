@@ -13,7 +13,7 @@ from corral.core import categories, drain
 from corral.core.model import JobState
 from corral.core.retry import EndCause
 from corral.core.units import Duration, Float, Int, SizeMiB
-from corral.jobspec import MAX_PRIORITY, EpochSeconds, JobRequest, to_epoch
+from corral.jobspec import MAX_PRIORITY, MAX_USER, EpochSeconds, JobRequest, to_epoch
 from corral.placement import attributes as attr
 
 # The store's integer columns (ids, exit codes, pids, MiB) are 32 bits on PostgreSQL and 64 on
@@ -71,7 +71,7 @@ MAX_LOG_CHUNK_BODY = 4 * 1024 * 1024
 MAX_AGENT_LIST = 10_000
 
 
-USER_NAME_MAX = 64
+USER_NAME_MAX = MAX_USER  # (the user a job names fits too)
 # A login name's characters (POSIX's portable ones): what Slurm's users are, and what a shell, a
 # tag or a log line shows as it is.
 USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")

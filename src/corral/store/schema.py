@@ -21,7 +21,7 @@ from sqlalchemy import (
     false,
 )
 
-from corral.jobspec import MAX_NAME
+from corral.jobspec import MAX_NAME, MAX_USER
 
 metadata = MetaData()
 
@@ -33,6 +33,11 @@ jobs = Table(
     Column("state", String(16), nullable=False),
     Column("priority", Integer, nullable=False),
     Column("spec", JSON, nullable=False),
+    # The user the spec names (its `user`, "" for none), written with the spec, which a job's update
+    # never changes: each submission counts its user's open jobs by it (policy.users.max_submitted_jobs)
+    # off an index, where reading the spec's JSON of every open job took 55 ms at 100,000 (0019).
+    # (Not `user`: PostgreSQL reads a bare `user` as CURRENT_USER.)
+    Column("user_name", String(MAX_USER), nullable=False, default="", server_default=""),
     Column("submitted_at", Float, nullable=False),
     Column("claimed_by", String(64)),
     Column("retry_at", Float),
@@ -66,6 +71,8 @@ jobs = Table(
     Index("ix_jobs_state_submitted", "state", "submitted_at", "id"),
     # An array's tasks in task order (corral jobs --array, cancel --array, throttle).
     Index("ix_jobs_array", "array_job_id", "array_task_id"),
+    # A user's jobs by state: their open ones counted (Store.open_jobs_of) from the index alone.
+    Index("ix_jobs_user_state", "user_name", "state"),
 )
 
 # A job's dependency (Slurm's --dependency, kept whole in `jobs.spec`), one row per condition: what

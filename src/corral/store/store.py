@@ -812,6 +812,7 @@ class Store:
                 "state": JobState.QUEUED.value,
                 "priority": r.priority,
                 "spec": specs[place],
+                "user_name": r.user,
                 "submitted_at": now,
                 "temp_failures": 0,
                 "perm_failures": 0,
@@ -2586,7 +2587,7 @@ class Store:
 
     def open_jobs_by_user(self) -> dict[str, dict[str, int]]:
         """Each user's open jobs, counted by state (queued, claimed, running)."""
-        user = J.c.spec["user"].as_string()
+        user = J.c.user_name
         query = select(user, J.c.state, func.count()).where(J.c.state.in_(OPEN_JOB_STATES)).group_by(user, J.c.state)
         found: dict[str, dict[str, int]] = {}
         with self.read() as conn:
@@ -2595,8 +2596,9 @@ class Store:
         return found
 
     def open_jobs_of(self, users: Sequence[str]) -> dict[str, int]:
-        """Each of these users' open jobs (queued, claimed, running), counted (0 for none)."""
-        user = J.c.spec["user"].as_string()
+        """Each of these users' open jobs (queued, claimed, running), counted (0 for none), off the
+        index of users and states: every submission to a user with a limit asks."""
+        user = J.c.user_name
         query = select(user, func.count()).where(J.c.state.in_(OPEN_JOB_STATES), user.in_(list(users))).group_by(user)
         with self.read() as conn:
             found = {str(r[0]): int(r[1]) for r in conn.execute(query).all()}
@@ -2823,7 +2825,7 @@ class Store:
     def _attempt_spans(conn: Connection, since: float, until: float) -> list[AttemptSpan]:
         rows = conn.execute(
             select(
-                A.c.job_id, J.c.spec["user"].as_string(), J.c.spec["tags"], A.c.node_ids,
+                A.c.job_id, J.c.user_name, J.c.spec["tags"], A.c.node_ids,
                 A.c.vcpus, A.c.ram_mib, A.c.scratch_mib, A.c.gpus, A.c.started_at, A.c.finished_at,
                 J.c.spec["nodes"].as_integer(),
             )
@@ -2893,7 +2895,7 @@ class JobFilter:
         if self.states:
             clauses.append(J.c.state.in_(self.states))
         if self.user is not None:
-            clauses.append(J.c.spec["user"].as_string() == self.user)
+            clauses.append(J.c.user_name == self.user)
         if self.name is not None:
             clauses.append(J.c.name == self.name)
         if self.array is not None:
