@@ -784,12 +784,14 @@ class Store:
         KEY_KEPT_FOR, as a client does whose answer was lost (a dropped connection, a 503 after
         the commit), it queues nothing and answers the ids of the first time; with other jobs than
         the first time, KeyReused."""
+        # Each request's spec, dumped once: stored, and hashed for a key.
+        specs = [r.model_dump(mode="json") for r in requests]
         body_hash = ""  # what a key was sent with: read only with a key
         if key is not None:
-            dumped = json.dumps([r.model_dump(mode="json") for r in requests], sort_keys=True)
-            body_hash = hashlib.sha256(dumped.encode()).hexdigest()
+            # (Before _submit, which writes a judged dependency into a spec.)
+            body_hash = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()
         try:
-            return self._submit(requests, now, key, body_hash)
+            return self._submit(requests, specs, now, key, body_hash)
         except IntegrityError:
             # The same key sent twice at once (PostgreSQL): the second waited on the first's row,
             # then found it; what the first queued is the answer.
@@ -801,12 +803,18 @@ class Store:
                 raise
             return known
 
-    def _submit(self, requests: Sequence[JobRequest], now: float, key: str | None, body_hash: str) -> list[int]:
+    def _submit(
+        self,
+        requests: Sequence[JobRequest],
+        specs: list[dict[str, Any]],
+        now: float,
+        key: str | None,
+        body_hash: str,
+    ) -> list[int]:
+        """`specs`: each request's, dumped, which its rows share."""
         rows: list[dict[str, Any]] = []
         owners: list[int] = []  # the request each row comes from, by its place in `requests`
-        specs: list[dict[str, Any]] = []  # each request's, which its rows share
         for place, r in enumerate(requests):
-            specs.append(r.model_dump(mode="json"))
             row = {
                 "name": r.name,
                 "state": JobState.QUEUED.value,
