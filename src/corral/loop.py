@@ -458,13 +458,9 @@ class ControlLoop(LiveLoop):
                 continue  # gone since the snapshot: nothing to reserve
             self.store.add_event(now, "node.transient_failure", held.reason, node_id=held.node_id)
         jobs = {job.id: job for job in snapshot.jobs}
-        for placement in decisions.placements:
-            job = jobs[placement.job_id]
-            attempt_id = self.store.claim(job.id, self.dispatcher_id, placement.node_ids, job.resources, now)
-            if attempt_id is not None:
-                report.started_nodes.add(placement.node_ids[0])
-                if placement.job_id in decisions.explanations:
-                    self.store.set_explanation(job.id, decisions.explanations[job.id], now)
+        claims = [(p.job_id, p.node_ids, jobs[p.job_id].resources) for p in decisions.placements]
+        claimed = self.store.claim_many(claims, self.dispatcher_id, now, decisions.explanations)
+        report.started_nodes.update(p.node_ids[0] for p in decisions.placements if p.job_id in claimed)
         if len(snapshot.dispatchers) > 1:
             # Work another dispatcher sharing the store placed: the agents of this one's nodes
             # long-poll this server, which that claim did not wake (they would wait out their poll).

@@ -198,6 +198,31 @@ def test_a_claimed_job_cannot_be_claimed_again(store: Store) -> None:
     assert event_kinds(store, job_id) == ["job.queued", "job.claimed"]
 
 
+def test_a_passs_claims_together_take_only_jobs_still_queued_and_store_their_explanations(store: Store) -> None:
+    first, held, claimed_before, last = submit(store, 4)
+    store.hold(held, NOW)
+    claim(store, claimed_before, "disp-2")
+    explanation = {"reason": "placed"}
+
+    claims = [(last, ["n2", "n3"], Resources(2.0, 2048, 0, 0)), (held, ["n1"], ONE_CPU)]
+    claims += [(claimed_before, ["n1"], ONE_CPU), (first, ["n1"], ONE_CPU)]
+    taken = store.claim_many(claims, "disp-1", NOW + 5, {last: explanation, held: explanation})
+
+    assert set(taken) == {first, last}
+    for job_id, nodes in ((first, ["n1"]), (last, ["n2", "n3"])):
+        [attempt] = store.attempts_of(job_id)
+        assert attempt["id"] == taken[job_id] and attempt["node_ids"] == nodes
+        assert attempt["dispatcher_id"] == "disp-1" and attempt["state"] == AttemptState.ASSIGNED.value
+        assert store.job_row(job_id)["claimed_by"] == "disp-1"
+        assert event_kinds(store, job_id) == ["job.queued", "job.claimed"]
+    assert store.job_row(last)["explanation"] == {**explanation, "at": NOW + 5}
+    assert store.job_row(first)["explanation"] is None
+    # The held job and the one another dispatcher claimed first are left as they were.
+    assert store.job_row(held)["state"] == JobState.QUEUED.value and store.job_row(held)["explanation"] is None
+    assert store.attempts_of(held) == []
+    assert store.job_row(claimed_before)["claimed_by"] == "disp-2" and len(store.attempts_of(claimed_before)) == 1
+
+
 def test_running_and_finished_jobs_cannot_be_claimed(store: Store) -> None:
     running, done = submit(store, 2)
     claim(store, running, nodes=["n1"])
