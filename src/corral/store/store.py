@@ -415,7 +415,7 @@ class _JobSources:
     """What jobs are built from (Store._specs_to_build): the jobs kept from an earlier snapshot,
     as they were when `specs`, the specs of the others, were read."""
 
-    kept: dict[int, tuple[int, Job]]
+    kept: dict[int, tuple[int, tuple[Any, ...], Job]]
     specs: dict[int, Any]
 
 
@@ -429,7 +429,8 @@ class Store:
         names its dispatcher), unless `url` names them itself."""
         self.url = url
         self.engine, self.reader = make_engines(url, application_name)
-        self._jobs: dict[int, tuple[int, Job]] = {}  # the open jobs of the last snapshot, by id, with their spec_rev
+        # The open jobs of the last snapshot, by id, with their spec_rev and the row they were refreshed from.
+        self._jobs: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         self._store_id: str | None = None
         self.migrated_to: str | None = None  # the schema revision migrate() left (None: not migrated here)
 
@@ -2561,7 +2562,7 @@ class Store:
         """A job's dependency, from its spec as read, or from the job kept since an earlier
         snapshot; without building the job."""
         if row.id not in sources.specs:
-            return sources.kept[row.id][1].dependency
+            return sources.kept[row.id][2].dependency
         stored = dependency_text(sources.specs[row.id].get("dependency"))
         return parse_dependency(stored) if stored else None
 
@@ -2609,21 +2610,31 @@ class Store:
     def _jobs_from_rows(self, rows: Sequence[Any], sources: _JobSources, keep: bool = True) -> list[Job]:
         """Jobs for a snapshot. What a job asked for changes only by `corral update` (its spec_rev
         moves), so each job is built from its spec once and kept between passes; a pass only
-        refreshes the columns that move (state, priority, failures...). The core never mutates a
-        snapshot. `sources`: what `_specs_to_build` read for these rows (no store is read here).
-        `keep`: False for a reader beside the loop, which gets copies and keeps nothing."""
-        fresh: dict[int, tuple[int, Job]] = {}
+        refreshes the columns that move (state, priority, failures...), and only of a job whose
+        row changed since (most of a long queue's rows do not: refreshing each was seconds of a
+        pass over 100,000 queued jobs, bench/live_pass.py). The core never mutates a snapshot.
+        `sources`: what `_specs_to_build` read for these rows (no store is read here). `keep`:
+        False for a reader beside the loop, which gets copies and keeps nothing."""
+        fresh: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         jobs = []
         for row in rows:
+            columns = tuple(row)
             if row.id in sources.specs:  # new, or its spec changed (corral update)
                 job = JobRequest.stored(sources.specs[row.id]).to_job(
                     row.id, row.submitted_at, row.array_job_id, row.array_task_id
                 )
+                refresh_job(job, row._mapping)
+            elif keep:
+                kept = sources.kept[row.id]
+                job = kept[2]
+                if kept[1] != columns:
+                    refresh_job(job, row._mapping)
             else:
-                kept = sources.kept[row.id][1]
-                job = kept if keep else dataclasses.replace(kept)  # a reader's copy: the loop's is its own
-            refresh_job(job, row._mapping)
-            fresh[row.id] = (row.spec_rev, job)
+                # A reader's copy, refreshed from its own row whatever the loop's says: the loop
+                # may be refreshing its job from a newer row meanwhile.
+                job = dataclasses.replace(sources.kept[row.id][2])
+                refresh_job(job, row._mapping)
+            fresh[row.id] = (row.spec_rev, columns, job)
             jobs.append(job)
         if keep:
             self._jobs = fresh  # replaced whole, never changed in place: a reader may hold the old one
@@ -3007,6 +3018,9 @@ def _shown(value: Any) -> str:
     return "none" if value is None or value == "" else f"{value:g}" if isinstance(value, float) else str(value)
 
 
+_JOB_STATES = {state.value: state for state in JobState}
+
+
 def job_from_row(row: Mapping[str, Any]) -> Job:
     job = JobRequest.stored(row["spec"]).to_job(
         row["id"], row["submitted_at"], row["array_job_id"], row["array_task_id"]
@@ -3018,7 +3032,7 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
 def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
     """Copy the columns that change after submission onto `job`."""
     job.priority = row["priority"]
-    job.state = JobState(row["state"])
+    job.state = _JOB_STATES[row["state"]]  # (a dict: JobState(...) was a second of a pass over 100,000 jobs)
     job.claimed_by = row["claimed_by"]
     job.retry_at = row["retry_at"]
     job.temp_failures = row["temp_failures"]
