@@ -2601,7 +2601,8 @@ class Store:
         snapshot, and the specs of the others (new, or changed by `corral update`: their spec_rev
         moved), by job id."""
         cache = self._jobs  # (replaced whole by the loop's next snapshot, never changed in place)
-        missing = [row.id for row in rows if (kept := cache.get(row.id)) is None or kept[0] != row.spec_rev]
+        at_id, at_rev = _id_and_rev_at(rows)
+        missing = [r[at_id] for r in rows if (kept := cache.get(r[at_id])) is None or kept[0] != r[at_rev]]
         specs: dict[int, Any] = {}
         for chunk in _chunks(missing):
             specs.update((row.id, row.spec) for row in conn.execute(select(J.c.id, J.c.spec).where(J.c.id.in_(chunk))))
@@ -2617,24 +2618,28 @@ class Store:
         False for a reader beside the loop, which gets copies and keeps nothing."""
         fresh: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         jobs = []
+        at_id, at_rev = _id_and_rev_at(rows)
         for row in rows:
+            # The row as a tuple, its id and spec_rev by position: a Row's attribute costs ten times
+            # its index, which was a second of a pass over 100,000 queued jobs (bench/live_pass.py).
             columns = tuple(row)
-            if row.id in sources.specs:  # new, or its spec changed (corral update)
-                job = JobRequest.stored(sources.specs[row.id]).to_job(
-                    row.id, row.submitted_at, row.array_job_id, row.array_task_id
+            job_id, spec_rev = columns[at_id], columns[at_rev]
+            if job_id in sources.specs:  # new, or its spec changed (corral update)
+                job = JobRequest.stored(sources.specs[job_id]).to_job(
+                    job_id, row.submitted_at, row.array_job_id, row.array_task_id
                 )
                 refresh_job(job, row._mapping)
             elif keep:
-                kept = sources.kept[row.id]
+                kept = sources.kept[job_id]
                 job = kept[2]
                 if kept[1] != columns:
                     refresh_job(job, row._mapping)
             else:
                 # A reader's copy, refreshed from its own row whatever the loop's says: the loop
                 # may be refreshing its job from a newer row meanwhile.
-                job = dataclasses.replace(sources.kept[row.id][2])
+                job = dataclasses.replace(sources.kept[job_id][2])
                 refresh_job(job, row._mapping)
-            fresh[row.id] = (row.spec_rev, columns, job)
+            fresh[job_id] = (spec_rev, columns, job)
             jobs.append(job)
         if keep:
             self._jobs = fresh  # replaced whole, never changed in place: a reader may hold the old one
@@ -3107,6 +3112,11 @@ def _event_kinds(conn: Connection, like: str | None = None) -> list[str]:
     if like is not None:
         query = query.where(kinds.c.kind.like(like))
     return [str(kind) for kind in conn.execute(query.order_by(kinds.c.kind)).scalars()]
+
+
+def _id_and_rev_at(rows: Sequence[Any]) -> tuple[int, int]:
+    """Where the jobs' rows hold their id and spec_rev (a Row's index costs a tenth of its attribute)."""
+    return (rows[0]._fields.index("id"), rows[0]._fields.index("spec_rev")) if rows else (0, 0)
 
 
 def _named_by_open(jobs: Any) -> Any:
