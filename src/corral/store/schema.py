@@ -73,6 +73,9 @@ jobs = Table(
     Index("ix_jobs_array", "array_job_id", "array_task_id"),
     # A user's jobs by state: their open ones counted (Store.open_jobs_of) from the index alone.
     Index("ix_jobs_user_state", "user_name", "state"),
+    # The jobs of a name, newest first: `corral jobs --name` (an exact name) reads a page of them
+    # off the index, where it scanned every job (139 ms at 400,000 on PostgreSQL; 0020).
+    Index("ix_jobs_name", "name", "id"),
 )
 
 # A job's dependency (Slurm's --dependency, kept whole in `jobs.spec`), one row per condition: what
@@ -109,6 +112,9 @@ attempts = Table(
     Index("ix_attempts_job", "job_id"),
     Index("ix_attempts_state", "state"),
     Index("ix_attempts_node", "node_id"),
+    # By their end: the attempts running in the last minutes (those not ended, and those ended
+    # since), which fair share charges each pass, without reading every attempt ever made (0020).
+    Index("ix_attempts_finished", "finished_at"),
 )
 
 nodes = Table(
