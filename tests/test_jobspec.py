@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from corral.jobspec import MAX_NAME, MAX_USER, JobRequest, to_epoch
+from corral.jobspec import MAX_NAME, MAX_TAG, MAX_USER, JobRequest, to_epoch
 from corral.store import schema
 
 
@@ -226,3 +226,15 @@ def test_the_mapping_form_of_a_dependency_names_array_tasks_as_the_text_does() -
     for bad in ("5,afterany:6", "12_x", True, 1.5, "5:6"):
         with pytest.raises(ValidationError, match="job ids are whole numbers or an array's tasks"):
             stored({"afterok": [bad]})
+
+
+def test_a_tag_longer_than_the_store_keeps_is_refused_but_a_stored_one_is_still_read() -> None:
+    """job_tags.tag holds MAX_TAG characters, indexed (PostgreSQL refuses a btree entry of more
+    than about 2,700 bytes)."""
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["x"], "tags": ["web", "t" * (MAX_TAG + 1)]})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("tags",)
+    assert error["msg"] == f"Value error, a tag has at most {MAX_TAG} characters, not {MAX_TAG + 1}"
+    assert JobRequest.stored({"command": ["x"], "tags": ["t" * 300]}).tags == ["t" * 300]
+    assert getattr(schema.job_tags.c.tag.type, "length", None) == MAX_TAG

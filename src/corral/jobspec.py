@@ -37,6 +37,9 @@ MAX_NAME = 200
 # The longest user a job names: a user's name (corral users add), as jobs.user_name keeps it, by
 # which a user's open jobs are counted at each submission (policy.users.max_submitted_jobs).
 MAX_USER = 64
+# The longest tag: job_tags.tag keeps each, indexed, by which `corral jobs --tag` finds a tag's jobs
+# (a btree entry has a size limit on PostgreSQL: about 2,700 bytes).
+MAX_TAG = 200
 # What exec takes on Linux, where the agent starts a job: one argument or NAME=value of at most
 # MAX_ARG_STRLEN (32 pages), and all of them, with the node's own variables, within ARG_MAX (2 MiB
 # under the usual 8 MiB stack limit). A job past either is refused at submission, where it was
@@ -360,6 +363,8 @@ class JobRequest(BaseModel):
         for tag in value:
             if not tag.strip() and not (info.context and info.context.get("stored")):
                 raise ValueError(f"a tag must have a name, not {tag!r}")
+            if len(tag) > MAX_TAG and not (info.context and info.context.get("stored")):
+                raise ValueError(f"a tag has at most {MAX_TAG} characters, not {len(tag)}")
         return value
 
     @field_validator("traits", "forbidden_traits")

@@ -19,9 +19,9 @@ from sqlalchemy import create_engine, event, inspect, text
 
 from corral.config import Config
 from corral.core.snapshot import Decisions
-from corral.jobspec import JobRequest
+from corral.jobspec import MAX_TAG, JobRequest
 from corral.loop import LiveLoop, PassReport
-from corral.store import Store
+from corral.store import JobFilter, Store
 from corral.store.migrate import BrokenForeignKeys, OlderDispatchersRun, Starter, alembic_config, upgrade
 from corral.store.schema import metadata
 
@@ -120,6 +120,37 @@ def test_upgrade_from_0002_keeps_the_jobs_there_and_none_is_held(empty_store: St
     [job] = empty_store.load_snapshot("d1", [], NOW).jobs
     assert not job.held and job.on_node_failure is None
     assert empty_store.hold(row["id"], NOW)["changed"] and empty_store.job_row(row["id"])["held"] is True
+
+
+def test_upgrade_to_0020_finds_the_jobs_of_each_tag_stored_before(empty_store: Store) -> None:
+    """0020 fills job_tags from each stored job's spec: `corral jobs --tag` reads it since. A tag
+    named twice is one row; a tag longer than the store keeps now (submission refuses it since) is
+    found by its first MAX_TAG characters; a spec without tags, or with null, has none."""
+    upgrade(empty_store.engine, "0019")
+    long_tag = "t" * (MAX_TAG + 50)
+    stored_tags: list[list[str] | None] = [["web", "nightly", "web"], [long_tag], [], None]
+    with empty_store.engine.begin() as conn:
+        for tags in stored_tags:
+            spec = JobRequest(command=["echo", "old"]).model_dump(mode="json") | {"tags": tags}
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (name, state, priority, spec, user_name, submitted_at, temp_failures,"
+                    " perm_failures, attempt_count, wait_reason, unplaceable, cancel_requested, updated_at)"
+                    " VALUES ('old', 'queued', 1, :spec, '', :now, 0, 0, 0, '', false, false, :now)"
+                ),
+                {"spec": json.dumps(spec), "now": NOW},
+            )
+        del spec["tags"]  # (as a spec stored by a corral older than tags)
+        conn.execute(text("UPDATE jobs SET spec = :spec WHERE id = 4"), {"spec": json.dumps(spec)})
+    empty_store.migrate()
+
+    def tagged(tag: str) -> list[int]:
+        return [row["id"] for row in empty_store.list_job_rows(picked=JobFilter(tag=tag))]
+
+    assert (tagged("web"), tagged("nightly"), tagged(long_tag[:MAX_TAG]), tagged(long_tag)) == ([1], [1], [2], [])
+    assert count_rows(empty_store, "job_tags") == 3
+    assert empty_store.submit([JobRequest(command=["new"], tags=["web"])], NOW) == [5]
+    assert tagged("web") == [1, 5]
 
 
 MIGRATE_WHEN_TOLD = """

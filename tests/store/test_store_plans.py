@@ -175,3 +175,18 @@ def test_listing_the_jobs_of_a_name_reads_the_name_index_not_every_job(store: St
     assert len(ids) == 20 and ids == sorted(ids) and {row["name"] for row in named} == {"run-7"}
     assert ids[-1] - ids[0] == 19 * 1000  # one job of the name in each thousand
     assert [row["id"] for row in page_before] == ids[-10:-5]
+
+
+def test_listing_the_jobs_of_a_tag_reads_the_tag_index_not_every_job(store: Store) -> None:
+    """`corral jobs --tag X` (and cancel --tag) read the tags in the spec of every job (json_each;
+    PostgreSQL cast each spec's tags to jsonb): 1.7 s at 400,000 jobs on PostgreSQL. A job's tags
+    are rows of job_tags, written at submission (a tag given twice, once), found by ix_job_tags_tag."""
+    store.submit([JobRequest(command=["true"], tags=[f"batch-{i % 500}", "all", "all"]) for i in range(10_000)], NOW)
+    analyze(store, "jobs", "job_tags")
+    with plans_of(store, "SELECT") as plans:
+        tagged = store.list_job_rows(picked=JobFilter(tag="batch-7"))
+    assert plans and not [plan for plan in plans if scans_whole(plan, "jobs")], plans
+    assert not [plan for plan in plans if scans_whole(plan, "job_tags")], plans
+    ids = [row["id"] for row in tagged]
+    assert len(ids) == 20 and ids[-1] - ids[0] == 19 * 500
+    assert len(store.list_job_rows(limit=100_000, picked=JobFilter(tag="all"))) == 10_000

@@ -15,7 +15,7 @@ from corral.loop import ControlLoop
 from corral.retention import Retention
 from corral.server.logstore import LogStore
 from corral.sim.settings import SimSettings
-from corral.store import NotFound, Store
+from corral.store import JobFilter, NotFound, Store
 
 from .storekit import NOW, add_node, after_exit, claim, count_rows, request, submit
 
@@ -81,6 +81,18 @@ def test_ended_jobs_past_jobs_after_go_with_their_attempts_and_output_and_the_re
     assert logs.job_ids() == [recent]
     [purged] = store.list_events(kind="store.purged")
     assert purged["message"].startswith(f"2 ended jobs ({old_ok} to {old_failed}), ended before ")
+
+
+def test_a_jobs_tags_go_with_it_and_those_of_the_jobs_kept_still_find_them(store: Store, tmp_path: Path) -> None:
+    """A job's tags are rows of their own (job_tags, by which `corral jobs --tag` finds its jobs):
+    deleted with the job, none left naming a job that is gone."""
+    add_node(store, "n1")
+    old, kept = submit(store, 2, tags=["nightly", "db"])
+    run_to_end(store, old, NOW)
+    sweep(store, LogStore(tmp_path / "logs"), NOW + 91 * DAY, jobs_after="90d")
+    assert gone(store, old)
+    assert [row["id"] for row in store.list_job_rows(picked=JobFilter(tag="nightly"))] == [kept]
+    assert count_rows(store, "job_tags") == 2
 
 
 def test_a_job_an_open_job_depends_on_is_kept_until_its_dependent_ends(store: Store, tmp_path: Path) -> None:

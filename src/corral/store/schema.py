@@ -21,7 +21,7 @@ from sqlalchemy import (
     false,
 )
 
-from corral.jobspec import MAX_NAME, MAX_USER
+from corral.jobspec import MAX_NAME, MAX_TAG, MAX_USER
 
 metadata = MetaData()
 
@@ -87,6 +87,17 @@ job_dependencies = Table(
     Column("kind", String(16), primary_key=True),  # after, afterany, afterok, afternotok
     Column("depends_on", Integer, ForeignKey("jobs.id"), primary_key=True),
     Index("ix_job_dependencies_depends_on", "depends_on"),
+)
+
+# A job's tags (its spec's `tags`, which no update changes), one row each, written with the job and
+# deleted with it: `corral jobs --tag` (and cancel --tag) finds a tag's jobs off the index, where it
+# read the tags in the spec of every job (1.7 s at 400,000 on PostgreSQL; 0020).
+job_tags = Table(
+    "job_tags",
+    metadata,
+    Column("job_id", Integer, ForeignKey("jobs.id"), primary_key=True),
+    Column("tag", String(MAX_TAG), primary_key=True),
+    Index("ix_job_tags_tag", "tag", "job_id"),
 )
 
 attempts = Table(

@@ -61,7 +61,6 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -882,6 +881,13 @@ class Store:
                         if row["array_task_id"] is not None
                     ],
                 )
+            tags = [
+                {"job_id": job_id, "tag": tag}
+                for job_id, place in zip(ids, owners, strict=True)
+                for tag in dict.fromkeys(requests[place].tags)  # (a tag given twice is one row)
+            ]
+            if tags:
+                conn.execute(insert(schema.job_tags), tags)
             if dependencies:
                 conn.execute(
                     insert(schema.job_dependencies),
@@ -1022,7 +1028,7 @@ class Store:
         if states:
             picked = dataclasses.replace(picked, states=tuple(states))
         with self.read() as conn:
-            query = select(J, _LATEST_REF, *_LATEST_END).where(*picked.clauses(conn.dialect.name))
+            query = select(J, _LATEST_REF, *_LATEST_END).where(*picked.clauses())
             if before is not None:
                 query = query.where(J.c.id < before)
             query = query.order_by(J.c.id.desc()).limit(limit)
@@ -1149,7 +1155,7 @@ class Store:
                 conn,
                 J.c.state.not_in(TERMINAL_JOB_STATES),
                 J.c.cancel_requested.is_(False),
-                *picked.clauses(conn.dialect.name),
+                *picked.clauses(),
             )
             for chunk in _chunks(ids):
                 conn.execute(update(J).where(J.c.id.in_(chunk)).values(cancel_requested=True, updated_at=now))
@@ -2717,6 +2723,7 @@ class Store:
                 return [], last_seen
             conn.execute(delete(D).where(or_(D.c.job_id.in_(ids), D.c.depends_on.in_(ids))))
             conn.execute(delete(A).where(A.c.job_id.in_(ids)))
+            conn.execute(delete(schema.job_tags).where(schema.job_tags.c.job_id.in_(ids)))
             conn.execute(delete(J).where(J.c.id.in_(ids)))
             self._event(
                 conn,
@@ -2981,8 +2988,8 @@ class JobFilter:
             parts.append(f"array {self.array}")
         return ", ".join(parts)
 
-    def clauses(self, dialect: str) -> list[Any]:
-        """The WHERE clauses, for the database `dialect` (tags are a JSON list inside the spec)."""
+    def clauses(self) -> list[Any]:
+        """The WHERE clauses."""
         clauses: list[Any] = []
         if self.states:
             clauses.append(J.c.state.in_(self.states))
@@ -2993,11 +3000,8 @@ class JobFilter:
         if self.array is not None:
             clauses.append(J.c.array_job_id == self.array)
         if self.tag is not None:
-            if dialect == "postgresql":
-                clauses.append(cast(J.c.spec["tags"], JSONB).contains([self.tag]))
-            else:
-                tags = func.json_each(J.c.spec, "$.tags").table_valued("value")
-                clauses.append(exists(select(literal(1)).select_from(tags).where(tags.c.value == self.tag)))
+            T = schema.job_tags
+            clauses.append(J.c.id.in_(select(T.c.job_id).where(T.c.tag == self.tag)))
         return clauses
 
 
