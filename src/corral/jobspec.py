@@ -169,6 +169,11 @@ class LocalitySpec(BaseModel):
     level: Literal["server", "rack"] = "server"
 
 
+def _at_most(what: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise ValueError(f"a {what} has at most {limit} characters, not {len(value)}")
+
+
 class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -332,20 +337,13 @@ class JobRequest(BaseModel):
                 raise ValueError(f"{name}: a value has no NUL byte")
         return value
 
-    @field_validator("name")
+    @field_validator("name", "user")
     @classmethod
-    def _name_fits(cls, value: str, info: ValidationInfo) -> str:
-        # A job stored before names were checked (SQLite kept a longer one) still loads.
-        if len(value) > MAX_NAME and not (info.context and info.context.get("stored")):
-            raise ValueError(f"a name has at most {MAX_NAME} characters, not {len(value)}")
-        return value
-
-    @field_validator("user")
-    @classmethod
-    def _user_fits(cls, value: str, info: ValidationInfo) -> str:
-        # A job stored before users were checked still loads (its jobs.user_name is cut to fit).
-        if len(value) > MAX_USER and not (info.context and info.context.get("stored")):
-            raise ValueError(f"a user has at most {MAX_USER} characters, not {len(value)}")
+    def _fits(cls, value: str, info: ValidationInfo) -> str:
+        # A job stored before these were checked still loads (SQLite kept a longer name; a longer
+        # user's jobs.user_name was cut to fit by migration 0019).
+        if not (info.context and info.context.get("stored")):
+            _at_most(info.field_name or "", value, MAX_NAME if info.field_name == "name" else MAX_USER)
         return value
 
     @field_validator("image")
@@ -363,8 +361,8 @@ class JobRequest(BaseModel):
         for tag in value:
             if not tag.strip() and not (info.context and info.context.get("stored")):
                 raise ValueError(f"a tag must have a name, not {tag!r}")
-            if len(tag) > MAX_TAG and not (info.context and info.context.get("stored")):
-                raise ValueError(f"a tag has at most {MAX_TAG} characters, not {len(tag)}")
+            if not (info.context and info.context.get("stored")):
+                _at_most("tag", tag, MAX_TAG)
         return value
 
     @field_validator("traits", "forbidden_traits")
