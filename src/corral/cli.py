@@ -659,6 +659,16 @@ def submit(
         str | None,
         typer.Option(help="Run the command in this container image (podman or docker on the node: [containers])."),
     ] = None,
+    chdir: Annotated[
+        str | None,
+        typer.Option(
+            "--chdir",
+            "-D",
+            metavar="DIR",
+            help="Run the command in this directory on the node, an absolute path (as sbatch's; e.g. on a shared"
+            " file system). Default: the attempt's own directory.",
+        ),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")] = None,
     vcpus: Annotated[float, typer.Option(help="vCPUs per node.")] = 1.0,
     ram: Annotated[str, typer.Option(help="RAM per node, e.g. 512MiB, 4GiB.")] = "1GiB",
@@ -825,6 +835,8 @@ def submit(
         }
         if image is not None:
             fields["image"] = image
+        if chdir is not None:
+            fields["chdir"] = chdir
         if not_before:
             fields["not_before"] = _start_time(not_before)
         if time_limit:
@@ -881,8 +893,9 @@ def submit(
 
 def _warn_of_relative_programs(requests: list[JobRequest]) -> None:
     """`corral submit ./step`, as one types `sbatch ./step`, queued a job that could only end with
-    exit 127: the command runs in its attempt's own directory on the node, where no ./step is."""
-    relative = {r.command[0] for r in requests if r.image is None and "/" in r.command[0]}
+    exit 127: the command runs in its attempt's own directory on the node, where no ./step is (a job
+    with --chdir finds it in that directory, as `sbatch -D DIR` does)."""
+    relative = {r.command[0] for r in requests if r.image is None and r.chdir is None and "/" in r.command[0]}
     for program in sorted(p for p in relative if not p.startswith("/")):
         here = Path(program)
         hint = f"give its full path ({here.resolve()})" if here.exists() else "give its full path"
@@ -1080,6 +1093,8 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
     console.print(f"  command    {' '.join(j['command'])}", highlight=False)
     if j.get("image"):
         console.print(f"  image      {j['image']}", highlight=False)
+    if j.get("chdir"):
+        console.print(f"  chdir      {j['chdir']}", highlight=False)
     console.print(f"  resources  {resources_text(j['resources'], j['nodes'])}")
     console.print(
         f"  submitted  {when(j['submitted_at'])}   started {when(j['started_at'])}   finished {when(j['finished_at'])}"

@@ -181,6 +181,11 @@ class JobRequest(BaseModel):
     image: str | None = Field(
         None, description="a container image to run the command in ([containers]: podman or docker); none: on the node"
     )
+    chdir: str | None = Field(
+        None,
+        description="the directory the command runs in, an absolute path on the node (sbatch --chdir, e.g. a shared"
+        " file system's); none: the attempt's own directory under the agent's work dir",
+    )
     name: str = ""
     env: dict[str, str] = Field(default_factory=dict)
     vcpus: Float = Field(1.0, gt=0)
@@ -312,6 +317,7 @@ class JobRequest(BaseModel):
             "user": [self.user],
             "min_platform": [self.min_platform or ""],
             "image": [self.image or ""],
+            "chdir": [self.chdir or ""],
             "dependency": [self.dependency or ""],
             "array": [self.array or ""],
             "locality": [*self.locality.near, *self.locality.far] if self.locality is not None else [],
@@ -352,6 +358,16 @@ class JobRequest(BaseModel):
         # The engine would read a leading '-' as an option, and a name with spaces is none.
         if value is not None and (not value or value.startswith("-") or any(c.isspace() or c == "\0" for c in value)):
             raise ValueError(f"not an image name: {value!r} (e.g. docker.io/library/python:3.12)")
+        return value
+
+    @field_validator("chdir")
+    @classmethod
+    def _an_absolute_directory(cls, value: str | None) -> str | None:
+        # A relative path would be read from a directory the user never sees (the attempt's own, or
+        # corral's Slurm work dir), not from where `corral submit` ran: refused, as a path that
+        # could only be wrong on the node.
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"not an absolute path: {value!r} (the directory on the node, e.g. /shared/project/run42)")
         return value
 
     @field_validator("tags")
@@ -419,6 +435,7 @@ class JobRequest(BaseModel):
             resources=Resources(self.vcpus, self.ram, self.scratch, self.gpus),
             name=self.name,
             env=dict(self.env),
+            chdir=self.chdir,
             node_count=self.nodes,
             priority=self.priority,
             not_before=self.not_before,

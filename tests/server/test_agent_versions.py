@@ -1,6 +1,8 @@
 """Agents of another corral version than the server's (after an upgrade with --keep-fleet, or an AMI
 baked with an older corral): each tells its version and agent protocol at pairing and resuming, the
-server records the version (`corral nodes`), and refuses a protocol it does not speak, naming both."""
+server records the version (`corral nodes`), and refuses a protocol it does not speak, naming both;
+an agent that does not say it knows a work item's field an older agent would ignore (chdir) is not
+given a job that uses it."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,8 @@ import pytest
 
 import corral
 import corral.server.agent_api
-from corral.core.model import InstanceType
+from corral.core.model import InstanceType, Resources
+from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.server.cli import corral as corral_cli
 from tests.server.cli import corral_json
@@ -99,3 +103,32 @@ def test_a_real_agent_refused_for_its_protocol_exits_2_saying_why(
         f" {corral.__version__}) speaks agent protocol 2: run an agent of a corral that speaks it (docs/agent.md,"
         " Versions); exiting"
     ) in said, done.stderr
+
+
+def test_a_job_with_chdir_is_not_given_to_an_agent_that_does_not_know_the_field(served: tuple[str, Store]) -> None:
+    """An agent of a corral before `chdir` would ignore the field and run the job in its own
+    directory: the server gives it no such attempt, ends it as a temporary failure naming the field
+    and the agent's version, and gives the retry to an agent that says it knows the field."""
+    url, store = served
+    old = pair(url, "n-old", booting(store, "n-old"), agent_version="0.0.9", protocol=1).json()["secret"]
+    new = pair(url, "n-new", booting(store, "n-new"), agent_version=corral.__version__, protocol=1).json()["secret"]
+    plain, placed = store.submit([JobRequest(command=["pwd"]), JobRequest(command=["pwd"], chdir="/shared/run42")], 0.0)
+    for job_id in (plain, placed):
+        assert store.claim(job_id, "d1", ["n-old"], Resources(1, 512), time.time()) is not None
+
+    given = httpx.get(f"{url}/api/agent/work?wait=0", headers={"Authorization": f"Bearer {old}"}).json()["attempts"]
+    assert [(a["job_id"], a["chdir"]) for a in given] == [(plain, None)]  # the plain job runs as ever
+    job = store.job_row(placed)
+    assert job is not None and job["state"] == "queued" and job["temp_failures"] == 1
+    said = (
+        "the agent on node n-old (corral 0.0.9) does not know chdir, which the job uses and which it would ignore:"
+        " upgrade the node's agent (docs/agent.md, Versions)"
+    )
+    assert job["wait_reason"].startswith(said)
+    assert [e["message"] for e in store.list_events(job_id=placed, kind="job.requeued")] == [job["wait_reason"]]
+
+    # Placed again, on a node whose agent knows the field (the claim takes it as the back-off ends).
+    assert store.claim(placed, "d1", ["n-new"], Resources(1, 512), time.time()) is not None
+    headers = {"Authorization": f"Bearer {new}"}
+    given = httpx.get(f"{url}/api/agent/work", params={"wait": 0, "knows": ["chdir"]}, headers=headers).json()
+    assert [(a["job_id"], a["chdir"]) for a in given["attempts"]] == [(placed, "/shared/run42")]

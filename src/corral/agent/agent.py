@@ -512,6 +512,8 @@ class Agent:
                 }
                 if attempt.timed_out:
                     finish["timed_out"] = True
+                if attempt.failure:
+                    finish["reason"] = attempt.failure
                 out.append(finish)
         return out
 
@@ -764,7 +766,9 @@ class Agent:
     def report_finished(self, attempt: Attempt) -> None:
         assert attempt.exit_code is not None and attempt.finished_at is not None
         try:
-            self.client.finished(attempt.attempt_id, attempt.exit_code, attempt.finished_at, attempt.timed_out)
+            self.client.finished(
+                attempt.attempt_id, attempt.exit_code, attempt.finished_at, attempt.timed_out, reason=attempt.failure
+            )
         except Rejected as exc:
             logs.warning("the server refused a finish; dropping it", attempt_id=attempt.attempt_id, error=str(exc))
         else:

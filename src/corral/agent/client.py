@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from corral import AGENT_KNOWS
+
 
 class Unreachable(Exception):
     """A connection error, a timeout or a 5xx: the server may be starting or restarting."""
@@ -116,7 +118,8 @@ class AgentClient:
         return data if isinstance(data, dict) else {}
 
     def work(self, wait: float) -> list[Any]:
-        data = self.request("GET", "/api/agent/work", params={"wait": wait}, timeout=wait + self.timeout)
+        params = {"wait": wait, "knows": list(AGENT_KNOWS)}  # (an older server ignores `knows`)
+        data = self.request("GET", "/api/agent/work", params=params, timeout=wait + self.timeout)
         attempts = data.get("attempts") if isinstance(data, dict) else None
         return attempts if isinstance(attempts, list) else []
 
@@ -128,9 +131,17 @@ class AgentClient:
         self.request("POST", f"/api/agent/attempts/{attempt_id}/log", params={"offset": offset}, content=chunk)
 
     def finished(
-        self, attempt_id: int, exit_code: int, finished_at: float, timed_out: bool = False, timeout: float | None = None
+        self,
+        attempt_id: int,
+        exit_code: int,
+        finished_at: float,
+        timed_out: bool = False,
+        timeout: float | None = None,
+        reason: str = "",
     ) -> None:
         body: dict[str, Any] = {"exit_code": exit_code, "finished_at": finished_at}
         if timed_out:
             body["timed_out"] = True  # ended at its time limit by the agent itself
+        if reason:
+            body["reason"] = reason  # why the command never ran (an older server ignores it)
         self.request("POST", f"/api/agent/attempts/{attempt_id}/finished", json=body, timeout=timeout)

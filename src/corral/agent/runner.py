@@ -28,6 +28,9 @@ AGENT_SECRET_VARS = frozenset({"CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET"})
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_EXECUTE = 126
+# The directory a job asks to run in (chdir) cannot be entered: exit 1, as a shell's failed `cd`,
+# and as corral's Slurm batch script ends then.
+EXIT_CHDIR_FAILED = 1
 
 # WORK_DIR/running/<attempt id>.json: an attempt while it runs (its spec, its keeper's pid, its
 # container), and <attempt id>.status, how its command ended (corral.agent.keeper), so that an agent
@@ -53,6 +56,8 @@ class AttemptSpec:
     # Seconds of run after which corral ends it (None: never); the agent ends it itself if the
     # server has not, a little later (see Agent.limit_slack).
     time_limit: float | None = None
+    # The directory the command runs in (None: the attempt's own, WORK_DIR/attempts/<id>).
+    chdir: str | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> AttemptSpec:
@@ -81,6 +86,9 @@ class AttemptSpec:
         if image is not None and (not isinstance(image, str) or not image):
             raise BadAttempt(f"attempt.image: must be an image name (got {image!r})")
         time_limit = run_limit(data.get("time_limit"), "attempt.time_limit")
+        chdir = data.get("chdir")
+        if chdir is not None and (not isinstance(chdir, str) or not chdir.startswith("/")):
+            raise BadAttempt(f"attempt.chdir: must be an absolute path (got {chdir!r})")
         return cls(
             need("attempt_id", int),
             need("job_id", int),
@@ -90,6 +98,7 @@ class AttemptSpec:
             resources,
             image,
             time_limit,
+            chdir,
         )
 
 
@@ -104,6 +113,7 @@ def spec_json(spec: AttemptSpec) -> dict[str, Any]:
         "resources": spec.resources,
         "image": spec.image,
         "time_limit": spec.time_limit,
+        "chdir": spec.chdir,
     }
 
 
@@ -182,6 +192,9 @@ class Attempt:
     # killed: the one its run record gives, for a run an earlier agent started.
     container_name: str | None = None
     adopted: bool = False  # started by an earlier agent in this work dir, re-adopted by this one
+    # Why the command never ran, where the exit code alone does not say it (a directory it could not
+    # enter): reported with the exit, for the job's reason.
+    failure: str = ""
 
     @property
     def attempt_id(self) -> int:
@@ -258,7 +271,8 @@ class Runner:
             raise FileNotFoundError(2, "no container engine given to this agent ([containers] in the config)")
         names = self.job_environment(spec)
         node_id = self.node_of(spec)
-        return container.run_argv(self.engine, self.container_name(spec), spec.image, spec.command, cwd, names, node_id)
+        name = self.container_name(spec)
+        return container.run_argv(self.engine, name, spec.image, spec.command, cwd, names, node_id)
 
     @staticmethod
     def node_of(spec: AttemptSpec) -> str | None:
@@ -270,9 +284,11 @@ class Runner:
 
     def start(self, spec: AttemptSpec, now: float | None = None) -> Attempt | None:
         """Start the attempt's command; None once the runner is closed (the agent is exiting). A
-        command that cannot be started yields an attempt that has already exited with 127 or 126."""
-        cwd = self.work_dir / "attempts" / str(spec.attempt_id)
-        cwd.mkdir(parents=True, exist_ok=True)
+        command that cannot be started yields an attempt that has already exited with 127 or 126,
+        and one whose directory (chdir) cannot be entered one that has exited with 1."""
+        own_dir = self.work_dir / "attempts" / str(spec.attempt_id)
+        own_dir.mkdir(parents=True, exist_ok=True)
+        cwd = Path(spec.chdir) if spec.chdir is not None else own_dir
         log_path = self.work_dir / "logs" / f"{spec.attempt_id}.log"
         with self.lock:
             if self.closed:
@@ -297,6 +313,23 @@ class Runner:
                     )
                 except (OSError, ValueError) as exc:
                     self._record_path(spec.attempt_id).unlink(missing_ok=True)  # it never ran
+                    if spec.chdir is not None and str(getattr(exc, "filename", None)) == str(cwd):
+                        # The keeper could not enter the job's directory (missing on this node, not a
+                        # directory, no permission): the job's own request failed, as a missing
+                        # program does, and it fails, where Slurm would run it in /tmp instead.
+                        why = getattr(exc, "strerror", None) or exc
+                        out.write(f"corral-agent: chdir to {spec.chdir} failed: {why}\n".encode(errors="replace"))
+                        attempt = Attempt(
+                            spec,
+                            log_path,
+                            None,
+                            started_at,
+                            exit_code=EXIT_CHDIR_FAILED,
+                            finished_at=time.time(),
+                            failure=f"chdir to {spec.chdir} failed: {why}",
+                        )
+                        self.attempts[spec.attempt_id] = attempt
+                        return attempt
                     # ValueError: what no exec takes (an '=' in a variable's name, a NUL byte), which
                     # a job stored before submission refused them may still hold: this attempt
                     # fails, not the agent's work loop (and with it the node).

@@ -85,21 +85,23 @@ def on_request(job: Job, attempt_ids: tuple[int, ...] = ()) -> JobOutcome | None
     return None
 
 
-def after_exit(job: Job, exit_code: int, attempt_ids: tuple[int, ...] = ()) -> JobOutcome:
+def after_exit(job: Job, exit_code: int, attempt_ids: tuple[int, ...] = (), detail: str = "") -> JobOutcome:
+    """`detail`: what the node said of the exit, for the reason (the agent's "chdir to /x failed: ...")."""
+    ended = f"exit {exit_code}" + (f" ({detail})" if detail else "")
     if exit_code == 0:
-        return JobOutcome(job.id, JobState.COMPLETE, "exit 0", attempt_ids, exit_code=0)
+        return JobOutcome(job.id, JobState.COMPLETE, ended, attempt_ids, exit_code=0)
     if job.cancel_requested or job.priority == 0:
         return JobOutcome(job.id, JobState.CANCELLED, "cancelled", attempt_ids, exit_code=exit_code)
     if job.perm_failures < job.max_retries:
         return JobOutcome(
             job.id,
             JobState.QUEUED,
-            f"exit {exit_code}; retry {job.perm_failures + 1}/{job.max_retries}",
+            f"{ended}; retry {job.perm_failures + 1}/{job.max_retries}",
             attempt_ids,
             perm_failure=True,
             exit_code=exit_code,
         )
-    return JobOutcome(job.id, JobState.FAILED, f"exit {exit_code}", attempt_ids, perm_failure=True, exit_code=exit_code)
+    return JobOutcome(job.id, JobState.FAILED, ended, attempt_ids, perm_failure=True, exit_code=exit_code)
 
 
 def after_timeout(job: Job, limit: float | None, attempt_ids: tuple[int, ...] = (), detail: str = "") -> JobOutcome:

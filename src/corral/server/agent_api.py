@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from corral import AGENT_PROTOCOLS_SPOKEN, __version__
+from corral import AGENT_KNOWS, AGENT_PROTOCOLS_SPOKEN, __version__
 from corral.core import capacity, categories, drain, health, listing, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
@@ -37,6 +37,7 @@ from corral.server.models import (
     error_responses,
 )
 from corral.store import NotFound
+from corral.store.store import WorkItem
 
 router = APIRouter(prefix="/api/agent", responses=error_responses(400, 401, 403, 404, 409, 413, 422))
 log = logging.getLogger("corral.server")
@@ -195,6 +196,7 @@ def finish_attempt(
     exit_code: int,
     finished_at: float | None,
     timed_out: bool = False,
+    reason: str = "",
 ) -> None:
     """Record an exit, at the time the agent saw it, and let the core say what it means for the
     job (complete, retry, failed; TIMEOUT when the agent ended it at its time limit)."""
@@ -203,7 +205,7 @@ def finish_attempt(
         if timed_out:
             said = f"ended by the agent on {node_id}, the server not having ended it in time"
             return retry.after_timeout(job, job.time_limit, (attempt_id,), said)
-        return retry.after_exit(job, exit_code, (attempt_id,))
+        return retry.after_exit(job, exit_code, (attempt_id,), reason)
 
     if runtime.store.finish_attempt(attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at):
         runtime.forget_attempt(attempt_id)
@@ -226,7 +228,13 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
     acked = []
     for finished in body.finished:
         finish_attempt(
-            runtime, node_id, finished.attempt_id, finished.exit_code, finished.finished_at, finished.timed_out
+            runtime,
+            node_id,
+            finished.attempt_id,
+            finished.exit_code,
+            finished.finished_at,
+            finished.timed_out,
+            finished.reason,
         )
         acked.append(finished.attempt_id)
     for attempt_id in body.running:
@@ -278,14 +286,55 @@ def end_unlisted(runtime: Runtime, node_id: str, running: list[int], listed: set
     return ended
 
 
+def unknown_fields(item: WorkItem) -> list[str]:
+    """The fields of AGENT_KNOWS that the work item uses."""
+    return [name for name in AGENT_KNOWS if getattr(item, name) is not None]
+
+
+def work_it_knows(runtime: Runtime, node: dict[str, Any], knows: set[str]) -> list[WorkItem]:
+    """The node's work that its agent can run as the jobs ask. An attempt using a field that the
+    agent did not say it knows (an agent of an older corral, which would ignore it: run a --chdir job
+    in its own directory) is not given out: it ends as a temporary failure of the node's, naming the
+    field, and the job is retried with back-off, on a node whose agent knows it if there is one."""
+    node_id = node["id"]
+    items = runtime.store.work_for(node_id)
+    runnable = []
+    now = time.time()
+    for item in items:
+        missing = [name for name in unknown_fields(item) if name not in knows]
+        if not missing:
+            runnable.append(item)
+            continue
+        said = (
+            f"the agent on node {node_id} (corral {node.get('agent_version') or 'unknown'}) does not know"
+            f" {', '.join(missing)}, which the job uses and which it would ignore: upgrade the node's agent"
+            " (docs/agent.md, Versions)"
+        )
+
+        def outcome_of(job: Job, said: str = said, attempt_id: int = item.attempt_id) -> JobOutcome:
+            return retry.after_temp_failure(job, now, runtime.config.policy.retry, said, (attempt_id,))
+
+        if runtime.store.end_unstartable(item.attempt_id, node_id, now, outcome_of):
+            log.warning("job %s: %s", item.job_id, said, extra={"node_id": node_id, "job_id": item.job_id})
+            runtime.wake()
+    return runnable
+
+
 @router.get("/work")
-async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, ge=0.0, le=60.0)) -> WorkOut:
+async def work(
+    node: AgentNode,
+    runtime: AnyRuntime,
+    wait: float = Query(20.0, ge=0.0, le=60.0),
+    knows: list[str] = Query([], max_length=100),
+) -> WorkOut:
+    """`knows`: the fields of AGENT_KNOWS that the agent acts on (none: an agent of a corral before them)."""
     node_id = node["id"]
     event = runtime.node_event(node_id)
     deadline = asyncio.get_running_loop().time() + wait
+    known = set(knows)
     while True:
         event.clear()
-        items = await asyncio.to_thread(runtime.store.work_for, node_id)
+        items = await asyncio.to_thread(work_it_knows, runtime, node, known)
         remaining = deadline - asyncio.get_running_loop().time()
         if items or remaining <= 0 or runtime.stopping:
             break
@@ -300,6 +349,7 @@ async def work(node: AgentNode, runtime: AnyRuntime, wait: float = Query(20.0, g
                 job_id=i.job_id,
                 command=i.command,
                 image=i.image,
+                chdir=i.chdir,
                 env=i.env,
                 node_ids=i.node_ids,
                 resources=ResourcesOut(
@@ -358,5 +408,5 @@ async def log_chunk(
 
 @router.post("/attempts/{attempt_id}/finished")
 def finished(attempt_id: AttemptId, body: FinishedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
-    finish_attempt(runtime, node["id"], attempt_id, body.exit_code, body.finished_at, body.timed_out)
+    finish_attempt(runtime, node["id"], attempt_id, body.exit_code, body.finished_at, body.timed_out, body.reason)
     return {"ok": True}

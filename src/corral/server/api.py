@@ -215,6 +215,7 @@ def job_out(
         max_retries=spec.get("max_retries") or 0,
         command=list(spec["command"]),
         image=spec.get("image"),
+        chdir=spec.get("chdir"),
         resources=ResourcesOut(
             vcpus=spec["vcpus"], ram_mib=spec["ram"], scratch_mib=spec["scratch"], gpus=spec["gpus"]
         ),

@@ -351,6 +351,7 @@ class JobOut(BaseModel):
     nodes: int
     submitted_at: float
     image: str | None = None  # the container image the command runs in
+    chdir: str | None = None  # the directory the command runs in on the node (None: the attempt's own)
     started_at: float | None
     finished_at: float | None
     wait_reason: str  # why a queued job waits; why an ended job ended (Slurm's Reason)
@@ -581,12 +582,17 @@ class UsedIn(Inbound):
     ram_mib: DbInt = 0
 
 
+MAX_EXIT_REASON = 5000  # characters of an agent's word on an exit (a path is at most 4096 bytes)
+
+
 class FinishedIn(Inbound):
     attempt_id: DbInt
     exit_code: DbInt
     finished_at: Float | None = None
     # The agent ended it at its time limit itself (the server was not there to): a TIMEOUT.
     timed_out: bool = False
+    # Why the command never ran, as the agent saw it ("chdir to /x failed: ..."): for the job's reason.
+    reason: str = Field("", max_length=MAX_EXIT_REASON)
 
 
 class InterruptionIn(Inbound):
@@ -630,6 +636,7 @@ class FinishedBody(Inbound):
     exit_code: DbInt
     finished_at: Float | None = None
     timed_out: bool = False  # as FinishedIn's
+    reason: str = Field("", max_length=MAX_EXIT_REASON)  # as FinishedIn's
 
 
 class WorkItemOut(BaseModel):
@@ -637,6 +644,9 @@ class WorkItemOut(BaseModel):
     job_id: int
     command: list[str]
     image: str | None = None  # run the command in this container image
+    # Run the command in this directory (None: the attempt's own). Only to an agent that says it
+    # knows the field (the work request's `knows`): an older one would run the job elsewhere.
+    chdir: str | None = None
     env: dict[str, str]
     node_ids: list[str]
     resources: ResourcesOut

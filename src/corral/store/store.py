@@ -408,6 +408,7 @@ class WorkItem:
     resources: Resources
     image: str | None = None
     time_limit: float | None = None  # the job's, in seconds (None: none)
+    chdir: str | None = None  # the directory the command runs in (None: the attempt's own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1820,9 +1821,23 @@ class Store:
                     resources=Resources(row.vcpus, row.ram_mib, row.scratch_mib, row.gpus),
                     image=spec.get("image"),
                     time_limit=spec.get("time_limit"),
+                    chdir=spec.get("chdir"),
                 )
             )
         return items
+
+    def end_unstartable(
+        self, attempt_id: int, node_id: str, now: float, outcome_of: Callable[[Job], JobOutcome]
+    ) -> bool:
+        """An attempt placed on `node_id` that its agent cannot run as the job asks (an agent too
+        old for a field of the job's) ends before it is given out, as `outcome_of` says, in one
+        transaction. False if it is no longer waiting to be given out (it ended meanwhile)."""
+        with self.write() as conn:
+            attempt = self._lock_attempt(conn, attempt_id, node_id)
+            if attempt is None or attempt.state != AttemptState.ASSIGNED.value:
+                return False
+            row = conn.execute(select(J).where(J.c.id == attempt.job_id)).one()
+            return self._apply_outcome(conn, outcome_of(job_from_row(dict(row._mapping))), now)
 
     @staticmethod
     def _lock_attempt(conn: Connection, attempt_id: int, node_id: str) -> Row[Any] | None:
