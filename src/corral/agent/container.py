@@ -7,11 +7,12 @@ The container is removed when it ends (`--rm`) and named after the attempt, its 
 agent (name_of), so that a kill the engine's client does not pass on (SIGKILL of the client leaves
 the container running under the engine) can still reach it by name, and reach no other. It is
 labelled with its node (`corral-node=NODE`), so that what a dead agent left running under the
-engine can be found, and removed with its node. The attempt's directory is mounted at its own path
-and is the working directory, as for a plain process. The container sees only the job's own
-environment and corral's CORRAL_* variables, not the agent's: the image's PATH and HOME stay the
-image's. Values are passed by name (`--env NAME`, the engine reading the value from its own
-environment), so no value shows in the process list.
+engine can be found, and removed with its node. The job's working directory (its chdir, else the
+attempt's own directory) is mounted at its own path and is the container's working directory, as
+for a plain process: a job on a shared file system sees it at the path every node sees. The
+container sees only the job's own environment and corral's CORRAL_* variables, not the agent's:
+the image's PATH and HOME stay the image's. Values are passed by name (`--env NAME`, the engine
+reading the value from its own environment), so no value shows in the process list.
 """
 
 from __future__ import annotations
