@@ -526,3 +526,21 @@ def test_a_live_peers_attempts_are_neither_adopted_nor_released() -> None:
     snapshot = world(job, attempts=(attempt,), dispatchers=(Dispatcher("d-peer", NOW - 1),))
     decisions = plan(snapshot, {10: Seen(10, "77", "COMPLETED", 0)})
     assert not decisions.adoptions and not decisions.job_outcomes and not decisions.exits
+
+
+def test_an_exit_whose_script_could_not_enter_the_jobs_directory_names_it() -> None:
+    """slurmstepd runs a job whose --chdir it cannot enter in /tmp, and Slurm says FAILED 1:0; the
+    batch script, which ended it instead, says why in its status file, and the reason names the
+    directory as the agent's does."""
+    job = Job(id=1, command=["pwd"], chdir="/shared/run42")
+    failed = batch.ExitStatus(batch.CHDIR_FAILED_EXIT, "77", 100.0, 100.0, chdir_failed=True)
+    assert batch.chdir_failure(job, failed) == "chdir to /shared/run42 failed on its Slurm node"
+    outcome = batch.exit_outcome(job, 1, 10, batch.chdir_failure(job, failed))
+    assert (outcome.state, outcome.reason) == (
+        JobState.FAILED,
+        "exit 1 (chdir to /shared/run42 failed on its Slurm node)",
+    )
+    # The command's own exit 1, or a job without a directory: the exit alone.
+    assert batch.chdir_failure(job, dataclasses.replace(failed, chdir_failed=False)) == ""
+    assert batch.chdir_failure(job, None) == ""
+    assert batch.chdir_failure(dataclasses.replace(job, chdir=None), failed) == ""

@@ -91,6 +91,9 @@ def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
         ("exit=0 slurm_job=17 started= ended=\n", ExitStatus(0, "17")),  # a node whose date has no %s
         ("exit=143 slurm_job=17 started=1 ended=2 signal=TERM\n", ExitStatus(143, "17", 1, 2, signal="TERM")),
         ("exit=0 slurm_job=17 started=1 ended=2 signal=\n", ExitStatus(0, "17", 1, 2)),
+        # The job's directory (chdir) could not be entered: the command never ran.
+        ("exit=1 slurm_job=17 started=1 ended=1 signal= chdir=failed\n", ExitStatus(1, "17", 1, 1, chdir_failed=True)),
+        ("exit=3 slurm_job=17 started=1 ended=2 signal= chdir=\n", ExitStatus(3, "17", 1, 2)),
         ("", None),
         ("exit=x slurm_job=17 started= ended=", None),
         ("3\n", None),

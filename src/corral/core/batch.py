@@ -217,6 +217,8 @@ class ExitStatus:
     # The Slurm state that killed it, as slurmstepd said in the job's output (TIMEOUT, PREEMPTED,
     # NODE_FAIL, CANCELLED); "": not said (or not looked for).
     killed_as: str = ""
+    # The script could not enter the job's directory (its chdir) and never ran the command.
+    chdir_failed: bool = False
 
     def slurm_state(self, time_limit: float | None) -> str:
         """The Slurm state a job that left this file ended in, as squeue would have said while it
@@ -346,6 +348,19 @@ def end_time(observed: Seen, started: float, now: float) -> float:
 def slurm_limit(time_limit: float) -> float:
     """The time limit Slurm enforces for a job that asked `time_limit`: whole minutes, rounded up."""
     return math.ceil(time_limit / 60) * 60
+
+
+# corral's batch script's exit when it cannot enter the job's directory (as the agent's then).
+CHDIR_FAILED_EXIT = 1
+
+
+def chdir_failure(job: Job, status: ExitStatus | None) -> str:
+    """What an exit's detail says of a job whose batch script could not enter its directory (its
+    status file says so; Slurm itself, which would have run the job in /tmp, says FAILED): the
+    directory, as the agent names it; "" for any other exit."""
+    if job.chdir is None or status is None or not status.chdir_failed:
+        return ""
+    return f"chdir to {job.chdir} failed on its Slurm node"
 
 
 def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "", timeout: bool = False) -> JobOutcome:

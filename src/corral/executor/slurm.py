@@ -49,7 +49,10 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 # `signal=TERM`, so that a job Slurm killed is not taken for one that was never run. Why Slurm
 # killed it is what slurmstepd wrote to the job's output ("*** JOB 17 ON c1 CANCELLED AT ... DUE
 # TO TIME LIMIT ***", `killed_state`): squeue, asked from the trap, says only COMPLETING. A command
-# that outlives KillWait, or a node that fails, leaves no file.
+# that outlives KillWait, or a node that fails, leaves no file. A job with a directory of its own
+# (chdir, sbatch's --chdir) names it in CORRAL_CHDIR too: slurmstepd runs a job whose directory it
+# cannot enter in /tmp instead, and the script then ends it with exit 1 and a line that names the
+# directory, as the corral agent does, rather than run it elsewhere.
 # Slurm writes a job's output file as it comes, without end: the script's second argument is the
 # most of it to keep (server.max_output, as the server keeps of an agent's; 0: all), its third the
 # line that ends an output cut there (without its newlines: `scontrol show job` prints the
@@ -61,9 +64,12 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 # running may hold the pipe open: Slurm kills it as the script ends). slurmstepd's own lines go to
 # the file directly, past the limit. No FIFO (no temporary directory on the node): not bounded.
 BATCH_SCRIPT = """#!/bin/sh
-# corral's Slurm batch script: runs "$@" after its first three arguments (the job's argv) as is,
-# writes the exit status to the file its first argument names, and keeps at most as many bytes of
-# the command's output as its second says (0: all), ended by its third when cut.
+# corral's Slurm batch script: runs "$@" after its first three arguments (the job's argv) as is, in
+# the directory CORRAL_CHDIR names if it is set, writes the exit status to the file its first
+# argument names, and keeps at most as many bytes of the command's output as its second says (0:
+# all), ended by its third when cut.
+corral_chdir="${CORRAL_CHDIR:-}"
+unset CORRAL_CHDIR
 # The job's own variables, which sbatch ran without (corral.executor.slurm.sbatch_environment):
 # set first, so that the script's own (corral_status, ...) are never the job's.
 for corral_name in $CORRAL_WITHHELD; do
@@ -79,47 +85,58 @@ CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | p
 export CORRAL_NNODES CORRAL_NODELIST
 corral_started="$(date +%s)"
 corral_signal=
+corral_chdir_failed=
 trap 'corral_signal=TERM' TERM
-corral_limiter=
-corral_pipe_dir=
-if [ "$corral_max_output" -gt 0 ] 2>/dev/null && corral_pipe_dir="$(mktemp -d 2>/dev/null)" &&
-    mkfifo "$corral_pipe_dir/output" 2>/dev/null; then
-    (
-        trap '' TERM
-        # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
-        # (stdbuf tried first: one that cannot preload its library would run no head at all.)
-        if stdbuf -o0 true >/dev/null 2>&1; then
-            stdbuf -o0 head -c "$corral_max_output"
-        else
-            head -c "$corral_max_output"
-        fi
-        if [ "$(head -c 1 | wc -c)" -gt 0 ]; then
-            printf '\\n%s\\n' "$corral_cut_note"
-            cat >/dev/null
-        fi
-    ) <"$corral_pipe_dir/output" &
-    corral_limiter=$!
-    (exec "$@") >"$corral_pipe_dir/output" 2>&1
-    corral_exit=$?
-    (sleep 5; kill -KILL "$corral_limiter") >/dev/null 2>&1 &
-    corral_watchdog=$!
-    wait "$corral_limiter" 2>/dev/null
-    # (Slurm's TERM, trapped, ends a wait before the limiter does.)
-    while kill -0 "$corral_limiter" 2>/dev/null; do wait "$corral_limiter" 2>/dev/null; done
-    kill "$corral_watchdog" 2>/dev/null
-    rm -rf "$corral_pipe_dir"
+if [ -n "$corral_chdir" ] && ! cd "$corral_chdir" 2>/dev/null; then
+    printf 'corral: chdir to %s failed on %s: no such directory, or not one this job may enter\\n' \\
+        "$corral_chdir" "$(hostname)" >&2
+    corral_exit=1
+    corral_chdir_failed=failed
 else
-    [ -z "$corral_pipe_dir" ] || rmdir "$corral_pipe_dir" 2>/dev/null
-    (exec "$@")
-    corral_exit=$?
+    corral_limiter=
+    corral_pipe_dir=
+    if [ "$corral_max_output" -gt 0 ] 2>/dev/null && corral_pipe_dir="$(mktemp -d 2>/dev/null)" &&
+        mkfifo "$corral_pipe_dir/output" 2>/dev/null; then
+        (
+            trap '' TERM
+            # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
+            # (stdbuf tried first: one that cannot preload its library would run no head at all.)
+            if stdbuf -o0 true >/dev/null 2>&1; then
+                stdbuf -o0 head -c "$corral_max_output"
+            else
+                head -c "$corral_max_output"
+            fi
+            if [ "$(head -c 1 | wc -c)" -gt 0 ]; then
+                printf '\\n%s\\n' "$corral_cut_note"
+                cat >/dev/null
+            fi
+        ) <"$corral_pipe_dir/output" &
+        corral_limiter=$!
+        (exec "$@") >"$corral_pipe_dir/output" 2>&1
+        corral_exit=$?
+        (sleep 5; kill -KILL "$corral_limiter") >/dev/null 2>&1 &
+        corral_watchdog=$!
+        wait "$corral_limiter" 2>/dev/null
+        # (Slurm's TERM, trapped, ends a wait before the limiter does.)
+        while kill -0 "$corral_limiter" 2>/dev/null; do wait "$corral_limiter" 2>/dev/null; done
+        kill "$corral_watchdog" 2>/dev/null
+        rm -rf "$corral_pipe_dir"
+    else
+        [ -z "$corral_pipe_dir" ] || rmdir "$corral_pipe_dir" 2>/dev/null
+        (exec "$@")
+        corral_exit=$?
+    fi
 fi
-printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" \\
-    "$corral_started" "$(date +%s)" "$corral_signal" >"$corral_status.$$" && mv -f "$corral_status.$$" "$corral_status"
+printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s chdir=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" \\
+    "$corral_started" "$(date +%s)" "$corral_signal" "$corral_chdir_failed" >"$corral_status.$$" \\
+    && mv -f "$corral_status.$$" "$corral_status"
 exit "$corral_exit"
 """
+CHDIR_VARIABLE = "CORRAL_CHDIR"  # the job's directory, for the batch script to check it got there
 STATUS_SUFFIX = ".exit"  # an attempt's exit status file: beside its output (<attempt>.log)
-# "signal=" (empty: the command ended by itself) is absent from the files of corral before it.
-STATUS_FIELDS = re.compile(r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)(?: signal=(\w*))?$")
+# "signal=" (empty: the command ended by itself) is absent from the files of corral before it, and
+# "chdir=" ("failed": the job's directory could not be entered, and the command never ran) too.
+STATUS_FIELDS = re.compile(r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)(?: signal=(\w*))?(?: chdir=(\w*))?$")
 # What slurmstepd writes to a job's output (its stderr) as it kills it: "slurmstepd-c1: error: ***
 # JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO TIME LIMIT ***" (Slurm 22.05; no "DUE TO"
 # for a scancel). A cause may go on ("DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"): its
@@ -143,7 +160,7 @@ def parse_exit_status(text: str) -> ExitStatus | None:
     if match is None:
         return None
     started, ended = (float(t) if t else None for t in (match[3], match[4]))
-    return ExitStatus(int(match[1]), match[2], started, ended, signal=match[5] or "")
+    return ExitStatus(int(match[1]), match[2], started, ended, signal=match[5] or "", chdir_failed=match[6] == "failed")
 
 
 def killed_state(output_tail: str, slurm_job: str) -> str:

@@ -23,12 +23,13 @@ from pathlib import Path
 
 from corral.config import Config
 from corral.core import batch, job_array, retry
-from corral.core.batch import Phase, Seen, phase_of
+from corral.core.batch import CHDIR_FAILED_EXIT, Phase, Seen, phase_of
 from corral.core.dispatchers import stale_dispatchers
 from corral.core.model import Attempt, Job
 from corral.core.snapshot import Decisions, Snapshot
 from corral.executor.slurm import (
     BATCH_SCRIPT,
+    CHDIR_VARIABLE,
     KILLED_TAIL_BYTES,
     STATUS_SUFFIX,
     Slurm,
@@ -362,9 +363,15 @@ class SlurmLoop(LiveLoop):
             self.store.attempt_started(running.attempt_id, SLURM_NODE, None, running.at, ran_on=where, message=message)
         for ended in decisions.exits:
             self._collect_output(ended.job_id, ended.attempt_id)
+            # The script's word on an exit of its own (the job's directory it could not enter),
+            # before the file is forgotten below.
+            status = self._exit_status(ended.job_id, ended.attempt_id) if ended.exit_code == CHDIR_FAILED_EXIT else None
 
-            def outcome_of(job: Job, ended: batch.Exit = ended) -> batch.JobOutcome:
-                return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, ended.detail, ended.timeout)
+            def outcome_of(
+                job: Job, ended: batch.Exit = ended, status: batch.ExitStatus | None = status
+            ) -> batch.JobOutcome:
+                detail = "; ".join(d for d in (batch.chdir_failure(job, status), ended.detail) if d)
+                return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, detail, ended.timeout)
 
             self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at)
             self._forget_exit_status(ended.job_id, (ended.attempt_id,))
@@ -457,7 +464,9 @@ class SlurmLoop(LiveLoop):
             f"--job-name={job_name(job.id, job.name)}",
             f"--comment={comment_for(self.cluster, job.id, attempt_id, self.dispatcher_id)}",
             f"--output={self.output_path(job.id, attempt_id)}",
-            f"--chdir={self.work_dir}",
+            # The job's own directory, else corral's work dir (the batch script checks that it got
+            # there: slurmstepd runs a job whose directory it cannot enter in /tmp instead).
+            f"--chdir={job.chdir or self.work_dir}",
             "--export=ALL",
             # Slurm would requeue a job whose node failed itself (JobRequeue=1, its default), and
             # corral would see it pending again: the job ends NODE_FAIL instead, and corral's own
@@ -498,6 +507,8 @@ class SlurmLoop(LiveLoop):
         own = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
         env = sbatch_environment(own, job.env)
         env.update(CORRAL_JOB_ID=str(job.id), CORRAL_ATTEMPT_ID=str(attempt_id))
+        if job.chdir is not None:
+            env[CHDIR_VARIABLE] = job.chdir
         if job.array is not None:
             env.update(job_array.environment(job.array))
         return env
