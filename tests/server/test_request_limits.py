@@ -167,7 +167,7 @@ def test_a_job_that_exec_could_not_start_is_refused_at_submission(served: tuple[
         ({"command": ["sh", *["y" * 100_000] * 11]}, "the command and environment have 1,100,014 bytes; at most"),
         # Not exec's, but stored with the job, held by every pass and shown to every user.
         (
-            {"command": ["sh"], "tags": ["t" * 1000] * 70},
+            {"command": ["sh"], "tags": ["t" * 200] * 350},  # (a tag has at most 200 characters)
             "tags, traits, locality and the job's other fields but its command and environment have 70,000 bytes;"
             " at most 65,536",
         ),
