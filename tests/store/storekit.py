@@ -111,19 +111,21 @@ class SideTransaction:
             self.conn.execute("COMMIT")
 
 
+def pg_sessions(url: str, condition: str) -> list[tuple[Any, ...]]:
+    """The pg_stat_activity rows (state, wait_event_type) of this test's PostgreSQL sessions (its
+    URL's application_name) that meet `condition`, an SQL condition on pg_stat_activity."""
+    parsed = make_url(url)
+    conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        query = f"SELECT state, wait_event_type FROM pg_stat_activity WHERE application_name = %s AND {condition}"
+        return [tuple(row) for row in conn.execute(query, (parsed.query["application_name"],)).fetchall()]
+
+
 def lock_waiters(store: Store) -> int | None:
     """How many of this test's PostgreSQL connections wait for a lock; None on SQLite (not observable)."""
-    url = make_url(store.url)
-    if url.get_backend_name() != "postgresql":
+    if make_url(store.url).get_backend_name() != "postgresql":
         return None
-    conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
-            (url.query["application_name"],),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return len(pg_sessions(store.url, "wait_event_type = 'Lock'"))
 
 
 def wait_for_lock_waiters(store: Store, count: int, timeout: float = 20.0) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -12,6 +11,7 @@ from sqlalchemy.engine import make_url
 from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.store.conftest import pg_schema, require_postgresql
+from tests.store.storekit import pg_sessions
 
 NOW = 1_800_000_000.0
 
@@ -73,11 +73,4 @@ def test_a_passs_snapshot_holds_no_transaction_open_while_it_builds_the_jobs(
 
 def sessions_in_transaction(url: str) -> list[str]:
     """This test's sessions that are in a transaction, and not running a statement."""
-    parsed = make_url(url)
-    conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT state FROM pg_stat_activity WHERE application_name = %s AND state LIKE 'idle in transaction%%'",
-            (parsed.query["application_name"],),
-        ).fetchall()
-    return [str(row[0]) for row in rows]
+    return [str(row[0]) for row in pg_sessions(url, "state LIKE 'idle in transaction%%'")]
