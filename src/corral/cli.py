@@ -13,7 +13,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -38,9 +38,11 @@ from corral.files import (
     without_password,
 )
 from corral.home import default_home
-from corral.jobspec import JobRequest, to_epoch
 from corral.placement import attributes as attr
 from corral.sim.command import register as register_simulate
+
+if TYPE_CHECKING:
+    from corral.jobspec import JobRequest
 
 app = typer.Typer(
     help="corral: a workload manager for cloud and cluster compute.", no_args_is_help=True, rich_markup_mode="markdown"
@@ -596,6 +598,8 @@ def read_job_file(path: Path) -> tuple[list[JobRequest], list[str]]:
                 fail(f"{path}: line {number}: not valid JSON: {exc.msg} ({JOB_FILE_FORMS})")
             except RepeatedKey as exc:
                 repeated.append(f"{path}: line {number}: {exc}")
+    from corral.jobspec import JobRequest  # the job models: for the commands that submit
+
     requests, places, problems = [], [], repeated
     for where, entry in entries:
         if not isinstance(entry, dict):
@@ -864,6 +868,8 @@ def submit(
             fields["cpu_capped"] = True
         if hold:
             fields["hold"] = True
+        from corral.jobspec import JobRequest
+
         try:
             requests = [JobRequest.model_validate(fields)]
         except ValidationError as exc:
@@ -1857,6 +1863,8 @@ def _moment(option: str, value: str, now: float) -> float:
         return now - parse_duration(value)
     except ValueError:
         pass
+    from corral.jobspec import to_epoch
+
     try:
         return float(to_epoch(value))
     except ValueError:
