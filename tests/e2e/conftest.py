@@ -141,20 +141,25 @@ class Corral:
         return self.api("GET", "/api/nodes").json()
 
 
-@pytest.fixture
-def corral(tmp_path: Path) -> Iterator[Corral]:
-    home = tmp_path / "home"
+def new_corral(root: Path) -> Iterator[Corral]:
+    """A corral in `root`, not started; afterwards stopped, with none of its instances left running
+    (and no one else's touched), whatever was done with it."""
+    home = root / "home"
     home.mkdir()
-    config = tmp_path / "corral.toml"
+    config = root / "corral.toml"
     config.write_text(CONFIG)
     instance = Corral(home=home, port=free_port(), config=config)
     yield instance
     if instance.process is not None:
         instance.stop()
-    # Whatever the test did, leave none of this test's instances running (and no one else's touched).
     cloud = LoopbackCloud(home, "", "corral", 0.5)
     for leftover in cloud.list():
         cloud.destroy(leftover.id)
+
+
+@pytest.fixture
+def corral(tmp_path: Path) -> Iterator[Corral]:
+    yield from new_corral(tmp_path)
 
 
 @dataclass

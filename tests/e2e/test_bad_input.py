@@ -9,6 +9,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,27 @@ from sqlalchemy import text
 from corral.server.app import WRONG_TOKEN
 from corral.store import Store
 from corral.store.migrate import alembic_config
-from tests.e2e.conftest import CORRAL, Corral
+from tests.e2e.conftest import CORRAL, Corral, new_corral
+
+
+def keeping(corral: Corral) -> Corral:
+    corral.start()
+    corral.cli("submit", "--name", "keeper", "--", "true")
+    return corral
 
 
 @pytest.fixture
 def running(corral: Corral) -> Corral:
-    corral.start()
-    corral.cli("submit", "--name", "keeper", "--", "true")
-    return corral
+    return keeping(corral)
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corral]:
+    """One running corral (per test worker) for the tests whose requests are all refused: each of
+    them asserts that the keeper is still the only job, which holds after the others' refusals as
+    after its own, and a corral started for each of them cost the suite several minutes."""
+    for corral in new_corral(tmp_path_factory.mktemp("refusing")):
+        yield keeping(corral)
 
 
 @pytest.mark.parametrize(
@@ -47,14 +61,14 @@ def running(corral: Corral) -> Corral:
         (["--array", " ", "--", "x"], "--array: no task ids"),
     ],
 )
-def test_malformed_submissions_are_refused_by_field(running: Corral, args: list[str], message: str) -> None:
-    result = running.cli("submit", *args, check=False)
+def test_malformed_submissions_are_refused_by_field(refusing: Corral, args: list[str], message: str) -> None:
+    result = refusing.cli("submit", *args, check=False)
     assert result.returncode != 0
     assert message in result.stderr
-    assert [j["name"] for j in running.jobs().values()] == ["keeper"]
+    assert [j["name"] for j in refusing.jobs().values()] == ["keeper"]
 
 
-def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running: Corral, tmp_path: Path) -> None:
+def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(refusing: Corral, tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text(
         '{"command": ["echo", "1"]}\n\n{"command": ["echo", "2"], "rma": "1GiB"}\n{"command": []}\n'
@@ -63,7 +77,7 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
         '{"command": ["echo", "5"], "gpus": true, "not_before": false}\n'  # not 1 GPU, not the epoch
         '{"command": ["echo", "6"], "locality": {"near": ["7", "12a"], "far": ["tag:"]}}\n'
     )
-    result = running.cli("submit", "-f", str(jobs), check=False)
+    result = refusing.cli("submit", "-f", str(jobs), check=False)
     assert result.returncode != 0
     assert "line 3: rma: unknown field" in result.stderr
     assert "line 4: command: the command is empty" in result.stderr
@@ -74,19 +88,19 @@ def test_a_job_file_with_one_bad_line_submits_nothing_and_names_the_line(running
     # Placement would only have listed them as not understood, pass after pass.
     assert "line 8: locality.near.1: not a job id or tag:NAME: '12a'" in result.stderr
     assert "line 8: locality.far.0: not a job id or tag:NAME: 'tag:'" in result.stderr
-    assert len(running.jobs()) == 1
+    assert len(refusing.jobs()) == 1
     # A JSON array of jobs, as a .json file holds one: it read "(job): Input should be a valid
     # dictionary or instance of JobRequest", and spread over lines, "not valid JSON: Expecting value".
     forms = "a job file is JSON Lines, one job's object per line, or a YAML list of jobs (.yaml, .yml)"
     array = tmp_path / "jobs.json"
     array.write_text('[{"command": ["echo", "1"]}]\n"echo 2"\n')
-    result = running.cli("submit", "-f", str(array), check=False)
+    result = refusing.cli("submit", "-f", str(array), check=False)
     assert f"{array}: line 1: not a job, but a list ({forms})" in result.stderr, result.stderr
     assert f"{array}: line 2: not a job, but a string ({forms})" in result.stderr
     array.write_text('[\n  {"command": ["echo", "1"]}\n]\n')
-    result = running.cli("submit", "-f", str(array), check=False)
+    result = refusing.cli("submit", "-f", str(array), check=False)
     assert f"{array}: line 1: not valid JSON: Expecting value ({forms})" in result.stderr, result.stderr
-    assert len(running.jobs()) == 1
+    assert len(refusing.jobs()) == 1
 
 
 def test_yaml_job_files_are_read_too(running: Corral, tmp_path: Path) -> None:
@@ -102,7 +116,7 @@ def test_yaml_job_files_are_read_too(running: Corral, tmp_path: Path) -> None:
     assert running.cli_json("job", ids[0])["on_node_failure"] is None
 
 
-def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral) -> None:
+def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(refusing: Corral) -> None:
     body = {
         "jobs": [
             {"command": ["ok"]},
@@ -112,7 +126,7 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
             {"command": ["bad"], "locality": {"near": ["tag:db"], "far": ["web"]}},
         ]
     }
-    response = running.api("POST", "/api/jobs", json=body)
+    response = refusing.api("POST", "/api/jobs", json=body)
     assert response.status_code == 422
     detail = response.json()["detail"]
     assert "jobs.1.ram: a size cannot be negative" in detail and "jobs.1.colour: unknown field" in detail
@@ -122,17 +136,17 @@ def test_the_http_api_refuses_a_whole_batch_naming_the_bad_field(running: Corral
     assert "jobs.3.vcpus: must be a number, not true" in detail
     assert "jobs.3.nodes: must be a number, not false" in detail
     assert "jobs.4.locality.far.0: not a job id or tag:NAME: 'web'" in detail
-    assert len(running.jobs()) == 1
+    assert len(refusing.jobs()) == 1
 
 
-def test_the_api_wants_the_token(running: Corral) -> None:
+def test_the_api_wants_the_token(refusing: Corral) -> None:
     import httpx
 
-    response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={"Authorization": "Bearer wrong"})
+    response = httpx.get(f"http://127.0.0.1:{refusing.port}/api/jobs", headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
     # A token that is not ASCII (a pasted typographic quote, say) is as wrong, not a server error.
     for token in (b"Bearer \xe9t\xe9", "Bearer ‘x’".encode()):
-        response = httpx.get(f"http://127.0.0.1:{running.port}/api/jobs", headers={b"Authorization": token})
+        response = httpx.get(f"http://127.0.0.1:{refusing.port}/api/jobs", headers={b"Authorization": token})
         assert response.status_code == 401 and response.json()["detail"] == WRONG_TOKEN
 
 
@@ -257,17 +271,17 @@ BIG = 2**64  # past any integer column of the store (SQLite: 64 bits, PostgreSQL
     ],
 )
 def test_numbers_too_large_to_store_are_refused_by_field_not_a_server_error(
-    running: Corral, method: str, path: str, body: Any, message: str
+    refusing: Corral, method: str, path: str, body: Any, message: str
 ) -> None:
-    response = running.api(method, path, json=body)
+    response = refusing.api(method, path, json=body)
     assert response.status_code == 422, response.text
     assert any(line.startswith(message) for line in response.json()["detail"]), response.json()
-    assert [j["priority"] for j in running.jobs().values()] == [1]
+    assert [j["priority"] for j in refusing.jobs().values()] == [1]
 
 
-def test_a_refused_option_is_named_as_the_cli_option(running: Corral) -> None:
+def test_a_refused_option_is_named_as_the_cli_option(refusing: Corral) -> None:
     # The server names its query parameter ("query.limit"); the user typed --limit.
-    result = running.cli("jobs", "--limit", "-1", check=False)
+    result = refusing.cli("jobs", "--limit", "-1", check=False)
     assert result.returncode != 0 and "--limit: Input should be greater than" in result.stderr, result.stderr
 
 
@@ -434,10 +448,10 @@ def test_corral_run_on_a_store_a_newer_corral_migrated_says_so(tmp_path: Path) -
     ) in result.stderr, result.stderr
 
 
-def test_the_openapi_spec_describes_the_errors_the_api_returns(running: Corral) -> None:
+def test_the_openapi_spec_describes_the_errors_the_api_returns(refusing: Corral) -> None:
     # A client generated from the spec parsed a 422's detail as FastAPI's default objects (loc,
     # msg, type), where corral returns one line per bad value; 401 and 404 were not in it at all.
-    spec = running.api("GET", "/openapi.json").json()
+    spec = refusing.api("GET", "/openapi.json").json()
     schemas = spec["components"]["schemas"]
 
     def detail_of(operation: dict[str, Any], status: str) -> Any:
@@ -446,7 +460,7 @@ def test_the_openapi_spec_describes_the_errors_the_api_returns(running: Corral) 
 
     submit = spec["paths"]["/api/jobs"]["post"]
     assert detail_of(submit, "422") == {"items": {"type": "string"}, "title": "Detail", "type": "array"}
-    refused = running.api("POST", "/api/jobs", json={"jobs": [{"command": ["x"], "ram": "-1"}]}).json()
+    refused = refusing.api("POST", "/api/jobs", json={"jobs": [{"command": ["x"], "ram": "-1"}]}).json()
     assert all(isinstance(line, str) for line in refused["detail"])
     show = spec["paths"]["/api/jobs/{job_id}"]["get"]
     assert detail_of(show, "401")["type"] == detail_of(show, "404")["type"] == "string"
@@ -493,10 +507,10 @@ def test_a_node_writes_only_its_own_attempts_output_and_leaves_no_hole(running: 
 
 
 @pytest.mark.parametrize("node_id", ["", " ", "a/b"])
-def test_a_node_id_no_node_can_have_is_named_not_a_traceback(running: Corral, node_id: str) -> None:
+def test_a_node_id_no_node_can_have_is_named_not_a_traceback(refusing: Corral, node_id: str) -> None:
     """`corral node '' drain=true` sent PATCH /api/nodes/, which the server redirects to /api/nodes:
     the CLI took the empty redirect for a node and ended in a TypeError traceback."""
-    result = running.cli("node", node_id, "drain=true", check=False)
+    result = refusing.cli("node", node_id, "drain=true", check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"no live node {node_id!r}" in result.stderr
 
@@ -513,11 +527,11 @@ def test_a_crashed_corral_is_said_so_with_its_address(corral: Corral) -> None:
     assert f"names pid {pid}, which is not running" in result.stderr
 
 
-def test_a_misspelt_event_kind_is_answered_with_the_kinds_recorded(running: Corral) -> None:
-    result = running.cli("events", "--kind", "job.queud")
+def test_a_misspelt_event_kind_is_answered_with_the_kinds_recorded(refusing: Corral) -> None:
+    result = refusing.cli("events", "--kind", "job.queud")
     assert "no event of a kind starting 'job.queud' was recorded" in result.stderr
     assert "job.queued" in result.stderr.split("the kinds recorded:")[1]
-    assert "no event of a kind" not in running.cli("events", "--kind", "job.queued").stderr
+    assert "no event of a kind" not in refusing.cli("events", "--kind", "job.queued").stderr
 
 
 def test_events_of_a_job_that_does_not_exist_say_so(running: Corral) -> None:
