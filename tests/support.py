@@ -119,15 +119,20 @@ def children(pid: int) -> list[int]:
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll `predicate` until it is truthy and return its value; fail naming `what` after `timeout`
-    seconds. Tests wait for real processes this way instead of sleeping a guessed time."""
+    seconds. Tests wait for real processes this way instead of sleeping a guessed time. A predicate
+    that runs a `corral` command takes a second of CPU on a 2-CPU host: called back to back, the
+    wait would take a CPU from the processes it waits for (and the other tests), so between two
+    calls it sleeps at least as long as the last call took."""
     deadline = time.monotonic() + timeout
     while True:
+        called = time.monotonic()
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+        time.sleep(max(interval, now - called))
 
 
 @contextlib.contextmanager
