@@ -26,12 +26,18 @@ GROUPS = {
 }
 
 
+# First: pytest-xdist's worker reads the groups in its own hook of this name, and in its order the
+# groups were added after it had read them, so each worker ran Slurm tests (and its own Slurm).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         for prefix, group in GROUPS.items():
             if path.startswith(prefix):
                 item.add_marker(pytest.mark.xdist_group(group))
+    # The groups first: each runs in one worker, one test after another (the Slurm group for
+    # minutes), and sent last it would run on after the other workers ran out of tests.
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
 
 
 @pytest.fixture
