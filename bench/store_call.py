@@ -1,9 +1,10 @@
 """What one small store call costs a corral process in CPU: every API request, agent ping and pass
 makes several, so on a busy or small host this is what a corral between passes spends its CPU on.
 
-Builds a SQLite store (or --url) and times --repeat times a small read (the held jobs' count) and a
-small write (an event), in CPU and wall time, and prints the medians. Prints a table, then one JSON
-object of the figures as the last line.
+Builds a SQLite store (or --url: it migrates the schema the URL reaches, so give a PostgreSQL URL
+a schema of its own, `options=-csearch_path=NAME`, never a database's `public`) and times
+--repeat times a small read (the held jobs' count) and a small write (an event), in CPU and wall
+time, and prints the medians. Prints a table, then one JSON object of the figures as the last line.
 
     .venv/bin/python bench/store_call.py [--repeat 500] [--url URL]
 """
