@@ -292,7 +292,11 @@ def serve(config: Config, keep_fleet: bool = False) -> None:
             f" {len(dispatcher_id)} (the store keeps no more)"
         )
     # Named in pg_stat_activity by its dispatcher: a DBA tells which corral holds a lock or a session.
-    store = Store(config.store_url, application_name=f"corral {dispatcher_id}")
+    store = Store(
+        config.store_url,
+        application_name=f"corral {dispatcher_id}",
+        idle_in_transaction=config.policy.dispatch.dispatcher_stale,
+    )
     try:
         store.migrate(Starter(dispatcher_id, time.time(), config.policy.dispatch.dispatcher_stale))
     except SQLAlchemyError as exc:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from sqlalchemy import text, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+
 from corral.core import retry
 from corral.core.dispatchers import newly_silent
 from corral.core.model import AttemptState, JobState, Resources
 from corral.core.reconcile import plan_pass
 from corral.core.settings import PolicySettings
-from corral.store import Store
+from corral.store import Store, schema
 
+from .conftest import pg_schema, require_postgresql
 from .storekit import NOW, SMALL, add_node, attempts_to_kill, claim, event_kinds, submit
 
 POLICY = PolicySettings()  # dispatcher_stale 60 s, start_timeout 120 s, ping_stale 60 s
@@ -183,6 +191,56 @@ def test_a_silent_dispatcher_is_told_once_and_its_return_too(store: Store) -> No
     # Silent again later: said again.
     assert judge(STALE + 25 + POLICY.dispatch.dispatcher_stale + 1) == ["disp-a"]
     assert len(store.list_events(kind="dispatcher.stale")) == 2
+
+
+def test_a_dispatcher_frozen_in_a_transaction_holds_its_peers_up_no_longer_than_dispatcher_stale() -> None:
+    """A dispatcher frozen (SIGSTOP, a stopped VM) between a write and its commit kept its row
+    locks and the events' lock: the peer that was to judge it silent and take its claims over
+    waited on them for as long as it stayed frozen (a Slurm peer never adopted its jobs). Its
+    session is ended once its transaction has idled `dispatcher_stale`, and the transaction with it."""
+    require_postgresql()
+    stale = 1.0
+    with pg_schema() as url:
+        frozen, peer = Store(url, idle_in_transaction=stale), Store(url, idle_in_transaction=stale)
+        try:
+            frozen.migrate()
+            frozen.heartbeat("disp-a", NOW, host="h1", pid=11)
+            peer.heartbeat("disp-b", NOW, host="h2", pid=22)
+            with ThreadPoolExecutor(1) as pool, pytest.raises(DBAPIError), frozen.write() as conn:
+                # Its next heartbeat, and an event of the same transaction: frozen before the commit.
+                conn.execute(
+                    update(schema.dispatchers).where(schema.dispatchers.c.id == "disp-a").values(last_heartbeat=NOW + 1)
+                )
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext('corral.events'), hashtext(current_schema()))")
+                )
+                judged = pool.submit(peer.dispatchers_silent, ["disp-a"], STALE)
+                judged.result(timeout=30)  # unbounded, the peer waited here as long as disp-a slept
+            [told] = peer.list_events(kind="dispatcher.stale")
+            assert told["message"].startswith("disp-a on h1 pid 11: no heartbeat for")
+            rows = {d.id: d for d in peer.load_snapshot("disp-b", [SMALL], NOW).dispatchers}
+            assert rows["disp-a"].last_heartbeat == NOW and rows["disp-a"].judged_stale  # its write was rolled back
+            # Woken, it goes on with a new session: its next heartbeat says it is back.
+            frozen.heartbeat("disp-a", STALE + 5, host="h1", pid=11)
+            assert len(peer.list_events(kind="dispatcher.resumed")) == 1
+        finally:
+            frozen.close()
+            peer.close()
+
+
+def test_a_dbas_own_idle_in_transaction_timeout_is_kept() -> None:
+    require_postgresql()
+    with pg_schema() as url:
+        parsed = make_url(url)
+        options = f"-cidle_in_transaction_session_timeout=5min {parsed.query['options']}"
+        dbas = parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)
+        for store_url, expected in ((url, "1500ms"), (dbas, "5min")):
+            store = Store(store_url, idle_in_transaction=1.5)
+            try:
+                with store.read() as conn:
+                    assert conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one() == expected
+            finally:
+                store.close()
 
 
 def test_a_silent_dispatchers_attempt_is_adopted_once_and_only_while_it_is_still_its_own(store: Store) -> None:

@@ -296,14 +296,31 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def make_engines(url: str, application_name: str = "corral") -> tuple[Engine, Engine]:
+def make_engines(
+    url: str, application_name: str = "corral", idle_in_transaction: float | None = None
+) -> tuple[Engine, Engine]:
     """(writer, reader). For SQLite the writer begins IMMEDIATE; the reader reads a WAL snapshot.
     PostgreSQL's sessions are named `application_name` (pg_stat_activity, the server's log's %a),
-    unless the URL names them itself."""
+    unless the URL names them itself. `idle_in_transaction` (seconds): PostgreSQL ends a session
+    whose transaction waits on it longer than that (idle_in_transaction_session_timeout), unless
+    the role, the database or the URL sets a timeout of its own."""
     if not url.startswith("sqlite"):
         named = "application_name" in make_url(url).query
         connect_args = {} if named else {"application_name": application_name[:63]}  # (NAMEDATALEN)
         engine = create_engine(url, pool_pre_ping=True, future=True, connect_args=connect_args)
+        if idle_in_transaction is not None:
+            bound = str(max(1, int(idle_in_transaction * 1000)))
+
+            @event.listens_for(engine, "connect")
+            def _bound_idle_transactions(dbapi_conn: Any, _record: Any) -> None:
+                with dbapi_conn.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)"
+                        " WHERE current_setting('idle_in_transaction_session_timeout') = '0'",
+                        (bound,),
+                    )
+                dbapi_conn.commit()
+
         return engine, engine
 
     def sqlite_engine(immediate: bool) -> Engine:
@@ -429,11 +446,18 @@ class _MovedOn(Exception):
 
 
 class Store:
-    def __init__(self, url: str, application_name: str = "corral") -> None:
+    def __init__(self, url: str, application_name: str = "corral", idle_in_transaction: float | None = None) -> None:
         """`application_name`: what a DBA sees of this store's PostgreSQL sessions (`corral run`
-        names its dispatcher), unless `url` names them itself."""
+        names its dispatcher), unless `url` names them itself. `idle_in_transaction`: how long
+        PostgreSQL lets one of them hold a transaction open between two statements (make_engines).
+
+        `corral run` bounds it by `dispatch.dispatcher_stale`: a dispatcher frozen in a
+        transaction (SIGSTOP, a stopped VM, a hung call) kept its row locks, or the events' lock,
+        for as long as it stayed frozen, and every peer's write that met them waited as long: the
+        peers that were to take its claims over hung with it. Frozen that long, it is judged
+        silent and its claims are released; its transaction is rolled back with its session."""
         self.url = url
-        self.engine, self.reader = make_engines(url, application_name)
+        self.engine, self.reader = make_engines(url, application_name, idle_in_transaction)
         # The open jobs of the last snapshot, by id, with their spec_rev and the row they were refreshed from.
         self._jobs: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         self._store_id: str | None = None
