@@ -14,6 +14,7 @@ import functools
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tests.support import debian_packages_missing, require
@@ -76,3 +77,23 @@ def containers(matching: str) -> list[str]:
 
 def containers_named(name: str) -> list[str]:
     return containers(f"name=^{name}$")
+
+
+def run_detached(name: str, labels: Sequence[str], image: str) -> None:
+    """A container named `name` with `labels` ("KEY=VALUE") that sleeps, as an agent (or another
+    corral's) would have left it running under the engine."""
+    label_args = [arg for label in labels for arg in ("--label", label)]
+    started = subprocess.run(
+        [*PROGRAM, "run", "--detach", "--rm", "--name", name, *label_args, *RUN_ARGS, image, "sleep", "300"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+
+
+def remove_named(names: Iterable[str]) -> None:
+    """Removes the containers a test started, by their names (never others': the host is shared)."""
+    for name in names:
+        subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", name], capture_output=True, check=False, timeout=60)

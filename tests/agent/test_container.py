@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from corral.agent import credentials, sysinfo
+from corral.agent import container, credentials, sysinfo
 from corral.agent.container import Engine
 from corral.agent.runner import Attempt, AttemptSpec, Runner, spec_json
 from tests.agent.peer import Peer
 from tests.agent.test_agent import Agents
-from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers, containers_named
+from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers, containers_named, remove_named, run_detached
 from tests.support import alive, wait_until
 
 ENGINE = Engine(PROGRAM, RUN_ARGS)
@@ -250,3 +250,49 @@ def test_an_agent_upgraded_under_a_running_container_follows_and_kills_it_by_its
         keeper.wait()
         for container_id in on_node(node_id):
             subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
+
+
+def test_a_resumed_agent_removes_its_leftover_containers_and_not_those_of_another_corral_with_its_node_id(
+    agents: Agents, peer: Any
+) -> None:
+    """Seen (review): an agent that resumed removed every container labelled with its node id, and
+    node ids are random: another corral sharing the engine whose store drew the same id lost its
+    running containers. Now the leftovers are those labelled with this agent's work dir too, or
+    (an older agent's, labelled with the node alone) named with its digits (container.name_of);
+    an older agent's `corral-attempt-ID`, which nothing tells apart from another corral's, is left."""
+    image = busybox_image()
+    state = peer.state
+    state.containers = {"program": list(PROGRAM), "run_args": list(RUN_ARGS)}
+    node_id = f"n-{secrets.token_hex(4)}"
+    work_dirs = {
+        "this": (agents.tmp_path / node_id).resolve(),
+        "other": (agents.tmp_path / "other" / node_id).resolve(),
+    }
+    attempt_id = 9170 + secrets.randbelow(800)  # attempt ids are per store: both corrals run these
+    started: dict[tuple[str, str], str] = {}
+    try:
+        for whose, work_dir in work_dirs.items():
+            # Started by the agent (this one's dead predecessor, or the other corral's live agent),
+            # and never recorded: the agent was killed in between.
+            agent_label = f"{container.AGENT_LABEL}={container.agent_key(work_dir)}"
+            for kind, attempt, labels in (
+                ("labelled", attempt_id, [f"corral-node={node_id}", agent_label]),
+                ("older agent's", attempt_id + 1, [f"corral-node={node_id}"]),
+            ):
+                started[(whose, kind)] = container.name_of(attempt, node_id, work_dir)
+                run_detached(started[(whose, kind)], labels, image)
+        started[("either", "oldest")] = f"corral-attempt-{attempt_id + 2}"
+        run_detached(started[("either", "oldest")], [f"corral-node={node_id}"], image)
+
+        secret = secrets.token_hex(16)
+        state.secrets[secret] = node_id
+        work_dirs["this"].mkdir(parents=True, exist_ok=True)
+        credentials.save(work_dirs["this"], credentials.Credentials(node_id, peer.url, secret))
+        agents.start(peer.url, node_id, "")
+        wait_until(lambda: state.resumes and state.pings, 30, "the agent to resume and ping")
+        mine = {("this", "labelled"), ("this", "older agent's")}
+        wait_until(lambda: all(containers_named(started[key]) == [] for key in mine), 60, "its leftovers' removal")
+        kept = {key for key, name in started.items() if containers_named(name) != []}
+        assert kept == set(started) - mine
+    finally:
+        remove_named(started.values())

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent import container
 from corral.cloud.loopback import LoopbackCloud
 from tests.e2e.conftest import Corral
-from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers
+from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers, containers_named, remove_named, run_detached
 from tests.support import alive, children, wait_until
 
 
@@ -153,27 +154,44 @@ def test_a_dead_instances_container_is_removed_with_its_node(corral: Corral) -> 
 
 
 @PODMAN
-def test_a_dead_instance_goes_with_the_containers_its_agent_left(tmp_path: Path) -> None:
-    """The driver alone, as a restarted corral has it: the agent is gone, the container is not."""
+def test_a_dead_instance_goes_with_the_containers_its_agent_left_and_no_other_corrals(tmp_path: Path) -> None:
+    """The driver alone, as a restarted corral has it: the agent is gone, its containers are not.
+    Seen (review): two corrals sharing one engine (two homes: two loopback setups, two clusters)
+    whose stores drew the same node id: the power-off of one's dead instance killed and removed the
+    other's running containers too, found by the node label alone. Now only the instance's own go:
+    labelled with its agent's work dir, or (an older agent's) labelled with the node alone under a
+    name that ends with that work dir's digits; an older agent's `corral-attempt-ID`, which nothing
+    tells apart from another corral's, is left."""
     image = busybox_image()
     node_id = f"n-{secrets.token_hex(4)}"
-    started = subprocess.run(
-        [*PROGRAM, "run", "--detach", "--rm", "--label", f"corral-node={node_id}", *RUN_ARGS, image, "sleep", "300"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    instance_id = "lb-0000dead"  # the same in both homes: instance ids are drawn per home too
+    attempt_id = 9170 + secrets.randbelow(800)  # attempt ids are per store: both corrals run these
+    clouds = {
+        name: LoopbackCloud(tmp_path / name, "http://127.0.0.1:9", "corral", 0.5, container_program=PROGRAM)
+        for name in ("one", "other")
+    }
+    started: dict[tuple[str, str], str] = {}
     try:
-        assert started.returncode == 0, started.stderr
-        cloud = LoopbackCloud(tmp_path, "http://127.0.0.1:9", "corral", 0.5, container_program=PROGRAM)
-        directory = cloud.root / "lb-0000dead"
+        for name, cloud in clouds.items():
+            agent_dir = (cloud.root / instance_id / "work").resolve()  # the instance's agent's work dir
+            agent_label = f"{container.AGENT_LABEL}={container.agent_key(agent_dir)}"
+            for kind, attempt, labels in (
+                ("labelled", attempt_id, [f"corral-node={node_id}", agent_label]),
+                ("older agent's", attempt_id + 1, [f"corral-node={node_id}"]),
+            ):
+                started[(name, kind)] = container.name_of(attempt, node_id, agent_dir)
+                run_detached(started[(name, kind)], labels, image)
+        started[("either", "oldest")] = f"corral-attempt-{attempt_id + 2}"
+        run_detached(started[("either", "oldest")], [f"corral-node={node_id}"], image)
+
+        directory = clouds["one"].root / instance_id
         directory.mkdir(parents=True)
         tags = {"corral-cluster": "corral", "corral-node-id": node_id, "corral-instance-type": "small"}
-        record = {"id": "lb-0000dead", "instance_type": "small", "tags": tags, "created_at": 1.0, "pid": None}
+        record = {"id": instance_id, "instance_type": "small", "tags": tags, "created_at": 1.0, "pid": None}
         (directory / "instance.json").write_text(json.dumps(record))
-        assert cloud.list() == []  # its agent is dead: the instance is gone, and with it the container
-        assert on_node(node_id) == []
+        assert clouds["one"].list() == []  # its agent is dead: the instance is gone, and with it its containers
+
+        gone = {key for key, name in started.items() if containers_named(name) == []}
+        assert gone == {("one", "labelled"), ("one", "older agent's")}
     finally:
-        for container_id in on_node(node_id):
-            subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
+        remove_named(started.values())

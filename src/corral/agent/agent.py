@@ -342,27 +342,21 @@ class Agent:
         return None if self.stop.is_set() else answer
 
     def _remove_node_containers(self) -> None:
-        """Containers labelled with this node that the run records did not name (an agent killed
-        between starting one and recording it): nothing runs here yet but the re-adopted runs, so
-        the others are all leftovers."""
+        """This agent's containers (its node's and its work dir's: container.own_containers, never
+        another corral's that drew the same node id) that the run records did not name (an agent
+        killed between starting one and recording it): nothing runs here yet but the re-adopted
+        runs, so the others are all leftovers."""
         engine = self.runner.engine
         if engine is None:
             return
         kept = {a.container_name for a in self.runner.all() if a.container_name is not None}
         try:
-            listed = subprocess.run(
-                container.names_on_node_argv(engine, self.options.node_id),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            ids = [name for name in listed.stdout.split() if name not in kept]
-            if ids:
-                logs.warning("removing containers the previous agent left", containers=ids)
+            own = container.own_containers(engine, self.options.node_id, self.runner.work_dir)
+            names = [name for name in own if name not in kept]
+            if names:
+                logs.warning("removing containers the previous agent left", containers=names)
                 subprocess.run(
-                    container.remove_ids_argv(engine, ids), stdin=subprocess.DEVNULL, capture_output=True, timeout=60
+                    container.remove_ids_argv(engine, names), stdin=subprocess.DEVNULL, capture_output=True, timeout=60
                 )
         except (OSError, subprocess.TimeoutExpired) as exc:
             logs.warning("cannot list or remove this node's leftover containers", error=str(exc))

@@ -272,7 +272,7 @@ class Runner:
         names = self.job_environment(spec)
         node_id = self.node_of(spec)
         name = self.container_name(spec)
-        return container.run_argv(self.engine, name, spec.image, spec.command, cwd, names, node_id)
+        return container.run_argv(self.engine, name, spec.image, spec.command, cwd, names, node_id, self.work_dir)
 
     @staticmethod
     def node_of(spec: AttemptSpec) -> str | None:

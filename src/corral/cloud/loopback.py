@@ -12,7 +12,9 @@ Records live in `<home>/loopback/<instance id>/instance.json`; the agent's own l
 beside it and its work dir is `work/`. The record is written before the agent starts (its pid
 added once it runs), so that a corral killed in between leaves an instance its next start lists,
 not an agent nobody knows of. The containers of jobs with an image run under the container engine,
-outside the mark's reach: power-off removes them by the node label the agent gives them.
+outside the mark's reach: power-off removes them by the labels the agent gives them, its node's and
+its work dir's (corral.agent.container.own_containers), so that another corral sharing the engine
+whose node drew the same id keeps its own.
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ class LoopbackCloud:
     def _dir(self, instance_id: str) -> Path:
         return self.root / instance_id
 
+    def _agent_dir(self, instance_id: str) -> Path:
+        """The instance's agent's work dir, resolved as the agent resolves it (corral.agent.cli):
+        its containers' agent label is derived from it, so power-off must find the same path."""
+        return (self._dir(instance_id) / "work").resolve()
+
     def create(self, instance_type: InstanceType, node_id: str, boot_token: str, tags: dict[str, str]) -> CloudInstance:
         if not self.server_url:
             raise CloudError("loopback: server_url is not set; the agent would not know where to pair")
@@ -106,7 +113,8 @@ class LoopbackCloud:
                 self.server_url,
                 node_id,
                 instance_type,
-                str(directory / "work"),
+                # Absolute: the agent runs in `directory`, where a relative home would not be found.
+                str(self._agent_dir(instance_id)),
                 str(self.ca_file) if self.ca_file else None,
             ),
             "--ping-interval",
@@ -265,22 +273,17 @@ class LoopbackCloud:
     def _power_off(self, instance_id: str, node_id: str) -> None:
         """Nothing that ran on the instance survives it: its processes (the mark), and the containers
         its agent started (the engine runs those, and goes on running them when the agent dies);
-        `node_id` "": its agent stopped them itself."""
+        `node_id` "": its agent stopped them itself. Only this instance's agent's containers: the
+        node label alone would take those of another corral's node with the same id."""
         _kill_marked(instance_id, signal.SIGKILL)
         if not node_id or self.container_program is None or shutil.which(self.container_program[0]) is None:
             return
         engine = container.Engine(self.container_program)
         try:
-            listed = subprocess.run(
-                container.on_node_argv(engine, node_id),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            ids = listed.stdout.split()
-            for argv in (container.kill_ids_argv(engine, ids), container.remove_ids_argv(engine, ids)) if ids else ():
+            names = container.own_containers(engine, node_id, self._agent_dir(instance_id))
+            for argv in (
+                (container.kill_ids_argv(engine, names), container.remove_ids_argv(engine, names)) if names else ()
+            ):
                 # Each may find some already gone (`--rm` at their end): what it says does not matter.
                 subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired):
