@@ -223,7 +223,9 @@ def test_the_mapping_form_of_a_dependency_names_array_tasks_as_the_text_does() -
     assert stored({"afterok": ["12_3", "12_*", 5], "afterany": "7"}) == stored("afterok:12_3:12_*:5,afterany:7")
     assert stored({"afternotok": ["12_3", 13], "satisfy": "any"}) == stored("afternotok:12_3?afternotok:13")
     assert stored({"afterok": []}) is None
-    for bad in ("5,afterany:6", "12_x", True, 1.5, "5:6"):
+    # A job of the same submission by its place, as in the text.
+    assert stored({"afterok": ["@0", 12, "@1_3"], "afternotok": "@1_*"}) == "afterok:12:@0:@1_3,afternotok:@1_*"
+    for bad in ("5,afterany:6", "12_x", True, 1.5, "5:6", "@0:@1", "@"):
         with pytest.raises(ValidationError, match="job ids are whole numbers or an array's tasks"):
             stored({"afterok": [bad]})
 

@@ -106,12 +106,13 @@ def _checked_locality_entry(entry: str, info: ValidationInfo) -> str:
 LocalityEntry = Annotated[str, AfterValidator(_checked_locality_entry)]
 
 
-DEPENDENCY_ENTRY = re.compile(r"\s*\d+(_(\d+|\*))?\s*")
+DEPENDENCY_ENTRY = re.compile(r"\s*@?[0-9]+(_([0-9]+|\*))?\s*")
 
 
 def _dependency_entry(entry: object) -> bool:
     """A job id of the mapping form: a whole number, or its text, or an array's task or whole
-    array as text (no separator that would make it more than one condition)."""
+    array as text, or a job of the same submission by its place (`@0`, `@0_3`, `@0_*`): no
+    separator that would make it more than one condition."""
     if isinstance(entry, int):
         return not isinstance(entry, bool)
     return isinstance(entry, str) and DEPENDENCY_ENTRY.fullmatch(entry) is not None
@@ -136,7 +137,10 @@ def dependency_text(value: Any) -> Any:
         for kind, listed in kinds.items():
             entries = listed if isinstance(listed, list) else [listed]
             if not all(_dependency_entry(e) for e in entries):
-                raise ValueError(f"{kind}: job ids are whole numbers or an array's tasks (12_3, 12_*), not {listed!r}")
+                raise ValueError(
+                    f"{kind}: job ids are whole numbers or an array's tasks (12_3, 12_*), or jobs of the same"
+                    f" submission (@0), not {listed!r}"
+                )
             ids = [str(e).strip() for e in entries]
             if satisfy == "any":  # each id a condition of its own: `afterok:12:13` means both
                 parts += [f"{kind}:{job_id}" for job_id in ids]
@@ -224,7 +228,8 @@ class JobRequest(BaseModel):
         None,
         description="Slurm's --dependency: after, afterany, afterok, afternotok with job ids, ',' = all"
         " must hold, '?' = any (afterok:12:13,afterany:14; an array whole as its id or 12_*, a task as 12_3);"
-        " or a mapping {afterok: [12, 13]}",
+        " or a mapping {afterok: [12, 13]}. An earlier job of the same submission by its place, from 0:"
+        " afterok:@0 (stored as its job id)",
     )
 
     array: Annotated[str | None, BeforeValidator(array_text)] = Field(

@@ -123,6 +123,11 @@ def test_any_one_condition_is_still_any_one_once_written_back(text: str) -> None
         ("after:12+10", "delay"),
         ("afterok:x", "'x' is not a job id"),
         ("afterok:0", "'0' is not a job id"),
+        ("afterok:@", "'@' is not a job of the same submission \\(@N, N its place from 0"),
+        ("afterok:@x", "'@x' is not a job of the same submission"),
+        ("afterok:@1_x", "'@1_x' is not a job of the same submission"),
+        ("afterok:@1_1001", "'@1_1001' is not a job of the same submission"),
+        ("afterok:@-1", "'@-1' is not a job of the same submission"),
     ],
 )
 def test_a_bad_dependency_says_what_is_wrong(text: str, says: str) -> None:
@@ -417,3 +422,17 @@ def test_in_front_of_slurm_afternotok_on_an_array_is_judged_the_same() -> None:
         array_tasks=TASKS,
     )
     assert batch.plan_batch_pass(snapshot, NOW, policy, {}, 100).claims == [9]
+
+
+def test_a_reference_to_a_job_of_the_submission_is_kept_in_the_text_and_made_the_id_it_stands_for() -> None:
+    """`@N` names job N of the same submission (by place, from 0): the text keeps it until the
+    store, knowing the ids, makes it that job's id, which on an array is the whole array."""
+    parsed = dependency.parse("afterok:@0:12:@00,afternotok:@1_*,afterany:@1_3")
+    assert parsed is not None
+    assert str(parsed) == "afterok:12:@0,afternotok:@1_*,afterany:@1_3"
+    assert dependency.parse(str(parsed)) == parsed
+    assert parsed.job_ids() == (12,) and parsed.array_ids() == ()
+    assert dependency.reference_problems(parsed, 2, [None, (0, 3), None]) == []
+    resolved = dependency.resolve(parsed, [40, 41, 44])
+    assert str(resolved) == "afterok:12:40,afterany:41_3,afternotok:41_*"
+    assert str(dependency.whole_arrays(resolved, {41: {0: 41, 3: 42}})) == "afterok:12:40,afterany:42,afternotok:41_*"

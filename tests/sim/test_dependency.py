@@ -87,6 +87,11 @@ def test_kept_queued_a_job_that_can_never_run_ends_a_fixed_fleets_replay(tmp_pat
         ([{"id": 3, "run_time": 5}, {"id": 3, "run_time": 5}], ":2: id: 3 names another job already (line 1)"),
         ([{"id": 0, "run_time": 5}], ":1: id: Input should be greater than or equal to 1"),
         ([{"run_time": 5, "dependency": "afterok:1?afterany:1,after:1"}], ":1: dependency: 'afterok:1?afterany"),
+        (
+            # A submission's reference by place: a workload names its jobs by `id` instead.
+            [{"id": 1, "run_time": 5}, {"run_time": 5, "dependency": "afterok:@0"}],
+            ":2: dependency: afterok:@0: a workload names a job by its `id` (afterok:ID), not by its place",
+        ),
     ],
 )
 def test_a_bad_link_names_its_line(tmp_path: Path, lines: list[dict[str, Any]], message: str) -> None:

@@ -18,6 +18,18 @@ task ended, and at least one of them did not complete", which no set of per-task
 One task is named `A_T`, which the submission turns into that task's own job id: `12_0` is task 0
 alone, while `12` (its job id too) is the whole array.
 
+A job may also name an earlier job of its own submission, whose id is not known before the
+submission is stored, by its place in the submission: `afterok:@0` (`Reference`). Why a place and
+not a name: a place is what every way in already has (the API's list, a job file's lines) and
+needs no new field; a job's name is not unique, and a key of the submission's own would be one more
+thing to keep unique and to spell the same in two places. `@` is in none of Slurm's own spellings
+(`12`, `12_3`, `12_*`, `+minutes`), so a reference cannot be read as a job id. Only an earlier job
+may be named, so that a submission's dependencies cannot form a cycle, and the store gives its jobs
+ids in submission order, so a reference names a lower id, as every dependency does. `@N` stands for
+the id job N gets, and means what that id written out would: on an array, `@N` (or `@N_*`) is the
+whole array and `@N_T` its task T. The store makes references job ids in the transaction that
+stores the submission (`reference_problems`, then `resolve`): a stored dependency has none.
+
 A condition that cannot hold any more (afterok on a job that failed or was cancelled, afternotok on
 one that completed) makes the dependency never satisfiable when every one must hold (or when it was
 the last that could, with `?`): Slurm's reason DependencyNeverSatisfied. `judge` is the decision of
@@ -27,6 +39,7 @@ a pass, pure; `step` takes it as both passes do (`corral.core.reconcile.plan_pas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
@@ -40,6 +53,8 @@ DEPENDENCY = "Dependency"  # Slurm's reason words, which a Slurm user looks for 
 NEVER_SATISFIED = "DependencyNeverSatisfied"
 ALL_OF, ANY_OF = ",", "?"
 MAX_JOB_ID = 2**31 - 1  # the store's ids are 32-bit on PostgreSQL
+REFERENCE = "@"  # `@N`: job N of the same submission, by its place (0-based)
+_REFERENCE = re.compile(r"@([0-9]+)(?:_([0-9]+|\*))?")
 
 
 class DependencyKind(StrEnum):
@@ -59,17 +74,41 @@ NOT_OFFERED = {
 
 
 @dataclass(frozen=True, slots=True)
+class Reference:
+    """A condition on a job of the same submission, named by its place in it (0-based): `@N`, the
+    job (an array: the whole array), `@N_T` one task of an array, `@N_*` the whole array."""
+
+    kind: DependencyKind
+    place: int
+    task: int | None = None  # `@N_T`
+    whole_array: bool = False  # `@N_*`
+
+    @property
+    def target(self) -> str:
+        """As written after the kind: `@2`, `@2_3`, `@2_*`."""
+        if self.whole_array:
+            return f"{REFERENCE}{self.place}_*"
+        return f"{REFERENCE}{self.place}" + (f"_{self.task}" if self.task is not None else "")
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.target}"
+
+
+@dataclass(frozen=True, slots=True)
 class Dependency:
     """Conditions (kind, job id), each on one job, in the order given without repeats; `any_of`:
     one must hold (Slurm's `?`), else every one (`,`). `arrays`: conditions (kind, array id) on a
     whole job array, judged on all its tasks at once (written `A_*`). `tasks`: conditions (kind,
     array id, task id) on one task named as Slurm writes it (`A_T`), as parsed; the submission
-    makes each a condition on the task's job id (`whole_arrays`), so a stored one has none."""
+    makes each a condition on the task's job id (`whole_arrays`), so a stored one has none.
+    `references`: conditions on jobs of the same submission (`@N`), which the store makes job ids
+    (`resolve`) as it stores the submission, so a stored one has none either."""
 
     conditions: tuple[tuple[DependencyKind, int], ...]
     any_of: bool = False
     arrays: tuple[tuple[DependencyKind, int], ...] = ()
     tasks: tuple[tuple[DependencyKind, int, int], ...] = ()
+    references: tuple[Reference, ...] = ()
 
     def job_ids(self) -> tuple[int, ...]:
         """The jobs the conditions on one job name (not the arrays' tasks)."""
@@ -85,10 +124,12 @@ class Dependency:
             *((kind, str(job_id)) for kind, job_id in self.conditions),
             *((kind, f"{array_id}_{task_id}") for kind, array_id, task_id in self.tasks),
             *((kind, f"{array_id}_*") for kind, array_id in self.arrays),
+            *((reference.kind, reference.target) for reference in self.references),
         ]
 
     def __str__(self) -> str:
-        """The canonical text: a kind's ids together (jobs, then tasks `A_T`, then arrays `A_*`),
+        """The canonical text: a kind's ids together (jobs, then tasks `A_T`, then arrays `A_*`, then
+        references `@N`),
         kinds in the order first given (to a job, a task, then an array). Under `?` with one kind,
         each condition is written alone: `afterok:12:13` reads back as `,` (every one), so
         `afterok:12?afterok:13` would be stored as its opposite."""
@@ -114,6 +155,7 @@ def parse(text: str) -> Dependency | None:
     conditions: dict[tuple[DependencyKind, int], None] = {}
     arrays: dict[tuple[DependencyKind, int], None] = {}
     tasks: dict[tuple[DependencyKind, int, int], None] = {}
+    references: dict[Reference, None] = {}
     for part in text.split(ANY_OF if any_of else ALL_OF):
         kind_text, _, ids_text = part.strip().partition(":")
         kind = _kind(kind_text.strip().lower(), part.strip())
@@ -121,6 +163,9 @@ def parse(text: str) -> Dependency | None:
             raise ValueError(f"{part.strip()!r}: {kind} needs at least one job id ({kind}:ID[:ID...])")
         for entry in ids_text.split(":"):
             entry = entry.strip()
+            if entry.startswith(REFERENCE):
+                references[_reference(kind, entry, part.strip())] = None
+                continue
             if "_" not in entry:
                 conditions[(kind, _job_id(entry, part.strip()))] = None
                 continue
@@ -134,7 +179,20 @@ def parse(text: str) -> Dependency | None:
                 raise ValueError(
                     f"{part.strip()!r}: {entry!r} is not a job id, an array's task (A_T) or a whole array (A_*)"
                 )
-    return Dependency(tuple(conditions), any_of, tuple(arrays), tuple(tasks))
+    return Dependency(tuple(conditions), any_of, tuple(arrays), tuple(tasks), tuple(references))
+
+
+def _reference(kind: DependencyKind, entry: str, where: str) -> Reference:
+    match = _REFERENCE.fullmatch(entry)
+    if match is None or int(match[1]) > MAX_JOB_ID or (match[2] not in (None, "*") and int(match[2]) > MAX_TASK_ID):
+        raise ValueError(
+            f"{where!r}: {entry!r} is not a job of the same submission (@N, N its place from 0; an array's task"
+            " @N_T, the whole array @N_*)"
+        )
+    place, task = int(match[1]), match[2]
+    if task == "*":
+        return Reference(kind, place, whole_array=True)
+    return Reference(kind, place, int(task) if task is not None else None)
 
 
 def _kind(word: str, where: str) -> DependencyKind:
@@ -163,7 +221,8 @@ def whole_arrays(dependency: Dependency, arrays: Mapping[int, Mapping[int, int]]
     submission, so that a pass judges job ids and whole arrays only. The dependency itself when it
     names no array. ValueError naming the condition: an `A_*` or `A_T` on no array or task, or an
     array's id made one condition per task under `?` (any one condition), which would let any
-    single task satisfy it."""
+    single task satisfy it. References (`@N`) are made job ids first (`resolve`)."""
+    assert not dependency.references, "references are resolved before (resolve)"
     if not dependency.arrays and not dependency.tasks and not any(j in arrays for _, j in dependency.conditions):
         return dependency
     conditions: dict[tuple[DependencyKind, int], None] = {}
@@ -201,6 +260,72 @@ def whole_arrays(dependency: Dependency, arrays: Mapping[int, Mapping[int, int]]
             " or name its tasks (A_T)"
         )
     return Dependency(tuple(conditions), dependency.any_of, tuple(whole))
+
+
+def reference_problems(dependency: Dependency, place: int, submission: Sequence[Collection[int] | None]) -> list[str]:
+    """What is wrong with the references (`@N`) of the dependency of job `place` of a submission
+    (`submission`: each of its jobs by place, an array's task ids or None for one job), each naming
+    the reference: one to the job itself, to a later job (which could make a cycle) or to no job,
+    a task of what is not an array or of no task, one in a submission of one job, and, under `?`
+    (any one condition), an array named whole with after, afterany or afterok (one condition per
+    task: any single task would satisfy it), as `whole_arrays` refuses on an array's id."""
+    problems: list[str] = []
+    count = len(submission)
+    if place == 0:
+        may_name = "the submission's first job names none of it"
+    else:
+        may_name = f"this job (@{place}) may name @0" + (f" to @{place - 1}" if place > 1 else "")
+    for reference in dependency.references:
+        target = reference.place
+        if count == 1:
+            problems.append(
+                f"{reference}: {REFERENCE}N names an earlier job of the same submission, and this submission has one"
+                " job: name a job submitted before by its id"
+            )
+        elif target == place:
+            problems.append(f"{reference}: names this job itself; {may_name}")
+        elif target >= count:
+            problems.append(f"{reference}: the submission has {count} jobs (@0 to @{count - 1}); {may_name}")
+        elif target > place:
+            problems.append(
+                f"{reference}: names a later job of the submission: a job names only earlier ones, so that no cycle"
+                f" can form; {may_name}"
+            )
+        elif (tasks := submission[target]) is None:
+            if reference.task is not None or reference.whole_array:
+                problems.append(f"{reference}: job @{target} of the submission is not a job array")
+        elif reference.task is not None:
+            if reference.task not in tasks:
+                problems.append(f"{reference}: job array @{target} of the submission has no task {reference.task}")
+        elif dependency.any_of and reference.kind is not DependencyKind.AFTERNOTOK:
+            problems.append(
+                f"{reference}: job @{target} of the submission is a job array, which '?' (any one condition) cannot"
+                " name whole with after, afterany or afterok (one condition per task: any single task would"
+                " satisfy it); use ',' or name its tasks (@N_T)"
+            )
+    return problems
+
+
+def resolve(dependency: Dependency, job_ids: Sequence[int]) -> Dependency:
+    """The dependency with its references made the job ids they stand for (`job_ids`: the id each
+    job of the submission got, by place; an array's, its id): `@N` that id, which on an array is
+    the whole array, `@N_T` its task T, `@N_*` the whole array, as if each had been written out.
+    The references are checked already (`reference_problems`); what names an array is then made
+    per task by `whole_arrays`, as for an array named by its id."""
+    if not dependency.references:
+        return dependency
+    conditions = dict.fromkeys(dependency.conditions)
+    arrays = dict.fromkeys(dependency.arrays)
+    tasks = dict.fromkeys(dependency.tasks)
+    for reference in dependency.references:
+        job_id = job_ids[reference.place]
+        if reference.whole_array:
+            arrays[(reference.kind, job_id)] = None
+        elif reference.task is not None:
+            tasks[(reference.kind, job_id, reference.task)] = None
+        else:
+            conditions[(reference.kind, job_id)] = None
+    return Dependency(tuple(conditions), dependency.any_of, tuple(arrays), tuple(tasks))
 
 
 # ---- the decision ---------------------------------------------------------------------------------
@@ -266,6 +391,7 @@ def verdict(
     the wait reason: `Dependency: ...` naming the conditions still waited for, or
     `DependencyNeverSatisfied: ...` naming those that cannot hold."""
     assert not dependency.tasks, "a task named A_T is made its job id at submission (whole_arrays)"
+    assert not dependency.references, "a reference @N is made a job id at submission (resolve)"
     waiting: list[str] = []
     never: list[str] = []
     for kind, job_id in dependency.conditions:

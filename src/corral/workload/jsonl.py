@@ -155,7 +155,14 @@ def _link_dependencies(
     for job in jobs:
         number, dependency = lines[job.id]
         if dependency is not None:
-            problem = ""
+            # A workload names its jobs by `id`; `@N` is a submission's (corral submit, the API).
+            problem = next(
+                (
+                    f"{reference}: a workload names a job by its `id` ({reference.kind}:ID), not by its place"
+                    for reference in dependency.references
+                ),
+                "",
+            )
 
             def linked_id(workload_id: int) -> int | None:
                 nonlocal problem
