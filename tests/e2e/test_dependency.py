@@ -3,6 +3,7 @@ CLI and its HTTP API."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.e2e.conftest import Corral, wait_until
@@ -20,6 +21,16 @@ def test_afterok_runs_after_the_job_completes_and_is_cancelled_after_one_that_fa
     failing = int(corral.cli("submit", "--name", "D", "--", "false").stdout)
     cancelled = int(corral.cli("submit", "-d", f"afterok:{failing}", "--name", "C", "--", "echo", "C").stdout)
     chained = int(corral.cli("submit", "-d", f"afterok:{cancelled},afterany:{first}", "--", "echo", "E").stdout)
+    # A workflow's two levels in one submission: the merge names the jobs before it in the file by
+    # their places (@0, @1), whose ids no one knows before the file is stored.
+    dag = tmp_path / "dag.jsonl"
+    made = [tmp_path / "part-0", tmp_path / "part-1"]
+    dag.write_text(
+        "".join(json.dumps({"command": ["sh", "-c", f"sleep 1; echo {p.name} > {p}"]}) + "\n" for p in made)
+        + json.dumps({"command": ["cat", *map(str, made)], "dependency": "afterok:@0:@1"})
+        + "\n"
+    )
+    *parts, merge = map(int, corral.cli("submit", "-f", str(dag)).stdout.split())
 
     waits = f"Dependency: waits for afterok:{first} (running)"
     wait_until(lambda: corral.jobs()[second]["wait_reason"] == waits, 60, "B to wait for A while A runs")
@@ -45,6 +56,12 @@ def test_afterok_runs_after_the_job_completes_and_is_cancelled_after_one_that_fa
     assert jobs[first]["state"] == "complete"
     assert jobs[second]["started_at"] >= jobs[first]["finished_at"]
     assert corral.cli("logs", str(second)).stdout == "B\n"
+
+    wait_until(lambda: corral.jobs()[merge]["state"] == "complete", 60, "the merge to run once both parts completed")
+    jobs = corral.jobs()
+    assert jobs[merge]["started_at"] >= max(jobs[part]["finished_at"] for part in parts)
+    assert corral.cli("logs", str(merge)).stdout == "part-0\npart-1\n"
+    assert corral.cli_json("job", str(merge))["dependency"] == f"afterok:{parts[0]}:{parts[1]}"
 
     shown = corral.cli_json("job", str(second))
     assert shown["dependency"] == f"afterok:{first}"

@@ -70,7 +70,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, Operation
 from corral.core import batch, job_array, retry, user_limits
 from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.capacity import backoff_cleared_message
-from corral.core.dependency import DEPENDENCY, Dependency, DependencyKind, whole_arrays
+from corral.core.dependency import DEPENDENCY, Dependency, DependencyKind, reference_problems, resolve, whole_arrays
 from corral.core.dependency import parse as parse_dependency
 from corral.core.model import (
     ZERO,
@@ -847,6 +847,7 @@ class Store:
         """`specs`: each request's, dumped, which its rows share."""
         rows: list[dict[str, Any]] = []
         owners: list[int] = []  # the request each row comes from, by its place in `requests`
+        shapes: list[tuple[int, ...] | None] = []  # each request's task ids (an array), by place
         for place, r in enumerate(requests):
             row = {
                 "name": r.name,
@@ -869,6 +870,7 @@ class Store:
                 "updated_at": now,
             }
             array = r.to_array()
+            shapes.append(tuple(array.task_ids) if array is not None else None)
             if array is None:
                 rows.append(row)
                 owners.append(place)
@@ -879,6 +881,16 @@ class Store:
         if not rows:
             return []
         dependencies = {i: d for i, r in enumerate(requests) if (d := r.to_dependency()) is not None}
+        # The dependencies that name jobs of this submission (`@N`), whose ids are known only once
+        # its rows are in: checked now, before anything is written, and made job ids below.
+        referring = sorted(place for place, dependency in dependencies.items() if dependency.references)
+        problems = [
+            f"jobs.{place}.dependency: {problem}"
+            for place in referring
+            for problem in reference_problems(dependencies[place], place, shapes)
+        ]
+        if problems:
+            raise InvalidJobs(problems)
         array_tasks: dict[int, dict[int, int]] = {}
         with self.write() as conn:
             if key is not None:
@@ -889,7 +901,8 @@ class Store:
             if dependencies:
                 self._check_dependencies(conn, dependencies)
                 array_tasks = self._arrays_named(conn, dependencies)
-                for place, whole in self._whole_arrays(dependencies, array_tasks).items():
+                by_id_only = {place: d for place, d in dependencies.items() if not d.references}
+                for place, whole in self._whole_arrays(by_id_only, array_tasks).items():
                     # Stored as judged: tasks by their job ids, afternotok on an array as A_* (its
                     # rows share this spec).
                     dependencies[place] = whole
@@ -910,6 +923,8 @@ class Store:
                         if row["array_task_id"] is not None
                     ],
                 )
+            if referring:
+                self._resolve_references(conn, dependencies, referring, specs, ids, owners, rows, array_tasks)
             tags = [
                 {"job_id": job_id, "tag": tag}
                 for job_id, place in zip(ids, owners, strict=True)
@@ -941,6 +956,44 @@ class Store:
             if key is not None:
                 conn.execute(insert(S).values(key=key, body_hash=body_hash, job_ids=ids, at=now))
         return ids
+
+    @classmethod
+    def _resolve_references(
+        cls,
+        conn: Connection,
+        dependencies: dict[int, Dependency],
+        referring: Sequence[int],
+        specs: list[dict[str, Any]],
+        ids: Sequence[int],
+        owners: Sequence[int],
+        rows: Sequence[Mapping[str, Any]],
+        array_tasks: dict[int, dict[int, int]],
+    ) -> None:
+        """The dependencies of the requests at `referring` (by place), which name jobs of this
+        submission (`@N`), made the job ids those jobs got, now that its rows are in, and stored
+        so in their rows' specs, as a dependency written with those ids would have been: from here
+        on no one sees a reference. The submission's own arrays are added to `array_tasks`, so
+        that a condition on one is made per task and its rows written as for any array."""
+        first_ids: dict[int, int] = {}  # each request's job id: an array's, its first task's
+        for job_id, place, row in zip(ids, owners, rows, strict=True):
+            first_ids.setdefault(place, job_id)
+            if row["array_task_id"] is not None:
+                array_tasks.setdefault(first_ids[place], {})[row["array_task_id"]] = job_id
+        by_place = [first_ids[place] for place in range(len(first_ids))]
+        resolved = {place: resolve(dependencies[place], by_place) for place in referring}
+        # (InvalidJobs here, for an id-named array without the task named, undoes the rows.)
+        resolved.update(cls._whole_arrays(resolved, array_tasks))
+        for place, dependency in resolved.items():
+            dependencies[place] = dependency
+            specs[place]["dependency"] = str(dependency)
+        conn.execute(
+            update(J).where(J.c.id == bindparam("job_id")).values(spec=bindparam("resolved_spec")),
+            [
+                {"job_id": job_id, "resolved_spec": specs[place]}
+                for job_id, place in zip(ids, owners, strict=True)
+                if place in resolved
+            ],
+        )
 
     @staticmethod
     def _check_dependencies(conn: Connection, dependencies: Mapping[int, Dependency]) -> None:
