@@ -69,7 +69,14 @@ def test_a_bad_reference_is_a_422_naming_the_job_and_the_reference_and_stores_no
         assert malformed.status_code == 422
         [detail] = malformed.json()["detail"]
         assert detail.startswith("jobs.1.dependency: 'afterok:@x': '@x' is not a job of the same submission (@N")
-    assert store.list_job_rows() == []
+        assert store.list_job_rows() == []
+
+        # No submission, no reference: a stored job's dependency is not a change an update takes.
+        [job] = client.post("/api/jobs", json={"jobs": [{"command": ["a"]}]}).json()["ids"]
+        update = client.post(f"/api/jobs/{job}/update", json={"dependency": "afterok:@0"})
+        assert update.status_code == 422, update.text
+        assert update.json()["detail"] == ["dependency: unknown field"]
+    assert store.job_row(job)["spec"]["dependency"] is None
 
 
 def test_corral_submit_takes_references_in_a_job_file_and_refuses_a_bad_one_as_the_api_does(
