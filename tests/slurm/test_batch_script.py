@@ -5,8 +5,10 @@ tests/slurm/test_slurm_executor.py runs it under a real Slurm."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,71 @@ def test_a_node_whose_stdbuf_cannot_run_or_that_has_none_still_keeps_the_output(
         stdbuf.chmod(stdbuf.stat().st_mode | stat.S_IXUSR)
     output, _ = run_script(tmp_path, 10, path=str(bin_dir))
     assert output == f"0123456789\n{NOTE}\n".encode()
+
+
+def processes_marked(marker: str) -> list[str]:
+    """The command lines of this host's processes whose environment holds `marker` (a job's own
+    variable: every process the batch script starts inherits it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue  # ended meanwhile, or another user's
+    return found
+
+
+def test_the_output_limiter_leaves_no_process_behind_once_the_script_has_ended(tmp_path: Path) -> None:
+    """The limiter's watchdog was a background `(sleep 5; kill ...)`: the script killed the subshell
+    and its `sleep 5` ran on after the job, where Slurm's linuxproc no longer sees it."""
+    marker = f"CORRAL_TEST_MARK={tmp_path.name}"
+    script = tmp_path / "corral-batch.sh"
+    script.write_text(BATCH_SCRIPT)
+    output = tmp_path / "output"
+    with output.open("wb") as file:
+        done = subprocess.run(
+            ["sh", str(script), str(tmp_path / "status"), "10", NOTE, *COMMAND],
+            env={"PATH": os.environ["PATH"], "CORRAL_WITHHELD": "", marker.split("=")[0]: marker.split("=")[1]},
+            stdin=subprocess.DEVNULL,
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            timeout=30,
+            check=False,
+        )
+    assert done.returncode == 3
+    assert output.read_bytes() == f"0123456789\n{NOTE}\n".encode()
+    assert processes_marked(marker) == []
+
+
+@pytest.mark.parametrize("max_output", [10, 0])
+def test_a_sigkilled_script_leaves_no_temporary_directory_behind(tmp_path: Path, max_output: int) -> None:
+    """Slurm SIGKILLs every process of a job (scancel --signal=KILL, a command that outlives
+    KillWait): the script's cleanup never runs, and the FIFO's directory stayed in the node's
+    TMPDIR."""
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    script = tmp_path / "corral-batch.sh"
+    script.write_text(BATCH_SCRIPT)
+    started = tmp_path / "started"
+    command = ["sh", "-c", f"echo running; touch {started}; exec sleep 60"]
+    env = {"PATH": os.environ["PATH"], "CORRAL_WITHHELD": "TMPDIR", "CORRAL_WITHHELD_TMPDIR": str(node_tmp)}
+    job = subprocess.Popen(
+        ["sh", str(script), str(tmp_path / "status"), str(max_output), NOTE, *command],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a process group of its own: the job's processes, as Slurm kills them
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not started.exists():
+            assert time.monotonic() < deadline, "the command did not start"
+            time.sleep(0.05)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=10)
+    assert list(node_tmp.iterdir()) == []

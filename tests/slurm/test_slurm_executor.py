@@ -25,6 +25,7 @@ from corral.jobspec import JobRequest
 from corral.server.logstore import cut_note
 from corral.store import Store
 from tests.slurm.conftest import PREEMPTOR, SlurmCluster
+from tests.slurm.test_batch_script import processes_marked
 from tests.store.conftest import pg_schema, require_postgresql
 from tests.support import wait_until
 
@@ -945,5 +946,35 @@ def test_a_jobs_output_is_cut_at_server_max_output_as_an_agents_is(
         # What follows the cut is slurmstepd's own line on the scancel, no more of the job's output.
         after = path.read_bytes()[limit + len(note) :]
         assert len(after) < 200 and b"corral" not in after, after
+    finally:
+        corral.store.close()
+
+
+def test_the_output_limiter_leaves_no_process_or_directory_on_the_node_ended_or_sigkilled(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """The batch script's limiter left its watchdog's `sleep 5` running after every job with
+    server.max_output, and a SIGKILL of the job (scancel --signal=KILL, a command that outlives
+    KillWait) left the FIFO's directory in the node's TMPDIR."""
+    config = make_config(tmp_path, slurm).model_copy(update={"server": ServerConfig(max_output=1)})
+    corral = Dispatcher(tmp_path, config)
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    marker = f"t-{uuid.uuid4().hex}"
+    env = {"TMPDIR": str(node_tmp), "CORRAL_TEST_MARK": marker}
+    try:
+        ended = corral.submit("sh", "-c", "echo done; exit 3", ram=128, env=env)
+        assert corral.until_state(ended, "failed")["exit_code"] == 3
+        assert corral.output(ended) == "done\n"
+        assert processes_marked(f"CORRAL_TEST_MARK={marker}") == []
+
+        started = tmp_path / "started"
+        killed = corral.submit("sh", "-c", f"touch {started}; exec sleep 120", ram=128, env=env)
+        corral.until(started.exists, 30, "the command to start")
+        ref = corral.attempts(killed)[0]["executor_ref"]
+        slurm.run("scancel", "--signal=KILL", ref)
+        corral.until_state(killed, "failed", "cancelled")
+        wait_until(lambda: processes_marked(f"CORRAL_TEST_MARK={marker}") == [], 20, "the job's processes to end")
+        assert list(node_tmp.iterdir()) == []
     finally:
         corral.store.close()

@@ -60,9 +60,12 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 # command stays the script's own child, under its trap): a limiter copies that many bytes to the
 # output file, then the line, and reads the rest into /dev/null, so that the command runs on as
 # with the agent. The limiter ignores Slurm's SIGTERM, to keep what a command writes as it dies; it
-# ends when the pipe does, or a few seconds after the command did (a process the command left
-# running may hold the pipe open: Slurm kills it as the script ends). slurmstepd's own lines go to
-# the file directly, past the limit. No FIFO (no temporary directory on the node): not bounded.
+# ends when the pipe does, or is killed 5 s after the command ended (a process the command left
+# running may hold the pipe open: Slurm kills it as the script ends). The FIFO's temporary directory
+# is removed once both ends are open, before the command starts, and the script polls for the
+# limiter's end itself: nothing of the script's outlives the job, SIGKILLed or not. slurmstepd's own
+# lines go to the file directly, past the limit. No FIFO (no temporary directory on the node): not
+# bounded.
 BATCH_SCRIPT = """#!/bin/sh
 # corral's Slurm batch script: runs "$@" after its first three arguments (the job's argv) as is, in
 # the directory CORRAL_CHDIR names if it is set, writes the exit status to the file its first
@@ -108,19 +111,30 @@ else
             fi
             if [ "$(head -c 1 | wc -c)" -gt 0 ]; then
                 printf '\\n%s\\n' "$corral_cut_note"
-                cat >/dev/null
+                # exec: the limiter's own process drains the pipe, so that killing it stops the drain.
+                exec cat >/dev/null
             fi
         ) <"$corral_pipe_dir/output" &
         corral_limiter=$!
-        (exec "$@") >"$corral_pipe_dir/output" 2>&1
-        corral_exit=$?
-        (sleep 5; kill -KILL "$corral_limiter") >/dev/null 2>&1 &
-        corral_watchdog=$!
-        wait "$corral_limiter" 2>/dev/null
-        # (Slurm's TERM, trapped, ends a wait before the limiter does.)
-        while kill -0 "$corral_limiter" 2>/dev/null; do wait "$corral_limiter" 2>/dev/null; done
-        kill "$corral_watchdog" 2>/dev/null
+        # Both ends open (each open waits for the other), the FIFO's directory goes at once: a
+        # SIGKILL of the job (scancel, the time limit's after KillWait) leaves nothing on the node.
+        exec 4>"$corral_pipe_dir/output"
         rm -rf "$corral_pipe_dir"
+        (exec "$@") >&4 2>&1 4>&-
+        corral_exit=$?
+        exec 4>&-
+        # The limiter ends when the pipe does; a process the command left running may hold it open,
+        # and then it is killed after 5 s. Polled here, not by a background `sleep 5`, which would
+        # outlive the job (Slurm's linuxproc loses a process whose parent ended). (A trapped TERM
+        # from Slurm also ends a wait, so no `wait` bounds this.)
+        corral_polls=0
+        while kill -0 "$corral_limiter" 2>/dev/null && [ "$corral_polls" -lt 50 ]; do
+            # (A sleep that takes no fraction: whole seconds, counted as such.)
+            sleep 0.1 2>/dev/null || { sleep 1; corral_polls=$((corral_polls + 9)); }
+            corral_polls=$((corral_polls + 1))
+        done
+        kill -KILL "$corral_limiter" 2>/dev/null
+        wait "$corral_limiter" 2>/dev/null
     else
         [ -z "$corral_pipe_dir" ] || rmdir "$corral_pipe_dir" 2>/dev/null
         (exec "$@")
