@@ -458,6 +458,46 @@ def test_sbatchs_errors_are_refusals_of_the_request_or_of_the_settings_or_tempor
     assert batch.sbatch_refusal(message) is kind
 
 
+@pytest.mark.parametrize(
+    ("message", "of_a_job_that_sets_options", "otherwise"),
+    [
+        ("Invalid --signal specification", batch.Refusal.REQUEST, batch.Refusal.SETTING),
+        ("Invalid --open-mode specification", batch.Refusal.REQUEST, batch.Refusal.SETTING),
+        ("Invalid --acctg-freq specification: task=x", batch.Refusal.REQUEST, batch.Refusal.SETTING),
+        (
+            "Batch job submission failed: Invalid accounting frequency requested",
+            batch.Refusal.REQUEST,
+            batch.Refusal.SETTING,
+        ),
+        ('unrecognized --mem-bind argument "bogus"', batch.Refusal.REQUEST, batch.Refusal.SETTING),
+        # The cluster's trouble stays temporary whatever the job sets.
+        (
+            "Batch job submission failed: Unable to contact slurm controller (connect failure)",
+            batch.Refusal.TEMPORARY,
+            batch.Refusal.TEMPORARY,
+        ),
+        (
+            "Batch job submission failed: Job violates accounting/QOS policy"
+            " (job submit limit, user's size and/or time limits)",
+            batch.Refusal.TEMPORARY,
+            batch.Refusal.TEMPORARY,
+        ),
+        ("sbatch did not answer within 30s", batch.Refusal.TEMPORARY, batch.Refusal.TEMPORARY),
+    ],
+)
+def test_sbatch_refusing_an_options_value_is_the_jobs_if_it_set_that_variable_else_corrals_settings(
+    message: str, of_a_job_that_sets_options: batch.Refusal, otherwise: batch.Refusal
+) -> None:
+    """A job's SBATCH_SIGNAL=bogus made every sbatch fail, counted as a temporary failure and retried
+    without end; the same refusal of a job that did not set the variable comes of corral's
+    slurm.extra_args."""
+    every_variable = ["SBATCH_SIGNAL", "SBATCH_OPEN_MODE", "SBATCH_ACCTG_FREQ", "SBATCH_MEM_BIND"]
+    assert batch.sbatch_refusal(message, every_variable) is of_a_job_that_sets_options
+    assert batch.sbatch_refusal(message) is otherwise
+    # A job that sets another variable: the option refused is not its own.
+    assert batch.sbatch_refusal(message, ["SBATCH_GPU_BIND"]) is otherwise
+
+
 def test_a_slurm_job_cancelled_outside_corral_cancels_the_job_and_says_so() -> None:
     job, attempt = claimed(1, 10, running=True)
     (outcome,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "CANCELLED")}).job_outcomes

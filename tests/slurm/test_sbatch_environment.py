@@ -8,6 +8,7 @@ exported whole)."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import stat
 import subprocess
@@ -18,7 +19,9 @@ import httpx
 import pytest
 
 from corral.config import Config
-from corral.executor.slurm import BATCH_SCRIPT, Slurm, sbatch_environment
+from corral.executor.slurm import BATCH_SCRIPT, Slurm, sbatch_environment, sbatch_value_refusal
+from tests.server.cli import corral
+from tests.slurm.conftest import SlurmCluster
 from tests.support import served_app
 
 # Records its own LD_LIBRARY_PATH, SLURM_CONF, SBATCH_SIGNAL, SBATCH_ACCOUNT and path, then runs the batch script
@@ -144,3 +147,106 @@ def test_in_front_of_slurm_sbatch_variables_that_choose_the_account_or_placement
         fine = [{"command": ["true"], "env": {"SBATCH_SIGNAL": "B:USR1@60", "SBATCH_OPEN_MODE": "append"}}]
         answer = httpx.post(f"{url}/api/jobs", json={"jobs": fine}, headers={"Authorization": "Bearer t"})
         assert answer.status_code == 201, answer.text
+
+
+def test_in_front_of_slurm_a_value_sbatch_cannot_take_is_refused_at_submission_every_way_in(tmp_path: Path) -> None:
+    """SBATCH_SIGNAL=bogus made every sbatch of the job fail, and corral retried it as a temporary
+    failure, again and again. Refused at submission now, naming the variable and its value: through
+    the API, `corral submit -e` and a job file alike."""
+    config = Config(executor="slurm", instance_types=[])
+    with served_app(tmp_path, config) as (url, store):
+        jobs = [
+            {"command": ["true"], "env": {"SBATCH_SIGNAL": "bogus", "OK": "1"}},
+            {"command": ["true"], "env": {"SBATCH_OPEN_MODE": "bogus", "SBATCH_SIGNAL": "B:USR1@60"}},
+        ]
+        answer = httpx.post(f"{url}/api/jobs", json={"jobs": jobs}, headers={"Authorization": "Bearer t"})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"] == [
+            "jobs.0.env: SBATCH_SIGNAL='bogus' is no value sbatch takes for it (sbatch reads it as its option): it"
+            " takes [{R|B}:]<sig_num|sig_name>[@sig_time], e.g. B:USR1@60: a signal number 1-65535 or one of ABRT,"
+            " ALRM, CONT, HUP, INT, KILL, QUIT, STOP, TERM, TSTP, TTIN, TTOU, URG, USR1, USR2, XCPU (SIG before it or"
+            " not), and seconds 0-65535",
+            "jobs.1.env: SBATCH_OPEN_MODE='bogus' is no value sbatch takes for it (sbatch reads it as its option): it"
+            " takes append or truncate",
+        ]
+
+        done = corral(url, "submit", "-e", "SBATCH_SIGNAL=USR1@soon", "--", "true", check=False)
+        assert done.returncode != 0
+        assert "SBATCH_SIGNAL='USR1@soon' is no value sbatch takes for it" in done.stderr, done.stderr
+
+        job_file = tmp_path / "jobs.jsonl"
+        job_file.write_text(json.dumps({"command": ["true"], "env": {"SBATCH_PROFILE": "everything"}}) + "\n")
+        done = corral(url, "submit", "--file", str(job_file), check=False)
+        assert done.returncode != 0
+        assert "SBATCH_PROFILE='everything' is no value sbatch takes for it" in done.stderr, done.stderr
+
+        assert store.list_job_rows() == []
+        # Values sbatch takes are accepted.
+        fine = {"SBATCH_SIGNAL": "sigusr1@120", "SBATCH_OPEN_MODE": "truncate", "SBATCH_ACCTG_FREQ": "task=30"}
+        answer = httpx.post(
+            f"{url}/api/jobs",
+            json={"jobs": [{"command": ["true"], "env": fine}]},
+            headers={"Authorization": "Bearer t"},
+        )
+        assert answer.status_code == 201, answer.text
+
+
+# Values of each variable a job may hand sbatch, those sbatch 22.05 takes and those it refuses.
+# (Not here: a signal number sbatch reads as another, such as -10 or 99999, which corral refuses.)
+SBATCH_VALUES = [
+    *(
+        ("SBATCH_SIGNAL", value)
+        for value in [
+            "bogus", "", "B:USR1@60", "USR1", "SIGUSR1", "usr1", "10", "010", "65535", "65536", "0", "R:USR1",
+            "RB:USR1", "br:usr1", "X:USR1", " B:USR1", "B:", "USR1@", "USR1@ 60", "USR1@+60", "USR1@60 ", "USR1@-1",
+            "USR1@65535", "USR1@65536", "USR1@abc", " USR1", "USR1 ", "XCPU", "TTOU", "PIPE", "WINCH", "RTMIN+1",
+            "USR1x", "10x", "0x10", "B:10@5",
+        ]
+    ),
+    *(("SBATCH_OPEN_MODE", value) for value in ["append", "truncate", "a", "T", "APPEND", "bogus", "", " append"]),
+    *(
+        ("SBATCH_ACCTG_FREQ", value)
+        for value in ["30", "task=30", "energy=10,network=5", "filesystem=5", "", "bogus", "task=x", "task=-1", "foo=3"]
+    ),
+    *(
+        ("SBATCH_PROFILE", value)
+        for value in ["all", "NONE", "energy,task", "lustre", "network", "task,", "filesystem", "bogus", ""]
+    ),
+    *(("SBATCH_CPU_FREQ_REQ", value) for value in ["low", "2400000", "1000-2000:performance", ""]),
+    *(("SBATCH_GPU_FREQ", value) for value in ["low", "low,memory=high", ""]),
+    *(("SBATCH_MEM_BIND", value) for value in ["local", "verbose,local", ""]),
+    *(("SBATCH_GPU_BIND", value) for value in ["closest", "map_gpu:0", ""]),
+    *(("SBATCH_DISTRIBUTION", value) for value in ["block", "block:cyclic", "plane=2", ""]),
+]  # fmt: skip
+
+
+def test_corral_refuses_a_value_at_submission_only_where_the_real_sbatch_does(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """corral's check of each SBATCH_PASSED value (sbatch_value_refusal) against sbatch's own:
+    `sbatch --test-only` of the test cluster with the variable set. A value corral lets through
+    that sbatch refuses would fail the job at sbatch (a permanent failure, test_slurm_executor.py);
+    one corral refuses that sbatch takes would refuse a Slurm user's working job."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    disagree = []
+    for name, value in SBATCH_VALUES:
+        done = subprocess.run(
+            ["sbatch", "--test-only", "--output=/dev/null", str(script)],
+            env={**slurm.env, name: value},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        sbatch_takes = done.returncode == 0
+        if sbatch_takes != (sbatch_value_refusal(name, value) is None):
+            disagree.append((name, value, done.stderr.strip()))
+    assert disagree == []
+
+
+@pytest.mark.parametrize("value", ["-10", "0", "99999", "65536"])
+def test_a_signal_number_sbatch_would_read_as_another_is_refused(value: str) -> None:
+    """sbatch keeps a number's low 16 bits (-10 is its signal 65526): not the signal the job meant."""
+    assert (sbatch_value_refusal("SBATCH_SIGNAL", value) or "").startswith(f"SBATCH_SIGNAL={value!r} is no value")
+    assert sbatch_value_refusal("GREETING", "bogus") is None  # not sbatch's

@@ -978,3 +978,28 @@ def test_the_output_limiter_leaves_no_process_or_directory_on_the_node_ended_or_
         assert list(node_tmp.iterdir()) == []
     finally:
         corral.store.close()
+
+
+def test_sbatch_refusing_a_jobs_own_sbatch_variable_fails_it_at_once_not_retried(corral: Dispatcher) -> None:
+    """A job stored with SBATCH_SIGNAL=bogus (submission refuses it now: a job stored before, or
+    one through the store) made every sbatch fail, and corral retried it with back-off as a
+    temporary failure, though no retry could succeed. A value only slurmctld refuses
+    (SBATCH_ACCTG_FREQ=task=0, which corral's check lets through) is the job's too. Both fail at
+    once with sbatch's message, and the jobs behind them go to Slurm."""
+    bad_signal = corral.submit("true", ram=128, max_retries=2, env={"SBATCH_SIGNAL": "bogus"})
+    bad_freq = corral.submit("true", ram=128, env={"SBATCH_ACCTG_FREQ": "task=0"})
+    fine = corral.submit("true", ram=128, env={"SBATCH_SIGNAL": "B:USR1@60"})
+    corral.loop.run_pass()
+    corral.loop.run_pass()
+
+    row = corral.job(bad_signal)
+    assert row["state"] == "failed" and row["temp_failures"] == 0, row
+    assert row["wait_reason"] == "sbatch refused: Invalid --signal specification (the job's SBATCH_SIGNAL='bogus')"
+    assert any(e.startswith("job.failed: sbatch refused: Invalid --signal") for e in corral.events(bad_signal))
+    row = corral.job(bad_freq)
+    assert row["state"] == "failed" and row["temp_failures"] == 0, row
+    assert row["wait_reason"] == (
+        "sbatch refused: Batch job submission failed: Invalid accounting frequency requested"
+        " (the job's SBATCH_ACCTG_FREQ='task=0')"
+    )
+    corral.until_state(fine, "complete")

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -167,14 +167,45 @@ SETTING_REFUSALS = (
 )
 
 
-def sbatch_refusal(message: str) -> Refusal:
-    """What sbatch's error `message` means. Only messages known to be final are: an unknown one
-    (a newer Slurm's, a transient one such as "Unable to contact slurm controller", "Socket timed
-    out", "Resource temporarily unavailable", "Job violates accounting/QOS policy", which is also
-    a user's submit limit) is temporary, retried with back-off up to policy.retry.max_temp_failures."""
+# sbatch's refusals of an option's value (Slurm 22.05's messages, seen here for each SBATCH_*
+# variable a job may set, corral.executor.slurm.SBATCH_PASSED) -> the variable that gives it. All
+# but the last are sbatch's own parse, before it asks slurmctld. A value of the job's variable is
+# refused for good, as the job's request is; corral's own options are sound, and its settings'
+# (extra_args) are checked at start, so the refusal of an option the job does not set is of
+# corral's settings.
+OPTION_REFUSALS = {
+    "invalid --signal specification": "SBATCH_SIGNAL",
+    "invalid --open-mode specification": "SBATCH_OPEN_MODE",
+    "invalid --acctg-freq specification": "SBATCH_ACCTG_FREQ",
+    "invalid --profile=": "SBATCH_PROFILE",
+    "invalid --cpu-freq argument": "SBATCH_CPU_FREQ_REQ",
+    "invalid --gpu-freq argument": "SBATCH_GPU_FREQ",
+    "unrecognized --mem-bind argument": "SBATCH_MEM_BIND",
+    "invalid --gpu-bind argument": "SBATCH_GPU_BIND",
+    "invalid --distribution specification": "SBATCH_DISTRIBUTION",
+    "with arbitrary distribution you need to specify a nodelist": "SBATCH_DISTRIBUTION",
+    "invalid accounting frequency requested": "SBATCH_ACCTG_FREQ",  # slurmctld's: task=0, or above its own
+}
+
+
+def refused_variable(message: str) -> str | None:
+    """The SBATCH_* variable whose value sbatch's error `message` refuses (OPTION_REFUSALS), or None."""
+    text = message.lower()
+    return next((variable for known, variable in OPTION_REFUSALS.items() if known in text), None)
+
+
+def sbatch_refusal(message: str, job_variables: Collection[str] = ()) -> Refusal:
+    """What sbatch's error `message` means for a job whose environment names `job_variables` (its
+    SBATCH_SIGNAL... is its own request). Only messages known to be final are: an unknown one (a
+    newer Slurm's, a transient one such as "Unable to contact slurm controller", "Socket timed
+    out", "Resource temporarily unavailable", "Job violates accounting/QOS policy", which is also a
+    user's submit limit) is temporary, retried with back-off up to policy.retry.max_temp_failures."""
     text = message.lower()
     if any(known in text for known in REQUEST_REFUSALS):
         return Refusal.REQUEST
+    variable = refused_variable(message)
+    if variable is not None:
+        return Refusal.REQUEST if variable in job_variables else Refusal.SETTING
     if any(known in text for known in SETTING_REFUSALS):
         return Refusal.SETTING
     return Refusal.TEMPORARY

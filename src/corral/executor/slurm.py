@@ -333,6 +333,77 @@ SBATCH_ACCOUNTING = {  # -> the slurm setting that chooses it for every job
 }
 
 
+# sbatch reads each SBATCH_PASSED variable as its option and exits on a value it cannot parse
+# ("Invalid --signal specification"): such a job's every sbatch fails the same way. The values are
+# checked at submission as sbatch 22.05 parses them (src/common/proc_args.c, slurm_opt.c; tried on
+# the real sbatch of tests/slurm, test_sbatch_environment.py), where that parse needs nothing of
+# the cluster's. What depends on the cluster (CpuFreqGovernors, the nodes' GPUs, slurmctld's own
+# checks such as SBATCH_ACCTG_FREQ=task=0) is sbatch's to refuse: the job then fails at once with
+# sbatch's message (corral.core.batch.OPTION_REFUSALS), never retried.
+# sbatch's signal names (proc_args.c's sig_name_num), with or without "SIG", in any case.
+SBATCH_SIGNAL_NAMES = frozenset({
+    "HUP", "INT", "QUIT", "ABRT", "KILL", "ALRM", "TERM", "USR1", "USR2", "URG", "CONT", "STOP", "TSTP", "TTIN", "TTOU",
+    "XCPU",
+})  # fmt: skip
+# [{R|B}:]<sig_num|sig_name>[@sig_time]: the flags R, B, RB or BR; the signal up to the first '@'.
+SBATCH_SIGNAL_FORM = re.compile(r"(?:(?:RB|BR|B|R):)?(?P<signal>[^@]*)(?:@(?P<time>.*))?", re.IGNORECASE | re.DOTALL)
+# strtol's number: blanks before it, blanks only after it (the signal; its time takes none after).
+SIGNAL_NUMBER = re.compile(r"\s*[+-]?(\d+)\s*")
+SIGNAL_NAME = re.compile(r"\s*(?:SIG)?([A-Z0-9]+)\s*", re.IGNORECASE)
+SIGNAL_TIME = re.compile(r"\s*\+?(\d+)")
+SLURM_UINT16_MAX = 0xFFFF
+# --acctg-freq: a number (the task's), or <datatype>=<seconds>, comma-separated; empty is none.
+ACCTG_FREQ_ITEM = re.compile(r"\d+|(?:task|energy|network|filesystem)=\d+")
+# --profile: sbatch takes a list in which one name at least is one of these (22.05 has no
+# "filesystem": "lustre").
+PROFILE_NAMES = frozenset({"all", "none", "energy", "task", "lustre", "network"})
+SBATCH_FORMS = {  # -> what sbatch takes, said when a value is refused
+    "SBATCH_SIGNAL": "[{R|B}:]<sig_num|sig_name>[@sig_time], e.g. B:USR1@60: a signal number 1-65535 or one of"
+    f" {', '.join(sorted(SBATCH_SIGNAL_NAMES))} (SIG before it or not), and seconds 0-65535",
+    "SBATCH_OPEN_MODE": "append or truncate",
+    "SBATCH_ACCTG_FREQ": "<seconds> or <datatype>=<seconds>[,...] with datatype task, energy, network or filesystem",
+    "SBATCH_PROFILE": f"all, none, or a list of {', '.join(sorted(PROFILE_NAMES - {'all', 'none'}))}",
+}
+
+
+def _sbatch_signal_valid(value: str) -> bool:
+    form = SBATCH_SIGNAL_FORM.fullmatch(value)
+    if form is None:
+        return False
+    number, name = SIGNAL_NUMBER.fullmatch(form["signal"]), SIGNAL_NAME.fullmatch(form["signal"])
+    # sbatch reads a number above 65535 or below 1 as another signal (it keeps the low 16 bits): refused.
+    if not (number is not None and 1 <= int(number[0]) <= SLURM_UINT16_MAX) and not (
+        number is None and name is not None and name[1].upper() in SBATCH_SIGNAL_NAMES
+    ):
+        return False
+    if form["time"] is None or form["time"] == "":  # "USR1@" is sbatch's time 0
+        return True
+    seconds = SIGNAL_TIME.fullmatch(form["time"])
+    return seconds is not None and int(seconds[1]) <= SLURM_UINT16_MAX
+
+
+def sbatch_value_refusal(name: str, value: str) -> str | None:
+    """Why the value of the job's SBATCH_PASSED variable `name` is refused: sbatch would refuse it
+    before it asks Slurm anything (or read a signal number as another); None for another variable,
+    a value sbatch takes, or one only the cluster can judge."""
+    if name not in SBATCH_PASSED:
+        return None
+    if name == "SBATCH_SIGNAL":
+        valid = _sbatch_signal_valid(value)
+    elif name == "SBATCH_OPEN_MODE":
+        valid = value[:1].lower() in ("a", "t")  # sbatch reads the first letter only
+    elif name == "SBATCH_ACCTG_FREQ":
+        valid = value == "" or all(ACCTG_FREQ_ITEM.fullmatch(item) for item in value.split(","))
+    elif name == "SBATCH_PROFILE":
+        valid = any(item.lower() in PROFILE_NAMES for item in value.split(","))
+    else:
+        valid = value != ""  # sbatch refuses every one of them empty
+    if valid:
+        return None
+    said = SBATCH_FORMS.get(name, "a value sbatch takes (not empty)")
+    return f"{name}={value!r} is no value sbatch takes for it (sbatch reads it as its option): it takes {said}"
+
+
 def sbatch_variable_refusal(name: str) -> str | None:
     """Why a job's variable `name` may not go to sbatch, or None (not sbatch's, or one of
     SBATCH_PASSED)."""

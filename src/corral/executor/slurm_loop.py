@@ -31,6 +31,7 @@ from corral.executor.slurm import (
     BATCH_SCRIPT,
     CHDIR_VARIABLE,
     KILLED_TAIL_BYTES,
+    SBATCH_PASSED,
     STATUS_SUFFIX,
     Slurm,
     SlurmError,
@@ -538,15 +539,21 @@ class SlurmLoop(LiveLoop):
             )
         except (SlurmError, OSError) as exc:
             # With Slurm's message as the reason (batch.sbatch_refusal): a request Slurm refuses
-            # for good fails the job at once, as sbatch fails for a Slurm user; anything else (slurmctld
-            # unreachable or busy, a refused setting of corral's) is a temporary failure, and the
-            # pass submits no more: the next sbatch would most likely fail the same way, each after
-            # up to command_timeout. A submission that did happen (sbatch timed out after it) is
-            # scancelled as an orphan.
+            # for good (a value of the job's SBATCH_* variables too) fails the job at once, as sbatch
+            # fails for a Slurm user; anything else (slurmctld unreachable or busy, a refused
+            # setting of corral's) is a temporary failure, and the pass submits no more: the next
+            # sbatch would most likely fail the same way, each after up to command_timeout. A
+            # submission that did happen (sbatch timed out after it) is scancelled as an orphan.
             log.warning("sbatch of job %s failed: %s", job.id, exc, extra={"job_id": job.id, "attempt_id": attempt_id})
-            kind = batch.sbatch_refusal(str(exc)) if isinstance(exc, SlurmError) else batch.Refusal.TEMPORARY
+            given = [name for name in job.env if name in SBATCH_PASSED]  # what sbatch was given of the job's
+            kind = batch.sbatch_refusal(str(exc), given) if isinstance(exc, SlurmError) else batch.Refusal.TEMPORARY
             if kind is batch.Refusal.REQUEST:
-                outcome = retry.after_refusal(job, f"sbatch refused: {exc}", (attempt_id,))
+                why = f"sbatch refused: {exc}"
+                variable = batch.refused_variable(str(exc))
+                if variable is not None:
+                    # sbatch's message names its option, not the job's variable that gave it.
+                    why += f" (the job's {variable}={job.env[variable]!r})"
+                outcome = retry.after_refusal(job, why, (attempt_id,))
             else:
                 why = f"sbatch failed: {exc}"
                 if kind is batch.Refusal.SETTING:

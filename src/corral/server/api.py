@@ -30,7 +30,7 @@ from corral.core.dispatchers import is_stale
 from corral.core.model import AttemptState, Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
-from corral.executor.slurm import SHELL_NAME, sbatch_variable_refusal
+from corral.executor.slurm import SHELL_NAME, sbatch_value_refusal, sbatch_variable_refusal
 from corral.jobspec import DEFAULT_PRIORITY, JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
 from corral.server.app import Caller, Runtime
@@ -299,6 +299,13 @@ def submit(body: SubmitBody, runtime: UserRuntime, caller: CallerOf) -> SubmitRe
             for i, job in enumerate(jobs)
             for name in job.env
             if (why := sbatch_variable_refusal(name))
+        ]
+        # A value sbatch cannot parse would fail every sbatch of the job: refused here, as sbatch would.
+        unnamed += [
+            f"jobs.{i}.env: {why}"
+            for i, job in enumerate(jobs)
+            for name, value in job.env.items()
+            if (why := sbatch_value_refusal(name, value))
         ]
         if unnamed:
             raise HTTPException(422, unnamed)
