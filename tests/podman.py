@@ -93,6 +93,30 @@ def run_detached(name: str, labels: Sequence[str], image: str) -> None:
     assert started.returncode == 0, started.stderr
 
 
+def start_leftovers(
+    node_id: str, attempt_id: int, agent_dirs: dict[str, Path], image: str
+) -> dict[tuple[str, str], str]:
+    """What agents of two corrals with the same node id (their work dirs `agent_dirs`, by whose)
+    left running, never recorded: for each, a container labelled as agents label them now and one
+    an older agent labelled with the node alone (both under name_of's names); and one named as the
+    oldest agents named theirs, whose it is nobody can tell. By (whose, kind); kinds "labelled",
+    "older agent's", and ("either", "oldest")."""
+    from corral.agent import container
+
+    started: dict[tuple[str, str], str] = {}
+    for whose, agent_dir in agent_dirs.items():
+        agent_label = f"{container.AGENT_LABEL}={container.agent_key(agent_dir)}"
+        for kind, attempt, labels in (
+            ("labelled", attempt_id, [f"{container.NODE_LABEL}={node_id}", agent_label]),
+            ("older agent's", attempt_id + 1, [f"{container.NODE_LABEL}={node_id}"]),
+        ):
+            started[(whose, kind)] = container.name_of(attempt, node_id, agent_dir)
+            run_detached(started[(whose, kind)], labels, image)
+    started[("either", "oldest")] = container.legacy_name_of(attempt_id + 2)
+    run_detached(started[("either", "oldest")], [f"{container.NODE_LABEL}={node_id}"], image)
+    return started
+
+
 def remove_named(names: Iterable[str]) -> None:
     """Removes the containers a test started, by their names (never others': the host is shared)."""
     for name in names:

@@ -20,12 +20,20 @@ from typing import Any
 
 import pytest
 
-from corral.agent import container, credentials, sysinfo
+from corral.agent import credentials, sysinfo
 from corral.agent.container import Engine
 from corral.agent.runner import Attempt, AttemptSpec, Runner, spec_json
 from tests.agent.peer import Peer
 from tests.agent.test_agent import Agents
-from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers, containers_named, remove_named, run_detached
+from tests.podman import (
+    PROGRAM,
+    RUN_ARGS,
+    busybox_image,
+    containers,
+    containers_named,
+    remove_named,
+    start_leftovers,
+)
 from tests.support import alive, wait_until
 
 ENGINE = Engine(PROGRAM, RUN_ARGS)
@@ -271,19 +279,9 @@ def test_a_resumed_agent_removes_its_leftover_containers_and_not_those_of_anothe
     attempt_id = 9170 + secrets.randbelow(800)  # attempt ids are per store: both corrals run these
     started: dict[tuple[str, str], str] = {}
     try:
-        for whose, work_dir in work_dirs.items():
-            # Started by the agent (this one's dead predecessor, or the other corral's live agent),
-            # and never recorded: the agent was killed in between.
-            agent_label = f"{container.AGENT_LABEL}={container.agent_key(work_dir)}"
-            for kind, attempt, labels in (
-                ("labelled", attempt_id, [f"corral-node={node_id}", agent_label]),
-                ("older agent's", attempt_id + 1, [f"corral-node={node_id}"]),
-            ):
-                started[(whose, kind)] = container.name_of(attempt, node_id, work_dir)
-                run_detached(started[(whose, kind)], labels, image)
-        started[("either", "oldest")] = f"corral-attempt-{attempt_id + 2}"
-        run_detached(started[("either", "oldest")], [f"corral-node={node_id}"], image)
-
+        # Started by the agent (this one's dead predecessor, or the other corral's live agent), and
+        # never recorded: the agent was killed in between.
+        started = start_leftovers(node_id, attempt_id, work_dirs, image)
         secret = secrets.token_hex(16)
         state.secrets[secret] = node_id
         work_dirs["this"].mkdir(parents=True, exist_ok=True)

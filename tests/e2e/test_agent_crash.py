@@ -17,10 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent import container
 from corral.cloud.loopback import LoopbackCloud
 from tests.e2e.conftest import Corral
-from tests.podman import PROGRAM, RUN_ARGS, busybox_image, containers, containers_named, remove_named, run_detached
+from tests.podman import (
+    PROGRAM,
+    RUN_ARGS,
+    busybox_image,
+    containers,
+    containers_named,
+    remove_named,
+    start_leftovers,
+)
 from tests.support import alive, children, wait_until
 
 
@@ -172,18 +179,9 @@ def test_a_dead_instance_goes_with_the_containers_its_agent_left_and_no_other_co
     }
     started: dict[tuple[str, str], str] = {}
     try:
-        for name, cloud in clouds.items():
-            agent_dir = (cloud.root / instance_id / "work").resolve()  # the instance's agent's work dir
-            agent_label = f"{container.AGENT_LABEL}={container.agent_key(agent_dir)}"
-            for kind, attempt, labels in (
-                ("labelled", attempt_id, [f"corral-node={node_id}", agent_label]),
-                ("older agent's", attempt_id + 1, [f"corral-node={node_id}"]),
-            ):
-                started[(name, kind)] = container.name_of(attempt, node_id, agent_dir)
-                run_detached(started[(name, kind)], labels, image)
-        started[("either", "oldest")] = f"corral-attempt-{attempt_id + 2}"
-        run_detached(started[("either", "oldest")], [f"corral-node={node_id}"], image)
-
+        # The instance's agent's work dir in each home.
+        agent_dirs = {name: (cloud.root / instance_id / "work").resolve() for name, cloud in clouds.items()}
+        started = start_leftovers(node_id, attempt_id, agent_dirs, image)
         directory = clouds["one"].root / instance_id
         directory.mkdir(parents=True)
         tags = {"corral-cluster": "corral", "corral-node-id": node_id, "corral-instance-type": "small"}
