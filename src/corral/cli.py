@@ -7,6 +7,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import ssl
 import sys
 import time
@@ -1056,7 +1057,7 @@ def jobs(
             Text.assemble(styled(j["state"]), (" held", "yellow") if j["held"] else ""),
             j["node"] or "-",
             str(j["attempts"]),
-            "-" if j["exit_code"] is None else str(j["exit_code"]),
+            exit_text(j, short=True),
             resources_text(j["resources"], j["nodes"]),
             ago(now - j["submitted_at"]),
             ago(run_time),
@@ -1109,7 +1110,7 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
     # Slurm's Restarts: one per attempt that ended so.
     preempted = sum(1 for a in j["attempt_list"] or () if a["state"] == "preempted")
     console.print(
-        f"  exit code  {'-' if j['exit_code'] is None else j['exit_code']}   node {j['node'] or '-'}   "
+        f"  exit code  {exit_text(j)}   node {j['node'] or '-'}   "
         # Each non-zero exit reruns the job while it has retries left (corral.core.retry.after_exit).
         f"attempts {j['attempts']} (retries {min(j['nonzero_exits'], j['max_retries'])} of {j['max_retries']},"
         f" temporary failures {j['temp_failures']}" + (f", preempted {preempted}" if preempted else "") + ")"
@@ -1140,6 +1141,10 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
     if j.get("needed_by"):
         needed = ", ".join(f"{d['job_id']} ({d['kind']}, {d['state']})" for d in j["needed_by"])
         console.print(f"  needed by  {needed}", highlight=False)
+    if j.get("cancelled_by"):
+        # Who asked (the job.cancel_requested event says it too, among the others).
+        asked = "cancelled by" if j["state"] == "cancelled" else "cancel requested by"
+        console.print(f"  {asked} {j['cancelled_by']}", highlight=False)
     if j["wait_reason"] and j["state"] in ("queued", "claimed"):
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     elif j["wait_reason"] and j["state"] in ("complete", "failed", "cancelled"):
@@ -1156,12 +1161,29 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
                 a["state"],
                 ",".join(a["nodes"]),
                 *((a["executor_ref"] or "-",) if in_slurm else ()),
-                "-" if a["exit_code"] is None else str(a["exit_code"]),
+                exit_text(a, short=True),
                 when(a["started_at"]),
                 when(a["finished_at"]),
                 a["reason"],
             )
         console.print(table)
+
+
+def exit_text(ended: dict[str, Any], short: bool = False) -> str:
+    """A job's or an attempt's exit code, and the signal that killed it, which 137 alone does not
+    tell from an exit with 137: "137 (killed by signal 9 (SIGKILL))"; `short`: "137 (SIGKILL)"."""
+    if ended["exit_code"] is None:
+        return "-"
+    number = ended.get("exit_signal")  # (a server before it sends none)
+    if not number:
+        return str(ended["exit_code"])
+    try:
+        name = signal.Signals(number).name
+    except ValueError:  # (no name on this host)
+        name = ""
+    if short:
+        return f"{ended['exit_code']} ({name or f'signal {number}'})"
+    return f"{ended['exit_code']} (killed by signal {number}" + (f" ({name}))" if name else ")")
 
 
 def not_retried(j: dict[str, Any]) -> str:

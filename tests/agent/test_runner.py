@@ -80,6 +80,10 @@ def test_killed_by_signal_is_128_plus_n(runner: Runner) -> None:
     attempt = runner.start(spec(5, ["sh", "-c", "kill -9 $$"]))
     assert attempt is not None
     assert run_to_end(runner, attempt) == 128 + 9
+    # The signal is kept beside it (what the agent reports as exit_signal); an exit with 137 has none.
+    assert attempt.exit_signal == 9
+    exiting = runner.start(spec(15, ["sh", "-c", "exit 137"]))
+    assert exiting is not None and run_to_end(runner, exiting) == 137 and exiting.exit_signal is None
 
 
 def test_kill_takes_the_whole_process_group(runner: Runner, tmp_path: Path) -> None:

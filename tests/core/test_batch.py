@@ -238,6 +238,20 @@ def test_an_exit_is_the_jobs_exit_and_a_timeout_says_so() -> None:
     assert batch.exit_outcome(retried, 3, 10).state is JobState.QUEUED
 
 
+def test_slurms_exit_code_with_a_signal_keeps_the_signal_beside_its_128_plus_n() -> None:
+    """ExitCode=0:9 (the batch script SIGKILLed, an out-of-memory kill's usual sign) was recorded as
+    exit 137 alone, as an exit 137:0 is: the signal is the job's exit_signal now, and its reason says it."""
+    job, attempt = claimed(1, 10, running=True)
+    seen = {10: Seen(10, "77", "FAILED", 137, exit_signal=9)}
+    (ended,) = plan(world(job, attempts=(attempt,)), seen).exits
+    assert (ended.exit_code, ended.exit_signal) == (137, 9)
+    outcome = batch.exit_outcome(job, ended.exit_code, 10, ended.detail, ended.timeout, ended.exit_signal)
+    assert (outcome.state, outcome.exit_code, outcome.exit_signal) == (JobState.FAILED, 137, 9)
+    assert outcome.reason == "exit 137: killed by signal 9 (SIGKILL)"
+    (plain,) = plan(world(job, attempts=(attempt,)), {10: Seen(10, "77", "FAILED", 137)}).exits
+    assert plain.exit_signal is None and batch.exit_outcome(job, 137, 10).reason == "exit 137"
+
+
 @pytest.mark.parametrize("state", ["OUT_OF_MEMORY", "FAILED", "DEADLINE", "SPECIAL_EXIT"])
 def test_a_slurm_job_that_did_not_complete_fails_its_job_though_its_exit_code_is_0(state: str) -> None:
     """Slurm ends a job OUT_OF_MEMORY when the OOM killer took any of its processes, also one the

@@ -132,3 +132,43 @@ def test_a_job_with_chdir_is_not_given_to_an_agent_that_does_not_know_the_field(
     headers = {"Authorization": f"Bearer {new}"}
     given = httpx.get(f"{url}/api/agent/work", params={"wait": 0, "knows": ["chdir"]}, headers=headers).json()
     assert [(a["job_id"], a["chdir"]) for a in given["attempts"]] == [(placed, "/shared/run42")]
+
+
+def test_an_exit_by_a_signal_reads_as_such_and_an_older_agents_128_plus_n_as_before(served: tuple[str, Store]) -> None:
+    """An agent reports a command killed by signal N as exit 128+N and, since exit_signal, N beside
+    it (a report's field an older server ignores): the job and its attempt say which, where 137 alone
+    read the same for a program that exited 137 and one SIGKILLed. An agent of a corral before it
+    sends no exit_signal: its 137 reads as an exit, as it always did."""
+    url, store = served
+    secret = pair(url, "n1", booting(store, "n1"), agent_version=corral.__version__).json()["secret"]
+    killed, exited, old_agent = store.submit([JobRequest(command=["x"], name=n) for n in ("k", "e", "o")], 0.0)
+    attempts = [store.claim(j, "d1", ["n1"], Resources(1, 512), time.time()) for j in (killed, exited, old_agent)]
+    headers = {"Authorization": f"Bearer {secret}"}
+    now = time.time()
+    reports = [
+        {"attempt_id": attempts[0], "exit_code": 137, "exit_signal": 9, "finished_at": now},
+        {"attempt_id": attempts[1], "exit_code": 137, "finished_at": now},
+    ]
+    pinged = httpx.post(f"{url}/api/agent/ping", json={"finished": reports}, headers=headers)
+    assert pinged.status_code == 200 and pinged.json()["ack"] == attempts[:2], pinged.text
+    # The report route, as an older agent sends it.
+    old = {"exit_code": 137, "finished_at": now}
+    assert httpx.post(f"{url}/api/agent/attempts/{attempts[2]}/finished", json=old, headers=headers).status_code == 200
+
+    listed = {j["id"]: j for j in corral_json(url, "jobs")}
+    assert {j: (listed[j]["exit_code"], listed[j]["exit_signal"]) for j in listed} == {
+        killed: (137, 9),
+        exited: (137, None),
+        old_agent: (137, None),
+    }
+    shown = corral_json(url, "job", str(killed))
+    assert shown["wait_reason"] == "exit 137: killed by signal 9 (SIGKILL)"
+    assert [(a["exit_code"], a["exit_signal"]) for a in shown["attempt_list"]] == [(137, 9)]
+    printed = corral_cli(url, "job", str(killed)).stdout
+    assert "exit code  137 (killed by signal 9 (SIGKILL))" in printed and "137 (SIGKILL)" in printed, printed
+    assert "exit code  137   node" in corral_cli(url, "job", str(exited)).stdout
+    said = [e["message"] for e in corral_json(url, "events", "--job", str(killed), "--kind", "job.failed")]
+    assert said == ["exit 137: killed by signal 9 (SIGKILL)"]
+    bad = {"exit_code": 137, "exit_signal": 0}
+    refused = httpx.post(f"{url}/api/agent/attempts/{attempts[0]}/finished", json=bad, headers=headers)
+    assert refused.status_code == 422 and "exit_signal" in refused.text

@@ -83,7 +83,10 @@ def test_a_user_cannot_change_anothers_job_which_stays_queued_and_an_admin_can(s
         assert as_bob.post(f"/api/jobs/{job}/hold").status_code == 200
         assert as_alice.get(f"/api/jobs/{job}").json()["wait_reason"] == "held by bob"  # not "by an operator"
         assert as_carol.post(f"/api/jobs/{job}/cancel").status_code == 200
-        assert as_bob.get(f"/api/jobs/{job}").json()["cancel_requested"] is True
+        asked = as_bob.get(f"/api/jobs/{job}").json()
+        # Who asked is on the job itself (not only in its event), as the listing shows it too.
+        assert (asked["cancel_requested"], asked["cancelled_by"]) == (True, "carol")
+        assert [j["cancelled_by"] for j in as_bob.get("/api/jobs").json() if j["id"] == job] == ["carol"]
         # Whoever changed a job is named in its events (the operator's token names no one, as before).
         said = [(e["kind"], e["message"]) for e in as_bob.get("/api/events", params={"job": job}).json()]
         assert said[-2:] == [("job.held", "held by bob"), ("job.cancel_requested", "cancel requested (by carol)")]

@@ -9,6 +9,7 @@ import pytest
 
 from corral.core.batch import ExitStatus
 from corral.executor.slurm import (
+    ShownJob,
     SlurmJob,
     job_name,
     killed_state,
@@ -73,7 +74,12 @@ def test_scontrol_show_job_gives_each_ended_jobs_state_and_exit_code() -> None:
         "Command=/x JobState=COMPLETED ExitCode=0:0\n"  # the command line is the user's: the first match counts
         "JobId=8 JobName=corral-6 UserId=root(0) JobState=CANCELLED Reason=None ExitCode=0:15 StartTime=Unknown\n"
     )
-    assert parse_show_job(text) == {"1": ("COMPLETED", 0), "6": ("FAILED", 7), "8": ("CANCELLED", 143)}
+    assert parse_show_job(text) == {
+        "1": ShownJob("COMPLETED", 0),
+        "6": ShownJob("FAILED", 7),
+        # Killed by SIGTERM: 128+15 as corral's exit codes read, and the signal beside it.
+        "8": ShownJob("CANCELLED", 143, exit_signal=15),
+    }
 
 
 def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
@@ -81,7 +87,7 @@ def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
     name = job_name(6, "x JobState=COMPLETED\tExitCode=0:0 ")
     assert name == "corral-6-x_JobState=COMPLETED_ExitCode=0:0" and job_name(7, " ") == "corral-7"
     line = f"JobId=9 JobName={name} UserId=root(0) JobState=FAILED Reason=NonZeroExitCode ExitCode=7:0 Command=/x\n"
-    assert parse_show_job(line) == {"9": ("FAILED", 7)}
+    assert parse_show_job(line) == {"9": ShownJob("FAILED", 7)}
 
 
 @pytest.mark.parametrize(

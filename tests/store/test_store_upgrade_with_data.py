@@ -86,6 +86,8 @@ def rows_of_step(step: int) -> dict[str, list[dict[str, Any]]]:
             "perm_failures": 0,
             "attempt_count": 0,
             "exit_code": None,
+            "exit_signal": None,
+            "cancelled_by": None,
             "wait_reason": "waiting for a node" if state is JobState.QUEUED else "",
             "unplaceable": False,
             "cancel_requested": False,
@@ -123,6 +125,7 @@ def rows_of_step(step: int) -> dict[str, list[dict[str, Any]]]:
             "started_at": None,
             "finished_at": None,
             "exit_code": None,
+            "exit_signal": None,
             "pid": None,
             "reason": "",
             "executor_ref": None,
@@ -143,7 +146,12 @@ def rows_of_step(step: int) -> dict[str, list[dict[str, Any]]]:
     attempt(4, failed, AttemptState.EXITED, started_at=at + 4, finished_at=at + 9, exit_code=3, pid=8)
     timed_out = job(7, JobState.FAILED, attempt_count=1, finished_at=at + 9)
     attempt(5, timed_out, AttemptState.TIMEOUT, started_at=at + 4, finished_at=at + 9, exit_code=143)
-    cancelled = job(8, JobState.CANCELLED, cancel_requested=True, attempt_count=1, finished_at=at + 9)
+    # Killed by SIGKILL (an out-of-memory kill): 137 as ever, and the signal beside it since 0021.
+    killed = job(21, JobState.FAILED, exit_code=137, exit_signal=9, attempt_count=1, finished_at=at + 9)
+    attempt(7, killed, AttemptState.EXITED, started_at=at + 4, finished_at=at + 9, exit_code=137, exit_signal=9)
+    cancelled = job(
+        8, JobState.CANCELLED, cancel_requested=True, cancelled_by="user1", attempt_count=1, finished_at=at + 9
+    )
     attempt(6, cancelled, AttemptState.CANCELLED, finished_at=at + 9, reason="cancelled")
     job(9, JobState.CANCELLED, priority=0, finished_at=at + 9)
     # An array of three tasks (its id: its first task's), one ended, two waiting, throttled to 1.
@@ -317,6 +325,9 @@ def assert_the_cli_reads_it(url: str, written: dict[str, list[dict[str, Any]]]) 
             answer = client.get(f"/api/jobs/{row['id']}")
             assert answer.status_code == 200, f"job {row['id']} ({row['state']}): {answer.text}"
             assert answer.json()["state"] == row["state"]
+            # What a store before 0021 could not say reads as not known: null.
+            said = {k: answer.json()[k] for k in ("exit_code", "exit_signal", "cancelled_by")}
+            assert said == {k: row.get(k) for k in said}, row
         nodes = client.get("/api/nodes", params={"all": True})
         assert {n["id"]: n["state"] for n in nodes.json()} == {r["id"]: r["state"] for r in written["nodes"]}
         events = client.get("/api/events", params={"limit": 100_000})

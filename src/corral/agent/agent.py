@@ -504,6 +504,8 @@ class Agent:
                     "exit_code": attempt.exit_code,
                     "finished_at": attempt.finished_at,
                 }
+                if attempt.exit_signal is not None:
+                    finish["exit_signal"] = attempt.exit_signal  # (an older server ignores it)
                 if attempt.timed_out:
                     finish["timed_out"] = True
                 if attempt.failure:
@@ -684,7 +686,12 @@ class Agent:
                     attempt_id=attempt.attempt_id,
                 )
             else:
-                logs.info("attempt exited", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
+                logs.info(
+                    "attempt exited",
+                    attempt_id=attempt.attempt_id,
+                    exit_code=attempt.exit_code,
+                    exit_signal=attempt.exit_signal,
+                )
         for attempt in self.runner.past_time_limit(self.limit_slack):
             # slurmstepd's way: a limit holds even when the controller cannot be reached.
             logs.warning(
@@ -761,7 +768,12 @@ class Agent:
         assert attempt.exit_code is not None and attempt.finished_at is not None
         try:
             self.client.finished(
-                attempt.attempt_id, attempt.exit_code, attempt.finished_at, attempt.timed_out, reason=attempt.failure
+                attempt.attempt_id,
+                attempt.exit_code,
+                attempt.finished_at,
+                attempt.timed_out,
+                reason=attempt.failure,
+                exit_signal=attempt.exit_signal,
             )
         except Rejected as exc:
             logs.warning("the server refused a finish; dropping it", attempt_id=attempt.attempt_id, error=str(exc))

@@ -138,8 +138,11 @@ class AgentClient:
         timed_out: bool = False,
         timeout: float | None = None,
         reason: str = "",
+        exit_signal: int | None = None,
     ) -> None:
         body: dict[str, Any] = {"exit_code": exit_code, "finished_at": finished_at}
+        if exit_signal is not None:
+            body["exit_signal"] = exit_signal  # the signal that killed it (an older server ignores it)
         if timed_out:
             body["timed_out"] = True  # ended at its time limit by the agent itself
         if reason:

@@ -167,6 +167,8 @@ class Attempt:
     proc: subprocess.Popen[bytes] | Adopted | None
     started_at: float
     exit_code: int | None = None
+    # The signal that killed the command (exit_code is then 128+N, the shell's way); None: it exited.
+    exit_signal: int | None = None
     finished_at: float | None = None
     # Reporting state, owned by the agent's reporter; kept here so one lock covers everything.
     start_reported: bool = False
@@ -218,6 +220,13 @@ class Attempt:
 def exit_code_of(returncode: int) -> int:
     """Popen's -N for "killed by signal N" becomes the shell's 128+N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def exit_signal_of(returncode: int) -> int | None:
+    """Popen's -N: signal N killed it (reported beside the 128+N of exit_code_of, which reads the same
+    as an exit with that code); None for an exit. A container job's command killed inside its
+    container shows as the engine's exit 128+N, not as a signal: the engine does not say which."""
+    return -returncode if returncode < 0 else None
 
 
 def signal_session(session: int, sig: int) -> None:
@@ -502,6 +511,7 @@ class Runner:
                         attempt.abandoned = True
                         attempt.keeper_killed = True
                     attempt.exit_code = exit_code_of(code)
+                    attempt.exit_signal = exit_signal_of(code)
                     attempt.finished_at = time.time()
                     # Whatever the command left behind in its session goes with it, as at the end of a
                     # Slurm step: the server is about to count these resources as free.
@@ -585,7 +595,8 @@ class Runner:
                 adopted=True,
             )
             if not running:
-                attempt.exit_code = exit_code_of(read_status(status))
+                code = read_status(status)
+                attempt.exit_code, attempt.exit_signal = exit_code_of(code), exit_signal_of(code)
                 with contextlib.suppress(OSError):
                     attempt.finished_at = status.stat().st_mtime
                 attempt.finished_at = attempt.finished_at or time.time()

@@ -285,6 +285,9 @@ class Seen:
     # The exit status its batch script recorded, for a job Slurm no longer lists (state ""); None:
     # no such file (or not looked for).
     status: ExitStatus | None = None
+    # For an ended job: Slurm's ExitCode=CODE:N's signal N, which killed its batch script (exit_code
+    # is then 128+N); None: 0, the script exited.
+    exit_signal: int | None = None
 
     def recorded_exit(self) -> ExitStatus | None:
         """The recorded exit status that tells how this job ended: only for a job Slurm no longer
@@ -316,6 +319,7 @@ class Exit:
     detail: str  # e.g. "slurm job 17 TIMEOUT"
     at: float  # when it ended (`end_time`)
     timeout: bool = False  # Slurm ended it at its time limit (`exit_outcome`)
+    exit_signal: int | None = None  # the signal that killed the batch script (Slurm's ExitCode=0:N)
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,20 +398,27 @@ def chdir_failure(job: Job, status: ExitStatus | None) -> str:
     return f"chdir to {job.chdir} failed on its Slurm node"
 
 
-def exit_outcome(job: Job, exit_code: int, attempt_id: int, detail: str = "", timeout: bool = False) -> JobOutcome:
+def exit_outcome(
+    job: Job,
+    exit_code: int,
+    attempt_id: int,
+    detail: str = "",
+    timeout: bool = False,
+    exit_signal: int | None = None,
+) -> JobOutcome:
     """What an exit means for the job: `retry.after_exit`, with Slurm's word on it where it says
     more than the code (OUT_OF_MEMORY). A TIMEOUT (Slurm enforced the job's `--time`: `timeout`,
     or a detail that ends with Slurm's state) is a timeout as corral's own pass records one
     (`retry.after_timeout`: failed, never retried, event job.timeout), whatever the exit code
-    Slurm gives it (often 0)."""
+    Slurm gives it (often 0). `exit_signal`: Slurm's ExitCode=CODE:SIGNAL's signal, kept with the code."""
     if timeout or detail.endswith(f" {TIMEOUT}"):
         limit = job.time_limit
         if limit is not None and limit % 60:
             # Slurm keeps time limits in whole minutes: what it enforced is the asked one rounded up.
             detail += f"; Slurm's limit is whole minutes: {retry.format_seconds(slurm_limit(limit))}"
         outcome = retry.after_timeout(job, limit, (attempt_id,), detail)
-        return dataclasses.replace(outcome, exit_code=exit_code)
-    outcome = retry.after_exit(job, exit_code, (attempt_id,))
+        return dataclasses.replace(outcome, exit_code=exit_code, exit_signal=exit_signal)
+    outcome = retry.after_exit(job, exit_code, (attempt_id,), exit_signal=exit_signal)
     return dataclasses.replace(outcome, reason=f"{outcome.reason} ({detail})") if detail else outcome
 
 
@@ -544,14 +555,14 @@ def plan_batch_pass(
                 started = start.at
             else:
                 started = attempt.started_at if attempt.started_at is not None else attempt.assigned_at
-            code = observed.exit_code
+            code, signal = observed.exit_code, observed.exit_signal
             state = base_state(observed.state)
             detail = "" if state in ("COMPLETED", "FAILED") else f"{slurm_job} {state}"
             if recorded is not None:
-                code = recorded.exit_code
+                code, signal = recorded.exit_code, None  # (the script's file: the shell's 128+N alone)
                 detail = f"{slurm_job} {state}: {from_file}" if state else f"{slurm_job}: {from_file}"
             elif code is None:  # ended without an exit code known: say what Slurm says
-                code = 0 if state == "COMPLETED" else NOT_COMPLETED_EXIT
+                code, signal = 0 if state == "COMPLETED" else NOT_COMPLETED_EXIT, None
             elif code == 0 and state not in ("COMPLETED", TIMEOUT):
                 # Slurm says the job did not complete although its batch script exited 0: an
                 # OUT_OF_MEMORY whose OOM kill took a child the script outlived, a DEADLINE, a
@@ -560,7 +571,9 @@ def plan_batch_pass(
                 code = NOT_COMPLETED_EXIT
                 detail = f"{slurm_job} {state} with ExitCode=0:0"
             at = end_time(observed, started, now)
-            decisions.exits.append(Exit(attempt.id, job.id, code, detail, at, timeout=state == TIMEOUT))
+            decisions.exits.append(
+                Exit(attempt.id, job.id, code, detail, at, timeout=state == TIMEOUT, exit_signal=signal)
+            )
         elif phase is Phase.LOST:
             why = (
                 f"{slurm_job} {observed.state}"

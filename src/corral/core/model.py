@@ -222,6 +222,8 @@ class Job:
     perm_failures: int = 0
     attempt_count: int = 0
     exit_code: int | None = None
+    # The signal that ended its last run (exit_code then reads 128+N, as ever); None: it exited.
+    exit_signal: int | None = None
     wait_reason: str = ""
     unplaceable: bool = False
     cancel_requested: bool = False
@@ -272,6 +274,7 @@ class Attempt:
     started_at: float | None = None
     finished_at: float | None = None
     exit_code: int | None = None
+    exit_signal: int | None = None  # the signal that killed its command (exit_code: 128+N); None: it exited
     reason: str = ""
 
 

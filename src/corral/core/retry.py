@@ -14,6 +14,7 @@ no class or partition level).
 from __future__ import annotations
 
 import dataclasses
+import signal
 from enum import StrEnum
 
 from corral.core.dependency import NEVER_SATISFIED
@@ -85,13 +86,29 @@ def on_request(job: Job, attempt_ids: tuple[int, ...] = ()) -> JobOutcome | None
     return None
 
 
-def after_exit(job: Job, exit_code: int, attempt_ids: tuple[int, ...] = (), detail: str = "") -> JobOutcome:
-    """`detail`: what the node said of the exit, for the reason (the agent's "chdir to /x failed: ...")."""
-    ended = f"exit {exit_code}" + (f" ({detail})" if detail else "")
-    if exit_code == 0:
+def signal_text(number: int) -> str:
+    """ "signal 9 (SIGKILL)", as a reader looks a signal up; a number this host has no name for, bare.
+    (Linux's numbering, the nodes' and Slurm's as well as the server's.)"""
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def after_exit(
+    job: Job, exit_code: int, attempt_ids: tuple[int, ...] = (), detail: str = "", exit_signal: int | None = None
+) -> JobOutcome:
+    """`detail`: what the node said of the exit, for the reason (the agent's "chdir to /x failed: ...").
+    `exit_signal`: the signal that killed the command (`exit_code` is then 128+N, as ever), said in
+    the reason ("exit 137: killed by signal 9 (SIGKILL)") and kept beside the code, so that a
+    program that exited 137 is told from one killed (an out-of-memory kill's usual sign)."""
+    killed = f": killed by {signal_text(exit_signal)}" if exit_signal else ""
+    ended = f"exit {exit_code}{killed}" + (f" ({detail})" if detail else "")
+    if exit_code == 0 and not exit_signal:
         return JobOutcome(job.id, JobState.COMPLETE, ended, attempt_ids, exit_code=0)
     if job.cancel_requested or job.priority == 0:
-        return JobOutcome(job.id, JobState.CANCELLED, "cancelled", attempt_ids, exit_code=exit_code)
+        said = f"cancelled ({ended})" if exit_signal else "cancelled"
+        return JobOutcome(job.id, JobState.CANCELLED, said, attempt_ids, exit_code=exit_code, exit_signal=exit_signal)
     if job.perm_failures < job.max_retries:
         return JobOutcome(
             job.id,
@@ -100,8 +117,11 @@ def after_exit(job: Job, exit_code: int, attempt_ids: tuple[int, ...] = (), deta
             attempt_ids,
             perm_failure=True,
             exit_code=exit_code,
+            exit_signal=exit_signal,
         )
-    return JobOutcome(job.id, JobState.FAILED, ended, attempt_ids, perm_failure=True, exit_code=exit_code)
+    return JobOutcome(
+        job.id, JobState.FAILED, ended, attempt_ids, perm_failure=True, exit_code=exit_code, exit_signal=exit_signal
+    )
 
 
 def after_timeout(job: Job, limit: float | None, attempt_ids: tuple[int, ...] = (), detail: str = "") -> JobOutcome:
@@ -170,7 +190,9 @@ class EndCause(StrEnum):
     its reason says the same in words."""
 
     COMPLETE = "complete"  # exit 0 (COMPLETED)
-    EXIT = "exit"  # a non-zero exit, with no retry left: the job's exit_code (128+N: signal N) (FAILED)
+    # A non-zero exit, with no retry left: the job's exit_code (and exit_signal N, exit_code 128+N, for
+    # a command killed by signal N) (FAILED).
+    EXIT = "exit"
     TIMEOUT = "timeout"  # ran past its time limit (TIMEOUT)
     NODE_FAILURE = "node_failure"  # infrastructure failed under it: too often, or on_node_failure=cancel (NODE_FAIL)
     CANCELLED = "cancelled"  # a user's or admin's cancel (priority 0 too), or Slurm's outside corral (CANCELLED)

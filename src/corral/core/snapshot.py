@@ -121,6 +121,9 @@ class JobOutcome:
     temp_failure: bool = False  # counts against the TempFail budget
     perm_failure: bool = False  # counts against the job's own max_retries
     exit_code: int | None = None
+    # The signal that killed the command (exit_code is then 128+N); None: it exited, or not known.
+    # Recorded with exit_code, which it goes with.
+    exit_signal: int | None = None
     # Requeued held (seed 002 §5.4.6 `hold`): why, as the job's wait reason; "" = not held.
     hold: str = ""
     # Ended past its time limit (FAILED, Slurm's TIMEOUT): its attempts end `timeout`, the event

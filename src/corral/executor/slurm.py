@@ -241,8 +241,19 @@ def job_name(job_id: int, name: str) -> str:
 
 
 def exit_code_of(code: int, signal: int) -> int:
-    """Slurm's ExitCode=CODE:SIGNAL as corral's exit code: the code, or 128+N for signal N."""
+    """Slurm's ExitCode=CODE:SIGNAL as corral's exit code: the code, or 128+N for signal N (the
+    signal itself is kept beside it, as the attempt's exit_signal: Slurm's 0:9 is no 137:0)."""
     return 128 + signal if signal else code
+
+
+@dataclass(frozen=True, slots=True)
+class ShownJob:
+    """An ended job as `scontrol show job` gives it: its state, and its ExitCode=CODE:SIGNAL as
+    corral records an exit (`exit_code_of`, and the signal, None for 0: the script exited)."""
+
+    state: str
+    exit_code: int
+    exit_signal: int | None = None
 
 
 def parse_time(text: str) -> float | None:
@@ -279,14 +290,15 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     return jobs
 
 
-def parse_show_job(text: str) -> dict[str, tuple[str, int]]:
-    """`scontrol show job --oneliner`: job id -> (state, exit code). The fields before the
+def parse_show_job(text: str) -> dict[str, ShownJob]:
+    """`scontrol show job --oneliner`: job id -> its state and exit. The fields before the
     command line are read (its text is the user's), so each pattern's first match counts."""
     found = {}
     for line in text.splitlines():
         job_id, state, code = JOB_ID.search(line), JOB_STATE.search(line), EXIT_CODE.search(line)
         if job_id and state and code:
-            found[job_id[1]] = (state[1], exit_code_of(int(code[1]), int(code[2])))
+            signal = int(code[2])
+            found[job_id[1]] = ShownJob(state[1], exit_code_of(int(code[1]), signal), signal or None)
     return found
 
 
@@ -493,9 +505,9 @@ class Slurm:
         args = ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"]
         return parse_squeue(self.run(args, env={**os.environ, **TIME_ENV}))
 
-    def show_jobs(self) -> dict[str, tuple[str, int]]:
-        """Job id -> (state, exit code) of every job slurmctld still holds (accounting may be off,
-        so `sacct` is not asked)."""
+    def show_jobs(self) -> dict[str, ShownJob]:
+        """Job id -> state and exit of every job slurmctld still holds (accounting may be off, so
+        `sacct` is not asked)."""
         return parse_show_job(self.run(["scontrol", "show", "job", "--oneliner"]))
 
     def renice(self, job_id: str, nice: int) -> None:

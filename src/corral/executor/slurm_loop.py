@@ -227,7 +227,9 @@ class SlurmLoop(LiveLoop):
                 codes = {}
             for s in ended:
                 if s.ref in codes:
-                    seen[s.attempt_id] = dataclasses.replace(s, exit_code=codes[s.ref][1])
+                    shown = codes[s.ref]
+                    exit_signal = shown.exit_signal
+                    seen[s.attempt_id] = dataclasses.replace(s, exit_code=shown.exit_code, exit_signal=exit_signal)
                 else:  # no exit code this pass: wait for one (Slurm keeps the job for MinJobAge)
                     seen[s.attempt_id] = dataclasses.replace(s, state="COMPLETING")
         return seen
@@ -372,9 +374,13 @@ class SlurmLoop(LiveLoop):
                 job: Job, ended: batch.Exit = ended, status: batch.ExitStatus | None = status
             ) -> batch.JobOutcome:
                 detail = "; ".join(d for d in (batch.chdir_failure(job, status), ended.detail) if d)
-                return batch.exit_outcome(job, ended.exit_code, ended.attempt_id, detail, ended.timeout)
+                return batch.exit_outcome(
+                    job, ended.exit_code, ended.attempt_id, detail, ended.timeout, ended.exit_signal
+                )
 
-            self.store.finish_attempt(ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at)
+            self.store.finish_attempt(
+                ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at, ended.exit_signal
+            )
             self._forget_exit_status(ended.job_id, (ended.attempt_id,))
         self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
         self.store.annotate_many(decisions.annotations, {}, now)

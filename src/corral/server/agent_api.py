@@ -197,17 +197,20 @@ def finish_attempt(
     finished_at: float | None,
     timed_out: bool = False,
     reason: str = "",
+    exit_signal: int | None = None,
 ) -> None:
     """Record an exit, at the time the agent saw it, and let the core say what it means for the
-    job (complete, retry, failed; TIMEOUT when the agent ended it at its time limit)."""
+    job (complete, retry, failed; TIMEOUT when the agent ended it at its time limit). `exit_signal`:
+    the signal that killed the command, which an agent of an older corral does not send (None: its
+    128+N reads as an exit, as it always did)."""
 
     def outcome_of(job: Job) -> JobOutcome:
         if timed_out:
             said = f"ended by the agent on {node_id}, the server not having ended it in time"
             return retry.after_timeout(job, job.time_limit, (attempt_id,), said)
-        return retry.after_exit(job, exit_code, (attempt_id,), reason)
+        return retry.after_exit(job, exit_code, (attempt_id,), reason, exit_signal)
 
-    if runtime.store.finish_attempt(attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at):
+    if runtime.store.finish_attempt(attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at, exit_signal):
         runtime.forget_attempt(attempt_id)
         runtime.wake()
 
@@ -235,6 +238,7 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
             finished.finished_at,
             finished.timed_out,
             finished.reason,
+            finished.exit_signal,
         )
         acked.append(finished.attempt_id)
     for attempt_id in body.running:
@@ -408,5 +412,14 @@ async def log_chunk(
 
 @router.post("/attempts/{attempt_id}/finished")
 def finished(attempt_id: AttemptId, body: FinishedBody, node: AgentNode, runtime: AnyRuntime) -> dict[str, bool]:
-    finish_attempt(runtime, node["id"], attempt_id, body.exit_code, body.finished_at, body.timed_out, body.reason)
+    finish_attempt(
+        runtime,
+        node["id"],
+        attempt_id,
+        body.exit_code,
+        body.finished_at,
+        body.timed_out,
+        body.reason,
+        body.exit_signal,
+    )
     return {"ok": True}

@@ -309,6 +309,12 @@ class AttemptOut(BaseModel):
     node: str
     nodes: list[str]
     exit_code: int | None
+    exit_signal: int | None = Field(
+        None,
+        description="The signal that killed its command (exit_code is then 128+N, as before this field); null:"
+        " it exited, or it has not ended, or its node did not say (an agent of an older corral, a run"
+        " before corral 0021).",
+    )
     assigned_at: float
     started_at: float | None
     finished_at: float | None
@@ -333,12 +339,26 @@ class JobOut(BaseModel):
     end_cause: EndCause | None = Field(
         None,
         description="How an ended job ended (null while it is open): complete, exit (a non-zero exit_code;"
-        " 128+N: signal N), timeout, node_failure, cancelled (by a user or admin; in front of Slurm, also"
+        " 128+N with exit_signal N: killed by signal N), timeout, node_failure, cancelled (by a user or admin"
+        " named in cancelled_by; in front of Slurm, also"
         " outside corral), dependency (DependencyNeverSatisfied) or refused (the batch scheduler refused its"
         " request). wait_reason says the same in words.",
     )
     priority: int
     exit_code: int | None
+    exit_signal: int | None = Field(
+        None,
+        description="The signal that killed its last run's command, as Slurm's ExitCode=0:9 says it: exit_code"
+        " is then 128+N (kept so, for the programs that read it), and a program that exited 137 has null here."
+        " Null too for a run whose node did not say (an agent of an older corral) or one before corral 0021.",
+    )
+    cancelled_by: str | None = Field(
+        None,
+        description='Who asked for its cancel (corral cancel, priority 0): the user, or "(operator)" for the'
+        " data directory's token; set from the request on, while the cancel is pending. Null when nobody"
+        " did: a cancel of corral's own (a dependency never satisfied, on_node_failure=cancel; in front of"
+        " Slurm, a scancel outside corral), which end_cause tells apart, and a job that ended otherwise first.",
+    )
     node: str | None
     attempts: int
     temp_failures: int
@@ -585,9 +605,16 @@ class UsedIn(Inbound):
 MAX_EXIT_REASON = 5000  # characters of an agent's word on an exit (a path is at most 4096 bytes)
 
 
+# A signal's number as the agent reports one (Linux's go to 64, SIGRTMAX).
+MAX_SIGNAL = 128
+
+
 class FinishedIn(Inbound):
     attempt_id: DbInt
     exit_code: DbInt
+    # The signal that killed the command (its exit_code is then 128+N). None: it exited, or the agent
+    # is of a corral before exit_signal, which does not say (its report is read as before).
+    exit_signal: Int | None = Field(None, ge=1, le=MAX_SIGNAL)
     finished_at: Float | None = None
     # The agent ended it at its time limit itself (the server was not there to): a TIMEOUT.
     timed_out: bool = False
@@ -634,6 +661,7 @@ class StartedBody(Inbound):
 
 class FinishedBody(Inbound):
     exit_code: DbInt
+    exit_signal: Int | None = Field(None, ge=1, le=MAX_SIGNAL)  # as FinishedIn's
     finished_at: Float | None = None
     timed_out: bool = False  # as FinishedIn's
     reason: str = Field("", max_length=MAX_EXIT_REASON)  # as FinishedIn's

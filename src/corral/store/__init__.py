@@ -1,6 +1,7 @@
 """Persistence through SQLAlchemy: SQLite by default, PostgreSQL by URL; Alembic migrations."""
 
 from corral.store.store import (
+    CANCELLED_BY_OPERATOR,
     ArrayOutcome,
     ClearedBackoff,
     InvalidJobs,
@@ -18,6 +19,7 @@ from corral.store.store import (
 )
 
 __all__ = [
+    "CANCELLED_BY_OPERATOR",
     "ArrayOutcome",
     "ClearedBackoff",
     "InvalidJobs",

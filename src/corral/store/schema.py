@@ -45,6 +45,12 @@ jobs = Table(
     Column("perm_failures", Integer, nullable=False, default=0),
     Column("attempt_count", Integer, nullable=False, default=0),
     Column("exit_code", Integer),
+    # The signal that killed its last run's command (exit_code then reads 128+N, as before 0021);
+    # None: it exited, or it ended before 0021, or its node did not say (an agent of an older corral).
+    Column("exit_signal", Integer),
+    # Who asked for its cancel (a cancel or priority 0): the user, or CANCELLED_BY_OPERATOR for the
+    # data directory's token; None: nobody did (a dependency, a node failure or Slurm ended it; 0021).
+    Column("cancelled_by", String(MAX_USER)),
     Column("wait_reason", Text, nullable=False, default=""),
     Column("unplaceable", Boolean, nullable=False, default=False),
     Column("cancel_requested", Boolean, nullable=False, default=False),
@@ -117,6 +123,7 @@ attempts = Table(
     Column("started_at", Float),
     Column("finished_at", Float),
     Column("exit_code", Integer),
+    Column("exit_signal", Integer),  # the signal that killed its command (exit_code: 128+N); None: it exited (0021)
     Column("pid", Integer),
     Column("reason", Text, nullable=False, default=""),
     Column("executor_ref", String(64)),  # the executor's id of it: the Slurm job id (None: the agent)

@@ -397,6 +397,17 @@ def _id_span(ids: list[int]) -> str:
 HELD_AT_SUBMISSION = "held at submission: it runs once released (corral release)"
 
 
+# Who asked for a cancel, as jobs.cancelled_by records it: the acting user, else the operator (the
+# data directory's token, which names no user: a user's name has no parentheses). Only a request's
+# routes ask for a cancel; corral's own cancels (a dependency never satisfied, a node failure under
+# on_node_failure=cancel) record none, and end_cause says why.
+CANCELLED_BY_OPERATOR = "(operator)"
+
+
+def _canceller() -> str:
+    return _ACTING_USER.get() or CANCELLED_BY_OPERATOR
+
+
 def _by_acting_user(message: str) -> str:
     user = _ACTING_USER.get()
     if not user:
@@ -862,6 +873,8 @@ class Store:
                 "wait_reason": _by_acting_user(HELD_AT_SUBMISSION) if r.hold else "",
                 "unplaceable": False,
                 "cancel_requested": False,
+                # Submitted with priority 0: cancelled by whoever submitted it (seed 001).
+                "cancelled_by": _canceller() if r.priority == 0 else None,
                 "requeue_requested": False,
                 "requeue_hold": False,
                 "held": r.hold,
@@ -1139,7 +1152,7 @@ class Store:
         result = conn.execute(
             update(J)
             .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
-            .values(cancel_requested=True, updated_at=now)
+            .values(cancel_requested=True, cancelled_by=_canceller(), updated_at=now)
         )
         changed = result.rowcount == 1
         # Read after the write, so the state is true: this transaction now holds the row, or the
@@ -1197,6 +1210,7 @@ class Store:
                 priority=row.spec.get("priority") or 1,
                 submitted_at=now,
                 exit_code=None,
+                exit_signal=None,
                 started_at=None,
                 finished_at=None,
                 node_id=None,
@@ -1205,6 +1219,7 @@ class Store:
                 temp_failures=0,
                 perm_failures=0,
                 cancel_requested=False,
+                cancelled_by=None,
                 requeue_requested=False,
                 requeue_hold=False,
                 unplaceable=False,
@@ -1240,7 +1255,11 @@ class Store:
                 *picked.clauses(),
             )
             for chunk in _chunks(ids):
-                conn.execute(update(J).where(J.c.id.in_(chunk)).values(cancel_requested=True, updated_at=now))
+                conn.execute(
+                    update(J)
+                    .where(J.c.id.in_(chunk))
+                    .values(cancel_requested=True, cancelled_by=_canceller(), updated_at=now)
+                )
             message = f"cancel requested ({picked.describe()})"
             self._job_events(conn, now, "job.cancel_requested", ((job_id, message) for job_id in ids))
         return ids
@@ -1252,10 +1271,15 @@ class Store:
             return self._priority_in(conn, job_id, priority, now)
 
     def _priority_in(self, conn: Connection, job_id: int, priority: int, now: float, by: str = "") -> bool:
+        # Priority 0 is a cancel, whose asker is recorded as a cancel request's; a priority raised
+        # from 0 before the pass cancelled the job takes that back (unless a cancel was asked too).
+        cancelled_by = (
+            _canceller() if priority == 0 else case((J.c.cancel_requested.is_(True), J.c.cancelled_by), else_=None)
+        )
         result = conn.execute(
             update(J)
             .where(J.c.id == job_id, J.c.state.not_in(TERMINAL_JOB_STATES))
-            .values(priority=priority, updated_at=now)
+            .values(priority=priority, cancelled_by=cancelled_by, updated_at=now)
         )
         if result.rowcount == 0:
             if conn.execute(select(J.c.id).where(J.c.id == job_id)).first() is None:
@@ -1837,7 +1861,12 @@ class Store:
         if outcome.perm_failure:
             values["perm_failures"] = J.c.perm_failures + 1
         if outcome.exit_code is not None:
+            # The signal with the code it goes with: a later run's plain exit clears an earlier kill.
             values["exit_code"] = outcome.exit_code
+            values["exit_signal"] = outcome.exit_signal
+        if outcome.state.terminal and outcome.state is not JobState.CANCELLED:
+            # A cancel asked of a job that ended otherwise first (it completed, failed) cancelled nothing.
+            values["cancelled_by"] = None
         if outcome.state is JobState.QUEUED:
             # Back in the queue: no node, no run under way (the last attempt keeps its own).
             values.update(
@@ -1979,15 +2008,17 @@ class Store:
         now: float,
         outcome_of: Callable[[Job], JobOutcome],
         ended_at: float | None = None,
+        exit_signal: int | None = None,
     ) -> bool:
         """Record an attempt's exit and carry out what the core says it means for the job
         (`outcome_of`, e.g. core.retry.after_exit), in one transaction: a crash between the two
         would leave the job running with no attempt, which nothing would ever end. `ended_at` is
         when the agent saw it end (an exit reported after a server outage ended earlier than it
-        arrives; Slurm's EndTime), kept between the attempt's start and `now`. False for a repeated
-        report."""
+        arrives; Slurm's EndTime), kept between the attempt's start and `now`. `exit_signal`: the
+        signal that killed the command (`exit_code` 128+N), None for an exit or a node that did
+        not say. False for a repeated report."""
         with self.write() as conn:
-            exited = self._record_exit(conn, attempt_id, node_id, exit_code, now, ended_at)
+            exited = self._record_exit(conn, attempt_id, node_id, exit_code, now, ended_at, exit_signal)
             if exited is None:
                 return False
             job, at = exited
@@ -2003,7 +2034,14 @@ class Store:
         return True
 
     def _record_exit(
-        self, conn: Connection, attempt_id: int, node_id: str, exit_code: int, now: float, ended_at: float | None
+        self,
+        conn: Connection,
+        attempt_id: int,
+        node_id: str,
+        exit_code: int,
+        now: float,
+        ended_at: float | None,
+        exit_signal: int | None = None,
     ) -> tuple[Job, float] | None:
         """The exit recorded: the job as it stands, and the time the exit was recorded at."""
         attempt = self._lock_attempt(conn, attempt_id, node_id)
@@ -2013,7 +2051,7 @@ class Store:
         ended = conn.execute(
             update(A)
             .where(A.c.id == attempt_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
-            .values(state=AttemptState.EXITED.value, exit_code=exit_code, finished_at=at)
+            .values(state=AttemptState.EXITED.value, exit_code=exit_code, exit_signal=exit_signal, finished_at=at)
         )
         if ended.rowcount != 1:
             return None
@@ -3160,6 +3198,7 @@ def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
     job.perm_failures = row["perm_failures"]
     job.attempt_count = row["attempt_count"]
     job.exit_code = row["exit_code"]
+    job.exit_signal = row["exit_signal"]
     job.wait_reason = row["wait_reason"]
     job.unplaceable = bool(row["unplaceable"])
     job.cancel_requested = bool(row["cancel_requested"])
@@ -3183,6 +3222,7 @@ def attempt_from_row(row: dict[str, Any]) -> Attempt:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         exit_code=row["exit_code"],
+        exit_signal=row["exit_signal"],
         reason=row["reason"],
     )
 
