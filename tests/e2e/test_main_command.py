@@ -54,10 +54,29 @@ def test_cancel_and_priority_zero_stop_running_jobs(corral: Corral) -> None:
     corral.start()
     first = int(corral.cli("submit", "--", "sleep", "300").stdout)
     second = int(corral.cli("submit", "--", "sleep", "300").stdout)
+    # Beside them, a command SIGKILLed (as an out-of-memory kill takes one) and one that exits 137:
+    # both exit 137 as ever, and only the first has a signal.
+    # (Through the API, as `corral submit` sends them: a CLI process costs a second.)
+    quick = [{"command": ["sh", "-c", "kill -KILL $$"]}, {"command": ["sh", "-c", "exit 137"]}]
+    killed, exits_137 = corral.api("POST", "/api/jobs", json={"jobs": quick}).json()["ids"]
     wait_until(lambda: all(corral.jobs()[i]["state"] == "running" for i in (first, second)), 60, "both to run")
     corral.cli("cancel", str(first))
     corral.cli("priority", str(second), "0")
     wait_until(lambda: all(corral.jobs()[i]["state"] == "cancelled" for i in (first, second)), 30, "cancellation")
+    # Who asked is on the job: here the data directory's token, which names no user. (The API, as
+    # `corral jobs --json` prints it: a CLI process costs a second.)
+    listed = corral.jobs()
+    assert [(listed[i]["end_cause"], listed[i]["cancelled_by"]) for i in (first, second)] == [
+        ("cancelled", "(operator)")
+    ] * 2
+
+    wait_until(lambda: all(corral.jobs()[i]["state"] == "failed" for i in (killed, exits_137)), 60, "both to fail")
+    listed = corral.jobs()
+    assert [(listed[i]["exit_code"], listed[i]["exit_signal"]) for i in (killed, exits_137)] == [(137, 9), (137, None)]
+    assert listed[killed]["cancelled_by"] is None
+    assert "  exit code  137 (killed by signal 9 (SIGKILL))" in corral.cli("job", str(killed)).stdout
+    failed = corral.api("GET", "/api/events", params={"job": killed, "kind": "job.failed"}).json()
+    assert [e["message"] for e in failed] == ["exit 137: killed by signal 9 (SIGKILL)"]
 
     # The agents killed the commands: neither process (the pid each agent reported) is left. Only
     # these two are looked at: a `sleep 300` of anything else on the machine is none of this test's.

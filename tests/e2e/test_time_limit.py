@@ -75,6 +75,7 @@ def test_a_job_past_its_time_limit_while_corral_is_down_is_ended_by_its_agent(co
     job = corral.cli_json("job", str(job_id))
     (attempt,) = job["attempt_list"]
     assert attempt["state"] == "timeout" and attempt["exit_code"] == 128 + signal.SIGTERM, attempt
+    assert attempt["exit_signal"] == signal.SIGTERM, attempt  # the agent's SIGTERM, told from an exit 143
     assert attempt["reason"].startswith("TIMEOUT: ran past its time limit of 4s (ended by the agent on "), attempt
     timeouts = corral.cli_json("events", "--job", str(job_id), "--kind", "job.timeout")
     assert [e["message"] for e in timeouts] == [attempt["reason"]]
