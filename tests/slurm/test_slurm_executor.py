@@ -107,7 +107,9 @@ def test_jobs_run_through_slurm_with_their_exit_codes_output_and_resources(
     failing = corral.submit("sh", "-c", "echo to stderr >&2; exit 7")
     missing = corral.submit("no-such-command-anywhere")
     sized = corral.submit("echo", "two words", "$HOME", vcpus=2, ram=256, time_limit=300)
-    for job_id in (ok, failing, missing, sized):
+    # Its batch script SIGKILLed (the command is the script's child): Slurm's ExitCode=0:9.
+    killed = corral.submit("sh", "-c", "kill -KILL $PPID")
+    for job_id in (ok, failing, missing, sized, killed):
         corral.until_state(job_id, "complete", "failed")
 
     assert corral.job(ok)["state"] == "complete" and corral.job(ok)["exit_code"] == 0
@@ -115,6 +117,10 @@ def test_jobs_run_through_slurm_with_their_exit_codes_output_and_resources(
     assert corral.job(failing)["state"] == "failed" and corral.job(failing)["exit_code"] == 7
     assert "to stderr" in corral.output(failing)
     assert corral.job(missing)["exit_code"] == 127
+    # 128+9 as ever, and the signal beside it, where an exit 7 has none.
+    assert (corral.job(killed)["exit_code"], corral.job(killed)["exit_signal"]) == (137, 9)
+    assert corral.job(killed)["wait_reason"].startswith("exit 137: killed by signal 9 (SIGKILL)")
+    assert corral.job(failing)["exit_signal"] is None
     assert "no-such-command-anywhere" in corral.output(missing)
     # The argv reaches the command as is: no shell ever read it.
     assert corral.output(sized) == "two words $HOME\n"

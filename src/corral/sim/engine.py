@@ -631,7 +631,7 @@ class Simulation:
         if outcome.perm_failure:
             job.perm_failures += 1
         if outcome.exit_code is not None:
-            job.exit_code = outcome.exit_code
+            job.exit_code, job.exit_signal = outcome.exit_code, outcome.exit_signal  # (as the store records them)
         job.claimed_by = None
         was_queued = job.state is JobState.QUEUED
         job.state = outcome.state
