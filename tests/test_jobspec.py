@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from corral.jobspec import MAX_NAME, MAX_TAG, MAX_USER, JobRequest, to_epoch
+from corral.jobspec import MAX_NAME, MAX_TAG, MAX_USER, JobRequest, describe_validation_errors, to_epoch
 from corral.store import schema
 
 
@@ -240,3 +240,21 @@ def test_a_tag_longer_than_the_store_keeps_is_refused_but_a_stored_one_is_still_
     assert error["msg"] == f"Value error, a tag has at most {MAX_TAG} characters, not {MAX_TAG + 1}"
     assert JobRequest.stored({"command": ["x"], "tags": ["t" * 300]}).tags == ["t" * 300]
     assert getattr(schema.job_tags.c.tag.type, "length", None) == MAX_TAG
+
+
+def test_separate_stderr_is_off_unless_asked_and_reaches_the_job() -> None:
+    """A job's stderr kept apart (Slurm's --error): off by default, so a job stored before the field
+    (its spec has none) and any other job keep one output, as before."""
+    assert JobRequest(command=["true"]).separate_stderr is False
+    assert JobRequest.stored({"command": ["true"]}).to_job(1, 0.0).separate_stderr is False
+    asked = JobRequest.model_validate({"command": ["true"], "separate_stderr": True})
+    assert asked.to_job(1, 0.0).separate_stderr is True
+    assert JobRequest.stored(asked.model_dump(mode="json")).separate_stderr is True
+
+
+def test_separate_stderr_must_be_a_boolean_named_in_the_error() -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobRequest.model_validate({"command": ["true"], "separate_stderr": "sometimes"})
+    assert describe_validation_errors(refused.value.errors()) == [
+        "separate_stderr: Input should be a valid boolean, unable to interpret input"
+    ]

@@ -674,6 +674,14 @@ def submit(
             " file system). Default: the attempt's own directory.",
         ),
     ] = None,
+    separate_stderr: Annotated[
+        bool,
+        typer.Option(
+            "--separate-stderr",
+            help="Keep the command's stderr apart from its output, as sbatch --error does (corral logs --stderr"
+            " reads it). Default: both in one output, as sbatch --output alone.",
+        ),
+    ] = False,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")] = None,
     vcpus: Annotated[float, typer.Option(help="vCPUs per node.")] = 1.0,
     ram: Annotated[str, typer.Option(help="RAM per node, e.g. 512MiB, 4GiB.")] = "1GiB",
@@ -842,6 +850,8 @@ def submit(
             fields["image"] = image
         if chdir is not None:
             fields["chdir"] = chdir
+        if separate_stderr:
+            fields["separate_stderr"] = True
         if not_before:
             fields["not_before"] = _start_time(not_before)
         if time_limit:
@@ -1102,6 +1112,8 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
         console.print(f"  image      {j['image']}", highlight=False)
     if j.get("chdir"):
         console.print(f"  chdir      {j['chdir']}", highlight=False)
+    if j.get("separate_stderr"):
+        console.print("  stderr     kept apart (corral logs --stderr)", highlight=False)
     console.print(f"  resources  {resources_text(j['resources'], j['nodes'])}")
     console.print(
         f"  submitted  {when(j['submitted_at'])}   started {when(j['started_at'])}   finished {when(j['finished_at'])}"
@@ -1216,14 +1228,25 @@ def logs(
             " --attempt given) ends.",
         ),
     ] = False,
+    stderr: Annotated[
+        bool,
+        typer.Option(
+            "--stderr",
+            help="The job's stderr, which a job submitted with --separate-stderr keeps apart from its output"
+            " (as sbatch --error's file).",
+        ),
+    ] = False,
 ) -> None:
-    """Print a job's output."""
+    """Print a job's output (or with --stderr its stderr kept apart)."""
+    stream = "stderr" if stderr else "output"
     if follow:
         if all_attempts:
             fail("--follow prints each attempt as it comes: not with --all")
-        follow_logs(job_id, attempt)
+        follow_logs(job_id, attempt, stream)
         return
     params: dict[str, Any] = {"all_attempts": all_attempts}
+    if stderr:
+        params["stream"] = stream  # (not sent for the output: a server before streams knows no such parameter)
     if attempt is not None:
         params["attempt"] = attempt
     data = call("GET", f"/api/jobs/{job_id}/logs", params=params)
@@ -1235,11 +1258,12 @@ FOLLOW_EVERY = 1.0  # seconds between two looks at a followed job
 TERMINAL = frozenset(state.value for state in JobState if state.terminal)
 
 
-def follow_logs(job_id: str, attempt_id: int | None) -> None:
-    """Print the output of a job's attempts as it arrives, the next attempt's (a retry, a requeue)
-    after a header, until the job has ended (or the attempt asked for has). The job's state is read
-    before its output: an attempt's finish is reported only after its output got through, so the
-    output read after an end is the whole of it."""
+def follow_logs(job_id: str, attempt_id: int | None, stream: str = "output") -> None:
+    """Print the output (or the stderr kept apart: `stream`) of a job's attempts as it arrives, the
+    next attempt's (a retry, a requeue) after a header, until the job has ended (or the attempt asked
+    for has). The job's state is read before its output: an attempt's finish is reported only after
+    both its streams got through, so the output read after an end is the whole of it."""
+    extra = {"stream": stream} if stream != "output" else {}
     current: int | None = None
     offset = 0
     told_waiting = False
@@ -1248,6 +1272,12 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
         job = notice.look(f"/api/jobs/{job_id}")
         if job is None:
             continue
+        if stream == "stderr" and not job.get("separate_stderr"):
+            # At once, not when its first attempt starts and the server refuses its stderr.
+            fail(
+                f"job {job_id} keeps its stderr in its output (read that); a job submitted with separate_stderr"
+                " (corral submit --separate-stderr) keeps it apart"
+            )
         attempts = job["attempt_list"]
         if attempt_id is not None:
             chosen = [a for a in attempts if a["id"] == attempt_id]
@@ -1267,7 +1297,7 @@ def follow_logs(job_id: str, attempt_id: int | None) -> None:
                 if current is not None:
                     sys.stdout.write(f"==> attempt {each['id']} on {each['node'] or '-'} <==\n")
                 current, offset = each["id"], 0
-            data = notice.look(f"/api/jobs/{job_id}/logs", params={"attempt": current, "offset": offset})
+            data = notice.look(f"/api/jobs/{job_id}/logs", params={"attempt": current, "offset": offset, **extra})
             if data is None:
                 missed = True  # read on from `offset` once it answers
                 break

@@ -190,6 +190,11 @@ class JobRequest(BaseModel):
         description="the directory the command runs in, an absolute path on the node (sbatch --chdir, e.g. a shared"
         " file system's); none: the attempt's own directory under the agent's work dir",
     )
+    separate_stderr: bool = Field(
+        False,
+        description="keep the command's stderr apart from its output, as sbatch --error does (corral logs --stderr,"
+        " ?stream=stderr); false: both in one output, as Slurm's --output alone",
+    )
     name: str = ""
     env: dict[str, str] = Field(default_factory=dict)
     vcpus: Float = Field(1.0, gt=0)
@@ -441,6 +446,7 @@ class JobRequest(BaseModel):
             name=self.name,
             env=dict(self.env),
             chdir=self.chdir,
+            separate_stderr=self.separate_stderr,
             node_count=self.nodes,
             priority=self.priority,
             not_before=self.not_before,

@@ -32,6 +32,10 @@ class PeerState:
     unwanted: set[int] = field(default_factory=set)  # "started" answers 409
     logs: dict[int, bytearray] = field(default_factory=dict)
     log_offsets: list[tuple[int, int]] = field(default_factory=list)  # (attempt, offset) of every chunk taken
+    stderr_logs: dict[int, bytearray] = field(default_factory=dict)  # the stream "stderr" (separate_stderr)
+    stderr_offsets: list[tuple[int, int]] = field(default_factory=list)  # as log_offsets, of its chunks
+    # The start of each chunk of either stream, in the order taken, and of each finish: (what, attempt).
+    arrivals: list[tuple[str, int]] = field(default_factory=list)
     finished: dict[int, tuple[int, float]] = field(default_factory=dict)
     kill: set[int] = field(default_factory=set)
     pings: list[dict[str, Any]] = field(default_factory=list)
@@ -62,11 +66,16 @@ class PeerState:
                 "node_ids": extra.pop("node_ids", [node_id]),
                 "resources": {"vcpus": 1.0, "ram_mib": 64, "scratch_mib": 0, "gpus": 0},
                 "_node": node_id,
+                **extra,  # (a work item's other fields: separate_stderr, ...)
             }
 
     def log_text(self, attempt_id: int) -> str:
         with self.lock:
             return bytes(self.logs.get(attempt_id, b"")).decode(errors="replace")
+
+    def stderr_text(self, attempt_id: int) -> str:
+        with self.lock:
+            return bytes(self.stderr_logs.get(attempt_id, b"")).decode(errors="replace")
 
 
 def build_app(state: PeerState) -> Starlette:
@@ -104,6 +113,7 @@ def build_app(state: PeerState) -> Starlette:
             lost = sorted(a for a in state.started if a not in state.finished and a not in body["running"])
             state.lost.update(lost)
             stored = {a: len(state.logs.get(a, b"")) for a in body["running"]}
+            stderr_stored = {a: len(state.stderr_logs.get(a, b"")) for a in body["running"]}
         return JSONResponse(
             {
                 "node_id": node,
@@ -111,6 +121,7 @@ def build_app(state: PeerState) -> Starlette:
                 "containers": state.containers,
                 "lost": lost,
                 "output_stored": stored,
+                "stderr_stored": stderr_stored,
             }
         )
 
@@ -123,6 +134,7 @@ def build_app(state: PeerState) -> Starlette:
             ack = []
             for item in body["finished"]:
                 state.finished.setdefault(item["attempt_id"], (item["exit_code"], item["finished_at"]))
+                state.arrivals.append(("finished", item["attempt_id"]))
                 ack.append(item["attempt_id"])
             kill = sorted(a for a in state.kill if a not in state.finished)
             return JSONResponse({"kill": kill, "ack": ack, "shutdown": state.shutdown})
@@ -161,14 +173,19 @@ def build_app(state: PeerState) -> Starlette:
             return unauthorized()
         aid = int(request.path_params["aid"])
         offset = int(request.query_params["offset"])
+        stream = request.query_params.get("stream", "output")
         data = await request.body()
         await asyncio.sleep(state.log_delay)
         with state.lock:
-            buf = state.logs.setdefault(aid, bytearray())
+            kept, offsets = (
+                (state.logs, state.log_offsets) if stream == "output" else (state.stderr_logs, state.stderr_offsets)
+            )
+            buf = kept.setdefault(aid, bytearray())
             if offset > len(buf):
                 return JSONResponse({"detail": "gap"}, status_code=409)
             buf[offset : offset + len(data)] = data
-            state.log_offsets.append((aid, offset))
+            offsets.append((aid, offset))
+            state.arrivals.append((stream, aid))
         return JSONResponse({})
 
     async def finished(request: Request) -> Response:
@@ -178,6 +195,7 @@ def build_app(state: PeerState) -> Starlette:
         body = await request.json()
         with state.lock:
             state.finished.setdefault(aid, (body["exit_code"], body["finished_at"]))
+            state.arrivals.append(("finished", aid))
         return JSONResponse({})
 
     return Starlette(

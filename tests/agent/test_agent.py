@@ -270,6 +270,34 @@ def test_a_restarted_agent_resumes_its_node_and_re_adopts_what_the_dead_one_ran(
     assert again.poll() is None
 
 
+def test_a_job_that_keeps_its_stderr_apart_sends_it_as_a_stream_of_its_own(
+    agents: Agents, peer: Any, tmp_path: Path
+) -> None:
+    """Both went out as one output: a workflow engine could not tell a job's stderr from its
+    stdout (sbatch --error). The finish is reported once both streams got through, and a restarted
+    agent goes on from what the server has of each."""
+    state = peer.state
+    script = "echo out; echo err >&2; while [ ! -e go ]; do sleep 0.05; done; echo out2; echo err2 >&2; exit 3"
+    state.assign(1, "n1", ["sh", "-c", script], separate_stderr=True)
+    state.assign(2, "n1", ["sh", "-c", "echo mixed; echo in >&2"])  # the default: one output
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: state.log_text(1) == "out\n" and state.stderr_text(1) == "err\n", 15, "both streams")
+    wait_for(lambda: 2 in state.finished, 15, "attempt 2 to end")
+    assert state.log_text(2) == "mixed\nin\n" and 2 not in state.stderr_logs
+    agent.kill()  # a restart: the new agent re-adopts the run, and sends on from what the server has
+    agent.wait()
+    again = agents.start(peer.url, "n1", "")
+    wait_for(lambda: state.resumes, 15, "the new agent to resume")
+    (tmp_path / "n1" / "attempts" / "1" / "go").touch()
+    wait_for(lambda: 1 in state.finished, 15, "attempt 1 to end")
+    assert state.finished[1][0] == 3
+    assert state.log_text(1) == "out\nout2\n" and state.stderr_text(1) == "err\nerr2\n"
+    assert state.stderr_offsets == [(1, 0), (1, 4)]  # "err\n" was not sent again
+    last_chunk = max(i for i, (what, aid) in enumerate(state.arrivals) if aid == 1 and what != "finished")
+    assert state.arrivals.index(("finished", 1)) > last_chunk
+    assert again.poll() is None
+
+
 def test_an_end_not_yet_reported_when_the_agent_dies_is_reported_by_the_next(agents: Agents, peer: Any) -> None:
     """The agent reaped the run while the server was away, then died: the end was in its memory
     only, and the next agent's resume had the server take the run for lost (a completed job ran

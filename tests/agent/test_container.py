@@ -58,6 +58,21 @@ def test_a_job_runs_in_its_image_with_its_environment_and_exit_code(tmp_path: Pa
     assert attempt.container_name is not None and containers_named(attempt.container_name) == []  # removed once ended
 
 
+def test_a_container_job_that_keeps_its_stderr_apart_writes_it_to_its_own_file(tmp_path: Path) -> None:
+    """The engine's client passes the container's stderr on apart from its stdout (no terminal)."""
+    runner = Runner(tmp_path, base_env={"PATH": "/usr/bin:/bin"})
+    runner.engine = ENGINE
+    script = "echo out; echo err >&2; echo out2; exit 4"
+    attempt = runner.start(
+        AttemptSpec(902, 7, ["sh", "-c", script], {}, ["n1"], {}, busybox_image(), separate_stderr=True)
+    )
+    assert attempt is not None and attempt.stderr_path is not None
+    wait_until(lambda: runner.poll() or attempt.exited, 120, "the container to end")
+    assert attempt.exit_code == 4
+    assert attempt.log_path.read_text() == "out\nout2\n"
+    assert attempt.stderr_path.read_text() == "err\n"
+
+
 @contextlib.contextmanager
 def started(tmp_path: Path, attempt_id: int, script: str, kill_grace: float = 3.0) -> Iterator[tuple[Runner, Attempt]]:
     """A container running `script` (which prints "up" first) through a runner, removed at the end."""

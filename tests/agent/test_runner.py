@@ -26,6 +26,7 @@ def spec(attempt_id: int, command: list[str], **extra: Any) -> AttemptSpec:
         env=extra.pop("env", {}),
         node_ids=extra.pop("node_ids", ["n1"]),
         resources={},
+        **extra,
     )
 
 
@@ -47,6 +48,40 @@ def test_output_and_exit_code(runner: Runner) -> None:
     assert attempt is not None and attempt.pid > 0
     assert run_to_end(runner, attempt) == 3
     assert attempt.log_path.read_text() == "out\nerr\n"
+
+
+def test_a_job_that_keeps_its_stderr_apart_writes_it_to_a_file_of_its_own(runner: Runner, tmp_path: Path) -> None:
+    """Workflow engines (Nextflow's .command.err, CWL's `stderr:`) need a job's stderr apart, as
+    sbatch --error gives it; both went to one file."""
+    attempt = runner.start(spec(11, ["sh", "-c", "echo out; echo err >&2; echo out2; exit 3"], separate_stderr=True))
+    assert attempt is not None and attempt.stderr_path == tmp_path / "work" / "logs" / "11.err"
+    assert run_to_end(runner, attempt) == 3
+    assert attempt.log_path.read_text() == "out\nout2\n"
+    assert attempt.stderr_path.read_text() == "err\n"
+    # The agent's own word on a start that failed is the attempt's stderr.
+    missing = runner.start(spec(12, ["/no/such/program"], separate_stderr=True))
+    assert missing is not None and missing.exit_code == 127 and missing.stderr_path is not None
+    assert missing.log_path.read_text() == ""
+    assert "cannot run '/no/such/program'" in missing.stderr_path.read_text()
+    away = runner.start(spec(13, ["true"], separate_stderr=True, chdir=str(tmp_path / "missing")))
+    assert away is not None and away.exit_code == 1 and away.stderr_path is not None
+    assert "chdir to" in away.stderr_path.read_text() and away.log_path.read_text() == ""
+
+
+def test_the_default_keeps_stderr_in_the_output_and_no_second_file(runner: Runner, tmp_path: Path) -> None:
+    attempt = runner.start(spec(14, ["sh", "-c", "echo out; echo err >&2"]))
+    assert attempt is not None and attempt.stderr_path is None
+    assert run_to_end(runner, attempt) == 0
+    assert attempt.log_path.read_text() == "out\nerr\n"
+    assert not (tmp_path / "work" / "logs" / "14.err").exists()
+
+
+def test_separate_stderr_in_an_attempt_is_read_and_refused_when_not_a_boolean() -> None:
+    base = {"attempt_id": 1, "job_id": 2, "command": ["true"]}
+    assert AttemptSpec.from_json({**base, "separate_stderr": True}).separate_stderr is True
+    assert AttemptSpec.from_json(base).separate_stderr is False
+    with pytest.raises(BadAttempt, match="attempt.separate_stderr: must be true or false"):
+        AttemptSpec.from_json({**base, "separate_stderr": "yes"})
 
 
 def test_environment_and_working_directory(runner: Runner, tmp_path: Path) -> None:

@@ -172,3 +172,33 @@ def test_an_exit_by_a_signal_reads_as_such_and_an_older_agents_128_plus_n_as_bef
     bad = {"exit_code": 137, "exit_signal": 0}
     refused = httpx.post(f"{url}/api/agent/attempts/{attempts[0]}/finished", json=bad, headers=headers)
     assert refused.status_code == 422 and "exit_signal" in refused.text
+
+
+def test_a_job_with_separate_stderr_is_not_given_to_an_agent_that_does_not_know_the_field(
+    served: tuple[str, Store],
+) -> None:
+    """An agent of a corral before `separate_stderr` (one that knows chdir only) would send the job's
+    stderr in its output: it is not given the job, which is requeued naming the field, the node and
+    the agent's version. A job that keeps its stderr in its output (false, the default) runs on it."""
+    url, store = served
+    old = pair(url, "n-old", booting(store, "n-old"), agent_version="0.0.9", protocol=1).json()["secret"]
+    new = pair(url, "n-new", booting(store, "n-new"), agent_version=corral.__version__, protocol=1).json()["secret"]
+    plain, apart = store.submit(
+        [JobRequest(command=["true"], separate_stderr=False), JobRequest(command=["true"], separate_stderr=True)], 0.0
+    )
+    for job_id in (plain, apart):
+        assert store.claim(job_id, "d1", ["n-old"], Resources(1, 512), time.time()) is not None
+    headers = {"Authorization": f"Bearer {old}"}
+    given = httpx.get(f"{url}/api/agent/work", params={"wait": 0, "knows": ["chdir"]}, headers=headers).json()
+    assert [(a["job_id"], a["separate_stderr"]) for a in given["attempts"]] == [(plain, False)]
+    job = store.job_row(apart)
+    assert job is not None and job["state"] == "queued" and job["temp_failures"] == 1
+    assert job["wait_reason"].startswith(
+        "the agent on node n-old (corral 0.0.9) does not know separate_stderr, which the job uses and which it would"
+        " ignore: upgrade the node's agent (docs/agent.md, Versions)"
+    )
+
+    assert store.claim(apart, "d1", ["n-new"], Resources(1, 512), time.time()) is not None
+    headers = {"Authorization": f"Bearer {new}"}
+    given = httpx.get(f"{url}/api/agent/work", params={"wait": 0, "knows": list(corral.AGENT_KNOWS)}, headers=headers)
+    assert [(a["job_id"], a["separate_stderr"]) for a in given.json()["attempts"]] == [(apart, True)]

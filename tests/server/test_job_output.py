@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corral.config import Config
 from corral.core.model import GiB, InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.store import Store
@@ -73,3 +74,57 @@ def test_an_attempt_the_job_does_not_have_is_refused_with_the_attempts_it_has(se
         assert refused.stderr == (
             f"error: job {job_id} has no attempt 1 (its attempts: {attempt_id}; as corral job {job_id} lists them)\n"
         ), follow
+
+
+def test_a_jobs_stderr_kept_apart_is_stored_and_read_as_a_stream_of_its_own(tmp_path: Path) -> None:
+    """Both went to one output: a workflow engine (Nextflow's .command.err, CWL's `stderr:`) could
+    not read a job's stderr apart. A job with separate_stderr has its agent send it as the stream
+    "stderr", kept and bounded by server.max_output on its own; `corral logs --stderr` and
+    `?stream=stderr` read it. A job without it says so, where an empty answer would read as "it
+    wrote nothing to stderr"."""
+    config = Config.model_validate({"server": {"max_output": "1MiB"}})
+    with served_app(tmp_path, config) as (url, store):
+        store.create_node("n-1", InstanceType("small", 2, 4 * GiB, 0.10), "boot", 1000.0, "test")
+        secret = store.pair_node("n-1", "boot", Resources(2, 4 * GiB), "host-1", 1000.0)
+        apart, mixed = store.submit(
+            [JobRequest(command=["true"], separate_stderr=True), JobRequest(command=["true"])], 1000.0
+        )
+        attempt_id = store.claim(apart, "d-test", ["n-1"], Resources(1, GiB), 1000.0)
+        store.claim(mixed, "d-test", ["n-1"], Resources(1, GiB), 1000.0)
+        node = {"Authorization": f"Bearer {secret}"}
+        log = f"{url}/api/agent/attempts/{attempt_id}/log"
+        assert httpx.post(log, params={"offset": 0}, content=b"out\n", headers=node).status_code == 200
+        assert (
+            httpx.post(log, params={"offset": 0, "stream": "stderr"}, content=b"err\n", headers=node).status_code == 200
+        )
+        refused = httpx.post(log, params={"offset": 0, "stream": "bogus"}, content=b"x", headers=node)
+        assert refused.status_code == 422 and "stream" in refused.text
+
+        logs = f"{url}/api/jobs/{apart}/logs"
+        assert httpx.get(logs, headers=TOKEN).content == b"out\n"
+        assert httpx.get(logs, params={"stream": "stderr"}, headers=TOKEN).content == b"err\n"
+        assert httpx.get(logs, params={"stream": "stderr", "offset": 1}, headers=TOKEN).content == b"rr\n"
+        assert corral(url, "logs", str(apart), "--stderr").stdout == "err\n"
+        assert corral(url, "logs", str(apart)).stdout == "out\n"
+        assert "stderr     kept apart (corral logs --stderr)" in corral(url, "job", str(apart)).stdout
+        assert corral(url, "job", str(apart), "--json", check=False).stdout.count('"separate_stderr": true') == 1
+
+        # Bounded on its own: the stderr is cut at the limit, the output is not touched.
+        chunk = b"e" * (256 * 1024)
+        for offset in range(len(b"err\n"), 2 * MiB, len(chunk)):
+            answer = httpx.post(log, params={"offset": offset, "stream": "stderr"}, content=chunk, headers=node)
+            assert answer.status_code == 200
+        stderr = httpx.get(logs, params={"stream": "stderr"}, headers=TOKEN).content
+        note = f"\n[corral: this attempt's output was cut here, at {MiB:,} bytes (server.max_output);"
+        assert len(stderr) > MiB and stderr[MiB:].decode().startswith(note)
+        assert httpx.get(logs, headers=TOKEN).content == b"out\n"
+
+        said = (
+            f"job {mixed} keeps its stderr in its output (read that); a job submitted with separate_stderr"
+            " (corral submit --separate-stderr) keeps it apart"
+        )
+        answer = httpx.get(f"{url}/api/jobs/{mixed}/logs", params={"stream": "stderr"}, headers=TOKEN)
+        assert answer.status_code == 409 and answer.json()["detail"] == said
+        for follow in ([], ["--follow"]):
+            refused_cli = corral(url, "logs", str(mixed), "--stderr", *follow, check=False)
+            assert refused_cli.returncode == 1 and refused_cli.stderr == f"error: {said}\n", follow

@@ -294,7 +294,7 @@ class Agent:
             return False
         lost = _ints(answer.get("lost"))
         self._configure(answer)
-        self._skip_output_stored(answer.get("output_stored"))
+        self._skip_output_stored(answer.get("output_stored"), answer.get("stderr_stored"))
         logs.warning(
             "resumed with the saved credentials",
             node_id=saved.node_id,
@@ -304,16 +304,22 @@ class Agent:
         self._remove_node_containers()
         return True
 
-    def _skip_output_stored(self, stored: Any) -> None:
-        """A re-adopted run's output goes on from what the server has of it (a server older than
-        this says nothing: all of it is sent again, and stored at its offsets unchanged)."""
-        if not isinstance(stored, dict):
-            return
-        for key, size in stored.items():
-            attempt = self.runner.get(int(key)) if str(key).isdigit() else None
-            if attempt is not None and isinstance(size, int) and not isinstance(size, bool) and size > 0:
+    def _skip_output_stored(self, stored: Any, stderr_stored: Any = None) -> None:
+        """A re-adopted run's output (and stderr kept apart) goes on from what the server has of it
+        (a server older than this says nothing: all of it is sent again, and stored at its offsets
+        unchanged)."""
+        for told, stream in ((stored, "output"), (stderr_stored, "stderr")):
+            if not isinstance(told, dict):
+                continue
+            for key, size in told.items():
+                attempt = self.runner.get(int(key)) if str(key).isdigit() else None
+                if attempt is None or not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+                    continue
                 # Never past what this node has: the server's is a prefix of the file the run writes.
-                attempt.log_offset = min(size, attempt.log_size())
+                if stream == "output":
+                    attempt.log_offset = min(size, attempt.log_size())
+                elif attempt.stderr_path is not None:
+                    attempt.stderr_offset = min(size, attempt.stderr_size())
 
     def _until_answered(self, call: Any, doing: str) -> Any:
         """`call`'s answer, retried with back-off while the server cannot be reached; None if the
@@ -734,7 +740,23 @@ class Agent:
         self._server_back()
 
     def ship_log(self, attempt: Attempt) -> bool:
-        """Send what the attempt has written since the last call, up to LOG_ROUND; True if more is left."""
+        """Send what the attempt has written since the last call, up to LOG_ROUND of each stream
+        (its output, and its stderr when its job keeps that apart); True if more is left. Done once
+        it has exited and both are sent (or refused): only then is its finish reported."""
+        if attempt.log_done:
+            return False
+        behind = self._ship_output(attempt)
+        if attempt.log_done:  # (refused, or unreadable: nothing more of it)
+            return False
+        if attempt.stderr_path is not None and not attempt.stderr_refused:
+            behind = self._ship_stderr(attempt) or behind
+        stderr_sent = attempt.stderr_refused or attempt.stderr_offset >= attempt.stderr_size()
+        if attempt.exited and attempt.log_offset >= attempt.log_size() and stderr_sent:
+            attempt.log_done = True
+        return behind
+
+    def _ship_output(self, attempt: Attempt) -> bool:
+        """The output's part of ship_log."""
         written = attempt.log_size()
         size = min(written, attempt.log_offset + LOG_ROUND)
         while attempt.log_offset < size:
@@ -760,9 +782,38 @@ class Agent:
                 raise
             attempt.log_offset += len(chunk)
             attempt.log_failing_since = None
-        if attempt.exited and attempt.log_offset >= attempt.log_size():
-            attempt.log_done = True
         return attempt.log_offset < written
+
+    def _ship_stderr(self, attempt: Attempt) -> bool:
+        """The stderr's part of ship_log, as the output's: a refusal or an unreadable file stops
+        this stream alone (its output still goes out)."""
+        assert attempt.stderr_path is not None
+        written = attempt.stderr_size()
+        size = min(written, attempt.stderr_offset + LOG_ROUND)
+        while attempt.stderr_offset < size:
+            try:
+                with open(attempt.stderr_path, "rb") as f:
+                    f.seek(attempt.stderr_offset)
+                    chunk = f.read(min(LOG_CHUNK, size - attempt.stderr_offset))
+            except OSError as exc:
+                logs.error("cannot read attempt stderr", attempt_id=attempt.attempt_id, error=str(exc))
+                attempt.stderr_refused = True
+                return False
+            if not chunk:
+                break
+            try:
+                self.client.log(attempt.attempt_id, attempt.stderr_offset, chunk, stream="stderr")
+            except Rejected as exc:
+                logs.warning("server refused stderr; sending no more", attempt_id=attempt.attempt_id, error=str(exc))
+                attempt.stderr_refused = True
+                return False
+            except Unreachable:
+                if attempt.log_failing_since is None:
+                    attempt.log_failing_since = time.time()
+                raise
+            attempt.stderr_offset += len(chunk)
+            attempt.log_failing_since = None
+        return attempt.stderr_offset < written
 
     def report_finished(self, attempt: Attempt) -> None:
         assert attempt.exit_code is not None and attempt.finished_at is not None

@@ -127,8 +127,13 @@ class AgentClient:
         body = {"pid": pid, "started_at": started_at}
         self.request("POST", f"/api/agent/attempts/{attempt_id}/started", json=body)
 
-    def log(self, attempt_id: int, offset: int, chunk: bytes) -> None:
-        self.request("POST", f"/api/agent/attempts/{attempt_id}/log", params={"offset": offset}, content=chunk)
+    def log(self, attempt_id: int, offset: int, chunk: bytes, stream: str = "output") -> None:
+        """A chunk of the attempt's output, or of its stderr kept apart (`stream="stderr"`; sent only
+        for a job with separate_stderr, which a server before streams never gives out)."""
+        params: dict[str, Any] = {"offset": offset}
+        if stream != "output":
+            params["stream"] = stream
+        self.request("POST", f"/api/agent/attempts/{attempt_id}/log", params=params, content=chunk)
 
     def finished(
         self,

@@ -1,8 +1,9 @@
 """Runs attempts as real processes: one new session (and process group) per attempt.
 
-Output goes straight from the child to a file (stdout and stderr combined), not through a pipe the
-agent must drain: the child never blocks on a slow agent, and the file is the source the log
-shipper reads from by offset, which makes resending a chunk after a failure trivial.
+Output goes straight from the child to a file (stdout and stderr combined, or for a job that keeps
+its stderr apart, separate_stderr, stderr to a second file), not through a pipe the agent must
+drain: the child never blocks on a slow agent, and the file is the source the log shipper reads
+from by offset, which makes resending a chunk after a failure trivial.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class AttemptSpec:
     time_limit: float | None = None
     # The directory the command runs in (None: the attempt's own, WORK_DIR/attempts/<id>).
     chdir: str | None = None
+    # Its stderr goes to a file of its own (WORK_DIR/logs/<id>.err), sent as the stream "stderr".
+    separate_stderr: bool = False
 
     @classmethod
     def from_json(cls, data: Any) -> AttemptSpec:
@@ -89,6 +92,9 @@ class AttemptSpec:
         chdir = data.get("chdir")
         if chdir is not None and (not isinstance(chdir, str) or not chdir.startswith("/")):
             raise BadAttempt(f"attempt.chdir: must be an absolute path (got {chdir!r})")
+        separate_stderr = data.get("separate_stderr", False)
+        if not isinstance(separate_stderr, bool):
+            raise BadAttempt(f"attempt.separate_stderr: must be true or false (got {separate_stderr!r})")
         return cls(
             need("attempt_id", int),
             need("job_id", int),
@@ -99,6 +105,7 @@ class AttemptSpec:
             image,
             time_limit,
             chdir,
+            separate_stderr,
         )
 
 
@@ -114,6 +121,7 @@ def spec_json(spec: AttemptSpec) -> dict[str, Any]:
         "image": spec.image,
         "time_limit": spec.time_limit,
         "chdir": spec.chdir,
+        "separate_stderr": spec.separate_stderr,
     }
 
 
@@ -178,7 +186,11 @@ class Attempt:
     abandoned: bool = False
     keeper_killed: bool = False  # its keeper ended without the command's status: the run is lost
     log_offset: int = 0  # bytes of the log the server has accepted
-    log_done: bool = False  # nothing more will be shipped (all sent, or the server refused the log)
+    log_done: bool = False  # nothing more will be shipped of either stream (all sent, or the server refused them)
+    # A job's stderr kept apart (separate_stderr): its own file, shipped as the stream "stderr" beside the log.
+    stderr_path: Path | None = None
+    stderr_offset: int = 0  # bytes of it the server has accepted
+    stderr_refused: bool = False  # the server refused it: none of it is sent any more
     log_failing_since: float | None = None
     kill_requested_at: float | None = None
     killed_hard: bool = False
@@ -213,6 +225,12 @@ class Attempt:
     def log_size(self) -> int:
         try:
             return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def stderr_size(self) -> int:
+        try:
+            return self.stderr_path.stat().st_size if self.stderr_path is not None else 0
         except OSError:
             return 0
 
@@ -299,6 +317,7 @@ class Runner:
         own_dir.mkdir(parents=True, exist_ok=True)
         cwd = Path(spec.chdir) if spec.chdir is not None else own_dir
         log_path = self.work_dir / "logs" / f"{spec.attempt_id}.log"
+        stderr_path = self.stderr_path_of(spec)
         with self.lock:
             if self.closed:
                 return None
@@ -307,7 +326,10 @@ class Runner:
             started_at = time.time() if now is None else now
             # "wb": an attempt listed again after an agent restart (its start was never reported,
             # so none of its output went out) starts over, without the dead agent's run's output.
-            with open(log_path, "wb") as out:
+            with contextlib.ExitStack() as files:
+                out = files.enter_context(open(log_path, "wb"))
+                err = files.enter_context(open(stderr_path, "wb")) if stderr_path is not None else None
+                said = err or out  # where the agent's own word on a start that failed goes: the stderr
                 try:
                     if not spec.command:
                         raise FileNotFoundError(2, "empty command")
@@ -319,6 +341,7 @@ class Runner:
                         out,
                         spec.attempt_id,
                         lambda keeper: self._record(spec, keeper.pid, started_at),
+                        err,
                     )
                 except (OSError, ValueError) as exc:
                     self._record_path(spec.attempt_id).unlink(missing_ok=True)  # it never ran
@@ -327,7 +350,7 @@ class Runner:
                         # directory, no permission): the job's own request failed, as a missing
                         # program does, and it fails, where Slurm would run it in /tmp instead.
                         why = getattr(exc, "strerror", None) or exc
-                        out.write(f"corral-agent: chdir to {spec.chdir} failed: {why}\n".encode(errors="replace"))
+                        said.write(f"corral-agent: chdir to {spec.chdir} failed: {why}\n".encode(errors="replace"))
                         attempt = Attempt(
                             spec,
                             log_path,
@@ -336,6 +359,7 @@ class Runner:
                             exit_code=EXIT_CHDIR_FAILED,
                             finished_at=time.time(),
                             failure=f"chdir to {spec.chdir} failed: {why}",
+                            stderr_path=stderr_path,
                         )
                         self.attempts[spec.attempt_id] = attempt
                         return attempt
@@ -352,8 +376,16 @@ class Runner:
                     else:
                         name = repr(spec.command[0] if spec.command and spec.image is None else (spec.image or ""))
                     why = getattr(exc, "strerror", None) or exc
-                    out.write(f"corral-agent: cannot run {name}: {why}\n".encode(errors="replace"))
-                    attempt = Attempt(spec, log_path, None, started_at, exit_code=code, finished_at=time.time())
+                    said.write(f"corral-agent: cannot run {name}: {why}\n".encode(errors="replace"))
+                    attempt = Attempt(
+                        spec,
+                        log_path,
+                        None,
+                        started_at,
+                        exit_code=code,
+                        finished_at=time.time(),
+                        stderr_path=stderr_path,
+                    )
                     self.attempts[spec.attempt_id] = attempt
                     return attempt
             attempt = Attempt(
@@ -364,9 +396,14 @@ class Runner:
                 time_limit=spec.time_limit,
                 started_monotonic=time.monotonic(),
                 container_name=self.container_name(spec) if spec.image is not None else None,
+                stderr_path=stderr_path,
             )
             self.attempts[spec.attempt_id] = attempt
             return attempt
+
+    def stderr_path_of(self, spec: AttemptSpec) -> Path | None:
+        """Where the attempt's stderr goes when its job keeps it apart (None: into its log)."""
+        return self.work_dir / "logs" / f"{spec.attempt_id}.err" if spec.separate_stderr else None
 
     def _start_kept(
         self,
@@ -376,6 +413,7 @@ class Runner:
         out: Any,
         attempt_id: int,
         record: Callable[[subprocess.Popen[bytes]], None],
+        err: Any = None,
     ) -> subprocess.Popen[bytes]:
         """The command under its keeper (corral.agent.keeper), which outlives this agent. Raises as
         Popen of the command itself would (OSError with its errno) when the keeper cannot start it.
@@ -395,7 +433,8 @@ class Runner:
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
-                    stderr=subprocess.STDOUT,
+                    # (A container's stderr too: the engine's client passes the two on apart.)
+                    stderr=subprocess.STDOUT if err is None else err,
                     start_new_session=True,
                     close_fds=True,
                     pass_fds=(ready_write, go_read),
@@ -593,6 +632,7 @@ class Runner:
                 started_monotonic=time.monotonic() - max(0.0, time.time() - started_at),
                 container_name=recorded_container_name(record, spec),
                 adopted=True,
+                stderr_path=self.stderr_path_of(spec),
             )
             if not running:
                 code = read_status(status)

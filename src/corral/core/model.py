@@ -204,6 +204,7 @@ class Job:
     name: str = ""
     env: dict[str, str] = field(default_factory=dict)
     chdir: str | None = None  # the directory the command runs in on the node (None: the attempt's own)
+    separate_stderr: bool = False  # its stderr kept as a stream of its own (Slurm's --error), not in its output
     node_count: int = 1  # a gang: this many nodes, each with `resources`, started together
     priority: int = 1  # 0 means cancel (seed 001)
     not_before: float | None = None  # "wait until time X"

@@ -17,7 +17,7 @@ from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
 from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
-from corral.server.logstore import LogGap
+from corral.server.logstore import LogGap, Stream
 from corral.server.models import (
     AgentVersionIn,
     ContainersOut,
@@ -99,12 +99,16 @@ def resume(body: ResumeBody, node: AgentNode, runtime: AnyRuntime) -> ResumeResu
     ended = runtime.store.resume_node(node_id, body.running, message, now, lost, body.agent_version)
     log.warning("node %s: %s; attempts lost: %s", node_id, message, ended or "none", extra={"node_id": node_id})
     runtime.wake()
-    stored = {}
+    stored, stderr_stored = {}, {}
     for attempt_id in body.running:
         row = runtime.store.attempt_row(attempt_id)
         if row is not None and node_id in row["node_ids"]:
             stored[attempt_id] = runtime.logs.size(row["job_id"], attempt_id)
-    return ResumeResult(node_id=node_id, lost=ended, output_stored=stored, **node_settings(runtime))
+            # (Said of every run: 0 for one whose job keeps no stderr apart, which the agent ignores.)
+            stderr_stored[attempt_id] = runtime.logs.size(row["job_id"], attempt_id, "stderr")
+    return ResumeResult(
+        node_id=node_id, lost=ended, output_stored=stored, stderr_stored=stderr_stored, **node_settings(runtime)
+    )
 
 
 def node_settings(runtime: Runtime) -> dict[str, Any]:
@@ -291,8 +295,9 @@ def end_unlisted(runtime: Runtime, node_id: str, running: list[int], listed: set
 
 
 def unknown_fields(item: WorkItem) -> list[str]:
-    """The fields of AGENT_KNOWS that the work item uses."""
-    return [name for name in AGENT_KNOWS if getattr(item, name) is not None]
+    """The fields of AGENT_KNOWS that the work item uses (set, and not to false: a job that keeps
+    its stderr in its output runs as on any agent)."""
+    return [name for name in AGENT_KNOWS if getattr(item, name) not in (None, False)]
 
 
 def work_it_knows(runtime: Runtime, node: dict[str, Any], knows: set[str]) -> list[WorkItem]:
@@ -354,6 +359,7 @@ async def work(
                 command=i.command,
                 image=i.image,
                 chdir=i.chdir,
+                separate_stderr=i.separate_stderr,
                 env=i.env,
                 node_ids=i.node_ids,
                 resources=ResourcesOut(
@@ -383,7 +389,12 @@ def started(attempt_id: AttemptId, body: StartedBody, node: AgentNode, runtime: 
 
 @router.post("/attempts/{attempt_id}/log")
 async def log_chunk(
-    attempt_id: AttemptId, request: Request, node: AgentNode, runtime: AnyRuntime, offset: int = Query(0, ge=0)
+    attempt_id: AttemptId,
+    request: Request,
+    node: AgentNode,
+    runtime: AnyRuntime,
+    offset: int = Query(0, ge=0),
+    stream: Stream = Query("output", description="output, or stderr for a job that keeps it apart"),
 ) -> dict[str, bool]:
     data = await request.body()
     known = runtime.attempt_jobs.get(attempt_id)
@@ -397,14 +408,15 @@ async def log_chunk(
     if node["id"] not in node_ids:  # a node writes the output of its own attempts only
         raise HTTPException(404, f"no attempt {attempt_id} on this node")
     try:
-        cut = await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data)
+        cut = await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data, stream)
     except LogGap as exc:
         raise HTTPException(409, str(exc)) from None
     if cut:
         log.warning(
-            "job %s: attempt %s's output reached server.max_output (%s bytes): the rest is dropped",
+            "job %s: attempt %s's %s reached server.max_output (%s bytes): the rest is dropped",
             job_id,
             attempt_id,
+            stream,
             runtime.logs.max_bytes,
         )
     return {"ok": True}

@@ -35,6 +35,7 @@ from corral.jobspec import DEFAULT_PRIORITY, JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
 from corral.server.app import Caller, Runtime
 from corral.server.deps import AdminRuntime, CallerOf, UserRuntime, require_admin
+from corral.server.logstore import Stream
 from corral.server.models import (
     DB_INT_MAX,
     DB_INT_MIN,
@@ -218,6 +219,7 @@ def job_out(
         command=list(spec["command"]),
         image=spec.get("image"),
         chdir=spec.get("chdir"),
+        separate_stderr=bool(spec.get("separate_stderr")),
         resources=ResourcesOut(
             vcpus=spec["vcpus"], ram_mib=spec["ram"], scratch_mib=spec["scratch"], gpus=spec["gpus"]
         ),
@@ -621,14 +623,28 @@ def job_logs(
     offset: Annotated[
         int, Query(ge=0, le=2**62, description="from this byte of one attempt's output on (corral logs --follow)")
     ] = 0,
+    stream: Annotated[
+        Stream,
+        Query(
+            description="output (stdout, and stderr unless the job keeps it apart), or stderr: that of a job"
+            " submitted with separate_stderr (corral logs --stderr)"
+        ),
+    ] = "output",
 ) -> Any:
-    """A job's output: its owner's and an admin's alone (Slurm's output files are the owner's by
-    their Unix mode; here the server holds them all)."""
+    """A job's output, or its stderr kept apart: its owner's and an admin's alone (Slurm's output
+    files are the owner's by their Unix mode; here the server holds them all)."""
     if offset and all_attempts:
         raise HTTPException(422, "offset reads one attempt's output: not with all_attempts")
     check_owner(runtime, caller, job_id, "read the output of")
     attempts = runtime.store.attempts_of(job_id)
     job = runtime.store.job_row(job_id)  # 404 for an unknown job
+    if stream == "stderr" and not job["spec"].get("separate_stderr"):
+        # An empty answer would read as "it wrote nothing to stderr".
+        raise HTTPException(
+            409,
+            f"job {job_id} keeps its stderr in its output (read that); a job submitted with separate_stderr"
+            " (corral submit --separate-stderr) keeps it apart",
+        )
     if not attempts and not all_attempts:
         # An empty answer would read as "it ran and printed nothing".
         why = f" ({job['wait_reason']})" if job["wait_reason"] else ""
@@ -650,7 +666,7 @@ def job_logs(
     for a in attempts:
         if all_attempts:
             parts.append(f"==> attempt {a['id']} on {a['node_id']} ({a['state']}) <==\n".encode())
-        keeper = None if runtime.logs.path(job_id, a["id"]).exists() else kept_elsewhere(runtime, a)
+        keeper = None if runtime.logs.path(job_id, a["id"], stream).exists() else kept_elsewhere(runtime, a)
         if keeper is not None and not all_attempts:
             raise HTTPException(409, keeper)
         parts.append(f"({keeper})\n".encode() if keeper else a["id"])
@@ -658,7 +674,7 @@ def job_logs(
     def output() -> Iterator[bytes]:
         # As it is read, a chunk at a time: an output may be larger than the server's memory.
         for part in parts:
-            yield from [part] if isinstance(part, bytes) else runtime.logs.chunks(job_id, part, offset)
+            yield from [part] if isinstance(part, bytes) else runtime.logs.chunks(job_id, part, offset, stream)
 
     return StreamingResponse(output(), media_type="application/octet-stream")
 

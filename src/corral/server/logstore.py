@@ -1,4 +1,5 @@
-"""Job output, one file per attempt under CORRAL_HOME/logs/<job id>/<attempt id>.log.
+"""Job output, one file per attempt under CORRAL_HOME/logs/<job id>/<attempt id>.log, and for a job
+that asked for its stderr apart (separate_stderr, Slurm's --error) its stderr in <attempt id>.err.
 
 Chunks arrive with their byte offset, so a chunk the agent sends twice lands in the same place."""
 
@@ -8,12 +9,20 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Literal
+
+# An attempt's streams: its output (stdout, and stderr too unless the job asked for it apart) and
+# its stderr apart. Each is kept, and bounded by max_bytes, on its own.
+Stream = Literal["output", "stderr"]
+STREAMS: tuple[Stream, ...] = ("output", "stderr")
+SUFFIXES: dict[Stream, str] = {"output": ".log", "stderr": ".err"}
 
 CHUNK = 1024 * 1024  # bytes of output read at a time to be sent
 
 
 def cut_note(limit: int) -> bytes:
-    """The line that ends an output cut at `limit` bytes."""
+    """The line that ends an output cut at `limit` bytes (a stderr kept apart too: the stream it
+    ends says which)."""
     return (
         f"\n[corral: this attempt's output was cut here, at {limit:,} bytes (server.max_output);"
         " the rest was not kept]\n"
@@ -34,8 +43,8 @@ class LogStore:
         self.root = root
         self.max_bytes = max_bytes
 
-    def path(self, job_id: int, attempt_id: int) -> Path:
-        return self.root / str(job_id) / f"{attempt_id}.log"
+    def path(self, job_id: int, attempt_id: int, stream: Stream = "output") -> Path:
+        return self.root / str(job_id) / f"{attempt_id}{SUFFIXES[stream]}"
 
     def job_ids(self) -> list[int]:
         """The jobs whose output is stored, ascending."""
@@ -46,22 +55,22 @@ class LogStore:
             return []
 
     def remove(self, job_ids: Iterable[int]) -> None:
-        """Delete these jobs' output (retention)."""
+        """Delete these jobs' output, both streams (retention)."""
         for job_id in job_ids:
             shutil.rmtree(self.root / str(job_id), ignore_errors=True)
 
-    def size(self, job_id: int, attempt_id: int) -> int:
-        """Bytes of the attempt's output stored (0 for none)."""
+    def size(self, job_id: int, attempt_id: int, stream: Stream = "output") -> int:
+        """Bytes of the attempt's output (or stderr) stored (0 for none)."""
         try:
-            return self.path(job_id, attempt_id).stat().st_size
+            return self.path(job_id, attempt_id, stream).stat().st_size
         except FileNotFoundError:
             return 0
 
-    def write(self, job_id: int, attempt_id: int, offset: int, data: bytes) -> bool:
-        """Store a chunk at its offset. True when this chunk is the one that reached max_bytes
-        (the output is cut from here on); a chunk past it is accepted and dropped, so that the
-        agent, which sends it all, moves on."""
-        path = self.path(job_id, attempt_id)
+    def write(self, job_id: int, attempt_id: int, offset: int, data: bytes, stream: Stream = "output") -> bool:
+        """Store a chunk of a stream at its offset. True when this chunk is the one that reached
+        max_bytes (the stream is cut from here on); a chunk past it is accepted and dropped, so that
+        the agent, which sends it all, moves on."""
+        path = self.path(job_id, attempt_id, stream)
         path.parent.mkdir(parents=True, exist_ok=True)
         size = path.stat().st_size if path.exists() else 0
         limit = self.max_bytes
@@ -81,11 +90,11 @@ class LogStore:
             handle.truncate()
         return not cut_already
 
-    def chunks(self, job_id: int, attempt_id: int, offset: int = 0) -> Iterator[bytes]:
-        """The output stored from byte `offset` on, CHUNK bytes at a time, up to its end as it is
-        then (none past its end; none for an attempt with no output stored)."""
+    def chunks(self, job_id: int, attempt_id: int, offset: int = 0, stream: Stream = "output") -> Iterator[bytes]:
+        """The stream stored from byte `offset` on, CHUNK bytes at a time, up to its end as it is
+        then (none past its end; none for an attempt with none stored)."""
         try:
-            with open(self.path(job_id, attempt_id), "rb") as handle:
+            with open(self.path(job_id, attempt_id, stream), "rb") as handle:
                 handle.seek(offset)
                 while chunk := handle.read(CHUNK):
                     yield chunk

@@ -372,6 +372,8 @@ class JobOut(BaseModel):
     submitted_at: float
     image: str | None = None  # the container image the command runs in
     chdir: str | None = None  # the directory the command runs in on the node (None: the attempt's own)
+    # Its stderr is kept apart from its output (GET /api/jobs/{id}/logs?stream=stderr), as sbatch --error.
+    separate_stderr: bool = False
     started_at: float | None
     finished_at: float | None
     wait_reason: str  # why a queued job waits; why an ended job ended (Slurm's Reason)
@@ -595,6 +597,8 @@ class ResumeResult(BaseModel):
     lost: list[int]  # the attempts the restart lost, each ended as on a lost node
     # Bytes of output stored for each run the agent re-adopted, by attempt id: it ships from there on.
     output_stored: dict[int, int] = {}
+    # The same of the stderr of those runs whose job keeps it apart (separate_stderr).
+    stderr_stored: dict[int, int] = {}
 
 
 class UsedIn(Inbound):
@@ -675,6 +679,9 @@ class WorkItemOut(BaseModel):
     # Run the command in this directory (None: the attempt's own). Only to an agent that says it
     # knows the field (the work request's `knows`): an older one would run the job elsewhere.
     chdir: str | None = None
+    # Send the command's stderr as a stream of its own (the log chunk's `stream=stderr`), not in its
+    # output. Only to an agent that says it knows the field: an older one would mix the two.
+    separate_stderr: bool = False
     env: dict[str, str]
     node_ids: list[str]
     resources: ResourcesOut

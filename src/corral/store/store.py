@@ -441,6 +441,7 @@ class WorkItem:
     image: str | None = None
     time_limit: float | None = None  # the job's, in seconds (None: none)
     chdir: str | None = None  # the directory the command runs in (None: the attempt's own)
+    separate_stderr: bool = False  # its stderr sent as a stream of its own, not in its output
 
 
 @dataclass(frozen=True, slots=True)
@@ -1932,6 +1933,7 @@ class Store:
                     image=spec.get("image"),
                     time_limit=spec.get("time_limit"),
                     chdir=spec.get("chdir"),
+                    separate_stderr=bool(spec.get("separate_stderr")),
                 )
             )
         return items
