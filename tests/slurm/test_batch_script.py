@@ -135,3 +135,52 @@ def test_a_sigkilled_script_leaves_no_temporary_directory_behind(tmp_path: Path,
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=10)
     assert list(node_tmp.iterdir()) == []
+
+
+def run_script_apart(tmp_path: Path, max_output: int, command: list[str], **env: str) -> tuple[bytes, bytes, str]:
+    """The script run as Slurm runs a job with --error: its stdout to the --output file, its stderr
+    to the --error file. The two files and the exit status file."""
+    script = tmp_path / "corral-batch.sh"
+    script.write_text(BATCH_SCRIPT)
+    status, output, error = tmp_path / "status", tmp_path / "output", tmp_path / "error"
+    with output.open("wb") as out, error.open("wb") as err:
+        subprocess.run(
+            ["sh", str(script), str(status), str(max_output), NOTE, *command],
+            env={
+                "PATH": os.environ["PATH"],
+                "CORRAL_WITHHELD": "",
+                "CORRAL_SEPARATE_STDERR": "1",
+                "SLURM_JOB_ID": "17",
+                **env,
+            },
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            timeout=30,
+            check=False,
+        )
+    return output.read_bytes(), error.read_bytes(), status.read_text()
+
+
+@pytest.mark.parametrize("max_output", [10, 0])
+def test_a_job_that_keeps_its_stderr_apart_has_each_stream_bounded_on_its_own(tmp_path: Path, max_output: int) -> None:
+    """With --error (separate_stderr), the command's stderr went into the output's limiter: the
+    --error file got nothing but the script's own lines, and the two were cut together."""
+    command = ["sh", "-c", "echo 0123456789abcdef; echo err-0123456789 >&2; echo x; exit 3"]
+    output, error, status = run_script_apart(tmp_path, max_output, command)
+    if max_output:
+        assert output == f"0123456789\n{NOTE}\n".encode()
+        assert error == f"err-012345\n{NOTE}\n".encode()
+    else:
+        assert (output, error) == (b"0123456789abcdef\nx\n", b"err-0123456789\n")
+    exit_status = parse_exit_status(status)
+    assert exit_status is not None and exit_status.exit_code == 3
+
+
+def test_a_short_stderr_kept_apart_is_kept_whole_and_no_process_is_left(tmp_path: Path) -> None:
+    marker = f"CORRAL_TEST_MARK={tmp_path.name}"
+    output, error, _ = run_script_apart(
+        tmp_path, 10, ["sh", "-c", "echo out; echo err >&2"], CORRAL_TEST_MARK=tmp_path.name
+    )
+    assert (output, error) == (b"out\n", b"err\n")
+    assert processes_marked(marker) == []

@@ -407,8 +407,9 @@ def test_a_slurm_job_that_slurm_killed_and_forgot_while_corral_was_away_ends_as_
     than MinJobAge: their batch scripts died with their commands and left no status file, so
     corral requeued both as lost, and the timed-out job ran again instead of ending TIMEOUT. The
     script now traps Slurm's SIGTERM and records it, and slurmstepd's line in the output says why:
-    the first fails TIMEOUT (never retried), the second is requeued as a preemption (no failure)."""
-    timed_out = corral.submit("sleep", "300", ram=128, time_limit=60)
+    the first fails TIMEOUT (never retried), the second is requeued as a preemption (no failure).
+    The first keeps its stderr apart (--error), where slurmstepd then writes its line."""
+    timed_out = corral.submit("sleep", "300", ram=128, time_limit=60, separate_stderr=True)
     preempted = corral.submit("sleep", "300", vcpus=2, ram=128)
     corral.until(lambda: all(corral.job(j)["state"] == "running" for j in (timed_out, preempted)), 30, "both to run")
     refs = {j: corral.attempts(j)[0]["executor_ref"] for j in (timed_out, preempted)}
@@ -440,6 +441,8 @@ def test_a_slurm_job_that_slurm_killed_and_forgot_while_corral_was_away_ends_as_
     assert ended.startswith("job.timeout: TIMEOUT: ran past its time limit of 1m")
     assert f"slurm job {refs[timed_out]} TIMEOUT: Slurm no longer lists it" in ended
     assert [a["state"] for a in corral.attempts(timed_out)] == ["timeout"]
+    stderr = corral.home / "logs" / str(timed_out) / f"{corral.attempts(timed_out)[0]['id']}.err"
+    assert "DUE TO TIME LIMIT" in stderr.read_text() and "DUE TO" not in corral.output(timed_out)
     first = corral.attempts(preempted)[0]
     assert first["state"] == "preempted" and corral.job(preempted)["temp_failures"] == 0
     assert first["reason"].startswith(f"slurm job {refs[preempted]} PREEMPTED (Slurm no longer lists it")
@@ -952,6 +955,41 @@ def test_a_jobs_output_is_cut_at_server_max_output_as_an_agents_is(
         # What follows the cut is slurmstepd's own line on the scancel, no more of the job's output.
         after = path.read_bytes()[limit + len(note) :]
         assert len(after) < 200 and b"corral" not in after, after
+    finally:
+        corral.store.close()
+
+
+def test_a_job_that_keeps_its_stderr_apart_gets_slurms_error_file_bounded_as_its_output(
+    tmp_path: Path, slurm: SlurmCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slurm's own model: both streams go to --output unless --error is given. A job could not ask
+    for --error (Nextflow's .command.err, CWL's `stderr:`): its stderr was always in its output. A
+    job with separate_stderr is submitted with --error, its stderr bounded by server.max_output on
+    its own, and copied from slurm.output_dir into the log store beside its output."""
+    shared = tmp_path / "slurm-output"
+    config = make_config(tmp_path, slurm, output_dir=str(shared))
+    config = config.model_copy(update={"server": ServerConfig(max_output=1)})
+    corral = Dispatcher(tmp_path, config)
+    limit = 1024 * 1024
+    try:
+        apart = corral.submit(
+            "sh", "-c", "echo out; yes err | head -c 3000000 >&2; echo out2; exit 3", ram=128, separate_stderr=True
+        )
+        mixed = corral.submit("sh", "-c", "echo out; echo err >&2", ram=128)
+        with caplog.at_level(logging.WARNING, logger="corral.slurm"):
+            assert corral.until_state(apart, "failed")["exit_code"] == 3
+        assert corral.until_state(mixed, "complete")
+        attempt = corral.attempts(apart)[0]
+        logs = tmp_path / "logs" / str(apart)
+        assert (logs / f"{attempt['id']}.log").read_bytes() == b"out\nout2\n"
+        assert (logs / f"{attempt['id']}.err").read_bytes() == (b"err\n" * limit)[:limit] + cut_note(limit)
+        assert f"job {apart}: attempt {attempt['id']}'s stderr reached server.max_output" in caplog.text
+        assert f"StdErr={shared / str(apart) / str(attempt['id'])}.err " in slurm.show_job(attempt["executor_ref"])
+        # The default is unchanged: one output, no --error.
+        [plain] = corral.attempts(mixed)
+        assert corral.output(mixed) == "out\nerr\n"
+        assert not (tmp_path / "logs" / str(mixed) / f"{plain['id']}.err").exists()
+        assert f"StdErr={shared / str(mixed) / str(plain['id'])}.log " in slurm.show_job(plain["executor_ref"])
     finally:
         corral.store.close()
 

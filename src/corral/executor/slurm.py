@@ -65,14 +65,18 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 # is removed once both ends are open, before the command starts, and the script polls for the
 # limiter's end itself: nothing of the script's outlives the job, SIGKILLed or not. slurmstepd's own
 # lines go to the file directly, past the limit. No FIFO (no temporary directory on the node): not
-# bounded.
+# bounded. A job that keeps its stderr apart (separate_stderr) is submitted with --error as well,
+# and says so in CORRAL_SEPARATE_STDERR: its stderr then goes through a limiter of its own, to the
+# script's stderr (the --error file), bounded and ended the same way, each stream on its own.
 BATCH_SCRIPT = """#!/bin/sh
 # corral's Slurm batch script: runs "$@" after its first three arguments (the job's argv) as is, in
 # the directory CORRAL_CHDIR names if it is set, writes the exit status to the file its first
 # argument names, and keeps at most as many bytes of the command's output as its second says (0:
-# all), ended by its third when cut.
+# all), ended by its third when cut; as many of its stderr too, apart, when CORRAL_SEPARATE_STDERR
+# is set (the job was submitted with --error).
 corral_chdir="${CORRAL_CHDIR:-}"
-unset CORRAL_CHDIR
+corral_separate_stderr="${CORRAL_SEPARATE_STDERR:-}"
+unset CORRAL_CHDIR CORRAL_SEPARATE_STDERR
 # The job's own variables, which sbatch ran without (corral.executor.slurm.sbatch_environment):
 # set first, so that the script's own (corral_status, ...) are never the job's.
 for corral_name in $CORRAL_WITHHELD; do
@@ -90,6 +94,22 @@ corral_started="$(date +%s)"
 corral_signal=
 corral_chdir_failed=
 trap 'corral_signal=TERM' TERM
+# Copies its stdin to its stdout, at most corral_max_output bytes of it, then the cut note.
+corral_limit() {
+    trap '' TERM
+    # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
+    # (stdbuf tried first: one that cannot preload its library would run no head at all.)
+    if stdbuf -o0 true >/dev/null 2>&1; then
+        stdbuf -o0 head -c "$corral_max_output"
+    else
+        head -c "$corral_max_output"
+    fi
+    if [ "$(head -c 1 | wc -c)" -gt 0 ]; then
+        printf '\\n%s\\n' "$corral_cut_note"
+        # exec: the limiter's own process drains the pipe, so that killing it stops the drain.
+        exec cat >/dev/null
+    fi
+}
 if [ -n "$corral_chdir" ] && ! cd "$corral_chdir" 2>/dev/null; then
     printf 'corral: chdir to %s failed on %s: no such directory, or not one this job may enter\\n' \\
         "$corral_chdir" "$(hostname)" >&2
@@ -97,46 +117,49 @@ if [ -n "$corral_chdir" ] && ! cd "$corral_chdir" 2>/dev/null; then
     corral_chdir_failed=failed
 else
     corral_limiter=
+    corral_error_limiter=
     corral_pipe_dir=
     if [ "$corral_max_output" -gt 0 ] 2>/dev/null && corral_pipe_dir="$(mktemp -d 2>/dev/null)" &&
-        mkfifo "$corral_pipe_dir/output" 2>/dev/null; then
-        (
-            trap '' TERM
-            # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
-            # (stdbuf tried first: one that cannot preload its library would run no head at all.)
-            if stdbuf -o0 true >/dev/null 2>&1; then
-                stdbuf -o0 head -c "$corral_max_output"
-            else
-                head -c "$corral_max_output"
-            fi
-            if [ "$(head -c 1 | wc -c)" -gt 0 ]; then
-                printf '\\n%s\\n' "$corral_cut_note"
-                # exec: the limiter's own process drains the pipe, so that killing it stops the drain.
-                exec cat >/dev/null
-            fi
-        ) <"$corral_pipe_dir/output" &
+        mkfifo "$corral_pipe_dir/output" 2>/dev/null &&
+        { [ -z "$corral_separate_stderr" ] || mkfifo "$corral_pipe_dir/error" 2>/dev/null; }; then
+        (corral_limit) <"$corral_pipe_dir/output" &
         corral_limiter=$!
+        if [ -n "$corral_separate_stderr" ]; then
+            (corral_limit) <"$corral_pipe_dir/error" >&2 &
+            corral_error_limiter=$!
+        fi
         # Both ends open (each open waits for the other), the FIFO's directory goes at once: a
         # SIGKILL of the job (scancel, the time limit's after KillWait) leaves nothing on the node.
         exec 4>"$corral_pipe_dir/output"
-        rm -rf "$corral_pipe_dir"
-        (exec "$@") >&4 2>&1 4>&-
-        corral_exit=$?
+        if [ -n "$corral_separate_stderr" ]; then
+            exec 5>"$corral_pipe_dir/error"
+            rm -rf "$corral_pipe_dir"
+            (exec "$@") >&4 2>&5 4>&- 5>&-
+            corral_exit=$?
+            exec 5>&-
+        else
+            rm -rf "$corral_pipe_dir"
+            (exec "$@") >&4 2>&1 4>&-
+            corral_exit=$?
+        fi
         exec 4>&-
         # The limiter ends when the pipe does; a process the command left running may hold it open,
         # and then it is killed after 5 s. Polled here, not by a background `sleep 5`, which would
         # outlive the job (Slurm's linuxproc loses a process whose parent ended). (A trapped TERM
         # from Slurm also ends a wait, so no `wait` bounds this.)
         corral_polls=0
-        while kill -0 "$corral_limiter" 2>/dev/null && [ "$corral_polls" -lt 50 ]; do
+        while { kill -0 "$corral_limiter" 2>/dev/null ||
+            { [ -n "$corral_error_limiter" ] && kill -0 "$corral_error_limiter" 2>/dev/null; }; } &&
+            [ "$corral_polls" -lt 50 ]; do
             # (A sleep that takes no fraction: whole seconds, counted as such.)
             sleep 0.1 2>/dev/null || { sleep 1; corral_polls=$((corral_polls + 9)); }
             corral_polls=$((corral_polls + 1))
         done
-        kill -KILL "$corral_limiter" 2>/dev/null
-        wait "$corral_limiter" 2>/dev/null
+        kill -KILL "$corral_limiter" $corral_error_limiter 2>/dev/null
+        wait "$corral_limiter" $corral_error_limiter 2>/dev/null
     else
-        [ -z "$corral_pipe_dir" ] || rmdir "$corral_pipe_dir" 2>/dev/null
+        # (Slurm's --error, when given, takes the command's stderr apart here.)
+        [ -z "$corral_pipe_dir" ] || rm -rf "$corral_pipe_dir" 2>/dev/null
         (exec "$@")
         corral_exit=$?
     fi
@@ -147,6 +170,8 @@ printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s chdir=%s\\n' "$corral
 exit "$corral_exit"
 """
 CHDIR_VARIABLE = "CORRAL_CHDIR"  # the job's directory, for the batch script to check it got there
+# Set ("1") for a job that keeps its stderr apart: the batch script bounds its --error file too.
+SEPARATE_STDERR_VARIABLE = "CORRAL_SEPARATE_STDERR"
 STATUS_SUFFIX = ".exit"  # an attempt's exit status file: beside its output (<attempt>.log)
 # "signal=" (empty: the command ended by itself) is absent from the files of corral before it, and
 # "chdir=" ("failed": the job's directory could not be entered, and the command never ran) too.

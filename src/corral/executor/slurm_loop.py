@@ -32,6 +32,7 @@ from corral.executor.slurm import (
     CHDIR_VARIABLE,
     KILLED_TAIL_BYTES,
     SBATCH_PASSED,
+    SEPARATE_STDERR_VARIABLE,
     STATUS_SUFFIX,
     Slurm,
     SlurmError,
@@ -44,7 +45,7 @@ from corral.executor.slurm import (
     sbatch_variable_refusal,
 )
 from corral.loop import LiveLoop, PassReport
-from corral.server.logstore import LogStore, cut_note
+from corral.server.logstore import STREAMS, LogStore, Stream, cut_note
 from corral.store import Store
 
 log = logging.getLogger("corral.slurm")
@@ -277,14 +278,18 @@ class SlurmLoop(LiveLoop):
         return status
 
     def _output_tail(self, job_id: int, attempt_id: int) -> str:
-        """The end of an attempt's output as Slurm wrote it ("" if it cannot be read)."""
-        try:
-            with self.output_path(job_id, attempt_id).open("rb") as output:
-                output.seek(0, os.SEEK_END)
-                output.seek(max(0, output.tell() - KILLED_TAIL_BYTES))
-                return output.read().decode(errors="replace")
-        except OSError:
-            return ""
+        """The end of an attempt's output as Slurm wrote it, and of its stderr kept apart, where
+        slurmstepd then writes its lines (--error) ("" for what cannot be read)."""
+        tails = []
+        for stream in STREAMS:
+            try:
+                with self.output_path(job_id, attempt_id, stream).open("rb") as output:
+                    output.seek(0, os.SEEK_END)
+                    output.seek(max(0, output.tell() - KILLED_TAIL_BYTES))
+                    tails.append(output.read().decode(errors="replace"))
+            except OSError:
+                continue
+        return "\n".join(tails)
 
     def _forget_exit_status(self, job_id: int, attempt_ids: Iterable[int]) -> None:
         """Remove the exit status files of attempts corral has ended: they were only needed while
@@ -452,10 +457,10 @@ class SlurmLoop(LiveLoop):
 
     # ---- sbatch -------------------------------------------------------------------------------
 
-    def output_path(self, job_id: int, attempt_id: int) -> Path:
-        """Where Slurm writes the output: the log store's own file unless slurm.output_dir is set
-        (laid out the same way)."""
-        return LogStore(self.output_dir).path(job_id, attempt_id)
+    def output_path(self, job_id: int, attempt_id: int, stream: Stream = "output") -> Path:
+        """Where Slurm writes the output (--output), or the stderr of a job that keeps it apart
+        (--error): the log store's own file unless slurm.output_dir is set (laid out the same way)."""
+        return LogStore(self.output_dir).path(job_id, attempt_id, stream)
 
     def status_path(self, job_id: int, attempt_id: int) -> Path:
         """Where the batch script records the attempt's exit status: beside its output."""
@@ -471,6 +476,8 @@ class SlurmLoop(LiveLoop):
             f"--job-name={job_name(job.id, job.name)}",
             f"--comment={comment_for(self.cluster, job.id, attempt_id, self.dispatcher_id)}",
             f"--output={self.output_path(job.id, attempt_id)}",
+            # Slurm's own model: both streams to --output, unless --error is given.
+            *([f"--error={self.output_path(job.id, attempt_id, 'stderr')}"] if job.separate_stderr else []),
             # The job's own directory, else corral's work dir (the batch script checks that it got
             # there: slurmstepd runs a job whose directory it cannot enter in /tmp instead).
             f"--chdir={job.chdir or self.work_dir}",
@@ -516,6 +523,11 @@ class SlurmLoop(LiveLoop):
         env.update(CORRAL_JOB_ID=str(job.id), CORRAL_ATTEMPT_ID=str(attempt_id))
         if job.chdir is not None:
             env[CHDIR_VARIABLE] = job.chdir
+        # For the batch script to bound the --error file too; never the job's own variable of that
+        # name, which would have its stderr through a second limiter into its one output.
+        env.pop(SEPARATE_STDERR_VARIABLE, None)
+        if job.separate_stderr:
+            env[SEPARATE_STDERR_VARIABLE] = "1"
         if job.array is not None:
             env.update(job_array.environment(job.array))
         return env
@@ -580,41 +592,50 @@ class SlurmLoop(LiveLoop):
         return True
 
     def _tell_cut_output(self, job_id: int, attempt_id: int) -> None:
-        """Log, as the server does of an agent's, that an ended attempt's output was cut at
-        server.max_output: the batch script's line is there, at the limit."""
+        """Log, as the server does of an agent's, that an ended attempt's output (or its stderr kept
+        apart) was cut at server.max_output: the batch script's line is there, at the limit."""
         limit = self.config.server.max_output_bytes
         if limit is None:
             return
         note = cut_note(limit)
-        try:
-            with self.output_path(job_id, attempt_id).open("rb") as output:
-                output.seek(limit)
-                cut = output.read(len(note)) == note
-        except OSError:
-            return
-        if cut:
-            log.warning(
-                "job %s: attempt %s's output reached server.max_output (%s bytes): the rest was dropped",
-                job_id,
-                attempt_id,
-                limit,
-                extra={"job_id": job_id, "attempt_id": attempt_id},
-            )
+        for stream in STREAMS:
+            try:
+                with self.output_path(job_id, attempt_id, stream).open("rb") as output:
+                    output.seek(limit)
+                    cut = output.read(len(note)) == note
+            except OSError:
+                continue  # (no stderr file: the job keeps it in its output)
+            if cut:
+                log.warning(
+                    "job %s: attempt %s's %s reached server.max_output (%s bytes): the rest was dropped",
+                    job_id,
+                    attempt_id,
+                    stream,
+                    limit,
+                    extra={"job_id": job_id, "attempt_id": attempt_id},
+                )
 
     def _collect_output(self, job_id: int, attempt_id: int) -> None:
-        """Copy an ended attempt's output into the log store when it was written elsewhere."""
+        """Copy an ended attempt's output (and stderr kept apart) into the log store when it was
+        written elsewhere."""
         self._tell_cut_output(job_id, attempt_id)
-        source = self.output_path(job_id, attempt_id)
-        target = self.logs.path(job_id, attempt_id)
-        if source == target or not source.exists():
-            return
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-        except OSError as exc:
-            log.warning(
-                "copying the output of job %s from %s failed: %s", job_id, source, exc, extra={"job_id": job_id}
-            )
+        for stream in STREAMS:
+            source = self.output_path(job_id, attempt_id, stream)
+            target = self.logs.path(job_id, attempt_id, stream)
+            if source == target or not source.exists():
+                continue
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+            except OSError as exc:
+                log.warning(
+                    "copying the %s of job %s from %s failed: %s",
+                    stream,
+                    job_id,
+                    source,
+                    exc,
+                    extra={"job_id": job_id},
+                )
 
     # ---- a clean stop -------------------------------------------------------------------------
 
