@@ -38,6 +38,26 @@ def test_follow_prints_output_as_it_comes_through_a_retry_and_ends_with_the_job(
     tail = corral.api("GET", f"/api/jobs/{job_id}/logs", params={"attempt": first_attempt, "offset": 6})
     assert tail.content == b"second\n"
 
+    # A job that keeps its stderr apart (sbatch --error): followed on its own, through a real agent.
+    script = "echo out1; echo err1 >&2; sleep 3; echo out2; echo err2 >&2; exit 5"
+    apart = int(corral.cli("submit", "--separate-stderr", "--", "sh", "-c", script).stdout)
+    follower = subprocess.Popen(
+        [CORRAL, "logs", "--follow", "--stderr", str(apart)], env=corral.env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == "err1\n"
+        assert corral.jobs()[apart]["state"] == "running"  # printed while it runs
+        rest, _ = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0 and rest == "err2\n"
+    assert corral.jobs()[apart]["state"] == "failed"
+    assert corral.cli("logs", str(apart)).stdout == "out1\nout2\n"
+    assert corral.cli("logs", "--stderr", str(apart)).stdout == "err1\nerr2\n"
+    mixed = corral.cli("logs", "--stderr", str(job_id), check=False)
+    assert mixed.returncode == 1 and f"job {job_id} keeps its stderr in its output" in mixed.stderr
+
     # A job that never ran: said, and over at once.
     later = int(corral.cli("submit", "--not-before", "2099-01-01", "--", "true").stdout)
     corral.cli("cancel", str(later))
