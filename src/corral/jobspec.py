@@ -8,6 +8,7 @@ constraint.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from datetime import datetime, timedelta, timezone
@@ -26,7 +27,7 @@ from pydantic import (
 
 from corral.core import dependency as dependencies
 from corral.core import job_array
-from corral.core.model import GiB, Job, LocalityHints, OnNodeFailure, Resources
+from corral.core.model import NODE_FAILURE_ACTIONS, GiB, Job, LocalityHints, OnNodeFailure, Resources
 from corral.core.units import Duration, Float, Int, SizeMiB
 
 MAX_PRIORITY = 1_000_000
@@ -163,6 +164,11 @@ def array_text(value: Any) -> Any:
     if not value.strip():
         return None
     return str(job_array.parse(value))
+
+
+def _is_image_name(value: str) -> bool:
+    # The engine would read a leading '-' as an option, and a name with spaces is none.
+    return bool(value) and not value.startswith("-") and not any(c.isspace() or c == "\0" for c in value)
 
 
 class LocalitySpec(BaseModel):
@@ -365,8 +371,7 @@ class JobRequest(BaseModel):
     @field_validator("image")
     @classmethod
     def _an_image_name(cls, value: str | None) -> str | None:
-        # The engine would read a leading '-' as an option, and a name with spaces is none.
-        if value is not None and (not value or value.startswith("-") or any(c.isspace() or c == "\0" for c in value)):
+        if value is not None and not _is_image_name(value):
             raise ValueError(f"not an image name: {value!r} (e.g. docker.io/library/python:3.12)")
         return value
 
@@ -472,6 +477,163 @@ class JobRequest(BaseModel):
             array=task,
             array_throttle=spec.throttle if spec is not None else None,
         )
+
+
+# What a spec stored by this version holds: every field, as `model_dump(mode="json")` wrote it.
+STORED_FIELDS = frozenset(JobRequest.model_fields)
+_LOCALITY_FIELDS = frozenset(LocalitySpec.model_fields)
+# The largest int that goes through a float unchanged (sizes are read as floats, then rounded).
+_EXACT_IN_FLOAT = 2**53
+
+
+def job_from_stored(
+    spec: Any, job_id: int, submitted_at: float, array_job_id: int | None = None, array_task_id: int | None = None
+) -> Job:
+    """`JobRequest.stored(spec).to_job(...)`, the same Job, without pydantic for a spec as this
+    version stores it: a long queue's first snapshot built 100,000 jobs through the model, most of
+    its read (bench/live_pass.py). The spec was validated at submission; each value is still
+    checked for what the model's validation of a stored spec would take as it is, and any other
+    spec (an older one without a newer field, a number stored as text, one the model refuses) is
+    left to the model, which builds it or raises as before (tests/test_jobspec_stored.py)."""
+    try:
+        job = _fast_job(spec, job_id, submitted_at, array_job_id, array_task_id)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        job = None
+    if job is None:
+        return JobRequest.stored(spec).to_job(job_id, submitted_at, array_job_id, array_task_id)
+    return job
+
+
+def _fast_job(
+    spec: Any, job_id: int, submitted_at: float, array_job_id: int | None, array_task_id: int | None
+) -> Job | None:
+    """The job of a spec whose every value is what the model would keep unchanged; None for any other."""
+    if type(spec) is not dict or spec.keys() != STORED_FIELDS:
+        return None
+    command, vcpus, ram, scratch = spec["command"], spec["vcpus"], spec["ram"], spec["scratch"]
+    gpus, nodes, priority, max_retries = spec["gpus"], spec["nodes"], spec["priority"], spec["max_retries"]
+    if (
+        type(command) is not list
+        or not command
+        or not all(type(argument) is str for argument in command)
+        or not command[0].strip()
+        or type(vcpus) is not float
+        or not (0 < vcpus < math.inf)
+        or type(ram) is not int
+        or not (0 < ram <= _EXACT_IN_FLOAT)
+        or type(scratch) is not int
+        or not (0 <= scratch <= _EXACT_IN_FLOAT)
+        or type(gpus) is not int
+        or gpus < 0
+        or type(nodes) is not int
+        or not (1 <= nodes <= 10_000)
+        or type(priority) is not int
+        or not (0 <= priority <= MAX_PRIORITY)
+        or type(max_retries) is not int
+        or not (0 <= max_retries <= 100)
+    ):
+        return None
+    image, chdir, not_before, time_limit = spec["image"], spec["chdir"], spec["not_before"], spec["time_limit"]
+    if (
+        (image is not None and (type(image) is not str or not _is_image_name(image)))
+        or (chdir is not None and (type(chdir) is not str or not chdir.startswith("/")))
+        or (not_before is not None and (type(not_before) is not float or not math.isfinite(not_before)))
+        # (0 is stored as None: no limit)
+        or (time_limit is not None and (type(time_limit) is not float or not (0 < time_limit < math.inf)))
+    ):
+        return None
+    texts = (spec["name"], spec["user"], spec["reservation"])
+    min_platform, on_node_failure = spec["min_platform"], spec["on_node_failure"]
+    if (
+        not all(type(text) is str for text in texts)
+        or (min_platform is not None and type(min_platform) is not str)
+        or (on_node_failure is not None and on_node_failure not in NODE_FAILURE_ACTIONS)
+        or type(spec["cpu_capped"]) is not bool
+        or type(spec["hold"]) is not bool
+    ):
+        return None
+    env, tags = spec["env"], spec["tags"]
+    if type(env) is not dict or not all(type(name) is str and type(text) is str for name, text in env.items()):
+        return None
+    if type(tags) is not list or not all(type(tag) is str for tag in tags):
+        return None
+    traits, forbidden_traits = _stored_traits(spec["traits"]), _stored_traits(spec["forbidden_traits"])
+    if traits is None or forbidden_traits is None:
+        return None
+    locality = spec["locality"]
+    hints = None
+    if locality is not None:
+        hints = _stored_locality(locality)
+        if hints is None:
+            return None
+    # As the model reads them (their canonical text), then as to_job parses that text.
+    dependency = spec["dependency"]
+    array = spec["array"]
+    if (dependency is not None and type(dependency) is not str) or (array is not None and type(array) is not str):
+        return None
+    dependency = dependency_text(dependency)
+    array = array_text(array)
+    array_spec = job_array.parse(array) if array and array_task_id is not None else None
+    task = array_spec.task(array_job_id or job_id, array_task_id) if array_spec and array_task_id is not None else None
+    return Job(
+        id=job_id,
+        command=list(command),
+        resources=Resources(vcpus, ram, scratch, gpus),
+        name=texts[0],
+        env=dict(env),
+        chdir=chdir,
+        node_count=nodes,
+        priority=priority,
+        not_before=not_before,
+        time_limit=time_limit,
+        max_retries=max_retries,
+        tags=tuple(tags),
+        locality=hints,
+        traits=traits,
+        user=texts[1],
+        submitted_at=submitted_at,
+        forbidden_traits=forbidden_traits,
+        min_platform=min_platform,
+        cpu_capped=spec["cpu_capped"],
+        reservation=texts[2],
+        on_node_failure=on_node_failure,
+        dependency=dependencies.parse(dependency) if dependency else None,
+        array=task,
+        array_throttle=array_spec.throttle if array_spec is not None else None,
+    )
+
+
+def _stored_traits(value: Any) -> dict[str, str | list[str]] | None:
+    """A copy of traits as the model keeps them (each a text or a list of texts), None for other values."""
+    if type(value) is not dict:
+        return None
+    traits: dict[str, str | list[str]] = {}
+    for key, wanted in value.items():
+        if type(key) is not str:
+            return None
+        if type(wanted) is str:
+            traits[key] = wanted
+        elif type(wanted) is list and all(type(word) is str for word in wanted):
+            traits[key] = list(wanted)
+        else:
+            return None
+    return traits
+
+
+def _stored_locality(value: Any) -> LocalityHints | None:
+    """Locality hints as the model reads them stored (any entry kept), None for other values."""
+    if type(value) is not dict or value.keys() != _LOCALITY_FIELDS:
+        return None
+    near, far, strict, level = value["near"], value["far"], value["strict"], value["level"]
+    if (
+        type(near) is not list
+        or type(far) is not list
+        or not all(type(entry) is str for entry in (*near, *far))
+        or type(strict) is not bool
+        or level not in ("server", "rack")
+    ):
+        return None
+    return LocalityHints(tuple(near), tuple(far), strict, level)
 
 
 def describe_validation_errors(errors: Any) -> list[str]:

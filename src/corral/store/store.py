@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import hashlib
 import json
 import logging
@@ -87,7 +88,7 @@ from corral.core.model import (
 )
 from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
 from corral.core.units import utc_text
-from corral.jobspec import JobRequest, dependency_text, describe_validation_errors
+from corral.jobspec import JobRequest, dependency_text, describe_validation_errors, job_from_stored
 from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
@@ -2660,6 +2661,13 @@ class Store:
     # ---- the snapshot -------------------------------------------------------------------------
 
     def load_snapshot(self, dispatcher_id: str, instance_types: list[InstanceType], observing_since: float) -> Snapshot:
+        # The rows and specs read, and the jobs built from them, live on: see _collector_paused.
+        with _collector_paused():
+            return self._load_snapshot(dispatcher_id, instance_types, observing_since)
+
+    def _load_snapshot(
+        self, dispatcher_id: str, instance_types: list[InstanceType], observing_since: float
+    ) -> Snapshot:
         # The spec is read only for jobs not seen before, and the explanation never: both are
         # JSON that would cost more to decode than the rest of the snapshot.
         job_columns = [c for c in J.c if c.name not in ("spec", "explanation")]
@@ -2759,6 +2767,10 @@ class Store:
         pass over 100,000 queued jobs, bench/live_pass.py). The core never mutates a snapshot.
         `sources`: what `_specs_to_build` read for these rows (no store is read here). `keep`:
         False for a reader beside the loop, which gets copies and keeps nothing."""
+        with _collector_paused():
+            return self._build_jobs(rows, sources, keep)
+
+    def _build_jobs(self, rows: Sequence[Any], sources: _JobSources, keep: bool) -> list[Job]:
         fresh: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         jobs = []
         at_id, at_rev = _id_and_rev_at(rows)
@@ -2768,8 +2780,8 @@ class Store:
             columns = tuple(row)
             job_id, spec_rev = columns[at_id], columns[at_rev]
             if job_id in sources.specs:  # new, or its spec changed (corral update)
-                job = JobRequest.stored(sources.specs[job_id]).to_job(
-                    job_id, row.submitted_at, row.array_job_id, row.array_task_id
+                job = job_from_stored(
+                    sources.specs[job_id], job_id, row.submitted_at, row.array_job_id, row.array_task_id
                 )
                 refresh_job(job, row._mapping)
             elif keep:
@@ -3095,6 +3107,23 @@ def _decoded_once() -> Callable[[str | None], tuple[str, ...]]:
     return decoded
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic collector paused while a snapshot's jobs are built: each job is a few new
+    containers that live on, and every quarter's growth of the heap's long-lived objects made the
+    collector walk the whole heap, finding nothing to free (a fifth of building a long queue's
+    100,000 jobs, bench/live_pass.py); as corral.placement.collector does for a placement pass.
+    A caller that paused it itself keeps it paused."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _dated(explanation: dict[str, Any], now: float) -> dict[str, Any]:
     """An explanation as stored: with the time of the pass that made it (`at`)."""
     return {**explanation, "at": now}
@@ -3183,9 +3212,7 @@ _JOB_STATES = {state.value: state for state in JobState}
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
-    job = JobRequest.stored(row["spec"]).to_job(
-        row["id"], row["submitted_at"], row["array_job_id"], row["array_task_id"]
-    )
+    job = job_from_stored(row["spec"], row["id"], row["submitted_at"], row["array_job_id"], row["array_task_id"])
     refresh_job(job, row)
     return job
 
