@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from corral.core.model import Resources
 from corral.core.snapshot import Annotation
 from corral.jobspec import JobRequest
 from corral.store import Store
+from corral.store.store import _dated, _ExplanationText
 
 
 def test_annotations_are_stored_for_queued_jobs_only_and_unplaceable_is_an_event_once(store: Store) -> None:
@@ -68,3 +71,29 @@ def test_a_job_claimed_or_held_since_the_pass_read_it_is_not_called_unplaceable(
     rows = {r["id"]: r for r in store.list_job_rows()}
     assert rows[waiting]["unplaceable"] and not rows[claimed]["unplaceable"] and not rows[held]["unplaceable"]
     assert rows[held]["wait_reason"] == "held by an operator"
+
+
+def test_explanations_that_share_parts_are_stored_as_each_alone_would_be(store: Store) -> None:
+    """annotate_many encodes the lists and mappings explanations share once (a waiting job's is a
+    copy of its demand's with its own id): each job reads back its own whole explanation, and the
+    text is json.dumps's of it."""
+    ids = store.submit([JobRequest(command=["x"]) for _ in range(4)], 1.0)
+    misfit = {
+        "request": "4 vcpu, 16 GiB RAM",
+        "nodes": 3,
+        "filters": [{"code": "INSUFFICIENT_RAM", "removed": 3, "sample": ["n1", "n2"], "detail": "needs 16 GiB – é"}],
+        "top": [{"node": "n1", "score": 2.6875993671709573, "chosen": False}],
+        "strict": True,
+        "reservation": None,
+    }
+    explanations = {job_id: {**misfit, "job": job_id, "reason": f"no room {n}"} for n, job_id in enumerate(ids[:3])}
+    explanations[ids[3]] = {"at": 0.5, "job": ids[3]}  # an "at" of its own is replaced, as before
+    notes = [Annotation(job_id, "no node has room") for job_id in ids]
+    store.annotate_many(notes, explanations, 3.25)
+
+    rows = {r["id"]: r for r in store.list_job_rows(limit=10)}
+    for job_id in ids:
+        assert rows[job_id]["explanation"] == {**explanations[job_id], "at": 3.25}
+    text_of = _ExplanationText(3.25)
+    for explanation in explanations.values():
+        assert text_of(explanation) == json.dumps(_dated(explanation, 3.25))

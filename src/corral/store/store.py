@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from sqlalchemy import (
+    JSON,
     ColumnElement,
     Connection,
     Engine,
@@ -1674,13 +1675,18 @@ class Store:
             if explained:
                 # One statement run for every row: a statement built and compiled for each job was
                 # 100 s of the first pass over 100,000 queued jobs on SQLite (bench/live_pass.py).
+                # Each explanation as JSON text, the parts it shares with others (the same misfit's
+                # filters, samples and figures, one object per demand) encoded once: json.dumps of
+                # each whole was 4 s of the first pass over 100,000 queued jobs, 2 KB each
+                # (bench/live_pass.py).
+                text_of = _ExplanationText(now)
                 conn.execute(
                     update(J)
                     .where(J.c.id == bindparam("job_id"))
                     .values(
                         wait_reason=bindparam("reason"),
                         unplaceable=bindparam("is_unplaceable"),
-                        explanation=bindparam("dated"),
+                        explanation=_json_text(conn, "dated"),
                         updated_at=now,
                     ),
                     [
@@ -1688,7 +1694,7 @@ class Store:
                             "job_id": note.job_id,
                             "reason": note.wait_reason,
                             "is_unplaceable": note.unplaceable,
-                            "dated": _dated(explanations[note.job_id], now),
+                            "dated": text_of(explanations[note.job_id]),
                         }
                         for note in explained
                     ],
@@ -3122,6 +3128,47 @@ def _collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _json_text(conn: Connection, name: str) -> ColumnElement[Any]:
+    """A bound parameter of JSON text (already encoded) for a JSON column: as it is on SQLite,
+    which stores JSON as that text (a CAST to JSON there would read it as a number); cast to json
+    on PostgreSQL, which takes no text for a json column without one."""
+    text_param = bindparam(name, type_=Text())
+    return text_param if conn.dialect.name != "postgresql" else cast(text_param, JSON)
+
+
+class _ExplanationText:
+    """Explanations as stored (`_dated(explanation, now)`), as the JSON text json.dumps writes of
+    each, which the store would have written, with every list or mapping the explanations share
+    (a waiting job's explanation is a copy of its demand's, with its own id) encoded once. The
+    explanations must live while this does: the shared ones are known by their id()."""
+
+    def __init__(self, now: float) -> None:
+        self._now = now
+        self._at = json.dumps(now)
+        self._encoded: dict[int, str] = {}
+        self._keys: dict[str, str] = {}
+
+    def __call__(self, explanation: dict[str, Any]) -> str:
+        if "at" in explanation or not all(type(key) is str for key in explanation):
+            return json.dumps(_dated(explanation, self._now))
+        parts = []
+        for key, value in explanation.items():
+            encoded_key = self._keys.get(key)
+            if encoded_key is None:
+                encoded_key = self._keys[key] = json.dumps(key)
+            if type(value) is dict or type(value) is list:
+                encoded = self._encoded.get(id(value))
+                if encoded is None:
+                    encoded = self._encoded[id(value)] = json.dumps(value)
+            elif type(value) is int:
+                encoded = int.__repr__(value)
+            else:
+                encoded = json.dumps(value)
+            parts.append(f"{encoded_key}: {encoded}")
+        parts.append(f'"at": {self._at}')
+        return "{" + ", ".join(parts) + "}"
 
 
 def _dated(explanation: dict[str, Any], now: float) -> dict[str, Any]:
