@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from corral.core.model import Resources
 from corral.core.snapshot import Annotation
@@ -88,6 +89,15 @@ def test_explanations_that_share_parts_are_stored_as_each_alone_would_be(store: 
     }
     explanations = {job_id: {**misfit, "job": job_id, "reason": f"no room {n}"} for n, job_id in enumerate(ids[:3])}
     explanations[ids[3]] = {"at": 0.5, "job": ids[3]}  # an "at" of its own is replaced, as before
+    odd: dict[Any, Any] = {
+        "job": 1,
+        "share": 0.25,
+        "none": None,
+        "yes": False,
+        "big": 10**20,
+        "ünï": "ö\n",
+        7: "a key not a text",
+    }
     notes = [Annotation(job_id, "no node has room") for job_id in ids]
     store.annotate_many(notes, explanations, 3.25)
 
@@ -95,5 +105,5 @@ def test_explanations_that_share_parts_are_stored_as_each_alone_would_be(store: 
     for job_id in ids:
         assert rows[job_id]["explanation"] == {**explanations[job_id], "at": 3.25}
     text_of = _ExplanationText(3.25)
-    for explanation in explanations.values():
+    for explanation in [*explanations.values(), odd, odd]:
         assert text_of(explanation) == json.dumps(_dated(explanation, 3.25))

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -3151,18 +3152,23 @@ class _ExplanationText:
         self._keys: dict[str, str] = {}
 
     def __call__(self, explanation: dict[str, Any]) -> str:
-        if "at" in explanation or not all(type(key) is str for key in explanation):
+        if "at" in explanation:
             return json.dumps(_dated(explanation, self._now))
         parts = []
         for key, value in explanation.items():
             encoded_key = self._keys.get(key)
             if encoded_key is None:
-                encoded_key = self._keys[key] = json.dumps(key)
-            if type(value) is dict or type(value) is list:
+                if type(key) is not str:  # (json.dumps writes other keys as texts of its own)
+                    return json.dumps(_dated(explanation, self._now))
+                encoded_key = self._keys[key] = encode_basestring_ascii(key)
+            kind = type(value)
+            if kind is dict or kind is list:
                 encoded = self._encoded.get(id(value))
                 if encoded is None:
                     encoded = self._encoded[id(value)] = json.dumps(value)
-            elif type(value) is int:
+            elif kind is str:
+                encoded = encode_basestring_ascii(value)  # (what json.dumps does with a text)
+            elif kind is int:
                 encoded = int.__repr__(value)
             else:
                 encoded = json.dumps(value)
