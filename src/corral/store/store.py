@@ -1652,7 +1652,10 @@ class Store:
         with self.write() as conn:
             # The jobs still queued are locked first, in id order (the notes come in queue order);
             # not a job claimed or held since the pass read it (a held one's reason says it is held).
-            queued = and_(J.c.state == JobState.QUEUED.value, J.c.held.is_(False))
+            # By their ids: on `state` (`|| ''` keeps SQLite off its index), SQLite read each chunk
+            # of ids off the state index, every queued job's entry each time: 3.6 s of the first
+            # pass over 100,000 queued jobs (18 ms a chunk; by the ids, under 1 ms).
+            queued = and_(J.c.state.concat("") == JobState.QUEUED.value, J.c.held.is_(False))
             was_unplaceable: dict[int, bool] = {}
             for chunk in _chunks(sorted({n.job_id for n in notes})):
                 query = _locking(select(J.c.id, J.c.unplaceable).where(J.c.id.in_(chunk), queued))
