@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from corral.jobspec import JobRequest
+from corral.core.model import Job
+from corral.jobspec import JobRequest, job_from_stored
 from corral.store import Store
 from tests.store.conftest import pg_schema, require_postgresql
 from tests.store.storekit import pg_sessions
@@ -57,13 +59,12 @@ def test_a_passs_snapshot_holds_no_transaction_open_while_it_builds_the_jobs(
         [first] = store.submit([JobRequest(command=["true"])], NOW)
         store.submit([JobRequest(command=["true"], dependency=f"afterok:{first}") for _ in range(2)], NOW)
         seen: list[list[str]] = []
-        stored = JobRequest.stored
 
-        def stored_and_sessions_seen(spec: object) -> JobRequest:
+        def built_and_sessions_seen(spec: Any, *args: Any) -> Job:
             seen.append(sessions_in_transaction(pg_url))
-            return stored(spec)
+            return job_from_stored(spec, *args)
 
-        monkeypatch.setattr(JobRequest, "stored", stored_and_sessions_seen)
+        monkeypatch.setattr("corral.store.store.job_from_stored", built_and_sessions_seen)
         jobs = store.load_snapshot("d-test", [], NOW).jobs
         assert [job.dependency is not None for job in jobs] == [False, True, True]
         assert seen and seen == [[]] * len(seen), seen
