@@ -318,14 +318,15 @@ class StepTimes:
         return run
 
 
-def instrument(loop: ControlLoop, steps: StepTimes) -> None:
+def instrument(loop: ControlLoop, steps: StepTimes, decide: bool = True) -> None:
     """Times the pass's steps where they are calls of their own (the bench only: the loop's code
     is run as it is)."""
     loop.sync_cloud = steps.timed("sync", loop.sync_cloud)  # type: ignore[method-assign]
     loop.store.load_snapshot = steps.timed("read", loop.store.load_snapshot)  # type: ignore[method-assign]
     loop.fill_usage = steps.timed("usage", loop.fill_usage)  # type: ignore[method-assign]
     loop.execute = steps.timed("write", loop.execute)  # type: ignore[method-assign]
-    corral.loop.decide = steps.timed("decide", corral.loop.decide)
+    if decide:  # (the module's function: once a process)
+        corral.loop.decide = steps.timed("decide", corral.loop.decide)
 
 
 def p95(values: list[float]) -> float:
@@ -345,6 +346,12 @@ def main() -> None:
     parser.add_argument("--churn", type=int, default=50, help="running attempts that exit between two passes")
     parser.add_argument("--save", help="SQLite: copy the filled store to this file (and its sizes beside it)")
     parser.add_argument("--load", help="SQLite: start from a store --save wrote instead of filling one")
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="after the passes, time the first pass of a new Store and ControlLoop over the same store, as"
+        " after `corral run` restarts (its jobs already carry their wait reasons)",
+    )
     parser.add_argument("--profile", help="write a cProfile of the steady passes here")
     parser.add_argument("--profile-first", help="write a cProfile of the first pass here")
     args = parser.parse_args()
@@ -395,6 +402,18 @@ def main() -> None:
             passes.append({"total": total, **{step: steps.current.get(step, 0.0) for step in STEPS}})
             placed.append(len(report.decisions.placements))
             console.print(f"pass {number}: {total:.2f} s, {placed[-1]} placed")
+        restarted: dict[str, float] = {}
+        if args.restart:
+            store.close()
+            store = Store(url)  # nothing kept: no job built, no explanation known as written
+            loop = ControlLoop(store, cloud, config_for(args.nodes), DISPATCHER)
+            instrument(loop, steps, decide=False)
+            play_agents(store, args.churn, rng)
+            steps.current = {}
+            started = time.perf_counter()
+            report = loop.run_pass()
+            restarted = {"total": time.perf_counter() - started, **{s: steps.current.get(s, 0.0) for s in STEPS}}
+            console.print(f"restarted: {restarted['total']:.2f} s, {len(report.decisions.placements)} placed")
         if profiler is not None:
             profiler.dump_stats(args.profile)
         if first_profiler is not None:
@@ -419,6 +438,8 @@ def main() -> None:
         if steady:
             figures[f"steady_{column}_median_ms"] = round(statistics.median(p[column] for p in steady) * 1000, 1)
             figures[f"steady_{column}_p95_ms"] = round(p95([p[column] for p in steady]) * 1000, 1)
+    for column, seconds in restarted.items():
+        figures[f"restart_{column}_ms"] = round(seconds * 1000, 1)
     table = Table(
         title=f"Live pass, {args.store}: {args.nodes:,} nodes, {args.queued:,} queued, {args.running:,} running,"
         f" {args.ended:,} ended"
