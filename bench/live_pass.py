@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
+import gc
 import json
 import math
 import random
@@ -407,6 +408,8 @@ def main() -> None:
             store.close()
             store = Store(url)  # nothing kept: no job built, no explanation known as written
             loop = ControlLoop(store, cloud, config_for(args.nodes), DISPATCHER)
+            # The old loop's jobs gone, as from a new process (instrument's wrappers hold it in a cycle).
+            gc.collect()
             instrument(loop, steps, decide=False)
             play_agents(store, args.churn, rng)
             steps.current = {}
