@@ -3121,7 +3121,7 @@ def _decoded_once() -> Callable[[str | None], tuple[str, ...]]:
 def _collector_paused() -> Iterator[None]:
     """Python's cyclic collector paused while a snapshot's jobs are built: each job is a few new
     containers that live on, and every quarter's growth of the heap's long-lived objects made the
-    collector walk the whole heap, finding nothing to free (a fifth of building a long queue's
+    collector walk the whole heap, finding nothing to free (a quarter of building a long queue's
     100,000 jobs, bench/live_pass.py); as corral.placement.collector does for a placement pass.
     A caller that paused it itself keeps it paused."""
     if not gc.isenabled():
