@@ -63,6 +63,12 @@ def run_migrations(connection: Connection, sqlite: bool) -> None:
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(hashtext('corral.migrate'), hashtext(current_schema()))")
             )
+            # Not bounded as corral run bounds its sessions' idle transactions (Store): a backfill's
+            # Python work between two statements ended the migration's session at a gap of 1 s on a
+            # loaded host, and a dispatcher_stale of a few seconds would fail starts so. (Rolled
+            # back whole, it would be tried again at the next start; a frozen migrating dispatcher
+            # holds up only the others' starts.)
+            connection.execute(text("SELECT set_config('idle_in_transaction_session_timeout', '0', true)"))
         context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
         with context.begin_transaction():
             # (A store at head is not checked: the check reads every row, at every start.)
