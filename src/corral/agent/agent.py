@@ -742,78 +742,59 @@ class Agent:
     def ship_log(self, attempt: Attempt) -> bool:
         """Send what the attempt has written since the last call, up to LOG_ROUND of each stream
         (its output, and its stderr when its job keeps that apart); True if more is left. Done once
-        it has exited and both are sent (or refused): only then is its finish reported."""
+        it has exited and both are sent (or refused): only then is its finish reported. The output
+        refused or unreadable ends both (the finish is reported); the stderr, only itself."""
         if attempt.log_done:
             return False
-        behind = self._ship_output(attempt)
-        if attempt.log_done:  # (refused, or unreadable: nothing more of it)
+        behind = self._ship_stream(attempt, "output")
+        if behind is None:
+            attempt.log_done = True
             return False
         if attempt.stderr_path is not None and not attempt.stderr_refused:
-            behind = self._ship_stderr(attempt) or behind
+            stderr_behind = self._ship_stream(attempt, "stderr")
+            attempt.stderr_refused = stderr_behind is None
+            behind = bool(stderr_behind) or behind
         stderr_sent = attempt.stderr_refused or attempt.stderr_offset >= attempt.stderr_size()
         if attempt.exited and attempt.log_offset >= attempt.log_size() and stderr_sent:
             attempt.log_done = True
         return behind
 
-    def _ship_output(self, attempt: Attempt) -> bool:
-        """The output's part of ship_log."""
-        written = attempt.log_size()
-        size = min(written, attempt.log_offset + LOG_ROUND)
-        while attempt.log_offset < size:
+    def _ship_stream(self, attempt: Attempt, stream: str) -> bool | None:
+        """Send up to LOG_ROUND of one of the attempt's streams ("output", or "stderr" kept apart)
+        from where the server has it: True if more is left, None once it is done with for good
+        (the server refused it, or its file cannot be read)."""
+        output = stream == "output"
+        path = attempt.log_path if output else attempt.stderr_path
+        assert path is not None
+        offset = attempt.log_offset if output else attempt.stderr_offset
+        written = attempt.log_size() if output else attempt.stderr_size()
+        size = min(written, offset + LOG_ROUND)
+        while offset < size:
             try:
-                with open(attempt.log_path, "rb") as f:
-                    f.seek(attempt.log_offset)
-                    chunk = f.read(min(LOG_CHUNK, size - attempt.log_offset))
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read(min(LOG_CHUNK, size - offset))
             except OSError as exc:
-                logs.error("cannot read attempt output", attempt_id=attempt.attempt_id, error=str(exc))
-                attempt.log_done = True
-                return False
+                logs.error(f"cannot read attempt {stream}", attempt_id=attempt.attempt_id, error=str(exc))
+                return None
             if not chunk:
                 break
             try:
-                self.client.log(attempt.attempt_id, attempt.log_offset, chunk)
+                self.client.log(attempt.attempt_id, offset, chunk, stream=stream)
             except Rejected as exc:
-                logs.warning("server refused output; sending no more", attempt_id=attempt.attempt_id, error=str(exc))
-                attempt.log_done = True
-                return False
+                logs.warning(f"server refused {stream}; sending no more", attempt_id=attempt.attempt_id, error=str(exc))
+                return None
             except Unreachable:
                 if attempt.log_failing_since is None:
                     attempt.log_failing_since = time.time()
                 raise
-            attempt.log_offset += len(chunk)
+            offset += len(chunk)
+            if output:
+                attempt.log_offset = offset
+            else:
+                attempt.stderr_offset = offset
             attempt.log_failing_since = None
-        return attempt.log_offset < written
-
-    def _ship_stderr(self, attempt: Attempt) -> bool:
-        """The stderr's part of ship_log, as the output's: a refusal or an unreadable file stops
-        this stream alone (its output still goes out)."""
-        assert attempt.stderr_path is not None
-        written = attempt.stderr_size()
-        size = min(written, attempt.stderr_offset + LOG_ROUND)
-        while attempt.stderr_offset < size:
-            try:
-                with open(attempt.stderr_path, "rb") as f:
-                    f.seek(attempt.stderr_offset)
-                    chunk = f.read(min(LOG_CHUNK, size - attempt.stderr_offset))
-            except OSError as exc:
-                logs.error("cannot read attempt stderr", attempt_id=attempt.attempt_id, error=str(exc))
-                attempt.stderr_refused = True
-                return False
-            if not chunk:
-                break
-            try:
-                self.client.log(attempt.attempt_id, attempt.stderr_offset, chunk, stream="stderr")
-            except Rejected as exc:
-                logs.warning("server refused stderr; sending no more", attempt_id=attempt.attempt_id, error=str(exc))
-                attempt.stderr_refused = True
-                return False
-            except Unreachable:
-                if attempt.log_failing_since is None:
-                    attempt.log_failing_since = time.time()
-                raise
-            attempt.stderr_offset += len(chunk)
-            attempt.log_failing_since = None
-        return attempt.stderr_offset < written
+        return offset < written
 
     def report_finished(self, attempt: Attempt) -> None:
         assert attempt.exit_code is not None and attempt.finished_at is not None
