@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import hashlib
 import json
 import logging
@@ -91,6 +90,7 @@ from corral.core.model import (
 from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
 from corral.core.units import utc_text
 from corral.jobspec import JobRequest, dependency_text, describe_validation_errors, job_from_stored
+from corral.placement.collector import collector_paused
 from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
@@ -2670,14 +2670,12 @@ class Store:
 
     # ---- the snapshot -------------------------------------------------------------------------
 
+    # The rows and specs read, and the jobs built from them, live on: each job is a few new
+    # containers, and the cyclic collector walked the whole heap at every quarter's growth of it,
+    # finding nothing to free (a quarter of building a long queue's 100,000 jobs,
+    # bench/live_pass.py), as in a placement pass (corral.placement.collector).
+    @collector_paused
     def load_snapshot(self, dispatcher_id: str, instance_types: list[InstanceType], observing_since: float) -> Snapshot:
-        # The rows and specs read, and the jobs built from them, live on: see _collector_paused.
-        with _collector_paused():
-            return self._load_snapshot(dispatcher_id, instance_types, observing_since)
-
-    def _load_snapshot(
-        self, dispatcher_id: str, instance_types: list[InstanceType], observing_since: float
-    ) -> Snapshot:
         # The spec is read only for jobs not seen before, and the explanation never: both are
         # JSON that would cost more to decode than the rest of the snapshot.
         job_columns = [c for c in J.c if c.name not in ("spec", "explanation")]
@@ -2769,6 +2767,7 @@ class Store:
             specs.update((row.id, row.spec) for row in conn.execute(select(J.c.id, J.c.spec).where(J.c.id.in_(chunk))))
         return _JobSources(cache, specs)
 
+    @collector_paused
     def _jobs_from_rows(self, rows: Sequence[Any], sources: _JobSources, keep: bool = True) -> list[Job]:
         """Jobs for a snapshot. What a job asked for changes only by `corral update` (its spec_rev
         moves), so each job is built from its spec once and kept between passes; a pass only
@@ -2776,11 +2775,8 @@ class Store:
         row changed since (most of a long queue's rows do not: refreshing each was seconds of a
         pass over 100,000 queued jobs, bench/live_pass.py). The core never mutates a snapshot.
         `sources`: what `_specs_to_build` read for these rows (no store is read here). `keep`:
-        False for a reader beside the loop, which gets copies and keeps nothing."""
-        with _collector_paused():
-            return self._build_jobs(rows, sources, keep)
-
-    def _build_jobs(self, rows: Sequence[Any], sources: _JobSources, keep: bool) -> list[Job]:
+        False for a reader beside the loop, which gets copies and keeps nothing. (With the
+        collector paused, as load_snapshot: `queued_jobs` builds them too.)"""
         fresh: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         jobs = []
         at_id, at_rev = _id_and_rev_at(rows)
@@ -3115,23 +3111,6 @@ def _decoded_once() -> Callable[[str | None], tuple[str, ...]]:
         return () if text is None else tuple(json.loads(text))
 
     return decoded
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic collector paused while a snapshot's jobs are built: each job is a few new
-    containers that live on, and every quarter's growth of the heap's long-lived objects made the
-    collector walk the whole heap, finding nothing to free (a quarter of building a long queue's
-    100,000 jobs, bench/live_pass.py); as corral.placement.collector does for a placement pass.
-    A caller that paused it itself keeps it paused."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _json_text(conn: Connection, name: str) -> ColumnElement[Any]:
