@@ -7,7 +7,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import ssl
 import sys
 import time
@@ -26,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.core.model import JobState
+from corral.core.signals import signal_name, signal_text
 from corral.core.units import format_duration, parse_duration
 from corral.files import (
     DamagedServerInfo,
@@ -1189,13 +1189,9 @@ def exit_text(ended: dict[str, Any], short: bool = False) -> str:
     number = ended.get("exit_signal")  # (a server before it sends none)
     if not number:
         return str(ended["exit_code"])
-    try:
-        name = signal.Signals(number).name
-    except ValueError:  # (no name on this host)
-        name = ""
     if short:
-        return f"{ended['exit_code']} ({name or f'signal {number}'})"
-    return f"{ended['exit_code']} (killed by signal {number}" + (f" ({name}))" if name else ")")
+        return f"{ended['exit_code']} ({signal_name(number) or f'signal {number}'})"
+    return f"{ended['exit_code']} (killed by {signal_text(number)})"
 
 
 def not_retried(j: dict[str, Any]) -> str:

@@ -14,12 +14,12 @@ no class or partition level).
 from __future__ import annotations
 
 import dataclasses
-import signal
 from enum import StrEnum
 
 from corral.core.dependency import NEVER_SATISFIED
 from corral.core.model import AttemptState, Job, JobState, NodeFailureAction
 from corral.core.settings import RetrySettings
+from corral.core.signals import signal_text
 from corral.core.snapshot import JobOutcome
 
 
@@ -84,15 +84,6 @@ def on_request(job: Job, attempt_ids: tuple[int, ...] = ()) -> JobOutcome | None
         hold = REQUEUED_HELD if job.requeue_hold else ""
         return JobOutcome(job.id, JobState.QUEUED, "requeued by request", attempt_ids, requeued=True, hold=hold)
     return None
-
-
-def signal_text(number: int) -> str:
-    """ "signal 9 (SIGKILL)", as a reader looks a signal up; a number this host has no name for, bare.
-    (Linux's numbering, the nodes' and Slurm's as well as the server's.)"""
-    try:
-        return f"signal {number} ({signal.Signals(number).name})"
-    except ValueError:
-        return f"signal {number}"
 
 
 def after_exit(
