@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 from placement_helpers import NOW, job, node
 
+import corral.core.reconcile as reconcile_module
 import corral.placement.placer as placer_module
+from corral.core.model import GiB, InstanceType, Job, Resources
+from corral.core.settings import PolicySettings
 from corral.core.snapshot import Snapshot
 from corral.placement.collector import collector_paused
 from corral.placement.placer import make_placer
@@ -71,5 +74,24 @@ def test_a_pass_runs_paused_and_restores_the_collector(monkeypatch: pytest.Monke
     snapshot = Snapshot(jobs=queue, attempts=[], nodes=nodes, instance_types=[])
     result = make_placer(None)(snapshot, queue, nodes, {"n1": nodes[0].capacity}, NOW)
     assert [p.job_id for p in result.placements] == [1]
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_a_reconcile_pass_runs_paused_and_restores_the_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The boot planner, which the placer does not cover: it lists every waiting job each pass.
+    seen: list[bool] = []
+    plan_boots = reconcile_module.plan_boots
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return plan_boots(*args, **kwargs)
+
+    monkeypatch.setattr(reconcile_module, "plan_boots", spy)
+    big = InstanceType("big", 8, 32 * GiB, 0.40)
+    waiting = Job(id=1, command=["true"], resources=Resources(4, 8 * GiB))
+    snapshot = Snapshot(jobs=[waiting], attempts=[], nodes=[], instance_types=[big])
+    decisions = reconcile_module.plan_pass(snapshot, NOW, PolicySettings())
+    assert [boot.instance_type for boot in decisions.boots] == ["big"]
     assert seen == [False]
     assert gc.isenabled()

@@ -1,4 +1,5 @@
-"""Pausing Python's cyclic garbage collector while a placement pass runs.
+"""Pausing Python's cyclic garbage collector while a placement pass runs (and a whole reconcile
+pass, corral.core.reconcile.plan_pass, which calls it).
 
 A pass allocates a few containers per job (the kept top scores, the placed node lists) that live
 until its result is returned. Every 25% growth of the heap's long-lived objects makes the collector
