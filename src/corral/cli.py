@@ -449,7 +449,10 @@ def counted(count: int, noun: str) -> str:
 
 
 def resources_text(r: dict[str, Any], nodes: int = 1) -> str:
-    text = f"{r['vcpus']:g}c {r['ram_mib'] / 1024:g}G"
+    """`2c 4G`, `1c 500M` (RAM not a whole number of GiB in MiB, as squeue shows it: not 0.488281G)."""
+    ram_mib = r["ram_mib"]
+    ram = f"{ram_mib / 1024:g}G" if ram_mib % 1024 == 0 else f"{ram_mib:g}M"
+    text = f"{r['vcpus']:g}c {ram}"
     if r.get("gpus"):
         text += f" {r['gpus']}gpu"
     return text + (f" x{nodes}" if nodes > 1 else "")
@@ -652,6 +655,34 @@ def _option_of(loc: tuple[int | str, ...]) -> str:
     return "--" + ".".join(str(p) for p in loc).replace("_", "-")
 
 
+# sbatch's -t/--time, whose bare number is minutes (`-t 30`: half an hour), where corral's
+# --time-limit reads one as seconds: the spelling a Slurm user types means what it means in Slurm.
+SlurmTimeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--time",
+        "-t",
+        metavar="TIME",
+        help="The time limit as sbatch's --time: a bare number is minutes (-t 30), else as --time-limit (1:30:00);"
+        " corral update also takes +TIME.",
+    ),
+]
+
+
+def _time_limit_given(time_limit: str | None, slurm_time: str | None) -> str | None:
+    """The time limit asked for by --time-limit, or by sbatch's -t/--time with its minutes made explicit."""
+    if slurm_time is None:
+        return time_limit
+    if time_limit is not None:
+        fail("--time-limit and -t/--time both give the time limit: give one")
+    sign, value = ("+", slurm_time[1:]) if slurm_time.startswith("+") else ("", slurm_time)
+    try:
+        float(value)
+    except ValueError:
+        return slurm_time
+    return f"{sign}{value.strip()}m"
+
+
 @app.command()
 def submit(
     ctx: typer.Context,
@@ -659,7 +690,7 @@ def submit(
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Submit the jobs in a .jsonl or .yaml file.")
     ] = None,
-    name: Annotated[str, typer.Option(help="A name for the job.")] = "",
+    name: Annotated[str, typer.Option("--name", "--job-name", "-J", help="A name for the job.")] = "",
     image: Annotated[
         str | None,
         typer.Option(help="Run the command in this container image (podman or docker on the node: [containers])."),
@@ -683,17 +714,22 @@ def submit(
         ),
     ] = False,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")] = None,
-    vcpus: Annotated[float, typer.Option(help="vCPUs per node.")] = 1.0,
-    ram: Annotated[str, typer.Option(help="RAM per node, e.g. 512MiB, 4GiB.")] = "1GiB",
-    scratch: Annotated[str, typer.Option(help="Scratch disk per node.")] = "0",
-    gpus: Annotated[int, typer.Option(help="GPUs per node.")] = 0,
-    nodes: Annotated[int, typer.Option(help="Run as a gang on this many nodes.")] = 1,
+    vcpus: Annotated[float, typer.Option("--vcpus", "--cpus-per-task", "-c", help="vCPUs per node.")] = 1.0,
+    ram: Annotated[
+        str, typer.Option("--ram", "--mem", help="RAM per node, e.g. 512MiB, 4GiB, 4G; a bare number is MiB.")
+    ] = "1GiB",
+    scratch: Annotated[str, typer.Option("--scratch", "--tmp", help="Scratch disk per node.")] = "0",
+    gpus: Annotated[int, typer.Option("--gpus", "-G", help="GPUs per node.")] = 0,
+    nodes: Annotated[int, typer.Option("--nodes", "-N", help="Run as a gang on this many nodes.")] = 1,
     priority: Annotated[int, typer.Option(help="Higher runs first; 0 cancels.")] = 1,
     not_before: Annotated[
         str | None,
         typer.Option(
+            "--not-before",
+            "--begin",
+            "-b",
             help="Do not start before this ISO 8601 time (local unless it has an offset), or now+D (now+2h),"
-            " as Slurm's --begin."
+            " as Slurm's --begin.",
         ),
     ] = None,
     time_limit: Annotated[
@@ -703,6 +739,7 @@ def submit(
             " a longer run is ended, failed (TIMEOUT); 0 = none."
         ),
     ] = None,
+    slurm_time: SlurmTimeOption = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
     near: Annotated[
@@ -783,6 +820,8 @@ def submit(
     array: Annotated[
         str | None,
         typer.Option(
+            "--array",
+            "-a",
             metavar="IDS[%N]",
             help="A job array, as Slurm's --array: one job per task id (0-99, 1,3,5-7, 0-99:4), each with"
             " CORRAL_ARRAY_TASK_ID; %N at the end runs at most N at once. Prints every task's job id.",
@@ -816,7 +855,7 @@ def submit(
         # Options that describe a job were dropped without a word (sbatch lets them override the
         # script's #SBATCH lines): the file's jobs say their own.
         ignored = [
-            f"--{param.name.replace('_', '-')}"
+            param.opts[0]
             for param in ctx.command.params
             if param.name not in {"command", "file", "wait", "as_json", "user", "hold"}
             # (typer carries its own click: its ParameterSource is known by name only)
@@ -854,6 +893,7 @@ def submit(
             fields["separate_stderr"] = True
         if not_before:
             fields["not_before"] = _start_time(not_before)
+        time_limit = _time_limit_given(time_limit, slurm_time)
         if time_limit:
             fields["time_limit"] = time_limit
         if on_node_failure is not None:
@@ -1497,22 +1537,34 @@ def throttle(
 @app.command()
 def update(
     job_id: ActArg,
-    name: Annotated[str | None, typer.Option(help="A new name.")] = None,
-    vcpus: Annotated[str | None, typer.Option(help="vCPUs per node (queued jobs only).")] = None,
-    ram: Annotated[str | None, typer.Option(help="RAM per node, e.g. 4GiB (queued jobs only).")] = None,
-    scratch: Annotated[str | None, typer.Option(help="Scratch per node (queued jobs only).")] = None,
-    gpus: Annotated[str | None, typer.Option(help="GPUs per node (queued jobs only).")] = None,
-    nodes: Annotated[str | None, typer.Option(help="Nodes of a gang (queued jobs only).")] = None,
+    name: Annotated[str | None, typer.Option("--name", "--job-name", "-J", help="A new name.")] = None,
+    vcpus: Annotated[
+        str | None, typer.Option("--vcpus", "--cpus-per-task", "-c", help="vCPUs per node (queued jobs only).")
+    ] = None,
+    ram: Annotated[
+        str | None, typer.Option("--ram", "--mem", help="RAM per node, e.g. 4GiB (queued jobs only).")
+    ] = None,
+    scratch: Annotated[
+        str | None, typer.Option("--scratch", "--tmp", help="Scratch per node (queued jobs only).")
+    ] = None,
+    gpus: Annotated[str | None, typer.Option("--gpus", "-G", help="GPUs per node (queued jobs only).")] = None,
+    nodes: Annotated[str | None, typer.Option("--nodes", "-N", help="Nodes of a gang (queued jobs only).")] = None,
     time_limit: Annotated[
         str | None,
         typer.Option(
             help="A new time limit (2h, 1:30:00; 0: none), or +D to add D to the one it has (Slurm's TimeLimit=+);"
-            " only an admin lengthens one."
+            " only an admin lengthens one.",
         ),
     ] = None,
+    slurm_time: SlurmTimeOption = None,
     not_before: Annotated[
         str | None,
-        typer.Option(help="Not before this time, ISO 8601 or now+D (queued jobs only); 'now' for no wait."),
+        typer.Option(
+            "--not-before",
+            "--begin",
+            "-b",
+            help="Not before this time, ISO 8601 or now+D (queued jobs only); 'now' for no wait.",
+        ),
     ] = None,
     max_retries: Annotated[str | None, typer.Option(help="Retries after a non-zero exit.")] = None,
     reservation: Annotated[
@@ -1540,6 +1592,7 @@ def update(
         "reservation": reservation,
     }
     body: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+    time_limit = _time_limit_given(time_limit, slurm_time)
     if time_limit is not None:
         if time_limit.startswith("+"):
             body["time_limit_add"] = time_limit[1:]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from subprocess import PIPE
 
+from corral.core.model import Resources
 from corral.core.snapshot import Annotation
 from tests.server.cli import CORRAL, corral
 from tests.support import served_app, wait_until
@@ -110,3 +111,38 @@ def test_a_job_submitted_held_waits_until_released_as_with_sbatch_hold(tmp_path:
 
         corral(url, "release", str(job))
         assert not store.job(job).held and store.job_row(job)["wait_reason"] == ""
+
+
+def test_sbatchs_own_spellings_ask_for_what_corrals_do(tmp_path: Path) -> None:
+    """A Slurm user types `-J`, `-c`, `--mem`, `-t`: they were refused as unknown options."""
+    with served_app(tmp_path) as (url, store):
+        corral_ids = corral(
+            url, "submit", "--name", "build", "--vcpus", "2", "--ram", "4000", "--scratch", "1GiB", "--nodes", "2",
+            "--time-limit", "1:30:00", "--not-before", "now+1h", "--array", "0-3%2", "--", "true",
+        ).stdout.split()  # fmt: skip
+        slurm_ids = corral(
+            url, "submit", "-J", "build", "-c", "2", "--mem", "4000", "--tmp", "1G", "-N", "2", "-t", "1:30:00",
+            "-b", "now+1h", "-a", "0-3%2", "--", "true",
+        ).stdout.split()  # fmt: skip
+        assert len(corral_ids) == len(slurm_ids) == 4
+
+        def asked(job_id: str) -> tuple[object, ...]:
+            job = store.job(int(job_id))
+            assert job.array is not None
+            return (job.name, job.resources, job.node_count, job.time_limit, job.array.task_id, job.array_throttle)
+
+        assert [asked(i) for i in slurm_ids] == [asked(i) for i in corral_ids]
+        assert asked(slurm_ids[0])[:4] == ("build", Resources(2, 4000, 1024, 0), 2, 5400.0)
+        starts = [store.job(int(i)).not_before or 0 for i in (corral_ids[0], slurm_ids[0])]
+        assert starts[0] > time.time() + 3000 and abs(starts[1] - starts[0]) < 60
+        corral(url, "update", slurm_ids[1], "-c", "4", "--mem", "8G", "-t", "2:00:00", "-J", "bigger")
+        assert asked(slurm_ids[1])[:4] == ("bigger", Resources(4, 8192, 1024, 0), 2, 7200.0)
+        # sbatch's bare number is minutes, where --time-limit's is seconds; Slurm's TimeLimit=+ too.
+        minutes = corral(url, "submit", "-t", "30", "--", "true").stdout.strip()
+        assert store.job(int(minutes)).time_limit == 1800.0
+        corral(url, "update", minutes, "-t", "+15")
+        assert store.job(int(minutes)).time_limit == 2700.0
+        both = corral(url, "submit", "-t", "30", "--time-limit", "60", "--", "true", check=False)
+        assert both.returncode == 1 and "give one" in both.stderr
+        # 4000 MiB is not a whole number of GiB: shown in MiB, as squeue shows it.
+        assert "resources  2c 4000M x2" in corral(url, "job", slurm_ids[0]).stdout
