@@ -151,6 +151,24 @@ def served_app(
         store.close()
 
 
+def read_message(conn: socket.socket) -> bytes:
+    """One HTTP/1.1 message read from `conn`, its head and its body by content-length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+        0,
+    )
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 @contextlib.contextmanager
 def served_store(store: Store, data_dir: Path, config: Config | None = None) -> Iterator[str]:
     """corral's server app (no control loop) on a migrated store of any backend, served as

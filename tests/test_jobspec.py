@@ -258,3 +258,23 @@ def test_separate_stderr_must_be_a_boolean_named_in_the_error() -> None:
     assert describe_validation_errors(refused.value.errors()) == [
         "separate_stderr: Input should be a valid boolean, unable to interpret input"
     ]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"command": ["true"]},
+        {"command": ["true"], "vcpus": 1, "ram": "1GiB", "time_limit": 0, "locality": {"level": "server"}},
+        {"command": ["a"], "vcpus": 0.5, "ram": "3GiB", "env": {"A": ""}, "tags": ["t"], "priority": 0},
+        {"command": ["a"], "locality": {"near": ["1"], "strict": True}, "traits": {"k": ["a", "b"]}},
+        {"command": ["a"], "separate_stderr": True, "chdir": "/srv", "hold": True, "dependency": {"afterok": [1]}},
+        {"command": ["a"], "array": "0-3%2", "on_node_failure": "hold", "not_before": "2030-01-01T00:00:00+00:00"},
+    ],
+)
+def test_a_request_without_its_defaults_is_read_back_as_the_same_request(fields: dict[str, object]) -> None:
+    """What `corral submit` sends: only what differs from the defaults, which a server (of this
+    version) reads as the request whole; nothing at a default, for a server from before it existed."""
+    request = JobRequest.model_validate(fields)
+    sent = request.without_defaults()
+    assert JobRequest.model_validate(sent) == request
+    assert sent == request.model_dump(mode="json", exclude_defaults=True)

@@ -932,7 +932,9 @@ def submit(
     # Its own key: sent again after a lost answer (a dropped connection, a store outage), the
     # submission queues its jobs once.
     key = secrets.token_urlsafe(24)
-    body = {"jobs": [r.model_dump(mode="json") for r in requests], "submitter": _login_name(), "key": key}
+    body: dict[str, Any] = {"jobs": [r.without_defaults() for r in requests], "key": key}
+    if submitter := _login_name():  # (none known: the field's default, left out as a job's are)
+        body["submitter"] = submitter
     try:
         result = request("POST", "/api/jobs", again_if_lost=True, json=body)
     except Refused as exc:
@@ -1380,7 +1382,10 @@ def cancel(
         # Matched nothing, and said "cancel requested for 0 jobs" as if none were in that state.
         fail(f"--state {ended[0]}: a finished job cannot be cancelled; give queued, claimed or running (PD, R)")
     if filtered:
-        body = {"states": states or None, "user": user, "name": name, "tag": tag, "array": array}
+        filters = {"states": states or None, "user": user, "name": name, "tag": tag, "array": array}
+        # Only the filters given: a server from before a filter existed (tag, array) refuses it as
+        # unknown, even as null.
+        body = {field: value for field, value in filters.items() if value is not None}
         result = call("POST", "/api/jobs/cancel", json=body)
         ids = result["ids"]
         sys.stdout.write(f"cancel requested for {counted(len(ids), 'job')}")

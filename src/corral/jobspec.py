@@ -7,6 +7,7 @@ constraint.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -24,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import to_jsonable_python
 
 from corral.core import dependency as dependencies
 from corral.core import job_array
@@ -424,6 +426,13 @@ class JobRequest(BaseModel):
             raise ValueError("RAM must be more than 0")
         return value
 
+    def without_defaults(self) -> dict[str, Any]:
+        """The request as JSON with only what differs from a field's default (a locality's too),
+        which the model reads back as the same request: what a client sends. A server from before
+        a field existed refuses it as unknown, even at the default it would have taken anyway
+        (chdir, separate_stderr)."""
+        return spec_without_defaults(self.model_dump(mode="json"), type(self))
+
     @classmethod
     def stored(cls, spec: Any) -> JobRequest:
         """A spec as the store holds it, validated as at submission but for what submission
@@ -477,6 +486,29 @@ class JobRequest(BaseModel):
             array=task,
             array_throttle=spec.throttle if spec is not None else None,
         )
+
+
+@functools.cache
+def _json_defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """Each field's default as a JSON dump writes it, of the fields that have one."""
+    return {
+        name: to_jsonable_python(field.get_default(call_default_factory=True))
+        for name, field in model.model_fields.items()
+        if not field.is_required()
+    }
+
+
+def _at_no_default(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if name not in defaults or value != defaults[name]}
+
+
+def spec_without_defaults(spec: dict[str, Any], model: type[JobRequest] = JobRequest) -> dict[str, Any]:
+    """A spec as `model_dump(mode="json")` of a `model` writes it, without the fields at their
+    defaults (a locality's too): its request's `without_defaults()`, from a dump at hand."""
+    kept = _at_no_default(spec, _json_defaults(model))
+    if isinstance(kept.get("locality"), dict):
+        kept["locality"] = _at_no_default(kept["locality"], _json_defaults(LocalitySpec))
+    return kept
 
 
 # The fields `_fast_job` reads: a spec stored by this version holds every one, as

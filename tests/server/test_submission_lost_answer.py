@@ -12,31 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.server.cli import corral
-from tests.support import served_app
+from tests.support import read_message, served_app
 
 UNAVAILABLE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 69\r\n"
     b"connection: close\r\n\r\n"
     b'{"detail": "the store is unreachable (test): try again shortly"}     '
 )
-
-
-def read_message(conn: socket.socket) -> bytes:
-    """One HTTP/1.1 message, its head and its body by content-length."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
-        0,
-    )
-    while len(body) < length:
-        body += conn.recv(65536)
-    return head + b"\r\n\r\n" + body
 
 
 @contextmanager
