@@ -504,7 +504,9 @@ def _at_no_default(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str
 
 def spec_without_defaults(spec: dict[str, Any], model: type[JobRequest] = JobRequest) -> dict[str, Any]:
     """A spec as `model_dump(mode="json")` of a `model` writes it, without the fields at their
-    defaults (a locality's too): its request's `without_defaults()`, from a dump at hand."""
+    defaults (a locality's too): its request's `without_defaults()`, from a dump at hand. A
+    submission's key is hashed so, by which a field added with a default leaves the hash of a
+    request that does not use it as it was."""
     kept = _at_no_default(spec, _json_defaults(model))
     if isinstance(kept.get("locality"), dict):
         kept["locality"] = _at_no_default(kept["locality"], _json_defaults(LocalitySpec))

@@ -89,7 +89,13 @@ from corral.core.model import (
 )
 from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
 from corral.core.units import utc_text
-from corral.jobspec import JobRequest, dependency_text, describe_validation_errors, job_from_stored
+from corral.jobspec import (
+    JobRequest,
+    dependency_text,
+    describe_validation_errors,
+    job_from_stored,
+    spec_without_defaults,
+)
 from corral.placement.collector import collector_paused
 from corral.store import schema
 from corral.store.schema import attempts as A
@@ -379,12 +385,55 @@ class KeyReused(ValueError):
     """A submission key sent again with other jobs than the first time it was sent."""
 
 
-def _submitted(conn: Connection, key: str, body_hash: str, now: float) -> list[int] | None:
-    """The ids a submission with `key` queued, if it was made within KEY_KEPT_FOR."""
+def _hash_of(specs: Iterable[Mapping[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(list(specs), sort_keys=True).encode()).hexdigest()
+
+
+# The fields JobRequest took after submissions had keys (migration 0018), in the order they came,
+# with their defaults. A server before this one hashed each request's every field, so a key stored
+# by a server from before one of them existed has its hash without it: a submission sent to it and
+# sent again after the upgrade (a day at most) is the same submission if it leaves them at their
+# defaults. Fields added from now on need no entry: the hash leaves out what is at its default.
+_ADDED_WHILE_HASHED_WHOLE: tuple[tuple[str, Any], ...] = (("chdir", None), ("separate_stderr", False))
+
+
+class _SubmissionKey:
+    """A submission's key, and the hash it is stored with: its specs without their defaults.
+    Which stored hashes are the same submission's: that one, or one a server before this one
+    stored for these requests (each with every field of its version)."""
+
+    def __init__(self, key: str, requests: Sequence[JobRequest], specs: Sequence[dict[str, Any]]) -> None:
+        """`specs`: the requests', as dumped (before a judged dependency is written into one)."""
+        self.key = key
+        self._requests = requests
+        self.body_hash = _hash_of(spec_without_defaults(s, type(r)) for r, s in zip(requests, specs, strict=True))
+
+    def is_of(self, stored: str) -> bool:
+        return stored == self.body_hash or stored in self._as_hashed_whole
+
+    @functools.cached_property
+    def _as_hashed_whole(self) -> frozenset[str]:
+        # Only for a key found with another hash (after an upgrade, or other jobs): dumped again,
+        # as the submission's own specs may have been changed by then (a judged dependency).
+        whole = [r.model_dump(mode="json") for r in self._requests]
+        hashes = {_hash_of(whole)}
+        added = list(_ADDED_WHILE_HASHED_WHOLE)
+        while added:
+            name, default = added.pop()
+            if any(spec[name] != default for spec in whole):
+                break  # (an older server refused it: its hash is none of these jobs')
+            whole = [{field: value for field, value in spec.items() if field != name} for spec in whole]
+            hashes.add(_hash_of(whole))
+        return frozenset(hashes)
+
+
+def _submitted(conn: Connection, keyed: _SubmissionKey, now: float) -> list[int] | None:
+    """The ids a submission with this key queued, if it was made within KEY_KEPT_FOR."""
+    key = keyed.key
     row = conn.execute(select(S.c.body_hash, S.c.job_ids).where(S.c.key == key, S.c.at >= now - KEY_KEPT_FOR)).first()
     if row is None:
         return None
-    if row.body_hash != body_hash:
+    if not keyed.is_of(row.body_hash):
         raise KeyReused(
             f"submission key {key!r} was sent before with other jobs (ids {_id_span(row.job_ids)}): a new"
             " submission takes a new key"
@@ -834,19 +883,16 @@ class Store:
         the first time, KeyReused."""
         # Each request's spec, dumped once: stored, and hashed for a key.
         specs = [r.model_dump(mode="json") for r in requests]
-        body_hash = ""  # what a key was sent with: read only with a key
-        if key is not None:
-            # (Before _submit, which writes a judged dependency into a spec.)
-            body_hash = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()
+        keyed = _SubmissionKey(key, requests, specs) if key is not None else None
         try:
-            return self._submit(requests, specs, now, key, body_hash)
+            return self._submit(requests, specs, now, keyed)
         except IntegrityError:
             # The same key sent twice at once (PostgreSQL): the second waited on the first's row,
             # then found it; what the first queued is the answer.
-            if key is None:
+            if keyed is None:
                 raise
             with self.read() as conn:
-                known = _submitted(conn, key, body_hash, now)
+                known = _submitted(conn, keyed, now)
             if known is None:
                 raise
             return known
@@ -856,8 +902,7 @@ class Store:
         requests: Sequence[JobRequest],
         specs: list[dict[str, Any]],
         now: float,
-        key: str | None,
-        body_hash: str,
+        keyed: _SubmissionKey | None,
     ) -> list[int]:
         """`specs`: each request's, dumped, which its rows share."""
         rows: list[dict[str, Any]] = []
@@ -910,9 +955,9 @@ class Store:
             raise InvalidJobs(problems)
         array_tasks: dict[int, dict[int, int]] = {}
         with self.write() as conn:
-            if key is not None:
+            if keyed is not None:
                 conn.execute(delete(S).where(S.c.at < now - KEY_KEPT_FOR))
-                known = _submitted(conn, key, body_hash, now)
+                known = _submitted(conn, keyed, now)
                 if known is not None:
                     return known
             if dependencies:
@@ -970,8 +1015,8 @@ class Store:
             )
             held = ((job_id, HELD_AT_SUBMISSION) for job_id, row in zip(ids, rows, strict=True) if row["held"])
             self._job_events(conn, now, "job.held", held)
-            if key is not None:
-                conn.execute(insert(S).values(key=key, body_hash=body_hash, job_ids=ids, at=now))
+            if keyed is not None:
+                conn.execute(insert(S).values(key=keyed.key, body_hash=keyed.body_hash, job_ids=ids, at=now))
         return ids
 
     @classmethod
