@@ -1063,10 +1063,15 @@ def job_states(values: list[str] | None) -> list[str]:
 def jobs(
     state: Annotated[
         list[str] | None,
-        typer.Option(help="Only jobs in this state (queued, running, ...; or Slurm's PD, R, ...); repeatable, or a,b."),
+        typer.Option(
+            "--state",
+            "--states",
+            "-t",
+            help="Only jobs in this state (queued, running, ...; or Slurm's PD, R, ...); repeatable, or a,b.",
+        ),
     ] = None,
-    user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
-    name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Only this user's jobs.")] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Only jobs of this name.")] = None,
     tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
     array: Annotated[
         int | None, typer.Option(parser=plain_id, help="Only the tasks of this job array (its id).")
@@ -1078,7 +1083,7 @@ def jobs(
     as_json: JsonFlag = False,
 ) -> None:
     """List jobs with state, node, attempts, exit code and why they wait; an array's task shows as
-    ARRAY_TASK (Slurm's way) beside its job id."""
+    ARRAY_TASK (Slurm's way) beside its job id. Filters as squeue's: -t/--states, -u, -n."""
     params: dict[str, Any] = {"state": job_states(state)}
     filters = (("user", user), ("name", name), ("tag", tag), ("array", array), ("before", before))
     params.update({key: value for key, value in filters if value is not None})
@@ -1362,10 +1367,11 @@ def cancel(
         list[str] | None, typer.Argument(parser=job_name, metavar="JOB...", help=ACT_HELP, show_default=False)
     ] = None,
     state: Annotated[
-        list[str] | None, typer.Option(help="Every open job in this state (queued, claimed, running); repeatable.")
+        list[str] | None,
+        typer.Option("--state", "-t", help="Every open job in this state (queued, claimed, running); repeatable."),
     ] = None,
-    user: Annotated[str | None, typer.Option(help="Every open job of this user.")] = None,
-    name: Annotated[str | None, typer.Option(help="Every open job of this name.")] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Every open job of this user.")] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Every open job of this name.")] = None,
     tag: Annotated[str | None, typer.Option(help="Every open job with this tag.")] = None,
     array: Annotated[
         int | None, typer.Option(parser=plain_id, help="Every open task of this job array (its id).")
@@ -1373,7 +1379,7 @@ def cancel(
 ) -> None:
     """Cancel jobs, also while they run: by id (a job array's id: every open task of it, as Slurm's
     scancel ARRAY_ID; ARRAY_TASK: that task), or every open job matching all the filters given
-    (Slurm's scancel --state/--user/--name; and a tag)."""
+    (Slurm's scancel -t/--state, -u/--user, -n/--name; and a tag)."""
     filtered = bool(state) or any(value is not None for value in (user, name, tag, array))
     if not job_ids and not filtered:
         fail("give job ids, or --state, --user, --name, --tag or --array")

@@ -3,6 +3,7 @@ against a served app (no control loop: the jobs are only stored, which is what i
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -146,3 +147,19 @@ def test_sbatchs_own_spellings_ask_for_what_corrals_do(tmp_path: Path) -> None:
         assert both.returncode == 1 and "give one" in both.stderr
         # 4000 MiB is not a whole number of GiB: shown in MiB, as squeue shows it.
         assert "resources  2c 4000M x2" in corral(url, "job", slurm_ids[0]).stdout
+
+
+def test_squeue_and_scancel_short_filters_list_and_cancel_what_the_long_ones_do(tmp_path: Path) -> None:
+    with served_app(tmp_path) as (url, store):
+        for name, user in (("a", "alice"), ("a", "bob"), ("b", "alice")):
+            corral(url, "submit", "-J", name, "--user", user, "--", "true")
+
+        def listed(*filters: str) -> list[int]:
+            return [row["id"] for row in json.loads(corral(url, "jobs", *filters, "--json").stdout)]
+
+        assert listed("-t", "PD", "-u", "alice", "-n", "a") == listed(
+            "--states", "queued", "--user", "alice", "--name", "a"
+        )
+        assert listed("-t", "PD", "-u", "alice", "-n", "a") == [1]
+        assert corral(url, "cancel", "-t", "PD", "-u", "alice").stdout.startswith("cancel requested for 2 jobs: 1, 3")
+        assert [store.job(i).cancel_requested for i in (1, 2, 3)] == [True, False, True]
