@@ -1707,6 +1707,13 @@ def constraints_text(j: dict[str, Any]) -> str:
 
 
 def print_filter_explanation(detail: dict[str, Any]) -> None:
+    if not detail.get("nodes"):
+        # A table of every filter removing 0 of 0 nodes, for a job of an elastic fleet that has
+        # none up, hid the one line that says why it waits.
+        console.print(f"  request {detail.get('request', '?')}: no live node to filter", highlight=False)
+        if detail.get("reason"):
+            console.print(f"  reason: {detail['reason']}", highlight=False)
+        return
     console.print(
         f"  request {detail.get('request', '?')}, availability {detail.get('availability', '?')}: "
         f"{detail.get('survivors', 0)} of {detail.get('nodes', 0)} nodes pass every filter"

@@ -215,6 +215,9 @@ def test_explain_follows_the_fleet_while_the_reason_stays_the_same(running: Corr
         60,
         "the first node to go, and the explanation to say so",
     )
+    # No filter table of 0 of 0 nodes each: the line that says why.
+    said = running.cli("explain", waiting).stdout
+    assert "no live node to filter" in said and "INSUFFICIENT_RAM" not in said, said
     sleeper = running.cli("submit", "--", "sleep", "3").stdout.strip()
     # A node boots for the other job: the waiting job's one-line reason stays the same, but what
     # it says about the nodes must follow (it used to keep the first pass's "0 of 0 nodes").
