@@ -2736,8 +2736,11 @@ class Store:
             node_rows = conn.execute(select(N).where(N.c.state.in_(LIVE_NODE_STATES))).all()
             dispatcher_rows = conn.execute(select(schema.dispatchers)).all()
             unavailable_rows = conn.execute(select(schema.unavailable_types)).all()
-            waiting = [self._dependency_of(row, sources) for row in job_rows if row.state == JobState.QUEUED.value]
-            open_ids = {int(row.id) for row in job_rows}
+            # By position, as in _jobs_from_rows: a Row's attribute costs ten times its index.
+            at_id, at_state = _columns_at(job_rows, "id", "state")
+            queued = JobState.QUEUED.value
+            waiting = [self._dependency_of(row[at_id], sources) for row in job_rows if row[at_state] == queued]
+            open_ids = {row[at_id] for row in job_rows}
             finished, array_tasks = self._finished_named(conn, [d for d in waiting if d is not None], open_ids)
         jobs = self._jobs_from_rows(job_rows, sources)
         return Snapshot(
@@ -2762,12 +2765,13 @@ class Store:
         )
 
     @staticmethod
-    def _dependency_of(row: Any, sources: _JobSources) -> Dependency | None:
+    def _dependency_of(job_id: int, sources: _JobSources) -> Dependency | None:
         """A job's dependency, from its spec as read, or from the job kept since an earlier
         snapshot; without building the job."""
-        if row.id not in sources.specs:
-            return sources.kept[row.id][2].dependency
-        stored = dependency_text(sources.specs[row.id].get("dependency"))
+        spec = sources.specs.get(job_id)
+        if spec is None:
+            return sources.kept[job_id][2].dependency
+        stored = dependency_text(spec.get("dependency"))
         return parse_dependency(stored) if stored else None
 
     @staticmethod
@@ -2805,7 +2809,7 @@ class Store:
         snapshot, and the specs of the others (new, or changed by `corral update`: their spec_rev
         moved), by job id."""
         cache = self._jobs  # (replaced whole by the loop's next snapshot, never changed in place)
-        at_id, at_rev = _id_and_rev_at(rows)
+        at_id, at_rev = _columns_at(rows, "id", "spec_rev")
         missing = [r[at_id] for r in rows if (kept := cache.get(r[at_id])) is None or kept[0] != r[at_rev]]
         specs: dict[int, Any] = {}
         for chunk in _chunks(missing):
@@ -2824,7 +2828,7 @@ class Store:
         collector paused, as load_snapshot: `queued_jobs` builds them too.)"""
         fresh: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         jobs = []
-        at_id, at_rev = _id_and_rev_at(rows)
+        at_id, at_rev = _columns_at(rows, "id", "spec_rev")
         for row in rows:
             # The row as a tuple, its id and spec_rev by position: a Row's attribute costs ten times
             # its index, which was a second of a pass over 100,000 queued jobs (bench/live_pass.py).
@@ -3379,9 +3383,9 @@ def _event_kinds(conn: Connection, like: str | None = None) -> list[str]:
     return [str(kind) for kind in conn.execute(query.order_by(kinds.c.kind)).scalars()]
 
 
-def _id_and_rev_at(rows: Sequence[Any]) -> tuple[int, int]:
-    """Where the jobs' rows hold their id and spec_rev (a Row's index costs a tenth of its attribute)."""
-    return (rows[0]._fields.index("id"), rows[0]._fields.index("spec_rev")) if rows else (0, 0)
+def _columns_at(rows: Sequence[Any], *names: str) -> tuple[int, ...]:
+    """Where rows hold these columns (a Row's index costs a tenth of its attribute)."""
+    return tuple(rows[0]._fields.index(name) for name in names) if rows else (0,) * len(names)
 
 
 def _named_by_open(jobs: Any) -> Any:
