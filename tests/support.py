@@ -170,6 +170,38 @@ def read_message(conn: socket.socket) -> bytes:
 
 
 @contextlib.contextmanager
+def http_proxy(backend: str, answer: Callable[[bytes, Callable[[bytes], bytes]], bytes | None]) -> Iterator[str]:
+    """A TCP proxy on 127.0.0.1 to `backend` (http://HOST:PORT), a connection per request: its
+    address. `answer(request, forward)` gives what to answer a request with (None: close the
+    connection without an answer); `forward(request)` sends it to `backend` and returns its answer."""
+    host, port = backend.removeprefix("http://").split(":")
+    listening = socket.create_server(("127.0.0.1", 0))
+
+    def forward(asked: bytes) -> bytes:
+        with socket.create_connection((host, int(port))) as upstream:
+            upstream.sendall(asked)
+            return read_message(upstream)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listening.accept()
+            except OSError:
+                return
+            with conn:
+                answered = answer(read_message(conn), forward)
+                if answered is not None:
+                    conn.sendall(answered)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listening.getsockname()[1]}"
+    finally:
+        listening.close()
+
+
+@contextlib.contextmanager
 def served_store(store: Store, data_dir: Path, config: Config | None = None) -> Iterator[str]:
     """corral's server app (no control loop) on a migrated store of any backend, served as
     served_app serves it: its address. The store stays open."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import getpass
 import json
-import socket
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,38 +17,23 @@ from typing import Any
 from corral.jobspec import JobRequest
 from corral.store import Store
 from tests.server.cli import corral
-from tests.support import read_message, served_app
+from tests.support import http_proxy, served_app
 
 
 @contextmanager
 def recording_proxy(backend: str) -> Iterator[tuple[str, list[Any]]]:
     """A proxy to `backend` that keeps the JSON body of each request it forwards: its address, and
     the bodies, in order."""
-    host, port = backend.removeprefix("http://").split(":")
-    listening = socket.create_server(("127.0.0.1", 0))
     bodies: list[Any] = []
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listening.accept()
-            except OSError:
-                return
-            with conn:
-                asked = read_message(conn)
-                body = asked.partition(b"\r\n\r\n")[2]
-                if body:
-                    bodies.append(json.loads(body))
-                with socket.create_connection((host, int(port))) as upstream:
-                    upstream.sendall(asked)
-                    conn.sendall(read_message(upstream))
+    def answer(asked: bytes, forward: Callable[[bytes], bytes]) -> bytes:
+        body = asked.partition(b"\r\n\r\n")[2]
+        if body:
+            bodies.append(json.loads(body))
+        return forward(asked)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listening.getsockname()[1]}", bodies
-    finally:
-        listening.close()
+    with http_proxy(backend, answer) as address:
+        yield address, bodies
 
 
 def test_a_submission_sends_only_what_differs_from_the_defaults(tmp_path: Path) -> None:

@@ -5,14 +5,12 @@ and a served app, which loses the first answer."""
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tests.server.cli import corral
-from tests.support import read_message, served_app
+from tests.support import http_proxy, served_app
 
 UNAVAILABLE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 69\r\n"
@@ -25,36 +23,18 @@ UNAVAILABLE = (
 def losing_proxy(backend: str, first: str) -> Iterator[str]:
     """A proxy to `backend` whose first request is answered badly: 'drop' forwards it and closes
     the connection without the answer; '503' answers 503 without forwarding it."""
-    host, port = backend.removeprefix("http://").split(":")
-    listening = socket.create_server(("127.0.0.1", 0))
     served = 0
 
-    def serve() -> None:
+    def answer(asked: bytes, forward: Callable[[bytes], bytes]) -> bytes | None:
         nonlocal served
-        while True:
-            try:
-                conn, _ = listening.accept()
-            except OSError:
-                return
-            with conn:
-                asked = read_message(conn)
-                served += 1
-                if served == 1 and first == "503":
-                    conn.sendall(UNAVAILABLE)
-                    continue
-                with socket.create_connection((host, int(port))) as upstream:
-                    upstream.sendall(asked)
-                    answer = read_message(upstream)
-                if served == 1 and first == "drop":
-                    continue  # the jobs are queued; the client never hears so
-                conn.sendall(answer)
+        served += 1
+        if served == 1 and first == "503":
+            return UNAVAILABLE
+        answered = forward(asked)
+        return None if served == 1 and first == "drop" else answered  # drop: queued, the client never hears so
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listening.getsockname()[1]}"
-    finally:
-        listening.close()
+    with http_proxy(backend, answer) as address:
+        yield address
 
 
 def test_a_submission_whose_answer_was_lost_is_sent_again_and_queued_once(tmp_path: Path) -> None:
