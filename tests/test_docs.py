@@ -77,7 +77,7 @@ def test_every_dotted_name_the_docs_give_is_an_event_kind_or_a_config_key(path: 
             first = name.split(".")[0]
             if first not in EVENT_PREFIXES | top or name in {"retry.after_exit"}:  # a function of corral.core
                 continue  # a module, a file or a function (corral.core.notify, server.json)
-            if name.endswith((".json", ".jsonl", ".db", ".toml", ".py", ".md", ".log", ".pem", ".swf")):
+            if name.endswith((".json", ".jsonl", ".db", ".toml", ".py", ".md", ".log", ".pem", ".swf", ".sh")):
                 continue
             kind = name in EVENT_KINDS or any(k.startswith(name + "_") for k in EVENT_KINDS)
             key = name in keys or any(k.endswith("." + name) for k in keys)

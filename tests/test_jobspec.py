@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from corral.jobspec import MAX_NAME, MAX_TAG, MAX_USER, JobRequest, describe_validation_errors, to_epoch
+from corral.jobspec import MAX_NAME, MAX_SCRIPT, MAX_TAG, MAX_USER, JobRequest, describe_validation_errors, to_epoch
 from corral.store import schema
 
 
@@ -278,3 +279,23 @@ def test_a_request_without_its_defaults_is_read_back_as_the_same_request(fields:
     sent = request.without_defaults()
     assert JobRequest.model_validate(sent) == request
     assert sent == request.model_dump(mode="json", exclude_defaults=True)
+
+
+def test_a_batch_script_is_checked_as_sbatch_checks_one_and_bounded_apart_from_the_other_text() -> None:
+    text = "#!/bin/sh\n" + "# notes\n" * 20_000  # 160 KiB: past the 64 KiB of a job's other text
+    request = JobRequest.model_validate({"command": ["job.sh", "a"], "script": text})
+    assert request.to_job(1, 0.0).batch_script and not JobRequest(command=["x"]).to_job(1, 0.0).batch_script
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"script": "echo hi\n"}, "script: not a batch script: its first line must start with #!"),
+        ({"script": "#!/bin/sh\r\necho hi\r\n"}, "script: DOS line breaks"),
+        ({"script": "#!/bin/sh\n\0"}, "script: a NUL byte"),
+        (
+            {"script": "#!/bin/sh\n" + "x" * MAX_SCRIPT},
+            f"script: {MAX_SCRIPT + 10:,} bytes; a batch script has at most",
+        ),
+        ({"command": ["bin/job.sh"], "script": "#!/bin/sh\n"}, "command.0: a script's command names its file"),
+    ]
+    for change, said in refusals:
+        with pytest.raises(ValidationError) as refused:
+            JobRequest.model_validate({"command": ["job.sh"], **change})
+        assert said in "\n".join(describe_validation_errors(refused.value.errors())), refused.value

@@ -22,6 +22,7 @@ REQUESTS: list[dict[str, Any]] = [
     {"command": ["run"], "image": "docker.io/library/python:3.12", "env": {"A": "1", "B": "two words"}},
     {"command": ["make"], "chdir": "/shared/project/run42", "max_retries": 3, "priority": 50},
     {"command": ["nextflow-task"], "separate_stderr": True},
+    {"command": ["job.sh", "in.txt"], "script": "#!/bin/bash\n#SBATCH -c 2\nsrun hostname\n", "vcpus": 2},
     {"command": ["x"], "tags": ["web", "batch"], "locality": {"near": ["12", "tag:db"], "far": ["13"]}},
     {"command": ["x"], "locality": {"near": ["tag:db"], "strict": True, "level": "rack"}},
     {"command": ["x"], "traits": {"accel": "gpu", "zone": ["a", "b"]}, "forbidden_traits": {"spot": "*"}},
@@ -60,6 +61,15 @@ def test_a_stored_spec_builds_the_same_job_both_ways(request_fields: dict[str, A
             both_ways(spec, 100 + task_id, 100, task_id)
 
 
+def test_a_spec_stored_before_scripts_is_built_on_the_fast_path_as_no_script() -> None:
+    """Every job queued when a store is upgraded has a spec without `script`: built fast, as before
+    (through the model, a restart's first snapshot of a long queue took seconds more)."""
+    spec = {key: value for key, value in stored({"command": ["x"], "array": "0-3"}).items() if key != "script"}
+    job = jobspec._fast_job(spec, 5, 1.0, 5, 2)
+    assert job is not None and not job.batch_script
+    both_ways(spec, 5, 5, 2)
+
+
 def test_every_field_is_known_to_the_fast_path() -> None:
     # A field added to the model: read it in _fast_job and name it in STORED_FIELDS, or the jobs the
     # fast path builds lose it (separate_stderr, added beside the fast path, was dropped so).
@@ -82,6 +92,7 @@ def test_every_field_is_known_to_the_fast_path() -> None:
         {"locality": {"near": ["not-a-job"]}},  # stored before entries were checked
         {"traits": {"k": ["a", "b"]}},
         {"cpu_capped": 1},
+        {"script": "no interpreter line, stored by a server that did not check"},
     ],
 )
 def test_an_unusual_spec_builds_the_same_job(change: dict[str, Any]) -> None:
@@ -93,7 +104,8 @@ def test_an_unusual_spec_builds_the_same_job(change: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [{"command": []}, {"ram": 0}, {"vcpus": -1.0}, {"image": "-v"}, {"chdir": "relative"}, {"dependency": "oops:1"}],
+    [{"command": []}, {"ram": 0}, {"vcpus": -1.0}, {"image": "-v"}, {"chdir": "relative"}, {"dependency": "oops:1"}]
+    + [{"script": 7}],
 )
 def test_a_spec_the_model_refuses_is_refused_the_same(change: dict[str, Any]) -> None:
     spec = {**stored({"command": ["x"]}), **change}

@@ -53,6 +53,39 @@ MAX_EXEC_TOTAL = 1024 * 1024
 # The rest of a job's text (tags, traits, locality, its dependency, ...): stored with it, held by
 # every pass and shown to every user; far more than any job needs.
 MAX_OTHER_TEXT = 64 * 1024
+# A batch script's text (sbatch's model: the script is copied at submission and travels with the job), as Slurm's
+# default max_script_size. Bounded on its own, not with the other text: a script of a few hundred
+# lines is ordinary, and no pass reads it (the job built for placement holds only that it has one).
+MAX_SCRIPT = 4 * 1024 * 1024
+
+
+def script_problem(text: str) -> str | None:
+    """What makes `text` no batch script corral runs (None: it is one), as sbatch refuses it: the
+    node execs the file, so it needs an interpreter line; a DOS line break makes that line name
+    `/bin/sh\\r`, which no node has."""
+    if not text.startswith("#!"):
+        return (
+            "not a batch script: its first line must start with #! and an interpreter's path (e.g. #!/bin/bash),"
+            " as sbatch requires"
+        )
+    if len(text) * 4 > MAX_SCRIPT and (size := len(text.encode())) > MAX_SCRIPT:
+        return script_too_large(size)
+    if "\0" in text:
+        return "a NUL byte: a batch script is text"
+    if "\r\n" in text:
+        return "DOS line breaks (\\r\\n), as sbatch refuses: the interpreter's line would end in \\r (dos2unix)"
+    return None
+
+
+def script_too_large(size: int) -> str:
+    return f"{size:,} bytes; a batch script has at most {MAX_SCRIPT:,} (4 MiB, Slurm's default max_script_size)"
+
+
+def script_name_problem(name: str) -> str | None:
+    """What makes `name` no name for a script's file in its attempt's directory (None: it is one)."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        return f"a script's command names its file, a name without '/' (e.g. job.sh), not {name!r}"
+    return None
 
 
 def to_epoch(value: Any) -> Any:
@@ -203,6 +236,11 @@ class JobRequest(BaseModel):
         description="keep the command's stderr apart from its output, as sbatch --error does (corral logs --stderr,"
         " ?stream=stderr); false: both in one output, as Slurm's --output alone",
     )
+    script: str | None = Field(
+        None,
+        description="a batch script's text, run as the job (sbatch's script, copied at submission): the command is"
+        f" then its file's name and its arguments (job.sh ARG...); it starts with #!; at most {MAX_SCRIPT:,} bytes",
+    )
     name: str = ""
     env: dict[str, str] = Field(default_factory=dict)
     vcpus: Float = Field(1.0, gt=0)
@@ -308,6 +346,25 @@ class JobRequest(BaseModel):
                 f"tags, traits, locality and the job's other fields but its command and environment have {size:,}"
                 f" bytes; at most {MAX_OTHER_TEXT:,}"
             )
+        return self
+
+    @field_validator("script")
+    @classmethod
+    def _a_batch_script(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not (info.context and info.context.get("stored")):
+            problem = script_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _script_named_by_its_command(self, info: ValidationInfo) -> JobRequest:
+        # The agent writes the script to a file of this name in the attempt's directory: a path
+        # would put it elsewhere, or nowhere.
+        if self.script is not None and not (info.context and info.context.get("stored")):
+            problem = script_name_problem(self.command[0])
+            if problem is not None:
+                raise ValueError(f"command.0: {problem}")
         return self
 
     def _measure_exec_text(self) -> None:
@@ -461,6 +518,7 @@ class JobRequest(BaseModel):
             env=dict(self.env),
             chdir=self.chdir,
             separate_stderr=self.separate_stderr,
+            batch_script=self.script is not None,
             node_count=self.nodes,
             priority=self.priority,
             not_before=self.not_before,
@@ -522,10 +580,13 @@ STORED_FIELDS = frozenset(
     {
         *("array", "chdir", "command", "cpu_capped", "dependency", "env", "forbidden_traits", "gpus", "hold"),
         *("image", "locality", "max_retries", "min_platform", "name", "nodes", "not_before", "on_node_failure"),
-        *("priority", "ram", "reservation", "scratch", "separate_stderr", "tags", "time_limit", "traits"),
-        *("user", "vcpus"),
+        *("priority", "ram", "reservation", "scratch", "script", "separate_stderr", "tags", "time_limit"),
+        *("traits", "user", "vcpus"),
     }
 )
+# A spec stored before `script` was a field: every job queued at an upgrade's restart, built on the
+# fast path as before (no script) rather than through the model.
+_STORED_BEFORE_SCRIPT = STORED_FIELDS - {"script"}
 _LOCALITY_FIELDS = frozenset(LocalitySpec.model_fields)
 # The largest int that goes through a float unchanged (sizes are read as floats, then rounded).
 _EXACT_IN_FLOAT = 2**53
@@ -553,8 +614,12 @@ def _fast_job(
     spec: Any, job_id: int, submitted_at: float, array_job_id: int | None, array_task_id: int | None
 ) -> Job | None:
     """The job of a spec whose every value is what the model would keep unchanged; None for any other."""
-    if type(spec) is not dict or spec.keys() != STORED_FIELDS:
+    if type(spec) is not dict:
         return None
+    keys = spec.keys()
+    if keys != STORED_FIELDS and keys != _STORED_BEFORE_SCRIPT:
+        return None
+    script = spec.get("script")
     command, vcpus, ram, scratch = spec["command"], spec["vcpus"], spec["ram"], spec["scratch"]
     gpus, nodes, priority, max_retries = spec["gpus"], spec["nodes"], spec["priority"], spec["max_retries"]
     if (
@@ -596,6 +661,7 @@ def _fast_job(
         or type(spec["cpu_capped"]) is not bool
         or type(spec["hold"]) is not bool
         or type(spec["separate_stderr"]) is not bool
+        or (script is not None and type(script) is not str)
     ):
         return None
     env, tags = spec["env"], spec["tags"]
@@ -642,6 +708,7 @@ def _fast_job(
         min_platform=min_platform,
         cpu_capped=spec["cpu_capped"],
         separate_stderr=spec["separate_stderr"],
+        batch_script=script is not None,
         reservation=texts[2],
         on_node_failure=on_node_failure,
         dependency=dependencies.parse(dependency) if dependency else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral.agent import sysinfo
+from corral.agent import container, sysinfo
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
 from tests.support import alive
 from tests.support import wait_until as wait_for
@@ -94,6 +95,55 @@ def test_environment_and_working_directory(runner: Runner, tmp_path: Path) -> No
     first, cwd = attempt.log_path.read_text().splitlines()
     assert first == "9 2 a,b 2 x none"
     assert Path(cwd) == tmp_path / "work" / "attempts" / "2"
+
+
+def test_a_batch_script_is_written_to_its_attempts_directory_and_run_with_its_arguments(
+    runner: Runner, tmp_path: Path
+) -> None:
+    text = '#!/bin/sh\necho "$0" "$#" "$1" "$2"; pwd; echo err >&2; exit 4\n'
+    attempt = runner.start(spec(12, ["job.sh", "one arg", "two"], script=text, job_id=9))
+    assert attempt is not None
+    assert run_to_end(runner, attempt) == 4
+    own = tmp_path / "work" / "attempts" / "12"
+    assert attempt.log_path.read_text() == f"{own / 'job.sh'} 2 one arg two\n{own}\nerr\n"
+    assert (own / "job.sh").read_text() == text
+    assert (own / "job.sh").stat().st_mode & 0o777 == 0o700  # the job's user's alone, as slurmd's copy
+    # With a directory of its own (chdir), it runs there, from the attempt's directory.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    attempt = runner.start(spec(13, ["job.sh"], script="#!/bin/sh\npwd\n", chdir=str(shared)))
+    assert attempt is not None and run_to_end(runner, attempt) == 0
+    assert attempt.log_path.read_text() == f"{shared}\n"
+    # An interpreter the node does not have: exec says "not found" of a file that is there.
+    attempt = runner.start(spec(14, ["job.sh"], script="#!/no/such/shell\ntrue\n"))
+    assert attempt is not None and attempt.exit_code == 127
+    assert attempt.log_path.read_text() == (
+        "corral-agent: cannot run 'job.sh' (its interpreter line '#!/no/such/shell'): No such file or directory\n"
+    )
+
+
+def test_a_script_in_a_work_item_is_read_and_a_name_that_is_a_path_refused() -> None:
+    base = {"attempt_id": 1, "job_id": 2, "command": ["job.sh", "a"], "script": "#!/bin/sh\n"}
+    assert AttemptSpec.from_json(base).script == "#!/bin/sh\n"
+    assert AttemptSpec.from_json({**base, "script": None}).script is None
+    with pytest.raises(BadAttempt, match="attempt.script: must be a script's text"):
+        AttemptSpec.from_json({**base, "script": 3})
+    with pytest.raises(BadAttempt, match="attempt.command: a script's first word names its file"):
+        AttemptSpec.from_json({**base, "command": ["../job.sh"]})
+
+
+def test_a_script_in_a_container_with_a_directory_of_its_own_has_its_file_mounted(tmp_path: Path) -> None:
+    """A container sees its working directory: the attempt's (where the script is), or the job's
+    own (chdir), where the script is not: its file is then mounted, read-only, at its path."""
+    runner = Runner(tmp_path / "work", base_env={})
+    runner.engine = container.Engine(("podman",))
+    own = tmp_path / "work" / "attempts" / "5"
+    own.mkdir(parents=True)
+    item = spec(5, ["job.sh", "x"], script="#!/bin/sh\n", image="busybox")
+    argv = runner.argv(item, own, own)
+    assert argv[-3:] == ["busybox", str(own / "job.sh"), "x"] and ":ro" not in " ".join(argv)
+    argv = runner.argv(dataclasses.replace(item, chdir="/shared"), Path("/shared"), own)
+    assert f"{own / 'job.sh'}:{own / 'job.sh'}:ro" in argv and "/shared:/shared" in argv
 
 
 def test_command_not_found_is_127(runner: Runner) -> None:

@@ -202,3 +202,34 @@ def test_a_job_with_separate_stderr_is_not_given_to_an_agent_that_does_not_know_
     headers = {"Authorization": f"Bearer {new}"}
     given = httpx.get(f"{url}/api/agent/work", params={"wait": 0, "knows": list(corral.AGENT_KNOWS)}, headers=headers)
     assert [(a["job_id"], a["separate_stderr"]) for a in given.json()["attempts"]] == [(apart, True)]
+
+
+def test_a_batch_script_job_is_not_given_to_an_agent_that_does_not_know_the_field(served: tuple[str, Store]) -> None:
+    """An agent of a corral before `script` would run the script's name (`job.sh`) as a program
+    the node does not have (exit 127): it is given no such attempt; one that knows the field is given
+    the script's text with the command that names it and its arguments."""
+    url, store = served
+    old = pair(url, "n-old", booting(store, "n-old"), agent_version="0.0.9", protocol=1).json()["secret"]
+    new = pair(url, "n-new", booting(store, "n-new"), agent_version=corral.__version__, protocol=1).json()["secret"]
+    text = "#!/bin/sh\necho hi\n"
+    plain, script = store.submit([JobRequest(command=["pwd"]), JobRequest(command=["job.sh", "a"], script=text)], 0.0)
+    for job_id in (plain, script):
+        assert store.claim(job_id, "d1", ["n-old"], Resources(1, 512), time.time()) is not None
+
+    # The agent before `script` knew the fields before it.
+    headers = {"Authorization": f"Bearer {old}"}
+    knew = {"wait": "0", "knows": ["chdir", "separate_stderr"]}
+    given = httpx.get(f"{url}/api/agent/work", params=knew, headers=headers).json()["attempts"]
+    assert [(a["job_id"], a["script"]) for a in given] == [(plain, None)]
+    job = store.job_row(script)
+    assert job is not None and job["state"] == "queued" and job["temp_failures"] == 1
+    assert job["wait_reason"].startswith(
+        "the agent on node n-old (corral 0.0.9) does not know script, which the job uses and which it would ignore"
+    )
+
+    assert store.claim(script, "d1", ["n-new"], Resources(1, 512), time.time()) is not None
+    headers = {"Authorization": f"Bearer {new}"}
+    given = httpx.get(f"{url}/api/agent/work", params={"wait": 0, "knows": list(corral.AGENT_KNOWS)}, headers=headers)
+    assert [(a["job_id"], a["command"], a["script"]) for a in given.json()["attempts"]] == [
+        (script, ["job.sh", "a"], text)
+    ]

@@ -88,14 +88,18 @@ def run_argv(
     env_names: Iterable[str],
     node_id: str | None = None,
     agent_dir: Path | None = None,
+    read_only: Sequence[Path] = (),
 ) -> list[str]:
-    """`work_dir` is the container's working directory (the attempt's), `agent_dir` the agent's own."""
+    """`work_dir` is the container's working directory (the attempt's), `agent_dir` the agent's own;
+    `read_only`: files mounted read-only at their own paths too (a batch script outside `work_dir`)."""
     argv = [*engine.program, "run", "--rm", "--name", name]
     if node_id:
         argv += ["--label", f"{NODE_LABEL}={node_id}"]
     if agent_dir is not None:
         argv += ["--label", f"{AGENT_LABEL}={agent_key(agent_dir)}"]
     argv += ["--volume", f"{work_dir}:{work_dir}", "--workdir", str(work_dir)]
+    for path in read_only:
+        argv += ["--volume", f"{path}:{path}:ro"]
     for name in sorted(env_names):
         argv += ["--env", name]
     return [*argv, *engine.run_args, image, *command]

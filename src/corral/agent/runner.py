@@ -61,6 +61,9 @@ class AttemptSpec:
     chdir: str | None = None
     # Its stderr goes to a file of its own (WORK_DIR/logs/<id>.err), sent as the stream "stderr".
     separate_stderr: bool = False
+    # A batch script's text: written to the attempt's directory as command[0] and run with the
+    # command's other words (Runner.command_of).
+    script: str | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> AttemptSpec:
@@ -95,6 +98,11 @@ class AttemptSpec:
         separate_stderr = data.get("separate_stderr", False)
         if not isinstance(separate_stderr, bool):
             raise BadAttempt(f"attempt.separate_stderr: must be true or false (got {separate_stderr!r})")
+        script = data.get("script")
+        if script is not None and not isinstance(script, str):
+            raise BadAttempt(f"attempt.script: must be a script's text (got {type(script).__name__})")
+        if script is not None and (not command or not is_file_name(command[0])):
+            raise BadAttempt(f"attempt.command: a script's first word names its file, without '/' (got {command!r})")
         return cls(
             need("attempt_id", int),
             need("job_id", int),
@@ -106,7 +114,13 @@ class AttemptSpec:
             time_limit,
             chdir,
             separate_stderr,
+            script,
         )
+
+
+def is_file_name(name: str) -> bool:
+    """A name for a file in the attempt's directory: no path, nothing that leaves it."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
 def spec_json(spec: AttemptSpec) -> dict[str, Any]:
@@ -122,6 +136,7 @@ def spec_json(spec: AttemptSpec) -> dict[str, Any]:
         "time_limit": spec.time_limit,
         "chdir": spec.chdir,
         "separate_stderr": spec.separate_stderr,
+        "script": spec.script,
     }
 
 
@@ -289,17 +304,39 @@ class Runner:
     def environment(self, spec: AttemptSpec) -> dict[str, str]:
         return {**self.base_env, **self.job_environment(spec)}
 
-    def argv(self, spec: AttemptSpec, cwd: Path) -> list[str]:
-        """The attempt's command, or for a job with an image the engine's `run` of it. An image and
-        no engine (a server that names none): the job cannot run here, as a missing program cannot."""
-        if spec.image is None:
-            return spec.command
-        if self.engine is None:
+    def argv(self, spec: AttemptSpec, cwd: Path, own_dir: Path) -> list[str]:
+        """The attempt's command (command_of), or for a job with an image the engine's `run` of it.
+        An image and no engine (a server that names none): the job cannot run here, as a missing
+        program cannot."""
+        if spec.image is not None and self.engine is None:
             raise FileNotFoundError(2, "no container engine given to this agent ([containers] in the config)")
+        command = self.command_of(spec, own_dir)
+        if spec.image is None or self.engine is None:
+            return command
         names = self.job_environment(spec)
         node_id = self.node_of(spec)
         name = self.container_name(spec)
-        return container.run_argv(self.engine, name, spec.image, spec.command, cwd, names, node_id, self.work_dir)
+        # A script runs from the attempt's directory, which the container has as its working
+        # directory unless the job names another (chdir): then the script's file is mounted alone.
+        mounts = [Path(command[0])] if spec.script is not None and cwd != own_dir else []
+        return container.run_argv(
+            self.engine, name, spec.image, command, cwd, names, node_id, self.work_dir, read_only=mounts
+        )
+
+    @staticmethod
+    def command_of(spec: AttemptSpec, own_dir: Path) -> list[str]:
+        """The argv the attempt runs: its command, or for a batch script the script's file, written
+        to the attempt's own directory (mode 0700: the job's user's alone, as slurmd keeps a job's
+        script), and its arguments. Written afresh at each start: an attempt started over after an
+        agent restart runs the script it was given."""
+        if spec.script is None:
+            return spec.command
+        path = own_dir / spec.command[0]
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+        with open(descriptor, "w", encoding="utf-8", newline="") as file:
+            os.fchmod(descriptor, 0o700)  # (the mode given applies to a new file only, under the umask)
+            file.write(spec.script)
+        return [str(path), *spec.command[1:]]
 
     @staticmethod
     def node_of(spec: AttemptSpec) -> str | None:
@@ -333,7 +370,7 @@ class Runner:
                 try:
                     if not spec.command:
                         raise FileNotFoundError(2, "empty command")
-                    argv = self.argv(spec, cwd)
+                    argv = self.argv(spec, cwd, own_dir)
                     proc = self._start_kept(
                         argv,
                         cwd,
@@ -375,6 +412,10 @@ class Runner:
                         name = f"image {spec.image!r} with {self.engine.program[0]!r}"
                     else:
                         name = repr(spec.command[0] if spec.command and spec.image is None else (spec.image or ""))
+                    if spec.script is not None and spec.image is None:
+                        # exec says ENOENT for a script whose interpreter is missing: the file is there.
+                        interpreter_line = spec.script.partition("\n")[0]
+                        name += f" (its interpreter line {interpreter_line!r})"
                     why = getattr(exc, "strerror", None) or exc
                     said.write(f"corral-agent: cannot run {name}: {why}\n".encode(errors="replace"))
                     attempt = Attempt(

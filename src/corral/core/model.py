@@ -205,6 +205,9 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     chdir: str | None = None  # the directory the command runs in on the node (None: the attempt's own)
     separate_stderr: bool = False  # its stderr kept as a stream of its own (Slurm's --error), not in its output
+    # Its command is a batch script's name and arguments, the script's text in its spec: read only
+    # where it is run (an agent's work item, an sbatch), never held by a pass.
+    batch_script: bool = False
     node_count: int = 1  # a gang: this many nodes, each with `resources`, started together
     priority: int = 1  # 0 means cancel (seed 001)
     not_before: float | None = None  # "wait until time X"

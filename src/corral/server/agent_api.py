@@ -360,6 +360,7 @@ async def work(
                 image=i.image,
                 chdir=i.chdir,
                 separate_stderr=i.separate_stderr,
+                script=i.script,
                 env=i.env,
                 node_ids=i.node_ids,
                 resources=ResourcesOut(

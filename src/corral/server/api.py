@@ -202,6 +202,7 @@ def job_out(
         AttemptState(last_attempt) if last_attempt else None,
         row["last_attempt_exit_code"],
     )
+    script = spec.get("script")
     return JobOut(
         id=row["id"],
         name=row["name"],
@@ -220,6 +221,8 @@ def job_out(
         image=spec.get("image"),
         chdir=spec.get("chdir"),
         separate_stderr=bool(spec.get("separate_stderr")),
+        script_bytes=len(script.encode()) if script is not None else None,
+        script=script if detail else None,
         resources=ResourcesOut(
             vcpus=spec["vcpus"], ram_mib=spec["ram"], scratch_mib=spec["scratch"], gpus=spec["gpus"]
         ),

@@ -374,6 +374,16 @@ class JobOut(BaseModel):
     chdir: str | None = None  # the directory the command runs in on the node (None: the attempt's own)
     # Its stderr is kept apart from its output (GET /api/jobs/{id}/logs?stream=stderr), as sbatch --error.
     separate_stderr: bool = False
+    script_bytes: int | None = Field(
+        None,
+        description="A batch script's size in bytes: the job is that script (corral submit --script), command its"
+        " file's name and its arguments; null: the job is its command",
+    )
+    script: str | None = Field(
+        None,
+        description="The batch script's text: in one job's view (GET /api/jobs/{id}) only, as a listing of a"
+        " thousand jobs would carry up to 4 MiB for each",
+    )
     started_at: float | None
     finished_at: float | None
     wait_reason: str  # why a queued job waits; why an ended job ended (Slurm's Reason)
@@ -682,6 +692,10 @@ class WorkItemOut(BaseModel):
     # Send the command's stderr as a stream of its own (the log chunk's `stream=stderr`), not in its
     # output. Only to an agent that says it knows the field: an older one would mix the two.
     separate_stderr: bool = False
+    # A batch script's text: written to the attempt's directory under its name (the command's first
+    # word) and run with the command's other words. Only to an agent that says it knows the field:
+    # an older one would run `job.sh` as a program the node does not have.
+    script: str | None = None
     env: dict[str, str]
     node_ids: list[str]
     resources: ResourcesOut

@@ -494,6 +494,7 @@ class WorkItem:
     time_limit: float | None = None  # the job's, in seconds (None: none)
     chdir: str | None = None  # the directory the command runs in (None: the attempt's own)
     separate_stderr: bool = False  # its stderr sent as a stream of its own, not in its output
+    script: str | None = None  # a batch script's text: the command is its file's name and arguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -1990,9 +1991,18 @@ class Store:
                     time_limit=spec.get("time_limit"),
                     chdir=spec.get("chdir"),
                     separate_stderr=bool(spec.get("separate_stderr")),
+                    script=spec.get("script"),
                 )
             )
         return items
+
+    def job_script(self, job_id: int) -> str | None:
+        """A job's batch script (its text), None for a job without one (or none of that id): read
+        where it is run, as no snapshot's job holds it (Job.batch_script)."""
+        with self.read() as conn:
+            spec = conn.execute(select(J.c.spec).where(J.c.id == job_id)).scalar()
+        script = spec.get("script") if isinstance(spec, dict) else None
+        return script if isinstance(script, str) else None
 
     def end_unstartable(
         self, attempt_id: int, node_id: str, now: float, outcome_of: Callable[[Job], JobOutcome]
