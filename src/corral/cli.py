@@ -24,6 +24,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+# (typer carries its own click, whose context and errors are its own)
+from typer._click.core import Context
+from typer._click.exceptions import UsageError
+from typer.core import TyperCommand, TyperOption
+
 from corral.core.model import JobState
 from corral.core.signals import signal_name, signal_text
 from corral.core.units import format_duration, parse_duration
@@ -71,8 +76,9 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable J
 
 
 def error(message: str) -> None:
-    # The message is text, never markup: a config value like [nan] must show as it is.
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    # The message is text, never markup: a config value like [nan] must show as it is, and
+    # `afterok:x:` no emoji.
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, emoji=False)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -525,9 +531,10 @@ def run(
     serve(config, keep_fleet=keep_fleet)
 
 
-def _start_time(text: str) -> str | float:
+def _start_time(text: str, given_by: str | None = None) -> str | float:
     """`now` and `now+D` (Slurm's --begin=now+1hour) as epoch seconds, read on this machine's clock
-    as the user means them; any other text goes to the job request, which reads ISO 8601."""
+    as the user means them; any other text goes to the job request, which reads ISO 8601.
+    `given_by`: a script's directive line that gave it, named by a refusal."""
     lowered = text.strip().lower()
     if lowered == "now":
         return time.time()
@@ -535,7 +542,7 @@ def _start_time(text: str) -> str | float:
         try:
             return time.time() + parse_duration(lowered.removeprefix("now+"))
         except ValueError as exc:
-            fail(f"--not-before {text!r}: {exc}")
+            fail(f"{given_by or f'--not-before {text!r}'}: {exc}")
     return text
 
 
@@ -683,12 +690,59 @@ def _time_limit_given(time_limit: str | None, slurm_time: str | None) -> str | N
     return f"{sign}{value.strip()}m"
 
 
-@app.command()
+# Where submit's parse_args notes how many of its arguments came after `--`: a batch script's
+# arguments go there, and words before it are a command (click hands both over as one list).
+_AFTER_DASHES = "corral.after_dashes"
+
+
+class _SubmitCommand(TyperCommand):
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            ctx.meta[_AFTER_DASHES] = len(args) - args.index("--") - 1
+        return super().parse_args(ctx, args)
+
+
+# sbatch's spellings that corral's submit takes with sbatch's meaning, as #SBATCH directives: each
+# names the submit parameter it sets. (-e is not among them: sbatch's is --error, corral's --env.)
+SBATCH_DIRECTIVES = {
+    **dict.fromkeys(("-J", "--job-name"), "name"),
+    **dict.fromkeys(("-c", "--cpus-per-task"), "vcpus"),
+    "--mem": "ram",
+    "--tmp": "scratch",
+    **dict.fromkeys(("-G", "--gpus"), "gpus"),
+    **dict.fromkeys(("-N", "--nodes"), "nodes"),
+    **dict.fromkeys(("-t", "--time"), "slurm_time"),
+    **dict.fromkeys(("-b", "--begin"), "not_before"),
+    **dict.fromkeys(("-a", "--array"), "array"),
+    **dict.fromkeys(("-d", "--dependency"), "dependency"),
+    **dict.fromkeys(("-H", "--hold"), "hold"),
+    **dict.fromkeys(("-D", "--chdir"), "chdir"),
+}
+# The job request's field each directive's parameter gives (a refusal of the field names the line).
+_FIELD_OF_PARAMETER = {"slurm_time": "time_limit"}
+# The parameters given on the command line that override a directive's (the time limit's two).
+_OVERRIDDEN_BY = {"slurm_time": ("slurm_time", "time_limit")}
+
+
+@app.command(cls=_SubmitCommand)
 def submit(
     ctx: typer.Context,
-    command: Annotated[list[str] | None, typer.Argument(help="The command and its arguments, after --.")] = None,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="The command and its arguments, after --; with --script, the script's arguments."),
+    ] = None,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Submit the jobs in a .jsonl or .yaml file.")
+    ] = None,
+    script: Annotated[
+        Path | None,
+        typer.Option(
+            "--script",
+            metavar="FILE",
+            help="Submit a batch script as the job, as sbatch does: its content is copied now (later edits do not"
+            " change the job) and run on the node with the arguments after --; its #SBATCH lines (-J, -c, --mem,"
+            " --tmp, -G, -N, -t, -b, -a, -d, -H, -D) are read as options, and the command line's win over them.",
+        ),
     ] = None,
     name: Annotated[str, typer.Option("--name", "--job-name", "-J", help="A name for the job.")] = "",
     image: Annotated[
@@ -845,8 +899,12 @@ def submit(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`) or a file of jobs; prints the ids."""
+    """Queue a job (`corral submit [OPTIONS] -- COMMAND [ARG...]`), a batch script (`corral submit --script
+    FILE [OPTIONS] [-- ARG...]`) or a file of jobs; prints the ids."""
     places: list[str] = []  # a file's jobs: where each is in it
+    origins: dict[str, str] = {}  # a job field set by a script's directive: the line that set it
+    if script is not None and file is not None:
+        fail("--script and --file both give the jobs: give one (a job file's job may carry its own 'script')")
     if file is not None:
         if command:
             fail("give either a command or --file, not both")
@@ -870,61 +928,37 @@ def submit(
         if hold:
             requests = [request.model_copy(update={"hold": True}) for request in requests]
     else:
-        if not command:
-            fail("no command: write `corral submit [OPTIONS] -- COMMAND [ARG...]`")
-        fields: dict[str, Any] = {
-            "command": command,
-            "name": name,
-            "env": _parse_env(env or []),
-            "vcpus": vcpus,
-            "ram": ram,
-            "scratch": scratch,
-            "gpus": gpus,
-            "nodes": nodes,
-            "priority": priority,
-            "max_retries": max_retries,
-            "tags": tag or [],
-        }
-        if image is not None:
-            fields["image"] = image
-        if chdir is not None:
-            fields["chdir"] = chdir
-        if separate_stderr:
-            fields["separate_stderr"] = True
-        if not_before:
-            fields["not_before"] = _start_time(not_before)
-        time_limit = _time_limit_given(time_limit, slurm_time)
-        if time_limit:
-            fields["time_limit"] = time_limit
-        if on_node_failure is not None:
-            fields["on_node_failure"] = on_node_failure
-        if dependency is not None:
-            fields["dependency"] = dependency
-        if array is not None:
-            if not array.strip():  # (a job file's empty "array" is no array; an empty option is a slip)
-                fail("--array: no task ids (write e.g. 0-99, 1,3,5-7 or 0-99:4, with %N to throttle)")
-            fields["array"] = array
-        locality = _locality(near or [], far or [], strict_locality, locality_level)
-        if locality is not None:
-            fields["locality"] = locality
-        if trait:
-            fields["traits"] = _parse_traits("--trait", trait)
-        if forbid:
-            fields["forbidden_traits"] = _parse_traits("--forbid", forbid)
-        if min_platform is not None:
-            fields["min_platform"] = min_platform
-        if reservation is not None:
-            fields["reservation"] = reservation
-        if cpu_capped:
-            fields["cpu_capped"] = True
-        if hold:
-            fields["hold"] = True
+        options = dict(ctx.params)
+        script_text = None
+        if script is not None:
+            before_dashes = len(command or []) - ctx.meta.get(_AFTER_DASHES, 0)
+            if before_dashes > 0:
+                fail(
+                    f"--script {script}: the job is the script, and {(command or [''])[0]!r} reads as a command: give"
+                    f" the script's arguments after -- (corral submit --script {script} -- ARG...)"
+                )
+            script_text = read_batch_script(script)
+            for parameter, (value, where) in script_options(ctx, script, script_text).items():
+                origins[_FIELD_OF_PARAMETER.get(parameter, parameter)] = where
+                options[parameter] = value
+            options["command"] = [script.name, *(command or [])]
+            # sbatch's default job name: the script's.
+            options["name"] = options["name"] or script.name
+        elif not command:
+            fail("no command: write `corral submit [OPTIONS] -- COMMAND [ARG...]` (or --script FILE)")
+        fields = _job_fields(options, origins)
+        if script_text is not None:
+            fields["script"] = script_text
         from corral.jobspec import JobRequest
 
         try:
             requests = [JobRequest.model_validate(fields)]
         except ValidationError as exc:
-            problems = [f"{_option_of(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+            problems = [
+                f"{origins.get(str(e['loc'][0]) if e['loc'] else '') or _option_of(e['loc'])}:"
+                f" {e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors()
+            ]
             fail("nothing was submitted:\n  " + "\n  ".join(problems))
     if user is not None:
         requests = [r if r.user else r.model_copy(update={"user": user}) for r in requests]
@@ -938,7 +972,7 @@ def submit(
     try:
         result = request("POST", "/api/jobs", again_if_lost=True, json=body)
     except Refused as exc:
-        fail(_submit_refusal(str(exc), file, places))
+        fail(_submit_refusal(str(exc), file, places, origins))
     if as_json:
         print_json(result)
     else:
@@ -950,6 +984,118 @@ def submit(
         raise typer.Exit(wait_for_jobs(result["ids"]))
 
 
+def _job_fields(options: dict[str, Any], origins: dict[str, str]) -> dict[str, Any]:
+    """One job's request from submit's options as parsed (`ctx.params`, a script's directives set
+    in them); `origins`: the directive line that gave a field, which a refusal names."""
+    fields: dict[str, Any] = {
+        "command": options["command"],
+        "name": options["name"],
+        "env": _parse_env(options["env"] or []),
+        "vcpus": options["vcpus"],
+        "ram": options["ram"],
+        "scratch": options["scratch"],
+        "gpus": options["gpus"],
+        "nodes": options["nodes"],
+        "priority": options["priority"],
+        "max_retries": options["max_retries"],
+        "tags": options["tag"] or [],
+    }
+    for field in ("image", "chdir", "on_node_failure", "dependency", "min_platform", "reservation"):
+        if options[field] is not None:
+            fields[field] = options[field]
+    for flag in ("separate_stderr", "cpu_capped", "hold"):
+        if options[flag]:
+            fields[flag] = True
+    if options["not_before"]:
+        fields["not_before"] = _start_time(options["not_before"], origins.get("not_before"))
+    time_limit = _time_limit_given(options["time_limit"], options["slurm_time"])
+    if time_limit:
+        fields["time_limit"] = time_limit
+    array = options["array"]
+    if array is not None:
+        if not array.strip():  # (a job file's empty "array" is no array; an empty option is a slip)
+            said = origins.get("array") or "--array"
+            fail(f"{said}: no task ids (write e.g. 0-99, 1,3,5-7 or 0-99:4, with %N to throttle)")
+        fields["array"] = array
+    locality = _locality(
+        options["near"] or [], options["far"] or [], options["strict_locality"], options["locality_level"]
+    )
+    if locality is not None:
+        fields["locality"] = locality
+    if options["trait"]:
+        fields["traits"] = _parse_traits("--trait", options["trait"])
+    if options["forbid"]:
+        fields["forbidden_traits"] = _parse_traits("--forbid", options["forbid"])
+    return fields
+
+
+def read_batch_script(path: Path) -> str:
+    """A batch script's text as `corral submit --script` sends it, refused (naming the file) as
+    sbatch refuses one: no #! line, larger than Slurm's default max_script_size, not text."""
+    from corral.jobspec import MAX_SCRIPT, script_problem, script_too_large
+
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_SCRIPT + 1)
+            if len(data) > MAX_SCRIPT:
+                fail(f"{path}: {script_too_large(max(os.fstat(file.fileno()).st_size, len(data)))}")
+    except OSError as exc:
+        fail(f"{path}: cannot read the script: {exc.strerror or exc}")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}): a batch script is text")
+    problem = script_problem(text)
+    if problem is not None:
+        fail(f"{path}: {problem}")
+    return text
+
+
+def script_options(ctx: typer.Context, path: Path, text: str) -> dict[str, tuple[Any, str]]:
+    """The submit options a script's #SBATCH lines give (sbatch's: the last line to give one wins)
+    and the command line does not, each with its line as a refusal names it (`job.sh: line 3:
+    #SBATCH --mem=lots`): parsed by submit's own parser, one option at a time. A directive corral
+    does not take (--partition, --output, ...) is said once on stderr, with its line, and ignored,
+    as a real script carries many; one it takes with a value it cannot read is refused."""
+    from corral.batch_script import DirectiveError, directives
+
+    command = ctx.command
+    flags = {spelling for p in command.params if isinstance(p, TyperOption) and p.is_flag for spelling in p.opts}
+    takes_value = {spelling: spelling not in flags for spelling in SBATCH_DIRECTIVES}
+    try:
+        found = directives(text, takes_value)
+    except DirectiveError as exc:
+        fail(f"{path}: line {exc.line}: {exc.text.strip()}: {exc}")
+    given: dict[str, tuple[Any, str]] = {}
+    warned: set[str] = set()
+    for directive in found:
+        where = f"{path}: line {directive.line}: {directive.text.strip()}"
+        if not directive.known:
+            if directive.spelling not in warned:
+                warned.add(directive.spelling)
+                err.print(
+                    f"warning: {path}: line {directive.line}: #SBATCH {directive.spelling} is not an option corral"
+                    " takes: ignored",
+                    markup=False,
+                    highlight=False,
+                )
+            continue
+        parameter = SBATCH_DIRECTIVES[directive.spelling]
+        try:
+            parsed = command.make_context(ctx.info_name, list(directive.words), parent=ctx.parent)
+        except UsageError as exc:
+            fail(f"{where}: {exc.format_message()}")
+        given[parameter] = (parsed.params[parameter], where)
+    return {
+        parameter: value
+        for parameter, value in given.items()
+        if not any(
+            getattr(ctx.get_parameter_source(overriding), "name", "") == "COMMANDLINE"
+            for overriding in _OVERRIDDEN_BY.get(parameter, (parameter,))
+        )
+    }
+
+
 def _warn_of_relative_programs(requests: list[JobRequest]) -> None:
     """`corral submit ./step`, as one types `sbatch ./step`, queued a job that could only end with
     exit 127: the command runs in its attempt's own directory on the node, where no ./step is (a job
@@ -958,12 +1104,24 @@ def _warn_of_relative_programs(requests: list[JobRequest]) -> None:
     for program in sorted(p for p in relative if not p.startswith("/")):
         here = Path(program)
         hint = f"give its full path ({here.resolve()})" if here.exists() else "give its full path"
+        if _is_batch_script(here):
+            # sbatch's way: the script's content goes with the job, found on no node's disk.
+            hint = f"submit it as a batch script, its content sent with the job: corral submit --script {program}"
         err.print(
             f"warning: {program} is a relative path, and the command does not run here: on the node it runs in"
             f" a directory of its own (its attempt's), where {program} is not found (exit 127): {hint}",
             markup=False,
             highlight=False,
         )
+
+
+def _is_batch_script(path: Path) -> bool:
+    """Whether `path` is a file here that starts with #!."""
+    try:
+        with path.open("rb") as file:
+            return file.read(2) == b"#!"
+    except OSError:
+        return False
 
 
 def wait_for_jobs(job_ids: list[int]) -> int:
@@ -1010,14 +1168,14 @@ def _login_name() -> str:
         return ""
 
 
-def _submit_refusal(detail: str, file: Path | None, places: list[str]) -> str:
+def _submit_refusal(detail: str, file: Path | None, places: list[str], origins: dict[str, str]) -> str:
     """The server's refusal of a submission (a dependency on no job), each line naming the job as
-    the user wrote it: its file's line or item, or the option."""
+    the user wrote it: its file's line or item, the script's directive, or the option."""
 
     def where(match: re.Match[str]) -> str:
         index, field = int(match[1]), match[2]
         if file is None:
-            return f"{_option_of((field,))}:"
+            return f"{origins.get(field) or _option_of((field,))}:"
         place = places[index] if index < len(places) else f"job {index + 1}"
         return f"{file}: {place}: {field}:"
 
@@ -1137,9 +1295,23 @@ def array_task_text(job: dict[str, Any]) -> str:
 
 
 @app.command("job")
-def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
+def show_job(
+    job_id: JobArg,
+    as_json: JsonFlag = False,
+    script: Annotated[
+        bool,
+        typer.Option(
+            "--script", help="Print the job's batch script as it was submitted (as scontrol write batch_script ID -)."
+        ),
+    ] = False,
+) -> None:
     """Show one job with its attempts."""
     j = call("GET", f"/api/jobs/{job_id}")
+    if script:
+        if j.get("script") is None:
+            fail(f"job {j['id']} is no batch script: its command is {' '.join(j['command'])}")
+        sys.stdout.write(j["script"])
+        return
     if as_json:
         print_json(j)
         return
@@ -1155,6 +1327,8 @@ def show_job(job_id: JobArg, as_json: JsonFlag = False) -> None:
         )
     )
     console.print(f"  command    {' '.join(j['command'])}", highlight=False)
+    if j.get("script_bytes") is not None:
+        console.print(f"  script     {j['command'][0]} ({counted(j['script_bytes'], 'byte')})", highlight=False)
     if j.get("image"):
         console.print(f"  image      {j['image']}", highlight=False)
     if j.get("chdir"):

@@ -63,9 +63,12 @@ def test_submit_wait_says_when_the_job_it_waits_for_cannot_be_placed(tmp_path: P
 
 def test_a_program_named_by_a_relative_path_is_warned_of_with_its_full_path(tmp_path: Path) -> None:
     """`corral submit ./step`, as `sbatch ./step`, queued a job bound to end with exit 127: it runs in
-    its attempt's directory on the node. It is still queued (the README shows why it fails)."""
+    its attempt's directory on the node. It is still queued (the README shows why it fails). A step
+    that is a script here (#!) is what sbatch would have sent with the job: --script is named."""
     step = tmp_path / "step"
-    step.write_text("#!/bin/sh\n")
+    step.write_bytes(b"\x7fELF")
+    script = tmp_path / "step.sh"
+    script.write_text("#!/bin/sh\n")
     (tmp_path / "home").mkdir()
     with served_app(tmp_path / "home") as (url, store):
         env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "t"}
@@ -78,6 +81,13 @@ def test_a_program_named_by_a_relative_path_is_warned_of_with_its_full_path(tmp_
         )
         full = subprocess.run([CORRAL, "submit", str(step)], env=env, cwd=tmp_path, capture_output=True, text=True)
         assert full.stderr == "" and [store.job(i).command[0] for i in (1, 2)] == ["./step", str(step)]
+        done = subprocess.run([CORRAL, "submit", "./step.sh"], env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0 and done.stdout == "3\n"
+        assert done.stderr == (
+            "warning: ./step.sh is a relative path, and the command does not run here: on the node it runs in a"
+            " directory of its own (its attempt's), where ./step.sh is not found (exit 127): submit it as a batch"
+            " script, its content sent with the job: corral submit --script ./step.sh\n"
+        )
 
 
 def test_job_options_given_with_a_job_file_are_refused_not_dropped(tmp_path: Path) -> None:
