@@ -291,14 +291,19 @@ class SlurmLoop(LiveLoop):
                 continue
         return "\n".join(tails)
 
-    def _forget_exit_status(self, job_id: int, attempt_ids: Iterable[int]) -> None:
-        """Remove the exit status files of attempts corral has ended: they were only needed while
-        Slurm might forget the job before corral saw it end."""
+    def _forget_attempt_files(self, job_id: int, attempt_ids: Iterable[int]) -> None:
+        """Remove the exit status files of attempts corral has ended (they were only needed while
+        Slurm might forget the job before corral saw it end), and their batch scripts' copies."""
         for attempt_id in attempt_ids:
             try:
                 self.status_path(job_id, attempt_id).unlink(missing_ok=True)
             except OSError as exc:
                 log.warning("removing the exit status file of job %s failed: %s", job_id, exc, extra={"job_id": job_id})
+            self._forget_script(attempt_id)
+
+    def _forget_script(self, attempt_id: int) -> None:
+        # (No directory for an attempt of a job without a script: nothing to remove.)
+        shutil.rmtree(self.script_dir(attempt_id), ignore_errors=True)
 
     def _orphans(self, snapshot: Snapshot, ours: dict[int, SlurmJob], now: float) -> None:
         """scancel this cluster's Slurm jobs that still run or wait although corral no longer runs
@@ -348,7 +353,7 @@ class SlurmLoop(LiveLoop):
                 log.info("%s", message)
         self.store.apply_outcomes(decisions.job_outcomes, now, decisions.outcome_times)
         for outcome in decisions.job_outcomes:  # once their ends are committed
-            self._forget_exit_status(outcome.job_id, (i for i in outcome.attempt_ids if i in seen))
+            self._forget_attempt_files(outcome.job_id, (i for i in outcome.attempt_ids if i in seen))
             for attempt_id in outcome.attempt_ids:
                 if attempt_id in seen:
                     self._tell_cut_output(outcome.job_id, attempt_id)
@@ -386,7 +391,7 @@ class SlurmLoop(LiveLoop):
             self.store.finish_attempt(
                 ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at, ended.exit_signal
             )
-            self._forget_exit_status(ended.job_id, (ended.attempt_id,))
+            self._forget_attempt_files(ended.job_id, (ended.attempt_id,))
         self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
         self.store.annotate_many(decisions.annotations, {}, now)
         jobs = {job.id: job for job in snapshot.jobs}
@@ -465,6 +470,26 @@ class SlurmLoop(LiveLoop):
     def status_path(self, job_id: int, attempt_id: int) -> Path:
         """Where the batch script records the attempt's exit status: beside its output."""
         return self.output_path(job_id, attempt_id).with_suffix(STATUS_SUFFIX)
+
+    def script_dir(self, attempt_id: int) -> Path:
+        """Where a batch script's copy is written for its attempt (under slurm.work_dir, which
+        the nodes see as the status file's directory), as the agent writes one to the attempt's own."""
+        return self.work_dir / "attempts" / str(attempt_id)
+
+    def write_script(self, job: Job, attempt_id: int) -> Path:
+        """The job's batch script, read from the store, written for its attempt (mode 0700, as
+        slurmd keeps a job's script): the path sbatch's own batch script runs it by."""
+        script = self.store.job_script(job.id)
+        if script is None:  # (deleted meanwhile: a temporary failure, as any sbatch that could not be made)
+            raise OSError(f"job {job.id}'s batch script is no longer in the store")
+        directory = self.script_dir(attempt_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / job.command[0]
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+        with open(descriptor, "w", encoding="utf-8", newline="") as file:
+            os.fchmod(descriptor, 0o700)
+            file.write(script)
+        return path
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
@@ -549,13 +574,18 @@ class SlurmLoop(LiveLoop):
         try:
             self.output_path(job.id, attempt_id).parent.mkdir(parents=True, exist_ok=True)
             self.work_dir.mkdir(parents=True, exist_ok=True)
+            command = job.command
+            if job.batch_script:
+                command = [str(self.write_script(job, attempt_id)), *job.command[1:]]
             ref = self.slurm.sbatch(
                 self.sbatch_options(job, attempt_id),
                 self.script,
-                [str(self.status_path(job.id, attempt_id)), *self.output_bound(), *job.command],
+                [str(self.status_path(job.id, attempt_id)), *self.output_bound(), *command],
                 self.job_env(job, attempt_id),
             )
         except (SlurmError, OSError) as exc:
+            if job.batch_script:
+                self._forget_script(attempt_id)
             # With Slurm's message as the reason (batch.sbatch_refusal): a request Slurm refuses
             # for good (a value of the job's SBATCH_* variables too) fails the job at once, as sbatch
             # fails for a Slurm user; anything else (slurmctld unreachable or busy, a refused
