@@ -586,7 +586,7 @@ STORED_FIELDS = frozenset(
 )
 # A spec stored before `script` was a field: every job queued at an upgrade's restart, built on the
 # fast path as before (no script) rather than through the model.
-_STORED_BEFORE_SCRIPT = STORED_FIELDS - {"script"}
+FIELDS_BEFORE_SCRIPT = STORED_FIELDS - {"script"}
 _LOCALITY_FIELDS = frozenset(LocalitySpec.model_fields)
 # The largest int that goes through a float unchanged (sizes are read as floats, then rounded).
 _EXACT_IN_FLOAT = 2**53
@@ -617,7 +617,7 @@ def _fast_job(
     if type(spec) is not dict:
         return None
     keys = spec.keys()
-    if keys != STORED_FIELDS and keys != _STORED_BEFORE_SCRIPT:
+    if keys != STORED_FIELDS and keys != FIELDS_BEFORE_SCRIPT:
         return None
     script = spec.get("script")
     command, vcpus, ram, scratch = spec["command"], spec["vcpus"], spec["ram"], spec["scratch"]

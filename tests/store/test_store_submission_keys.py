@@ -64,9 +64,9 @@ def stored_as_before(store: Store, jobs: list[JobRequest], leaving_out: tuple[st
     return ids
 
 
-# The servers since submissions had keys: with chdir and separate_stderr (the one before this),
-# before separate_stderr, before chdir.
-OLDER_SERVERS = [(), ("separate_stderr",), ("separate_stderr", "chdir")]
+# The servers since submissions had keys and before this one: with chdir and separate_stderr but
+# before script (the one before this), before separate_stderr, before chdir.
+OLDER_SERVERS = [("script",), ("script", "separate_stderr"), ("script", "separate_stderr", "chdir")]
 
 
 @pytest.mark.parametrize("leaving_out", OLDER_SERVERS, ids=["whole", "before-separate_stderr", "before-chdir"])

@@ -90,6 +90,7 @@ from corral.core.model import (
 from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
 from corral.core.units import utc_text
 from corral.jobspec import (
+    FIELDS_BEFORE_SCRIPT,
     JobRequest,
     dependency_text,
     describe_validation_errors,
@@ -389,11 +390,13 @@ def _hash_of(specs: Iterable[Mapping[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(list(specs), sort_keys=True).encode()).hexdigest()
 
 
-# The fields JobRequest took after submissions had keys (migration 0018), in the order they came,
-# with their defaults. A server before this one hashed each request's every field, so a key stored
-# by a server from before one of them existed has its hash without it: a submission sent to it and
-# sent again after the upgrade (a day at most) is the same submission if it leaves them at their
-# defaults. Fields added from now on need no entry: the hash leaves out what is at its default.
+# Servers before this one hashed a submission whole (each request's every field, its defaults
+# included): the fields they knew, those of the last of them, and of those the ones JobRequest took
+# after submissions had keys (migration 0018), in the order they came, with their defaults. A key
+# stored by a server from before one of them existed has its hash without it: a submission sent to
+# it and sent again after the upgrade (a day at most) is the same submission if it leaves them at
+# their defaults. Fields added since need no entry: the hash leaves out what is at its default.
+_FIELDS_HASHED_WHOLE = FIELDS_BEFORE_SCRIPT
 _ADDED_WHILE_HASHED_WHOLE: tuple[tuple[str, Any], ...] = (("chdir", None), ("separate_stderr", False))
 
 
@@ -415,7 +418,10 @@ class _SubmissionKey:
     def _as_hashed_whole(self) -> frozenset[str]:
         # Only for a key found with another hash (after an upgrade, or other jobs): dumped again,
         # as the submission's own specs may have been changed by then (a judged dependency).
-        whole = [r.model_dump(mode="json") for r in self._requests]
+        dumped = [(r.model_dump(mode="json"), type(r)) for r in self._requests]
+        if any(set(spec_without_defaults(spec, model)) - _FIELDS_HASHED_WHOLE for spec, model in dumped):
+            return frozenset()  # (a field set that no server hashing whole had: it refused it)
+        whole = [{field: value for field, value in spec.items() if field in _FIELDS_HASHED_WHOLE} for spec, _ in dumped]
         hashes = {_hash_of(whole)}
         added = list(_ADDED_WHILE_HASHED_WHOLE)
         while added:
