@@ -7,9 +7,11 @@ as its own options (one parser for both: corral.cli)."""
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 DIRECTIVE = "#SBATCH"
 
@@ -82,3 +84,13 @@ def directives(script: str, takes_value: Mapping[str, bool]) -> list[Directive]:
             found.append(Directive(number, line, spelling, group, known))
             at += len(group)
     return found
+
+
+def write_script(path: Path, text: str) -> None:
+    """Write a batch script's copy where it runs from (an agent's attempt directory, or under
+    slurm.work_dir): mode 0700, the job's user's alone, as slurmd keeps a job's script; never
+    through a link left at `path`."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+    with open(descriptor, "w", encoding="utf-8", newline="") as file:
+        os.fchmod(descriptor, 0o700)  # (the mode given applies to a new file only, under the umask)
+        file.write(text)

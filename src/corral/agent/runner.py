@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.agent import container, sysinfo
+from corral.batch_script import write_script
 
 # Variables that carry the agent's own credentials; a job must never see them.
 AGENT_SECRET_VARS = frozenset({"CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET"})
@@ -332,10 +333,7 @@ class Runner:
         if spec.script is None:
             return spec.command
         path = own_dir / spec.command[0]
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
-        with open(descriptor, "w", encoding="utf-8", newline="") as file:
-            os.fchmod(descriptor, 0o700)  # (the mode given applies to a new file only, under the umask)
-            file.write(spec.script)
+        write_script(path, spec.script)
         return [str(path), *spec.command[1:]]
 
     @staticmethod

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from corral.batch_script import write_script
 from corral.config import Config
 from corral.core import batch, job_array, retry
 from corral.core.batch import CHDIR_FAILED_EXIT, Phase, Seen, phase_of
@@ -485,10 +486,7 @@ class SlurmLoop(LiveLoop):
         directory = self.script_dir(attempt_id)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / job.command[0]
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
-        with open(descriptor, "w", encoding="utf-8", newline="") as file:
-            os.fchmod(descriptor, 0o700)
-            file.write(script)
+        write_script(path, script)
         return path
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
