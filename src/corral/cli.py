@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 import os
 import re
 import secrets
@@ -31,7 +32,7 @@ from typer.core import TyperCommand, TyperOption
 
 from corral.core.model import JobState
 from corral.core.signals import signal_name, signal_text
-from corral.core.units import format_duration, parse_duration
+from corral.core.units import format_duration, parse_duration, parse_size
 from corral.files import (
     DamagedServerInfo,
     RepeatedKey,
@@ -708,6 +709,8 @@ SBATCH_DIRECTIVES = {
     **dict.fromkeys(("-J", "--job-name"), "name"),
     **dict.fromkeys(("-c", "--cpus-per-task"), "vcpus"),
     "--mem": "ram",
+    "--mem-per-cpu": "mem_per_cpu",
+    "--gres": "gres",
     "--tmp": "scratch",
     **dict.fromkeys(("-G", "--gpus"), "gpus"),
     **dict.fromkeys(("-N", "--nodes"), "nodes"),
@@ -734,6 +737,13 @@ def submit(
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Submit the jobs in a .jsonl or .yaml file.")
     ] = None,
+    wrap: Annotated[
+        str | None,
+        typer.Option(
+            metavar="COMMAND",
+            help="Run this shell command line as the job, as sbatch --wrap does (/bin/sh -c COMMAND; named 'wrap').",
+        ),
+    ] = None,
     script: Annotated[
         Path | None,
         typer.Option(
@@ -741,7 +751,8 @@ def submit(
             metavar="FILE",
             help="Submit a batch script as the job, as sbatch does: its content is copied now (later edits do not"
             " change the job) and run on the node with the arguments after --; its #SBATCH lines (-J, -c, --mem,"
-            " --tmp, -G, -N, -t, -b, -a, -d, -H, -D) are read as options, and the command line's win over them.",
+            " --mem-per-cpu, --tmp, -G, --gres, -N, -t, -b, -a, -d, -H, -D) are read as options, and the command"
+            " line's win over them.",
         ),
     ] = None,
     name: Annotated[str, typer.Option("--name", "--job-name", "-J", help="A name for the job.")] = "",
@@ -770,10 +781,28 @@ def submit(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")] = None,
     vcpus: Annotated[float, typer.Option("--vcpus", "--cpus-per-task", "-c", help="vCPUs per node.")] = 1.0,
     ram: Annotated[
-        str, typer.Option("--ram", "--mem", help="RAM per node, e.g. 512MiB, 4GiB, 4G; a bare number is MiB.")
-    ] = "1GiB",
+        str | None,
+        typer.Option(
+            "--ram", "--mem", help="RAM per node, e.g. 512MiB, 4GiB, 4G; a bare number is MiB. Default: 1GiB."
+        ),
+    ] = None,
+    mem_per_cpu: Annotated[
+        str | None,
+        typer.Option(
+            "--mem-per-cpu",
+            metavar="SIZE",
+            help="RAM per vCPU, as sbatch's: the job asks for this times its vCPUs per node (not with --mem).",
+        ),
+    ] = None,
     scratch: Annotated[str, typer.Option("--scratch", "--tmp", help="Scratch disk per node.")] = "0",
     gpus: Annotated[int, typer.Option("--gpus", "-G", help="GPUs per node.")] = 0,
+    gres: Annotated[
+        str | None,
+        typer.Option(
+            metavar="gpu[:N]",
+            help="sbatch's --gres for GPUs: gpu:2 is --gpus 2 (a GPU type is not matched: --trait names one).",
+        ),
+    ] = None,
     nodes: Annotated[int, typer.Option("--nodes", "-N", help="Run as a gang on this many nodes.")] = 1,
     priority: Annotated[int, typer.Option(help="Higher runs first; 0 cancels.")] = 1,
     not_before: Annotated[
@@ -905,6 +934,8 @@ def submit(
     origins: dict[str, str] = {}  # a job field set by a script's directive: the line that set it
     if script is not None and file is not None:
         fail("--script and --file both give the jobs: give one (a job file's job may carry its own 'script')")
+    if wrap is not None and script is not None:
+        fail("--wrap and --script both give the job: give one")
     if file is not None:
         if command:
             fail("give either a command or --file, not both")
@@ -944,8 +975,13 @@ def submit(
             options["command"] = [script.name, *(command or [])]
             # sbatch's default job name: the script's.
             options["name"] = options["name"] or script.name
+        elif wrap is not None:
+            if command:
+                fail(f"--wrap gives the command: not with another ({' '.join(command)})")
+            options["command"] = ["/bin/sh", "-c", wrap]
+            options["name"] = options["name"] or "wrap"  # (sbatch's name for it)
         elif not command:
-            fail("no command: write `corral submit [OPTIONS] -- COMMAND [ARG...]` (or --script FILE)")
+            fail("no command: write `corral submit [OPTIONS] -- COMMAND [ARG...]` (or --script FILE, --wrap CMD)")
         fields = _job_fields(options, origins)
         if script_text is not None:
             fields["script"] = script_text
@@ -992,7 +1028,6 @@ def _job_fields(options: dict[str, Any], origins: dict[str, str]) -> dict[str, A
         "name": options["name"],
         "env": _parse_env(options["env"] or []),
         "vcpus": options["vcpus"],
-        "ram": options["ram"],
         "scratch": options["scratch"],
         "gpus": options["gpus"],
         "nodes": options["nodes"],
@@ -1000,6 +1035,21 @@ def _job_fields(options: dict[str, Any], origins: dict[str, str]) -> dict[str, A
         "max_retries": options["max_retries"],
         "tags": options["tag"] or [],
     }
+    ram, mem_per_cpu = options["ram"], options["mem_per_cpu"]
+    if mem_per_cpu is not None:
+        said = origins.get("mem_per_cpu") or f"--mem-per-cpu {mem_per_cpu!r}"
+        if ram is not None:
+            fail(f"{said}: --mem and --mem-per-cpu both give the RAM: give one (as sbatch)")
+        try:
+            ram = math.ceil(parse_size(mem_per_cpu) * options["vcpus"])
+        except ValueError as exc:
+            fail(f"{said}: {exc}")
+    if ram is not None:
+        fields["ram"] = ram
+    if options["gres"] is not None:
+        if options["gpus"]:
+            fail("--gres and --gpus both give the GPUs: give one")
+        fields["gpus"] = _gres_gpus(options["gres"], origins.get("gres") or f"--gres {options['gres']!r}")
     for field in ("image", "chdir", "on_node_failure", "dependency", "min_platform", "reservation"):
         if options[field] is not None:
             fields[field] = options[field]
@@ -1027,6 +1077,21 @@ def _job_fields(options: dict[str, Any], origins: dict[str, str]) -> dict[str, A
     if options["forbid"]:
         fields["forbidden_traits"] = _parse_traits("--forbid", options["forbid"])
     return fields
+
+
+def _gres_gpus(gres: str, said: str) -> int:
+    """The GPUs per node of sbatch's --gres: `gpu` (one), `gpu:N`. Other resources, and a GPU type,
+    are refused: corral has no generic resources, and matching a GPU type is --trait's."""
+    name, _, count = gres.strip().partition(":")
+    if name != "gpu" or "," in count:
+        fail(f"{said}: corral takes only GPUs as a generic resource: gpu or gpu:N")
+    if ":" in count:
+        fail(f"{said}: a GPU type is not matched by --gres here: give gpu:N and the type with --trait (e.g. accel=a10)")
+    if not count:
+        return 1
+    if not count.isdigit():
+        fail(f"{said}: not a number of GPUs: {count!r}")
+    return int(count)
 
 
 def read_batch_script(path: Path) -> str:

@@ -173,3 +173,28 @@ def test_squeue_and_scancel_short_filters_list_and_cancel_what_the_long_ones_do(
         assert listed("-t", "PD", "-u", "alice", "-n", "a") == [1]
         assert corral(url, "cancel", "-t", "PD", "-u", "alice").stdout.startswith("cancel requested for 2 jobs: 1, 3")
         assert [store.job(i).cancel_requested for i in (1, 2, 3)] == [True, False, True]
+
+
+def test_sbatch_wrap_mem_per_cpu_and_gres_ask_for_what_they_do_in_slurm(tmp_path: Path) -> None:
+    """`sbatch --wrap`, `--mem-per-cpu` and `--gres=gpu:N`, on the command line and as #SBATCH lines."""
+    (tmp_path / "home").mkdir()
+    with served_app(tmp_path / "home") as (url, store):
+        wrapped = int(corral(url, "submit", "--wrap", "python3 x.py > out.txt").stdout)
+        assert store.job(wrapped).command == ["/bin/sh", "-c", "python3 x.py > out.txt"]
+        assert store.job(wrapped).name == "wrap"
+        per_cpu = int(corral(url, "submit", "-c", "3", "--mem-per-cpu", "2G", "--gres", "gpu:2", "--", "true").stdout)
+        assert (store.job(per_cpu).resources.ram_mib, store.job(per_cpu).resources.gpus) == (3 * 2048, 2)
+        script = tmp_path / "job.sh"
+        script.write_text("#!/bin/sh\n#SBATCH -c 2\n#SBATCH --mem-per-cpu=1500\n#SBATCH --gres=gpu\necho hi\n")
+        scripted = int(corral(url, "submit", "--script", str(script)).stdout)
+        assert (store.job(scripted).resources.ram_mib, store.job(scripted).resources.gpus) == (3000, 1)
+        for refused, said in [
+            (["--mem", "1G", "--mem-per-cpu", "1G", "--", "true"], "--mem and --mem-per-cpu both give the RAM"),
+            (["--gres", "gpu:a10:1", "--", "true"], "a GPU type is not matched by --gres here"),
+            (["--gres", "license:2", "--", "true"], "corral takes only GPUs as a generic resource"),
+            (["--gres", "gpu:1", "-G", "1", "--", "true"], "--gres and --gpus both give the GPUs"),
+            (["--wrap", "true", "--", "false"], "--wrap gives the command: not with another"),
+        ]:
+            done = corral(url, "submit", *refused, check=False)
+            assert done.returncode == 1 and said in done.stderr, (refused, done.stderr)
+        assert len(store.list_job_rows()) == 3
