@@ -77,12 +77,11 @@ def test_a_bad_array_text_is_refused_naming_what_is_wrong(text: str, says: str) 
 
 def test_a_task_finds_its_array_in_its_environment() -> None:
     task = job_array.parse("1,3,5-7%2").task(ARRAY, 5)
+    values = {"ARRAY_JOB_ID": "10", "ARRAY_TASK_ID": "5", "ARRAY_TASK_COUNT": "5", "ARRAY_TASK_MIN": "1"}
+    values["ARRAY_TASK_MAX"] = "7"
+    # Under corral's names, and Slurm's, which a batch script written for Slurm reads.
     assert job_array.environment(task) == {
-        "CORRAL_ARRAY_JOB_ID": "10",
-        "CORRAL_ARRAY_TASK_ID": "5",
-        "CORRAL_ARRAY_TASK_COUNT": "5",
-        "CORRAL_ARRAY_TASK_MIN": "1",
-        "CORRAL_ARRAY_TASK_MAX": "7",
+        f"{prefix}_{k}": v for prefix in ("CORRAL", "SLURM") for k, v in values.items()
     }
     assert str(task) == "10_5"
 

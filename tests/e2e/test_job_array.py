@@ -9,7 +9,7 @@ from tests.e2e.conftest import Corral, wait_until
 def test_an_array_runs_its_tasks_with_their_ids_never_more_at_once_than_its_throttle(corral: Corral) -> None:
     corral.start()
     report = 'echo "$CORRAL_ARRAY_JOB_ID $CORRAL_ARRAY_TASK_ID $CORRAL_ARRAY_TASK_COUNT $CORRAL_ARRAY_TASK_MIN'
-    script = f'{report} $CORRAL_ARRAY_TASK_MAX"; sleep 1.5'
+    script = f'{report} $CORRAL_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_ID"; sleep 1.5'
     ids = [int(line) for line in corral.cli("submit", "--array", "0-3%2", "--", "sh", "-c", script).stdout.split()]
     assert len(ids) == 4
     array = ids[0]
@@ -24,7 +24,7 @@ def test_an_array_runs_its_tasks_with_their_ids_never_more_at_once_than_its_thro
 
     wait_until(lambda: all(corral.jobs()[i]["state"] == "complete" for i in ids), 90, "every task to complete")
     for task_id, job_id in enumerate(ids):
-        assert corral.api("GET", f"/api/jobs/{job_id}/logs").text == f"{array} {task_id} 4 0 3\n"
+        assert corral.api("GET", f"/api/jobs/{job_id}/logs").text == f"{array} {task_id} 4 0 3 {task_id}\n"
     runs = [
         (a["started_at"], a["finished_at"])
         for i in ids

@@ -48,3 +48,13 @@ def test_a_batch_script_runs_with_its_arguments_in_slurm(corral: Corral, slurm: 
     # The copy served its attempt and is gone with it.
     work = corral.home / "slurm" / "work" / "attempts"
     wait_until(lambda: not any(work.glob("*/job.sh")), 30, "the script's copy to be removed")
+
+
+def test_an_array_scripts_tasks_read_their_ids_under_slurms_names_in_slurm(corral: Corral, tmp_path: Path) -> None:
+    # corral sbatches each task as a Slurm job of its own, so Slurm sets no SLURM_ARRAY_*: corral does.
+    script = tmp_path / "sweep.sh"
+    script.write_text('#!/bin/sh\n#SBATCH --array=3-4\necho "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_TASK_COUNT"\n')
+    corral.start()
+    ids = [int(i) for i in corral.cli("submit", "--script", str(script)).stdout.split()]
+    wait_until(lambda: all(corral.jobs()[i]["state"] == "complete" for i in ids), 90, "both tasks to complete")
+    assert [corral.cli("logs", str(i)).stdout for i in ids] == ["task 3 of 2\n", "task 4 of 2\n"]

@@ -107,14 +107,17 @@ def _task_id(entry: str, where: str, text: str, max_task_id: int) -> int:
 
 
 def environment(task: ArrayTask) -> dict[str, str]:
-    """What a task's command finds in its environment (Slurm's SLURM_ARRAY_* under corral's names)."""
-    return {
-        "CORRAL_ARRAY_JOB_ID": str(task.array_job_id),
-        "CORRAL_ARRAY_TASK_ID": str(task.task_id),
-        "CORRAL_ARRAY_TASK_COUNT": str(task.count),
-        "CORRAL_ARRAY_TASK_MIN": str(task.first),
-        "CORRAL_ARRAY_TASK_MAX": str(task.last),
+    """What a task's command finds in its environment: CORRAL_ARRAY_*, and the same under Slurm's
+    names (SLURM_ARRAY_*), which a batch script written for Slurm reads its task from (corral
+    sbatches each task as a job of its own, so Slurm sets none of them)."""
+    values = {
+        "ARRAY_JOB_ID": str(task.array_job_id),
+        "ARRAY_TASK_ID": str(task.task_id),
+        "ARRAY_TASK_COUNT": str(task.count),
+        "ARRAY_TASK_MIN": str(task.first),
+        "ARRAY_TASK_MAX": str(task.last),
     }
+    return {f"{prefix}_{name}": value for prefix in ("CORRAL", "SLURM") for name, value in values.items()}
 
 
 def stored_environment(spec_text: str, array_job_id: int, task_id: int) -> dict[str, str]:
