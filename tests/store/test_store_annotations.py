@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sqlalchemy import text
+
 from corral.core.model import Resources
 from corral.core.snapshot import Annotation
 from corral.jobspec import JobRequest
@@ -107,3 +109,51 @@ def test_explanations_that_share_parts_are_stored_as_each_alone_would_be(store: 
     text_of = _ExplanationText(3.25)
     for explanation in [*explanations.values(), odd, odd]:
         assert text_of(explanation) == json.dumps(_dated(explanation, 3.25))
+
+
+def test_many_explained_jobs_are_each_written_as_its_own_note_says(store: Store) -> None:
+    """A pass's explained jobs, written by one statement run for every row: each row gets its own
+    reason, unplaceable mark and explanation, stored as json.dumps's text of it; a job claimed or
+    held since the pass read it is left alone, and only the jobs newly unplaceable have the event."""
+    ids = store.submit([JobRequest(command=["x"]) for _ in range(40)], 1.0)
+    already = ids[6]  # unplaceable before, and again: its event is not written twice
+    store.annotate_many([Annotation(already, "no instance type has 40 GiB RAM", unplaceable=True)], {}, 2.0)
+    claimed, held, claimed_last, plain = ids[3], ids[17], ids[39], ids[21]
+    assert store.claim(claimed, "d2", ["n1"], Resources(), 2.0) is not None
+    store.hold(held, 2.0)
+    assert store.claim(claimed_last, "d2", ["n1"], Resources(), 2.0) is not None
+    shared = {"filters": [{"code": "INSUFFICIENT_RAM", "removed": 3, "sample": ["n1", "n2"], "detail": 'é – "x"'}]}
+    explanations = {
+        job_id: {**shared, "job": job_id, "nodes": n % 4} for n, job_id in enumerate(ids) if job_id != plain
+    }
+    reasons = {
+        job_id: ("no instance type has 40 GiB RAM" if n % 3 == 0 else f"no node has room ({n})")
+        for n, job_id in enumerate(ids)
+    }
+    notes = [
+        Annotation(job_id, reasons[job_id], unplaceable=reasons[job_id].startswith("no instance"))
+        for job_id in reversed(ids)
+    ]
+    notes.append(Annotation(ids[9], "noted twice: the last note is written"))  # (ids[9]: unplaceable first)
+    store.annotate_many(notes, explanations, 3.5)
+
+    with store.engine.connect() as conn:
+        stored: dict[int, str | None] = dict(conn.execute(text("SELECT id, CAST(explanation AS TEXT) FROM jobs")).all())
+    rows = {r["id"]: r for r in store.list_job_rows(limit=100)}
+    left = {claimed, held, claimed_last}
+    for job_id in ids:
+        row = rows[job_id]
+        if job_id in left:
+            assert stored[job_id] is None and not row["unplaceable"], row
+            continue
+        reason = "noted twice: the last note is written" if job_id == ids[9] else reasons[job_id]
+        assert (row["wait_reason"], row["unplaceable"]) == (reason, reason.startswith("no instance")), row
+        assert row["updated_at"] == 3.5
+        if job_id == plain:
+            assert stored[job_id] is None
+        else:
+            assert stored[job_id] == json.dumps(_dated(explanations[job_id], 3.5))  # byte for byte
+    assert rows[held]["wait_reason"] == "held by an operator"
+    # (ids[9] too: a note of it said unplaceable, as one UPDATE a note had it.)
+    expected = [job_id for job_id in ids if reasons[job_id].startswith("no instance") and job_id not in left]
+    assert sorted(e["job_id"] for e in store.list_events(kind="job.unplaceable", limit=100)) == expected
