@@ -284,6 +284,7 @@ def test_a_request_without_its_defaults_is_read_back_as_the_same_request(fields:
 def test_a_batch_script_is_checked_as_sbatch_checks_one_and_bounded_apart_from_the_other_text() -> None:
     text = "#!/bin/sh\n" + "# notes\n" * 20_000  # 160 KiB: past the 64 KiB of a job's other text
     request = JobRequest.model_validate({"command": ["job.sh", "a"], "script": text})
+    JobRequest.model_validate({"command": ["job.sh"], "script": text, "array": "0-99"})  # 16 MiB of copies
     assert request.to_job(1, 0.0).batch_script and not JobRequest(command=["x"]).to_job(1, 0.0).batch_script
     refusals: list[tuple[dict[str, Any], str]] = [
         ({"script": "echo hi\n"}, "script: not a batch script: its first line must start with #!"),
@@ -294,6 +295,11 @@ def test_a_batch_script_is_checked_as_sbatch_checks_one_and_bounded_apart_from_t
             f"script: {MAX_SCRIPT + 10:,} bytes; a batch script has at most",
         ),
         ({"command": ["bin/job.sh"], "script": "#!/bin/sh\n"}, "command.0: a script's command names its file"),
+        # Each task of an array stores its copy: 100 KiB for each of 1,000 tasks is past 64 MiB.
+        (
+            {"script": "#!/bin/sh\n" + "#" * 100_000, "array": "0-999"},
+            "script: 100,010 bytes for each of 1,000 tasks is 100,010,000 bytes stored",
+        ),
     ]
     for change, said in refusals:
         with pytest.raises(ValidationError) as refused:

@@ -57,6 +57,9 @@ MAX_OTHER_TEXT = 64 * 1024
 # default max_script_size. Bounded on its own, not with the other text: a script of a few hundred
 # lines is ordinary, and no pass reads it (the job built for placement holds only that it has one).
 MAX_SCRIPT = 4 * 1024 * 1024
+# The copies of a script an array's submission stores: each task's spec holds the whole script, so a
+# thousand-task array of a 4 MiB script would be 4 GiB of the store.
+MAX_SCRIPT_COPIES = 64 * 1024 * 1024
 
 
 def script_problem(text: str) -> str | None:
@@ -365,6 +368,13 @@ class JobRequest(BaseModel):
             problem = script_name_problem(self.command[0])
             if problem is not None:
                 raise ValueError(f"command.0: {problem}")
+            tasks = len(job_array.parse(self.array).task_ids) if self.array else 1
+            if tasks > 1 and (copies := tasks * len(self.script.encode())) > MAX_SCRIPT_COPIES:
+                raise ValueError(
+                    f"script: {len(self.script.encode()):,} bytes for each of {tasks:,} tasks is {copies:,} bytes"
+                    f" stored (each task keeps its copy); at most {MAX_SCRIPT_COPIES:,} (64 MiB) a submission:"
+                    " keep the data in a file the script reads"
+                )
         return self
 
     def _measure_exec_text(self) -> None:
