@@ -162,6 +162,20 @@ def corral(tmp_path: Path) -> Iterator[Corral]:
     yield from new_corral(tmp_path)
 
 
+@pytest.fixture
+def running(corral: Corral) -> Corral:
+    """A corral started, for the tests that need nothing of it before its start."""
+    corral.start()
+    return corral
+
+
+def ended(corral: Corral, job: int) -> dict[str, object]:
+    """The job once it has ended (complete, failed or cancelled)."""
+    return wait_until(
+        lambda: (j := corral.jobs()[job])["state"] in ("complete", "failed", "cancelled") and j, 120, "the job to end"
+    )
+
+
 @dataclass
 class Dispatchers:
     """`corral run` processes, each with a data directory of its own, sharing one PostgreSQL store

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.e2e.conftest import Corral, wait_until
+from tests.e2e.conftest import Corral, ended
 
 SCRIPT = """#!/bin/sh
 # the lab's usual header
@@ -29,18 +27,6 @@ echo "job $CORRAL_JOB_ID"
 stat -c %a "$0"
 #SBATCH --mem=9G
 """
-
-
-@pytest.fixture
-def running(corral: Corral) -> Corral:
-    corral.start()
-    return corral
-
-
-def ended(corral: Corral, job: int) -> dict[str, object]:
-    return wait_until(
-        lambda: (j := corral.jobs()[job])["state"] in ("complete", "failed", "cancelled") and j, 120, "the job to end"
-    )
 
 
 def test_a_batch_script_runs_as_submitted_with_its_directives_and_arguments(running: Corral, tmp_path: Path) -> None:

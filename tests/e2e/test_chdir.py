@@ -7,21 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.e2e.conftest import Corral, wait_until
-
-
-@pytest.fixture
-def running(corral: Corral) -> Corral:
-    corral.start()
-    return corral
-
-
-def ended(corral: Corral, job: int) -> dict[str, object]:
-    return wait_until(
-        lambda: (j := corral.jobs()[job])["state"] in ("complete", "failed", "cancelled") and j, 120, "the job to end"
-    )
+from tests.e2e.conftest import Corral, ended
 
 
 def test_a_job_runs_in_the_directory_it_names_and_finds_its_programs_there(running: Corral, tmp_path: Path) -> None:
