@@ -3319,6 +3319,8 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
 
 def refresh_job(job: Job, row: Mapping[str, Any]) -> None:
     """Copy the columns that change after submission onto `job`."""
+    # (A finished job requeued is submitted again: between two passes, a kept job's time moved.)
+    job.submitted_at = row["submitted_at"]
     job.priority = row["priority"]
     job.state = _JOB_STATES[row["state"]]  # (a dict: JobState(...) was a second of a pass over 100,000 jobs)
     job.claimed_by = row["claimed_by"]
