@@ -2,10 +2,12 @@
 
 A pass needs more than the snapshot's flat lists: the queued jobs, the jobs to cancel, the active
 attempts and how many hold each node, the nodes by state, the schedulable nodes that hold no work.
-The live loop reads a whole new snapshot each pass and builds the index from it (`of`); the
-simulator changes its world a piece at a time and keeps one index current by filing each job,
+The simulator changes its world a piece at a time and keeps one index current by filing each job,
 attempt and node again after it changes it (`put_*`, `drop_*`), so that a pass costs what changed
-rather than the size of the fleet and the queue. Both passes read the same groupings, in the same
+rather than the size of the fleet and the queue. The live loop's store reads a whole new snapshot
+each pass, and keeps one index too, filing the jobs, attempts and nodes whose rows changed since
+its last snapshot (corral.store.store.Store.load_snapshot); a snapshot without one is indexed
+afresh (`of`). Both passes read the same groupings, in the same
 order: `plan_pass` has one implementation.
 
 Orders are those of the snapshot's lists: a node or job keeps the place it was first filed at until
@@ -192,8 +194,8 @@ class SnapshotIndex:
             del self._queue_keys[job_id]
         _place(self.deferred, job_id, job, queued and (job.not_before is not None or job.retry_at is not None))
         _place(self.flagged, job_id, job, job.priority == 0 or job.cancel_requested or job.requeue_requested)
-        if job.dependency is not None:  # (a job's dependency never changes: no call for the others)
-            _place(self.dependent, job_id, job, job.state is JobState.QUEUED)
+        if job.dependency is not None or job_id in self.dependent:  # (`corral update` may drop one)
+            _place(self.dependent, job_id, job, job.dependency is not None and job.state is JobState.QUEUED)
         if job.array is not None:  # (nor does its array: no call for the others)
             self._file_task(job, bool(job.array_throttle) and not job.state.terminal)
 
@@ -258,13 +260,19 @@ class SnapshotIndex:
         self.attempts[attempt_id] = attempt
         _place(self.assigned, attempt_id, attempt, attempt.state is AttemptState.ASSIGNED)
         started = attempt.started_at
+        at: float | None = None
         if started is not None and attempt.state is AttemptState.RUNNING:
             job = self.jobs.get(attempt.job_id)
             if job is not None and job.time_limit is not None:
                 at = started + job.time_limit
-                if self._limit_at.get(attempt_id) != at:
-                    self._limit_at[attempt_id] = at
-                    heapq.heappush(self.limits, (at, attempt_id))
+        # Filed again after its job's limit changed (`corral update`) or its job left: its entry
+        # in the heap follows (an entry left behind is skipped, as a dropped attempt's).
+        if at is None:
+            if self._limit_at:
+                self._limit_at.pop(attempt_id, None)
+        elif self._limit_at.get(attempt_id) != at:
+            self._limit_at[attempt_id] = at
+            heapq.heappush(self.limits, (at, attempt_id))
         if attempt_id not in self._counted:
             counted = self._counted[attempt_id] = tuple(attempt.node_ids)
             self.job_attempts.setdefault(attempt.job_id, {})[attempt_id] = None

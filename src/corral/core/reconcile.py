@@ -86,11 +86,12 @@ def plan_pass(
     planner: PlannerMemo | None = None,
 ) -> Decisions:
     # Written for speed (the simulator runs it hundreds of thousands of times): the pass reads the
-    # snapshot through its index (kept between passes by the simulator, built here for the live
-    # loop), so it looks only at the groups a step concerns: queued and flagged jobs, nodes by
-    # state, nodes without work. Per-node policy functions run only on nodes whose answer can
-    # differ from "busy, nothing to do". The decisions are those of the plain reading of the steps
-    # in the module docstring, in the same order, with nodes and jobs in snapshot order.
+    # snapshot through its index (kept between passes by the simulator and by the live loop's
+    # store, built here for a snapshot without one), so it looks only at the groups a step
+    # concerns: queued and flagged jobs, nodes by state, nodes without work. Per-node policy
+    # functions run only on nodes whose answer can differ from "busy, nothing to do". The
+    # decisions are those of the plain reading of the steps in the module docstring, in the same
+    # order, with nodes and jobs in snapshot order.
     index = snapshot.index if snapshot.index is not None else SnapshotIndex.of(snapshot)
     decisions = Decisions()
     lifecycle_settings = settings.lifecycle

@@ -30,7 +30,8 @@ class Snapshot:
     # is judged from here, so a restarted server does not declare every agent dead at once.
     observing_since: float = 0.0
     # The same jobs, attempts and nodes grouped for a pass, if the shell keeps them current between
-    # passes (the simulator); None: the pass groups them itself (corral.core.index).
+    # passes (the simulator; the live loop's store, Store.load_snapshot, until its next snapshot);
+    # None: the pass groups them itself (corral.core.index).
     index: SnapshotIndex | None = None
     # Attempts a pass has already ended (it decided their jobs' fates) before placing: `attempts`
     # leaves them out, and they hold nothing; the index still files them (the shell drops them

@@ -74,6 +74,7 @@ from corral.core.accounting import AttemptSpan, NodeSpan
 from corral.core.capacity import backoff_cleared_message
 from corral.core.dependency import DEPENDENCY, Dependency, DependencyKind, reference_problems, resolve, whole_arrays
 from corral.core.dependency import parse as parse_dependency
+from corral.core.index import SnapshotIndex
 from corral.core.model import (
     ZERO,
     Attempt,
@@ -531,6 +532,12 @@ class Store:
         self.engine, self.reader = make_engines(url, application_name, idle_in_transaction)
         # The open jobs of the last snapshot, by id, with their spec_rev and the row they were refreshed from.
         self._jobs: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
+        # The index of the last snapshot, kept between snapshots and filed with only what changed
+        # (`_file_index`), and the active attempts and live nodes it was filed from (by id: the row
+        # and the object filed). None: no snapshot yet, or the last one failed while filing it.
+        self._index: SnapshotIndex | None = None
+        self._attempts: dict[int, tuple[tuple[Any, ...], Attempt]] = {}
+        self._nodes: dict[str, tuple[tuple[Any, ...], Node]] = {}
         self._store_id: str | None = None
         self.migrated_to: str | None = None  # the schema revision migrate() left (None: not migrated here)
 
@@ -2758,11 +2765,19 @@ class Store:
             waiting = [self._dependency_of(row[at_id], sources) for row in job_rows if row[at_state] == queued]
             open_ids = {row[at_id] for row in job_rows}
             finished, array_tasks = self._finished_named(conn, [d for d in waiting if d is not None], open_ids)
-        jobs = self._jobs_from_rows(job_rows, sources)
+        # The kept index is taken out while it is filed: a load that raises midway (here, or in the
+        # read above) leaves none, and the next one files everything afresh, never a half-filed one.
+        index, self._index = self._index, None
+        changed: list[Job] = []
+        jobs = self._jobs_from_rows(job_rows, sources, changed=changed)
+        index = self._file_index(index, jobs, changed, attempt_rows, node_rows)
+        self._index = index
+        # The lists in the index's order (that of the rows for what is new), so that an index built
+        # from them (SnapshotIndex.of) is this one: the same groups, in the same order.
         return Snapshot(
-            jobs=jobs,
-            attempts=[attempt_from_row(dict(r._mapping)) for r in attempt_rows],
-            nodes=[node_from_row(dict(r._mapping)) for r in node_rows],
+            jobs=list(index.jobs.values()),
+            attempts=list(index.attempts.values()),
+            nodes=list(index.nodes.values()),
             instance_types=instance_types,
             dispatcher_id=dispatcher_id,
             dispatchers=[
@@ -2778,7 +2793,92 @@ class Store:
             observing_since=observing_since,
             finished=finished,
             array_tasks=array_tasks,
+            index=index,
         )
+
+    def _file_index(
+        self,
+        index: SnapshotIndex | None,
+        jobs: list[Job],
+        changed: list[Job],
+        attempt_rows: Sequence[Any],
+        node_rows: Sequence[Any],
+    ) -> SnapshotIndex:
+        """The last snapshot's index (None: a new one) filed with what changed since: the jobs of
+        `changed` (new, or whose row changed: `_jobs_from_rows`) and those no longer open, and the
+        attempts and nodes whose rows changed, came or went (the simulator files its changes so,
+        corral.sim.engine). `jobs`: every open job. A steady pass over a long queue files the few
+        jobs that moved, instead of building the index of every job afresh (SnapshotIndex.of).
+
+        A changed node is refreshed in place, as a job is (the index's lists hold it: its
+        schedulable list is kept while no node comes, goes or is reshaped), and filed again, as
+        `reshaped` if its capacity, price, rack or attributes changed; a ping changes its row too
+        (its measurement, its last ping: a pass reads those off the node). A changed attempt is a
+        new object. The attempts of a job filed again are filed again (its time limit may have
+        moved, or its job left)."""
+        if index is None:
+            index = SnapshotIndex()
+            changed = jobs
+            kept_attempts: dict[int, tuple[tuple[Any, ...], Attempt]] = {}
+            kept_nodes: dict[str, tuple[tuple[Any, ...], Node]] = {}
+        else:
+            kept_attempts, kept_nodes = self._attempts, self._nodes
+        filed_jobs = index.jobs
+        touched: set[int] = set()
+        # Jobs no longer open: any only if the open jobs are not the filed ones plus the new ones.
+        new = sum(1 for job in changed if job.id not in filed_jobs)
+        if len(filed_jobs) + new != len(jobs):
+            open_ids = {job.id for job in jobs}
+            for job_id in [job_id for job_id in filed_jobs if job_id not in open_ids]:
+                index.drop_job(job_id)
+                touched.add(job_id)
+        for job in changed:
+            index.put_job(job)
+            touched.add(job.id)
+
+        attempts: dict[int, tuple[tuple[Any, ...], Attempt]] = {}
+        (at_id,) = _columns_at(attempt_rows, "id")
+        active = {row[at_id] for row in attempt_rows}
+        for attempt_id in [attempt_id for attempt_id in kept_attempts if attempt_id not in active]:
+            index.drop_attempt(attempt_id)
+        for row in attempt_rows:
+            columns = tuple(row)
+            attempt_id = columns[at_id]
+            kept_attempt = kept_attempts.get(attempt_id)
+            if kept_attempt is not None and kept_attempt[0] == columns:
+                attempt = kept_attempt[1]
+                if attempt.job_id in touched:
+                    index.put_attempt(attempt)
+            else:
+                attempt = attempt_from_row(dict(row._mapping))
+                if kept_attempt is not None and kept_attempt[1].node_ids != attempt.node_ids:
+                    index.drop_attempt(attempt_id)  # counted on other nodes: counted again
+                index.put_attempt(attempt)
+            attempts[attempt_id] = (columns, attempt)
+
+        nodes: dict[str, tuple[tuple[Any, ...], Node]] = {}
+        (at_id,) = _columns_at(node_rows, "id")
+        live = {row[at_id] for row in node_rows}
+        for node_id in [node_id for node_id in kept_nodes if node_id not in live]:
+            index.drop_node(node_id)
+        for row in node_rows:
+            columns = tuple(row)
+            node_id = columns[at_id]
+            kept_node = kept_nodes.get(node_id)
+            if kept_node is None:
+                node = node_from_row(dict(row._mapping))
+                index.put_node(node)
+            elif kept_node[0] != columns:
+                node, read = kept_node[1], node_from_row(dict(row._mapping))
+                reshaped = _reshaped(node, read)
+                for name in _NODE_FIELDS:
+                    setattr(node, name, getattr(read, name))
+                index.put_node(node, reshaped=reshaped)
+            else:
+                node = kept_node[1]
+            nodes[node_id] = (columns, node)
+        self._attempts, self._nodes = attempts, nodes
+        return index
 
     @staticmethod
     def _dependency_of(job_id: int, sources: _JobSources) -> Dependency | None:
@@ -2833,7 +2933,9 @@ class Store:
         return _JobSources(cache, specs)
 
     @collector_paused
-    def _jobs_from_rows(self, rows: Sequence[Any], sources: _JobSources, keep: bool = True) -> list[Job]:
+    def _jobs_from_rows(
+        self, rows: Sequence[Any], sources: _JobSources, keep: bool = True, changed: list[Job] | None = None
+    ) -> list[Job]:
         """Jobs for a snapshot. What a job asked for changes only by `corral update` (its spec_rev
         moves), so each job is built from its spec once and kept between passes; a pass only
         refreshes the columns that move (state, priority, failures...), and only of a job whose
@@ -2841,7 +2943,8 @@ class Store:
         pass over 100,000 queued jobs, bench/live_pass.py). The core never mutates a snapshot.
         `sources`: what `_specs_to_build` read for these rows (no store is read here). `keep`:
         False for a reader beside the loop, which gets copies and keeps nothing. (With the
-        collector paused, as load_snapshot: `queued_jobs` builds them too.)"""
+        collector paused, as load_snapshot: `queued_jobs` builds them too.) `changed`: where the
+        jobs built or refreshed are listed (those the kept index files again)."""
         fresh: dict[int, tuple[int, tuple[Any, ...], Job]] = {}
         jobs = []
         at_id, at_rev = _columns_at(rows, "id", "spec_rev")
@@ -2855,11 +2958,15 @@ class Store:
                     sources.specs[job_id], job_id, row.submitted_at, row.array_job_id, row.array_task_id
                 )
                 refresh_job(job, row._mapping)
+                if changed is not None:
+                    changed.append(job)
             elif keep:
                 kept = sources.kept[job_id]
                 job = kept[2]
                 if kept[1] != columns:
                     refresh_job(job, row._mapping)
+                    if changed is not None:
+                        changed.append(job)
             else:
                 # A reader's copy, refreshed from its own row whatever the loop's says: the loop
                 # may be refreshing its job from a newer row meanwhile.
@@ -3355,6 +3462,22 @@ def attempt_from_row(row: dict[str, Any]) -> Attempt:
         exit_code=row["exit_code"],
         exit_signal=row["exit_signal"],
         reason=row["reason"],
+    )
+
+
+_NODE_FIELDS = tuple(f.name for f in dataclasses.fields(Node))
+
+
+def _reshaped(filed: Node, read: Node) -> bool:
+    """Whether a node's row changed what the placer's fleet facts are made of (the index's
+    `put_node(reshaped=True)`: corral.placement.arrays.fleet_signature), not only its state, its
+    pings or its measurements."""
+    return (
+        filed.capacity != read.capacity
+        or filed.price_per_hour != read.price_per_hour
+        or filed.rack != read.rack
+        or filed.attributes != read.attributes
+        or filed.instance_type != read.instance_type
     )
 
 
