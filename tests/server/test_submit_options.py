@@ -41,9 +41,20 @@ def test_submit_wait_says_when_the_job_it_waits_for_cannot_be_placed(tmp_path: P
     on it (`-f examples/jobs.jsonl`, whose last job asks for 64 GiB) sat silent, as if hung."""
     with served_app(tmp_path) as (url, store):
         env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "t"}
-        waiting = subprocess.Popen(
-            [CORRAL, "submit", "--wait", "--ram", "64GiB", "--", "true"], env=env, stdout=PIPE, stderr=PIPE, text=True
-        )
+        # Started with SIGINT at its default, whatever this process has: a test run started in the
+        # background by a shell (`make test &`) ignores SIGINT, and so did the CLI it started, as
+        # any program started so does (seen: SigIgn 0x...1006, SIGINT and SIGQUIT).
+        was = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            waiting = subprocess.Popen(
+                [CORRAL, "submit", "--wait", "--ram", "64GiB", "--", "true"],
+                env=env,
+                stdout=PIPE,
+                stderr=PIPE,
+                text=True,
+            )
+        finally:
+            signal.signal(signal.SIGINT, was)
         said = ""
         try:
             wait_until(lambda: store.list_job_rows() != [], 30, "the job to be submitted")
@@ -57,8 +68,7 @@ def test_submit_wait_says_when_the_job_it_waits_for_cannot_be_placed(tmp_path: P
             try:
                 waiting.wait(30)
             except subprocess.TimeoutExpired:
-                # (Seen once, under a CI run's heavy load: said what it was saying, and how it held
-                # SIGINT, for the next time.)
+                # (What it said, and how it held SIGINT: ignored, it had been started ignoring it.)
                 dispositions = Path(f"/proc/{waiting.pid}/status").read_text().splitlines()
                 held = [line for line in dispositions if line.startswith(("State", "SigBlk", "SigIgn", "SigCgt"))]
                 waiting.kill()
