@@ -574,6 +574,12 @@ class Agent:
         for attempt_id in _ints(answer.get("ack")):
             attempt = self.runner.get(attempt_id)
             if attempt is not None and attempt.exited:
+                if not attempt.log_done:
+                    logs.warning(
+                        "attempt's end reported without all its output: the server could not take the rest",
+                        attempt_id=attempt.attempt_id,
+                        output_bytes_unsent=max(0, attempt.log_size() - attempt.log_offset),
+                    )
                 self._mark_done(attempt)
         if answer.get("shutdown") is True:
             logs.info("the server asked this node to shut down")
@@ -690,6 +696,13 @@ class Agent:
                     "the attempt's keeper was killed before its command ended; its command was stopped"
                     " and the run is left to the server as lost",
                     attempt_id=attempt.attempt_id,
+                )
+            elif attempt.status_unkept:
+                logs.warning(
+                    "attempt exited; its keeper could not write its status (no disk left?): its exit code"
+                    " is the keeper's word, and an agent started again before it is reported would lose it",
+                    attempt_id=attempt.attempt_id,
+                    exit_code=attempt.exit_code,
                 )
             else:
                 logs.info(

@@ -14,13 +14,16 @@ or 126 as before), and waits. SIGTERM, SIGINT and SIGHUP are for the command (th
 whole group): the keeper outlives them to record the end. Once the command ends, its Popen-style
 return code (-N for signal N) is written to STATUS_FILE atomically, and the keeper ends the same
 way (the same exit code, or killed by the same signal), so an agent that is its parent reads the
-command's end from its own child as it always did.
+command's end from its own child as it always did. Should the status not be written (no disk
+left), the keeper exits with the command's code (128+N for signal N), never by a signal: its agent
+then tells that end from a keeper killed, which dies by a signal without a status.
 
 Only the standard library, run isolated (-I -S): it starts with every attempt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,12 +61,11 @@ def main(argv: list[str]) -> int:
     os.write(ready_fd, b"ok")
     os.close(ready_fd)
     code = child.wait()
-    tmp = f"{status_file}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{code}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, status_file)
+    if not _keep(status_file, code):
+        # No status (a full disk, likely what ended the command): an exit of the keeper's own is
+        # then the only word of the end, which its agent reads as the command's; a signal's end as
+        # the shell's 128+N, for dying by a signal is how the agent knows a keeper killed.
+        return 128 - code if code < 0 else code
     if code < 0:
         # Ended as the command did: a signal's default action (SIGKILL's cannot be changed).
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
@@ -72,6 +74,21 @@ def main(argv: list[str]) -> int:
         # (A signal whose default is to be ignored, SIGCHLD or SIGWINCH: the shell's 128+N.)
         return 128 - code
     return code
+
+
+def _keep(status_file: str, code: int) -> bool:
+    tmp = f"{status_file}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(f"{code}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, status_file)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    return True
 
 
 def _default_signals() -> None:

@@ -40,6 +40,8 @@ EXIT_CHDIR_FAILED = 1
 RUN_RECORDS = "running"
 KEEPER = str(Path(__file__).with_name("keeper.py"))
 KEEPER_READY_TIMEOUT = 30.0  # seconds the keeper has to say whether the command started
+# The job's reason for an end whose status the node could not keep (corral.agent.keeper).
+STATUS_UNKEPT = "the node could not keep the run's status (no disk left in the agent's work dir?)"
 
 
 class BadAttempt(ValueError):
@@ -201,6 +203,9 @@ class Attempt:
     # judge (a temporary failure), so the exit is not reported as if the command had ended.
     abandoned: bool = False
     keeper_killed: bool = False  # its keeper ended without the command's status: the run is lost
+    # Its keeper could not write the status (no disk left) and exited with the command's code:
+    # reported, but a later agent could not have (nothing kept).
+    status_unkept: bool = False
     log_offset: int = 0  # bytes of the log the server has accepted
     log_done: bool = False  # nothing more will be shipped of either stream (all sent, or the server refused them)
     # A job's stderr kept apart (separate_stderr): its own file, shipped as the stream "stderr" beside the log.
@@ -223,7 +228,7 @@ class Attempt:
     container_name: str | None = None
     adopted: bool = False  # started by an earlier agent in this work dir, re-adopted by this one
     # Why the command never ran, where the exit code alone does not say it (a directory it could not
-    # enter): reported with the exit, for the job's reason.
+    # enter), or what else its end should say (STATUS_UNKEPT): reported with the exit, for the job's reason.
     failure: str = ""
 
     @property
@@ -580,7 +585,8 @@ class Runner:
                     continue
                 code = attempt.proc.poll()
                 if code is not None:
-                    if attempt.kill_requested_at is None and not self._status_path(attempt.attempt_id).exists():
+                    unkept = not self._status_path(attempt.attempt_id).exists()
+                    if attempt.kill_requested_at is None and unkept and code < 0:
                         # The keeper was killed, not by corral, before the command ended (it writes the
                         # status first): the command's own end is unknown, so it is not reported as
                         # one, and no later agent is to (no status is kept). The server takes the run
@@ -588,6 +594,11 @@ class Runner:
                         # agent running (adopt).
                         attempt.abandoned = True
                         attempt.keeper_killed = True
+                    elif unkept and code >= 0 and not isinstance(attempt.proc, Adopted):
+                        # The keeper could not write the status (its disk full) and exited with the
+                        # command's code instead: that is the end to report.
+                        attempt.status_unkept = True
+                        attempt.failure = attempt.failure or STATUS_UNKEPT
                     attempt.exit_code = exit_code_of(code)
                     attempt.exit_signal = exit_signal_of(code)
                     attempt.finished_at = time.time()

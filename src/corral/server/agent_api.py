@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import time
 from typing import Any
@@ -15,7 +16,7 @@ from corral import AGENT_KNOWS, AGENT_PROTOCOLS_SPOKEN, __version__
 from corral.core import capacity, categories, drain, health, listing, retry
 from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.snapshot import JobOutcome
-from corral.server.app import Runtime
+from corral.server.app import OUTPUT_REFUSALS_LOGGED_EVERY, Runtime
 from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.logstore import LogGap, Stream
 from corral.server.models import (
@@ -388,7 +389,7 @@ def started(attempt_id: AttemptId, body: StartedBody, node: AgentNode, runtime: 
     return {"ok": True}
 
 
-@router.post("/attempts/{attempt_id}/log")
+@router.post("/attempts/{attempt_id}/log", responses=error_responses(507))
 async def log_chunk(
     attempt_id: AttemptId,
     request: Request,
@@ -412,6 +413,22 @@ async def log_chunk(
         cut = await asyncio.to_thread(runtime.logs.write, job_id, attempt_id, offset, data, stream)
     except LogGap as exc:
         raise HTTPException(409, str(exc)) from None
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # The agent sends it again (any 5xx is a server away to it), from the same offset, over
+        # whatever part of this chunk was written; a run that has ended reports its end without the
+        # rest after half a minute (corral.agent.agent.LOG_STUCK_AFTER). One line now and then, not
+        # a traceback per chunk of every agent.
+        said = (
+            f"job output cannot be stored: {exc.strerror} ({runtime.logs.root}); agents send it again, and"
+            " report a run's end without the rest of its output after half a minute"
+        )
+        now = time.monotonic()
+        if now - runtime.output_refusal_logged_at >= OUTPUT_REFUSALS_LOGGED_EVERY:
+            runtime.output_refusal_logged_at = now
+            log.error("%s (logged once per %gs)", said, OUTPUT_REFUSALS_LOGGED_EVERY)
+        raise HTTPException(507, said) from None
     if cut:
         log.warning(
             "job %s: attempt %s's %s reached server.max_output (%s bytes): the rest is dropped",

@@ -54,6 +54,8 @@ HISTORY_SAMPLES = 1440  # two hours of them
 STORE_RETRY_MAX = 8.0
 # The API's requests refused while the store is unreachable are logged at most once per this long.
 STORE_REFUSALS_LOGGED_EVERY = 10.0
+# Job output refused for want of disk (every agent's every chunk) is logged at most once per this long.
+OUTPUT_REFUSALS_LOGGED_EVERY = 60.0
 
 
 @dataclass
@@ -115,6 +117,8 @@ class Runtime:
     unlisted_lock: threading.Lock = field(default_factory=threading.Lock)
     # When the API last logged a request it answered 503 because the store was unreachable.
     refusal_logged_at: float = -math.inf
+    # When the agent API last logged job output it answered 507 for want of disk.
+    output_refusal_logged_at: float = -math.inf
 
     def __post_init__(self) -> None:
         self.metrics.event_cursor = self.store.last_event_id()

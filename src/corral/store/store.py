@@ -211,6 +211,8 @@ _OUTAGE_SQLSTATE_CLASSES = ("08", "57")
 # a statement cancelled by statement_timeout (or pg_cancel_backend). A DBA sets the timeouts on
 # corral's role or in store.url; the same work may be tried again.
 _REFUSED_FOR_NOW = ("40001", "40P01", LOCK_NOT_AVAILABLE, "57014")
+# PostgreSQL's disk_full: it could not extend a file (its data, its WAL).
+DISK_FULL = "53100"
 # SQLite's: the file locked by another writer past the busy timeout, or not there to open.
 _SQLITE_OUTAGES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_IOERR")
 
@@ -218,11 +220,18 @@ _SQLITE_OUTAGES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_IO
 def store_unreachable(exc: BaseException) -> str | None:
     """What to tell of an error that says the store cannot be reached right now (PostgreSQL
     restarting or failing over, the network between, a session ended under a transaction, SQLite's
-    file locked past its busy timeout), one line without the SQL; None for any other error. Such a
-    transaction was rolled back whole by the database; the same work may be tried again later."""
+    file locked past its busy timeout), or cannot write for want of disk, one line without the SQL;
+    None for any other error. Such a transaction was rolled back whole by the database; the same
+    work may be tried again later.
+
+    A full disk counts as an outage: nothing (a ping, a heartbeat, an agent's report) can be
+    recorded until space is freed, so silence must be counted from its end, not judged as nodes
+    and peers gone; and the loop backs off, one line per try, rather than a traceback a pass."""
     if not isinstance(exc, (OperationalError, InterfaceError)):
         return None
     sqlite_error = getattr(exc.orig, "sqlite_errorname", None)
+    if sqlite_error == "SQLITE_FULL" or getattr(exc.orig, "sqlstate", None) == DISK_FULL:
+        return f"out of disk space: {_first_line(exc)}"
     if sqlite_error is not None and not sqlite_error.startswith(_SQLITE_OUTAGES):
         return None  # no such table, a syntax error: the file answered
     sqlstate = getattr(exc.orig, "sqlstate", None)
@@ -230,7 +239,7 @@ def store_unreachable(exc: BaseException) -> str | None:
         sqlstate in _REFUSED_FOR_NOW or not sqlstate.startswith(_OUTAGE_SQLSTATE_CLASSES)
     )
     if answered and not exc.connection_invalidated:
-        return None  # a deadlock, a timeout, a full disk: the store answered
+        return None  # a deadlock, a timeout, a constraint: the store answered
     return _first_line(exc)
 
 
