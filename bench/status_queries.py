@@ -1,9 +1,11 @@
 """What an operator's read queries cost on a large store: `corral status` and /metrics (job counts,
-the oldest wait, the fleet) and `corral usage` (a week's node and attempt spans, and the report).
+the oldest wait, the fleet), `corral usage` (a week's node and attempt spans, and the report) and
+`corral jobs -t queued` (the newest 1,000 waiting jobs).
 
-Builds a SQLite store (or --url) with --queued queued jobs and --finished jobs that ran (one
-attempt each, on --nodes nodes over a week), then times each read --repeat times and prints the
-median. Prints a table, then one JSON object of the figures as the last line.
+Builds a SQLite store (or --url) with --queued queued jobs, each with the explanation a pass leaves
+on a job that waits, and --finished jobs that ran (one attempt each, on --nodes nodes over a
+week), then times each read --repeat times and prints the median. Prints a table, then one JSON
+object of the figures as the last line.
 
     .venv/bin/python bench/status_queries.py [--queued 100000] [--finished 100000] [--nodes 500]
 """
@@ -21,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from corral.core import accounting
 from corral.core.model import GiB, InstanceType, JobState
@@ -33,10 +35,38 @@ NOW = 1_800_000_000.0
 TYPE = InstanceType("m5.2xlarge", vcpus=8.0, ram_mib=32 * GiB, price_per_hour=0.384)
 
 
+def waiting_explanation(nodes: int) -> dict[str, Any]:
+    """The shape of what a pass stores on a job that cannot be placed (corral.placement.explain):
+    each filter with what it removed, the one that kept it waiting with a sample of its nodes."""
+    sample = [f"n{n}" for n in range(min(nodes, 3))]
+    filters: list[dict[str, Any]] = [
+        {"filter": name, "code": code, "removed": 0, "failed": 0, "seed": f"hard-filter-{name}"}
+        for name, code in (
+            ("state", "NODE_NOT_SCHEDULABLE"), ("reserved", "NODE_RESERVED"), ("reservation", "ADMIN_RESERVATION"),
+            ("category", "NODE_CATEGORY"), ("max-jobs", "MAX_JOBS_REACHED"), ("capness", "CAPNESS_MISMATCH"),
+            ("platform", "PLATFORM_TOO_OLD"), ("traits", "TRAITS_MISMATCH"), ("overprovision", "OVERPROVISION_LIMIT"),
+            ("min-ram", "INSUFFICIENT_RAM"), ("min-disk", "INSUFFICIENT_DISK"), ("gpus", "INSUFFICIENT_GPU"),
+        )
+    ]  # fmt: skip
+    detail = f"needs 4 vcpu, the largest free is 2 vcpu on {sample[0] if sample else '-'}"
+    filters.append(
+        {"filter": "min-cpu", "code": "INSUFFICIENT_CPU", "removed": nodes, "failed": nodes,
+         "seed": "hard-filter-min-cpu", "sample": sample, "detail": detail}
+    )  # fmt: skip
+    return {
+        "request": "4 vcpu, 8 GiB RAM", "availability": "COMBINED", "nodes": nodes, "survivors": 0,
+        "filters": filters, "reason": f"INSUFFICIENT_CPU: {detail}",
+        "nearest": {"node": sample[0] if sample else None, "fails": ["INSUFFICIENT_CPU"]}, "at": NOW,
+    }  # fmt: skip
+
+
 def build(store: Store, queued: int, finished: int, nodes: int) -> None:
     for start in track(range(0, queued, 5000), description="queued jobs"):
         count = min(5000, queued - start)
         store.submit([JobRequest(command=["true"], user=f"user{i % 20}") for i in range(count)], NOW - 3600 + start)
+    with store.write() as conn:
+        explained = update(schema.jobs).where(schema.jobs.c.state == JobState.QUEUED.value)
+        conn.execute(explained.values(explanation=waiting_explanation(nodes)))
     for n in range(nodes):
         store.create_node(f"n{n}", TYPE, f"boot-{n}", NOW - WEEK + n * 60, "bench")
     spec = JobRequest(command=["true"], user="done").model_dump(mode="json")
@@ -101,6 +131,7 @@ def main() -> None:
         "oldest_wait_ms": median_ms(lambda: store.oldest_wait(NOW), args.repeat),
         "fleet_counts_ms": median_ms(store.fleet_counts, args.repeat),
         "usage_week_ms": median_ms(usage, args.repeat),
+        "queued_listing_ms": median_ms(lambda: store.list_job_rows([JobState.QUEUED.value], 1000), args.repeat),
     }
     report = usage()
     backend = url.split(":")[0]

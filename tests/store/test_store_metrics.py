@@ -190,3 +190,17 @@ def test_back_offs_and_the_notifier_are_read_from_the_store(store: Store) -> Non
         assert figure(metrics, "corral_instance_type_backoff_seconds", instance_type=instance_type) == 0
     assert figure(metrics, "corral_notify_waiting_events") == 0  # no notifier yet
     assert figure(metrics, "corral_notify_retries_pending") == 0
+
+
+def test_the_oldest_wait_is_the_older_of_the_queue_and_slurms(store: Store) -> None:
+    """Each state is read apart, in its index's order (the two at once were sorted whole, every
+    queued job's row read): the oldest is still the older of the two."""
+    (in_slurm,) = submit(store, 1, now=NOW - 300)
+    claim(store, in_slurm, now=NOW - 290)
+    store.set_claimed_wait_reasons({in_slurm: "slurm: Resources"}, NOW - 280)
+    submit(store, 1, now=NOW - 100)
+    assert store.oldest_wait(NOW) == 300
+    submit(store, 1, now=NOW - 500, not_before=NOW + 60)  # older, but not to start yet
+    assert store.oldest_wait(NOW) == 300
+    submit(store, 1, now=NOW - 400)
+    assert store.oldest_wait(NOW) == 400
