@@ -1197,13 +1197,20 @@ class Store:
         picked = picked or JobFilter()
         if states:
             picked = dataclasses.replace(picked, states=tuple(states))
+        # The page's ids first, off an index where the filters have one: with the rows' columns
+        # asked at once, a state's jobs were read whole (their latest attempt looked up for each)
+        # and then sorted, 1.6-4.2 s for `corral jobs -t queued` at 100,000 queued jobs.
+        page = select(J.c.id).where(*picked.clauses())
+        if before is not None:
+            page = page.where(J.c.id < before)
+        page = page.order_by(J.c.id.desc()).limit(limit)
+        # No explanation: a waiting job's is a few KB of JSON, decoded for nothing.
+        query = (
+            select(*_LISTED, null().label("explanation"), _LATEST_REF, *_LATEST_END)
+            .where(J.c.id.in_(page.scalar_subquery()))
+            .order_by(J.c.id.desc())
+        )
         with self.read() as conn:
-            # A waiting job's explanation is a few KB of JSON to decode: with it, a listing of queued
-            # jobs took 2 to 5 times as long (20,000 jobs: 3.0-5.5 s against 1.0 s).
-            query = select(*_LISTED, null().label("explanation"), _LATEST_REF, *_LATEST_END).where(*picked.clauses())
-            if before is not None:
-                query = query.where(J.c.id < before)
-            query = query.order_by(J.c.id.desc()).limit(limit)
             rows = [dict(r._mapping) for r in conn.execute(query)]
         rows.reverse()
         return rows
