@@ -57,8 +57,9 @@ def test_corral_nodes_and_corral_node_say_when_a_silent_node_is_given_up(served:
     store.pair_node("n-fine", "boot-3", itype.capacity, "host-3", now)
 
     outlooks = {n["id"]: n["outlook"] for n in corral_json(url, "nodes")}
-    # The defaults: boot_grace 10m, ping_stale 1m, ping_interval 2s.
-    assert outlooks["n-booting"].startswith("agent not paired after 1m4")
+    # The defaults: boot_grace 10m, ping_stale 1m, ping_interval 2s. (1m40s when created, and up to
+    # 19 s later on a loaded host: the CLI's start counts.)
+    assert outlooks["n-booting"].startswith(("agent not paired after 1m4", "agent not paired after 1m5"))
     assert outlooks["n-booting"].endswith("(boot_grace 10m)") and "given up in 8m" in outlooks["n-booting"]
     assert (
         outlooks["n-quiet"].startswith("no ping for 3m")
@@ -68,7 +69,7 @@ def test_corral_nodes_and_corral_node_say_when_a_silent_node_is_given_up(served:
     listing = corral(url, "nodes").stdout
     assert "(boot_grace 10m)" in listing and "past ping_stale 1m" in listing
     shown = corral(url, "node", "n-booting").stdout
-    assert "\n  outlook: agent not paired after 1m4" in shown
+    assert "\n  outlook: agent not paired after 1m" in shown
 
 
 def test_corral_job_says_why_a_failed_job_was_not_retried(served: tuple[str, Store]) -> None:
