@@ -1447,6 +1447,11 @@ def show_job(
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     elif j["wait_reason"] and j["state"] in ("complete", "failed", "cancelled"):
         console.print(f"  ended      {j['wait_reason']}{not_retried(j)}", highlight=False)
+    measured = [a for a in j["attempt_list"] or () if used_known(a)]
+    if measured:
+        # seff's figures: what its runs used of what it asked for, the whole job's (all its runs).
+        runs = f" ({counted(len(measured), 'attempt')})" if len(measured) > 1 else ""
+        console.print(f"  used       {used_text(measured, j['resources'], j['nodes'])}{runs}", highlight=False)
     if j["attempt_list"]:
         table = Table(show_edge=False, header_style="bold")
         in_slurm = any(a["executor_ref"] for a in j["attempt_list"])
@@ -1465,6 +1470,52 @@ def show_job(
                 a["reason"],
             )
         console.print(table)
+        if len(measured) > 1:
+            for a in measured:
+                said = used_text([a], j["resources"], j["nodes"])
+                console.print(f"  attempt {a['id']} used  {said}", highlight=False)
+
+
+def used_known(attempt: dict[str, Any]) -> bool:
+    """Whether its node said what the run used (a server before it says nothing)."""
+    return attempt.get("cpu_seconds") is not None or attempt.get("max_rss_mib") is not None
+
+
+def used_text(attempts: list[dict[str, Any]], asked: dict[str, Any], nodes: int = 1) -> str:
+    """What runs used of what their job asked for, as seff says it: `CPU 12m30s of 40m00s (31%), peak
+    RAM 1.2G of 4G (30%)`. CPU efficiency is the CPU time over the run time times the vCPUs asked
+    (of the runs whose CPU time and run time are known), memory efficiency the highest peak RSS over
+    the RAM asked. Both are of the node that runs the command: a gang's other nodes are not measured."""
+    timed = [a for a in attempts if a.get("cpu_seconds") is not None]
+    cpu = sum(a["cpu_seconds"] for a in timed)
+    # (A run whose start was never reported has no run time: then no efficiency, only the CPU time.)
+    ran = all(a["started_at"] is not None and a["finished_at"] is not None for a in timed)
+    cpu_asked = sum(a["finished_at"] - a["started_at"] for a in timed) * asked["vcpus"] if ran else 0.0
+    parts = []
+    if timed:
+        of = f" of {ago(cpu_asked)} ({cpu / cpu_asked:.0%})" if cpu_asked > 0 else ""
+        parts.append(f"CPU {ago(cpu)}{of}")
+    else:
+        parts.append("CPU not known")
+    peaks = [a["max_rss_mib"] for a in attempts if a.get("max_rss_mib") is not None]
+    if peaks:
+        ram_asked = asked["ram_mib"]
+        of = f" of {mib_text(ram_asked)} ({max(peaks) / ram_asked:.0%})" if ram_asked > 0 else ""
+        parts.append(f"peak RAM {mib_text(max(peaks))}{of}")
+    else:
+        parts.append("peak RAM not known")
+    text = ", ".join(parts)
+    if nodes > 1:
+        where = ",".join(sorted({a["node"] for a in attempts}))
+        text += f" (on {where}, where the command runs; the gang's {counted(nodes - 1, 'other node')} not measured)"
+    return text
+
+
+def mib_text(mib: float) -> str:
+    """`512M`, `1.2G`, `4G`: as resources_text writes RAM, to a tenth of a GiB from 1 GiB on."""
+    if mib < 1024:
+        return f"{mib:.0f}M"
+    return f"{mib / 1024:.1f}".removesuffix(".0") + "G"
 
 
 def exit_text(ended: dict[str, Any], short: bool = False) -> str:

@@ -37,6 +37,7 @@ class PeerState:
     # The start of each chunk of either stream, in the order taken, and of each finish: (what, attempt).
     arrivals: list[tuple[str, int]] = field(default_factory=list)
     finished: dict[int, tuple[int, float]] = field(default_factory=dict)
+    reports: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempt -> its first finish report, whole
     kill: set[int] = field(default_factory=set)
     pings: list[dict[str, Any]] = field(default_factory=list)
     resumes: list[dict[str, Any]] = field(default_factory=list)  # bodies of restarted agents' resumes
@@ -134,6 +135,7 @@ def build_app(state: PeerState) -> Starlette:
             ack = []
             for item in body["finished"]:
                 state.finished.setdefault(item["attempt_id"], (item["exit_code"], item["finished_at"]))
+                state.reports.setdefault(item["attempt_id"], item)
                 state.arrivals.append(("finished", item["attempt_id"]))
                 ack.append(item["attempt_id"])
             kill = sorted(a for a in state.kill if a not in state.finished)
@@ -195,6 +197,7 @@ def build_app(state: PeerState) -> Starlette:
         body = await request.json()
         with state.lock:
             state.finished.setdefault(aid, (body["exit_code"], body["finished_at"]))
+            state.reports.setdefault(aid, body)
             state.arrivals.append(("finished", aid))
         return JSONResponse({})
 

@@ -217,6 +217,31 @@ def test_sigterm_kills_work_and_exits_zero(agents: Agents, peer: Any) -> None:
     assert any(e["msg"] == "attempts stopped with this node; their exits are not reported" for e in agents.log("n1"))
 
 
+def test_a_finish_says_the_cpu_time_and_peak_memory_the_run_used(agents: Agents, peer: Any) -> None:
+    """seff's figures for a run: the agent reports its CPU seconds and peak RSS with its exit."""
+    state = peer.state
+    burn = (
+        "import time\n"
+        "memory = bytearray(100 * 1024 * 1024)\n"
+        "for page in range(0, len(memory), 4096):\n"
+        "    memory[page] = 1\n"
+        "start = time.process_time()\n"
+        "while time.process_time() - start < 1.0:\n"
+        "    pass\n"
+    )
+    state.assign(1, "n1", [sys.executable, "-c", burn])
+    state.assign(2, "n1", ["true"])
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: 1 in state.finished and 2 in state.finished, 60, "both attempts to end")
+    burnt, at_once = state.reports[1], state.reports[2]
+    assert burnt["exit_code"] == 0 and 0.8 <= burnt["cpu_seconds"] < 30, burnt
+    assert 90 <= burnt["max_rss_mib"] < 1000, burnt
+    # Ended before any ping sampled it: its keeper's count still gives its CPU time.
+    assert at_once["exit_code"] == 0 and 0 <= at_once["cpu_seconds"] < 5, at_once
+    state.shutdown = True
+    assert agent.wait(15) == 0
+
+
 def test_forgotten_node_kills_work_and_exits(agents: Agents, peer: Any) -> None:
     state = peer.state
     token = state.add_token("n1")
@@ -318,6 +343,9 @@ def test_an_end_not_yet_reported_when_the_agent_dies_is_reported_by_the_next(age
     wait_for(lambda: 1 in state.finished, 15, "the end to be reported by the next agent")
     assert state.resumes[0]["running"] == [1] and state.lost == set()
     assert state.finished[1][0] == 7 and state.log_text(1) == "up\ndone\n"
+    # What the run used, as its keeper wrote it beside its end, goes with it (the dead agent's
+    # samples died with it: a shell's peak, below its keeper's, is not known).
+    assert state.reports[1]["cpu_seconds"] >= 0
     # Nothing left for a later agent, once the server's answer acknowledged the end (the agent
     # removes the run's records after that answer, which comes after the server recorded it).
     running = agents.tmp_path / "n1" / "running"

@@ -129,6 +129,8 @@ def rows_of_step(step: int) -> dict[str, list[dict[str, Any]]]:
             "pid": None,
             "reason": "",
             "executor_ref": None,
+            "cpu_seconds": None,
+            "max_rss_mib": None,
         }
         attempts.append(row | fields)
 
@@ -141,7 +143,9 @@ def rows_of_step(step: int) -> dict[str, list[dict[str, Any]]]:
     attempt(1, running, AttemptState.RUNNING, started_at=at + 5, pid=4242)
     done = job(5, JobState.COMPLETE, exit_code=0, node_id=node, attempt_count=2, started_at=at, finished_at=at + 9)
     attempt(2, done, AttemptState.TEMPFAIL, finished_at=at + 3, reason="node lost")
-    attempt(3, done, AttemptState.EXITED, started_at=at + 4, finished_at=at + 9, exit_code=0, pid=7)
+    # What the run used, as its agent measured it, since 0022.
+    used = {"cpu_seconds": 4.25, "max_rss_mib": 300}
+    attempt(3, done, AttemptState.EXITED, started_at=at + 4, finished_at=at + 9, exit_code=0, pid=7, **used)
     failed = job(6, JobState.FAILED, exit_code=3, perm_failures=1, attempt_count=1, finished_at=at + 9)
     attempt(4, failed, AttemptState.EXITED, started_at=at + 4, finished_at=at + 9, exit_code=3, pid=8)
     timed_out = job(7, JobState.FAILED, attempt_count=1, finished_at=at + 9)
@@ -328,6 +332,10 @@ def assert_the_cli_reads_it(url: str, written: dict[str, list[dict[str, Any]]]) 
             # What a store before 0021 could not say reads as not known: null.
             said = {k: answer.json()[k] for k in ("exit_code", "exit_signal", "cancelled_by")}
             assert said == {k: row.get(k) for k in said}, row
+            # Nor one before 0022 what a run used.
+            used = {(a["id"], a["cpu_seconds"], a["max_rss_mib"]) for a in answer.json()["attempt_list"]}
+            kept = {(a["id"], a.get("cpu_seconds"), a.get("max_rss_mib")) for a in written["attempts"]}
+            assert used <= kept, row
         nodes = client.get("/api/nodes", params={"all": True})
         assert {n["id"]: n["state"] for n in nodes.json()} == {r["id"]: r["state"] for r in written["nodes"]}
         events = client.get("/api/events", params={"limit": 100_000})

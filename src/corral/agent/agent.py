@@ -516,6 +516,7 @@ class Agent:
                     finish["timed_out"] = True
                 if attempt.failure:
                     finish["reason"] = attempt.failure
+                finish.update(usage_report(attempt))
                 out.append(finish)
         return out
 
@@ -819,12 +820,24 @@ class Agent:
                 attempt.timed_out,
                 reason=attempt.failure,
                 exit_signal=attempt.exit_signal,
+                **usage_report(attempt),
             )
         except Rejected as exc:
             logs.warning("the server refused a finish; dropping it", attempt_id=attempt.attempt_id, error=str(exc))
         else:
             logs.info("attempt finish reported", attempt_id=attempt.attempt_id, exit_code=attempt.exit_code)
         self._mark_done(attempt)
+
+
+def usage_report(attempt: Attempt) -> dict[str, Any]:
+    """What an ended attempt used, for its exit report: the figures that are known (an older server
+    ignores them)."""
+    used: dict[str, Any] = {}
+    if attempt.cpu_seconds is not None:
+        used["cpu_seconds"] = attempt.cpu_seconds
+    if attempt.max_rss_mib is not None:
+        used["max_rss_mib"] = attempt.max_rss_mib
+    return used
 
 
 def _ints(value: Any) -> list[int]:

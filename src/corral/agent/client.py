@@ -144,10 +144,17 @@ class AgentClient:
         timeout: float | None = None,
         reason: str = "",
         exit_signal: int | None = None,
+        cpu_seconds: float | None = None,
+        max_rss_mib: int | None = None,
     ) -> None:
         body: dict[str, Any] = {"exit_code": exit_code, "finished_at": finished_at}
         if exit_signal is not None:
             body["exit_signal"] = exit_signal  # the signal that killed it (an older server ignores it)
+        # What the run used, where known (an older server ignores them).
+        if cpu_seconds is not None:
+            body["cpu_seconds"] = cpu_seconds
+        if max_rss_mib is not None:
+            body["max_rss_mib"] = max_rss_mib
         if timed_out:
             body["timed_out"] = True  # ended at its time limit by the agent itself
         if reason:

@@ -19,12 +19,17 @@ left), the keeper exits with the command's code (128+N for signal N), never by a
 then tells that end from a keeper killed, which dies by a signal without a status.
 
 Only the standard library, run isolated (-I -S): it starts with every attempt.
+
+Just before the status, what the command used is written beside it, atomically too (usage_path:
+the same name ending .usage, a JSON object, write_usage): a status file that exists has its usage
+written before it, unless the disk refused it (usage is optional, the end is not).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -49,6 +54,7 @@ def main(argv: list[str]) -> int:
     os.close(go_fd)
     if said != b"go":
         return NOT_STARTED
+    forked_kib = _rss_kib()  # (what the command's process has from its fork, until its exec)
     try:
         # The command gets the default dispositions back (Popen restores SIGPIPE; these by hand).
         child = subprocess.Popen(command, preexec_fn=_default_signals, close_fds=True)
@@ -61,6 +67,7 @@ def main(argv: list[str]) -> int:
     os.write(ready_fd, b"ok")
     os.close(ready_fd)
     code = child.wait()
+    write_usage(status_file, forked_kib)
     if not _keep(status_file, code):
         # No status (a full disk, likely what ended the command): an exit of the keeper's own is
         # then the only word of the end, which its agent reads as the command's; a signal's end as
@@ -94,6 +101,47 @@ def _keep(status_file: str, code: int) -> bool:
 def _default_signals() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def usage_path(status_file: str) -> str:
+    """Where the usage of the run whose status goes to `status_file` is written: `7.status`, `7.usage`."""
+    return os.path.splitext(status_file)[0] + ".usage"
+
+
+def write_usage(status_file: str, forked_kib: int) -> None:
+    """What the command and every descendant it (or they) waited for used, counted exactly by the
+    kernel (getrusage's RUSAGE_CHILDREN; a process reaped by init is not in it), even for a command
+    that ended before the agent sampled it once: `cpu_seconds`, user and system; `max_rss_kib`, the
+    largest RSS of any one of them (not of them together). A forked child's RSS before its exec is
+    this keeper's, which counts in its peak: `forked_rss_kib`, the keeper's RSS when it forked the
+    command, tells the agent when the command's figure may be only that (runner.KeptUsage). (Not
+    the keeper's own peak: that is the agent's RSS, which the keeper had from its own fork.)"""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = float(children.ru_utime + children.ru_stime)
+    # JSON by hand, of numbers only: importing json costs every attempt's start 2-3 ms more.
+    used = (
+        f'{{"cpu_seconds": {cpu_seconds!r}, "max_rss_kib": {int(children.ru_maxrss)},'  # (Linux gives KiB)
+        f' "forked_rss_kib": {int(forked_kib)}}}'
+    )
+    path = usage_path(status_file)
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(used + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        # (A full disk: the run's end matters, its usage is a nicety the agent can do without.)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _rss_kib() -> int:
+    """This process's resident set now, in KiB (0 if /proc cannot say)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -170,6 +171,52 @@ class Adopted:
         return stat is None or stat.start_ticks == self.start_ticks
 
 
+@dataclass(frozen=True, slots=True)
+class KeptUsage:
+    """What a keeper counted of its command at its end (corral.agent.keeper.write_usage)."""
+
+    cpu_seconds: float
+    max_rss_kib: int
+    forked_rss_kib: int
+
+    @property
+    def rss_bytes(self) -> int | None:
+        """The largest RSS of one of the command's processes; None when it may be the keeper's (the
+        command's process had the keeper's pages from its fork until its exec, and the few it
+        touched in between, FORK_SLACK_KIB): the command's own peak is then below that."""
+        if self.max_rss_kib > self.forked_rss_kib + FORK_SLACK_KIB:
+            return self.max_rss_kib * 1024
+        return None
+
+
+FORK_SLACK_KIB = 1024
+
+
+def read_usage(path: Path) -> KeptUsage | None:
+    """A keeper's usage file; None if there is none (a keeper of an older corral, a full disk)."""
+    try:
+        said = json.loads(path.read_text())
+        return KeptUsage(float(said["cpu_seconds"]), int(said["max_rss_kib"]), int(said["forked_rss_kib"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def settle_usage(attempt: Attempt, kept: KeptUsage | None) -> None:
+    """An ended attempt's cpu_seconds and max_rss_mib: the higher of what usage() sampled and what
+    its keeper counted. Each misses something the other has: the samples, what ran between two of
+    them (a short peak, a process started and reaped in between, a run shorter than a ping); the
+    keeper, what it did not wait for (a process reaped by init, a container's processes, which the
+    engine runs) and what its processes had together (its RSS is the largest single one's)."""
+    cpu = [attempt.cpu_seconds_max] if attempt.usage_sampled else []
+    rss = [attempt.rss_bytes_max] if attempt.usage_sampled else []
+    if kept is not None:
+        cpu.append(kept.cpu_seconds)
+        if kept.rss_bytes is not None:
+            rss.append(kept.rss_bytes)
+    attempt.cpu_seconds = round(max(cpu), 3) if cpu else None
+    attempt.max_rss_mib = math.ceil(max(rss) / (1024 * 1024)) if rss else None
+
+
 def read_status(path: Path) -> int:
     try:
         return int(path.read_text().strip())
@@ -221,6 +268,14 @@ class Attempt:
     started_monotonic: float = 0.0
     cpu_seconds_seen: float = 0.0
     cpu_sampled_at: float = 0.0
+    # The highest CPU total and RSS sum usage() sampled of its sessions (with usage_sampled: at least
+    # once), for its accounting: see settle_usage, which makes its cpu_seconds and max_rss_mib of them.
+    usage_sampled: bool = False
+    cpu_seconds_max: float = 0.0
+    rss_bytes_max: int = 0
+    # What it used, once it has ended (Slurm's TotalCPU and MaxRSS); None: not known.
+    cpu_seconds: float | None = None
+    max_rss_mib: int | None = None
     # A container's processes run in a session of the engine's (container_session), not the client's.
     container_session: int | None = None
     # The name its container was started under (container.name_of), by which it is inspected and
@@ -467,6 +522,7 @@ class Runner:
         and ran it a second time beside it."""
         status = self._status_path(attempt_id)
         status.unlink(missing_ok=True)
+        self._usage_path(attempt_id).unlink(missing_ok=True)
         ready_read, ready_write = os.pipe()
         go_read, go_write = os.pipe()
         try:
@@ -512,6 +568,10 @@ class Runner:
 
     def _record_path(self, attempt_id: int) -> Path:
         return self.work_dir / RUN_RECORDS / f"{attempt_id}.json"
+
+    def _usage_path(self, attempt_id: int) -> Path:
+        # (The keeper writes it where keeper.usage_path says, from the status file's name.)
+        return self.work_dir / RUN_RECORDS / f"{attempt_id}.usage"
 
     def _status_path(self, attempt_id: int) -> Path:
         return self.work_dir / RUN_RECORDS / f"{attempt_id}.status"
@@ -602,6 +662,7 @@ class Runner:
                     attempt.exit_code = exit_code_of(code)
                     attempt.exit_signal = exit_signal_of(code)
                     attempt.finished_at = time.time()
+                    settle_usage(attempt, read_usage(self._usage_path(attempt.attempt_id)))
                     # Whatever the command left behind in its session goes with it, as at the end of a
                     # Slurm step: the server is about to count these resources as free.
                     if not isinstance(attempt.proc, Adopted) or attempt.proc.session_is_ours():
@@ -687,6 +748,7 @@ class Runner:
             if not running:
                 code = read_status(status)
                 attempt.exit_code, attempt.exit_signal = exit_code_of(code), exit_signal_of(code)
+                settle_usage(attempt, read_usage(self._usage_path(attempt_id)))
                 with contextlib.suppress(OSError):
                     attempt.finished_at = status.stat().st_mtime
                 attempt.finished_at = attempt.finished_at or time.time()
@@ -721,6 +783,7 @@ class Runner:
         and status removed, so that no later agent takes it up again."""
         with self.lock:
             self.attempts.pop(attempt_id, None)
+        self._usage_path(attempt_id).unlink(missing_ok=True)
         self._record_path(attempt_id).unlink(missing_ok=True)
         self._status_path(attempt_id).unlink(missing_ok=True)
 
@@ -751,7 +814,8 @@ class Runner:
     def usage(self) -> tuple[float, int]:
         """(vCPUs in use, RSS MiB) of the running attempts. An attempt's vCPUs are the CPU seconds its
         session (and its container's) consumed since the previous call (or its start) over the wall
-        time in between."""
+        time in between. Each attempt keeps the highest CPU total and RSS it is seen with, what its
+        end reports it used (settle_usage)."""
         now = time.time()
         with self.lock:
             running = {a.proc.pid: a for a in self.attempts.values() if not a.exited and a.proc is not None}
@@ -775,7 +839,12 @@ class Runner:
                 vcpus += delta / (now - since)
                 attempt.cpu_seconds_seen = max(attempt.cpu_seconds_seen, cpu_seconds)
                 attempt.cpu_sampled_at = now
-            rss += sum(sample.rss_bytes for sample in measured)
+            sampled_rss = sum(sample.rss_bytes for sample in measured)
+            rss += sampled_rss
+            # For its accounting: the highest of each seen (the CPU total can drop, as above).
+            attempt.usage_sampled = True
+            attempt.cpu_seconds_max = max(attempt.cpu_seconds_max, cpu_seconds)
+            attempt.rss_bytes_max = max(attempt.rss_bytes_max, sampled_rss)
         return round(vcpus, 3), rss // (1024 * 1024)
 
     def _container_session(self, attempt: Attempt) -> int | None:

@@ -37,7 +37,7 @@ from corral.server.models import (
     WorkOut,
     error_responses,
 )
-from corral.store import NotFound
+from corral.store import AttemptUsage, NotFound
 from corral.store.store import WorkItem
 
 router = APIRouter(prefix="/api/agent", responses=error_responses(400, 401, 403, 404, 409, 413, 422))
@@ -203,11 +203,15 @@ def finish_attempt(
     timed_out: bool = False,
     reason: str = "",
     exit_signal: int | None = None,
+    cpu_seconds: float | None = None,
+    max_rss_mib: int | None = None,
 ) -> None:
     """Record an exit, at the time the agent saw it, and let the core say what it means for the
     job (complete, retry, failed; TIMEOUT when the agent ended it at its time limit). `exit_signal`:
     the signal that killed the command, which an agent of an older corral does not send (None: its
-    128+N reads as an exit, as it always did)."""
+    128+N reads as an exit, as it always did). `cpu_seconds` and `max_rss_mib`: what the run used,
+    None where not known (an older agent sends neither); kept also for a run corral had already
+    ended (a cancel, a time limit), whose exit is not recorded."""
 
     def outcome_of(job: Job) -> JobOutcome:
         if timed_out:
@@ -215,7 +219,10 @@ def finish_attempt(
             return retry.after_timeout(job, job.time_limit, (attempt_id,), said)
         return retry.after_exit(job, exit_code, (attempt_id,), reason, exit_signal)
 
-    if runtime.store.finish_attempt(attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at, exit_signal):
+    used = AttemptUsage(cpu_seconds, max_rss_mib)
+    if runtime.store.finish_attempt(
+        attempt_id, node_id, exit_code, time.time(), outcome_of, finished_at, exit_signal, used=used
+    ):
         runtime.forget_attempt(attempt_id)
         runtime.wake()
 
@@ -244,6 +251,8 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
             finished.timed_out,
             finished.reason,
             finished.exit_signal,
+            finished.cpu_seconds,
+            finished.max_rss_mib,
         )
         acked.append(finished.attempt_id)
     for attempt_id in body.running:
@@ -451,5 +460,7 @@ def finished(attempt_id: AttemptId, body: FinishedBody, node: AgentNode, runtime
         body.timed_out,
         body.reason,
         body.exit_signal,
+        body.cpu_seconds,
+        body.max_rss_mib,
     )
     return {"ok": True}

@@ -272,6 +272,8 @@ def attempt_out(row: dict[str, Any]) -> AttemptOut:
         finished_at=row["finished_at"],
         reason=row["reason"],
         executor_ref=row["executor_ref"],
+        cpu_seconds=row["cpu_seconds"],
+        max_rss_mib=row["max_rss_mib"],
     )
 
 

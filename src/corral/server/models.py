@@ -320,6 +320,18 @@ class AttemptOut(BaseModel):
     finished_at: float | None
     reason: str
     executor_ref: str | None = None  # the executor's id of it: the Slurm job id (None: the corral agent)
+    cpu_seconds: float | None = Field(
+        None,
+        description="The CPU time (user and system) its command's processes used, on the node that ran the"
+        " command (node; a gang's other nodes are not counted), as Slurm's TotalCPU; null: not known (it has"
+        " not ended, its agent is of an older corral, in front of Slurm, a lost node, a run before corral 0022).",
+    )
+    max_rss_mib: int | None = Field(
+        None,
+        description="The peak resident memory (MiB) of its command's processes together on that node, as"
+        " Slurm's MaxRSS: the highest the agent sampled, or the largest single process's, whichever is higher"
+        " (a peak between two samples can be missed); null: not known, as for cpu_seconds.",
+    )
 
 
 class DependencyOut(BaseModel):
@@ -634,6 +646,10 @@ class FinishedIn(Inbound):
     timed_out: bool = False
     # Why the command never ran, as the agent saw it ("chdir to /x failed: ..."): for the job's reason.
     reason: str = Field("", max_length=MAX_EXIT_REASON)
+    # What the run used: its CPU seconds and peak RSS. None: not known (an agent of a corral before
+    # them sends neither; the agent measured nothing).
+    cpu_seconds: Float | None = Field(None, ge=0)
+    max_rss_mib: DbInt | None = Field(None, ge=0)
 
 
 class InterruptionIn(Inbound):
@@ -679,6 +695,8 @@ class FinishedBody(Inbound):
     finished_at: Float | None = None
     timed_out: bool = False  # as FinishedIn's
     reason: str = Field("", max_length=MAX_EXIT_REASON)  # as FinishedIn's
+    cpu_seconds: Float | None = Field(None, ge=0)  # as FinishedIn's
+    max_rss_mib: DbInt | None = Field(None, ge=0)  # as FinishedIn's
 
 
 class WorkItemOut(BaseModel):

@@ -3,6 +3,7 @@
 from corral.store.store import (
     CANCELLED_BY_OPERATOR,
     ArrayOutcome,
+    AttemptUsage,
     ClearedBackoff,
     InvalidJobs,
     JobFilter,
@@ -21,6 +22,7 @@ from corral.store.store import (
 __all__ = [
     "CANCELLED_BY_OPERATOR",
     "ArrayOutcome",
+    "AttemptUsage",
     "ClearedBackoff",
     "InvalidJobs",
     "JobFilter",

@@ -127,6 +127,11 @@ attempts = Table(
     Column("pid", Integer),
     Column("reason", Text, nullable=False, default=""),
     Column("executor_ref", String(64)),  # the executor's id of it: the Slurm job id (None: the agent)
+    # What the run used on the node that ran its command, as its agent measured it (Slurm's TotalCPU
+    # and MaxRSS): CPU seconds, user and system, and peak RSS in MiB. None: not known (an older agent,
+    # Slurm, a lost node, a run before 0022).
+    Column("cpu_seconds", Float),
+    Column("max_rss_mib", Integer),
     Index("ix_attempts_job", "job_id"),
     Index("ix_attempts_state", "state"),
     Index("ix_attempts_node", "node_id"),

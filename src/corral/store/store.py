@@ -188,6 +188,15 @@ class FleetCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptUsage:
+    """What a run used, as its node measured it (Slurm's TotalCPU and MaxRSS): CPU seconds, user and
+    system, and peak RSS in MiB; None: not known."""
+
+    cpu_seconds: float | None = None
+    max_rss_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeAttempts:
     """The attempts corral has on a node (Store.attempts_on_node)."""
 
@@ -2111,6 +2120,8 @@ class Store:
         outcome_of: Callable[[Job], JobOutcome],
         ended_at: float | None = None,
         exit_signal: int | None = None,
+        *,
+        used: AttemptUsage | None = None,
     ) -> bool:
         """Record an attempt's exit and carry out what the core says it means for the job
         (`outcome_of`, e.g. core.retry.after_exit), in one transaction: a crash between the two
@@ -2118,9 +2129,11 @@ class Store:
         when the agent saw it end (an exit reported after a server outage ended earlier than it
         arrives; Slurm's EndTime), kept between the attempt's start and `now`. `exit_signal`: the
         signal that killed the command (`exit_code` 128+N), None for an exit or a node that did
-        not say. False for a repeated report."""
+        not say. `used`: what the run used, as its node measured it; recorded also when corral
+        had ended the attempt before the report came (a cancel, a time limit: its exit is not
+        recorded, but it ran until then), once. False for a repeated report."""
         with self.write() as conn:
-            exited = self._record_exit(conn, attempt_id, node_id, exit_code, now, ended_at, exit_signal)
+            exited = self._record_exit(conn, attempt_id, node_id, exit_code, now, ended_at, exit_signal, used)
             if exited is None:
                 return False
             job, at = exited
@@ -2144,16 +2157,37 @@ class Store:
         now: float,
         ended_at: float | None,
         exit_signal: int | None = None,
+        used: AttemptUsage | None = None,
     ) -> tuple[Job, float] | None:
         """The exit recorded: the job as it stands, and the time the exit was recorded at."""
         attempt = self._lock_attempt(conn, attempt_id, node_id)
-        if attempt is None or attempt.state not in ACTIVE_ATTEMPT_STATES:
+        if attempt is None:
+            return None
+        used = used or AttemptUsage()
+        if attempt.state not in ACTIVE_ATTEMPT_STATES:
+            # Ended by corral before its node reported the end (cancelled, timed out, requeued,
+            # preempted): what it used until it was killed is still its own, and is what a job
+            # that runs into its time limit is to be sized by. Once: a repeated report changes nothing.
+            known = used.cpu_seconds is not None or used.max_rss_mib is not None
+            if known and attempt.cpu_seconds is None and attempt.max_rss_mib is None:
+                conn.execute(
+                    update(A)
+                    .where(A.c.id == attempt_id)
+                    .values(cpu_seconds=used.cpu_seconds, max_rss_mib=used.max_rss_mib)
+                )
             return None
         at = now if ended_at is None else min(now, max(ended_at, attempt.started_at or attempt.assigned_at))
         ended = conn.execute(
             update(A)
             .where(A.c.id == attempt_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
-            .values(state=AttemptState.EXITED.value, exit_code=exit_code, exit_signal=exit_signal, finished_at=at)
+            .values(
+                state=AttemptState.EXITED.value,
+                exit_code=exit_code,
+                exit_signal=exit_signal,
+                finished_at=at,
+                cpu_seconds=used.cpu_seconds,
+                max_rss_mib=used.max_rss_mib,
+            )
         )
         if ended.rowcount != 1:
             return None
