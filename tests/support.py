@@ -59,6 +59,7 @@ class JobFields(TypedDict, total=False):
     forbidden_traits: dict[str, str | list[str]]
     min_platform: str | None
     cpu_capped: bool
+    exclusive: bool
     reservation: str
     on_node_failure: NodeFailureAction | None
     held: bool

@@ -19,6 +19,7 @@ REQUESTS: list[dict[str, Any]] = [
     {"command": ["sh", "-c", "echo hi"], "name": "hello", "user": "alice", "vcpus": 2.5, "ram": "4GiB"},
     {"command": ["python", "train.py"], "gpus": 2, "scratch": "100GiB", "vcpus": 8, "ram": "64GiB"},
     {"command": ["mpirun", "a.out"], "nodes": 4, "vcpus": 16, "cpu_capped": True, "time_limit": "2:00:00"},
+    {"command": ["mpirun", "a.out"], "nodes": 2, "vcpus": 4, "exclusive": True},
     {"command": ["run"], "image": "docker.io/library/python:3.12", "env": {"A": "1", "B": "two words"}},
     {"command": ["make"], "chdir": "/shared/project/run42", "max_retries": 3, "priority": 50},
     {"command": ["nextflow-task"], "separate_stderr": True},
@@ -70,6 +71,19 @@ def test_a_spec_stored_before_scripts_is_built_on_the_fast_path_as_no_script() -
     both_ways(spec, 5, 5, 2)
 
 
+def test_a_spec_stored_before_exclusive_is_built_on_the_fast_path_as_not_exclusive() -> None:
+    """Every job queued when a store is upgraded has a spec without `exclusive` (with or without
+    `script`): built fast, as a job that shares its nodes; a stored exclusive one keeps it."""
+    whole = stored({"command": ["x"], "exclusive": True})
+    assert jobspec._fast_job(whole, 5, 1.0, None, None) == JobRequest.stored(whole).to_job(5, 1.0)
+    assert job_from_stored(whole, 5, 1.0).exclusive
+    for left_out in ({"exclusive"}, {"exclusive", "script"}):
+        spec = {key: value for key, value in stored({"command": ["x"]}).items() if key not in left_out}
+        job = jobspec._fast_job(spec, 5, 1.0, None, None)
+        assert job is not None and not job.exclusive
+        both_ways(spec, 5)
+
+
 def test_every_field_is_known_to_the_fast_path() -> None:
     # A field added to the model: read it in _fast_job and name it in STORED_FIELDS, or the jobs the
     # fast path builds lose it (separate_stderr, added beside the fast path, was dropped so).
@@ -92,6 +106,7 @@ def test_every_field_is_known_to_the_fast_path() -> None:
         {"locality": {"near": ["not-a-job"]}},  # stored before entries were checked
         {"traits": {"k": ["a", "b"]}},
         {"cpu_capped": 1},
+        {"exclusive": 1},
         {"script": "no interpreter line, stored by a server that did not check"},
     ],
 )

@@ -720,6 +720,7 @@ SBATCH_DIRECTIVES = {
     **dict.fromkeys(("-d", "--dependency"), "dependency"),
     **dict.fromkeys(("-H", "--hold"), "hold"),
     **dict.fromkeys(("-D", "--chdir"), "chdir"),
+    "--exclusive": "exclusive",  # (a flag: sbatch's --exclusive=user|mcs|topo are refused, as any value)
 }
 # The job request's field each directive's parameter gives (a refusal of the field names the line).
 _FIELD_OF_PARAMETER = {"slurm_time": "time_limit"}
@@ -751,8 +752,8 @@ def submit(
             metavar="FILE",
             help="Submit a batch script as the job, as sbatch does: its content is copied now (later edits do not"
             " change the job) and run on the node with the arguments after --; its #SBATCH lines (-J, -c, --mem,"
-            " --mem-per-cpu, --tmp, -G, --gres, -N, -t, -b, -a, -d, -H, -D) are read as options, and the command"
-            " line's win over them.",
+            " --mem-per-cpu, --tmp, -G, --gres, -N, -t, -b, -a, -d, -H, -D, --exclusive) are read as options, and"
+            " the command line's win over them.",
         ),
     ] = None,
     name: Annotated[str, typer.Option("--name", "--job-name", "-J", help="A name for the job.")] = "",
@@ -875,6 +876,14 @@ def submit(
     ] = None,
     cpu_capped: Annotated[
         bool, typer.Option("--cpu-capped", help="A CPU-capped job: it shares no node with uncapped jobs.")
+    ] = False,
+    exclusive: Annotated[
+        bool,
+        typer.Option(
+            "--exclusive",
+            help="Run alone on each of its nodes, as sbatch --exclusive: it starts only on a node that runs nothing,"
+            " and no other job joins it there (it still asks for its --vcpus, --mem and --gpus).",
+        ),
     ] = False,
     on_node_failure: Annotated[
         str | None,
@@ -1053,7 +1062,7 @@ def _job_fields(options: dict[str, Any], origins: dict[str, str]) -> dict[str, A
     for field in ("image", "chdir", "on_node_failure", "dependency", "min_platform", "reservation"):
         if options[field] is not None:
             fields[field] = options[field]
-    for flag in ("separate_stderr", "cpu_capped", "hold"):
+    for flag in ("separate_stderr", "cpu_capped", "exclusive", "hold"):
         if options[flag]:
             fields[flag] = True
     if options["not_before"]:
@@ -1980,7 +1989,7 @@ def explain(job_id: JobArg, as_json: JsonFlag = False) -> None:
 
 def constraints_text(j: dict[str, Any]) -> str:
     """What a job asks of a node besides room, as the placement filters read it ("accel=a10|l4;
-    not capacity=spot; platform >= 1.10; reservation team-a; CPU-capped")."""
+    not capacity=spot; platform >= 1.10; reservation team-a; CPU-capped; exclusive")."""
 
     def values(value: str | list[str]) -> str:
         return value if isinstance(value, str) else "|".join(value)
@@ -1993,6 +2002,8 @@ def constraints_text(j: dict[str, Any]) -> str:
         parts.append(f"reservation {j['reservation']}")
     if j.get("cpu_capped"):
         parts.append("CPU-capped")
+    if j.get("exclusive"):
+        parts.append("exclusive")  # (Slurm's --exclusive: alone on its nodes)
     return "; ".join(parts)
 
 

@@ -267,6 +267,9 @@ class JobRequest(BaseModel):
     )
     min_platform: str | None = Field(None, description="lowest node platform version accepted")
     cpu_capped: bool = Field(False, description="capped and uncapped jobs do not share a node")
+    exclusive: bool = Field(
+        False, description="runs alone on each of its nodes, as Slurm's --exclusive: no other job shares them"
+    )
     reservation: str = Field("", description="admin reservation whose nodes the job may use")
     on_node_failure: OnNodeFailure | None = Field(
         None,
@@ -548,6 +551,7 @@ class JobRequest(BaseModel):
             forbidden_traits=dict(self.forbidden_traits),
             min_platform=self.min_platform,
             cpu_capped=self.cpu_capped,
+            exclusive=self.exclusive,
             reservation=self.reservation,
             on_node_failure=self.on_node_failure,
             dependency=self.to_dependency(),
@@ -588,15 +592,23 @@ def spec_without_defaults(spec: dict[str, Any], model: type[JobRequest] = JobReq
 # (tests/test_jobspec_stored.py holds the two lists equal).
 STORED_FIELDS = frozenset(
     {
-        *("array", "chdir", "command", "cpu_capped", "dependency", "env", "forbidden_traits", "gpus", "hold"),
-        *("image", "locality", "max_retries", "min_platform", "name", "nodes", "not_before", "on_node_failure"),
-        *("priority", "ram", "reservation", "scratch", "script", "separate_stderr", "tags", "time_limit"),
-        *("traits", "user", "vcpus"),
+        *("array", "chdir", "command", "cpu_capped", "dependency", "env", "exclusive", "forbidden_traits", "gpus"),
+        *("hold", "image", "locality", "max_retries", "min_platform", "name", "nodes", "not_before"),
+        *("on_node_failure", "priority", "ram", "reservation", "scratch", "script", "separate_stderr", "tags"),
+        *("time_limit", "traits", "user", "vcpus"),
     }
 )
 # A spec stored before `script` was a field: every job queued at an upgrade's restart, built on the
 # fast path as before (no script) rather than through the model.
-FIELDS_BEFORE_SCRIPT = STORED_FIELDS - {"script"}
+FIELDS_BEFORE_SCRIPT = STORED_FIELDS - {"script", "exclusive"}
+# The same for `exclusive` (a spec stored before it is not exclusive): with or without `script`.
+_LEFT_OUT: tuple[frozenset[str], ...] = (
+    frozenset(),
+    frozenset({"exclusive"}),
+    frozenset({"script"}),
+    frozenset({"script", "exclusive"}),
+)
+_FAST_KEYS = tuple(STORED_FIELDS - left_out for left_out in _LEFT_OUT)
 _LOCALITY_FIELDS = frozenset(LocalitySpec.model_fields)
 # The largest int that goes through a float unchanged (sizes are read as floats, then rounded).
 _EXACT_IN_FLOAT = 2**53
@@ -627,7 +639,7 @@ def _fast_job(
     if type(spec) is not dict:
         return None
     keys = spec.keys()
-    if keys != STORED_FIELDS and keys != FIELDS_BEFORE_SCRIPT:
+    if not any(keys == fields for fields in _FAST_KEYS):
         return None
     script = spec.get("script")
     command, vcpus, ram, scratch = spec["command"], spec["vcpus"], spec["ram"], spec["scratch"]
@@ -669,6 +681,7 @@ def _fast_job(
         or (min_platform is not None and type(min_platform) is not str)
         or (on_node_failure is not None and on_node_failure not in NODE_FAILURE_ACTIONS)
         or type(spec["cpu_capped"]) is not bool
+        or type(spec.get("exclusive", False)) is not bool
         or type(spec["hold"]) is not bool
         or type(spec["separate_stderr"]) is not bool
         or (script is not None and type(script) is not str)
@@ -717,6 +730,7 @@ def _fast_job(
         forbidden_traits=forbidden_traits,
         min_platform=min_platform,
         cpu_capped=spec["cpu_capped"],
+        exclusive=spec.get("exclusive", False),
         separate_stderr=spec["separate_stderr"],
         batch_script=script is not None,
         reservation=texts[2],

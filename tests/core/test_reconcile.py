@@ -110,6 +110,44 @@ def test_a_node_that_booted_while_corral_was_down_gets_its_boot_grace_from_the_r
     assert [b.instance_type for b in later.boots] == ["large"]
 
 
+def test_an_exclusive_job_boots_its_own_instance_and_shares_none() -> None:
+    """Slurm's --exclusive: an exclusive job gets the cheapest type that fits it to itself; a job after
+    it is promised no room on that instance (nor an exclusive one room on another job's)."""
+    snap = Snapshot(
+        jobs=[job(1, exclusive=True), job(2), job(3, exclusive=True)], attempts=[], nodes=[], instance_types=TYPES
+    )
+    decisions = plan_pass(snap, 0.0, settings())
+    # Three small instances: without --exclusive, jobs 1 and 2 share one (a small has 2 vCPUs).
+    assert [b.instance_type for b in decisions.boots] == ["small", "small", "small"]
+    assert [b.reason.split(" needs")[0] for b in decisions.boots] == ["job 1", "job 2", "job 3"]
+    plain = Snapshot(jobs=[job(1), job(2)], attempts=[], nodes=[], instance_types=TYPES)
+    assert [b.instance_type for b in plan_pass(plain, 0.0, settings()).boots] == ["small"]
+
+
+def test_an_exclusive_job_waits_only_on_an_instance_booting_that_no_other_job_was_promised() -> None:
+    booting = [
+        Node(id=f"n{i}", instance_type="small", capacity=SMALL.capacity, price_per_hour=0.1, created_at=0)
+        for i in (1, 2)
+    ]
+    snap = Snapshot(
+        jobs=[job(1, submitted_at=1), job(2, exclusive=True, submitted_at=2), job(3, submitted_at=3)],
+        attempts=[],
+        nodes=booting,
+        instance_types=TYPES,
+    )
+    decisions = plan_pass(snap, 10.0, settings())
+    assert decisions.boots == []
+    said = {a.job_id: a.wait_reason for a in decisions.annotations}
+    # Job 1 takes room on n1; job 2 takes the other instance whole; job 3 goes beside job 1, not job 2.
+    assert "waiting for an instance to boot (n1)" in said[1]
+    assert "waiting for an instance to boot (n2)" in said[2]
+    assert "waiting for an instance to boot (n1)" in said[3]
+    # With n1 and n2 both promised, a second exclusive job boots one of its own.
+    snap = dataclasses.replace(snap, jobs=[*snap.jobs, job(4, exclusive=True, submitted_at=4)])
+    decisions = plan_pass(snap, 10.0, settings())
+    assert [b.reason.split(" needs")[0] for b in decisions.boots] == ["job 4"]
+
+
 def test_a_job_larger_than_every_type_is_unplaceable_with_the_reason() -> None:
     snap = Snapshot(jobs=[job(1, ram_gib=40)], attempts=[], nodes=[], instance_types=TYPES)
     decisions = plan_pass(snap, 0.0, settings())

@@ -115,6 +115,7 @@ def _world(seed: int, n_nodes: int | None, n_jobs: int | None) -> World:
                 resources=request,
                 tags=(rng.choice(["web", "db", "batch"]),),
                 cpu_capped=rng.random() < 0.2,
+                exclusive=rng.random() < 0.1,
                 time_limit=rng.choice([None, 600.0, 3600.0]),
             )
         )
@@ -142,6 +143,8 @@ def _world(seed: int, n_nodes: int | None, n_jobs: int | None) -> World:
             kw["min_platform"] = rng.choice(VERSIONS)
         if rng.random() < 0.15:
             kw["cpu_capped"] = True
+        if rng.random() < 0.1:
+            kw["exclusive"] = True
         if rng.random() < 0.05:
             kw["reservation"] = "maint"
         if rng.random() < 0.4:
@@ -178,6 +181,7 @@ def _world(seed: int, n_nodes: int | None, n_jobs: int | None) -> World:
         "category",
         "max-jobs",
         "capness",
+        "exclusive",
         "platform",
         "traits",
         "overprovision",

@@ -47,6 +47,7 @@ class RefNode:
     jobs: int = 0
     capped: int = 0
     uncapped: int = 0
+    exclusive: int = 0  # jobs on it that run alone (--exclusive)
 
     @property
     def cap(self) -> list[float]:
@@ -85,6 +86,8 @@ class Reference:
                     ref.capped += 1
                 else:
                     ref.uncapped += 1
+                if job is not None and job.exclusive:
+                    ref.exclusive += 1
                 if n.used_at is None or a.started_at is None or a.started_at > n.used_at:
                     ref.utilized = [u + x for u, x in zip(ref.utilized, vec(a.resources), strict=True)]
             self.state.append(ref)
@@ -138,6 +141,8 @@ class Reference:
             ),
             "max-jobs": ref.jobs < self._max_jobs(n),
             "capness": self._capness_ok(ref, job),
+            # An exclusive job only on a node that runs nothing; no job beside an exclusive one.
+            "exclusive": ref.jobs == 0 if job.exclusive else ref.exclusive == 0,
             "platform": job.min_platform is None
             or (
                 (v := attr.first(n.attributes, "platform")) is not None
@@ -335,6 +340,8 @@ class Reference:
                 ref.capped += 1
             else:
                 ref.uncapped += 1
+            if job.exclusive:
+                ref.exclusive += 1
         ids = [ref.node.id for ref in chosen]
         self.job_nodes.setdefault(job.id, []).extend(ids)
         for t in job.tags:

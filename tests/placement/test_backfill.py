@@ -364,8 +364,8 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
     `reserve` does over a timeline read afresh, through work that comes, goes and starts (gangs
     among it), requests changing on the nodes, work placed within a pass, eligible nodes, node sizes
     and the blocked job changing, and several reservations per pass; and it does refigure only part of
-    the nodes most of the time."""
-    rng, sizes = random.Random(5), random.Random(6)
+    the nodes most of the time. Some work, and some blocked jobs, are exclusive (--exclusive)."""
+    rng, sizes, alone = random.Random(5), random.Random(6), random.Random(7)
     settings = PlacementSettings()
     nodes = [node(f"n{i}", 16, 64) for i in range(6)]
     arrays = NodeArrays(nodes, None, settings, NOW)
@@ -373,6 +373,8 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
     jobs: dict[int, Job] = {}
     attempts: dict[int, Attempt] = {}
     blocked = [Demand.of(job(1000, 12, 8, priority=10)), Demand.of(job(1001, 8, 4, nodes=3, priority=10))]
+    exclusive = [Demand.of(job(1002, 2, 2, priority=10, exclusive=True))]
+    with_exclusive = 0
     partial = found = 0
     original = backfill_module._Fits.first_fits
 
@@ -425,6 +427,7 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
                     rng.choice([2, 8]),
                     time_limit=rng.choice([None, 120, 600, 600, 3600]),
                 )
+                j.exclusive = alone.random() < 0.2
                 jobs[j.id] = j
                 on = rng.sample([n.id for n in nodes], rng.choice([1, 1, 1, 2]))
                 a = running(next_id, j.id, on, j.resources, started_at=None if rng.random() < 0.3 else now)
@@ -445,9 +448,14 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
         # place, or starts, changes only the ends).
         if rng.random() < 0.6:
             arrays.dedicated[:] = 0.0
+            arrays.jobs[:] = 0.0
+            arrays.exclusive_jobs[:] = 0
             for a in attempts.values():
                 for node_id in a.node_ids:
                     arrays.dedicated[0, arrays.index[node_id]] += a.resources.vcpus
+                    arrays.jobs[arrays.index[node_id]] += 1
+                    arrays.exclusive_jobs[arrays.index[node_id]] += jobs[a.job_id].exclusive
+            arrays.any_exclusive = bool(arrays.exclusive_jobs.any())
         if sizes.random() < 0.03:  # a node slot takes a node of another size (the roster refleets)
             i = sizes.randrange(arrays.n)
             arrays.capacity[0, i] = sizes.choice([12.0, 16.0, 24.0])
@@ -459,6 +467,9 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
         fresh = Timeline.of_running(arrays, listed, jobs, now, 900.0)
         for _ in range(rng.choice([1, 1, 2])):  # a pass may reserve more than once
             demand = blocked[0] if rng.random() < 0.8 else blocked[1]
+            if alone.random() < 0.1:
+                demand = exclusive[0]
+            with_exclusive += demand.exclusive or arrays.any_exclusive
             eligible = np.ones(arrays.n, dtype=bool)
             if rng.random() < 0.1:
                 eligible[rng.randrange(arrays.n)] = False
@@ -472,7 +483,8 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
             # Every node's first fit, not only the few that make the reservation.
             assert last._made is not None
             kept_fits = np.maximum(last._made.first_fit, now)  # held at the later `now`, as used
-            assert np.array_equal(kept_fits, backfill_module._Fits(arrays, demand, eligible, now).first_fits(fresh))
+            fits = backfill_module._Fits(arrays, demand, eligible, now).first_fits(fresh)
+            assert np.array_equal(kept_fits, backfill_module.exclusive_fits(arrays, demand, eligible, now, fresh, fits))
             compared += 1
             found += got is not None
             # Work placed later in the pass (now and then none): on the timeline, and on the nodes.
@@ -484,7 +496,9 @@ def test_a_kept_reservation_refigures_the_changed_nodes_and_reserves_as_a_fresh_
             fresh.add(end, placed_on, frees)
             if rng.random() < 0.5:
                 arrays.dedicated[0, placed_on] += 4.0
+                arrays.jobs[placed_on] += 1
     assert compared > 250
+    assert with_exclusive > 100
     assert found > 150
     assert partial > 100  # the kept first fits were used
     assert as_it_was > 10  # and the reservation as it was, nothing having changed
@@ -519,3 +533,61 @@ def test_first_fits_of_a_few_refigured_nodes_on_python_floats_are_numpys_to_the_
         compared += 1
         waited += bool(np.isfinite(few[at]).any() and (few[at] > NOW).any())
     assert compared > 200 and waited > 50
+
+
+def test_an_exclusive_head_job_reserves_a_node_from_when_it_is_empty_and_shares_it_with_no_later_job() -> None:
+    """Slurm's --exclusive at the head of the queue: its node must be empty, so the reservation
+    starts when the last work on it ends (not when there is room), and a later job may use the
+    reserved node only if it ends before then, not in what the exclusive job leaves free."""
+    nodes = [node("n1", 8, 64), node("n2", 8, 64)]
+    others = [job(100, time_limit=1000), job(101, time_limit=2100), job(102, time_limit=5000)]
+    attempts = [
+        running(1, 100, ["n1"], Resources(2, GiB), started_at=NOW - 100),  # ends at +900
+        running(2, 101, ["n1"], Resources(1, GiB), started_at=NOW - 100),  # ends at +2000
+        running(3, 102, ["n2"], Resources(8, GiB), started_at=NOW - 100),  # ends at +4900
+    ]
+    alone = job(1, 1, priority=10, exclusive=True)
+    short = job(2, 1, time_limit=1500)  # ends at +1500, before the start
+    long = job(3, 1, time_limit=3000)  # runs past the start
+    result = run_pass(nodes, [alone, short, long], attempts=attempts, other_jobs=others)
+    assert 1 not in placed(result)  # n1 has room for it, but runs other jobs
+    assert result.details[1]["reservation"]["nodes"] == ["n1"]
+    assert result.details[1]["reservation"]["start"] == NOW + 2000
+    assert placed(result) == {2: ("n1",)}
+    assert result.reasons[3].startswith("would delay job 1")
+    # Not exclusive, it would start now on n1 beside the running work.
+    result = run_pass(nodes, [job(1, 1, priority=10), short, long], attempts=attempts, other_jobs=others)
+    assert placed(result)[1] == ("n1",)
+
+
+def test_a_node_running_an_exclusive_job_has_no_room_for_others_until_it_is_empty() -> None:
+    nodes = [node("n1", 8, 64), node("n2", 8, 64)]
+    others = [job(100, time_limit=3100, exclusive=True), job(101, time_limit=1000)]
+    attempts = [
+        running(1, 100, ["n1"], Resources(1, GiB), started_at=NOW - 100),  # exclusive, ends at +3000
+        running(2, 101, ["n2"], Resources(8, GiB), started_at=NOW - 100),  # ends at +900
+    ]
+    big = job(1, 4, priority=10)
+    result = run_pass(nodes, [big], attempts=attempts, other_jobs=others)
+    assert placed(result) == {}
+    # n1's 7 free vCPUs are no room for it before +3000: n2 frees first.
+    assert result.details[1]["reservation"]["nodes"] == ["n2"]
+    assert result.details[1]["reservation"]["start"] == NOW + 900
+
+
+def test_an_exclusive_job_does_not_backfill_onto_a_reserved_node_it_would_hold_past_the_start() -> None:
+    # A gang of two 4-vCPU nodes reserves n1 (empty now) and n2 (free at +900): 4 vCPUs of n1 stay
+    # spare, which a plain job may use; an exclusive job there would keep the gang off n1.
+    nodes = [node("n1", 8, 64), node("n2", 8, 64)]
+    others = [job(100, time_limit=1000)]
+    attempts = [running(1, 100, ["n2"], Resources(8, GiB), started_at=NOW - 100)]  # ends at +900
+    gang = job(1, 4, nodes=2, priority=10)
+    result = run_pass(nodes, [gang, job(2, 1, time_limit=2000, exclusive=True)], attempts=attempts, other_jobs=others)
+    assert result.details[1]["reservation"]["start"] == NOW + 900
+    assert placed(result) == {}
+    assert result.reasons[2].startswith("would delay job 1")
+    result = run_pass(nodes, [gang, job(2, 1, time_limit=2000)], attempts=attempts, other_jobs=others)
+    assert placed(result) == {2: ("n1",)}
+    # Ending before the start, it may.
+    result = run_pass(nodes, [gang, job(2, 1, time_limit=500, exclusive=True)], attempts=attempts, other_jobs=others)
+    assert placed(result) == {2: ("n1",)}

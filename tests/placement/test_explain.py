@@ -115,3 +115,21 @@ def test_explain_job_outside_a_pass_sees_every_node() -> None:
     details = explain_job(Snapshot(jobs=[], attempts=[], nodes=nodes, instance_types=[]), job(1, ram_gib=32), 0.0)
     assert rows(details)["state"]["sample"] == ["draining"]
     assert details["reason"] == "INSUFFICIENT_RAM: needs 32 GiB RAM, the largest free is 8 GiB on up"
+
+
+def test_an_exclusive_job_s_explanation_names_the_nodes_running_other_work_both_ways() -> None:
+    """`corral explain` of a job kept off by --exclusive: its row says which way, in words a user reads."""
+    nodes = [node("busy"), node("alone")]
+    others = [job(100), job(101, exclusive=True)]
+    attempts = [running(1, 100, ["busy"], Resources(1, GiB)), running(2, 101, ["alone"], Resources(1, GiB))]
+    result = run_pass(nodes, [job(1, exclusive=True), job(2)], attempts=attempts, other_jobs=others)
+    assert placed(result) == {2: ("busy",)}
+    mine = rows(result.details[1])["exclusive"]
+    assert mine["code"] == "EXCLUSIVE" and mine["seed"] == "hard-filter-exclusive" and mine["removed"] == 2
+    assert mine["detail"].startswith("the job runs alone (--exclusive); these nodes run other jobs (e.g. busy runs")
+    # A job that is not exclusive, kept off the node an exclusive job runs on.
+    result = run_pass(nodes[1:], [job(3)], attempts=attempts, other_jobs=others)
+    theirs = rows(result.details[3])["exclusive"]
+    assert theirs["removed"] == 1 and theirs["sample"] == ["alone"]
+    assert theirs["detail"].startswith("these nodes run an exclusive job (--exclusive)")
+    assert result.reasons[3].startswith("EXCLUSIVE: these nodes run an exclusive job (--exclusive)")

@@ -95,6 +95,46 @@ def test_capness_keeps_capped_and_uncapped_apart() -> None:
     assert placed(result) == {4: ("runs-capped",)}
 
 
+def test_an_exclusive_job_runs_only_on_an_empty_node_and_alone_there() -> None:
+    """Slurm's --exclusive: it takes a node that runs nothing (not one a job took earlier in the same
+    pass), still needs its room, and no other job joins it there."""
+    nodes = [node("busy"), node("empty-small", vcpus=2), node("empty")]
+    attempts = [running(1, 100, ["busy"], Resources(1, GiB))]
+    others = [job(100)]
+    queue = [job(1, 4, exclusive=True), job(2), job(3, exclusive=True)]
+    result = run_pass(nodes, queue, attempts=attempts, other_jobs=others, settings=only(pack=1))
+    got = placed(result)
+    # The only empty node with 4 vCPUs goes to job 1; job 2 packs beside the running job, not beside
+    # job 1; job 3 fits the small empty node (it asks 1 vCPU).
+    assert got == {1: ("empty",), 2: ("busy",), 3: ("empty-small",)}
+    # A second exclusive job finds no empty node: every node runs work.
+    result = run_pass(nodes, [*queue, job(4, exclusive=True)], attempts=attempts, other_jobs=others)
+    assert 4 not in placed(result)
+    assert reason(result, 4).startswith("EXCLUSIVE")
+    assert "the job runs alone (--exclusive); these nodes run other jobs" in reason(result, 4)
+
+
+def test_no_job_joins_a_node_running_an_exclusive_job() -> None:
+    nodes = [node("alone")]
+    attempts = [running(1, 100, ["alone"], Resources(1, GiB))]
+    result = run_pass(nodes, [job(1)], attempts=attempts, other_jobs=[job(100, exclusive=True)])
+    assert placed(result) == {}
+    assert reason(result, 1).startswith("EXCLUSIVE")
+    assert "these nodes run an exclusive job (--exclusive)" in reason(result, 1) and "alone" in reason(result, 1)
+    # A gang takes each of its nodes alone.
+    nodes = [node("a"), node("b"), node("c")]
+    result = run_pass(nodes, [job(1, nodes=2, exclusive=True), job(2, nodes=2)], settings=only(pack=1))
+    first, second = placed(result)[1], placed(result).get(2)
+    assert len(set(first)) == 2 and second is None
+    assert reason(result, 2).startswith("EXCLUSIVE")
+    # With the filter off they mix.
+    filters = [f for f in FILTER_NAMES if f != "exclusive"]
+    result = run_pass(
+        nodes[:1], [job(2)], attempts=attempts, other_jobs=[job(100, exclusive=True)], settings={"filters": filters}
+    )
+    assert placed(result) == {2: ("a",)}
+
+
 def test_platform_minimum_compares_versions_numerically() -> None:
     nodes = [node("old", platform="1.9"), node("new", platform="1.10"), node("none")]
     result = run_pass(nodes, [job(1, min_platform="1.10"), job(2, min_platform="2.0")])

@@ -161,6 +161,7 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
         for _ in range(rng.choice([1, 1, 2, 3]) if waiting < 12 else 0):
             j = job(next_id, rng.choice([0.5, 1, 2, 3]), rng.choice([1, 2, 6]), time_limit=rng.choice(limits))
             j.cpu_capped = rng.random() < 0.2
+            j.exclusive = rng.random() < 0.1
             jobs[j.id] = j
             next_id += 1
             if index is not None:
@@ -208,7 +209,7 @@ def test_a_kept_engine_is_renewed_to_what_a_fresh_one_builds(
         # The kept engine has committed this pass's placements, the fresh one not: compare the rest.
         placed_on = {node_id for p in result.placements for node_id in p.node_ids}
         untouched = [i for i in range(new.n) if new.ids[i] not in placed_on]
-        for name in ("dedicated", "utilized", "room", "jobs", "capped_jobs", "uncapped_jobs"):
+        for name in ("dedicated", "utilized", "room", "jobs", "capped_jobs", "uncapped_jobs", "exclusive_jobs"):
             assert np.array_equal(getattr(kept, name)[..., untouched], getattr(new, name)[..., untouched]), name
         assert np.array_equal(memo.engine.base[untouched], fresh.base[untouched])
         # The shell carries most placements out (each a new attempt); some are lost on the way.

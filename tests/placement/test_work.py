@@ -26,6 +26,7 @@ def reference(
     out = {
         "jobs": np.zeros(n),
         "capped": np.zeros(n),
+        "exclusive": np.zeros(n),
         "dedicated": np.zeros((4, n)),
         "unmeasured": np.zeros((4, n)),
         "ends": np.full((len(FRACTIONS), n), now),
@@ -37,6 +38,7 @@ def reference(
             job_of = jobs.get(a.job_id)
             out["jobs"][i] += 1
             out["capped"][i] += bool(job_of and job_of.cpu_capped)
+            out["exclusive"][i] += bool(job_of and job_of.exclusive)
             out["dedicated"][:, i] += r
             if nd.used_at is None or a.started_at is None or a.started_at > nd.used_at:
                 out["unmeasured"][:, i] += r
@@ -70,6 +72,7 @@ def check(
     for got in (load, fresh_load):
         assert np.array_equal(got.jobs, want["jobs"])
         assert np.array_equal(got.capped, want["capped"])
+        assert np.array_equal(got.exclusive, want["exclusive"])
         assert np.array_equal(got.dedicated, want["dedicated"])
         assert np.array_equal(got.unmeasured, want["unmeasured"])
     if ask_ends:
@@ -99,6 +102,7 @@ def test_a_kept_ledger_follows_every_kind_of_change(journal: str, monkeypatch: p
             limit = rng.choice([None, 600, 5e4])
             j = job(next_id, rng.choice([0.1, 0.7, 1.3, 2.25]), rng.choice([1, 3]), time_limit=limit)
             j.cpu_capped = rng.random() < 0.3
+            j.exclusive = rng.random() < 0.2
             jobs[j.id] = j
             on = rng.sample([nd.id for nd in nodes], rng.choice([1, 1, 2]))
             started = None if rng.random() < 0.4 else now - rng.uniform(0, 50)

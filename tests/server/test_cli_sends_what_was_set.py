@@ -46,16 +46,18 @@ def test_a_submission_sends_only_what_differs_from_the_defaults(tmp_path: Path) 
         corral(proxied, "submit", "--vcpus", "1", "--ram", "1024MiB", "--priority", "1", "--", "true")
         corral(proxied, "submit", "--separate-stderr", "--near", "tag:web", "--", "true")
         corral(proxied, "submit", "-f", str(job_file))
+        corral(proxied, "submit", "--exclusive", "--", "true")
         corral(proxied, "cancel", "--user", "nobody")
-    submitted = [body["jobs"] for body in bodies[:4]]
+    submitted = [body["jobs"] for body in bodies[:5]]
     assert submitted == [
         [{"command": ["true"]}],
         [{"command": ["true"]}],  # (the defaults, given as options)
         [{"command": ["true"], "separate_stderr": True, "locality": {"near": ["tag:web"]}}],
         [{"command": ["true"]}, {"command": ["b"], "gpus": 1}],
+        [{"command": ["true"], "exclusive": True}],  # (a job not exclusive sends no `exclusive`)
     ]
-    assert all(len(body["key"]) >= 16 for body in bodies[:4])
-    assert bodies[4] == {"user": "nobody"}  # (no tag or array filter, which servers before them refused)
+    assert all(len(body["key"]) >= 16 for body in bodies[:5])
+    assert bodies[5] == {"user": "nobody"}  # (no tag or array filter, which servers before them refused)
 
 
 def stored_specs(store: Store) -> list[dict[str, Any]]:
@@ -75,7 +77,7 @@ def test_every_kind_of_submission_stores_the_same_jobs_as_when_every_field_was_s
         *("--not-before", "2030-01-01T00:00:00+00:00", "--time-limit", "2h", "--max-retries", "3", "--tag", "t"),
         *("--near", "tag:t", "--far", "1", "--strict-locality", "--locality-level", "rack", "--trait", "zone=a"),
         *("--forbid", "capacity=spot", "--min-platform", "2", "--cpu-capped", "--on-node-failure", "hold"),
-        *("--hold", "--dependency", "afterok:1", "--user", "ann"),
+        *("--hold", "--dependency", "afterok:1", "--user", "ann", "--exclusive"),
     ]
     job_file = tmp_path / "jobs.yaml"
     job_file.write_text(
@@ -105,6 +107,7 @@ def test_every_kind_of_submission_stores_the_same_jobs_as_when_every_field_was_s
                 **{"traits": {"zone": "a"}, "forbidden_traits": {"capacity": "spot"}, "min_platform": "2"},
                 **{"cpu_capped": True, "on_node_failure": "hold", "hold": True, "dependency": "afterok:1"},
                 "user": "ann",
+                "exclusive": True,
             }
         ),
         array,

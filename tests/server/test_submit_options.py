@@ -218,3 +218,32 @@ def test_sbatch_wrap_mem_per_cpu_and_gres_ask_for_what_they_do_in_slurm(tmp_path
             done = corral(url, "submit", *refused, check=False)
             assert done.returncode == 1 and said in done.stderr, (refused, done.stderr)
         assert len(store.list_job_rows()) == 3
+
+
+def test_exclusive_as_sbatchs_option_directive_and_job_file_field_runs_a_job_alone(tmp_path: Path) -> None:
+    """Slurm's --exclusive: on the command line, as an #SBATCH line and as a job file's field; the
+    job shows it, and the placement filters read it (the job is stored exclusive)."""
+    (tmp_path / "home").mkdir()
+    with served_app(tmp_path / "home") as (url, store):
+        given = int(corral(url, "submit", "--exclusive", "--", "true").stdout)
+        script = tmp_path / "job.sh"
+        script.write_text("#!/bin/sh\n#SBATCH -c 2\n#SBATCH --exclusive\necho hi\n")
+        scripted = int(corral(url, "submit", "--script", str(script)).stdout)
+        jobs = tmp_path / "jobs.jsonl"
+        jobs.write_text('{"command": ["true"], "exclusive": true}\n{"command": ["true"]}\n')
+        from_file = [int(i) for i in corral(url, "submit", "--file", str(jobs)).stdout.split()]
+        yaml_jobs = tmp_path / "jobs.yaml"
+        yaml_jobs.write_text('- {command: ["true"], exclusive: true}\n')
+        from_yaml = int(corral(url, "submit", "--file", str(yaml_jobs)).stdout)
+        plain = int(corral(url, "submit", "--", "true").stdout)
+        assert [store.job(i).exclusive for i in (given, scripted, *from_file, from_yaml, plain)] == [
+            True, True, True, False, True, False,
+        ]  # fmt: skip
+        assert store.job(scripted).resources.vcpus == 2  # (it still asks for its vCPUs)
+        assert "runs on    exclusive" in corral(url, "job", str(given)).stdout
+        assert "runs on" not in corral(url, "job", str(plain)).stdout
+        assert json.loads(corral(url, "job", str(given), "--json").stdout)["exclusive"] is True
+        # sbatch's --exclusive=user (a user's jobs may share) is not corral's: refused, not taken for it.
+        script.write_text("#!/bin/sh\n#SBATCH --exclusive=user\necho hi\n")
+        done = corral(url, "submit", "--script", str(script), check=False)
+        assert done.returncode == 1 and "line 2" in done.stderr, done.stderr

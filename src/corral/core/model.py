@@ -239,6 +239,7 @@ class Job:
     forbidden_traits: dict[str, str | list[str]] = field(default_factory=dict)  # node values to avoid
     min_platform: str | None = None  # the node's `platform` attribute must be at least this version
     cpu_capped: bool = False  # capness: capped and uncapped jobs do not share a node
+    exclusive: bool = False  # Slurm's --exclusive: runs alone on each of its nodes
     reservation: str = ""  # may use nodes held by this admin reservation
     # Seed 002 §5.4.6 at the job level (None: the system's, policy.retry.on_node_failure).
     on_node_failure: NodeFailureAction | None = None

@@ -16,6 +16,12 @@ forbids spot), and another once that one idled out. With
 `max_instances` 0 (a fixed fleet: nothing is ever booted) that is all the planner says; the
 placer's reason for the other jobs stands.
 
+An exclusive job (Slurm's --exclusive) runs alone on each of its nodes: it goes only on room on its
+way that no other job was promised this pass (an instance booting, or a node up for a gang), else
+boots its own instance (the cheapest type that fits it), and no other job is promised room on an
+instance it was. (Which job an instance booting was booted for is not kept: each pass promises the
+instances on their way afresh, in queue order, as it does for every job.)
+
 A job that could have a new instance goes on room on its way only where the placer's cost gate
 (`placement.cost`) will let it run once the instance is up; otherwise it would wait for that
 instance, be refused by the gate, and only then get its own.
@@ -70,6 +76,8 @@ class _Bin:
     # How long it is paid for once it takes work (its first billing period past its boot): work
     # that ends by then keeps it up at no cost (the cost gate's `paid_after_boot`).
     paid_for: float = 0.0
+    taken: bool = False  # some job was promised room on it this pass: no exclusive job may have it
+    exclusive: bool = False  # promised to an exclusive job (Slurm's --exclusive): no other job may share it
 
 
 Note = tuple[str, bool]  # a wait reason, and whether the job is unplaceable
@@ -321,7 +329,16 @@ def _plan_boots(
     # the budget, the boots and the gate stay as they were until the next boot.
     settled: dict[
         tuple[
-            float, int, int, int, int, float | None, frozenset[str] | None, bool, tuple[NodeAsks, Hints | None] | None
+            float,
+            int,
+            int,
+            int,
+            int,
+            float | None,
+            frozenset[str] | None,
+            bool,
+            bool,
+            tuple[NodeAsks, Hints | None] | None,
         ],
         Note,
     ] = {}
@@ -345,6 +362,7 @@ def _plan_boots(
             limit,
             accepted,
             job.cpu_capped,
+            job.exclusive,
             asks,
         )
         note = settled.get(key)
@@ -390,12 +408,13 @@ def _plan_boots(
         ):
             refuses = _gate(cost, limit, Bill.of(bootable[0]), verdicts)
         promise = math.inf if limit is None else limit
+        exclusive = job.exclusive
         if need == 1:
-            chosen = _take_bins(pending_for, request, need, promise, refuses)
+            chosen = _take_bins(pending_for, request, need, promise, refuses, exclusive)
             if chosen is not None:
                 notes[job.id] = (f"waiting for an instance to boot ({', '.join(chosen)})", False)
                 continue
-            chosen = _take_bins(planned_for, request, need, promise, refuses)
+            chosen = _take_bins(planned_for, request, need, promise, refuses, exclusive)
             if chosen is not None:
                 notes[job.id] = ("waiting for an instance to boot", False)
                 continue
@@ -409,9 +428,9 @@ def _plan_boots(
             else:  # (no filters to ask: room alone, which says nothing of a node's traits)
                 up_for = [] if pins else up
             bins = up_for + pending_for + planned_for
-            on_the_way = _fitting_bins(bins, request, need, refuses)
+            on_the_way = _fitting_bins(bins, request, need, refuses, exclusive)
             if len(on_the_way) == need:
-                _take(on_the_way, request, promise)
+                _take(on_the_way, request, promise, exclusive)
                 held.update(b.label for b in on_the_way if b.up)
                 notes[job.id] = (_gang_waits(on_the_way, []), False)
                 continue
@@ -488,7 +507,7 @@ def _plan_boots(
             notes[job.id] = settled[key] = paced
             continue
         settled.clear()
-        _take(on_the_way, request, promise)
+        _take(on_the_way, request, promise, exclusive)
         held.update(b.label for b in on_the_way if b.up)
         new_labels: list[str] = []
         left = now_booted
@@ -505,6 +524,8 @@ def _plan_boots(
                         promise,
                         instance_type=itype.name,
                         paid_for=paid_after_boot(itype.billing_granularity, itype.billing_minimum, boot_time),
+                        taken=True,
+                        exclusive=exclusive,  # (its own instance: nobody else is promised room on it)
                     )
                 )
                 new_labels.append(f"new {itype.name}")
@@ -787,24 +808,39 @@ def _gate(
 
 
 def _take_bins(
-    bins: list[_Bin], request: Resources, need: int, limit: float, refuses: Callable[[_Bin], bool] | None
+    bins: list[_Bin],
+    request: Resources,
+    need: int,
+    limit: float,
+    refuses: Callable[[_Bin], bool] | None,
+    exclusive: bool = False,
 ) -> list[str] | None:
     """Reserve `request` on `need` distinct bins (best fit by RAM left) that the cost gate does not
     refuse; None if there are not enough."""
     if len(bins) < need:  # (once the fleet is capped, no new bins come in a pass)
         return None
-    chosen = _fitting_bins(bins, request, need, refuses)
+    chosen = _fitting_bins(bins, request, need, refuses, exclusive)
     if len(chosen) < need:
         return None
-    _take(chosen, request, limit)
+    _take(chosen, request, limit, exclusive)
     return [b.label for b in chosen]
 
 
 def _fitting_bins(
-    bins: list[_Bin], request: Resources, most: int, refuses: Callable[[_Bin], bool] | None
+    bins: list[_Bin],
+    request: Resources,
+    most: int,
+    refuses: Callable[[_Bin], bool] | None,
+    exclusive: bool = False,
 ) -> list[_Bin]:
     """Up to `most` distinct bins that hold `request` and that the cost gate does not refuse, best
-    fit (least RAM left) first."""
+    fit (least RAM left) first. An exclusive job (Slurm's --exclusive) takes only a bin nobody was
+    promised this pass (an instance booting, or a node up, for it alone); no job takes one promised
+    to an exclusive job."""
+    if exclusive:
+        bins = [b for b in bins if not b.taken]
+    elif any(b.exclusive for b in bins):
+        bins = [b for b in bins if not b.exclusive]
     fitting = [b for b in bins if request.fits_in(b.free) and not (refuses and refuses(b))]
     if most == 1 and fitting:
         # The first best (min keeps the first of equal keys, as the stable sort puts it first).
@@ -813,7 +849,9 @@ def _fitting_bins(
     return fitting[:most]
 
 
-def _take(bins: list[_Bin], request: Resources, limit: float) -> None:
+def _take(bins: list[_Bin], request: Resources, limit: float, exclusive: bool = False) -> None:
     for b in bins:
         b.free = b.free - request
         b.longest = max(b.longest, limit)
+        b.taken = True
+        b.exclusive = b.exclusive or exclusive

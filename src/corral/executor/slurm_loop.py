@@ -491,8 +491,8 @@ class SlurmLoop(LiveLoop):
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
-        gang, --time from its time limit, --nice from its priority, --no-requeue; its ids in
-        --job-name and --comment."""
+        gang, --time from its time limit, --nice from its priority, --no-requeue, --exclusive for an
+        exclusive job; its ids in --job-name and --comment."""
         settings = self.config.slurm
         res = job.resources
         options = [
@@ -521,6 +521,8 @@ class SlurmLoop(LiveLoop):
             options.append(f"--tmp={res.scratch_mib}M")
         if job.time_limit is not None:
             options.append(f"--time={slurm_time(job.time_limit)}")
+        if job.exclusive:
+            options.append("--exclusive")  # Slurm keeps every other job off its nodes, as corral's filter does
         return [*options, *self.settings_options()]
 
     def settings_options(self) -> list[str]:

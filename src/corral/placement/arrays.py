@@ -44,12 +44,14 @@ def rack_key(node: Node) -> str:
 class Load:
     """What runs on the nodes of one pass, per node position: the summed requests of active
     attempts (resources x nodes), the part of them not yet visible in the node's measured `used`,
-    how many attempts there are, and how many of them are CPU-capped (`work.WorkLedger`)."""
+    how many attempts there are, and how many of them are CPU-capped and how many exclusive
+    (`work.WorkLedger`)."""
 
     dedicated: Floats
     unmeasured: Floats
     jobs: Floats
     capped: Ints
+    exclusive: Ints
 
 
 def fleet_signature(nodes: Sequence[Node]) -> list[tuple[object, ...]]:
@@ -329,6 +331,9 @@ class NodeArrays:
         self.jobs = load.jobs.copy() if load is not None else np.zeros(n)
         self.capped_jobs = load.capped.copy() if load is not None else np.zeros(n, dtype=np.int64)
         self.uncapped_jobs = self.jobs.astype(np.int64) - self.capped_jobs
+        self.exclusive_jobs = load.exclusive.copy() if load is not None else np.zeros(n, dtype=np.int64)
+        # Lets the exclusive filter skip its work for other jobs while no node runs an exclusive one.
+        self.any_exclusive = bool(self.exclusive_jobs.any())
 
         self._policies = [self.policy[r] for r in RESOURCES]
         self._ratios = [float(x) for x in self.ratio]
@@ -405,7 +410,7 @@ class NodeArrays:
         if len(where) > FEW:
             return self._refresh_many(load, np.array(where, dtype=np.int64), used)
         changed_at: list[int] = []
-        lost_capped = False
+        lost_capped = lost_exclusive = False
         capacity, dedicated_of, utilized_of, room_of = self.capacity, self.dedicated, self.utilized, self.room
         held, unmeasured = load.dedicated, load.unmeasured
         # Scalar arithmetic on each column, read and written as Python floats one column at a
@@ -433,19 +438,28 @@ class NodeArrays:
             jobs, capped = float(load.jobs[i]), int(load.capped[i])
             uncapped = int(jobs) - capped
             was_capped = int(self.capped_jobs[i])
-            if changed or self.jobs[i] != jobs or was_capped != capped:
+            exclusive, was_exclusive = int(load.exclusive[i]), int(self.exclusive_jobs[i])
+            if changed or self.jobs[i] != jobs or was_capped != capped or was_exclusive != exclusive:
                 changed_at.append(i)
             self.jobs[i], self.capped_jobs[i], self.uncapped_jobs[i] = jobs, capped, uncapped
+            self.exclusive_jobs[i] = exclusive
             if capped:
                 self.any_capped = True
             elif was_capped:
                 lost_capped = True
+            if exclusive:
+                self.any_exclusive = True
+            elif was_exclusive:
+                lost_exclusive = True
         if lost_capped:  # only then may no node hold capped work any more: look at them all
             self.any_capped = self._pinned or bool(self.capped_jobs.any())
+        if lost_exclusive:
+            self.any_exclusive = bool(self.exclusive_jobs.any())
         return changed_at
 
     def _refresh_many(self, load: Load, where: Ints, used: list[Resources]) -> list[int]:
-        was = [values[..., where] for values in (self.dedicated, self.utilized, self.room, self.jobs, self.capped_jobs)]
+        figures = (self.dedicated, self.utilized, self.room, self.jobs, self.capped_jobs, self.exclusive_jobs)
+        was = [values[..., where] for values in figures]
         self.dedicated[:, where] = load.dedicated[:, where]
         self.utilized[:, where] = _stack(used[i] for i in where.tolist()) + load.unmeasured[:, where]
         for resource in RESOURCES:
@@ -453,8 +467,10 @@ class NodeArrays:
         self.jobs[where] = load.jobs[where]
         self.capped_jobs[where] = load.capped[where]
         self.uncapped_jobs[where] = load.jobs[where].astype(np.int64) - load.capped[where]
+        self.exclusive_jobs[where] = load.exclusive[where]
         self.any_capped = self._pinned or bool(self.capped_jobs.any())
-        now = (self.dedicated, self.utilized, self.room, self.jobs, self.capped_jobs)
+        self.any_exclusive = bool(self.exclusive_jobs.any())
+        now = figures
         differs = np.zeros(len(where), dtype=bool)
         for before, values in zip(was, now, strict=True):
             after = values[..., where]
@@ -504,7 +520,9 @@ class NodeArrays:
             return masks[0]
         return ANY_OF(masks)
 
-    def commit(self, node: int, amounts: tuple[float, float, float, float], capped: bool) -> None:
+    def commit(
+        self, node: int, amounts: tuple[float, float, float, float], capped: bool, exclusive: bool = False
+    ) -> None:
         """Account one placed job on one node: its request is dedicated at once, and counts as
         utilized (the load bump) until the agent's next measurement includes it.
 
@@ -535,6 +553,9 @@ class NodeArrays:
             self.any_capped = True
         else:
             self.uncapped_jobs[node] += 1
+        if exclusive:
+            self.exclusive_jobs[node] += 1
+            self.any_exclusive = True
 
 
 @functools.lru_cache(maxsize=1 << 16)  # node ids come back pass after pass, fleet after fleet

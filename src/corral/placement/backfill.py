@@ -16,6 +16,14 @@ either, for ever), would end by the window's start, or from the window's end on.
 The future is projected from requests alone (the only thing known about it), against capacity
 times the overprovision ratio; measured use is not projected. Job-count limits and capness are
 not projected either: the reservation says where the job could go, the filters still decide.
+
+Exclusive jobs (Slurm's --exclusive) are projected, as their rule is about the whole node, not
+its room: an exclusive job at the head needs its nodes empty, so a node first fits it when the
+last end of its work is past (never, while work on it has no end), and its reservation leaves
+nothing to share: a later job may use a reserved node only if it ends before the start. A node
+that runs an exclusive job has no room for any other job until that node is empty, whatever its
+room says. Either way a node's empty time is one vectorised pass over the timeline (its latest
+end, where its ends account for every job on it), made only when an exclusive job is concerned.
 """
 
 from __future__ import annotations
@@ -325,11 +333,15 @@ class Reservation:
             and np.array_equal(self.spare[:, mine], other.spare[:, theirs])
         )
 
-    def holds_back(self, arrays: NodeArrays, vector: Floats, end: float) -> Bools | None:
-        """Nodes a job (request `vector`, ending at `end`) may not use without delaying the
-        reservation; None when it may use all."""
+    def holds_back(self, arrays: NodeArrays, vector: Floats, end: float, exclusive: bool = False) -> Bools | None:
+        """Nodes a job (request `vector`, ending at `end`; `exclusive`: it runs alone) may not use
+        without delaying the reservation; None when it may use all. An exclusive job running past
+        the start would keep the reserved job off the node whatever room is left: every reserved
+        node is held back from it (an exclusive reserved job leaves no room: its `spare` is -inf)."""
         if end <= self.start:
             return None
+        if exclusive:
+            return self.held
         key = vector.tobytes()
         if key in self._held_for:
             return self._held_for[key]  # read only, as every mask a pass hands the engine
@@ -373,6 +385,7 @@ def reserve(
     time before which it cannot be used (a down node's `now + node_down_delay`, seed 002 §5.4.5).
     `default_limit`: how long a job without a time limit is taken to run, against windows."""
     first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
+    first_fit = exclusive_fits(arrays, demand, eligible, now, timeline, first_fit)
     if ready is not None:
         first_fit = np.maximum(first_fit, ready)
     return _reservation(arrays, demand, timeline, first_fit, windows_for(arrays, demand, default_limit))
@@ -420,6 +433,41 @@ def ending_reservations(arrays: NodeArrays) -> Bools | None:
 
 
 _FIRST = np.zeros(1, dtype=np.int64)  # the first event starts a node's group
+
+
+def exclusive_fits(
+    arrays: NodeArrays, demand: Demand, eligible: Bools, now: float, timeline: Timeline, first_fit: Floats
+) -> Floats:
+    """`first_fit` (every node's, as `_Fits` gives them) for exclusive work: an exclusive demand
+    first fits a node big enough for it when the node is empty; any other first fits a node that
+    runs an exclusive job no earlier than when that node is empty. Unchanged (the same array)
+    when no exclusive job is concerned."""
+    if not demand.exclusive and not arrays.any_exclusive:
+        return first_fit
+    empty = empty_times(arrays, timeline, now)
+    if demand.exclusive:
+        wanted = (demand.vector > 0).nonzero()[0]
+        ceiling = arrays.capacity[wanted] * arrays.ratio[wanted, None]
+        big_enough = eligible & ALL_OF(ceiling >= (demand.vector[wanted] - EPSILON)[:, None], axis=0)
+        result: Floats = np.where(big_enough, empty, math.inf)
+        return result
+    # Room only grows as work ends, so the first time both hold is the later of the two.
+    result = np.where(arrays.exclusive_jobs > 0, np.maximum(first_fit, empty), first_fit)
+    return result
+
+
+def empty_times(arrays: NodeArrays, timeline: Timeline, now: float) -> Floats:
+    """When each node runs nothing any more: `now` for one that runs nothing; the latest end of its
+    work (held at `now`) where the timeline holds an end for every job on it; else inf (work
+    without a time limit, which the timeline leaves out, never ends)."""
+    ends, nodes, _ = timeline.arrays()
+    n = arrays.n
+    counted = np.bincount(nodes, minlength=n)[:n] if len(nodes) else np.zeros(n, dtype=np.int64)
+    latest = np.full(n, -math.inf)
+    if len(nodes):
+        np.maximum.at(latest, nodes, ends)
+    empty: Floats = np.where(arrays.jobs <= 0, now, np.where(counted >= arrays.jobs, np.maximum(latest, now), math.inf))
+    return empty
 
 
 class _Fits:
@@ -585,6 +633,8 @@ def _reservation(
     ceiling = arrays.capacity[:, chosen] * arrays.ratio[:, None]
     projected = np.minimum(ceiling - arrays.dedicated[:, chosen], ceiling)
     spare = np.minimum(projected + freed, ceiling) - demand.vector[:, None]
+    if demand.exclusive:
+        spare = np.full_like(spare, -math.inf)  # it runs alone: nothing is left to share from its start
     return Reservation(demand.job_id, start, chosen, spare, held, after_windows=after_windows, open_until=open_until)
 
 
@@ -695,6 +745,9 @@ class LastReservation:
             stands = windows is None and _stands(made, dirty, first_fit, now)
         else:
             first_fit = _Fits(arrays, demand, eligible, now).first_fits(timeline)
+        # Exclusive work (rare) is figured afresh over every node: a node's empty time moves with
+        # any of its ends, which `dirty` follows for room only.
+        first_fit = exclusive_fits(arrays, demand, eligible, now, timeline, first_fit)
         reservation: Reservation | None
         next_end = math.inf
         if made is not None and stands:

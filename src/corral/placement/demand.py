@@ -64,6 +64,8 @@ class Demand:
     # that starts later (the reservation-start filter reads it); part of `key`, so that requests
     # equal but for it are not taken for one.
     horizon: float | None = None
+    # Slurm's --exclusive: only a node that runs nothing takes it, and nothing else while it runs.
+    exclusive: bool = False
     amounts: tuple[float, float, float, float] = field(init=False, compare=False, hash=False, repr=False)
     static_key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
     key: tuple[object, ...] = field(init=False, compare=False, hash=False, repr=False)
@@ -76,7 +78,7 @@ class Demand:
         set_ = object.__setattr__
         set_(self, "amounts", amounts)
         set_(self, "static_key", static_key)
-        key = (static_key, amounts, self.node_count, self.capped, self.hints)
+        key = (static_key, amounts, self.node_count, self.capped, self.hints, self.exclusive)
         set_(self, "key", key if self.horizon is None else (*key, self.horizon))
 
     @property
@@ -102,4 +104,6 @@ class Demand:
             job.reservation,
             Hints.of(job.locality),
             job.time_limit,
+            None,
+            job.exclusive,
         )

@@ -2,7 +2,7 @@
 
 Stages, in the order they run for a job:
 1. static filters (their combined mask is cached per distinct set of constraints for the pass);
-2. dynamic filters (capacity, job count, capness), on arrays kept current by `commit`. Jobs of one
+2. dynamic filters (capacity, job count, capness, exclusive), on arrays kept current by `commit`. Jobs of one
    request without locality hints share this work (`shared`): the filtered base sums are kept per
    request and caught up at the nodes commits changed since its last job;
 3. locality hints: strict ones are a hard filter, soft ones narrow the survivors only when enough
@@ -704,7 +704,7 @@ class Engine:
         a = self.arrays
         free = self.free
         for i in nodes:
-            a.commit(i, demand.amounts, demand.capped)
+            a.commit(i, demand.amounts, demand.capped, demand.exclusive)
             if free is not None:
                 node_id = a.ids[i]
                 free[node_id] = free[node_id] - demand.resources

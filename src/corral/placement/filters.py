@@ -137,7 +137,7 @@ def _describe_category(
     return "in a category that takes no work: " + ", ".join(f"{c} ({n})" for c, n in sorted(counts.items()))
 
 
-# --- job count and capness -----------------------------------------------------------------------
+# --- job count, capness and exclusive ------------------------------------------------------------
 
 
 def _max_jobs(a: NodeArrays, d: Demand, loc: Resolved | None) -> Bools | None:
@@ -180,6 +180,44 @@ def _describe_capness(
     if d.capped:
         return "the job has a CPU cap; these nodes run uncapped jobs or are pinned uncapped"
     return "the job has no CPU cap; these nodes run capped jobs or are pinned capped"
+
+
+def exclusive_mask(a: NodeArrays, exclusive: bool) -> Bools | None:
+    """Slurm's --exclusive: an exclusive job only on a node that runs nothing (placed on this pass
+    included: a commit counts), and no job on a node that runs an exclusive one."""
+    if exclusive:
+        result: Bools = a.jobs == 0
+        return result
+    if not a.any_exclusive:
+        return None  # the usual pass: no exclusive work anywhere, nothing to combine
+    result = a.exclusive_jobs == 0
+    return result
+
+
+def _exclusive(a: NodeArrays, d: Demand, loc: Resolved | None) -> Bools | None:
+    return exclusive_mask(a, d.exclusive)
+
+
+def _describe_exclusive(
+    a: NodeArrays, d: Demand, scope: Bools, loc: Resolved | None, types: Sequence[InstanceType]
+) -> str:
+    if d.exclusive:
+        busy = scope & (a.jobs > 0)
+        if not busy.any():
+            busy = a.jobs > 0
+        i = int(np.flatnonzero(busy)[0]) if busy.any() else -1
+        example = f" (e.g. {a.ids[i]} runs {_jobs(a.jobs[i])})" if i >= 0 else ""
+        return f"the job runs alone (--exclusive); these {a.noun}s run other jobs{example}: it waits for one to empty"
+    held = scope & (a.exclusive_jobs > 0)
+    if not held.any():
+        held = a.exclusive_jobs > 0
+    return (
+        f"these {a.noun}s run an exclusive job (--exclusive), which shares its node with no other: {_sample(a, held)}"
+    )
+
+
+def _jobs(n: float) -> str:
+    return f"{n:g} job{'' if n == 1 else 's'}"
 
 
 # --- platform and traits -------------------------------------------------------------------------
@@ -398,6 +436,7 @@ FILTERS: dict[str, Filter] = {
         Filter("category", "NODE_CATEGORY", "", True, _category, _describe_category),
         Filter("max-jobs", "MAX_JOBS_REACHED", "hard-filter-vm-count", False, _max_jobs, _describe_max_jobs),
         Filter("capness", "CAPNESS_MISMATCH", "hard-filter-capness", False, _capness, _describe_capness),
+        Filter("exclusive", "EXCLUSIVE", "hard-filter-exclusive", False, _exclusive, _describe_exclusive),
         Filter("platform", "PLATFORM_TOO_OLD", "hard-filter-platform-versions", True, _platform, _describe_platform),
         Filter("traits", "TRAITS_MISMATCH", "hard-filter-traits", True, _traits, _describe_traits),
         Filter(

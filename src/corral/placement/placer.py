@@ -600,7 +600,9 @@ def place(
                 wait_for(reservation, job, demand)
                 continue
             exclude = (
-                reservation.held if backfill == "strict-fifo" else reservation.holds_back(arrays, demand.vector, end)
+                reservation.held
+                if backfill == "strict-fifo"
+                else reservation.holds_back(arrays, demand.vector, end, demand.exclusive)
             )
 
         costly = None
@@ -891,7 +893,7 @@ class QueueWalk:
                 held = verdicts.get(demand.key)
                 if held is None:
                     end = end_time(now, demand.time_limit, default_limit, now)
-                    exclude = reservation.holds_back(engine.arrays, demand.vector, end)
+                    exclude = reservation.holds_back(engine.arrays, demand.vector, end, demand.exclusive)
                     placeable, fitting = engine.placeable(demand, exclude)
                     if placeable:
                         return False

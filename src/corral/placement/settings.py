@@ -27,6 +27,7 @@ FILTER_NAMES: tuple[str, ...] = (
     "category",  # node categories that block work (seed 002 §5.4.2)
     "max-jobs",  # hard-filter-vm-count
     "capness",  # hard-filter-capness
+    "exclusive",  # hard-filter-exclusive: Slurm's --exclusive, a job alone on its nodes
     "platform",  # hard-filter-platform-versions
     "traits",  # hard-filter-traits
     "overprovision",  # hard-filter-overprovision-ratios

@@ -1,6 +1,7 @@
 """The work on the nodes (active attempts), kept between passes and updated where it changed.
 
-A pass needs, per node: how many jobs run there and how many of them are CPU-capped, their summed
+A pass needs, per node: how many jobs run there and how many of them are CPU-capped or exclusive,
+their summed
 requests, the part of those not yet in the node's measured use, and (for the cost gate) when the
 work is expected to end. Summing every attempt again each pass cost more than the rest of a pass
 with a short queue, while the shell changes a handful of attempts between passes. So a ledger kept
@@ -37,6 +38,7 @@ _ACTIVE = (AttemptState.ASSIGNED, AttemptState.RUNNING)
 class _NodeWork:
     count: int
     capped: int
+    exclusive: int
     held: tuple[float, float, float, float]
     unmeasured: tuple[float, float, float, float] | None
     measured_at: float | None  # the node's measurement time these figures assume
@@ -174,6 +176,7 @@ class WorkLedger:
                 np.zeros((len(RESOURCES), n)),
                 np.zeros(n),
                 np.zeros(n, dtype=np.int64),
+                np.zeros(n, dtype=np.int64),
             )
             self._ends = np.full((len(self.fractions), n), -math.inf)
             moved = [(i, j) for i, node_id in enumerate(ids) if (j := was.get(node_id)) is not None]
@@ -183,6 +186,7 @@ class WorkLedger:
                 self._load.unmeasured[:, to] = load.unmeasured[:, source]
                 self._load.jobs[to] = load.jobs[source]
                 self._load.capped[to] = load.capped[source]
+                self._load.exclusive[to] = load.exclusive[source]
                 self._ends[:, to] = ends[:, source]
             else:
                 was = {}
@@ -228,6 +232,7 @@ class WorkLedger:
             return
         ordered = [listed[i] for i in sorted(listed)]
         capped = sum([_capped(attempt, jobs) for attempt in ordered])
+        exclusive = sum([_exclusive(attempt, jobs) for attempt in ordered])
         held = _sum(ordered)
         if measured_at is None:
             unmeasured: tuple[float, float, float, float] | None = held
@@ -236,7 +241,7 @@ class WorkLedger:
             # started, or started after the last measurement) counts at its request.
             late = [a for a in ordered if a.started_at is None or a.started_at > measured_at]
             unmeasured = _sum(late) if late else None
-        self._work[node_id] = _NodeWork(len(ordered), capped, held, unmeasured, measured_at, ordered[-1].id)
+        self._work[node_id] = _NodeWork(len(ordered), capped, exclusive, held, unmeasured, measured_at, ordered[-1].id)
 
     def _add(self, node_id: str, attempts: list[Attempt], measured_at: float | None, jobs: Mapping[int, Job]) -> bool:
         """Add attempts new on a node whose figures are otherwise unchanged, if they come after
@@ -245,33 +250,35 @@ class WorkLedger:
         attempts = sorted(attempts, key=lambda a: a.id)
         if work is None or work.measured_at != measured_at or attempts[0].id <= work.last_id:
             return False
-        held, unmeasured, capped = work.held, work.unmeasured, work.capped
+        held, unmeasured, capped, exclusive = work.held, work.unmeasured, work.capped, work.exclusive
         for attempt in attempts:
             capped += _capped(attempt, jobs)
+            exclusive += _exclusive(attempt, jobs)
             held = _plus(held, attempt)
             if measured_at is None or attempt.started_at is None or attempt.started_at > measured_at:
                 unmeasured = _plus(unmeasured, attempt)
         if measured_at is None:
             unmeasured = held
         self._work[node_id] = _NodeWork(
-            work.count + len(attempts), capped, held, unmeasured, measured_at, attempts[-1].id
+            work.count + len(attempts), capped, exclusive, held, unmeasured, measured_at, attempts[-1].id
         )
         return True
 
     def _write(self, where: list[int], load: Load, ids: list[str]) -> None:
         if not where:
             return
-        empty = _NodeWork(0, 0, (0.0, 0.0, 0.0, 0.0), None, None, 0)
+        empty = _NodeWork(0, 0, 0, (0.0, 0.0, 0.0, 0.0), None, None, 0)
         works = [self._work.get(ids[i], empty) for i in where]
         if len(where) <= FEW:  # element by element: cheaper than building arrays for a few nodes
             for i, w in zip(where, works, strict=True):
-                load.jobs[i], load.capped[i] = w.count, w.capped
+                load.jobs[i], load.capped[i], load.exclusive[i] = w.count, w.capped, w.exclusive
                 load.dedicated[:, i] = w.held
                 load.unmeasured[:, i] = w.unmeasured or (0.0, 0.0, 0.0, 0.0)
             return
         # One assignment per array for all the nodes written, not one per node.
         load.jobs[where] = [w.count for w in works]
         load.capped[where] = [w.capped for w in works]
+        load.exclusive[where] = [w.exclusive for w in works]
         load.dedicated[:, where] = np.array([w.held for w in works], dtype=np.float64).T
         zero = (0.0, 0.0, 0.0, 0.0)
         load.unmeasured[:, where] = np.array([w.unmeasured or zero for w in works], dtype=np.float64).T
@@ -280,6 +287,11 @@ class WorkLedger:
 def _capped(attempt: Attempt, jobs: Mapping[int, Job]) -> bool:
     job = jobs.get(attempt.job_id)
     return job is not None and job.cpu_capped
+
+
+def _exclusive(attempt: Attempt, jobs: Mapping[int, Job]) -> bool:
+    job = jobs.get(attempt.job_id)
+    return job is not None and job.exclusive
 
 
 def _plus(total: tuple[float, float, float, float] | None, attempt: Attempt) -> tuple[float, float, float, float]:

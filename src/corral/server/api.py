@@ -245,6 +245,7 @@ def job_out(
         min_platform=spec.get("min_platform"),
         reservation=spec.get("reservation") or "",
         cpu_capped=bool(spec.get("cpu_capped")),
+        exclusive=bool(spec.get("exclusive")),
         user=spec.get("user", ""),
         tags=list(spec.get("tags", ())),
         dependency=spec.get("dependency"),

@@ -409,12 +409,13 @@ class JobOut(BaseModel):
     not_before: float | None = None  # epoch seconds: not started before then (--not-before)
     locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
     # What it asks of a node besides room, as submitted (--trait, --forbid, --min-platform,
-    # --reservation, --cpu-capped): what the placement filters read.
+    # --reservation, --cpu-capped, --exclusive): what the placement filters read.
     traits: dict[str, str | list[str]] = Field(default_factory=dict)
     forbidden_traits: dict[str, str | list[str]] = Field(default_factory=dict)
     min_platform: str | None = None
     reservation: str = ""
     cpu_capped: bool = False
+    exclusive: bool = False  # runs alone on each of its nodes (--exclusive)
     user: str = ""  # whose job it is (corral usage --by user)
     tags: list[str] = Field(default_factory=list)
     # Slurm's --dependency as stored ("afterok:12:13,afterany:14"; '?' between conditions: any one).
