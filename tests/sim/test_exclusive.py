@@ -24,6 +24,8 @@ LINES: list[dict[str, Any]] = [
         {"command": ["alone"], "vcpus": 1, "ram": "1GiB", "submit_time": 10 * k, "run_time": 300, "time_limit": 400}
         for k in range(1, 4)
     ),
+    # Work that comes while the exclusive jobs run: it must not join them.
+    *({"command": ["later"], "vcpus": 1, "ram": "1GiB", "submit_time": 60 + k, "run_time": 200} for k in range(4)),
 ]
 
 
