@@ -65,8 +65,13 @@ def stored_as_before(store: Store, jobs: list[JobRequest], leaving_out: tuple[st
 
 
 # The servers since submissions had keys and before this one: with chdir and separate_stderr but
-# before script (the one before this), before separate_stderr, before chdir.
-OLDER_SERVERS = [("script",), ("script", "separate_stderr"), ("script", "separate_stderr", "chdir")]
+# before script (the one before this), before separate_stderr, before chdir. (None of them had
+# exclusive, which came after they stopped hashing whole.)
+OLDER_SERVERS = [
+    ("script", "exclusive"),
+    ("script", "exclusive", "separate_stderr"),
+    ("script", "exclusive", "separate_stderr", "chdir"),
+]
 
 
 @pytest.mark.parametrize("leaving_out", OLDER_SERVERS, ids=["whole", "before-separate_stderr", "before-chdir"])
@@ -100,7 +105,7 @@ class NewerJobRequest(JobRequest):
     """A job request of a later version, with a field added since, at a default."""
 
     model_config = ConfigDict(extra="forbid")
-    exclusive: bool = False
+    contiguous: bool = False
 
 
 def test_a_key_answers_its_jobs_whether_a_field_added_later_at_its_default_is_there_or_not(store: Store) -> None:
@@ -109,7 +114,7 @@ def test_a_key_answers_its_jobs_whether_a_field_added_later_at_its_default_is_th
     first = store.submit([JobRequest(command=["true"], name="a")], NOW, KEY)
     assert store.submit([NewerJobRequest(command=["true"], name="a")], NOW + 30, KEY) == first
     with pytest.raises(KeyReused):
-        store.submit([NewerJobRequest(command=["true"], name="a", exclusive=True)], NOW + 30, KEY)
+        store.submit([NewerJobRequest(command=["true"], name="a", contiguous=True)], NOW + 30, KEY)
 
     newer = store.submit([NewerJobRequest(command=["true"], name="a")], NOW, "n" * 32)
     assert store.submit([JobRequest(command=["true"], name="a")], NOW + 30, "n" * 32) == newer
