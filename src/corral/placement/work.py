@@ -231,8 +231,10 @@ class WorkLedger:
             self._work.pop(node_id, None)
             return
         ordered = [listed[i] for i in sorted(listed)]
-        capped = sum([_capped(attempt, jobs) for attempt in ordered])
-        exclusive = sum([_exclusive(attempt, jobs) for attempt in ordered])
+        # One look-up of each attempt's job for both counts (most nodes hold one or two attempts).
+        kinds = [_kinds(attempt, jobs) for attempt in ordered]
+        capped = sum([c for c, _ in kinds])
+        exclusive = sum([e for _, e in kinds])
         held = _sum(ordered)
         if measured_at is None:
             unmeasured: tuple[float, float, float, float] | None = held
@@ -252,8 +254,9 @@ class WorkLedger:
             return False
         held, unmeasured, capped, exclusive = work.held, work.unmeasured, work.capped, work.exclusive
         for attempt in attempts:
-            capped += _capped(attempt, jobs)
-            exclusive += _exclusive(attempt, jobs)
+            is_capped, is_exclusive = _kinds(attempt, jobs)
+            capped += is_capped
+            exclusive += is_exclusive
             held = _plus(held, attempt)
             if measured_at is None or attempt.started_at is None or attempt.started_at > measured_at:
                 unmeasured = _plus(unmeasured, attempt)
@@ -284,14 +287,12 @@ class WorkLedger:
         load.unmeasured[:, where] = np.array([w.unmeasured or zero for w in works], dtype=np.float64).T
 
 
-def _capped(attempt: Attempt, jobs: Mapping[int, Job]) -> bool:
+def _kinds(attempt: Attempt, jobs: Mapping[int, Job]) -> tuple[bool, bool]:
+    """Whether the attempt's job is CPU-capped, and whether it is exclusive (no job: neither)."""
     job = jobs.get(attempt.job_id)
-    return job is not None and job.cpu_capped
-
-
-def _exclusive(attempt: Attempt, jobs: Mapping[int, Job]) -> bool:
-    job = jobs.get(attempt.job_id)
-    return job is not None and job.exclusive
+    if job is None:
+        return False, False
+    return job.cpu_capped, job.exclusive
 
 
 def _plus(total: tuple[float, float, float, float] | None, attempt: Attempt) -> tuple[float, float, float, float]:
