@@ -23,6 +23,8 @@ REQUESTS: list[dict[str, Any]] = [
     {"command": ["run"], "image": "docker.io/library/python:3.12", "env": {"A": "1", "B": "two words"}},
     {"command": ["make"], "chdir": "/shared/project/run42", "max_retries": 3, "priority": 50},
     {"command": ["nextflow-task"], "separate_stderr": True},
+    {"command": ["train.sh"], "time_limit": "1h", "signal": "B:SIGUSR1@120"},
+    {"command": ["train.sh"], "time_limit": 600, "signal": "10"},
     {"command": ["job.sh", "in.txt"], "script": "#!/bin/bash\n#SBATCH -c 2\nsrun hostname\n", "vcpus": 2},
     {"command": ["x"], "tags": ["web", "batch"], "locality": {"near": ["12", "tag:db"], "far": ["13"]}},
     {"command": ["x"], "locality": {"near": ["tag:db"], "strict": True, "level": "rack"}},
@@ -65,7 +67,12 @@ def test_a_stored_spec_builds_the_same_job_both_ways(request_fields: dict[str, A
 def test_a_spec_stored_before_scripts_is_built_on_the_fast_path_as_no_script() -> None:
     """Every job queued when a store is upgraded has a spec without `script`: built fast, as before
     (through the model, a restart's first snapshot of a long queue took seconds more)."""
-    spec = {key: value for key, value in stored({"command": ["x"], "array": "0-3"}).items() if key != "script"}
+    # (Stored before `signal` too, which came later.)
+    spec = {
+        key: value
+        for key, value in stored({"command": ["x"], "array": "0-3"}).items()
+        if key not in ("script", "signal")
+    }
     job = jobspec._fast_job(spec, 5, 1.0, 5, 2)
     assert job is not None and not job.batch_script
     both_ways(spec, 5, 5, 2)
@@ -77,10 +84,25 @@ def test_a_spec_stored_before_exclusive_is_built_on_the_fast_path_as_not_exclusi
     whole = stored({"command": ["x"], "exclusive": True})
     assert jobspec._fast_job(whole, 5, 1.0, None, None) == JobRequest.stored(whole).to_job(5, 1.0)
     assert job_from_stored(whole, 5, 1.0).exclusive
-    for left_out in ({"exclusive"}, {"exclusive", "script"}):
+    # (The stores upgraded lack signal too: both came in one release.)
+    for left_out in (
+        {"exclusive"},
+        {"exclusive", "script"},
+        {"exclusive", "signal"},
+        {"exclusive", "signal", "script"},
+    ):
         spec = {key: value for key, value in stored({"command": ["x"]}).items() if key not in left_out}
         job = jobspec._fast_job(spec, 5, 1.0, None, None)
         assert job is not None and not job.exclusive
+        both_ways(spec, 5)
+
+
+def test_a_spec_stored_before_signals_is_built_on_the_fast_path_as_no_signal() -> None:
+    """As for `script`: every job queued at the upgrade that brought `signal` has a spec without it."""
+    for before in (("signal",), ("signal", "script")):
+        spec = {key: value for key, value in stored({"command": ["x"], "time_limit": 60}).items() if key not in before}
+        job = jobspec._fast_job(spec, 5, 1.0, None, None)
+        assert job is not None and job.signal is None
         both_ways(spec, 5)
 
 
@@ -108,6 +130,7 @@ def test_every_field_is_known_to_the_fast_path() -> None:
         {"cpu_capped": 1},
         {"exclusive": 1},
         {"script": "no interpreter line, stored by a server that did not check"},
+        {"signal": "usr1"},  # not in canonical form
     ],
 )
 def test_an_unusual_spec_builds_the_same_job(change: dict[str, Any]) -> None:
@@ -120,7 +143,7 @@ def test_an_unusual_spec_builds_the_same_job(change: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "change",
     [{"command": []}, {"ram": 0}, {"vcpus": -1.0}, {"image": "-v"}, {"chdir": "relative"}, {"dependency": "oops:1"}]
-    + [{"script": 7}],
+    + [{"script": 7}, {"signal": "R:USR1"}, {"signal": 10}],
 )
 def test_a_spec_the_model_refuses_is_refused_the_same(change: dict[str, Any]) -> None:
     spec = {**stored({"command": ["x"]}), **change}

@@ -11,4 +11,4 @@ AGENT_PROTOCOLS_SPOKEN = (1,)
 # The fields of a work item that an agent acts on and an agent of an older corral would ignore, running
 # the job wrongly (docs/agent.md, "Versions"): an agent names those it knows in each work request
 # (`knows`), and the server gives it no attempt with one it did not name.
-AGENT_KNOWS = ("chdir", "separate_stderr", "script")
+AGENT_KNOWS = ("chdir", "separate_stderr", "script", "signal")

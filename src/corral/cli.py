@@ -31,7 +31,7 @@ from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperOption
 
 from corral.core.model import JobState
-from corral.core.signals import signal_name, signal_text
+from corral.core.signals import parse_job_signal, signal_name, signal_text
 from corral.core.units import format_duration, parse_duration, parse_size
 from corral.files import (
     DamagedServerInfo,
@@ -721,6 +721,7 @@ SBATCH_DIRECTIVES = {
     **dict.fromkeys(("-H", "--hold"), "hold"),
     **dict.fromkeys(("-D", "--chdir"), "chdir"),
     "--exclusive": "exclusive",  # (a flag: sbatch's --exclusive=user|mcs|topo are refused, as any value)
+    "--signal": "signal",
 }
 # The job request's field each directive's parameter gives (a refusal of the field names the line).
 _FIELD_OF_PARAMETER = {"slurm_time": "time_limit"}
@@ -752,8 +753,8 @@ def submit(
             metavar="FILE",
             help="Submit a batch script as the job, as sbatch does: its content is copied now (later edits do not"
             " change the job) and run on the node with the arguments after --; its #SBATCH lines (-J, -c, --mem,"
-            " --mem-per-cpu, --tmp, -G, --gres, -N, -t, -b, -a, -d, -H, -D, --exclusive) are read as options, and"
-            " the command line's win over them.",
+            " --mem-per-cpu, --tmp, -G, --gres, -N, -t, -b, -a, -d, -H, -D, --exclusive, --signal) are read as"
+            " options, and the command line's win over them.",
         ),
     ] = None,
     name: Annotated[str, typer.Option("--name", "--job-name", "-J", help="A name for the job.")] = "",
@@ -824,6 +825,17 @@ def submit(
         ),
     ] = None,
     slurm_time: SlurmTimeOption = None,
+    signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            metavar="[B:]SIG[@TIME]",
+            help="As sbatch's: send SIG (USR1, SIGUSR1 or 10) TIME seconds (default 60) before the time limit, once,"
+            " so the job can checkpoint. To the job's whole process group (Slurm: its steps only), or with B: to"
+            " its main process alone (the script's shell); a container's main process either way. Only a job"
+            " with a time limit gets it.",
+        ),
+    ] = None,
     max_retries: Annotated[int, typer.Option(help="Retries after a non-zero exit.")] = 0,
     tag: Annotated[list[str] | None, typer.Option(help="A tag naming a group of jobs; repeatable.")] = None,
     near: Annotated[
@@ -1024,6 +1036,7 @@ def submit(
         for job_id in result["ids"]:
             sys.stdout.write(f"{job_id}\n")
     _warn_of_relative_programs(requests)
+    _warn_of_signals_never_sent(requests, origins.get("signal") or ("a job's signal" if file else "--signal"))
     if wait:
         sys.stdout.flush()
         raise typer.Exit(wait_for_jobs(result["ids"]))
@@ -1059,7 +1072,7 @@ def _job_fields(options: dict[str, Any], origins: dict[str, str]) -> dict[str, A
         if options["gpus"]:
             fail("--gres and --gpus both give the GPUs: give one")
         fields["gpus"] = _gres_gpus(options["gres"], origins.get("gres") or f"--gres {options['gres']!r}")
-    for field in ("image", "chdir", "on_node_failure", "dependency", "min_platform", "reservation"):
+    for field in ("image", "chdir", "on_node_failure", "dependency", "min_platform", "reservation", "signal"):
         if options[field] is not None:
             fields[field] = options[field]
     for flag in ("separate_stderr", "cpu_capped", "exclusive", "hold"):
@@ -1184,6 +1197,28 @@ def _warn_of_relative_programs(requests: list[JobRequest]) -> None:
         err.print(
             f"warning: {program} is a relative path, and the command does not run here: on the node it runs in"
             f" a directory of its own (its attempt's), where {program} is not found (exit 127): {hint}",
+            markup=False,
+            highlight=False,
+        )
+
+
+def signal_shown(stored: str, time_limit: float | None) -> str:
+    """A job's --signal as `corral job` shows it: "signal 10 (SIGUSR1) 60 s before the time limit,
+    to its process group (USR1@60)"; never sent without a time limit."""
+    job_signal = parse_job_signal(stored)
+    to = "to its main process (B:)" if job_signal.main_only else "to its process group"
+    said = f"{signal_text(job_signal.number)} {job_signal.before} s before the time limit, {to} ({stored})"
+    return said if time_limit else f"{said}; no time limit: never sent"
+
+
+def _warn_of_signals_never_sent(requests: list[JobRequest], said: str) -> None:
+    """A job with --signal and no time limit: Slurm would send it before the partition's default
+    limit, which ends the job; corral's default (policy.placement.queue.default_time_limit) is only
+    a placement assumption and ends nothing, so such a job is never sent its signal."""
+    if any(r.signal and not r.time_limit for r in requests):
+        err.print(
+            f"warning: {said}: a job without a time limit is never ended at one, so it is never sent its signal"
+            " (corral's default time limit ends no job, unlike a Slurm partition's DefaultTime): give --time",
             markup=False,
             highlight=False,
         )
@@ -1424,6 +1459,8 @@ def show_job(
     )
     limit = format_duration(j["time_limit"]) if j.get("time_limit") else "none"
     console.print(f"  time limit {limit}")
+    if j.get("signal"):
+        console.print(f"  signal     {signal_shown(j['signal'], j.get('time_limit'))}", highlight=False)
     console.print(f"  on node failure  {j['on_node_failure'] or 'the system default (policy.retry.on_node_failure)'}")
     if j.get("array_task_id") is not None:
         throttle = f"at most {j['array_throttle']} at once" if j["array_throttle"] else "no throttle"
@@ -1881,6 +1918,14 @@ def update(
         str | None,
         typer.Option(help="An admin reservation in force (Slurm's ReservationName=); '' for none (queued jobs only)."),
     ] = None,
+    signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            metavar="[B:]SIG[@TIME]",
+            help="A signal before the time limit, as sbatch's --signal; '' for none (queued jobs only).",
+        ),
+    ] = None,
 ) -> None:
     """Change what a job asked for (Slurm's scontrol update JobId=).
 
@@ -1900,6 +1945,7 @@ def update(
         "not_before": None if not_before is None else _start_time(not_before),
         "max_retries": max_retries,
         "reservation": reservation,
+        "signal": signal,
     }
     body: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
     time_limit = _time_limit_given(time_limit, slurm_time)
@@ -1951,7 +1997,7 @@ def _as_option(match: re.Match[str]) -> str:
 
 
 def _update_value(key: str, value: Any) -> str:
-    if value is None or (key in ("time_limit", "reservation") and not value):
+    if value is None or (key in ("time_limit", "reservation", "signal") and not value):
         return "none"
     if key == "time_limit":
         return ago(value)

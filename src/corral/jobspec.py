@@ -8,6 +8,7 @@ constraint.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import re
@@ -30,6 +31,7 @@ from pydantic_core import to_jsonable_python
 from corral.core import dependency as dependencies
 from corral.core import job_array
 from corral.core.model import NODE_FAILURE_ACTIONS, GiB, Job, LocalityHints, OnNodeFailure, Resources
+from corral.core.signals import parse_job_signal
 from corral.core.units import Duration, Float, Int, SizeMiB
 
 MAX_PRIORITY = 1_000_000
@@ -204,6 +206,18 @@ def array_text(value: Any) -> Any:
     return str(job_array.parse(value))
 
 
+def signal_spec_text(value: Any) -> Any:
+    """sbatch's --signal as stored: its canonical text ("B:USR1@60", the default time made
+    explicit) from any of sbatch's spellings (SIGUSR1, usr1, 10). None (or an empty text) is none."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"a signal is sbatch's --signal text, e.g. 'USR1@120' or 'B:USR1', not {value!r}")
+    if not value.strip():
+        return None
+    return str(parse_job_signal(value))
+
+
 def _is_image_name(value: str) -> bool:
     # The engine would read a leading '-' as an option, and a name with spaces is none.
     return bool(value) and not value.startswith("-") and not any(c.isspace() or c == "\0" for c in value)
@@ -256,6 +270,12 @@ class JobRequest(BaseModel):
     not_before: EpochSeconds | None = None
     time_limit: Duration | None = Field(
         None, description="a longer run is ended (TIMEOUT); 0 = no limit, as Slurm's --time=0"
+    )
+    signal: Annotated[str | None, BeforeValidator(signal_spec_text)] = Field(
+        None,
+        description="sbatch's --signal, [B:]SIG[@TIME]: send SIG (USR1, SIGUSR1 or 10) TIME seconds (default 60)"
+        " before the time limit, once, to checkpoint; to the job's process group, or with B: to its main process"
+        " alone (a container's main process either way). Sent only to a job with a time limit",
     )
     max_retries: Int = Field(0, ge=0, le=100)
     tags: list[str] = Field(default_factory=list)
@@ -536,6 +556,7 @@ class JobRequest(BaseModel):
             priority=self.priority,
             not_before=self.not_before,
             time_limit=self.time_limit,
+            signal=parse_job_signal(self.signal) if self.signal else None,
             max_retries=self.max_retries,
             tags=tuple(self.tags),
             locality=(
@@ -594,21 +615,21 @@ STORED_FIELDS = frozenset(
     {
         *("array", "chdir", "command", "cpu_capped", "dependency", "env", "exclusive", "forbidden_traits", "gpus"),
         *("hold", "image", "locality", "max_retries", "min_platform", "name", "nodes", "not_before"),
-        *("on_node_failure", "priority", "ram", "reservation", "scratch", "script", "separate_stderr", "tags"),
-        *("time_limit", "traits", "user", "vcpus"),
+        *("on_node_failure", "priority", "ram", "reservation", "scratch", "script", "separate_stderr", "signal"),
+        *("tags", "time_limit", "traits", "user", "vcpus"),
     }
 )
-# A spec stored before `script` was a field: every job queued at an upgrade's restart, built on the
-# fast path as before (no script) rather than through the model.
-FIELDS_BEFORE_SCRIPT = STORED_FIELDS - {"script", "exclusive"}
-# The same for `exclusive` (a spec stored before it is not exclusive): with or without `script`.
-_LEFT_OUT: tuple[frozenset[str], ...] = (
-    frozenset(),
-    frozenset({"exclusive"}),
-    frozenset({"script"}),
-    frozenset({"script", "exclusive"}),
+# The fields that came after others were stored (a spec stored before one has none of it, which is
+# its default): every job queued at an upgrade's restart is built on the fast path as before rather
+# than through the model. `script` came in one release; `exclusive` and `signal` in the next.
+_ADDED_LATER = ("script", "exclusive", "signal")
+# A spec stored before `script`: what the servers that hashed submissions whole knew.
+FIELDS_BEFORE_SCRIPT = STORED_FIELDS - frozenset(_ADDED_LATER)
+_FAST_KEYS = tuple(
+    STORED_FIELDS - frozenset(left_out)
+    for count in range(len(_ADDED_LATER) + 1)
+    for left_out in itertools.combinations(_ADDED_LATER, count)
 )
-_FAST_KEYS = tuple(STORED_FIELDS - left_out for left_out in _LEFT_OUT)
 _LOCALITY_FIELDS = frozenset(LocalitySpec.model_fields)
 # The largest int that goes through a float unchanged (sizes are read as floats, then rounded).
 _EXACT_IN_FLOAT = 2**53
@@ -641,7 +662,7 @@ def _fast_job(
     keys = spec.keys()
     if not any(keys == fields for fields in _FAST_KEYS):
         return None
-    script = spec.get("script")
+    script, signal = spec.get("script"), spec.get("signal")
     command, vcpus, ram, scratch = spec["command"], spec["vcpus"], spec["ram"], spec["scratch"]
     gpus, nodes, priority, max_retries = spec["gpus"], spec["nodes"], spec["priority"], spec["max_retries"]
     if (
@@ -685,6 +706,7 @@ def _fast_job(
         or type(spec["hold"]) is not bool
         or type(spec["separate_stderr"]) is not bool
         or (script is not None and type(script) is not str)
+        or (signal is not None and type(signal) is not str)
     ):
         return None
     env, tags = spec["env"], spec["tags"]
@@ -721,6 +743,8 @@ def _fast_job(
         priority=priority,
         not_before=not_before,
         time_limit=time_limit,
+        # (As the model reads it: the canonical text stored, parsed; a value it refuses raises ValueError.)
+        signal=parse_job_signal(signal) if signal else None,
         max_retries=max_retries,
         tags=tuple(tags),
         locality=hints,

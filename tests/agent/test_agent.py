@@ -614,3 +614,22 @@ def test_a_sigterm_that_comes_while_the_agent_waits_on_its_stop_event_stops_it(t
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert stopped.stdout == "stopped\n", stopped.stderr
+
+
+def test_a_jobs_signal_before_its_time_limit_is_sent_by_the_agent_and_logged(agents: Agents, peer: Any) -> None:
+    """sbatch's --signal=USR1@2 with a 3 s time limit: the agent sends it about a second into the
+    run, on its own clock (the server need not be reached), and says so in its log; the job
+    checkpoints and ends on its own, before the limit."""
+    state = peer.state
+    script = "trap 'echo checkpoint; exit 0' USR1; echo ready; while :; do sleep 0.05; done"
+    signal_item = {"number": signal.SIGUSR1, "before": 2.0, "main_only": False}
+    state.assign(1, "n1", ["sh", "-c", script], time_limit=3.0, signal=signal_item)
+    agent = agents.start(peer.url, "n1", state.add_token("n1"))
+    wait_for(lambda: 1 in state.finished, 15, "the job to checkpoint and end")
+    # (The whole group gets it: sh may also say its sleep was killed by it.)
+    assert state.finished[1][0] == 0 and state.log_text(1).splitlines()[::-1][0] == "checkpoint"
+    [sent] = [e for e in agents.log("n1") if e["msg"] == "sent the job's signal before its time limit"]
+    assert sent["attempt_id"] == 1 and sent["job_id"] == 10 and sent["signal"] == "signal 10 (SIGUSR1)"
+    assert sent["to"].startswith("process group ") and 0.9 <= sent["ran"] < 3.0
+    state.shutdown = True
+    assert agent.wait(15) == 0

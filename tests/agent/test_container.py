@@ -22,7 +22,7 @@ import pytest
 
 from corral.agent import credentials, sysinfo
 from corral.agent.container import Engine
-from corral.agent.runner import Attempt, AttemptSpec, Runner, spec_json
+from corral.agent.runner import Attempt, AttemptSignal, AttemptSpec, Runner, spec_json
 from tests.agent.peer import Peer
 from tests.agent.test_agent import Agents
 from tests.podman import (
@@ -309,3 +309,39 @@ def test_a_resumed_agent_removes_its_leftover_containers_and_not_those_of_anothe
         assert kept == set(started) - mine
     finally:
         remove_named(started.values())
+
+
+def test_a_jobs_signal_reaches_the_containers_main_process_once(tmp_path: Path) -> None:
+    """sbatch's --signal for a job in an image: the engine's client is not the job, so the signal
+    goes to the container's main process through the engine (`kill --signal`), once it runs, and
+    only there (the client, which passes signals on, would make it twice)."""
+    script = "trap 'echo got USR1' USR1; echo up; while [ ! -e go ]; do sleep 0.05; done; echo done"
+    runner = Runner(tmp_path, base_env={"PATH": "/usr/bin:/bin"})
+    runner.engine = ENGINE
+    attempt_spec = AttemptSpec(
+        903, 7, ["sh", "-c", script], {}, ["n1"], {}, busybox_image(), time_limit=60.0, signal=AttemptSignal(10, 60.0)
+    )
+    try:
+        attempt = runner.start(attempt_spec)
+        assert attempt is not None
+        wait_until(lambda: "up\n" in attempt.log_path.read_text(), 120, "the container to start")
+
+        def sent() -> bool:
+            runner.usage()  # (as each ping does: finds the container's session once it runs)
+            for due in runner.signals_due():
+                assert runner.send_signal(due.attempt_id) == f"container {attempt.container_name}"
+            return "got USR1" in attempt.log_path.read_text()
+
+        wait_until(sent, 60, "the container's main process to get the signal")
+        time.sleep(1.0)
+        assert runner.signals_due() == []
+        (tmp_path / "attempts" / "903" / "go").touch()
+        wait_until(lambda: runner.poll() or attempt.exited, 60, "the container to end")
+        assert attempt.exit_code == 0 and attempt.log_path.read_text() == "up\ngot USR1\ndone\n"
+    finally:
+        subprocess.run(
+            [*PROGRAM, "rm", "--force", "--time", "0", runner.container_name(attempt_spec)],
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from corral.agent import container, sysinfo
-from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner
+from corral.agent.runner import KEEPER, Attempt, AttemptSignal, AttemptSpec, BadAttempt, Runner
 from tests.support import alive
 from tests.support import wait_until as wait_for
 
@@ -307,3 +307,104 @@ def test_an_agent_killed_before_it_recorded_a_run_leaves_no_command_running(tmp_
     attempt = runner.start(spec(1, ["sh", "-c", f"echo ran >> {marker}"]))
     assert attempt is not None and run_to_end(runner, attempt) == 0
     assert marker.read_text() == "ran\n"
+
+
+# A shell that records each SIGUSR1 it gets in `rec` with the time, starts a child shell (also
+# recording its own to `child`), writes `up`, and runs until a file `go` appears, then exits 0.
+TRAPS = (
+    "trap 'echo main $(date +%s.%N) >> rec' USR1;"
+    " sh -c \"trap 'echo child >> child' USR1; while [ ! -e go ]; do sleep 0.05; done\" &"
+    " echo up > up; while [ ! -e go ]; do sleep 0.05; done; wait; exit 0"
+)
+
+
+def send_due_signals(runner: Runner, seconds: float) -> None:
+    """What the agent's reporter does every round, for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for attempt in runner.signals_due():
+            runner.send_signal(attempt.attempt_id)
+        runner.poll()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("main_only", [False, True], ids=["process-group", "main-process-only"])
+def test_a_jobs_signal_reaches_it_once_before_its_time_limit(runner: Runner, tmp_path: Path, main_only: bool) -> None:
+    """sbatch's --signal=USR1@2 with a 3 s limit: sent once, about 1 s into the run, so the job can
+    checkpoint; to its whole process group (its keeper, the group's leader, outlives it and records
+    the job's own end), or with B: to its main process alone, not the child it started."""
+    attempt = runner.start(spec(41, ["sh", "-c", TRAPS], time_limit=3.0, signal=AttemptSignal(10, 2.0, main_only)))
+    assert attempt is not None
+    own = tmp_path / "work" / "attempts" / "41"
+    wait_for(lambda: (own / "up").exists(), 5, "the job to start")
+    send_due_signals(runner, 2.5)  # (the limit is the server's to enforce: the job runs on here)
+    [line] = (own / "rec").read_text().splitlines()
+    received = float(line.split()[1])
+    assert attempt.started_at + 0.9 <= received < attempt.started_at + 3.0
+    assert (own / "child").exists() is not main_only
+    assert attempt.signal_sent and runner.signals_due() == []
+    (own / "go").touch()
+    assert run_to_end(runner, attempt) == 0  # the job's end, as its keeper recorded it
+
+
+def test_a_signal_whose_time_is_the_whole_limit_goes_at_the_start_and_none_without_a_limit(runner: Runner) -> None:
+    at_start = runner.start(spec(42, ["sleep", "30"], time_limit=5.0, signal=AttemptSignal(10, 60.0)))
+    no_limit = runner.start(spec(43, ["sleep", "30"], signal=AttemptSignal(10, 60.0)))
+    assert at_start is not None and no_limit is not None
+    assert runner.signals_due() == [at_start]
+    # A limit that a ping changes (corral update --time-limit of a running job) moves it.
+    at_start.time_limit, no_limit.time_limit = 100.0, 59.0
+    assert runner.signals_due() == [no_limit]
+    at_start.time_limit, no_limit.time_limit = 5.0, None
+    assert runner.signals_due() == [at_start]
+    assert runner.send_signal(42) == f"process group {at_start.pid}"
+    assert runner.send_signal(42) is None  # once
+    # sleep does not catch it: killed by SIGUSR1, as a job that does not trap it is.
+    run_to_end(runner, at_start)
+    assert at_start.exit_signal == 10
+
+
+def test_a_signal_in_a_work_item_is_read_and_a_bad_one_refused() -> None:
+    item = {"attempt_id": 1, "job_id": 2, "command": ["x"], "time_limit": 3.0}
+    parsed = AttemptSpec.from_json({**item, "signal": {"number": 10, "before": 62.0, "main_only": True}})
+    assert parsed.signal == AttemptSignal(10, 62.0, True)
+    assert AttemptSpec.from_json(item).signal is None
+    for bad in ({"number": 0, "before": 1}, {"number": "USR1", "before": 1}, {"number": 10}, 10):
+        with pytest.raises(BadAttempt, match="attempt.signal"):
+            AttemptSpec.from_json({**item, "signal": bad})
+
+
+def test_a_re_adopted_run_is_not_sent_its_signal_again_and_gets_one_not_sent_yet(tmp_path: Path) -> None:
+    """An agent started again after the one that ran the job died: the signal sent before is not
+    sent again (kept beside the run's record), and one whose time had not come is sent when due."""
+    first = Runner(tmp_path / "work", kill_grace=0.3)
+    sent = first.start(spec(44, ["sh", "-c", TRAPS], time_limit=30.0, signal=AttemptSignal(10, 29.5)))
+    later = first.start(spec(45, ["sh", "-c", TRAPS], time_limit=30.0, signal=AttemptSignal(10, 28.0)))
+    assert sent is not None and later is not None
+    own = tmp_path / "work" / "attempts"
+    wait_for(lambda: (own / "44" / "up").exists() and (own / "45" / "up").exists(), 5, "the jobs to start")
+    send_due_signals(first, 1.0)
+    assert (own / "44" / "rec").exists() and not (own / "45" / "rec").exists()
+    # The agent dies here: its runner is dropped, the runs go on under their keepers.
+    second = Runner(tmp_path / "work", kill_grace=0.3)
+    try:
+        adopted, lost = second.adopt()
+        assert sorted(a.attempt_id for a in adopted) == [44, 45] and lost == []
+        send_due_signals(second, 2.0)
+        assert len((own / "44" / "rec").read_text().splitlines()) == 1
+        assert len((own / "45" / "rec").read_text().splitlines()) == 1
+        for attempt_id in (44, 45):
+            (own / str(attempt_id) / "go").touch()
+        wait_for(lambda: len(second.poll()) == 2 or all(a.exited for a in adopted), 10, "both to end")
+        assert [a.exit_code for a in adopted] == [0, 0]
+        second.forget(44)
+        assert not (tmp_path / "work" / "running" / "44.signalled").exists()
+    finally:
+        second.terminate_all(grace=0.1)
+
+
+def test_the_keeper_refuses_an_option_it_does_not_take(tmp_path: Path) -> None:
+    for options in (["--ignore"], ["--ignore", "USR1"], ["--other", "10"], ["--ignore", "10", "x"]):
+        argv = [sys.executable, "-I", "-S", KEEPER, str(tmp_path / "status"), "0", "0", *options, "--", "true"]
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 2 and "usage: keeper.py" in done.stderr, (options, done.stderr)

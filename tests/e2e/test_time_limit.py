@@ -90,3 +90,20 @@ def running_pid(home: Path, job_id: int) -> int:
             if entry.get("msg") == "attempt started" and entry.get("job_id") == job_id:
                 return int(entry["pid"])
     raise AssertionError(f"no agent log says job {job_id} started")
+
+
+def test_a_job_gets_its_signal_before_its_time_limit_checkpoints_and_completes(corral: Corral, tmp_path: Path) -> None:
+    """sbatch's --signal through a real `corral run` and its loopback agent: a batch script whose
+    `#SBATCH --signal=B:USR1@3` and 5 s limit have it checkpoint and end well before the limit."""
+    corral.start()
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/sh\n#SBATCH --time=0:05\n#SBATCH --signal=B:USR1@3\n"
+        "trap 'echo checkpoint; exit 0' USR1\necho training\nwhile :; do sleep 0.1; done\n"
+    )
+    job_id = int(corral.cli("submit", "--script", str(script)).stdout)
+    wait_until(lambda: corral.jobs()[job_id]["state"] in ("complete", "failed"), 120, "the job to end")
+    job = corral.cli_json("job", str(job_id))
+    assert job["state"] == "complete" and job["signal"] == "B:USR1@3", job
+    assert corral.cli("logs", str(job_id)).stdout == "training\ncheckpoint\n"
+    assert job["finished_at"] - job["started_at"] < 5.0

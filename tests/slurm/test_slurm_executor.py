@@ -19,7 +19,7 @@ from corral.config import Config, ServerConfig, load_config
 from corral.core import accounting
 from corral.core.model import JobState
 from corral.core.snapshot import JobOutcome
-from corral.executor.slurm import SlurmJob
+from corral.executor.slurm import SlurmJob, _sbatch_signal_valid
 from corral.executor.slurm_loop import SlurmLoop
 from corral.jobspec import JobRequest
 from corral.server.logstore import cut_note
@@ -1047,3 +1047,36 @@ def test_sbatch_refusing_a_jobs_own_sbatch_variable_fails_it_at_once_not_retried
         " (the job's SBATCH_ACCTG_FREQ='task=0')"
     )
     corral.until_state(fine, "complete")
+
+
+@pytest.mark.parametrize(
+    ("signal", "given"),
+    [("B:USR1@120", "B:USR1@120"), ("sigterm", "TERM@60"), ("WINCH@5", "28@5"), ("40@0", "40@0"), (None, None)],
+)
+def test_a_jobs_signal_is_sbatchs_signal_option(tmp_path: Path, signal: str | None, given: str | None) -> None:
+    """Slurm's own --signal (no Slurm needed: the options only). A name sbatch does not know goes by
+    its number. Slurm sends it with up to a minute's slop (its time limits are looked at every 30 s),
+    so no real-Slurm test waits for it here."""
+    config = load_config(None, home=tmp_path, executor="slurm", slurm={"conf": str(tmp_path / "slurm.conf")})
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    try:
+        loop = SlurmLoop(store, config, "d-test", tmp_path / "logs")
+        job = JobRequest(command=["true"], time_limit=90, signal=signal).to_job(7, 0.0)
+        options = loop.sbatch_options(job, 3)
+        signals = [option.removeprefix("--signal=") for option in options if option.startswith("--signal")]
+        assert signals == ([given] if given else [])
+        assert "--time=0-00:01:30" in options
+        # What sbatch 22.05 itself parses (corral.executor.slurm mirrors proc_args.c's parse).
+        assert all(_sbatch_signal_valid(text) for text in signals)
+    finally:
+        store.close()
+
+
+def test_sbatch_takes_a_jobs_signal_as_corral_gives_it(corral: Dispatcher) -> None:
+    """The real sbatch takes the --signal corral gives it (a name sbatch knows, and one it does not
+    by its number) and the job runs. Its delivery is Slurm's, with up to a minute's slop: not waited
+    for here."""
+    named = corral.submit("true", time_limit=120, signal="B:USR1@90")
+    numbered = corral.submit("true", time_limit=120, signal="WINCH@5")
+    for job_id in (named, numbered):
+        assert corral.until_state(job_id, "complete", "failed")["state"] == "complete", corral.events(job_id)

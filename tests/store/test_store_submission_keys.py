@@ -66,11 +66,11 @@ def stored_as_before(store: Store, jobs: list[JobRequest], leaving_out: tuple[st
 
 # The servers since submissions had keys and before this one: with chdir and separate_stderr but
 # before script (the one before this), before separate_stderr, before chdir. (None of them had
-# exclusive, which came after they stopped hashing whole.)
+# exclusive or signal, which came after they stopped hashing whole.)
 OLDER_SERVERS = [
-    ("script", "exclusive"),
-    ("script", "exclusive", "separate_stderr"),
-    ("script", "exclusive", "separate_stderr", "chdir"),
+    ("script", "exclusive", "signal"),
+    ("script", "exclusive", "signal", "separate_stderr"),
+    ("script", "exclusive", "signal", "separate_stderr", "chdir"),
 ]
 
 

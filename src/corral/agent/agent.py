@@ -42,6 +42,7 @@ from corral.agent.client import AgentClient, Rejected, Unauthorized, Unreachable
 from corral.agent.health import HealthChecker
 from corral.agent.imds import Imds, Notice
 from corral.agent.runner import Attempt, AttemptSpec, BadAttempt, Runner, run_limit
+from corral.core.signals import signal_text
 
 # Told at pairing and resuming: the server shows the version (corral nodes) and refuses a
 # protocol it does not speak. An older server ignores both.
@@ -712,6 +713,7 @@ class Agent:
                     exit_code=attempt.exit_code,
                     exit_signal=attempt.exit_signal,
                 )
+        self.send_signals_due()
         for attempt in self.runner.past_time_limit(self.limit_slack):
             # slurmstepd's way: a limit holds even when the controller cannot be reached.
             logs.warning(
@@ -738,6 +740,25 @@ class Agent:
                 else:
                     self.report_finished(attempt)
         return behind
+
+    def send_signals_due(self) -> None:
+        """Each run's --signal once it is due (slurmstepd's way: sent on the node, whether or not
+        the server can be reached), before its time limit, so that the job can checkpoint."""
+        for attempt in self.runner.signals_due():
+            to = self.runner.send_signal(attempt.attempt_id)
+            job_signal = attempt.spec.signal
+            assert job_signal is not None
+            fields: dict[str, Any] = {
+                "attempt_id": attempt.attempt_id,
+                "job_id": attempt.spec.job_id,
+                "signal": signal_text(job_signal.number),
+                "time_limit": attempt.time_limit,
+                "ran": round(time.monotonic() - attempt.started_monotonic, 1),
+            }
+            if to is None:
+                logs.warning("the job's signal before its time limit found no process to go to", **fields)
+            else:
+                logs.info("sent the job's signal before its time limit", to=to, **fields)
 
     def report_started(self, attempt: Attempt) -> None:
         if attempt.start_reported:

@@ -115,6 +115,11 @@ def kill_argv(engine: Engine, name: str) -> list[str]:
     return [*engine.program, "kill", name]
 
 
+def signal_argv(engine: Engine, name: str, number: int) -> list[str]:
+    """Sends the container's main process (its PID 1) signal `number`: both engines' `kill --signal`."""
+    return [*engine.program, "kill", "--signal", str(number), name]
+
+
 def names_argv(engine: Engine, *labels: str) -> list[str]:
     """Prints the names of the containers, running or not, that carry every one of `labels`
     ("KEY=VALUE", or "KEY": with any value), one a line. Both engines AND label filters."""

@@ -2,7 +2,7 @@
 so that an agent started again after the one that started it died can re-adopt the run (as
 slurmstepd holds a Slurm job while slurmd restarts) and learn its exit status.
 
-`python -I -S keeper.py STATUS_FILE READY_FD GO_FD -- COMMAND...`
+`python -I -S keeper.py STATUS_FILE READY_FD GO_FD [--ignore SIGNAL] -- COMMAND...`
 
 The agent starts it in the attempt's own session (it is the session and group leader, as the
 command was before), with the attempt's cwd, environment and output. It waits for "go" on GO_FD,
@@ -11,12 +11,14 @@ with nothing said, and the keeper exits without starting the command (which no l
 know of, and which would run again beside it). Then it starts the command, tells
 the agent on READY_FD whether it could ("ok", or "err ERRNO MESSAGE": the agent then reports 127
 or 126 as before), and waits. SIGTERM, SIGINT and SIGHUP are for the command (the agent signals the
-whole group): the keeper outlives them to record the end. Once the command ends, its Popen-style
-return code (-N for signal N) is written to STATUS_FILE atomically, and the keeper ends the same
-way (the same exit code, or killed by the same signal), so an agent that is its parent reads the
-command's end from its own child as it always did. Should the status not be written (no disk
-left), the keeper exits with the command's code (128+N for signal N), never by a signal: its agent
-then tells that end from a keeper killed, which dies by a signal without a status.
+whole group): the keeper outlives them to record the end, and so it does the job's --signal
+(`--ignore`, by number), which the agent sends the whole group before the time limit. Once the
+command ends, its Popen-style return code (-N for signal N) is written to STATUS_FILE atomically,
+and the keeper ends the same way (the same exit code, or killed by the same signal), so an agent
+that is its parent reads the command's end from its own child as it always did. Should the status
+not be written (no disk left), the keeper exits with the command's code (128+N for signal N), never
+by a signal: its agent then tells that end from a keeper killed, which dies by a signal without a
+status.
 
 Only the standard library, run isolated (-I -S): it starts with every attempt.
 
@@ -39,11 +41,19 @@ NOT_STARTED = 125
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 5 or argv[3] != "--":
-        print("usage: keeper.py STATUS_FILE READY_FD GO_FD -- COMMAND...", file=sys.stderr)
+    ignored: list[int] = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+    dashes = argv.index("--", 3) if "--" in argv[3:] else -1
+    options, command = argv[3:dashes], argv[dashes + 1 :]
+    ignoring = len(options) == 2 and options[0] == "--ignore" and options[1].isdigit()
+    if len(argv) < 5 or dashes < 0 or not command or (options and not ignoring):
+        print("usage: keeper.py STATUS_FILE READY_FD GO_FD [--ignore SIGNAL] -- COMMAND...", file=sys.stderr)
         return 2
-    status_file, ready_fd, go_fd, command = argv[0], int(argv[1]), int(argv[2]), argv[4:]
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    # (Not SIGCHLD, ignored by default already: ignored by hand, its children would be reaped by the
+    # kernel and the command's end could not be read.)
+    if ignoring and int(options[1]) != signal.SIGCHLD:
+        ignored.append(int(options[1]))
+    status_file, ready_fd, go_fd = argv[0], int(argv[1]), int(argv[2])
+    for sig in ignored:
         signal.signal(sig, signal.SIG_IGN)
     said = b""
     while len(said) < 2:
@@ -57,7 +67,7 @@ def main(argv: list[str]) -> int:
     forked_kib = _rss_kib()  # (what the command's process has from its fork, until its exec)
     try:
         # The command gets the default dispositions back (Popen restores SIGPIPE; these by hand).
-        child = subprocess.Popen(command, preexec_fn=_default_signals, close_fds=True)
+        child = subprocess.Popen(command, preexec_fn=lambda: _default_signals(ignored), close_fds=True)
     except (OSError, ValueError) as exc:
         errno = getattr(exc, "errno", None) or 0
         why = getattr(exc, "strerror", None) or str(exc)
@@ -98,8 +108,8 @@ def _keep(status_file: str, code: int) -> bool:
     return True
 
 
-def _default_signals() -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+def _default_signals(ignored: list[int]) -> None:
+    for sig in ignored:
         signal.signal(sig, signal.SIG_DFL)
 
 

@@ -43,10 +43,43 @@ KEEPER = str(Path(__file__).with_name("keeper.py"))
 KEEPER_READY_TIMEOUT = 30.0  # seconds the keeper has to say whether the command started
 # The job's reason for an end whose status the node could not keep (corral.agent.keeper).
 STATUS_UNKEPT = "the node could not keep the run's status (no disk left in the agent's work dir?)"
+# <attempt id>.signalled beside its record: its job's --signal was sent (Runner.send_signal).
+SIGNALLED = ".signalled"
 
 
 class BadAttempt(ValueError):
     """An attempt description from the server that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSignal:
+    """A job's --signal as the server gives it: `number`, sent once when the run has `before`
+    seconds left of its time limit (at the start if fewer), to the run's process group, or with
+    `main_only` (sbatch's B:) to its main process alone; a container's main process either way."""
+
+    number: int
+    before: float
+    main_only: bool = False
+
+    @classmethod
+    def from_json(cls, data: Any) -> AttemptSignal | None:
+        if data is None:
+            return None
+        number = data.get("number") if isinstance(data, dict) else None
+        if isinstance(number, bool) or not isinstance(number, int) or number not in signal.valid_signals():
+            raise BadAttempt(f"attempt.signal: must be {{number, before, main_only}}, a signal's number (got {data!r})")
+        before = run_limit(data.get("before"), "attempt.signal.before")
+        main_only = data.get("main_only", False)
+        if before is None or not isinstance(main_only, bool):
+            raise BadAttempt(f"attempt.signal: before must be seconds, main_only true or false (got {data!r})")
+        return cls(number, before, main_only)
+
+    def json(self) -> dict[str, Any]:
+        return {"number": self.number, "before": self.before, "main_only": self.main_only}
+
+    def due_at(self, time_limit: float) -> float:
+        """Seconds of run after which it is sent."""
+        return max(0.0, time_limit - self.before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +101,8 @@ class AttemptSpec:
     # A batch script's text: written to the attempt's directory as command[0] and run with the
     # command's other words (Runner.command_of).
     script: str | None = None
+    # A signal sent once before its time limit (sbatch's --signal), to checkpoint.
+    signal: AttemptSignal | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> AttemptSpec:
@@ -107,6 +142,7 @@ class AttemptSpec:
             raise BadAttempt(f"attempt.script: must be a script's text (got {type(script).__name__})")
         if script is not None and (not command or not is_file_name(command[0])):
             raise BadAttempt(f"attempt.command: a script's first word names its file, without '/' (got {command!r})")
+        job_signal = AttemptSignal.from_json(data.get("signal"))
         return cls(
             need("attempt_id", int),
             need("job_id", int),
@@ -119,6 +155,7 @@ class AttemptSpec:
             chdir,
             separate_stderr,
             script,
+            job_signal,
         )
 
 
@@ -141,6 +178,7 @@ def spec_json(spec: AttemptSpec) -> dict[str, Any]:
         "chdir": spec.chdir,
         "separate_stderr": spec.separate_stderr,
         "script": spec.script,
+        "signal": spec.signal.json() if spec.signal is not None else None,
     }
 
 
@@ -265,6 +303,9 @@ class Attempt:
     # Seconds of run after which corral ends it (None: never): the spec's, then the latest a ping gave.
     time_limit: float | None = None
     timed_out: bool = False  # the agent ended it at its time limit, the server not having done so
+    # Its job's --signal was sent. Kept in a file beside its run record (Runner.send_signal), so
+    # that an agent that re-adopts the run neither sends it again nor loses one not sent yet.
+    signal_sent: bool = False
     started_monotonic: float = 0.0
     cpu_seconds_seen: float = 0.0
     cpu_sampled_at: float = 0.0
@@ -437,6 +478,8 @@ class Runner:
                         spec.attempt_id,
                         lambda keeper: self._record(spec, keeper.pid, started_at),
                         err,
+                        # The job's signal, sent to its whole group, is not for its keeper.
+                        spec.signal.number if spec.signal is not None and not spec.signal.main_only else None,
                     )
                 except (OSError, ValueError) as exc:
                     self._record_path(spec.attempt_id).unlink(missing_ok=True)  # it never ran
@@ -513,22 +556,26 @@ class Runner:
         attempt_id: int,
         record: Callable[[subprocess.Popen[bytes]], None],
         err: Any = None,
+        ignore: int | None = None,
     ) -> subprocess.Popen[bytes]:
         """The command under its keeper (corral.agent.keeper), which outlives this agent. Raises as
         Popen of the command itself would (OSError with its errno) when the keeper cannot start it.
         The keeper starts the command only once `record` has written the run's record: an agent
         killed before that leaves a keeper that starts nothing, where it left a command that ran on
         unknown to the next agent, which was given the attempt again (its start never reported)
-        and ran it a second time beside it."""
+        and ran it a second time beside it. `ignore`: a signal the keeper ignores (the job's --signal
+        sent to the whole group), which its command gets at its default disposition."""
         status = self._status_path(attempt_id)
         status.unlink(missing_ok=True)
         self._usage_path(attempt_id).unlink(missing_ok=True)
         ready_read, ready_write = os.pipe()
         go_read, go_write = os.pipe()
+        options = ["--ignore", str(ignore)] if ignore is not None else []
+        keeper = [sys.executable, "-I", "-S", KEEPER, str(status), str(ready_write), str(go_read), *options]
         try:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", KEEPER, str(status), str(ready_write), str(go_read), "--", *argv],
+                    [*keeper, "--", *argv],
                     cwd=cwd,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -575,6 +622,9 @@ class Runner:
 
     def _status_path(self, attempt_id: int) -> Path:
         return self.work_dir / RUN_RECORDS / f"{attempt_id}.status"
+
+    def _signalled_path(self, attempt_id: int) -> Path:
+        return self.work_dir / RUN_RECORDS / f"{attempt_id}{SIGNALLED}"
 
     def _record(self, spec: AttemptSpec, pid: int, started_at: float) -> None:
         """What an agent started again after this one's death needs to stop the attempt: its session
@@ -683,6 +733,68 @@ class Runner:
                     self._kill_container(attempt)
         return done
 
+    def signals_due(self) -> list[Attempt]:
+        """Running attempts whose job's --signal is due and not sent yet: their run has reached
+        its time limit less the signal's time (the start, if that is more than the limit), on the
+        monotonic clock, as past_time_limit measures it. Not one being killed (that signal is
+        the end), nor a container the engine does not run yet (its main process is not there to
+        get it; usage() finds it out at each ping)."""
+        now = time.monotonic()
+        with self.lock:
+            return [
+                a
+                for a in self.attempts.values()
+                if a.spec.signal is not None
+                and not a.signal_sent
+                and not a.exited
+                and a.proc is not None
+                and a.kill_requested_at is None
+                and a.time_limit is not None
+                and (a.spec.image is None or a.container_session is not None)
+                and now - a.started_monotonic >= a.spec.signal.due_at(a.time_limit)
+            ]
+
+    def send_signal(self, attempt_id: int) -> str | None:
+        """Send the attempt its job's --signal, once: to its process group (and its session's
+        stragglers, as a kill), or to its main process alone (B:, the keeper's child), or for a
+        container to the container's main process through the engine (its processes run in the
+        engine's session, not the client's). Returns what it was sent to, None if it was not sent
+        (sent already, the attempt gone, its main process ended). That it was sent is kept in a
+        file before it is: an agent that dies in between loses that signal rather than have its
+        successor send it a second time."""
+        with self.lock:
+            attempt = self.attempts.get(attempt_id)
+            if attempt is None or attempt.spec.signal is None or attempt.signal_sent:
+                return None
+            if attempt.exited or attempt.proc is None:
+                return None
+            attempt.signal_sent = True
+            with contextlib.suppress(OSError):  # (a full disk: sent once all the same in this agent's life)
+                self._signalled_path(attempt_id).write_text(f"{time.time()}\n")
+            number = attempt.spec.signal.number
+            keeper = attempt.proc
+            if isinstance(keeper, Adopted) and not keeper.session_is_ours():
+                return None
+            if attempt.container_name is not None and self.engine is not None:
+                with contextlib.suppress(OSError):
+                    subprocess.Popen(
+                        container.signal_argv(self.engine, attempt.container_name, number),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                return f"container {attempt.container_name}"
+            if not attempt.spec.signal.main_only:
+                signal_session(keeper.pid, number)
+                return f"process group {keeper.pid}"
+            # The keeper's child is the job's command: the batch script's shell, or its program.
+            for pid in sysinfo.children_of(keeper.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, number)
+                    return f"main process {pid}"
+            return None
+
     def past_time_limit(self, slack: float) -> list[Attempt]:
         """Running attempts that have run `slack` seconds past their time limit and that nothing is
         killing yet. Measured on the monotonic clock from the start: a clock step does not end a run."""
@@ -744,6 +856,8 @@ class Runner:
                 container_name=recorded_container_name(record, spec),
                 adopted=True,
                 stderr_path=self.stderr_path_of(spec),
+                # Sent by the agent before: not again; not sent yet: sent when due, by this one.
+                signal_sent=self._signalled_path(attempt_id).exists(),
             )
             if not running:
                 code = read_status(status)
@@ -786,6 +900,7 @@ class Runner:
         self._usage_path(attempt_id).unlink(missing_ok=True)
         self._record_path(attempt_id).unlink(missing_ok=True)
         self._status_path(attempt_id).unlink(missing_ok=True)
+        self._signalled_path(attempt_id).unlink(missing_ok=True)
 
     def close(self) -> None:
         """Refuse new attempts from now on."""
@@ -904,5 +1019,6 @@ def stop_recorded(path: Path, kill_timeout: float = 60.0) -> list[int]:
             removed = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=kill_timeout)
             if removed.returncode == 0 and removed.stdout.strip() and attempt_id not in stopped:
                 stopped.append(attempt_id)
+    path.with_suffix(SIGNALLED).unlink(missing_ok=True)
     path.unlink(missing_ok=True)
     return stopped

@@ -59,6 +59,7 @@ class ProcStat:
     cpu_ticks: int  # utime + stime + cutime + cstime: reaped children count towards their parent
     rss_bytes: int
     start_ticks: int = 0  # when it started, in clock ticks after boot: tells a pid's reuse apart
+    ppid: int = 0
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -77,6 +78,7 @@ def read_stat(pid: int) -> ProcStat | None:
             cpu_ticks=int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14]),
             rss_bytes=int(fields[21]) * _PAGE,
             start_ticks=int(fields[19]),
+            ppid=int(fields[1]),
         )
     except (IndexError, ValueError):
         return None
@@ -95,6 +97,11 @@ def all_stats() -> list[ProcStat]:
 def session_members(session: int, outside_group: int | None = None) -> list[int]:
     """Live (non-zombie) processes of a session; with `outside_group`, those not in that process group."""
     return [s.pid for s in all_stats() if s.session == session and s.state != "Z" and s.pgrp != outside_group]
+
+
+def children_of(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose parent is `pid`."""
+    return [s.pid for s in all_stats() if s.ppid == pid and s.state != "Z"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator
 
+from corral.core.signals import JobSignal
 from corral.core.units import utc_text
 
 if TYPE_CHECKING:
@@ -213,6 +214,9 @@ class Job:
     not_before: float | None = None  # "wait until time X"
     # Seconds: backfill plans with it, and a run past it (plus policy.dispatch.time_limit_grace) is ended.
     time_limit: float | None = None
+    # sbatch's --signal: sent this long before the time limit (to checkpoint); read where the job is
+    # run (an agent's work item, an sbatch), never by placement.
+    signal: JobSignal | None = None
     max_retries: int = 0  # extra tries after a non-zero exit (PermFail) ; TempFail has its own budget
     tags: tuple[str, ...] = ()
     locality: LocalityHints | None = None

@@ -491,8 +491,8 @@ class SlurmLoop(LiveLoop):
 
     def sbatch_options(self, job: Job, attempt_id: int) -> list[str]:
         """The job's request as sbatch options: per node --cpus-per-task and --mem, --nodes for a
-        gang, --time from its time limit, --nice from its priority, --no-requeue, --exclusive for an
-        exclusive job; its ids in --job-name and --comment."""
+        gang, --time from its time limit, --signal from its own, --nice from its priority,
+        --no-requeue, --exclusive for an exclusive job; its ids in --job-name and --comment."""
         settings = self.config.slurm
         res = job.resources
         options = [
@@ -523,6 +523,11 @@ class SlurmLoop(LiveLoop):
             options.append(f"--time={slurm_time(job.time_limit)}")
         if job.exclusive:
             options.append("--exclusive")  # Slurm keeps every other job off its nodes, as corral's filter does
+        if job.signal is not None:
+            # Slurm's own --signal (sent with up to a minute's slop; without B:, to the job's steps
+            # and not its batch shell, where an agent signals the whole process group). Given on the
+            # command line, it wins over a job's SBATCH_SIGNAL.
+            options.append(f"--signal={job.signal.sbatch_text()}")
         return [*options, *self.settings_options()]
 
     def settings_options(self) -> list[str]:

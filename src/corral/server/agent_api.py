@@ -15,6 +15,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from corral import AGENT_KNOWS, AGENT_PROTOCOLS_SPOKEN, __version__
 from corral.core import capacity, categories, drain, health, listing, retry
 from corral.core.model import GiB, Job, NodeState, Resources
+from corral.core.settings import DispatchSettings
+from corral.core.signals import parse_job_signal
 from corral.core.snapshot import JobOutcome
 from corral.server.app import OUTPUT_REFUSALS_LOGGED_EVERY, Runtime
 from corral.server.deps import AgentNode, AnyRuntime
@@ -32,6 +34,7 @@ from corral.server.models import (
     ResourcesOut,
     ResumeBody,
     ResumeResult,
+    SignalOut,
     StartedBody,
     WorkItemOut,
     WorkOut,
@@ -371,6 +374,7 @@ async def work(
                 chdir=i.chdir,
                 separate_stderr=i.separate_stderr,
                 script=i.script,
+                signal=signal_out(i.signal, runtime.config.policy.dispatch),
                 env=i.env,
                 node_ids=i.node_ids,
                 resources=ResourcesOut(
@@ -383,6 +387,20 @@ async def work(
             )
             for i in items
         ]
+    )
+
+
+def signal_out(stored: str | None, dispatch: DispatchSettings) -> SignalOut | None:
+    """A job's --signal as its agent acts on it: its TIME counted back from the work item's
+    time_limit, which holds the grace (the signal goes TIME before the job's own limit, as Slurm
+    sends it before the end time, not before OverTimeLimit's kill)."""
+    if not stored:
+        return None
+    job_signal = parse_job_signal(stored)
+    return SignalOut(
+        number=job_signal.number,
+        before=job_signal.before + (dispatch.time_limit_grace or 0.0),
+        main_only=job_signal.main_only,
     )
 
 

@@ -237,6 +237,7 @@ def job_out(
         held=row["held"],
         on_node_failure=spec.get("on_node_failure"),
         time_limit=spec.get("time_limit") or None,
+        signal=spec.get("signal"),
         executor_ref=row["executor_ref"],
         not_before=spec.get("not_before"),
         locality=spec.get("locality"),

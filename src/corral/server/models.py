@@ -132,6 +132,9 @@ class JobUpdateBody(Inbound):
     reservation: str | None = Field(
         None, description="an admin reservation in force (Slurm's ReservationName=); '': none (queued jobs only)"
     )
+    signal: str | None = Field(
+        None, description="sbatch's --signal, [B:]SIG[@TIME], as at submission; '' or null: none (queued jobs only)"
+    )
 
     @model_validator(mode="after")
     def _something(self) -> JobUpdateBody:
@@ -405,6 +408,8 @@ class JobOut(BaseModel):
     held: bool = False  # queued, but not placed until released (corral hold / on_node_failure=hold)
     on_node_failure: str | None = None  # the job's own; None: policy.retry.on_node_failure
     time_limit: float | None = None  # seconds (Slurm's TimeLimit); None: no limit
+    # sbatch's --signal as stored ("B:USR1@60"): SIG sent TIME seconds before the time limit; None: none.
+    signal: str | None = None
     executor_ref: str | None = None  # its latest attempt's executor_ref: the Slurm job id
     not_before: float | None = None  # epoch seconds: not started before then (--not-before)
     locality: dict[str, Any] | None = None  # near / far hints (--near, --far), as submitted
@@ -700,6 +705,17 @@ class FinishedBody(Inbound):
     max_rss_mib: DbInt | None = Field(None, ge=0)  # as FinishedIn's
 
 
+class SignalOut(BaseModel):
+    """sbatch's --signal as an agent acts on it: send `number` once the run has `before` seconds
+    left of the work item's `time_limit` (at its start if it has fewer)."""
+
+    number: int
+    # Seconds before the work item's time_limit, which holds policy.dispatch.time_limit_grace: the
+    # job's own TIME plus that grace, so that the signal goes TIME seconds before the job's time limit.
+    before: float
+    main_only: bool = False  # sbatch's B: its main process alone (else its process group)
+
+
 class WorkItemOut(BaseModel):
     attempt_id: int
     job_id: int
@@ -715,6 +731,9 @@ class WorkItemOut(BaseModel):
     # word) and run with the command's other words. Only to an agent that says it knows the field:
     # an older one would run `job.sh` as a program the node does not have.
     script: str | None = None
+    # A signal to send before the time limit (sbatch's --signal). Only to an agent that says it knows
+    # the field: an older one would never send it, and the job would lose its checkpoint.
+    signal: SignalOut | None = None
     env: dict[str, str]
     node_ids: list[str]
     resources: ResourcesOut

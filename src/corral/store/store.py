@@ -127,6 +127,8 @@ OUTCOMES_PER_TRANSACTION = 500
 # What `update_job` changes: while the job runs too, and in all (the rest only while it is queued).
 UPDATABLE_WHILE_RUNNING = frozenset({"time_limit", "max_retries", "name"})
 UPDATABLE = UPDATABLE_WHILE_RUNNING | {"vcpus", "ram", "scratch", "gpus", "nodes", "not_before", "reservation"}
+# The job's --signal too (queued only: a running job's agent has its signal already).
+UPDATABLE |= {"signal"}
 # A pass's claims to one write transaction (Store.claim_many): few enough that an agent's or a
 # user's write waits for one briefly.
 CLAIMS_PER_TRANSACTION = 200
@@ -523,6 +525,7 @@ class WorkItem:
     chdir: str | None = None  # the directory the command runs in (None: the attempt's own)
     separate_stderr: bool = False  # its stderr sent as a stream of its own, not in its output
     script: str | None = None  # a batch script's text: the command is its file's name and arguments
+    signal: str | None = None  # sbatch's --signal as stored ("B:USR1@60"): sent before the time limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -2035,6 +2038,7 @@ class Store:
                     chdir=spec.get("chdir"),
                     separate_stderr=bool(spec.get("separate_stderr")),
                     script=spec.get("script"),
+                    signal=spec.get("signal"),
                 )
             )
         return items
