@@ -1203,11 +1203,13 @@ def _warn_of_relative_programs(requests: list[JobRequest]) -> None:
 
 
 def signal_shown(stored: str, time_limit: float | None) -> str:
-    """A job's --signal as `corral job` shows it: "signal 10 (SIGUSR1) 60 s before the time limit,
-    to its process group (USR1@60)"; never sent without a time limit."""
+    """A job's --signal as `corral job` shows it: "SIGUSR1 (10) 60 s before the time limit, to its
+    process group (USR1@60)"; never sent without a time limit."""
     job_signal = parse_job_signal(stored)
     to = "to its main process (B:)" if job_signal.main_only else "to its process group"
-    said = f"{signal_text(job_signal.number)} {job_signal.before} s before the time limit, {to} ({stored})"
+    name = signal_name(job_signal.number)
+    which = f"{name} ({job_signal.number})" if name else f"signal {job_signal.number}"
+    said = f"{which} {job_signal.before} s before the time limit, {to} ({stored})"
     return said if time_limit else f"{said}; no time limit: never sent"
 
 
@@ -1527,6 +1529,11 @@ def used_known(attempt: dict[str, Any]) -> bool:
     return attempt.get("cpu_seconds") is not None or attempt.get("max_rss_mib") is not None
 
 
+def _cpu_time(seconds: float) -> str:
+    # A short run's to the tenth: "CPU 2s of 4s" said nothing of a 1.5 s against 4.2 s.
+    return f"{seconds:.1f}s" if seconds < 10 else ago(seconds)
+
+
 def used_text(attempts: list[dict[str, Any]], asked: dict[str, Any], nodes: int = 1) -> str:
     """What runs used of what their job asked for, as seff says it: `CPU 12m30s of 40m00s (31%), peak
     RAM 1.2G of 4G (30%)`. CPU efficiency is the CPU time over the run time times the vCPUs asked
@@ -1539,8 +1546,8 @@ def used_text(attempts: list[dict[str, Any]], asked: dict[str, Any], nodes: int 
     cpu_asked = sum(a["finished_at"] - a["started_at"] for a in timed) * asked["vcpus"] if ran else 0.0
     parts = []
     if timed:
-        of = f" of {ago(cpu_asked)} ({cpu / cpu_asked:.0%})" if cpu_asked > 0 else ""
-        parts.append(f"CPU {ago(cpu)}{of}")
+        of = f" of {_cpu_time(cpu_asked)} ({cpu / cpu_asked:.0%})" if cpu_asked > 0 else ""
+        parts.append(f"CPU {_cpu_time(cpu)}{of}")
     else:
         parts.append("CPU not known")
     peaks = [a["max_rss_mib"] for a in attempts if a.get("max_rss_mib") is not None]

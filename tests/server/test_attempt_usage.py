@@ -10,6 +10,7 @@ import time
 import httpx
 
 import corral
+from corral.cli import used_text
 from corral.core.model import InstanceType, Resources
 from corral.jobspec import JobRequest
 from corral.store import Store
@@ -99,3 +100,9 @@ def test_a_report_with_a_figure_out_of_range_is_refused_naming_it(served: tuple[
     good = {"exit_code": 0, "cpu_seconds": 0.5, "max_rss_mib": 12}
     assert httpx.post(f"{url}/api/agent/attempts/{attempt}/finished", json=good, headers=headers).status_code == 200
     assert [(a["cpu_seconds"], a["max_rss_mib"]) for a in store.attempts_of(job)] == [(0.5, 12)]
+
+
+def test_a_short_runs_cpu_time_is_shown_to_the_tenth() -> None:
+    """ "CPU 2s of 4s" said nothing of 1.5 s against 4.2 s."""
+    run = {"cpu_seconds": 1.5, "max_rss_mib": 100, "started_at": 10.0, "finished_at": 14.2, "node": "n1"}
+    assert used_text([run], {"vcpus": 1.0, "ram_mib": 1024}) == "CPU 1.5s of 4.2s (36%), peak RAM 100M of 1G (10%)"

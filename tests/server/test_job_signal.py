@@ -54,7 +54,7 @@ def test_the_flag_and_a_scripts_directive_are_stored_in_one_form_and_shown(
     overridden = int(corral_cli(url, "submit", "--script", str(script), "--signal", "TERM@5").stdout)
     assert stored_signal(store, overridden) == "TERM@5"
     shown = corral_cli(url, "job", str(flagged)).stdout
-    assert "signal     signal 10 (SIGUSR1) 120 s before the time limit, to its main process (B:) (B:USR1@120)" in shown
+    assert "signal     SIGUSR1 (10) 120 s before the time limit, to its main process (B:) (B:USR1@120)" in shown
     assert httpx.get(f"{url}/api/jobs/{flagged}", headers=TOKEN).json()["signal"] == "B:USR1@120"
 
 
