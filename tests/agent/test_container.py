@@ -73,6 +73,10 @@ def test_a_container_job_that_keeps_its_stderr_apart_writes_it_to_its_own_file(t
     assert attempt.stderr_path.read_text() == "err\n"
 
 
+def remove_container(name: str) -> None:
+    subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", name], capture_output=True, check=False, timeout=60)
+
+
 @contextlib.contextmanager
 def started(tmp_path: Path, attempt_id: int, script: str, kill_grace: float = 3.0) -> Iterator[tuple[Runner, Attempt]]:
     """A container running `script` (which prints "up" first) through a runner, removed at the end."""
@@ -86,12 +90,7 @@ def started(tmp_path: Path, attempt_id: int, script: str, kill_grace: float = 3.
         wait_until(lambda: attempt.log_path.read_text() == "up\n", 120, "the container to start")
         yield runner, attempt
     finally:
-        subprocess.run(
-            [*PROGRAM, "rm", "--force", "--time", "0", runner.container_name(attempt_spec)],
-            capture_output=True,
-            check=False,
-            timeout=60,
-        )
+        remove_container(runner.container_name(attempt_spec))
 
 
 def test_a_container_that_ignores_sigterm_is_removed_after_the_grace(tmp_path: Path) -> None:
@@ -144,9 +143,7 @@ def test_two_corrals_running_the_same_attempt_id_each_run_and_kill_their_own_con
     finally:
         for node_id in set(nodes.values()):
             for container_id in on_node(node_id):
-                subprocess.run(
-                    [*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False
-                )
+                remove_container(container_id)
 
 
 def up(runner: Runner, attempt: Attempt) -> bool:
@@ -272,7 +269,7 @@ def test_an_agent_upgraded_under_a_running_container_follows_and_kills_it_by_its
                 os.killpg(keeper.pid, signal.SIGKILL)
         keeper.wait()
         for container_id in on_node(node_id):
-            subprocess.run([*PROGRAM, "rm", "--force", "--time", "0", container_id], capture_output=True, check=False)
+            remove_container(container_id)
 
 
 def test_a_resumed_agent_removes_its_leftover_containers_and_not_those_of_another_corral_with_its_node_id(
@@ -339,9 +336,4 @@ def test_a_jobs_signal_reaches_the_containers_main_process_once(tmp_path: Path) 
         wait_until(lambda: runner.poll() or attempt.exited, 60, "the container to end")
         assert attempt.exit_code == 0 and attempt.log_path.read_text() == "up\ngot USR1\ndone\n"
     finally:
-        subprocess.run(
-            [*PROGRAM, "rm", "--force", "--time", "0", runner.container_name(attempt_spec)],
-            capture_output=True,
-            check=False,
-            timeout=60,
-        )
+        remove_container(runner.container_name(attempt_spec))

@@ -327,7 +327,8 @@ class AttemptOut(BaseModel):
         None,
         description="The CPU time (user and system) its command's processes used, on the node that ran the"
         " command (node; a gang's other nodes are not counted), as Slurm's TotalCPU; null: not known (it has"
-        " not ended, its agent is of an older corral, in front of Slurm, a lost node, a run before corral 0022).",
+        " not ended, its agent is of an older corral, in front of Slurm, a lost node, a run recorded before store"
+        " revision 0022).",
     )
     max_rss_mib: int | None = Field(
         None,
