@@ -27,7 +27,7 @@ def test_annotations_are_stored_for_queued_jobs_only_and_unplaceable_is_an_event
     rows = {r["id"]: r for r in store.list_job_rows(limit=2000)}
     assert rows[claimed]["wait_reason"] == ""  # it is claimed: nothing to explain
     assert rows[ids[1]]["wait_reason"] == "waiting for an instance to boot" and not rows[ids[1]]["unplaceable"]
-    assert rows[ids[1100]]["unplaceable"] and rows[ids[1100]]["explanation"] == {**explanation, "at": 3.0}
+    assert rows[ids[1100]]["unplaceable"] and store.job_row(ids[1100])["explanation"] == {**explanation, "at": 3.0}
     events = store.list_events(kind="job.unplaceable", limit=1000)
     assert sorted(e["job_id"] for e in events) == ids[1000:]
 
@@ -54,9 +54,9 @@ def test_refreshed_explanations_replace_those_of_queued_jobs_only(store: Store) 
     store.refresh_explanations({waiting: later, claimed: later}, 4.0)
 
     rows = {r["id"]: r for r in store.list_job_rows(limit=10)}
-    assert rows[waiting]["explanation"] == {**later, "at": 4.0}
+    assert store.job_row(waiting)["explanation"] == {**later, "at": 4.0}
     assert rows[waiting]["wait_reason"] == "no node has room"  # only the explanation is replaced
-    assert rows[claimed]["explanation"] == {**first, "at": 2.0}  # no longer waiting: left as it was
+    assert store.job_row(claimed)["explanation"] == {**first, "at": 2.0}  # no longer waiting: left as it was
 
 
 def test_a_job_claimed_or_held_since_the_pass_read_it_is_not_called_unplaceable(store: Store) -> None:
@@ -105,7 +105,7 @@ def test_explanations_that_share_parts_are_stored_as_each_alone_would_be(store: 
 
     rows = {r["id"]: r for r in store.list_job_rows(limit=10)}
     for job_id in ids:
-        assert rows[job_id]["explanation"] == {**explanations[job_id], "at": 3.25}
+        assert store.job_row(job_id)["explanation"] == {**explanations[job_id], "at": 3.25}
     text_of = _ExplanationText(3.25)
     for explanation in [*explanations.values(), odd, odd]:
         assert text_of(explanation) == json.dumps(_dated(explanation, 3.25))
