@@ -103,7 +103,6 @@ def test_explanations_that_share_parts_are_stored_as_each_alone_would_be(store: 
     notes = [Annotation(job_id, "no node has room") for job_id in ids]
     store.annotate_many(notes, explanations, 3.25)
 
-    rows = {r["id"]: r for r in store.list_job_rows(limit=10)}
     for job_id in ids:
         assert store.job_row(job_id)["explanation"] == {**explanations[job_id], "at": 3.25}
     text_of = _ExplanationText(3.25)
