@@ -29,7 +29,7 @@ def test_corral_job_says_what_a_run_used_of_what_it_asked(corral: Corral) -> Non
     [attempt] = corral.cli_json("job", str(burn))["attempt_list"]
     assert attempt["cpu_seconds"] >= 0.8 and 90 <= attempt["max_rss_mib"] < 1024, attempt
     shown = corral.cli("job", str(burn)).stdout
-    line = r"\n  used       CPU [0-9hms]+ of [0-9hms]+ \(\d+%\), peak RAM \d+M of 1G \(\d+%\)\n"
+    line = r"\n  used       CPU [0-9.hms]+ of [0-9.hms]+ \(\d+%\), peak RAM \d+M of 1G \(\d+%\)\n"
     assert re.search(line, shown), shown
 
     def used_when_killed() -> bool:
