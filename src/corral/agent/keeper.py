@@ -94,13 +94,19 @@ def main(argv: list[str]) -> int:
 
 
 def _keep(status_file: str, code: int) -> bool:
-    tmp = f"{status_file}.tmp"
+    return _write_atomically(status_file, f"{code}\n", sync=True)
+
+
+def _write_atomically(path: str, text: str, sync: bool = False) -> bool:
+    """`text` in `path`, whole or not at all (a temp file renamed); False if the disk refused it."""
+    tmp = f"{path}.tmp"
     try:
         with open(tmp, "w") as f:
-            f.write(f"{code}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, status_file)
+            f.write(text)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -133,16 +139,8 @@ def write_usage(status_file: str, forked_kib: int) -> None:
         f'{{"cpu_seconds": {cpu_seconds!r}, "max_rss_kib": {int(children.ru_maxrss)},'  # (Linux gives KiB)
         f' "forked_rss_kib": {int(forked_kib)}}}'
     )
-    path = usage_path(status_file)
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(used + "\n")
-        os.replace(tmp, path)
-    except OSError:
-        # (A full disk: the run's end matters, its usage is a nicety the agent can do without.)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    # (Refused by a full disk: the run's end matters, its usage is a nicety the agent can do without.)
+    _write_atomically(usage_path(status_file), used + "\n")
 
 
 def _rss_kib() -> int:

@@ -18,7 +18,7 @@ from corral.core.model import GiB, Job, NodeState, Resources
 from corral.core.settings import DispatchSettings
 from corral.core.signals import parse_job_signal
 from corral.core.snapshot import JobOutcome
-from corral.server.app import OUTPUT_REFUSALS_LOGGED_EVERY, Runtime
+from corral.server.app import Runtime
 from corral.server.deps import AgentNode, AnyRuntime
 from corral.server.logstore import LogGap, Stream
 from corral.server.models import (
@@ -451,10 +451,8 @@ async def log_chunk(
             f"job output cannot be stored: {exc.strerror} ({runtime.logs.root}); agents send it again, and"
             " report a run's end without the rest of its output after half a minute"
         )
-        now = time.monotonic()
-        if now - runtime.output_refusal_logged_at >= OUTPUT_REFUSALS_LOGGED_EVERY:
-            runtime.output_refusal_logged_at = now
-            log.error("%s (logged once per %gs)", said, OUTPUT_REFUSALS_LOGGED_EVERY)
+        if runtime.output_refusals.due():
+            log.error("%s (logged once per %gs)", said, runtime.output_refusals.every)
         raise HTTPException(507, said) from None
     if cut:
         log.warning(

@@ -59,6 +59,22 @@ OUTPUT_REFUSALS_LOGGED_EVERY = 60.0
 
 
 @dataclass
+class NowAndThen:
+    """A refusal repeated by every client until its cause is gone, logged once per `every` seconds."""
+
+    every: float
+    logged_at: float = -math.inf
+
+    def due(self) -> bool:
+        """Whether to log it now (and so it is taken as logged)."""
+        now = time.monotonic()
+        if now - self.logged_at < self.every:
+            return False
+        self.logged_at = now
+        return True
+
+
+@dataclass
 class HealthTally:
     """The nodes whose latest health check failed, and the paired nodes, for the budget of
     corral.core.health: counted in the store at most once per `fresh_for` seconds (every ping of a
@@ -115,10 +131,10 @@ class Runtime:
     # Kept here, not stored: a restarted server only counts again, which delays no more than a grace.
     unlisted: dict[str, dict[int, Unlisted]] = field(default_factory=dict)
     unlisted_lock: threading.Lock = field(default_factory=threading.Lock)
-    # When the API last logged a request it answered 503 because the store was unreachable.
-    refusal_logged_at: float = -math.inf
-    # When the agent API last logged job output it answered 507 for want of disk.
-    output_refusal_logged_at: float = -math.inf
+    # The API's requests answered 503 because the store was unreachable, and the job output the agent
+    # API answered 507 for want of disk: each logged now and then.
+    store_refusals: NowAndThen = field(default_factory=lambda: NowAndThen(STORE_REFUSALS_LOGGED_EVERY))
+    output_refusals: NowAndThen = field(default_factory=lambda: NowAndThen(OUTPUT_REFUSALS_LOGGED_EVERY))
 
     def __post_init__(self) -> None:
         self.metrics.event_cursor = self.store.last_event_id()
@@ -308,9 +324,7 @@ def create_app(runtime: Runtime) -> FastAPI:
             log.warning("store refused %s %s: %s (answered 503)", request.method, request.url.path, refused)
             detail = f"the store refused it for now ({refused}); its transaction was rolled back: try again shortly"
             return JSONResponse({"detail": detail}, status_code=503, headers=RETRY_AFTER)
-        now = time.monotonic()
-        if now - runtime.refusal_logged_at >= STORE_REFUSALS_LOGGED_EVERY:
-            runtime.refusal_logged_at = now
+        if runtime.store_refusals.due():
             log.warning(
                 "store unreachable: %s (%s %s answered 503; such answers are logged once per %gs)",
                 reason,
