@@ -2273,7 +2273,13 @@ def usage(
 
     Each group's jobs, vcpu-hours and GPU-hours, and its share of the bill: an attempt is charged
     the share of its node it asked for (vcpus, RAM or GPUs, the largest) at the node's price, for
-    the time it ran. What no job was charged is idle or booting nodes and room no job asked for."""
+    the time it ran. What no job was charged is idle or booting nodes and room no job asked for.
+
+    And how much of what it asked for it used, as seff says it of a job: CPU eff is the CPU time
+    used over the vcpus asked times the run time, RAM eff the peak RSS over the RAM asked, each
+    run weighed by what it reserved (vcpu-hours; RAM-hours), over the runs whose node measured
+    them ("measured": runs before accounting, in front of Slurm or still running have no
+    measurement, and do not count as 0%). A run the window cuts is credited its CPU time pro rata."""
     now = time.time()
     params: dict[str, Any] = {"since": _moment("--since", since, now), "by": by, "limit": limit}
     if until is not None:
@@ -2292,17 +2298,26 @@ def usage(
     span = report["until"] - report["since"]
     console.print(f"usage from {when(report['since'])} to {when(report['until'])} ({ago(span)})", highlight=False)
     billed = report["billed"]
+    # The total counts each job and run once, whatever --limit shows (and a job under two tags once).
+    total = report.get("total")  # (a server before it sends none)
+    rows = [*report["rows"], *([total] if total and report["rows"] else [])]
+    # A fleet without GPUs has a column of 0.0 there: left out, the table fits in 100 columns.
+    gpus = any(row["gpu_hours"] > 0 for row in rows)
     table = Table(show_edge=False, header_style="bold")
-    for column in (report["by"], "jobs", "vcpu-hours", "gpu-hours", "cost", "of the bill"):
+    columns = [report["by"], "jobs", "vcpu-hours", *(["gpu-hours"] if gpus else []), "cost", "of the bill"]
+    for column in [*columns, "CPU eff", "RAM eff", "measured"]:
         table.add_column(column, justify="left" if column == report["by"] else "right")
-    for row in report["rows"]:
+    for row in rows:
+        if row is total:
+            table.add_section()
         table.add_row(
             row["key"],
             f"{row['jobs']:,}",
             f"{row['vcpu_hours']:,.1f}",
-            f"{row['gpu_hours']:,.1f}",
+            *([f"{row['gpu_hours']:,.1f}"] if gpus else []),
             money(row["cost"]),
             f"{row['cost'] / billed:.0%}" if billed else "-",
+            *efficiency_cells(row),
         )
     if report["rows"]:
         console.print(table)
@@ -2328,6 +2343,19 @@ def usage(
         f"{used_share}; {money(report['unattributed'])} went to idle and booting nodes and room no job asked for",
         highlight=False,
     )
+
+
+def efficiency_cells(row: dict[str, Any]) -> list[str]:
+    """A usage row's CPU and RAM efficiency and its measured runs: "-" where none was measured,
+    not 0%; "3/4" where some of its runs were not (a server before accounting sends nothing)."""
+    if "measured" not in row:
+        return ["-", "-", "-"]
+    cpu, ram = row["cpu_efficiency"], row["ram_efficiency"]
+    return [
+        "-" if cpu is None else f"{cpu:.0%}",
+        "-" if ram is None else f"{ram:.0%}",
+        f"{row['measured']:,}/{row['attempts']:,}",
+    ]
 
 
 def _moment(option: str, value: str, now: float) -> float:

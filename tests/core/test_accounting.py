@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.core.accounting import NO_USER, UNTAGGED, AttemptSpan, NodeSpan, billed_seconds, share, usage
+from corral.core.accounting import NO_USER, TOTAL, UNTAGGED, AttemptSpan, NodeSpan, billed_seconds, share, usage
 from corral.core.model import GiB, Resources
 
 PER_SECOND = 3.6  # $/hour: $0.001 a second, so a bill reads as seconds / 1000
@@ -33,8 +33,11 @@ def attempt(
     user: str = "alice",
     tags: tuple[str, ...] = (),
     node_count: int | None = None,
+    cpu_seconds: float | None = None,
+    max_rss_mib: int | None = None,
 ) -> AttemptSpan:
-    return AttemptSpan(job_id, user, tags, nodes, request, started_at, finished_at, node_count or len(nodes))
+    count = node_count or len(nodes)
+    return AttemptSpan(job_id, user, tags, nodes, request, started_at, finished_at, count, cpu_seconds, max_rss_mib)
 
 
 def test_billing_rounds_up_to_the_granularity_and_never_below_the_minimum() -> None:
@@ -134,3 +137,70 @@ def test_a_run_too_short_to_measure_is_still_a_job_that_ran() -> None:
     (row,) = report.rows
     assert (row.jobs, row.vcpu_hours, report.jobs) == (1, 0.0, 1)
     assert usage([node("n1", 0.0, 60.0)], [attempt(1, ("n1",), 30.0, 30.0)], 40.0, 60.0, 60.0).rows == []
+
+
+def test_efficiency_is_what_the_runs_used_over_what_they_reserved_summed_before_dividing() -> None:
+    nodes = [node("n1", created_at=0.0, gone_at=7200.0)]
+    attempts = [
+        # Two vcpus for an hour, one used: 50%; 1 GiB peak of 4 GiB asked.
+        attempt(1, ("n1",), 0.0, 3600.0, Resources(2.0, 4 * GiB, 0, 0), cpu_seconds=3600.0, max_rss_mib=1 * GiB),
+        # One vcpu for an hour, all used: 100%; its 1 GiB all used.
+        attempt(2, ("n1",), 0.0, 3600.0, Resources(1.0, 1 * GiB, 0, 0), cpu_seconds=3600.0, max_rss_mib=1 * GiB),
+    ]
+    (alice,) = usage(nodes, attempts, 0.0, 7200.0, now=7200.0).rows
+    # Each run weighs what it reserved (seff's figures summed as XDMoD sums them), not 75% and 62.5%.
+    assert alice.cpu_efficiency == pytest.approx(7200 / 10800)
+    assert alice.ram_efficiency == pytest.approx((1 + 1) / (4 + 1))
+    assert alice.cpu_hours == pytest.approx(2.0)
+    assert (alice.attempts, alice.measured) == (2, 2)
+
+
+def test_a_run_its_node_did_not_measure_is_not_counted_as_using_nothing() -> None:
+    nodes = [node("n1", created_at=0.0, gone_at=7200.0)]
+    half = Resources(2.0, 2 * GiB, 0, 0)
+    attempts = [
+        attempt(1, ("n1",), 0.0, 3600.0, half, user="bob", cpu_seconds=3600.0, max_rss_mib=512),
+        attempt(2, ("n1",), 0.0, 3600.0, half, user="bob"),  # before accounting, or in front of Slurm
+        attempt(3, ("n1",), 0.0, 3600.0, half, user="carol"),
+        # Still running: its usage comes at its end, whatever it said so far.
+        attempt(4, ("n1",), 0.0, None, half, user="dave", cpu_seconds=10.0, max_rss_mib=10),
+    ]
+    rows = {row.key: row for row in usage(nodes, attempts, 0.0, 7200.0, now=7200.0).rows}
+    assert (rows["bob"].cpu_efficiency, rows["bob"].ram_efficiency) == pytest.approx((0.5, 0.25))
+    assert (rows["bob"].attempts, rows["bob"].measured) == (2, 1)
+    for unmeasured in ("carol", "dave"):
+        assert (rows[unmeasured].cpu_efficiency, rows[unmeasured].ram_efficiency) == (None, None)
+        assert (rows[unmeasured].attempts, rows[unmeasured].measured, rows[unmeasured].cpu_hours) == (1, 0, 0.0)
+
+
+def test_a_run_the_window_cuts_is_credited_its_cpu_time_pro_rata() -> None:
+    nodes = [node("n1", created_at=0.0, gone_at=7200.0)]
+    # An hour on one vcpu, 1,800 CPU-seconds used; the window holds its second half.
+    attempts = [attempt(1, ("n1",), 0.0, 3600.0, cpu_seconds=1800.0, max_rss_mib=512)]
+    (row,) = usage(nodes, attempts, 1800.0, 7200.0, now=7200.0).rows
+    assert row.cpu_hours == pytest.approx(0.25)  # half its CPU time, as if it used it evenly
+    assert row.cpu_efficiency == pytest.approx(0.5)
+    assert row.ram_efficiency == pytest.approx(0.5)  # 512 MiB of 1 GiB, however much of it is inside
+
+
+def test_a_gangs_efficiency_is_of_the_node_that_runs_its_command() -> None:
+    nodes = [node("n1", created_at=0.0, gone_at=3600.0), node("n2", created_at=0.0, gone_at=3600.0)]
+    gang = attempt(1, ("n1", "n2"), 0.0, 3600.0, Resources(2.0, 2 * GiB, 0, 0), cpu_seconds=3600.0, max_rss_mib=1024)
+    (row,) = usage(nodes, [gang], 0.0, 3600.0, now=3600.0).rows
+    assert row.vcpu_hours == pytest.approx(4.0)  # both nodes' vcpus reserved
+    assert row.cpu_efficiency == pytest.approx(0.5)  # but only the first node's measured, against its own
+
+
+def test_the_total_counts_each_job_and_run_once_whatever_the_grouping() -> None:
+    nodes = [node("n1", created_at=0.0, gone_at=7200.0)]
+    attempts = [
+        attempt(1, ("n1",), 0.0, 3600.0, tags=("web", "prod"), cpu_seconds=900.0, max_rss_mib=256),
+        attempt(2, ("n1",), 0.0, 3600.0, tags=("web",)),
+    ]
+    report = usage(nodes, attempts, 0.0, 7200.0, now=7200.0, by="tag")
+    assert {row.key: (row.jobs, row.attempts) for row in report.rows} == {"web": (2, 2), "prod": (1, 1)}
+    total = report.total
+    assert (total.key, total.jobs, total.attempts, total.measured) == (TOTAL, 2, 2, 1)
+    assert (total.vcpu_hours, total.cost) == pytest.approx((2.0, report.used))
+    assert (total.cpu_efficiency, total.ram_efficiency) == pytest.approx((0.25, 0.25))
+    assert report.jobs == 2

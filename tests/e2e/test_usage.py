@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import getpass
+import re
+import sys
 
 import pytest
 
 from tests.e2e.conftest import Corral, wait_until
 
 SMALL_PRICE = 0.085  # tests/e2e/conftest.py's "small": 2 vcpus, 2 GiB
+
+# Touches 100 MiB, then burns a second of CPU on one of its two vcpus.
+BURN = """
+import time
+memory = bytearray(100 * 1024 * 1024)
+for page in range(0, len(memory), 4096):
+    memory[page] = 1
+start = time.process_time()
+while time.process_time() - start < 1.0:
+    pass
+"""
 
 
 def test_usage_charges_each_user_the_share_of_the_node_their_jobs_ran_on(corral: Corral) -> None:
@@ -62,3 +75,30 @@ def test_usage_names_a_bad_window_or_grouping(corral: Corral) -> None:
     # As every 422 of the API (its OpenAPI schema says so): a list of lines.
     refused = corral.api("GET", "/api/usage", params={"since": 100, "until": 50})
     assert refused.status_code == 422 and refused.json() == {"detail": ["since (100) must be before until (50)"]}
+
+
+def test_usage_says_how_much_of_the_cpu_and_ram_asked_each_user_used(corral: Corral) -> None:
+    corral.start()
+    burn = corral.cli("submit", "--user", "carol", "--vcpus", "2", "--ram", "1GiB", "--", sys.executable, "-c", BURN)
+    job_id = int(burn.stdout)
+    wait_until(lambda: corral.jobs()[job_id]["state"] == "complete", 120, "the burning job to complete")
+    (run,) = corral.cli_json("job", str(job_id))["attempt_list"]
+    elapsed = run["finished_at"] - run["started_at"]
+
+    report = corral.cli_json("usage", "--since", "1h")
+    (carol,) = report["rows"]
+    assert (carol["key"], carol["attempts"], carol["measured"]) == ("carol", 1, 1)
+    assert carol["cpu_hours"] == pytest.approx(run["cpu_seconds"] / 3600)
+    # A second of CPU on one of two vcpus, over a run a little longer than a second: under half.
+    assert carol["cpu_efficiency"] == pytest.approx(run["cpu_seconds"] / (2 * elapsed))
+    assert 0.2 < carol["cpu_efficiency"] < 0.55, (carol, elapsed)
+    assert carol["ram_efficiency"] == pytest.approx(run["max_rss_mib"] / 1024)
+    assert 0.08 < carol["ram_efficiency"] < 0.5, carol
+    assert report["total"]["cpu_efficiency"] == pytest.approx(carol["cpu_efficiency"])
+    assert (report["total"]["key"], report["total"]["jobs"]) == ("(total)", 1)
+
+    text = corral.cli("usage", "--since", "1h").stdout
+    assert re.search(r"CPU eff\s.*RAM eff\s.*measured", text), text
+    cpu, ram = f"{carol['cpu_efficiency']:.0%}", f"{carol['ram_efficiency']:.0%}"
+    assert re.search(rf"\n\s*carol\s.*\s{cpu}\s.*\s{ram}\s.*1/1", text), text
+    assert "(total)" in text

@@ -6,7 +6,7 @@ import pytest
 
 from corral.core.accounting import usage
 from corral.core.model import NodeState
-from corral.store import Store
+from corral.store import AttemptUsage, Store
 
 from .storekit import NOW, ONE_CPU, SMALL, add_node, after_exit, claim, submit
 
@@ -58,3 +58,22 @@ def test_a_gang_run_in_front_of_slurm_spans_its_node_count_not_its_one_recorded_
         assert store.attempt_started(attempt_id, "slurm", None, NOW + 10)
     _, attempts = store.usage_spans(NOW, NOW + 3600)
     assert {a.job_id: (a.node_ids, a.node_count) for a in attempts} == {gang: (("slurm",), 3), single: (("slurm",), 1)}
+
+
+def test_the_spans_carry_what_each_run_used_and_an_unmeasured_run_counts_as_unknown(store: Store) -> None:
+    add_node(store, "n1", now=NOW - 3600)
+    measured, unmeasured = submit(store, 2, user="alice")  # ONE_CPU, 1 GiB each
+    for job_id, used in ((measured, AttemptUsage(1800.0, 256)), (unmeasured, None)):
+        attempt_id = claim(store, job_id, nodes=["n1"], now=NOW)
+        assert store.attempt_started(attempt_id, "n1", 11, NOW)
+        assert store.finish_attempt(attempt_id, "n1", 0, NOW + 3600, after_exit(0, attempt_id), used=used)
+
+    nodes, attempts = store.usage_spans(NOW - 3600, NOW + 3600)
+    spans = {a.job_id: (a.cpu_seconds, a.max_rss_mib) for a in attempts}
+    assert spans == {measured: (1800.0, 256), unmeasured: (None, None)}
+
+    (alice,) = usage(nodes, attempts, NOW - 3600, NOW + 3600, now=NOW + 3600).rows
+    assert (alice.attempts, alice.measured) == (2, 1)
+    # The measured run's, not the average with a 0% that is no measurement.
+    assert alice.cpu_efficiency == pytest.approx(0.5)
+    assert alice.ram_efficiency == pytest.approx(256 / ONE_CPU.ram_mib)

@@ -13,6 +13,17 @@ nodes). Pure: the store gives the node and attempt spans, the caller gives the w
   bound's, so the two reports measure the same thing.
 - What the fleet billed less what the attempts were charged is unattributed: idle nodes, boots,
   and room on busy nodes no job asked for.
+- How much of what it asked for each group used, as seff says it of a job and XDMoD of many: CPU
+  efficiency is the CPU time used over the CPU time asked (vcpus times run time), peak-RAM
+  efficiency the peak RSS over the RAM asked, each summed over the attempts before dividing, so
+  each attempt weighs what it reserved (vcpu-seconds; MiB-seconds), as on the bill: a week-long
+  job over-asking counts for more than a minute-long one. Only attempts whose node said what they
+  used count (a run before accounting, in front of Slurm, still running or whose sample was lost
+  has no measurement, which is not 0%); each group says how many of its attempts were measured.
+  Both are of the node that runs the command, as the agent measures them: a gang's one node.
+  CPU time is only known for a whole run: an attempt the window cuts is credited the part of it
+  proportional to its run time inside (as if it used the CPU evenly), so the figure is
+  approximate at the window's edges, exact for runs wholly inside.
 """
 
 from __future__ import annotations
@@ -20,13 +31,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from corral.core.model import Resources
 
 GroupBy = Literal["user", "tag", "job"]
 NO_USER = "(no user)"
 UNTAGGED = "(untagged)"
+TOTAL = "(total)"  # the key of the report's total row
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,9 @@ class AttemptSpan:
     # The nodes it ran on, as the job asked: node_ids lists them under the agent executor, but
     # in front of Slurm they are one entry ("slurm") whatever the gang's size.
     node_count: int
+    # What the run used on the node that runs its command (None: not known; see the module's doc).
+    cpu_seconds: float | None = None
+    max_rss_mib: int | None = None
 
 
 @dataclass(slots=True)
@@ -62,6 +77,81 @@ class UsageRow:
     vcpu_hours: float = 0.0
     gpu_hours: float = 0.0
     cost: float = 0.0  # the attempts' share of what their nodes billed
+    attempts: int = 0  # its runs in the window
+    measured: int = 0  # of which their node said what they used
+    # The sums efficiency divides, over the measured attempts, the window's part of each.
+    cpu_seconds_used: float = 0.0
+    cpu_seconds_asked: float = 0.0  # vcpus asked times run time
+    ram_mib_seconds_used: float = 0.0  # peak RSS times run time
+    ram_mib_seconds_asked: float = 0.0  # RAM asked times run time
+
+    @property
+    def cpu_hours(self) -> float:
+        """The CPU time the measured attempts used in the window (pro-rated where the window cuts one)."""
+        return self.cpu_seconds_used / 3600.0
+
+    @property
+    def cpu_efficiency(self) -> float | None:
+        """CPU time used over CPU time asked; None: no attempt measured with a run time."""
+        return self.cpu_seconds_used / self.cpu_seconds_asked if self.cpu_seconds_asked > 0 else None
+
+    @property
+    def ram_efficiency(self) -> float | None:
+        """Peak RSS over RAM asked, each attempt weighed by the MiB-seconds it reserved; None: none measured."""
+        return self.ram_mib_seconds_used / self.ram_mib_seconds_asked if self.ram_mib_seconds_asked > 0 else None
+
+    def charge(self, vcpu_hours: float, gpu_hours: float, cost: float, measured: Measured | None) -> None:
+        """Count one attempt's work in the window in this row."""
+        self.vcpu_hours += vcpu_hours
+        self.gpu_hours += gpu_hours
+        self.cost += cost
+        self.attempts += 1
+        if measured is None:
+            return
+        self.measured += 1
+        self.cpu_seconds_used += measured.cpu_seconds_used
+        self.cpu_seconds_asked += measured.cpu_seconds_asked
+        self.ram_mib_seconds_used += measured.ram_mib_seconds_used
+        self.ram_mib_seconds_asked += measured.ram_mib_seconds_asked
+
+    def merge(self, other: UsageRow) -> None:
+        """Add another row's sums to this one's (not its jobs, which only the caller can count once)."""
+        self.vcpu_hours += other.vcpu_hours
+        self.gpu_hours += other.gpu_hours
+        self.cost += other.cost
+        self.attempts += other.attempts
+        self.measured += other.measured
+        self.cpu_seconds_used += other.cpu_seconds_used
+        self.cpu_seconds_asked += other.cpu_seconds_asked
+        self.ram_mib_seconds_used += other.ram_mib_seconds_used
+        self.ram_mib_seconds_asked += other.ram_mib_seconds_asked
+
+
+class Measured(NamedTuple):
+    """One attempt's part of its groups' efficiency sums, in the window. (A tuple: one is built
+    per attempt of the window, and a tuple builds faster than a frozen dataclass.)"""
+
+    cpu_seconds_used: float
+    cpu_seconds_asked: float
+    ram_mib_seconds_used: float
+    ram_mib_seconds_asked: float
+
+
+def measured_in_window(attempt: AttemptSpan, seconds: float) -> Measured | None:
+    """What an attempt adds to its groups' efficiency for its `seconds` inside the window; None:
+    its node did not say what it used (or it has not ended: a run's usage comes at its end)."""
+    if attempt.finished_at is None or (attempt.cpu_seconds is None and attempt.max_rss_mib is None):
+        return None
+    cpu_used = cpu_asked = ram_used = ram_asked = 0.0
+    ran = attempt.finished_at - attempt.started_at
+    if attempt.cpu_seconds is not None and ran > 0:
+        # Only the whole run's CPU time is known: the window's part of it, pro rata.
+        cpu_used = attempt.cpu_seconds * seconds / ran
+        cpu_asked = attempt.request.vcpus * seconds  # one node's: the gang's others are not measured
+    if attempt.max_rss_mib is not None:
+        ram_used = attempt.max_rss_mib * seconds
+        ram_asked = attempt.request.ram_mib * seconds
+    return Measured(cpu_used, cpu_asked, ram_used, ram_asked)
 
 
 @dataclass(slots=True)
@@ -80,7 +170,12 @@ class Usage:
     by: GroupBy
     rows: list[UsageRow]  # by cost, the largest first
     types: list[TypeUsage]  # by instance type name
-    jobs: int  # distinct jobs that ran in the window (a job under several tags counts once)
+    total: UsageRow  # all the work, each job and attempt once (a job under several tags too)
+
+    @property
+    def jobs(self) -> int:
+        """Distinct jobs that ran in the window (a job under several tags counts once)."""
+        return self.total.jobs
 
     @property
     def billed(self) -> float:
@@ -149,6 +244,7 @@ def usage(
     rows: dict[str, UsageRow] = {}
     jobs_of: dict[str, set[int]] = {}  # each row's jobs (a job runs more than once when retried)
     job_ids: set[int] = set()
+    total = UsageRow(TOTAL)
     for attempt in attempts:
         end = attempt.finished_at if attempt.finished_at is not None else now
         seconds = _overlap(attempt.started_at, end, since, until)
@@ -165,16 +261,25 @@ def usage(
             if ran_on.instance_type in types:
                 types[ran_on.instance_type].used += charged
         node_count = attempt.node_count
+        vcpu_hours = seconds * attempt.request.vcpus * node_count / 3600.0
+        gpu_hours = seconds * attempt.request.gpus * node_count / 3600.0
+        used = measured_in_window(attempt, seconds)
         for key in _keys(attempt, by):
-            row = rows.setdefault(key, UsageRow(key))
-            jobs_of.setdefault(key, set()).add(attempt.job_id)
-            row.vcpu_hours += seconds * attempt.request.vcpus * node_count / 3600.0
-            row.gpu_hours += seconds * attempt.request.gpus * node_count / 3600.0
-            row.cost += cost
+            row = rows.get(key)
+            if row is None:  # (not setdefault: a week's report is 100,000s of attempts in few rows)
+                row = rows[key] = UsageRow(key)
+                jobs_of[key] = set()
+            jobs_of[key].add(attempt.job_id)
+            row.charge(vcpu_hours, gpu_hours, cost, used)
+        if by == "tag":  # a job under several tags: the total counts it once
+            total.charge(vcpu_hours, gpu_hours, cost, used)
     for key, row in rows.items():
         row.jobs = len(jobs_of[key])
+        if by != "tag":  # each attempt in one row: the total is their sum, not charged attempt by attempt
+            total.merge(row)
+    total.jobs = len(job_ids)
     ordered = sorted(rows.values(), key=lambda row: (-row.cost, -row.vcpu_hours, row.key))
-    return Usage(since, until, by, ordered, [types[name] for name in sorted(types)], len(job_ids))
+    return Usage(since, until, by, ordered, [types[name] for name in sorted(types)], total)
 
 
 def _keys(attempt: AttemptSpan, by: GroupBy) -> Sequence[str]:

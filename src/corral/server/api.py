@@ -898,7 +898,8 @@ def usage(
     limit: int = Query(1000, ge=1, le=100_000, description="rows, the largest cost first"),
 ) -> UsageOut:
     """What the fleet billed in [since, until), each instance type's part of it used by jobs, and
-    each user's (tag's, job's) work and share of the bill (sreport / sacct)."""
+    each user's (tag's, job's) work, share of the bill and how much of the CPU and RAM it asked for it
+    used (sreport / sacct / seff)."""
     now = time.time()
     end = now if until is None else until
     if not since < end:
@@ -915,6 +916,7 @@ def usage(
         used=report.used,
         unattributed=report.unattributed,
         rows=[UsageRowOut.model_validate(row, from_attributes=True) for row in report.rows[:limit]],
+        total=UsageRowOut.model_validate(report.total, from_attributes=True),
         types=[TypeUsageOut.model_validate(kind, from_attributes=True) for kind in report.types],
     )
 

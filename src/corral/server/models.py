@@ -852,11 +852,31 @@ class QueueOut(BaseModel):
 
 
 class UsageRowOut(BaseModel):
-    key: str  # the user, tag or job id
+    key: str  # the user, tag or job id ("(total)" for the report's total)
     jobs: int
     vcpu_hours: float
     gpu_hours: float
     cost: float  # the share of its nodes' bill its attempts occupied
+    attempts: int = Field(description="Its runs in the window (a retried job's each).")
+    measured: int = Field(
+        description="Of those, the runs whose node said what they used: not a run before store revision 0022,"
+        " in front of Slurm, still running, or whose measurement was lost. Only these count in the efficiencies."
+    )
+    cpu_hours: float = Field(
+        description="The CPU time (user and system) the measured runs used in the window, on the node that runs"
+        " the command: a run the window cuts is credited the part of its CPU time proportional to its run time"
+        " inside (approximate)."
+    )
+    cpu_efficiency: float | None = Field(
+        description="cpu_hours over the measured runs' vcpus asked times their run time in the window (seff's CPU"
+        " Efficiency, summed over the runs before dividing, so each weighs its vcpu-hours); above 1 when runs"
+        " used more CPUs than they asked. null: no run measured."
+    )
+    ram_efficiency: float | None = Field(
+        description="The measured runs' peak RSS over the RAM they asked (seff's Memory Efficiency), each run"
+        " weighed by the RAM-hours it reserved in the window: sum(peak x run time) / sum(asked x run time)."
+        " null: no run measured."
+    )
 
 
 class TypeUsageOut(BaseModel):
@@ -878,6 +898,9 @@ class UsageOut(BaseModel):
     used: float
     unattributed: float  # idle and booting nodes, and room on busy nodes no job asked for
     rows: list[UsageRowOut]  # the largest cost first
+    total: UsageRowOut = Field(
+        description="All the window's work, each job and run once (whatever `limit`; a job under several tags once)."
+    )
     types: list[TypeUsageOut]
 
 

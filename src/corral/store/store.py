@@ -3302,7 +3302,7 @@ class Store:
             select(
                 A.c.job_id, J.c.user_name, J.c.spec["tags"].as_string(), cast(A.c.node_ids, Text),
                 A.c.vcpus, A.c.ram_mib, A.c.scratch_mib, A.c.gpus, A.c.started_at, A.c.finished_at,
-                J.c.spec["nodes"].as_integer(),
+                J.c.spec["nodes"].as_integer(), A.c.cpu_seconds, A.c.max_rss_mib,
             )
             .join(J, J.c.id == A.c.job_id)
             .where(
@@ -3322,6 +3322,8 @@ class Store:
                 r[8],
                 r[9],
                 r[10] or 1,  # a spec stored without `nodes`: one node
+                r[11],
+                r[12],
             )
             for r in rows
         ]
