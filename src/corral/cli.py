@@ -31,7 +31,7 @@ from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperOption
 
 from corral.core.model import JobState
-from corral.core.signals import parse_job_signal, signal_name, signal_text
+from corral.core.signals import parse_job_signal, parse_signal, signal_name, signal_text
 from corral.core.units import format_duration, parse_duration, parse_size
 from corral.files import (
     DamagedServerInfo,
@@ -1491,6 +1491,12 @@ def show_job(
         # Who asked (the job.cancel_requested event says it too, among the others).
         asked = "cancelled by" if j["state"] == "cancelled" else "cancel requested by"
         console.print(f"  {asked} {j['cancelled_by']}", highlight=False)
+    for told in j.get("signals") or []:
+        # (As `corral events --job N --kind job.signal` lists them.)
+        console.print(
+            f"  {SIGNAL_EVENT_WORDS.get(told['kind'], told['kind'])} {when(told['at'])}: {told['message']}",
+            highlight=False,
+        )
     if j["wait_reason"] and j["state"] in ("queued", "claimed"):
         console.print(f"  waiting    {'UNPLACEABLE: ' if j['unplaceable'] else ''}{j['wait_reason']}", highlight=False)
     elif j["wait_reason"] and j["state"] in ("complete", "failed", "cancelled"):
@@ -1522,6 +1528,14 @@ def show_job(
             for a in measured:
                 said = used_text([a], j["resources"], j["nodes"])
                 console.print(f"  attempt {a['id']} used  {said}", highlight=False)
+
+
+# How `corral job` heads each of a job's signal events.
+SIGNAL_EVENT_WORDS = {
+    "job.signal_requested": "signal asked",
+    "job.signalled": "signalled",
+    "job.signal_dropped": "signal dropped",
+}
 
 
 def used_known(attempt: dict[str, Any]) -> bool:
@@ -1719,14 +1733,40 @@ def cancel(
     array: Annotated[
         int | None, typer.Option(parser=plain_id, help="Every open task of this job array (its id).")
     ] = None,
+    signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            "-s",
+            metavar="SIG",
+            help="Do not cancel: send the running jobs' commands this signal (USR1, SIGUSR1 or 10), to their"
+            " whole process group (Slurm's default is the job steps, which corral's jobs have none of)."
+            " KILL and STOP are refused: corral cancel or requeue ends a run. A job that does not run is"
+            " said by id and state, and the command exits 1.",
+            show_default=False,
+        ),
+    ] = None,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            "--batch", "-b", help="With --signal: the main process alone (the batch script's shell, or the program)."
+        ),
+    ] = False,
 ) -> None:
     """Cancel jobs, also while they run: by id (a job array's id: every open task of it, as Slurm's
     scancel ARRAY_ID; ARRAY_TASK: that task), or every open job matching all the filters given
-    (Slurm's scancel -t/--state, -u/--user, -n/--name; and a tag)."""
+    (Slurm's scancel -t/--state, -u/--user, -n/--name; and a tag). With --signal (scancel -s), send
+    the running ones a signal instead, and cancel nothing (a command that dies of it ends as any run
+    killed by a signal does)."""
     filtered = bool(state) or any(value is not None for value in (user, name, tag, array))
     if not job_ids and not filtered:
         fail("give job ids, or --state, --user, --name, --tag or --array")
+    if batch and signal is None:
+        fail("--batch says where a --signal goes: give --signal SIG too (without it, cancel cancels)")
     states = job_states(state)
+    if signal is not None:
+        send_signal(job_ids or [], filtered, states, user, name, tag, array, signal, batch)
+        return
     if ended := [s for s in states if JobState(s).terminal]:
         # Matched nothing, and said "cancel requested for 0 jobs" as if none were in that state.
         fail(f"--state {ended[0]}: a finished job cannot be cancelled; give queued, claimed or running (PD, R)")
@@ -1741,6 +1781,58 @@ def cancel(
         sys.stdout.write(f": {', '.join(map(str, ids))}\n" if ids else "\n")
     if job_ids:
         each_job(job_ids, "cancel", lambda r: "cancel requested" if r["changed"] else f"already {r['state']}")
+
+
+def send_signal(
+    job_ids: list[str],
+    filtered: bool,
+    states: list[str],
+    user: str | None,
+    name: str | None,
+    tag: str | None,
+    array: int | None,
+    given: str,
+    batch: bool,
+) -> None:
+    """`corral cancel --signal`: the signal requested for each running job picked; each that does
+    not run said by id and state, as scancel says each it refuses, and exit 1 if any."""
+    try:
+        number = parse_signal(given)
+    except ValueError as exc:
+        fail(f"--signal: {exc}")
+    body = {"signal": given.strip(), "batch": batch}
+    shown = signal_name(number) or f"signal {number}"
+    to = "main process" if batch else "process group"
+    refused = 0
+    if filtered:
+        filters = {"states": states or None, "user": user, "name": name, "tag": tag, "array": array}
+        body.update({field: value for field, value in filters.items() if value is not None})
+        result = call("POST", "/api/jobs/signal", json=body)
+        ids = result["ids"]
+        sys.stdout.write(f"{shown} requested for the {to} of {counted(len(ids), 'job')}")
+        sys.stdout.write(f": {', '.join(map(str, ids))}\n" if ids else "\n")
+        for state_name, not_running in result["not_running"].items():
+            for job_id in not_running:
+                error(f"{job_id}: {state_name}: not running, not signalled")
+                refused += 1
+    for job_id in job_ids:
+        try:
+            result = request("POST", f"/api/jobs/{job_id}/signal", json=body)
+        except Refused as exc:
+            error(f"{job_id}: {exc}")
+            refused += 1
+            continue
+        if not answers_for_array(result):
+            sys.stdout.write(f"{job_id}: {shown} requested for the {to} of attempt {result['attempt_id']}\n")
+            continue
+        sys.stdout.write(array_said(f"{shown} requested for", result) + "\n")
+        for why, ids in result["unchanged"].items():
+            if not JobState(why).terminal:  # (an array's finished tasks are not what it names)
+                for task_id in ids:
+                    error(f"{task_id}: {why}: not running, not signalled")
+                    refused += 1
+    if refused:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -408,3 +408,20 @@ def test_the_keeper_refuses_an_option_it_does_not_take(tmp_path: Path) -> None:
         argv = [sys.executable, "-I", "-S", KEEPER, str(tmp_path / "status"), "0", "0", *options, "--", "true"]
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
         assert done.returncode == 2 and "usage: keeper.py" in done.stderr, (options, done.stderr)
+
+
+@pytest.mark.parametrize("number", [10, 1, 34])  # USR1, HUP, a real-time signal
+def test_a_signal_asked_for_the_group_ends_a_command_that_does_not_catch_it_as_its_own_end(
+    runner: Runner, number: int
+) -> None:
+    """`corral cancel --signal` to a run's whole process group, its keeper (the group's leader)
+    included: the keeper ignores every signal it can, so it outlives it and records the command's
+    end by that signal (exit_signal), not a keeper killed (a run lost). Its command gets each at its
+    default disposition."""
+    attempt = runner.start(spec(44, ["sleep", "30"]))
+    assert attempt is not None
+    wait_for(lambda: sysinfo.children_of(attempt.pid), 5, "the command to start")
+    assert runner.signal(44, number, main_only=False) == f"process group {attempt.pid}"
+    assert run_to_end(runner, attempt) == 128 + number
+    assert attempt.exit_signal == number and not attempt.keeper_killed
+    assert runner.signal(44, number, main_only=False) is None  # (ended: nothing to send it to)

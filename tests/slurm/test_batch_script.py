@@ -184,3 +184,47 @@ def test_a_short_stderr_kept_apart_is_kept_whole_and_no_process_is_left(tmp_path
     )
     assert (output, error) == (b"out\n", b"err\n")
     assert processes_marked(marker) == []
+
+
+@pytest.mark.parametrize("max_output", [1000, 0])
+def test_a_signal_to_the_whole_job_reaches_the_command_and_the_script_and_its_limiter_outlive_it(
+    tmp_path: Path, max_output: int
+) -> None:
+    """`corral cancel --signal USR1` in front of Slurm is `scancel --signal=USR1 --full`: every
+    process of the job gets it, the script and its output limiter too, as here by the process
+    group. The command traps it and goes on; the script, which died of it before, outlives it, the
+    output is whole and the exit status the command's own."""
+    script = tmp_path / "corral-batch.sh"
+    script.write_text(BATCH_SCRIPT)
+    got, stop = tmp_path / "got", tmp_path / "stop"
+    body = f"trap 'echo usr1 >> {got}' USR1; echo up; while [ ! -e {stop} ]; do sleep 0.05; done; echo after; exit 4"
+    output = tmp_path / "output"
+    with output.open("wb") as file:
+        job = subprocess.Popen(
+            ["sh", str(script), str(tmp_path / "status"), str(max_output), NOTE, "sh", "-c", body],
+            env={"PATH": os.environ["PATH"], "CORRAL_WITHHELD": "", "SLURM_JOB_ID": "17"},
+            stdin=subprocess.DEVNULL,
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a process group of its own: the job's processes, as --full signals them
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while b"up" not in output.read_bytes():
+            assert time.monotonic() < deadline, "the command did not start"
+            time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGUSR1)
+        while not got.exists():
+            assert time.monotonic() < deadline, "the command did not get the signal"
+            time.sleep(0.05)
+        stop.touch()
+        assert job.wait(timeout=20) == 4
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    # (sh may say its sleep died of the signal: the command's own word.)
+    kept = output.read_bytes()
+    assert got.read_text() == "usr1\n" and kept.startswith(b"up\n") and kept.endswith(b"after\n"), kept
+    exit_status = parse_exit_status((tmp_path / "status").read_text())
+    assert exit_status is not None and exit_status.exit_code == 4 and not exit_status.signal

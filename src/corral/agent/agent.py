@@ -109,6 +109,10 @@ class Agent:
         # a confused or restarted server lists. Bounded, oldest out first.
         self._done: collections.OrderedDict[int, None] = collections.OrderedDict()
         self._cancelled: set[int] = set()  # kill arrived before the attempt did
+        # Signal requests (`corral cancel --signal`) sent, by id -> what each went to: said in every
+        # ping until one is answered, and each sent once in this agent's life though the server
+        # hands it out until then.
+        self._signalled: dict[int, str | None] = {}
         self._ignored: set[int] = set()
         self._server_up = True
         self._lock = threading.Lock()
@@ -546,6 +550,9 @@ class Agent:
         checked = self.health.latest if self.health is not None else None
         if checked is not None:
             body["health"] = {"ok": checked.ok, "message": checked.message}
+        told = dict(self._signalled)
+        if told:
+            body["signalled"] = [{"id": request_id, "to": to} for request_id, to in told.items()]
         try:
             answer = self.client.ping(body)
         except Unreachable as exc:
@@ -558,6 +565,9 @@ class Agent:
             logs.warning("ping refused", error=str(exc))
             return
         self._server_back()
+        for request_id in told:
+            self._signalled.pop(request_id, None)  # (the server has it: it hands that one out no more)
+        self.send_requested_signals(answer.get("signals"))
         for attempt_id in _ints(answer.get("kill")):
             if self.runner.kill(attempt_id):
                 logs.info("killing attempt on the server's request", attempt_id=attempt_id)
@@ -586,6 +596,27 @@ class Agent:
         if answer.get("shutdown") is True:
             logs.info("the server asked this node to shut down")
             self.stop.set()
+
+    def send_requested_signals(self, requests: Any) -> None:
+        """The signals the server asks sent to running attempts now (`corral cancel --signal`):
+        each once, and said sent in the next ping. One whose attempt this agent does not run is
+        said sent to nothing, and the server drops it."""
+        for request in requests if isinstance(requests, list) else ():
+            try:
+                request_id, attempt_id, number = (int(request[key]) for key in ("id", "attempt_id", "number"))
+                main_only = request.get("main_only") is True
+            except (TypeError, KeyError, ValueError):
+                logs.error("unusable signal request from the server", request=repr(request)[:200])
+                continue
+            if request_id in self._signalled:
+                continue  # sent already, its answer not yet back
+            to = self.runner.signal(attempt_id, number, main_only) if number in signal.valid_signals() else None
+            self._signalled[request_id] = to
+            fields = {"attempt_id": attempt_id, "signal": signal_text(number), "request": request_id}
+            if to is None:
+                logs.warning("a signal asked by the server found no process to go to", **fields)
+            else:
+                logs.info("sent a signal on the server's request", to=to, **fields)
 
     def _server_down(self, exc: Exception) -> None:
         if self._server_up:

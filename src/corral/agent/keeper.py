@@ -11,8 +11,9 @@ with nothing said, and the keeper exits without starting the command (which no l
 know of, and which would run again beside it). Then it starts the command, tells
 the agent on READY_FD whether it could ("ok", or "err ERRNO MESSAGE": the agent then reports 127
 or 126 as before), and waits. SIGTERM, SIGINT and SIGHUP are for the command (the agent signals the
-whole group): the keeper outlives them to record the end, and so it does the job's --signal
-(`--ignore`, by number), which the agent sends the whole group before the time limit. Once the
+whole group): the keeper outlives them to record the end, and so it does every other signal it
+can ignore (the job's --signal before its time limit, an operator's `corral cancel --signal`),
+each of which its command gets back at its default disposition. Once the
 command ends, its Popen-style return code (-N for signal N) is written to STATUS_FILE atomically,
 and the keeper ends the same way (the same exit code, or killed by the same signal), so an agent
 that is its parent reads the command's end from its own child as it always did. Should the status
@@ -40,21 +41,28 @@ import sys
 NOT_STARTED = 125
 
 
+# Not ignored: SIGCHLD (ignored by hand, its children would be reaped by the kernel and the
+# command's end could not be read), and those no process can ignore.
+NOT_IGNORED = frozenset({signal.SIGCHLD, signal.SIGKILL, signal.SIGSTOP})
+
+
 def main(argv: list[str]) -> int:
-    ignored: list[int] = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+    # Every signal the agent sends the run's whole group is for the command, which gets each back at
+    # its default disposition: SIGTERM, SIGINT, SIGHUP (a kill), the job's --signal, and whatever an
+    # operator sends with `corral cancel --signal` (USR1, HUP, RT signals...).
+    ignored: list[int] = sorted(s for s in signal.valid_signals() if s not in NOT_IGNORED)
     dashes = argv.index("--", 3) if "--" in argv[3:] else -1
     options, command = argv[3:dashes], argv[dashes + 1 :]
     ignoring = len(options) == 2 and options[0] == "--ignore" and options[1].isdigit()
     if len(argv) < 5 or dashes < 0 or not command or (options and not ignoring):
         print("usage: keeper.py STATUS_FILE READY_FD GO_FD [--ignore SIGNAL] -- COMMAND...", file=sys.stderr)
         return 2
-    # (Not SIGCHLD, ignored by default already: ignored by hand, its children would be reaped by the
-    # kernel and the command's end could not be read.)
-    if ignoring and int(options[1]) != signal.SIGCHLD:
-        ignored.append(int(options[1]))
+    # (--ignore SIGNAL: the job's --signal, which every catchable signal being ignored covers now;
+    # still taken, from an agent that names it.)
     status_file, ready_fd, go_fd = argv[0], int(argv[1]), int(argv[2])
     for sig in ignored:
-        signal.signal(sig, signal.SIG_IGN)
+        with contextlib.suppress(OSError, ValueError):  # (one the C library keeps for itself)
+            signal.signal(sig, signal.SIG_IGN)
     said = b""
     while len(said) < 2:
         chunk = os.read(go_fd, 2 - len(said))
@@ -116,7 +124,8 @@ def _write_atomically(path: str, text: str, sync: bool = False) -> bool:
 
 def _default_signals(ignored: list[int]) -> None:
     for sig in ignored:
-        signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def usage_path(status_file: str) -> str:

@@ -771,29 +771,45 @@ class Runner:
             attempt.signal_sent = True
             with contextlib.suppress(OSError):  # (a full disk: sent once all the same in this agent's life)
                 self._signalled_path(attempt_id).write_text(f"{time.time()}\n")
-            number = attempt.spec.signal.number
-            keeper = attempt.proc
-            if isinstance(keeper, Adopted) and not keeper.session_is_ours():
+            return self._deliver(attempt, attempt.spec.signal.number, attempt.spec.signal.main_only)
+
+    def signal(self, attempt_id: int, number: int, main_only: bool) -> str | None:
+        """Send a running attempt a signal now (`corral cancel --signal`), as its job's --signal
+        goes: to its process group, its main process alone (`main_only`), or its container's main
+        process. The keeper ignores every signal it can (corral.agent.keeper), so the run's group
+        getting one leaves it there to record the end. Returns what it was sent to; None if there
+        was no process to send it to (the attempt unknown or ended)."""
+        with self.lock:
+            attempt = self.attempts.get(attempt_id)
+            if attempt is None or attempt.exited or attempt.proc is None:
                 return None
-            if attempt.container_name is not None and self.engine is not None:
-                with contextlib.suppress(OSError):
-                    subprocess.Popen(
-                        container.signal_argv(self.engine, attempt.container_name, number),
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                return f"container {attempt.container_name}"
-            if not attempt.spec.signal.main_only:
-                signal_session(keeper.pid, number)
-                return f"process group {keeper.pid}"
-            # The keeper's child is the job's command: the batch script's shell, or its program.
-            for pid in sysinfo.children_of(keeper.pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, number)
-                    return f"main process {pid}"
+            return self._deliver(attempt, number, main_only)
+
+    def _deliver(self, attempt: Attempt, number: int, main_only: bool) -> str | None:
+        """Signal `number` to the attempt's group or main process (the lock held): what it went to."""
+        keeper = attempt.proc
+        assert keeper is not None
+        if isinstance(keeper, Adopted) and not keeper.session_is_ours():
             return None
+        if attempt.container_name is not None and self.engine is not None:
+            with contextlib.suppress(OSError):
+                subprocess.Popen(
+                    container.signal_argv(self.engine, attempt.container_name, number),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            return f"container {attempt.container_name}"
+        if not main_only:
+            signal_session(keeper.pid, number)
+            return f"process group {keeper.pid}"
+        # The keeper's child is the job's command: the batch script's shell, or its program.
+        for pid in sysinfo.children_of(keeper.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, number)
+                return f"main process {pid}"
+        return None
 
     def past_time_limit(self, slack: float) -> list[Attempt]:
         """Running attempts that have run `slack` seconds past their time limit and that nothing is

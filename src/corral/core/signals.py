@@ -115,3 +115,55 @@ def _signal_number(word: str) -> int | None:
 
 # Linux's: 1-31 and the real-time 34-64 (32 and 33 are the C library's own).
 VALID_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
+
+
+def parse_signal(text: str) -> int:
+    """scancel --signal's SIG (a name, USR1 or SIGUSR1, any case, or a number) as its number;
+    ValueError naming the value and what is wrong. KILL and STOP are refused, as for a job's
+    --signal: sent to the run's process group they would also reach its keeper, which records the
+    run's end (corral.agent.keeper), and a run should end by `corral cancel` or `corral requeue`,
+    which say why it ended."""
+    word = text.strip()
+    number = _signal_number(word)
+    if number is None:
+        raise ValueError(f"{text!r} is no signal (a name, USR1 or SIGUSR1, or a number 1-64)")
+    if number in UNCATCHABLE:
+        instead = "corral cancel ends a run, corral requeue runs it again" if number == signal.SIGKILL else ""
+        raise ValueError(
+            f"{text!r}: {signal_text(number)} cannot be caught, and would reach the run's keeper too"
+            + (f": {instead}" if instead else ": corral has no suspend")
+        )
+    return number
+
+
+def scancel_signal_text(number: int) -> str:
+    """A signal as scancel's --signal takes it: a name Slurm knows (proc_args.c), else the number."""
+    name = (signal_name(number) or "").removeprefix("SIG")
+    return name if name in SBATCH_NAMES else str(number)
+
+
+# The signals corral's Slurm batch script outlives (it traps each with a no-op and its output
+# limiters ignore them: corral.executor.slurm.BATCH_SCRIPT), so that `scancel --signal --full`,
+# which signals the batch script and every process under it, reaches the job's command and leaves
+# the script there to record its end. TERM is not among them: the script takes it for Slurm's own
+# kill (a time limit, a scancel) and records the job as killed.
+SLURM_SIGNALLABLE = (
+    *("HUP", "INT", "QUIT", "ABRT", "USR1", "USR2", "ALRM"),
+    *("URG", "CONT", "TSTP", "TTIN", "TTOU", "XCPU"),
+)
+
+
+def slurm_signal_refusal(number: int, main_only: bool) -> str | None:
+    """Why a signal cannot be sent a job run in front of Slurm, or None."""
+    if main_only:
+        return (
+            "--batch: in front of Slurm the batch shell is corral's batch script, not the job's command,"
+            " and it would only swallow the signal: give none (the job's whole process group gets it)"
+        )
+    name = (signal_name(number) or "").removeprefix("SIG")
+    if name not in SLURM_SIGNALLABLE:
+        return (
+            f"{signal_text(number)}: in front of Slurm corral's batch script would be ended by it (or take it"
+            f" for Slurm's kill); these reach the command: {', '.join(SLURM_SIGNALLABLE)}"
+        )
+    return None

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from corral.core.batch import ExitStatus
+from corral.core.signals import SLURM_SIGNALLABLE, scancel_signal_text
 
 # squeue's fields, '|'-separated: id, state, reason, nodes, Nice, StartTime, EndTime; the comment
 # last (it is corral's, but a user's may hold a '|').
@@ -94,9 +95,12 @@ corral_started="$(date +%s)"
 corral_signal=
 corral_chdir_failed=
 trap 'corral_signal=TERM' TERM
+# An operator's `corral cancel --signal` (scancel --signal --full) reaches this script too: it
+# outlives each (the command, in a subshell, gets them back at their default disposition).
+trap : %(signallable)s
 # Copies its stdin to its stdout, at most corral_max_output bytes of it, then the cut note.
 corral_limit() {
-    trap '' TERM
+    trap '' TERM %(signallable)s
     # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
     # (stdbuf tried first: one that cannot preload its library would run no head at all.)
     if stdbuf -o0 true >/dev/null 2>&1; then
@@ -168,7 +172,7 @@ printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s chdir=%s\\n' "$corral
     "$corral_started" "$(date +%s)" "$corral_signal" "$corral_chdir_failed" >"$corral_status.$$" \\
     && mv -f "$corral_status.$$" "$corral_status"
 exit "$corral_exit"
-"""
+""".replace("%(signallable)s", " ".join(SLURM_SIGNALLABLE))
 CHDIR_VARIABLE = "CORRAL_CHDIR"  # the job's directory, for the batch script to check it got there
 # Set ("1") for a job that keeps its stderr apart: the batch script bounds its --error file too.
 SEPARATE_STDERR_VARIABLE = "CORRAL_SEPARATE_STDERR"
@@ -542,3 +546,9 @@ class Slurm:
     def scancel(self, job_ids: Sequence[str]) -> None:
         if job_ids:
             self.run(["scancel", *job_ids])
+
+    def signal(self, job_id: str, number: int) -> None:
+        """Send a running job a signal without ending it (`corral cancel --signal`): `--full`, to
+        the batch script and every process under it, as the agent signals a run's process group
+        (without it, scancel signals only job steps, which corral's jobs have none of)."""
+        self.run(["scancel", f"--signal={scancel_signal_text(number)}", "--full", job_id])

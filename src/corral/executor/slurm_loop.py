@@ -26,7 +26,7 @@ from corral.config import Config
 from corral.core import batch, job_array, retry
 from corral.core.batch import CHDIR_FAILED_EXIT, Phase, Seen, phase_of
 from corral.core.dispatchers import stale_dispatchers
-from corral.core.model import Attempt, Job
+from corral.core.model import Attempt, AttemptState, Job
 from corral.core.snapshot import Decisions, Snapshot
 from corral.executor.slurm import (
     BATCH_SCRIPT,
@@ -393,6 +393,7 @@ class SlurmLoop(LiveLoop):
                 ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at, ended.exit_signal
             )
             self._forget_attempt_files(ended.job_id, (ended.attempt_id,))
+        self._send_signals(now)
         self.store.set_claimed_wait_reasons(decisions.pending_reasons, now)
         self.store.annotate_many(decisions.annotations, {}, now)
         jobs = {job.id: job for job in snapshot.jobs}
@@ -406,6 +407,29 @@ class SlurmLoop(LiveLoop):
             claimed = self.store.claim(job.id, self.dispatcher_id, (SLURM_NODE,), job.resources, now)
             if claimed is not None and not self._submit(job, claimed, now):
                 return
+
+    def _send_signals(self, now: float) -> None:
+        """The signals asked for this dispatcher's running attempts (`corral cancel --signal`), each
+        sent once with `scancel --signal=SIG --full` (the batch script and every process under it:
+        corral's whole process group; corral's jobs run no steps of their own). One Slurm refuses
+        (the job ended meanwhile), or whose attempt ended first, is dropped saying why: sent at
+        most once here, as scancel gives no way to tell a refusal from a signal sent twice."""
+        dropped = []
+        for request, state, ref, dispatcher_id in self.store.signals_pending():
+            if dispatcher_id != self.dispatcher_id:
+                continue  # (another dispatcher's, or an agent's)
+            if state != AttemptState.RUNNING.value or ref is None:
+                dropped.append(request)
+                continue
+            try:
+                self.slurm.signal(ref, request.number)
+            except SlurmError as exc:
+                log.warning("scancel --signal of slurm job %s failed: %s", ref, exc)
+                self.store.drop_signals([request], f"scancel --signal of slurm job {ref} failed: {exc}", now)
+                continue
+            self.store.signals_sent({request.id: f"slurm job {ref} (scancel --full)"}, now)
+        if dropped:
+            self.store.drop_signals(dropped, "its attempt ended before it was sent", now)
 
     def _renice(self, renices: list[batch.Renice], now: float) -> None:
         """`scontrol update` each Nice; a refusal (an unprivileged user's negative Nice) is recorded

@@ -35,6 +35,7 @@ from corral.server.models import (
     ResumeBody,
     ResumeResult,
     SignalOut,
+    SignalRequestOut,
     StartedBody,
     WorkItemOut,
     WorkOut,
@@ -261,15 +262,24 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
     for attempt_id in body.running:
         # A start report lost to a server restart: the agent's word that it runs is enough.
         runtime.store.attempt_started(attempt_id, node_id, 0, now)
+    # Before the signals still to send are read: one said sent is not handed out again.
+    runtime.store.signals_sent({s.id: s.to for s in body.signalled}, now, node_id)
     here = runtime.store.attempts_on_node(node_id)
     wanted = here.wanted(body.running)
     lost = end_unlisted(runtime, node_id, here.running, {*body.running, *acked}, now)
+    killed = [a for a in body.running if a not in wanted] + lost
     return PingResult(
         # (A lost attempt too: should the agent still hold it somewhere, it must not run on.)
-        kill=[a for a in body.running if a not in wanted] + lost,
+        kill=killed,
         ack=acked,
         shutdown=False,
         time_limits={a: runtime.config.policy.dispatch.enforced_limit(limit) for a, limit in wanted.items()},
+        # In every answer until the agent says it sent each (at least once: docs/agent.md, Signals).
+        signals=[
+            SignalRequestOut(id=r.id, attempt_id=r.attempt_id, number=r.number, main_only=r.main_only)
+            for r in runtime.store.signals_for_node(node_id, now)
+            if r.attempt_id not in killed
+        ],
     )
 
 

@@ -30,6 +30,7 @@ from corral.core.dispatchers import is_stale
 from corral.core.model import AttemptState, Job, JobState, NodeState
 from corral.core.notify import NotifyRule, NotifyState, Retry, rule_names, shown_url
 from corral.core.settings import BootSettings
+from corral.core.signals import slurm_signal_refusal
 from corral.executor.slurm import SHELL_NAME, sbatch_value_refusal, sbatch_variable_refusal
 from corral.jobspec import DEFAULT_PRIORITY, JobRequest
 from corral.notifier import RETRY_KEY, SENDING_KEY
@@ -74,6 +75,10 @@ from corral.server.models import (
     RetryOut,
     ShareOut,
     ShareRowOut,
+    SignalBody,
+    SignalEventOut,
+    SignalMatchingBody,
+    SignalMatchingOut,
     StatusOut,
     SubmitBody,
     SubmitResult,
@@ -95,6 +100,7 @@ from corral.store import (
     NotBackedOff,
     NotFound,
     NotQueued,
+    NotRunning,
     UserExists,
     acting_as,
 )
@@ -470,7 +476,11 @@ def set_array_throttle(array_job_id: PathId, body: ThrottleBody, runtime: UserRu
 @router.get("/jobs/{job_id}")
 def show_job(job_id: JobId, runtime: UserRuntime) -> JobOut:
     store = runtime.store
-    return job_out(store.job_row(job_id), store.attempts_of(job_id), True, store.dependency_rows(job_id))
+    shown = job_out(store.job_row(job_id), store.attempts_of(job_id), True, store.dependency_rows(job_id))
+    # (job.signal_requested, job.signalled, job.signal_dropped: the kinds that start so.)
+    told = store.list_events(job_id=job_id, kind="job.signal%", limit=20)
+    shown.signals = [SignalEventOut(at=e["at"], kind=e["kind"], message=e["message"]) for e in told]
+    return shown
 
 
 # The routes that change a job, given a job array's id, change every task of the array in a state
@@ -492,6 +502,60 @@ def cancel_job(target: JobOrArray, runtime: UserRuntime, caller: CallerOf) -> di
     )
     runtime.wake()
     return result
+
+
+@router.post("/jobs/signal", responses=error_responses(409))
+@names_its_caller
+def signal_matching(body: SignalMatchingBody, runtime: UserRuntime, caller: CallerOf) -> SignalMatchingOut:
+    """Slurm's `scancel --signal SIG --state/-u/-n`: signal the command of every open job that
+    matches all the filters given and runs; those that do not run are said by state, not
+    signalled (scancel refuses each). A user's signals only their own jobs."""
+    states = tuple(s.value for s in body.states or ())
+    user = body.user
+    if not caller.admin:
+        if user is not None and user != caller.name:
+            raise denied(caller, f"user: the jobs of {user} are theirs: a user signals only their own")
+        user = caller.name
+    number = body.number
+    refuse_signal_here(runtime, number, body.batch)
+    picked = JobFilter(states, user, body.name, body.tag, body.array)
+    ids, not_running = runtime.store.request_signal_matching(time.time(), picked, number, body.batch)
+    runtime.wake()
+    return SignalMatchingOut(ids=ids, not_running=not_running)
+
+
+@router.post("/jobs/{job_id}/signal", responses=error_responses(409))
+@names_its_caller
+def signal_job(
+    target: JobOrArray, body: SignalBody, runtime: UserRuntime, caller: CallerOf
+) -> dict[str, Any] | ArrayActionOut:
+    """Slurm's `scancel --signal SIG [--batch]`: the job's running command is sent the signal (its
+    whole process group, or with `batch` its main process), once, by its agent at its next ping (or
+    the next Slurm pass); the job is not cancelled. 409 for a job whose command does not run
+    (queued, held, claimed, finished), naming its state; for a job array's id, each running task,
+    the others said by state, and 409 only when none runs."""
+    check_owner(runtime, caller, target.job_id, "signal")
+    number = body.number
+    refuse_signal_here(runtime, number, body.batch)
+    store, now = runtime.store, time.time()
+    try:
+        if target.whole_array:
+            result: dict[str, Any] | ArrayActionOut = array_out(
+                store.signal_array(target.job_id, number, body.batch, now)
+            )
+        else:
+            result = store.request_signal(target.job_id, number, body.batch, now)
+    except (NotRunning, NotQueued) as exc:
+        raise HTTPException(409, str(exc)) from None
+    runtime.wake()
+    return result
+
+
+def refuse_signal_here(runtime: Runtime, number: int, main_only: bool) -> None:
+    """409 for a signal this corral's executor cannot deliver as asked (in front of Slurm: no
+    --batch, only the signals its batch script outlives)."""
+    if runtime.config.executor == "slurm" and (refused := slurm_signal_refusal(number, main_only)):
+        raise HTTPException(409, refused)
 
 
 @router.post("/jobs/{job_id}/hold", responses=error_responses(409))

@@ -12,6 +12,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from corral.core import categories, drain
 from corral.core.model import JobState
 from corral.core.retry import EndCause
+from corral.core.signals import parse_signal
 from corral.core.units import Duration, Float, Int, SizeMiB
 from corral.jobspec import MAX_PRIORITY, MAX_USER, EpochSeconds, JobRequest, to_epoch
 from corral.placement import attributes as attr
@@ -233,6 +234,40 @@ class CancelMatchingOut(BaseModel):
     ids: list[int]
 
 
+class SignalBody(BaseModel):
+    """Slurm's `scancel --signal SIG [--batch]`: a signal for a running job's command, which goes on."""
+
+    model_config = ConfigDict(extra="forbid")
+    signal: str = Field(
+        max_length=16, description="a name (USR1, SIGUSR1) or a number; KILL and STOP are refused (corral cancel)"
+    )
+    batch: bool = Field(
+        False, strict=True, description="its main process alone (scancel --batch); false: its whole process group"
+    )
+
+    @field_validator("signal")
+    @classmethod
+    def _a_signal(cls, value: str) -> str:
+        parse_signal(value)  # (its ValueError is the 422's message)
+        return value
+
+    @property
+    def number(self) -> int:
+        return parse_signal(self.signal)
+
+
+class SignalMatchingBody(SignalBody, CancelMatchingBody):
+    """A signal for every open job matching all the filters given (scancel --signal -t/-u/-n)."""
+
+
+class SignalMatchingOut(BaseModel):
+    ids: list[int] = Field(description="the jobs a signal was requested for")
+    not_running: dict[str, list[int]] = Field(
+        description="the jobs matched whose command does not run, by state (claimed: placed, not started): not"
+        " signalled, as scancel refuses them"
+    )
+
+
 class RequeueBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hold: bool = Field(False, strict=True, description="held once queued again, until released")
@@ -347,6 +382,14 @@ class DependencyOut(BaseModel):
     state: str
 
 
+class SignalEventOut(BaseModel):
+    """A signal asked for a job's run, or sent, or dropped: one of its job.signal* events."""
+
+    at: float
+    kind: str  # job.signal_requested, job.signalled, job.signal_dropped
+    message: str
+
+
 class JobOut(BaseModel):
     id: int
     name: str
@@ -429,6 +472,9 @@ class JobOut(BaseModel):
     depends_on: list[DependencyOut] | None = None  # one job's view: the jobs its dependency names
     needed_by: list[DependencyOut] | None = None  # one job's view: the jobs whose dependency names it
     attempt_list: list[AttemptOut] | None = None
+    # One job's view: the signals asked for its runs (corral cancel --signal), sent and dropped, as
+    # their events say it, oldest first (the last 20).
+    signals: list[SignalEventOut] | None = None
     explanation: dict[str, Any] | None = None
     # A task of a job array: the array's id (its first task's job id), the task's id, the array's
     # spec as submitted (corral submit --array) and its throttle now (None: no limit).
@@ -673,12 +719,32 @@ class HealthIn(Inbound):
     message: str = Field("", max_length=500)
 
 
+class SignalledIn(Inbound):
+    """A signal request the agent acted on: `to` what it was sent (its process group, its main
+    process, a container); None: it found no process to send it to (the run had just ended)."""
+
+    id: DbInt
+    to: str | None = Field(None, max_length=200)
+
+
+class SignalRequestOut(BaseModel):
+    """A signal to send a running attempt now (`corral cancel --signal`), once: `id` is said back in
+    the next ping's `signalled`; until then it is in every answer."""
+
+    id: int
+    attempt_id: int
+    number: int
+    main_only: bool  # its main process alone (scancel --batch); false: its process group
+
+
 class PingBody(Inbound):
     running: list[DbInt] = Field(default_factory=list, max_length=MAX_AGENT_LIST)
     finished: list[FinishedIn] = Field(default_factory=list, max_length=MAX_AGENT_LIST)
     used: UsedIn = Field(default_factory=UsedIn)
     interruption: InterruptionIn | None = None
     health: HealthIn | None = None  # None: no check has run (or none is configured)
+    # The signal requests (PingResult.signals) the agent has sent since its last ping answered.
+    signalled: list[SignalledIn] = Field(default_factory=list, max_length=MAX_AGENT_LIST)
 
 
 class PingResult(BaseModel):
@@ -688,6 +754,8 @@ class PingResult(BaseModel):
     # For each running attempt still wanted: the seconds of run after which corral ends it (its
     # job's time limit plus policy.dispatch.time_limit_grace; None: never), as they stand now.
     time_limits: dict[int, float | None] = {}
+    # Signals to send running attempts (an agent of a corral before them ignores the field).
+    signals: list[SignalRequestOut] = []
 
 
 class StartedBody(Inbound):

@@ -264,3 +264,21 @@ submissions = Table(
     Column("at", Float, nullable=False),
     Index("ix_submissions_at", "at"),
 )
+
+# Signals asked for a running attempt (scancel --signal, `corral cancel --signal`) and not yet sent
+# (0023): its agent is handed each in its ping answers until it says it sent it (or a Slurm pass runs
+# scancel --signal), and the row goes, with a job.signalled event; one whose attempt ended first goes
+# with a job.signal_dropped event. Kept in the store so that a request outlives a server restart.
+signal_requests = Table(
+    "signal_requests",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("attempt_id", Integer, ForeignKey("attempts.id"), nullable=False),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("main_only", Boolean, nullable=False),  # scancel --batch: the main process alone
+    Column("requested_at", Float, nullable=False),
+    Column("requested_by", String(MAX_USER), nullable=False),
+    Index("ix_signal_requests_attempt", "attempt_id"),
+    Index("ix_signal_requests_job", "job_id"),
+)

@@ -89,6 +89,7 @@ from corral.core.model import (
     Resources,
     check_job_transition,
 )
+from corral.core.signals import signal_text
 from corral.core.snapshot import Annotation, BootFailures, JobOutcome, Snapshot
 from corral.core.units import utc_text
 from corral.jobspec import (
@@ -104,6 +105,7 @@ from corral.store import schema
 from corral.store.schema import attempts as A
 from corral.store.schema import jobs as J
 from corral.store.schema import nodes as N
+from corral.store.schema import signal_requests as SR
 from corral.store.schema import submissions as S
 
 if TYPE_CHECKING:
@@ -276,6 +278,35 @@ def _first_line(exc: DBAPIError) -> str:
 
 class NotQueued(ValueError):
     """A change that only a queued job takes (a hold), asked of a job in another state."""
+
+
+class NotRunning(ValueError):
+    """A signal asked of a job whose command does not run (queued, held, claimed and not started,
+    finished): Slurm's scancel --signal refuses such a job too ("Job is pending execution")."""
+
+    def __init__(self, job_id: int, state: str) -> None:
+        super().__init__(
+            f"job {job_id} is {state}: only a running job's command can be signalled"
+            + ("" if JobState(state).terminal else " (its command has not started)")
+        )
+        self.state = state
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRequest:
+    """A signal asked for a running attempt and not yet sent (schema.signal_requests)."""
+
+    id: int
+    attempt_id: int
+    job_id: int
+    number: int
+    main_only: bool
+    requested_by: str
+
+    def said(self) -> str:
+        """ "signal 10 (SIGUSR1) to its main process (asked by alice)"."""
+        to = "its main process" if self.main_only else "its process group"
+        return f"{signal_text(self.number)} to {to} (asked by {self.requested_by})"
 
 
 @dataclass
@@ -1359,6 +1390,145 @@ class Store:
             message = f"cancel requested ({picked.describe()})"
             self._job_events(conn, now, "job.cancel_requested", ((job_id, message) for job_id in ids))
         return ids
+
+    # ---- signals (scancel --signal) -----------------------------------------------------------
+
+    def request_signal(self, job_id: int, number: int, main_only: bool, now: float) -> dict[str, Any]:
+        """Ask for signal `number` to be sent to the running job's command (its process group, or
+        `main_only` its main process), once, by its agent or the Slurm pass; the job is not
+        cancelled. NotRunning for a job whose command does not run."""
+        with self.write() as conn:
+            return self._signal_in(conn, job_id, number, main_only, now)
+
+    def _signal_in(
+        self, conn: Connection, job_id: int, number: int, main_only: bool, now: float, by: str = ""
+    ) -> dict[str, Any]:
+        state = conn.execute(select(J.c.state).where(J.c.id == job_id)).scalar()
+        if state is None:
+            raise NotFound(f"no job {job_id}")
+        attempt_id = conn.execute(
+            select(A.c.id).where(A.c.job_id == job_id, A.c.state == AttemptState.RUNNING.value).order_by(A.c.id.desc())
+        ).scalar()
+        if state != JobState.RUNNING.value or attempt_id is None:
+            # (A job that runs in name only: its attempt is placed, its agent has not started it.)
+            raise NotRunning(job_id, state if state != JobState.RUNNING.value else JobState.CLAIMED.value)
+        requested_by = _canceller()
+        conn.execute(
+            insert(SR).values(
+                attempt_id=attempt_id,
+                job_id=job_id,
+                number=number,
+                main_only=main_only,
+                requested_at=now,
+                requested_by=requested_by,
+            )
+        )
+        to = "its main process" if main_only else "its process group"
+        said = f"{signal_text(number)} requested for attempt {attempt_id}, to {to}{by}"
+        self._event(conn, now, "job.signal_requested", said, job_id=job_id)
+        return {"id": job_id, "state": state, "changed": True, "attempt_id": attempt_id}
+
+    def signal_array(self, array_job_id: int, number: int, main_only: bool, now: float) -> ArrayOutcome:
+        """`request_signal` on each running task of the array (scancel --signal ARRAY_ID); the
+        others are told of by state. NotRunning-like refusal (NotQueued's kind: 409) when none runs."""
+        by = f" (array {array_job_id})"
+
+        def one(conn: Connection, task_id: int, _outcome: ArrayOutcome) -> tuple[bool, str]:
+            try:
+                self._signal_in(conn, task_id, number, main_only, now, by)
+            except NotRunning as exc:
+                return False, exc.state
+            return True, "signal requested"
+
+        def refuse(outcome: ArrayOutcome) -> str | None:
+            if outcome.changed:
+                return None
+            return f"job array {array_job_id} has no running task to signal ({outcome.said()})"
+
+        return self._each_task(array_job_id, one, refuse)
+
+    def request_signal_matching(
+        self, now: float, picked: JobFilter, number: int, main_only: bool
+    ) -> tuple[list[int], dict[str, list[int]]]:
+        """`request_signal` on every open job `picked` picks (scancel --signal with -t/-u/-n), in
+        one transaction: the ids signalled, and the others (not running) by state."""
+        with self.write() as conn:
+            if (
+                picked.array is not None
+                and conn.execute(select(J.c.id).where(J.c.array_job_id == picked.array).limit(1)).first() is None
+            ):
+                raise NotFound(f"no job array {picked.array} (an array's id is its first task's job id)")
+            ids = self._lock_jobs(conn, J.c.state.in_(OPEN_JOB_STATES), *picked.clauses())
+            signalled: list[int] = []
+            not_running: dict[str, list[int]] = {}
+            by = f" ({picked.describe()})"
+            for job_id in ids:
+                try:
+                    self._signal_in(conn, job_id, number, main_only, now, by)
+                except NotRunning as exc:
+                    not_running.setdefault(exc.state, []).append(job_id)
+                else:
+                    signalled.append(job_id)
+        return signalled, not_running
+
+    def signals_for_node(self, node_id: str, now: float) -> list[SignalRequest]:
+        """The signals to hand the node's agent in its ping answer: those of its running attempts.
+        Those whose attempt ended before they were sent are dropped, each with an event."""
+        query = (
+            select(SR, A.c.state.label("attempt_state"))
+            .join(A, A.c.id == SR.c.attempt_id)
+            .where(A.c.node_id == node_id)
+            .order_by(SR.c.id)
+        )
+        with self.read() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return []
+        ended = [r for r in rows if r.attempt_state != AttemptState.RUNNING.value]
+        if ended:
+            self.drop_signals([_signal_request(r) for r in ended], "its attempt ended before it was sent", now)
+        return [_signal_request(r) for r in rows if r.attempt_state == AttemptState.RUNNING.value]
+
+    def signals_pending(self) -> list[tuple[SignalRequest, str, str | None, str | None]]:
+        """Every signal not yet sent, with its attempt's state, executor ref (the Slurm job id) and
+        dispatcher: what a Slurm pass sends with scancel --signal."""
+        query = select(SR, A.c.state.label("attempt_state"), A.c.executor_ref, A.c.dispatcher_id).join(
+            A, A.c.id == SR.c.attempt_id
+        )
+        with self.read() as conn:
+            rows = conn.execute(query.order_by(SR.c.id)).all()
+        return [(_signal_request(r), r.attempt_state, r.executor_ref, r.dispatcher_id) for r in rows]
+
+    def signals_sent(self, sent: Mapping[int, str | None], now: float, node_id: str | None = None) -> None:
+        """Requests (by id) that were sent, each to what it reached (None: it found no process to go
+        to): each row goes, with a job.signalled event (or job.signal_dropped). `node_id`: only
+        that node's attempts' (an agent acknowledges its own); an id no longer stored was done."""
+        if not sent:
+            return
+        with self.write() as conn:
+            query = select(SR).where(SR.c.id.in_(list(sent)))
+            if node_id is not None:
+                query = query.where(SR.c.attempt_id.in_(select(A.c.id).where(A.c.node_id == node_id)))
+            rows = [_signal_request(r) for r in conn.execute(query.order_by(SR.c.id)).all()]
+            conn.execute(delete(SR).where(SR.c.id.in_([r.id for r in rows])))
+            for request in rows:
+                to = sent[request.id]
+                where = f" on node {node_id}" if node_id is not None else ""
+                if to is None:
+                    said = f"{request.said()} not sent: attempt {request.attempt_id}{where} had no process to get it"
+                    self._event(conn, now, "job.signal_dropped", said, job_id=request.job_id, node_id=node_id)
+                    continue
+                said = f"{request.said()} sent to {to} of attempt {request.attempt_id}{where}"
+                self._event(conn, now, "job.signalled", said, job_id=request.job_id, node_id=node_id)
+
+    def drop_signals(self, requests: Sequence[SignalRequest], why: str, now: float) -> None:
+        """Requests that will never be sent, each with a job.signal_dropped event saying `why`."""
+        with self.write() as conn:
+            for request in requests:
+                if conn.execute(delete(SR).where(SR.c.id == request.id)).rowcount == 0:
+                    continue  # (sent or dropped by another meanwhile)
+                said = f"{request.said()} not sent to attempt {request.attempt_id}: {why}"
+                self._event(conn, now, "job.signal_dropped", said, job_id=request.job_id)
 
     def set_priority(self, job_id: int, priority: int, now: float) -> bool:
         """False, changing nothing, for a finished job (whose priority means nothing any more:
@@ -3107,6 +3277,7 @@ class Store:
             if not ids:
                 return [], last_seen
             conn.execute(delete(D).where(or_(D.c.job_id.in_(ids), D.c.depends_on.in_(ids))))
+            conn.execute(delete(SR).where(SR.c.job_id.in_(ids)))  # (an ended job's requests were dropped)
             conn.execute(delete(A).where(A.c.job_id.in_(ids)))
             conn.execute(delete(schema.job_tags).where(schema.job_tags.c.job_id.in_(ids)))
             conn.execute(delete(J).where(J.c.id.in_(ids)))
@@ -3484,6 +3655,12 @@ def _shown(value: Any) -> str:
 
 
 _JOB_STATES = {state.value: state for state in JobState}
+
+
+def _signal_request(row: Any) -> SignalRequest:
+    return SignalRequest(
+        int(row.id), int(row.attempt_id), int(row.job_id), int(row.number), bool(row.main_only), row.requested_by
+    )
 
 
 def job_from_row(row: Mapping[str, Any]) -> Job:
