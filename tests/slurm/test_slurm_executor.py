@@ -239,6 +239,30 @@ def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
     assert corral.attempts(running[0])[0]["state"] == "cancelled"
 
 
+def test_a_signal_asked_for_a_running_job_is_scancel_signal_full_and_the_job_runs_on_to_its_end(
+    corral: Dispatcher, tmp_path: Path
+) -> None:
+    """corral cancel --signal USR1 in front of Slurm: the next pass runs `scancel --signal=USR1
+    --full`, which reaches the command under corral's batch script (which outlives it); the job is
+    not cancelled and ends as its command does."""
+    got, stop = tmp_path / "got", tmp_path / "stop"
+    body = f"trap 'echo usr1 >> {got}' USR1; while [ ! -e {stop} ]; do sleep 0.1; done; exit 3"
+    job_id = corral.submit("sh", "-c", body, ram=128)
+    corral.until_state(job_id, "running")
+    ref = corral.attempts(job_id)[0]["executor_ref"]
+    corral.store.request_signal(job_id, 10, False, time.time())
+    corral.until(lambda: got.exists(), 20, "the command to get USR1")
+    assert got.read_text() == "usr1\n"
+    [sent] = corral.store.list_events(job_id=job_id, kind="job.signalled")
+    assert sent["message"].endswith(
+        f"sent to slurm job {ref} (scancel --full) of attempt {corral.attempts(job_id)[0]['id']}"
+    )
+    assert corral.job(job_id)["state"] == "running"
+    stop.touch()
+    ended = corral.until_state(job_id, "complete", "failed")
+    assert (ended["exit_code"], ended["exit_signal"], ended["cancel_requested"]) == (3, None, False)
+
+
 def test_a_job_pending_in_slurm_is_held_or_updated_by_taking_it_back_from_slurm(
     corral: Dispatcher, slurm: SlurmCluster
 ) -> None:
