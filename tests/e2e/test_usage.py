@@ -9,19 +9,9 @@ import sys
 import pytest
 
 from tests.e2e.conftest import Corral, wait_until
+from tests.e2e.test_job_usage import BURN  # 100 MiB touched, a second of CPU burnt
 
 SMALL_PRICE = 0.085  # tests/e2e/conftest.py's "small": 2 vcpus, 2 GiB
-
-# Touches 100 MiB, then burns a second of CPU on one of its two vcpus.
-BURN = """
-import time
-memory = bytearray(100 * 1024 * 1024)
-for page in range(0, len(memory), 4096):
-    memory[page] = 1
-start = time.process_time()
-while time.process_time() - start < 1.0:
-    pass
-"""
 
 
 def test_usage_charges_each_user_the_share_of_the_node_their_jobs_ran_on(corral: Corral) -> None:

@@ -450,16 +450,21 @@ def cancel_matching(body: CancelMatchingBody, runtime: UserRuntime, caller: Call
     """Slurm's `scancel --state/-u/-n`: cancel every open job that matches all the filters given
     (at least one); the ids marked for cancellation. A user's cancels only their own jobs, and
     naming another user is refused (403)."""
-    states = tuple(s.value for s in body.states or ())
-    user = body.user
-    if not caller.admin:
-        if user is not None and user != caller.name:
-            raise denied(caller, f"user: the jobs of {user} are theirs: a user cancels only their own")
-        user = caller.name
-    picked = JobFilter(states, user, body.name, body.tag, body.array)
+    picked = filter_of_caller(body, caller, "cancels")
     ids = runtime.store.request_cancel_matching(time.time(), picked)
     runtime.wake()
     return CancelMatchingOut(ids=ids)
+
+
+def filter_of_caller(body: CancelMatchingBody, caller: Caller, verb: str) -> JobFilter:
+    """The jobs `body`'s filters pick, of the caller's own unless it is the operator: a user who
+    names another user is refused (403), one who names none gets their own."""
+    user = body.user
+    if not caller.admin:
+        if user is not None and user != caller.name:
+            raise denied(caller, f"user: the jobs of {user} are theirs: a user {verb} only their own")
+        user = caller.name
+    return JobFilter(tuple(s.value for s in body.states or ()), user, body.name, body.tag, body.array)
 
 
 @router.patch("/arrays/{array_job_id}")
@@ -510,15 +515,9 @@ def signal_matching(body: SignalMatchingBody, runtime: UserRuntime, caller: Call
     """Slurm's `scancel --signal SIG --state/-u/-n`: signal the command of every open job that
     matches all the filters given and runs; those that do not run are said by state, not
     signalled (scancel refuses each). A user's signals only their own jobs."""
-    states = tuple(s.value for s in body.states or ())
-    user = body.user
-    if not caller.admin:
-        if user is not None and user != caller.name:
-            raise denied(caller, f"user: the jobs of {user} are theirs: a user signals only their own")
-        user = caller.name
+    picked = filter_of_caller(body, caller, "signals")
     number = body.number
     refuse_signal_here(runtime, number, body.batch)
-    picked = JobFilter(states, user, body.name, body.tag, body.array)
     ids, not_running = runtime.store.request_signal_matching(time.time(), picked, number, body.batch)
     runtime.wake()
     return SignalMatchingOut(ids=ids, not_running=not_running)
