@@ -479,6 +479,7 @@ class ControlLoop(LiveLoop):
             )
         self.store.annotate_many(decisions.annotations, decisions.explanations, now)
         self.refresh_explanations(decisions, now)
+        self.store.drop_ended_signals(now)
         # The back-off table as this pass learns it: after an insufficient-capacity error the pass's
         # other boots of that type are not tried (seed 004), as in the simulator.
         unavailable = dict(snapshot.unavailable_types)

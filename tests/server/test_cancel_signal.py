@@ -15,9 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.config import load_config
+from corral.cloud.sim import SimCloud
+from corral.config import Config, load_config
 from corral.core.model import InstanceType, Resources
 from corral.jobspec import JobRequest
+from corral.loop import ControlLoop
+from corral.sim.settings import SimSettings
 from corral.store import Store
 from tests.server.cli import corral as corral_cli
 from tests.support import served_app
@@ -97,6 +100,12 @@ def test_a_request_whose_attempt_ended_first_is_dropped_with_an_event(served: tu
     finished = httpx.post(f"{url}/api/agent/attempts/{attempt_id}/finished", json={"exit_code": 0}, headers=node)
     assert finished.status_code == 200
     assert ping(url, node, [])["signals"] == []
+    assert store.list_events(job_id=job_id, kind="job.signal_dropped") == []
+    # The next pass drops it: a request its agent will never be handed (a lost node's too) is said so.
+    config = Config.model_validate(
+        {"instance_types": [{"name": C5.name, "vcpus": 2, "ram": "4GiB", "price_per_hour": 0.1}]}
+    )
+    ControlLoop(store, SimCloud(config.core_instance_types(), SimSettings(), time.time), config, "d-test").run_pass()
     [dropped] = store.list_events(job_id=job_id, kind="job.signal_dropped")
     assert dropped["message"] == (
         f"signal 1 (SIGHUP) to its main process (asked by (operator)) not sent to attempt {attempt_id}: its attempt"

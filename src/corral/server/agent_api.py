@@ -277,7 +277,7 @@ def ping(body: PingBody, node: AgentNode, runtime: AnyRuntime) -> PingResult:
         # In every answer until the agent says it sent each (at least once: docs/agent.md, Signals).
         signals=[
             SignalRequestOut(id=r.id, attempt_id=r.attempt_id, number=r.number, main_only=r.main_only)
-            for r in runtime.store.signals_for_node(node_id, now)
+            for r in here.signals
             if r.attempt_id not in killed
         ],
     )

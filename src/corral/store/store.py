@@ -206,6 +206,7 @@ class NodeAttempts:
 
     running: list[int]  # those started, in id order
     time_limits: dict[int, float | None]  # every one assigned or running: its job's time limit
+    signals: list[SignalRequest]  # not yet sent to those started (`corral cancel --signal`)
 
     def wanted(self, listed: Sequence[int]) -> dict[int, float | None]:
         """Of the attempts an agent lists, those corral still wants run there, each with its job's
@@ -1471,23 +1472,20 @@ class Store:
                     signalled.append(job_id)
         return signalled, not_running
 
-    def signals_for_node(self, node_id: str, now: float) -> list[SignalRequest]:
-        """The signals to hand the node's agent in its ping answer: those of its running attempts.
-        Those whose attempt ended before they were sent are dropped, each with an event."""
+    def drop_ended_signals(self, now: float) -> None:
+        """Drop the signals whose attempt ended before they were sent (its command gone, its node
+        lost or silent: nothing will ever send them), each with a job.signal_dropped event. Each
+        pass asks: a lost node's agent never pings again to be told."""
         query = (
-            select(SR, A.c.state.label("attempt_state"))
+            select(SR)
             .join(A, A.c.id == SR.c.attempt_id)
-            .where(A.c.node_id == node_id)
+            .where(A.c.state != AttemptState.RUNNING.value)
             .order_by(SR.c.id)
         )
         with self.read() as conn:
-            rows = conn.execute(query).all()
-        if not rows:
-            return []
-        ended = [r for r in rows if r.attempt_state != AttemptState.RUNNING.value]
+            ended = [_signal_request(r) for r in conn.execute(query).all()]
         if ended:
-            self.drop_signals([_signal_request(r) for r in ended], "its attempt ended before it was sent", now)
-        return [_signal_request(r) for r in rows if r.attempt_state == AttemptState.RUNNING.value]
+            self.drop_signals(ended, "its attempt ended before it was sent", now)
 
     def signals_pending(self) -> list[tuple[SignalRequest, str, str | None, str | None]]:
         """Every signal not yet sent, with its attempt's state, executor ref (the Slurm job id) and
@@ -2390,9 +2388,18 @@ class Store:
                 .where(A.c.node_id == node_id, A.c.state.in_(ACTIVE_ATTEMPT_STATES))
                 .order_by(A.c.id)
             ).all()
+            running = [row.id for row in rows if row.state == AttemptState.RUNNING.value]
+            # (Read only for a node that runs something: most pings are of idle nodes.)
+            signals = (
+                [
+                    _signal_request(r)
+                    for r in conn.execute(select(SR).where(SR.c.attempt_id.in_(running)).order_by(SR.c.id)).all()
+                ]
+                if running
+                else []
+            )
         return NodeAttempts(
-            running=[row.id for row in rows if row.state == AttemptState.RUNNING.value],
-            time_limits={row.id: row.spec.get("time_limit") for row in rows},
+            running=running, time_limits={row.id: row.spec.get("time_limit") for row in rows}, signals=signals
         )
 
     # ---- attempts run by an executor (Slurm) ------------------------------------------------
