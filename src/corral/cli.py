@@ -831,7 +831,7 @@ def submit(
             "--signal",
             metavar="[B:]SIG[@TIME]",
             help="As sbatch's: send SIG (USR1, SIGUSR1 or 10) TIME seconds (default 60) before the time limit, once,"
-            " so the job can checkpoint. To the job's whole process group (Slurm: its steps only), or with B: to"
+            " so the job can checkpoint. To the job's whole process group (sbatch's: its steps only), or with B: to"
             " its main process alone (the script's shell); a container's main process either way. Only a job"
             " with a time limit gets it.",
         ),

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.executor.slurm import BATCH_SCRIPT, parse_exit_status
+from corral.core.batch import ExitStatus
+from corral.executor.slurm import BATCH_SCRIPT, FORWARD_CARRIER, parse_exit_status
 
 NOTE = "[corral: this attempt's output was cut here, at 10 bytes (server.max_output); the rest was not kept]"
 COMMAND = ["sh", "-c", "echo 0123456789abcdef; echo to stderr >&2; exit 3"]
@@ -186,14 +187,16 @@ def test_a_short_stderr_kept_apart_is_kept_whole_and_no_process_is_left(tmp_path
     assert processes_marked(marker) == []
 
 
+@pytest.mark.parametrize("job_signal", ["", "10", "B:10"])
 @pytest.mark.parametrize("max_output", [1000, 0])
 def test_a_signal_to_the_whole_job_reaches_the_command_and_the_script_and_its_limiter_outlive_it(
-    tmp_path: Path, max_output: int
+    tmp_path: Path, max_output: int, job_signal: str
 ) -> None:
     """`corral cancel --signal USR1` in front of Slurm is `scancel --signal=USR1 --full`: every
     process of the job gets it, the script and its output limiter too, as here by the process
     group. The command traps it and goes on; the script, which died of it before, outlives it, the
-    output is whole and the exit status the command's own."""
+    output is whole and the exit status the command's own. A job whose own --signal is the same
+    gets it once: the script sends the command only what Slurm's --signal sends it."""
     script = tmp_path / "corral-batch.sh"
     script.write_text(BATCH_SCRIPT)
     got, stop = tmp_path / "got", tmp_path / "stop"
@@ -202,7 +205,7 @@ def test_a_signal_to_the_whole_job_reaches_the_command_and_the_script_and_its_li
     with output.open("wb") as file:
         job = subprocess.Popen(
             ["sh", str(script), str(tmp_path / "status"), str(max_output), NOTE, "sh", "-c", body],
-            env={"PATH": os.environ["PATH"], "CORRAL_WITHHELD": "", "SLURM_JOB_ID": "17"},
+            env={"PATH": os.environ["PATH"], "CORRAL_WITHHELD": "", "SLURM_JOB_ID": "17", "CORRAL_SIGNAL": job_signal},
             stdin=subprocess.DEVNULL,
             stdout=file,
             stderr=subprocess.STDOUT,
@@ -228,3 +231,168 @@ def test_a_signal_to_the_whole_job_reaches_the_command_and_the_script_and_its_li
     assert got.read_text() == "usr1\n" and kept.startswith(b"up\n") and kept.endswith(b"after\n"), kept
     exit_status = parse_exit_status((tmp_path / "status").read_text())
     assert exit_status is not None and exit_status.exit_code == 4 and not exit_status.signal
+
+
+def start_job(
+    tmp_path: Path, max_output: int, command: list[str], path: str = os.environ["PATH"], **env: str
+) -> subprocess.Popen[bytes]:
+    """The script started as slurmstepd starts it: the leader of a process group of its own, its
+    output (stdout and stderr) to tmp_path/output."""
+    script = tmp_path / "corral-batch.sh"
+    script.write_text(BATCH_SCRIPT)
+    with (tmp_path / "output").open("wb") as file:
+        return subprocess.Popen(
+            ["sh", str(script), str(tmp_path / "status"), str(max_output), NOTE, *command],
+            env={"PATH": path, "CORRAL_WITHHELD": "", "SLURM_JOB_ID": "17", **env},
+            stdin=subprocess.DEVNULL,
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def until_exists(path: Path, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def until_in_output(tmp_path: Path, text: bytes) -> None:
+    deadline = time.monotonic() + 20
+    while text not in (tmp_path / "output").read_bytes():
+        assert time.monotonic() < deadline, "the command did not start"
+        time.sleep(0.05)
+
+
+def ended(job: subprocess.Popen[bytes], tmp_path: Path) -> tuple[int, ExitStatus]:
+    """The script's exit code and the exit status it recorded (the job killed whole if it hangs)."""
+    try:
+        code = job.wait(timeout=20)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    exit_status = parse_exit_status((tmp_path / "status").read_text())
+    assert exit_status is not None
+    return code, exit_status
+
+
+@pytest.mark.parametrize("max_output", [1000, 0])
+@pytest.mark.parametrize("main_only", [True, False])
+def test_a_jobs_signal_reaches_its_main_process_with_b_and_every_process_of_it_without(
+    tmp_path: Path, max_output: int, main_only: bool
+) -> None:
+    """A job's --signal in front of Slurm: Slurm sends the batch shell alone (sbatch's B:) the
+    carrier, and the script sends the command the job's signal, as the agent does: with B: to its
+    main process, without to the whole job (its children too). It went to the job's steps, of which
+    corral's jobs have none, or to the script, which died of it or swallowed it: never the command.
+    The command checkpoints on it and exits 0."""
+    main, child, ready = tmp_path / "main", tmp_path / "child", tmp_path / "ready"
+    inner = f"trap 'echo usr1 >> {child}; exit 0' USR1; touch {ready}; while :; do sleep 0.05; done"
+    body = (
+        # (Its child given a second to end by itself: killed then.)
+        f"trap 'echo usr1 >> {main}; i=0; while kill -0 $c 2>/dev/null && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1));"
+        f' done; kill $c 2>/dev/null; exit 0\' USR1; sh -c "{inner}" & c=$!; echo up; while :; do sleep 0.05; done'
+    )
+    job = start_job(
+        tmp_path, max_output, ["sh", "-c", body], CORRAL_SIGNAL=f"{'B:' if main_only else ''}{int(signal.SIGUSR1)}"
+    )
+    until_exists(ready, "the command did not start")
+    os.kill(job.pid, FORWARD_CARRIER)  # as Slurm's --signal=B:... sends it: to the batch shell alone
+    code, exit_status = ended(job, tmp_path)
+    assert main.read_text() == "usr1\n"
+    assert (child.read_text() if child.exists() else "") == ("" if main_only else "usr1\n")
+    assert code == 0 and exit_status.exit_code == 0 and not exit_status.signal
+    assert (tmp_path / "output").read_bytes().startswith(b"up\n")
+
+
+@pytest.mark.parametrize("main_only", [True, False])
+def test_a_jobs_sigint_reaches_the_command_at_its_default_disposition(tmp_path: Path, main_only: bool) -> None:
+    """A shell starts a background command with SIGINT and SIGQUIT ignored (dash does): a job whose
+    signal is INT could not trap it (a non-interactive sh cannot trap a signal ignored at its
+    start), nor die of it."""
+    trapped = tmp_path / "trapped"
+    to = "B:" if main_only else ""
+    job = start_job(
+        tmp_path,
+        0,
+        ["sh", "-c", f"trap 'echo int > {trapped}; exit 0' INT; echo up; while :; do sleep 0.05; done"],
+        CORRAL_SIGNAL=f"{to}{int(signal.SIGINT)}",
+    )
+    until_in_output(tmp_path, b"up")
+    os.kill(job.pid, FORWARD_CARRIER)
+    code, exit_status = ended(job, tmp_path)
+    assert trapped.read_text() == "int\n" and code == 0 and exit_status.exit_code == 0
+    # Untrapped, it ends the command as it would any process: 128+2, the command's own exit.
+    (tmp_path / "status").unlink()
+    job = start_job(tmp_path, 0, ["sh", "-c", "echo up; exec sleep 30"], CORRAL_SIGNAL=f"{to}{int(signal.SIGINT)}")
+    until_in_output(tmp_path, b"up")
+    os.kill(job.pid, FORWARD_CARRIER)
+    code, exit_status = ended(job, tmp_path)
+    assert code == exit_status.exit_code == 128 + signal.SIGINT and not exit_status.signal
+
+
+def test_a_jobs_term_is_sent_the_command_and_not_taken_for_slurms_kill(tmp_path: Path) -> None:
+    """A job may ask for TERM before its time limit: the carrier keeps it apart from Slurm's own
+    TERM, which the script records as a kill; the command ends by itself."""
+    body = "trap 'echo term; exit 0' TERM; echo up; while :; do sleep 0.05; done"
+    job = start_job(tmp_path, 1000, ["sh", "-c", body], CORRAL_SIGNAL=str(int(signal.SIGTERM)))
+    until_in_output(tmp_path, b"up")
+    os.kill(job.pid, FORWARD_CARRIER)
+    code, exit_status = ended(job, tmp_path)
+    assert code == exit_status.exit_code == 0 and not exit_status.signal
+    # (sh may say its sleep died of the signal: the command's own word.)
+    kept = (tmp_path / "output").read_bytes()
+    assert kept.startswith(b"up\n") and kept.endswith(b"term\n"), kept
+
+
+@pytest.mark.parametrize("max_output", [1000, 0])
+def test_slurms_kill_of_a_job_with_a_signal_is_recorded_as_such(tmp_path: Path, max_output: int) -> None:
+    """Slurm's TERM to every process of the job (a time limit, a scancel) while the script waits for
+    its command in the background: recorded as Slurm's kill, with the command's exit, as for a job
+    in the foreground."""
+    job = start_job(tmp_path, max_output, ["sh", "-c", "echo up; exec sleep 30"], CORRAL_SIGNAL="B:10")
+    until_in_output(tmp_path, b"up")
+    os.killpg(job.pid, signal.SIGTERM)
+    code, exit_status = ended(job, tmp_path)
+    assert code == exit_status.exit_code == 128 + signal.SIGTERM and exit_status.signal == "TERM"
+
+
+def test_a_node_without_env_default_signal_still_runs_a_job_with_a_signal(tmp_path: Path) -> None:
+    """coreutils before 8.31 has no env --default-signal: the command runs without (SIGINT and
+    SIGQUIT ignored), gets its signal and its exit is recorded."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    needed = ["sh", "date", "mv", "sleep", "paste"]
+    for name in needed:
+        found = next(Path(d) / name for d in os.environ["PATH"].split(os.pathsep) if (Path(d) / name).exists())
+        (bin_dir / name).symlink_to(found)
+    env = bin_dir / "env"
+    env.write_text("#!/bin/sh\necho \"env: unrecognized option '$1'\" >&2\nexit 125\n")
+    env.chmod(env.stat().st_mode | stat.S_IXUSR)
+    body = "trap 'echo usr1; exit 5' USR1; echo up; while :; do sleep 0.05; done"
+    job = start_job(tmp_path, 0, ["sh", "-c", body], path=str(bin_dir), CORRAL_SIGNAL="B:10")
+    until_in_output(tmp_path, b"up")
+    os.kill(job.pid, FORWARD_CARRIER)
+    code, exit_status = ended(job, tmp_path)
+    assert code == exit_status.exit_code == 5 and (tmp_path / "output").read_bytes() == b"up\nusr1\n"
+
+
+@pytest.mark.parametrize("job_signal", ["", "B:10", "12"])
+def test_the_command_starts_with_sigint_and_sigquit_at_their_default(tmp_path: Path, job_signal: str) -> None:
+    """Whether it runs in the foreground (no signal) or in the background (a job with one)."""
+    job = start_job(tmp_path, 0, ["sh", "-c", "grep SigIgn /proc/self/status"], CORRAL_SIGNAL=job_signal)
+    code, _ = ended(job, tmp_path)
+    ignored = int((tmp_path / "output").read_text().split()[1], 16)
+    assert code == 0 and not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1))
+
+
+def test_a_command_whose_name_holds_an_equals_sign_runs_as_named(tmp_path: Path) -> None:
+    """env would take "a=b" for a variable: such a command goes through a shell's exec."""
+    command = tmp_path / "run=1"
+    command.write_text('#!/bin/sh\necho ran "$@"\nexit 3\n')
+    command.chmod(0o755)
+    job = start_job(tmp_path, 0, [str(command), "x=y"], CORRAL_SIGNAL="10")
+    code, exit_status = ended(job, tmp_path)
+    assert code == exit_status.exit_code == 3 and (tmp_path / "output").read_bytes() == b"ran x=y\n"

@@ -1076,24 +1076,41 @@ def test_sbatch_refusing_a_jobs_own_sbatch_variable_fails_it_at_once_not_retried
 
 
 @pytest.mark.parametrize(
-    ("signal", "given"),
-    [("B:USR1@120", "B:USR1@120"), ("sigterm", "TERM@60"), ("WINCH@5", "28@5"), ("40@0", "40@0"), (None, None)],
+    ("signal", "env", "given", "told"),
+    [
+        ("B:USR1@120", {}, "B:60@120", "B:10"),
+        ("sigterm", {}, "B:60@60", "15"),
+        ("WINCH@5", {}, "B:60@5", "28"),
+        ("40@0", {}, "B:60@0", "40"),
+        (None, {}, None, None),
+        # A job's SBATCH_SIGNAL, which sbatch reads as the option: the same, unless it has its own.
+        (None, {"SBATCH_SIGNAL": "USR2@30"}, "B:60@30", "12"),
+        ("B:USR1@120", {"SBATCH_SIGNAL": "USR2@30"}, "B:60@120", "B:10"),
+        (None, {"SBATCH_SIGNAL": "R:USR1@30"}, None, None),  # not corral's: sbatch's own, as before
+    ],
 )
-def test_a_jobs_signal_is_sbatchs_signal_option(tmp_path: Path, signal: str | None, given: str | None) -> None:
-    """Slurm's own --signal (no Slurm needed: the options only). A name sbatch does not know goes by
-    its number. Slurm sends it with up to a minute's slop (its time limits are looked at every 30 s),
-    so no real-Slurm test waits for it here."""
+def test_a_jobs_signal_is_sent_the_batch_script_which_sends_the_command_the_jobs_own(
+    tmp_path: Path, signal: str | None, env: dict[str, str], given: str | None, told: str | None
+) -> None:
+    """Slurm's own --signal (no Slurm needed: the options only), with B: and the carrier, always:
+    Slurm sends one without B: to the job's steps (corral's jobs have none) and one with B: to the
+    batch script, which sends the job's own signal as CORRAL_SIGNAL says (tests/slurm/
+    test_batch_script.py runs it). Slurm sends it with up to a minute's slop (its time limits are
+    looked at every 30 s), so no real-Slurm test waits for it here."""
     config = load_config(None, home=tmp_path, executor="slurm", slurm={"conf": str(tmp_path / "slurm.conf")})
     store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
     try:
         loop = SlurmLoop(store, config, "d-test", tmp_path / "logs")
-        job = JobRequest(command=["true"], time_limit=90, signal=signal).to_job(7, 0.0)
+        job = JobRequest(command=["true"], time_limit=90, signal=signal, env=env).to_job(7, 0.0)
         options = loop.sbatch_options(job, 3)
         signals = [option.removeprefix("--signal=") for option in options if option.startswith("--signal")]
         assert signals == ([given] if given else [])
         assert "--time=0-00:01:30" in options
         # What sbatch 22.05 itself parses (corral.executor.slurm mirrors proc_args.c's parse).
         assert all(_sbatch_signal_valid(text) for text in signals)
+        job_env = loop.job_env(job, 3)
+        assert job_env.get("CORRAL_SIGNAL") == told
+        assert job_env.get("SBATCH_SIGNAL") == env.get("SBATCH_SIGNAL")
     finally:
         store.close()
 

@@ -52,12 +52,6 @@ class JobSignal:
         name = signal_name(self.number)
         return f"{'B:' if self.main_only else ''}{name.removeprefix('SIG') if name else self.number}@{self.before}"
 
-    def sbatch_text(self) -> str:
-        """As sbatch's --signal takes it: a name sbatch knows, else the number."""
-        name = (signal_name(self.number) or "").removeprefix("SIG")
-        shown = name if name in SBATCH_NAMES else str(self.number)
-        return f"{'B:' if self.main_only else ''}{shown}@{self.before}"
-
     def sent_at(self, time_limit: float) -> float:
         """Seconds of run after which it is sent, given the time limit: at the start if `before`
         is the whole limit or more."""

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from corral.core.batch import ExitStatus
-from corral.core.signals import SLURM_SIGNALLABLE, scancel_signal_text
+from corral.core.signals import SLURM_SIGNALLABLE, JobSignal, parse_job_signal, scancel_signal_text
 
 # squeue's fields, '|'-separated: id, state, reason, nodes, Nice, StartTime, EndTime; the comment
 # last (it is corral's, but a user's may hold a '|').
@@ -37,6 +37,11 @@ COMMENT = re.compile(
 JOB_ID = re.compile(r"(?:^|\s)JobId=(\d+)\s")
 JOB_STATE = re.compile(r"\sJobState=(\S+)")
 EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
+
+# The signal Slurm's --signal sends the batch script in the job's stead (SIGRTMIN+26: nothing else
+# sends a Slurm job a real-time signal, and `corral cancel --signal` sends named ones only).
+FORWARD_CARRIER = 60
+SIGNAL_VARIABLE = "CORRAL_SIGNAL"  # the job's --signal, for the batch script to send its command
 
 # The batch script: it runs the job's argv, passed as the script's arguments after the path of its
 # exit status file, as is (no shell string is ever built from it; `exec` in a subshell, so a name
@@ -69,21 +74,65 @@ EXIT_CODE = re.compile(r"\sExitCode=(\d+):(\d+)")
 # bounded. A job that keeps its stderr apart (separate_stderr) is submitted with --error as well,
 # and says so in CORRAL_SEPARATE_STDERR: its stderr then goes through a limiter of its own, to the
 # script's stderr (the --error file), bounded and ended the same way, each stream on its own.
+# A job's --signal (sbatch's, to checkpoint before its time limit) is the script's to send: Slurm
+# sends one without B: to the job's steps only (corral's jobs run none), and one with B: to the
+# batch shell only, this script. So the job is submitted with --signal=B:FORWARD_CARRIER@TIME and
+# CORRAL_SIGNAL says what to send the command as the carrier comes, as the agent sends it: "B:N",
+# signal N to the command's main process; "N", to the job's whole process group (the script's:
+# slurmstepd makes the script a group's leader, and a command's processes stay in it unless they
+# leave it). The carrier, which nothing else sends, keeps it apart from Slurm's own TERM and from
+# an operator's `scancel --signal --full`, which reaches every process already. Such a job's
+# command runs in the background and the script waits for it (a trap runs only once a foreground
+# command has ended, and one ends a `wait`); a shell starts a background command with SIGINT and
+# SIGQUIT ignored, and env --default-signal gives them back (coreutils 8.31 or later: without it,
+# the command keeps them ignored). A job without a signal runs in the foreground, as before.
 BATCH_SCRIPT = """#!/bin/sh
 # corral's Slurm batch script: runs "$@" after its first three arguments (the job's argv) as is, in
 # the directory CORRAL_CHDIR names if it is set, writes the exit status to the file its first
 # argument names, and keeps at most as many bytes of the command's output as its second says (0:
 # all), ended by its third when cut; as many of its stderr too, apart, when CORRAL_SEPARATE_STDERR
-# is set (the job was submitted with --error).
+# is set (the job was submitted with --error); and sends it the job's --signal, CORRAL_SIGNAL.
 corral_chdir="${CORRAL_CHDIR:-}"
 corral_separate_stderr="${CORRAL_SEPARATE_STDERR:-}"
-unset CORRAL_CHDIR CORRAL_SEPARATE_STDERR
+# The job's --signal: "B:N" (signal N to the command's main process) or "N" (to every process of
+# the job). Slurm sends the script %(carrier)s in its stead, which only Slurm's --signal sends.
+corral_forward="${CORRAL_SIGNAL:-}"
+unset CORRAL_CHDIR CORRAL_SEPARATE_STDERR CORRAL_SIGNAL
+corral_forward_to=all
+case $corral_forward in B:*) corral_forward_to=main corral_forward="${corral_forward#B:}" ;; esac
+case $corral_forward in *[!0-9]*) corral_forward= ;; esac
+# Sends the job's signal, once Slurm sent the script %(carrier)s: to the command's main process, or
+# to the job's whole process group (the script's, as slurmstepd makes it, where the command's
+# processes stay: the script and its limiters ignore it meanwhile). A command not started yet gets
+# it as it starts.
+corral_send() {
+    if [ -z "$corral_command" ]; then
+        corral_pending=1
+    elif [ "$corral_forward_to" = main ]; then
+        kill -"$corral_forward" "$corral_command" 2>/dev/null
+    else
+        trap '' "$corral_forward"
+        kill -"$corral_forward" 0 2>/dev/null
+        corral_traps
+    fi
+}
+corral_traps() {
+    trap 'corral_signal=TERM' TERM
+    # An operator's `corral cancel --signal` (scancel --signal --full) reaches this script too: it
+    # outlives each (the command gets them back at their default disposition).
+    trap : %(signallable)s
+    [ -z "$corral_forward" ] || trap corral_send %(carrier)s
+}
 # The job's own variables, which sbatch ran without (corral.executor.slurm.sbatch_environment):
 # set first, so that the script's own (corral_status, ...) are never the job's.
 for corral_name in $CORRAL_WITHHELD; do
     eval "export $corral_name=\\"\\$CORRAL_WITHHELD_$corral_name\\"; unset CORRAL_WITHHELD_$corral_name"
 done
 unset CORRAL_WITHHELD corral_name
+corral_command=
+corral_pending=
+corral_signal=
+corral_traps
 corral_status="$1"
 corral_max_output="$2"
 corral_cut_note="$3"
@@ -92,15 +141,23 @@ CORRAL_NNODES="${SLURM_JOB_NUM_NODES:-1}"
 CORRAL_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)"
 export CORRAL_NNODES CORRAL_NODELIST
 corral_started="$(date +%s)"
-corral_signal=
 corral_chdir_failed=
-trap 'corral_signal=TERM' TERM
-# An operator's `corral cancel --signal` (scancel --signal --full) reaches this script too: it
-# outlives each (the command, in a subshell, gets them back at their default disposition).
-trap : %(signallable)s
+if [ "$corral_forward_to" = all ]; then
+    # Not the leader of its own process group (not run by slurmstepd): the main process alone.
+    corral_group=
+    read -r corral_group 2>/dev/null </proc/$$/stat
+    corral_group="${corral_group##*) }"
+    corral_group="${corral_group#* }"
+    corral_group="${corral_group#* }"
+    [ "${corral_group%% *}" = "$$" ] || corral_forward_to=main
+fi
+# A shell starts a command in the background with SIGINT and SIGQUIT ignored: coreutils' env gives
+# them back (8.31 and later; without it the command runs with them ignored).
+corral_default_signals=
+[ -z "$corral_forward" ] || ! env --default-signal=INT,QUIT true >/dev/null 2>&1 || corral_default_signals=1
 # Copies its stdin to its stdout, at most corral_max_output bytes of it, then the cut note.
 corral_limit() {
-    trap '' TERM %(signallable)s
+    trap '' TERM %(signallable)s $corral_forward
     # head writes through stdio: unbuffered, the output is there as it comes (`corral logs`).
     # (stdbuf tried first: one that cannot preload its library would run no head at all.)
     if stdbuf -o0 true >/dev/null 2>&1; then
@@ -113,6 +170,38 @@ corral_limit() {
         # exec: the limiter's own process drains the pipe, so that killing it stops the drain.
         exec cat >/dev/null
     fi
+}
+# Runs the command, its exit status in corral_exit. A job with a signal: in the background, waited
+# for, as a trap runs only once a foreground command has ended (a trap ends a `wait`).
+corral_run() {
+    if [ -z "$corral_forward" ]; then
+        (exec "$@")
+        corral_exit=$?
+        return
+    fi
+    if [ -z "$corral_default_signals" ]; then
+        (exec "$@") &
+    elif [ "${1#*=}" = "$1" ]; then
+        (exec env --default-signal=INT,QUIT -- "$@") &
+    else
+        # (A name with '=' in it would be env's NAME=VALUE.)
+        (exec env --default-signal=INT,QUIT -- /bin/sh -c 'exec "$@"' sh "$@") &
+    fi
+    corral_command=$!
+    [ -z "$corral_pending" ] || corral_send
+    while :; do
+        wait "$corral_command"
+        corral_exit=$?
+        kill -0 "$corral_command" 2>/dev/null || break
+    done
+    # A trap may have ended the last wait as the command ended: the shell still holds its status
+    # then (else this wait says 127, or the same status).
+    if [ "$corral_exit" -gt 128 ]; then
+        wait "$corral_command" 2>/dev/null
+        corral_again=$?
+        [ "$corral_again" -eq 127 ] || corral_exit=$corral_again
+    fi
+    corral_command=
 }
 if [ -n "$corral_chdir" ] && ! cd "$corral_chdir" 2>/dev/null; then
     printf 'corral: chdir to %s failed on %s: no such directory, or not one this job may enter\\n' \\
@@ -138,13 +227,11 @@ else
         if [ -n "$corral_separate_stderr" ]; then
             exec 5>"$corral_pipe_dir/error"
             rm -rf "$corral_pipe_dir"
-            (exec "$@") >&4 2>&5 4>&- 5>&-
-            corral_exit=$?
+            corral_run "$@" >&4 2>&5 4>&- 5>&-
             exec 5>&-
         else
             rm -rf "$corral_pipe_dir"
-            (exec "$@") >&4 2>&1 4>&-
-            corral_exit=$?
+            corral_run "$@" >&4 2>&1 4>&-
         fi
         exec 4>&-
         # The limiter ends when the pipe does; a process the command left running may hold it open,
@@ -164,15 +251,14 @@ else
     else
         # (Slurm's --error, when given, takes the command's stderr apart here.)
         [ -z "$corral_pipe_dir" ] || rm -rf "$corral_pipe_dir" 2>/dev/null
-        (exec "$@")
-        corral_exit=$?
+        corral_run "$@"
     fi
 fi
 printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s chdir=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" \\
     "$corral_started" "$(date +%s)" "$corral_signal" "$corral_chdir_failed" >"$corral_status.$$" \\
     && mv -f "$corral_status.$$" "$corral_status"
 exit "$corral_exit"
-""".replace("%(signallable)s", " ".join(SLURM_SIGNALLABLE))
+""".replace("%(signallable)s", " ".join(SLURM_SIGNALLABLE)).replace("%(carrier)s", str(FORWARD_CARRIER))
 CHDIR_VARIABLE = "CORRAL_CHDIR"  # the job's directory, for the batch script to check it got there
 # Set ("1") for a job that keeps its stderr apart: the batch script bounds its --error file too.
 SEPARATE_STDERR_VARIABLE = "CORRAL_SEPARATE_STDERR"
@@ -460,6 +546,27 @@ def sbatch_variable_refusal(name: str) -> str | None:
         f"{name!r} is not an sbatch variable a job may set in front of Slurm (only {', '.join(sorted(SBATCH_PASSED))}):"
         " what the job holds, where and how long it runs are corral's to ask Slurm for"
     )
+
+
+def job_signal(own: JobSignal | None, job_env: Mapping[str, str]) -> JobSignal | None:
+    """The signal a job is sent before its time limit in front of Slurm: its own --signal, else its
+    SBATCH_SIGNAL (which sbatch reads as that option), when corral takes that too; one it does not
+    (sbatch's R:, KILL) is left to sbatch as it is."""
+    if own is not None or "SBATCH_SIGNAL" not in job_env:
+        return own
+    try:
+        return parse_job_signal(job_env["SBATCH_SIGNAL"])
+    except ValueError:
+        return None
+
+
+def signal_options(signal: JobSignal | None) -> tuple[list[str], dict[str, str]]:
+    """sbatch's --signal for a job's signal (the carrier, to the batch script, which sends the job's
+    own: BATCH_SCRIPT), and what the script is told of it (SIGNAL_VARIABLE)."""
+    if signal is None:
+        return [], {}
+    said = f"{'B:' if signal.main_only else ''}{signal.number}"
+    return [f"--signal=B:{FORWARD_CARRIER}@{signal.before}"], {SIGNAL_VARIABLE: said}
 
 
 def sbatch_environment(own: Mapping[str, str], job_env: Mapping[str, str]) -> dict[str, str]:

@@ -34,16 +34,19 @@ from corral.executor.slurm import (
     KILLED_TAIL_BYTES,
     SBATCH_PASSED,
     SEPARATE_STDERR_VARIABLE,
+    SIGNAL_VARIABLE,
     STATUS_SUFFIX,
     Slurm,
     SlurmError,
     SlurmJob,
     comment_for,
     job_name,
+    job_signal,
     killed_state,
     parse_exit_status,
     sbatch_environment,
     sbatch_variable_refusal,
+    signal_options,
 )
 from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import STREAMS, LogStore, Stream, cut_note
@@ -547,11 +550,10 @@ class SlurmLoop(LiveLoop):
             options.append(f"--time={slurm_time(job.time_limit)}")
         if job.exclusive:
             options.append("--exclusive")  # Slurm keeps every other job off its nodes, as corral's filter does
-        if job.signal is not None:
-            # Slurm's own --signal (sent with up to a minute's slop; without B:, to the job's steps
-            # and not its batch shell, where an agent signals the whole process group). Given on the
-            # command line, it wins over a job's SBATCH_SIGNAL.
-            options.append(f"--signal={job.signal.sbatch_text()}")
+        # Slurm's own --signal (sent with up to a minute's slop), to the batch script, which sends
+        # the job's signal to its command as an agent does (BATCH_SCRIPT). Given on the command line,
+        # it wins over a job's SBATCH_SIGNAL, which it stands for when the job has no signal.
+        options += signal_options(job_signal(job.signal, job.env))[0]
         return [*options, *self.settings_options()]
 
     def settings_options(self) -> list[str]:
@@ -577,6 +579,9 @@ class SlurmLoop(LiveLoop):
         env.update(CORRAL_JOB_ID=str(job.id), CORRAL_ATTEMPT_ID=str(attempt_id))
         if job.chdir is not None:
             env[CHDIR_VARIABLE] = job.chdir
+        # For the batch script to send the job's signal; never a variable of that name of corral's own.
+        env.pop(SIGNAL_VARIABLE, None)
+        env.update(signal_options(job_signal(job.signal, job.env))[1])
         # For the batch script to bound the --error file too; never the job's own variable of that
         # name, which would have its stderr through a second limiter into its one output.
         env.pop(SEPARATE_STDERR_VARIABLE, None)
