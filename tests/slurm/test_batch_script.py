@@ -5,9 +5,11 @@ tests/slurm/test_slurm_executor.py runs it under a real Slurm."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -234,15 +236,20 @@ def test_a_signal_to_the_whole_job_reaches_the_command_and_the_script_and_its_li
 
 
 def start_job(
-    tmp_path: Path, max_output: int, command: list[str], path: str = os.environ["PATH"], **env: str
+    tmp_path: Path,
+    max_output: int,
+    command: list[str],
+    path: str = os.environ["PATH"],
+    shell: str = "sh",
+    **env: str,
 ) -> subprocess.Popen[bytes]:
-    """The script started as slurmstepd starts it: the leader of a process group of its own, its
-    output (stdout and stderr) to tmp_path/output."""
+    """The script started as slurmstepd starts it (by `shell`): the leader of a process group of its
+    own, its output (stdout and stderr) to tmp_path/output."""
     script = tmp_path / "corral-batch.sh"
     script.write_text(BATCH_SCRIPT)
     with (tmp_path / "output").open("wb") as file:
         return subprocess.Popen(
-            ["sh", str(script), str(tmp_path / "status"), str(max_output), NOTE, *command],
+            [shell, str(script), str(tmp_path / "status"), str(max_output), NOTE, *command],
             env={"PATH": path, "CORRAL_WITHHELD": "", "SLURM_JOB_ID": "17", **env},
             stdin=subprocess.DEVNULL,
             stdout=file,
@@ -357,6 +364,7 @@ def test_slurms_kill_of_a_job_with_a_signal_is_recorded_as_such(tmp_path: Path, 
     os.killpg(job.pid, signal.SIGTERM)
     code, exit_status = ended(job, tmp_path)
     assert code == exit_status.exit_code == 128 + signal.SIGTERM and exit_status.signal == "TERM"
+    assert exit_status.cpu_seconds is not None  # what it used up to Slurm's kill
 
 
 def test_a_node_without_env_default_signal_still_runs_a_job_with_a_signal(tmp_path: Path) -> None:
@@ -396,3 +404,47 @@ def test_a_command_whose_name_holds_an_equals_sign_runs_as_named(tmp_path: Path)
     job = start_job(tmp_path, 0, [str(command), "x=y"], CORRAL_SIGNAL="10")
     code, exit_status = ended(job, tmp_path)
     assert code == exit_status.exit_code == 3 and (tmp_path / "output").read_bytes() == b"ran x=y\n"
+
+
+# A quarter of a second of CPU time, and a line.
+BURN = """
+import time
+start = time.process_time()
+while time.process_time() - start < 0.25:
+    pass
+print("burnt", flush=True)
+"""
+# Two of them at once: one in the background, which the command (sh) waits for.
+BURN_TWICE = ["sh", "-c", '"$0" -c "$1" & "$0" -c "$1"; wait', sys.executable, BURN]
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+@pytest.mark.parametrize(("job_signal", "max_output"), [("", 1000), ("", 0), ("B:10", 1000)])
+def test_the_commands_cpu_time_is_recorded_with_its_exit(
+    tmp_path: Path, shell: str, job_signal: str, max_output: int
+) -> None:
+    """The shell's `times` in the script's own process, before and after the command: the CPU time
+    of the command and of every process it waited for (a subshell's `times` counts none of them),
+    not the script's own work before it; whether the command runs in the foreground or in the
+    background (a job with a signal), whichever sh the node has (dash: Debian's; bash: Red Hat's)."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell} here")
+    job = start_job(tmp_path, max_output, BURN_TWICE, shell=shell, CORRAL_SIGNAL=job_signal)
+    code, exit_status = ended(job, tmp_path)
+    assert code == exit_status.exit_code == 0
+    assert (tmp_path / "output").read_bytes() == b"burnt\nburnt\n"
+    # Half a second burnt, give or take the clock's tick (10 ms with dash); little more: the
+    # interpreters' start.
+    assert exit_status.cpu_seconds is not None and 0.48 <= exit_status.cpu_seconds < 1.5, exit_status
+    assert (tmp_path / "status").read_text().endswith(f" cpu={exit_status.cpu_seconds:.3f}\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corral-batch.sh", "output", "status"]
+
+
+def test_a_job_whose_directory_cannot_be_entered_records_no_cpu_time(tmp_path: Path) -> None:
+    """Its command never ran: not measured (None, as a command that never started under the agent),
+    rather than 0 s."""
+    job = start_job(tmp_path, 1000, ["true"], CORRAL_CHDIR=str(tmp_path / "missing"))
+    code, exit_status = ended(job, tmp_path)
+    assert code == exit_status.exit_code == 1 and exit_status.chdir_failed
+    assert exit_status.cpu_seconds is None
+    assert (tmp_path / "status").read_text().endswith(" chdir=failed cpu=\n")

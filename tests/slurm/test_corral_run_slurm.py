@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -133,10 +135,21 @@ def test_a_job_pending_in_slurm_shows_slurms_reason_in_corral_jobs_and_corral_jo
     assert corral.jobs()[waiting]["state"] == "queued"
 
 
+# Burns a second of CPU.
+BURN = """
+import time
+start = time.process_time()
+while time.process_time() - start < 1.0:
+    pass
+"""
+
+
 def test_corral_usage_counts_the_vcpu_hours_of_slurm_jobs_at_no_cost(corral: Corral) -> None:
-    """Slurm's nodes are not instances corral booted: their work counts, their cost is 0."""
+    """Slurm's nodes are not instances corral booted: their work counts, their cost is 0. What each
+    run used is its CPU time as corral's batch script measured it (`times`); its peak RAM is not
+    known there."""
     corral.start()
-    single = int(corral.cli("submit", "--vcpus", "1", "--ram", "128MiB", "--", "sleep", "1").stdout)
+    single = int(corral.cli("submit", "--vcpus", "1", "--ram", "128MiB", "--", sys.executable, "-c", BURN).stdout)
     gang = int(corral.cli("submit", "--nodes", "2", "--vcpus", "2", "--ram", "128MiB", "--", "sleep", "1").stdout)
     # Starts and ends between two passes of the loop, unseen running: it ran all the same.
     quick = int(corral.cli("submit", "--ram", "128MiB", "--", "true").stdout)
@@ -152,6 +165,14 @@ def test_corral_usage_counts_the_vcpu_hours_of_slurm_jobs_at_no_cost(corral: Cor
         assert rows[job_id]["jobs"] == 1 and rows[job_id]["cost"] == 0
         assert rows[job_id]["vcpu_hours"] == pytest.approx(ran * vcpus_in_all / 3600)
     assert rows[gang]["vcpu_hours"] > 0 and rows[single]["vcpu_hours"] > 0
+    # Each run measured: its CPU time (the burner's second; next to none for a sleep), no peak RAM.
+    assert all(rows[job_id]["measured"] == 1 for job_id in (single, gang, quick)) and report["total"]["measured"] == 3
+    (burnt,) = corral.api("GET", f"/api/jobs/{single}").json()["attempt_list"]
+    assert 0.95 <= burnt["cpu_seconds"] < 3 and burnt["max_rss_mib"] is None, burnt
+    assert rows[single]["cpu_efficiency"] > 0.25 and rows[single]["ram_efficiency"] is None
+    assert rows[gang]["cpu_efficiency"] < 0.1  # `sleep 1`, on 4 vcpus
+    line = r"\n  used       CPU [0-9.]+s of [0-9.]+s \(\d+%\), peak RAM not known\n"
+    assert re.search(line, shown := corral.cli("job", str(single)).stdout), shown
     assert report["billed"] == 0 and report["used"] == 0 and report["types"] == []
     # No fleet, so no fleet limits: `corral status` says nothing of max_instances.
     status = corral.cli_json("status")

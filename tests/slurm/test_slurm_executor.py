@@ -188,8 +188,12 @@ def test_a_slurm_job_that_ran_between_two_passes_is_recorded_with_slurms_start_a
     assert report.jobs == 1
     (usage,) = report.rows
     assert usage.key == str(job_id) and usage.vcpu_hours == pytest.approx(ran / 3600) and usage.cost == 0
-    # Slurm's runs are not measured by corral: no efficiency, not 0%.
-    assert (usage.attempts, usage.measured, usage.cpu_efficiency, usage.ram_efficiency) == (1, 0, None, None)
+    # Measured by corral's batch script, its status file read as the job ended: the CPU time of a
+    # `sleep` (next to none); no peak RAM.
+    (attempt,) = corral.attempts(job_id)
+    assert attempt["cpu_seconds"] is not None and attempt["cpu_seconds"] < 0.5 and attempt["max_rss_mib"] is None
+    assert (usage.attempts, usage.measured, usage.ram_efficiency) == (1, 1, None)
+    assert usage.cpu_efficiency is not None and usage.cpu_efficiency < 0.25
 
 
 def test_a_failing_command_is_retried_when_the_job_asks(corral: Dispatcher, tmp_path: Path) -> None:

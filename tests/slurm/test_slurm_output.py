@@ -100,6 +100,19 @@ def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
         # The job's directory (chdir) could not be entered: the command never ran.
         ("exit=1 slurm_job=17 started=1 ended=1 signal= chdir=failed\n", ExitStatus(1, "17", 1, 1, chdir_failed=True)),
         ("exit=3 slurm_job=17 started=1 ended=2 signal= chdir=\n", ExitStatus(3, "17", 1, 2)),
+        # The command's CPU time, last; empty: not measured (a command never run), as with no field.
+        ("exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=1.5\n", ExitStatus(0, "17", 1, 2, cpu_seconds=1.5)),
+        ("exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=0.000\n", ExitStatus(0, "17", 1, 2, cpu_seconds=0)),
+        (
+            "exit=143 slurm_job=17 started=1 ended=9 signal=TERM chdir= cpu=7504\n",
+            ExitStatus(143, "17", 1, 9, signal="TERM", cpu_seconds=7504.0),
+        ),
+        (
+            "exit=1 slurm_job=17 started=1 ended=1 signal= chdir=failed cpu=\n",
+            ExitStatus(1, "17", 1, 1, chdir_failed=True),
+        ),
+        ("exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=1.2x\n", None),
+        ("exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=-1\n", None),
         ("", None),
         ("exit=x slurm_job=17 started= ended=", None),
         ("3\n", None),

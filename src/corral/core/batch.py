@@ -250,6 +250,10 @@ class ExitStatus:
     killed_as: str = ""
     # The script could not enter the job's directory (its chdir) and never ran the command.
     chdir_failed: bool = False
+    # The CPU time (user and system) of the command and of every process it waited for, as the
+    # script's shell counted it (`times`); None: not measured (a corral before it, a command never
+    # run, a shell whose `times` could not be read).
+    cpu_seconds: float | None = None
 
     def slurm_state(self, time_limit: float | None) -> str:
         """The Slurm state a job that left this file ended in, as squeue would have said while it

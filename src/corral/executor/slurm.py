@@ -86,6 +86,15 @@ SIGNAL_VARIABLE = "CORRAL_SIGNAL"  # the job's --signal, for the batch script to
 # command has ended, and one ends a `wait`); a shell starts a background command with SIGINT and
 # SIGQUIT ignored, and env --default-signal gives them back (coreutils 8.31 or later: without it,
 # the command keeps them ignored). A job without a signal runs in the foreground, as before.
+# What the command used: corral reads no accounting (sacct is off on many clusters), so the script
+# reads its shell's `times` just before the command starts and just after it ends (before the
+# limiters are reaped), and records the difference of their second lines, the CPU time (user and
+# system) of the command and of everything it waited for, as `cpu=SECONDS`, last on the status line
+# (empty: not measured, for a command never run). `times` counts the children of the shell it runs
+# in, so it runs in the script's own (in a subshell, `$(times)` or a pipe, it reads 0): its output
+# goes to a file beside the status file, read back with `read` and removed at once. Its format is
+# each shell's ("0m1.250000s" from dash, "0m1.250s" from bash, with the locale's decimal point;
+# minutes go past 59), read by awk. A shell cannot read the command's peak RSS: not known.
 BATCH_SCRIPT = """#!/bin/sh
 # corral's Slurm batch script: runs "$@" after its first three arguments (the job's argv) as is, in
 # the directory CORRAL_CHDIR names if it is set, writes the exit status to the file its first
@@ -132,6 +141,8 @@ unset CORRAL_WITHHELD corral_name
 corral_command=
 corral_pending=
 corral_signal=
+corral_times_before=
+corral_times_after=
 corral_traps
 corral_status="$1"
 corral_max_output="$2"
@@ -171,12 +182,49 @@ corral_limit() {
         exec cat >/dev/null
     fi
 }
-# Runs the command, its exit status in corral_exit. A job with a signal: in the background, waited
-# for, as a trap runs only once a foreground command has ended (a trap ends a `wait`).
+# The CPU time (user, system) of the script's children it waited for so far: the second line of
+# `times`, in corral_times_read. In the script's own shell (a subshell's children start at zero: no
+# $(times), no pipe), through a file beside the status file, removed at once.
+corral_times() {
+    corral_times_read=
+    times >"$corral_status.$$" 2>/dev/null &&
+        { read -r corral_times_read && read -r corral_times_read; } <"$corral_status.$$"
+    rm -f "$corral_status.$$" 2>/dev/null
+}
+# The CPU seconds between two readings of corral_times_read ("0m1.250000s 0m0.040000s" from dash,
+# "0m1.250s 0m0.040s" from bash, whose decimal point is the locale's; minutes go on past 59), to
+# the millisecond; nothing if either is not one.
+corral_cpu_between() {
+    printf '%s\n%s\n' "$1" "$2" | LC_ALL=C awk '
+        function seconds(text,  total, number, unit) {
+            gsub(",", ".", text)
+            total = 0
+            while (match(text, /^[0-9]+(\\.[0-9]*)?[hms]/)) {
+                number = substr(text, 1, RLENGTH - 1)
+                unit = substr(text, RLENGTH, 1)
+                total += number * (unit == "h" ? 3600 : unit == "m" ? 60 : 1)
+                text = substr(text, RLENGTH + 1)
+            }
+            if (text != "") bad = 1
+            return total
+        }
+        NF != 2 { bad = 1 }
+        { used[NR] = seconds($1) + seconds($2) }
+        END { if (!bad && NR == 2) printf "%.3f", (used[2] > used[1] ? used[2] - used[1] : 0) }
+    ' 2>/dev/null
+}
+# Runs the command, its exit status in corral_exit, and reads `times` just before it starts and
+# just after it ends (corral_times_before, corral_times_after), before the limiters are reaped. A
+# job with a signal: in the background, waited for, as a trap runs only once a foreground command
+# has ended (a trap ends a `wait`).
 corral_run() {
+    corral_times
+    corral_times_before="$corral_times_read"
     if [ -z "$corral_forward" ]; then
         (exec "$@")
         corral_exit=$?
+        corral_times
+        corral_times_after="$corral_times_read"
         return
     fi
     if [ -z "$corral_default_signals" ]; then
@@ -201,6 +249,8 @@ corral_run() {
         corral_again=$?
         [ "$corral_again" -eq 127 ] || corral_exit=$corral_again
     fi
+    corral_times
+    corral_times_after="$corral_times_read"
     corral_command=
 }
 if [ -n "$corral_chdir" ] && ! cd "$corral_chdir" 2>/dev/null; then
@@ -254,8 +304,12 @@ else
         corral_run "$@"
     fi
 fi
-printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s chdir=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" \\
-    "$corral_started" "$(date +%s)" "$corral_signal" "$corral_chdir_failed" >"$corral_status.$$" \\
+# The command's CPU time (none for a command never run, or a `times` not read).
+corral_cpu=
+[ -z "$corral_times_before" ] || [ -z "$corral_times_after" ] ||
+    corral_cpu="$(corral_cpu_between "$corral_times_before" "$corral_times_after")"
+printf 'exit=%s slurm_job=%s started=%s ended=%s signal=%s chdir=%s cpu=%s\\n' "$corral_exit" "${SLURM_JOB_ID:-}" \\
+    "$corral_started" "$(date +%s)" "$corral_signal" "$corral_chdir_failed" "$corral_cpu" >"$corral_status.$$" \\
     && mv -f "$corral_status.$$" "$corral_status"
 exit "$corral_exit"
 """.replace("%(signallable)s", " ".join(SLURM_SIGNALLABLE)).replace("%(carrier)s", str(FORWARD_CARRIER))
@@ -263,9 +317,13 @@ CHDIR_VARIABLE = "CORRAL_CHDIR"  # the job's directory, for the batch script to 
 # Set ("1") for a job that keeps its stderr apart: the batch script bounds its --error file too.
 SEPARATE_STDERR_VARIABLE = "CORRAL_SEPARATE_STDERR"
 STATUS_SUFFIX = ".exit"  # an attempt's exit status file: beside its output (<attempt>.log)
-# "signal=" (empty: the command ended by itself) is absent from the files of corral before it, and
-# "chdir=" ("failed": the job's directory could not be entered, and the command never ran) too.
-STATUS_FIELDS = re.compile(r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)(?: signal=(\w*))?(?: chdir=(\w*))?$")
+# "signal=" (empty: the command ended by itself) is absent from the files of corral before it,
+# "chdir=" ("failed": the job's directory could not be entered, and the command never ran) too, and
+# "cpu=" (the command's CPU seconds; empty: not measured) too.
+STATUS_FIELDS = re.compile(
+    r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)(?: signal=(\w*))?(?: chdir=(\w*))?"
+    r"(?: cpu=(\d+(?:\.\d*)?)?)?$"
+)
 # What slurmstepd writes to a job's output (its stderr) as it kills it: "slurmstepd-c1: error: ***
 # JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO TIME LIMIT ***" (Slurm 22.05; no "DUE TO"
 # for a scancel). A cause may go on ("DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"): its
@@ -283,13 +341,21 @@ KILLED_TAIL_BYTES = 4096
 
 def parse_exit_status(text: str) -> ExitStatus | None:
     """The exit status file corral's batch script writes ("exit=3 slurm_job=17 started=T ended=T
-    signal=TERM"), or None if it is not one (a torn write cannot happen: it is renamed into place
-    whole)."""
+    signal=TERM chdir= cpu=1.250"), or None if it is not one (a torn write cannot happen: it is
+    renamed into place whole)."""
     match = STATUS_FIELDS.match(text.strip())
     if match is None:
         return None
     started, ended = (float(t) if t else None for t in (match[3], match[4]))
-    return ExitStatus(int(match[1]), match[2], started, ended, signal=match[5] or "", chdir_failed=match[6] == "failed")
+    return ExitStatus(
+        int(match[1]),
+        match[2],
+        started,
+        ended,
+        signal=match[5] or "",
+        chdir_failed=match[6] == "failed",
+        cpu_seconds=float(match[7]) if match[7] else None,
+    )
 
 
 def killed_state(output_tail: str, slurm_job: str) -> str:

@@ -50,7 +50,7 @@ from corral.executor.slurm import (
 )
 from corral.loop import LiveLoop, PassReport
 from corral.server.logstore import STREAMS, LogStore, Stream, cut_note
-from corral.store import Store
+from corral.store import AttemptUsage, Store
 
 log = logging.getLogger("corral.slurm")
 
@@ -380,9 +380,16 @@ class SlurmLoop(LiveLoop):
             self.store.attempt_started(running.attempt_id, SLURM_NODE, None, running.at, ran_on=where, message=message)
         for ended in decisions.exits:
             self._collect_output(ended.job_id, ended.attempt_id)
-            # The script's word on an exit of its own (the job's directory it could not enter),
-            # before the file is forgotten below.
-            status = self._exit_status(ended.job_id, ended.attempt_id) if ended.exit_code == CHDIR_FAILED_EXIT else None
+            # The script's word on the run, before the file is forgotten below: what its command
+            # used (the batch script measures it: corral reads no accounting), and an exit of its
+            # own (the job's directory it could not enter). Only the file this very Slurm job wrote.
+            status = self._exit_status(ended.job_id, ended.attempt_id)
+            observed = seen.get(ended.attempt_id)
+            if status is not None and (observed is None or status.slurm_job != observed.ref):
+                status = None
+            used = AttemptUsage(cpu_seconds=status.cpu_seconds) if status is not None else None
+            if ended.exit_code != CHDIR_FAILED_EXIT:
+                status = None
 
             def outcome_of(
                 job: Job, ended: batch.Exit = ended, status: batch.ExitStatus | None = status
@@ -393,7 +400,7 @@ class SlurmLoop(LiveLoop):
                 )
 
             self.store.finish_attempt(
-                ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at, ended.exit_signal
+                ended.attempt_id, SLURM_NODE, ended.exit_code, now, outcome_of, ended.at, ended.exit_signal, used=used
             )
             self._forget_attempt_files(ended.job_id, (ended.attempt_id,))
         self._send_signals(now)

@@ -361,15 +361,17 @@ class AttemptOut(BaseModel):
     cpu_seconds: float | None = Field(
         None,
         description="The CPU time (user and system) its command's processes used, on the node that ran the"
-        " command (node; a gang's other nodes are not counted), as Slurm's TotalCPU; null: not known (it has"
-        " not ended, its agent is of an older corral, in front of Slurm, a lost node, a run recorded before store"
-        " revision 0022).",
+        " command (node; a gang's other nodes are not counted), as Slurm's TotalCPU (in front of Slurm, as"
+        " corral's batch script measured it: the command and what it waited for); null: not known (it has"
+        " not ended, its agent is of an older corral, a lost node, a command never run, a run recorded before"
+        " store revision 0022).",
     )
     max_rss_mib: int | None = Field(
         None,
         description="The peak resident memory (MiB) of its command's processes together on that node, as"
         " Slurm's MaxRSS: the highest the agent sampled, or the largest single process's, whichever is higher"
-        " (a peak between two samples can be missed); null: not known, as for cpu_seconds.",
+        " (a peak between two samples can be missed); null: not known, as for cpu_seconds, and always in front"
+        " of Slurm.",
     )
 
 
