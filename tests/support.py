@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -93,6 +94,20 @@ class AttemptFields(TypedDict, total=False):
     finished_at: float | None
     exit_code: int | None
     reason: str
+
+
+@contextlib.contextmanager
+def interrupts_at_default() -> Iterator[None]:
+    """SIGINT and SIGQUIT at their defaults while the block starts processes, whatever this process
+    has: a test run started in the background by a shell (`make test &`) ignores both, and so would
+    every program it started (seen: SigIgn 0x...1006), where a terminal or slurmstepd gives them
+    their defaults."""
+    was = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, was[0])
+        signal.signal(signal.SIGQUIT, was[1])
 
 
 def alive(pid: int) -> bool:

@@ -15,7 +15,7 @@ from subprocess import PIPE
 from corral.core.model import Resources
 from corral.core.snapshot import Annotation
 from tests.server.cli import CORRAL, corral
-from tests.support import served_app, wait_until
+from tests.support import interrupts_at_default, served_app, wait_until
 
 
 def test_a_start_time_of_now_or_now_plus_a_duration_is_taken_as_slurms_begin_takes_it(tmp_path: Path) -> None:
@@ -41,11 +41,8 @@ def test_submit_wait_says_when_the_job_it_waits_for_cannot_be_placed(tmp_path: P
     on it (`-f examples/jobs.jsonl`, whose last job asks for 64 GiB) sat silent, as if hung."""
     with served_app(tmp_path) as (url, store):
         env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "t"}
-        # Started with SIGINT at its default, whatever this process has: a test run started in the
-        # background by a shell (`make test &`) ignores SIGINT, and so did the CLI it started, as
-        # any program started so does (seen: SigIgn 0x...1006, SIGINT and SIGQUIT).
-        was = signal.signal(signal.SIGINT, signal.default_int_handler)
-        try:
+        # Started with SIGINT at its default, as from a terminal, whatever this process has.
+        with interrupts_at_default():
             waiting = subprocess.Popen(
                 [CORRAL, "submit", "--wait", "--ram", "64GiB", "--", "true"],
                 env=env,
@@ -53,8 +50,6 @@ def test_submit_wait_says_when_the_job_it_waits_for_cannot_be_placed(tmp_path: P
                 stderr=PIPE,
                 text=True,
             )
-        finally:
-            signal.signal(signal.SIGINT, was)
         said = ""
         try:
             wait_until(lambda: store.list_job_rows() != [], 30, "the job to be submitted")

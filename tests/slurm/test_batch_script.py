@@ -4,6 +4,7 @@ tests/slurm/test_slurm_executor.py runs it under a real Slurm."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -11,12 +12,14 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from corral.core.batch import ExitStatus
 from corral.executor.slurm import BATCH_SCRIPT, FORWARD_CARRIER, parse_exit_status
+from tests.support import interrupts_at_default
 
 NOTE = "[corral: this attempt's output was cut here, at 10 bytes (server.max_output); the rest was not kept]"
 COMMAND = ["sh", "-c", "echo 0123456789abcdef; echo to stderr >&2; exit 3"]
@@ -244,11 +247,12 @@ def start_job(
     **env: str,
 ) -> subprocess.Popen[bytes]:
     """The script started as slurmstepd starts it (by `shell`): the leader of a process group of its
-    own, its output (stdout and stderr) to tmp_path/output."""
+    own, SIGINT and SIGQUIT at their defaults, its output (stdout and stderr) to tmp_path/output.
+    Whatever is left of the group when the test ends is killed (`kill_started_jobs`)."""
     script = tmp_path / "corral-batch.sh"
     script.write_text(BATCH_SCRIPT)
-    with (tmp_path / "output").open("wb") as file:
-        return subprocess.Popen(
+    with (tmp_path / "output").open("wb") as file, interrupts_at_default():
+        job = subprocess.Popen(
             [shell, str(script), str(tmp_path / "status"), str(max_output), NOTE, *command],
             env={"PATH": path, "CORRAL_WITHHELD": "", "SLURM_JOB_ID": "17", **env},
             stdin=subprocess.DEVNULL,
@@ -256,6 +260,21 @@ def start_job(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    STARTED.append(job.pid)
+    return job
+
+
+# The process groups start_job started: a test that fails midway leaves its job running (a command
+# in a loop, burning CPU for the rest of the suite), unless it is killed at the test's end.
+STARTED: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def kill_started_jobs() -> Iterator[None]:
+    yield
+    while STARTED:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(STARTED.pop(), signal.SIGKILL)
 
 
 def until_exists(path: Path, what: str, timeout: float = 20) -> None:
