@@ -111,6 +111,12 @@ def test_a_job_name_cannot_pass_for_scontrols_state_and_exit_code() -> None:
             "exit=1 slurm_job=17 started=1 ended=1 signal= chdir=failed cpu=\n",
             ExitStatus(1, "17", 1, 1, chdir_failed=True),
         ),
+        # A later corral's field after these is passed over; a known one that does not read is no status.
+        (
+            "exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=2.5 rss_mib=300 gpu_seconds=\n",
+            ExitStatus(0, "17", 1, 2, cpu_seconds=2.5),
+        ),
+        ("exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=1.2 cpu=3\n", None),
         ("exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=1.2x\n", None),
         ("exit=0 slurm_job=17 started=1 ended=2 signal= chdir= cpu=-1\n", None),
         ("", None),

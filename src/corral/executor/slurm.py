@@ -319,10 +319,12 @@ SEPARATE_STDERR_VARIABLE = "CORRAL_SEPARATE_STDERR"
 STATUS_SUFFIX = ".exit"  # an attempt's exit status file: beside its output (<attempt>.log)
 # "signal=" (empty: the command ended by itself) is absent from the files of corral before it,
 # "chdir=" ("failed": the job's directory could not be entered, and the command never ran) too, and
-# "cpu=" (the command's CPU seconds; empty: not measured) too.
+# "cpu=" (the command's CPU seconds; empty: not measured) too. Fields after these, of a later corral's
+# script, are passed over: a dispatcher reads the files of the jobs it adopts, which a newer peer
+# may have submitted in a rolling upgrade (a known field that does not read is no status).
 STATUS_FIELDS = re.compile(
     r"^exit=(\d+) slurm_job=(\S+) started=(\d*) ended=(\d*)(?: signal=(\w*))?(?: chdir=(\w*))?"
-    r"(?: cpu=(\d+(?:\.\d*)?)?)?$"
+    r"(?: cpu=(\d+(?:\.\d*)?)?)?(?: (?!(?:exit|slurm_job|started|ended|signal|chdir|cpu)=)[a-z_]+=\S*)*$"
 )
 # What slurmstepd writes to a job's output (its stderr) as it kills it: "slurmstepd-c1: error: ***
 # JOB 17 ON c1 CANCELLED AT 2026-11-26T21:55:05 DUE TO TIME LIMIT ***" (Slurm 22.05; no "DUE TO"
