@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from corral.agent import container, sysinfo
-from corral.agent.runner import KEEPER, Attempt, AttemptSignal, AttemptSpec, BadAttempt, Runner
+from corral.agent.runner import KEEPER, Attempt, AttemptSignal, AttemptSpec, BadAttempt, Runner, signal_run
 from tests.support import alive
 from tests.support import wait_until as wait_for
 
@@ -425,3 +427,29 @@ def test_a_signal_asked_for_the_group_ends_a_command_that_does_not_catch_it_as_i
     assert run_to_end(runner, attempt) == 128 + number
     assert attempt.exit_signal == number and not attempt.keeper_killed
     assert runner.signal(44, number, main_only=False) is None  # (ended: nothing to send it to)
+
+
+def test_a_signal_for_the_group_spares_a_keeper_that_would_die_of_it(tmp_path: Path) -> None:
+    """A keeper of an older corral, re-adopted after an upgrade, ignores TERM, INT and HUP but not
+    USR1: `corral cancel --signal USR1` would have killed it with the rest of the group, and the
+    run's end been lost. Its command gets it; the keeper, spared, goes on to record the end. One
+    that ignores the signal gets it with its group, as ever."""
+    ready = tmp_path / "ready"
+    # The old keeper's stand-in: the leader of its session, TERM ignored, USR1 at its default,
+    # waiting for its command.
+    keeper = subprocess.Popen(
+        ["sh", "-c", f"trap '' TERM; sleep 30 & c=$!; touch {ready}; wait $c; echo $? > {tmp_path / 'status'}"],
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: ready.exists() and sysinfo.children_of(keeper.pid), 5, "the command to start")
+        [command] = sysinfo.children_of(keeper.pid)
+        assert sysinfo.ignores(keeper.pid, signal.SIGTERM) and sysinfo.ignores(keeper.pid, signal.SIGUSR1) is False
+        assert signal_run(keeper.pid, signal.SIGUSR1) == f"process group {keeper.pid} but its keeper"
+        assert keeper.wait(timeout=10) == 0  # it lived to record its command's end, by USR1
+        assert (tmp_path / "status").read_text() == f"{128 + signal.SIGUSR1}\n" and not alive(command)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+    assert sysinfo.ignores(keeper.pid, signal.SIGUSR1) is None  # (gone: not known)

@@ -364,6 +364,21 @@ def exit_signal_of(returncode: int) -> int | None:
     return -returncode if returncode < 0 else None
 
 
+def signal_run(session: int, sig: int) -> str:
+    """Send a run's whole process group (and its session's stragglers) a signal meant for its
+    command, its keeper (the session's leader) spared if the keeper would die of it: a keeper of an
+    older corral, re-adopted after an upgrade, ignores only the signals it knew of, and killed it
+    would lose the run's end. What it went to."""
+    if sysinfo.ignores(session, sig) is not False:
+        signal_session(session, sig)
+        return f"process group {session}"
+    for pid in sysinfo.session_members(session):
+        if pid != session:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+    return f"process group {session} but its keeper"
+
+
 def signal_session(session: int, sig: int) -> None:
     """Signal an attempt's process group, then any stragglers of its session that moved to another group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -802,8 +817,7 @@ class Runner:
                 )
             return f"container {attempt.container_name}"
         if not main_only:
-            signal_session(keeper.pid, number)
-            return f"process group {keeper.pid}"
+            return signal_run(keeper.pid, number)
         # The keeper's child is the job's command: the batch script's shell, or its program.
         for pid in sysinfo.children_of(keeper.pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -99,6 +99,22 @@ def session_members(session: int, outside_group: int | None = None) -> list[int]
     return [s.pid for s in all_stats() if s.session == session and s.state != "Z" and s.pgrp != outside_group]
 
 
+def ignores(pid: int, sig: int) -> bool | None:
+    """Whether the process ignores signal `sig` (the SigIgn mask /proc gives); None: not known (the
+    process gone, no /proc)."""
+    try:
+        lines = (PROC / str(pid) / "status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("SigIgn:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
 def children_of(pid: int) -> list[int]:
     """Live (non-zombie) processes whose parent is `pid`."""
     return [s.pid for s in all_stats() if s.ppid == pid and s.state != "Z"]
