@@ -445,7 +445,7 @@ def test_a_signal_for_the_group_spares_a_keeper_that_would_die_of_it(tmp_path: P
         wait_for(lambda: ready.exists() and sysinfo.children_of(keeper.pid), 5, "the command to start")
         [command] = sysinfo.children_of(keeper.pid)
         assert sysinfo.ignores(keeper.pid, signal.SIGTERM) and sysinfo.ignores(keeper.pid, signal.SIGUSR1) is False
-        assert signal_run(keeper.pid, signal.SIGUSR1) == f"process group {keeper.pid} but its keeper"
+        assert signal_run(keeper.pid, signal.SIGUSR1) == f"process group {keeper.pid} (its keeper spared)"
         assert keeper.wait(timeout=10) == 0  # it lived to record its command's end, by USR1
         assert (tmp_path / "status").read_text() == f"{128 + signal.SIGUSR1}\n" and not alive(command)
     finally:

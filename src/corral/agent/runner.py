@@ -376,7 +376,7 @@ def signal_run(session: int, sig: int) -> str:
         if pid != session:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-    return f"process group {session} but its keeper"
+    return f"process group {session} (its keeper spared)"
 
 
 def signal_session(session: int, sig: int) -> None:
