@@ -240,7 +240,15 @@ def test_cancel_scancels_the_running_slurm_job_and_waiting_jobs_say_why(
     assert ended and not ended.startswith("slurm:")  # why it ended, not Slurm's pending reason
     assert corral.until_state(waiting, "cancelled")
     wait_until(lambda: slurm.state(ref) == "CANCELLED", 20, f"slurm job {ref} to be cancelled")
-    assert corral.attempts(running[0])[0]["state"] == "cancelled"
+    [cancelled] = corral.attempts(running[0])
+    assert cancelled["state"] == "cancelled"
+    # Its batch script wrote its status as Slurm's kill ended the command: what the run used until
+    # then is recorded (as an agent reports a killed run's), and the file goes, as at any end.
+    status = corral.loop.status_path(running[0], cancelled["id"])
+    measured = corral.until(
+        lambda: (a := corral.attempts(running[0])[0])["cpu_seconds"] is not None and a, 20, "the run's CPU time"
+    )
+    assert measured["cpu_seconds"] < 0.5 and measured["state"] == "cancelled" and not status.exists()
 
 
 def test_a_signal_asked_for_a_running_job_is_scancel_signal_full_and_the_job_runs_on_to_its_end(

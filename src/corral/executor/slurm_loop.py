@@ -57,6 +57,9 @@ log = logging.getLogger("corral.slurm")
 # The node an attempt is recorded on: Slurm places it (the job's node column then shows Slurm's
 # node list, "slurm:c[1-2]").
 SLURM_NODE = "slurm"
+# How long after corral ended a running attempt (scancel) its batch script's status is looked for:
+# Slurm's KillWait (30 s by default) and a shared file system's delay, with room to spare.
+LATE_STATUS_WAIT = 300.0
 # Not handed on to a job's environment: corral's own credentials and addresses.
 PRIVATE_ENV = ("CORRAL_TOKEN", "CORRAL_URL", "CORRAL_BOOT_TOKEN", "CORRAL_AGENT_SECRET")
 
@@ -94,6 +97,11 @@ class SlurmLoop(LiveLoop):
         self._nice_given: dict[str, int] = {}
         # Attempt id -> the Slurm job id recorded on it that names another job now, to say so once.
         self._reused: dict[int, str] = {}
+        # Attempts corral ended while their Slurm job ran (a cancel, a requeue, a time limit) -> their
+        # job id, Slurm job id and when to stop looking: the batch script writes its status, with
+        # what the command used, only once Slurm's kill has ended the command (`_read_late_statuses`).
+        # Not known after a restart: such a file then stays beside the job's output.
+        self._ended_running: dict[int, tuple[int, str, float]] = {}
 
     # ---- a pass -------------------------------------------------------------------------------
 
@@ -305,6 +313,21 @@ class SlurmLoop(LiveLoop):
                 log.warning("removing the exit status file of job %s failed: %s", job_id, exc, extra={"job_id": job_id})
             self._forget_script(attempt_id)
 
+    def _read_late_statuses(self, now: float) -> None:
+        """What the commands of attempts corral ended used, from the status files their batch
+        scripts write once Slurm's kill ends them (the agent's keeper reports the same): recorded
+        on the attempt, and the file removed, as for any end. One not written by LATE_STATUS_WAIT
+        (the script SIGKILLed, a node lost) is given up."""
+        for attempt_id, (job_id, ref, until) in list(self._ended_running.items()):
+            status = self._exit_status(job_id, attempt_id)
+            if status is not None and status.slurm_job == ref:
+                if status.cpu_seconds is not None:
+                    self.store.record_late_usage(attempt_id, AttemptUsage(cpu_seconds=status.cpu_seconds))
+                self._forget_attempt_files(job_id, (attempt_id,))
+            elif now < until:
+                continue
+            del self._ended_running[attempt_id]
+
     def _forget_script(self, attempt_id: int) -> None:
         # (No directory for an attempt of a job without a script: nothing to remove.)
         shutil.rmtree(self.script_dir(attempt_id), ignore_errors=True)
@@ -361,6 +384,8 @@ class SlurmLoop(LiveLoop):
             for attempt_id in outcome.attempt_ids:
                 if attempt_id in seen:
                     self._tell_cut_output(outcome.job_id, attempt_id)
+                    self._ended_running[attempt_id] = (outcome.job_id, seen[attempt_id].ref, now + LATE_STATUS_WAIT)
+        self._read_late_statuses(now)
         if decisions.cancel:
             try:
                 self.slurm.scancel(decisions.cancel)

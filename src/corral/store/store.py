@@ -2283,6 +2283,23 @@ class Store:
             row = conn.execute(select(A).where(A.c.id == attempt_id)).first()
         return dict(row._mapping) if row else None
 
+    def record_late_usage(self, attempt_id: int, used: AttemptUsage) -> bool:
+        """What an attempt corral had ended (a cancel, a requeue) used until it was killed, as its
+        node measured it once the kill ended the command: recorded once, on an ended attempt
+        measured by nothing before. False if it was not recorded."""
+        with self.write() as conn:
+            done = conn.execute(
+                update(A)
+                .where(
+                    A.c.id == attempt_id,
+                    A.c.state.not_in(ACTIVE_ATTEMPT_STATES),
+                    A.c.cpu_seconds.is_(None),
+                    A.c.max_rss_mib.is_(None),
+                )
+                .values(cpu_seconds=used.cpu_seconds, max_rss_mib=used.max_rss_mib)
+            )
+            return done.rowcount == 1
+
     def finish_attempt(
         self,
         attempt_id: int,
