@@ -57,8 +57,9 @@ def main(argv: list[str]) -> int:
     if len(argv) < 5 or dashes < 0 or not command or (options and not ignoring):
         print("usage: keeper.py STATUS_FILE READY_FD GO_FD [--ignore SIGNAL] -- COMMAND...", file=sys.stderr)
         return 2
-    # (--ignore SIGNAL: the job's --signal, which every catchable signal being ignored covers now;
-    # still taken, from an agent that names it.)
+    # (--ignore SIGNAL: the job's --signal, which every catchable signal being ignored covers now.
+    # Still taken, and nothing done with it: an agent of session 38's corral, still running while
+    # its node's install is upgraded, starts this file with it.)
     status_file, ready_fd, go_fd = argv[0], int(argv[1]), int(argv[2])
     for sig in ignored:
         with contextlib.suppress(OSError, ValueError):  # (one the C library keeps for itself)

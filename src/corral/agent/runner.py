@@ -493,8 +493,6 @@ class Runner:
                         spec.attempt_id,
                         lambda keeper: self._record(spec, keeper.pid, started_at),
                         err,
-                        # The job's signal, sent to its whole group, is not for its keeper.
-                        spec.signal.number if spec.signal is not None and not spec.signal.main_only else None,
                     )
                 except (OSError, ValueError) as exc:
                     self._record_path(spec.attempt_id).unlink(missing_ok=True)  # it never ran
@@ -571,22 +569,19 @@ class Runner:
         attempt_id: int,
         record: Callable[[subprocess.Popen[bytes]], None],
         err: Any = None,
-        ignore: int | None = None,
     ) -> subprocess.Popen[bytes]:
         """The command under its keeper (corral.agent.keeper), which outlives this agent. Raises as
         Popen of the command itself would (OSError with its errno) when the keeper cannot start it.
         The keeper starts the command only once `record` has written the run's record: an agent
         killed before that leaves a keeper that starts nothing, where it left a command that ran on
         unknown to the next agent, which was given the attempt again (its start never reported)
-        and ran it a second time beside it. `ignore`: a signal the keeper ignores (the job's --signal
-        sent to the whole group), which its command gets at its default disposition."""
+        and ran it a second time beside it."""
         status = self._status_path(attempt_id)
         status.unlink(missing_ok=True)
         self._usage_path(attempt_id).unlink(missing_ok=True)
         ready_read, ready_write = os.pipe()
         go_read, go_write = os.pipe()
-        options = ["--ignore", str(ignore)] if ignore is not None else []
-        keeper = [sys.executable, "-I", "-S", KEEPER, str(status), str(ready_write), str(go_read), *options]
+        keeper = [sys.executable, "-I", "-S", KEEPER, str(status), str(ready_write), str(go_read)]
         try:
             try:
                 proc = subprocess.Popen(
