@@ -449,13 +449,10 @@ class SlurmLoop(LiveLoop):
         corral's whole process group; corral's jobs run no steps of their own). One Slurm refuses
         (the job ended meanwhile), or whose attempt ended first, is dropped saying why: sent at
         most once here, as scancel gives no way to tell a refusal from a signal sent twice."""
-        dropped = []
+        self.store.drop_ended_signals(now)  # (as the agents' control loop does each pass)
         for request, state, ref, dispatcher_id in self.store.signals_pending():
-            if dispatcher_id != self.dispatcher_id:
-                continue  # (another dispatcher's, or an agent's)
-            if state != AttemptState.RUNNING.value or ref is None:
-                dropped.append(request)
-                continue
+            if dispatcher_id != self.dispatcher_id or state != AttemptState.RUNNING.value or ref is None:
+                continue  # another dispatcher's or an agent's; or one ended since, dropped by the next pass
             try:
                 self.slurm.signal(ref, request.number)
             except SlurmError as exc:
@@ -463,8 +460,6 @@ class SlurmLoop(LiveLoop):
                 self.store.drop_signals([request], f"scancel --signal of slurm job {ref} failed: {exc}", now)
                 continue
             self.store.signals_sent({request.id: f"slurm job {ref} (scancel --full)"}, now)
-        if dropped:
-            self.store.drop_signals(dropped, "its attempt ended before it was sent", now)
 
     def _renice(self, renices: list[batch.Renice], now: float) -> None:
         """`scontrol update` each Nice; a refusal (an unprivileged user's negative Nice) is recorded
