@@ -114,18 +114,6 @@ class UsageRow:
         self.ram_mib_seconds_used += measured.ram_mib_seconds_used
         self.ram_mib_seconds_asked += measured.ram_mib_seconds_asked
 
-    def merge(self, other: UsageRow) -> None:
-        """Add another row's sums to this one's (not its jobs, which only the caller can count once)."""
-        self.vcpu_hours += other.vcpu_hours
-        self.gpu_hours += other.gpu_hours
-        self.cost += other.cost
-        self.attempts += other.attempts
-        self.measured += other.measured
-        self.cpu_seconds_used += other.cpu_seconds_used
-        self.cpu_seconds_asked += other.cpu_seconds_asked
-        self.ram_mib_seconds_used += other.ram_mib_seconds_used
-        self.ram_mib_seconds_asked += other.ram_mib_seconds_asked
-
 
 class Measured(NamedTuple):
     """One attempt's part of its groups' efficiency sums, in the window. (A tuple: one is built
@@ -271,12 +259,9 @@ def usage(
                 jobs_of[key] = set()
             jobs_of[key].add(attempt.job_id)
             row.charge(vcpu_hours, gpu_hours, cost, used)
-        if by == "tag":  # a job under several tags: the total counts it once
-            total.charge(vcpu_hours, gpu_hours, cost, used)
+        total.charge(vcpu_hours, gpu_hours, cost, used)  # once, a job under several tags too
     for key, row in rows.items():
         row.jobs = len(jobs_of[key])
-        if by != "tag":  # each attempt in one row: the total is their sum, not charged attempt by attempt
-            total.merge(row)
     total.jobs = len(job_ids)
     ordered = sorted(rows.values(), key=lambda row: (-row.cost, -row.vcpu_hours, row.key))
     return Usage(since, until, by, ordered, [types[name] for name in sorted(types)], total)
