@@ -2370,8 +2370,9 @@ def usage(
     And how much of what it asked for it used, as seff says it of a job: CPU eff is the CPU time
     used over the vcpus asked times the run time, RAM eff the peak RSS over the RAM asked, each
     run weighed by what it reserved (vcpu-hours; RAM-hours), over the runs whose node measured
-    them ("measured": runs before accounting, in front of Slurm or still running have no
-    measurement, and do not count as 0%). A run the window cuts is credited its CPU time pro rata."""
+    them ("measured": runs before accounting or still running have no measurement, and do not
+    count as 0%; in front of Slurm a run's peak RAM is not known). A run the window cuts is credited
+    its CPU time pro rata."""
     now = time.time()
     params: dict[str, Any] = {"since": _moment("--since", since, now), "by": by, "limit": limit}
     if until is not None:

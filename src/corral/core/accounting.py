@@ -18,8 +18,9 @@ nodes). Pure: the store gives the node and attempt spans, the caller gives the w
   efficiency the peak RSS over the RAM asked, each summed over the attempts before dividing, so
   each attempt weighs what it reserved (vcpu-seconds; MiB-seconds), as on the bill: a week-long
   job over-asking counts for more than a minute-long one. Only attempts whose node said what they
-  used count (a run before accounting, in front of Slurm, still running or whose sample was lost
-  has no measurement, which is not 0%); each group says how many of its attempts were measured.
+  used count (a run before accounting, still running or whose sample was lost has no measurement,
+  which is not 0%; in front of Slurm only the CPU time is measured, by corral's batch script); each
+  group says how many of its attempts were measured.
   Both are of the node that runs the command, as the agent measures them: a gang's one node.
   CPU time is only known for a whole run: an attempt the window cuts is credited the part of it
   proportional to its run time inside (as if it used the CPU evenly), so the figure is

@@ -929,8 +929,9 @@ class UsageRowOut(BaseModel):
     cost: float  # the share of its nodes' bill its attempts occupied
     attempts: int = Field(description="Its runs in the window (a retried job's each).")
     measured: int = Field(
-        description="Of those, the runs whose node said what they used: not a run before store revision 0022,"
-        " in front of Slurm, still running, or whose measurement was lost. Only these count in the efficiencies."
+        description="Of those, the runs whose node (in front of Slurm, corral's batch script: CPU time alone) said"
+        " what they used: not a run before store revision 0022, still running, or whose measurement was lost."
+        " Only these count in the efficiencies."
     )
     cpu_hours: float = Field(
         description="The CPU time (user and system) the measured runs used in the window, on the node that runs"
